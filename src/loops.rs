@@ -1,0 +1,493 @@
+//! The one helper that spawns every named thread of the kubelet, and the registry of
+//! their ticks.
+//!
+//! Every loop of rkubelet is an OS thread with a name that `ps -T` and `top -H` show
+//! (`sync-loop`, `pleg`, `src-file`, `pod-worker-0` …). [`Loops`] spawns them all, so
+//! that each one records its ticks (start, duration, last error) in the
+//! [`LoopRegistry`], and each one ends when the single shutdown broadcast closes its
+//! [`Stop`] channel. Health checks read the registry to tell which loop is stuck.
+//!
+//! The stop channel is also the sleep: a periodic loop waits on `recv_timeout`, so
+//! closing one channel wakes and ends every loop at once.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+/// The kernel keeps 15 bytes of a thread name (16 with the NUL); longer names are cut,
+/// and then `top -H` and our logs disagree.
+pub const MAX_THREAD_NAME: usize = 15;
+
+/// An uninhabited type: nothing is ever sent on the shutdown channel, it is only closed.
+#[derive(Debug)]
+pub enum Never {}
+
+/// The receiving side of the shutdown broadcast. Cloned into every loop.
+#[derive(Clone, Debug)]
+pub struct Stop(Receiver<Never>);
+
+impl Stop {
+    /// Sleeps for `d`, or less if shutdown begins. Returns true when the loop must end.
+    pub fn sleep(&self, d: Duration) -> bool {
+        match self.0.recv_timeout(d) {
+            Ok(never) => match never {},
+            Err(RecvTimeoutError::Timeout) => false,
+            Err(RecvTimeoutError::Disconnected) => true,
+        }
+    }
+
+    /// True once shutdown has begun. Never blocks.
+    pub fn is_stopped(&self) -> bool {
+        matches!(
+            self.0.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        )
+    }
+
+    /// The channel itself, for loops that `select!` over it beside their own inputs.
+    /// It becomes ready (disconnected) when shutdown begins.
+    pub fn receiver(&self) -> &Receiver<Never> {
+        &self.0
+    }
+}
+
+/// The sending side of the shutdown broadcast. Dropping it (or calling
+/// [`Shutdown::trigger`]) stops every loop.
+#[derive(Debug)]
+pub struct Shutdown(Mutex<Option<Sender<Never>>>);
+
+impl Shutdown {
+    /// Begins shutdown. Idempotent.
+    pub fn trigger(&self) {
+        lock(&self.0).take();
+    }
+}
+
+/// A new shutdown broadcast: the trigger and the first receiver.
+pub fn shutdown_channel() -> (Shutdown, Stop) {
+    let (tx, rx) = crossbeam_channel::bounded(0);
+    (Shutdown(Mutex::new(Some(tx))), Stop(rx))
+}
+
+/// Locks a mutex, recovering the data if a thread panicked while holding it. With
+/// `panic = "abort"` that cannot happen in the daemon, but tests unwind.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Formats an error with its whole `source()` chain: `outer: middle: inner`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let msg = c.to_string();
+        // Some errors repeat their source in their own message; do not say it twice.
+        if !s.ends_with(&msg) {
+            s.push_str(": ");
+            s.push_str(&msg);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// What the registry knows about one loop.
+#[derive(Clone, Debug)]
+pub struct LoopState {
+    /// The loop's period, if it is periodic.
+    pub period: Option<Duration>,
+    /// When the thread started.
+    pub started: Instant,
+    /// Start of the last tick (or activity report of an event loop).
+    pub last_tick: Option<Instant>,
+    /// Wall-clock time of the last tick, for people reading the debug endpoint.
+    pub last_tick_wall: Option<SystemTime>,
+    /// How long the last tick took.
+    pub last_duration: Option<Duration>,
+    /// The last tick's error, cleared by a tick that succeeds.
+    pub last_error: Option<String>,
+    /// Ticks so far.
+    pub ticks: u64,
+    /// Whether the thread has returned.
+    pub finished: bool,
+}
+
+impl LoopState {
+    fn new(period: Option<Duration>) -> Self {
+        LoopState {
+            period,
+            started: Instant::now(),
+            last_tick: None,
+            last_tick_wall: None,
+            last_duration: None,
+            last_error: None,
+            ticks: 0,
+            finished: false,
+        }
+    }
+}
+
+/// Per-loop tick records, shared by every loop (writers) and the health checks and debug
+/// endpoints (readers). One small lock, held for microseconds.
+#[derive(Debug, Default)]
+pub struct LoopRegistry {
+    loops: Mutex<BTreeMap<String, LoopState>>,
+}
+
+impl LoopRegistry {
+    /// A snapshot of every loop's state, sorted by name.
+    pub fn snapshot(&self) -> BTreeMap<String, LoopState> {
+        lock(&self.loops).clone()
+    }
+
+    /// One loop's state.
+    pub fn get(&self, name: &str) -> Option<LoopState> {
+        lock(&self.loops).get(name).cloned()
+    }
+
+    fn register(&self, name: &str, period: Option<Duration>) {
+        lock(&self.loops).insert(name.to_string(), LoopState::new(period));
+    }
+
+    fn update(&self, name: &str, f: impl FnOnce(&mut LoopState)) {
+        if let Some(st) = lock(&self.loops).get_mut(name) {
+            f(st);
+        }
+    }
+}
+
+/// Lets a loop that is not a plain ticker (the sync loop, a stream reader, a pod
+/// worker) record its activity in the registry.
+#[derive(Clone, Debug)]
+pub struct LoopHandle {
+    name: String,
+    registry: Arc<LoopRegistry>,
+}
+
+impl LoopHandle {
+    /// Records the start of one iteration; returns the instant to pass to
+    /// [`LoopHandle::end_tick`].
+    pub fn begin_tick(&self) -> Instant {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        self.registry.update(&self.name, |st| {
+            st.last_tick = Some(now);
+            st.last_tick_wall = Some(wall);
+        });
+        now
+    }
+
+    /// Records the end of one iteration and its outcome. Logs an error when it differs
+    /// from the previous one (at warn), or at debug when it repeats.
+    pub fn end_tick(&self, began: Instant, error: Option<String>) {
+        let took = began.elapsed();
+        let name = &self.name;
+        self.registry.update(name, |st| {
+            st.ticks += 1;
+            st.last_duration = Some(took);
+            match &error {
+                Some(e) if st.last_error.as_deref() != Some(e.as_str()) => {
+                    log::warn!("{name}: {e}");
+                }
+                Some(e) => log::debug!("{name}: still failing: {e}"),
+                None if st.last_error.is_some() => log::info!("{name}: recovered"),
+                None => {}
+            }
+            st.last_error = error;
+        });
+    }
+
+    /// The loop's name (also its thread's name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// How a periodic loop is woken: by its period, or early by a message on `wake`.
+#[derive(Debug)]
+pub struct Periodic {
+    /// Thread and registry name, at most 15 bytes.
+    pub name: String,
+    /// Time between the end of one tick and the start of the next.
+    pub period: Duration,
+    /// Optional early-wake channel: any message runs a tick now. Bursts are drained,
+    /// so ten pokes run one tick.
+    pub wake: Option<Receiver<()>>,
+}
+
+/// Spawns and joins every named thread. Cloning shares the same set.
+#[derive(Clone, Debug)]
+pub struct Loops {
+    registry: Arc<LoopRegistry>,
+    stop: Stop,
+    handles: Arc<Mutex<Vec<(String, JoinHandle<()>)>>>,
+}
+
+/// A thread could not be spawned (the process is out of threads or memory).
+#[derive(Debug)]
+pub struct SpawnError {
+    name: String,
+    source: std::io::Error,
+}
+
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot spawn thread {}", self.name)
+    }
+}
+
+impl std::error::Error for SpawnError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+impl Loops {
+    /// A new set of loops that all end when `stop` closes.
+    pub fn new(stop: Stop) -> Self {
+        Loops {
+            registry: Arc::new(LoopRegistry::default()),
+            stop,
+            handles: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// The registry every loop records into.
+    pub fn registry(&self) -> Arc<LoopRegistry> {
+        self.registry.clone()
+    }
+
+    /// The shutdown receiver the loops watch.
+    pub fn stop(&self) -> Stop {
+        self.stop.clone()
+    }
+
+    /// Runs `tick` at once and then every `spec.period` (or when woken) until shutdown.
+    /// A tick's error is recorded and logged; the loop goes on with the next period.
+    pub fn spawn_periodic<E, F>(&self, spec: Periodic, mut tick: F) -> Result<(), SpawnError>
+    where
+        E: std::error::Error,
+        F: FnMut() -> Result<(), E> + Send + 'static,
+    {
+        let Periodic { name, period, wake } = spec;
+        self.registry.register(&name, Some(period));
+        let handle = self.handle(&name);
+        let stop = self.stop.clone();
+        self.spawn_thread(&name, move || loop {
+            let began = handle.begin_tick();
+            let err = tick().err().map(|e| error_chain(&e));
+            handle.end_tick(began, err);
+            let stopped = match &wake {
+                None => stop.sleep(period),
+                Some(wake) => wait_or_wake(&stop, wake, period),
+            };
+            if stopped {
+                return;
+            }
+        })
+    }
+
+    /// Spawns a thread that runs its own loop (an event loop, a blocking stream reader,
+    /// a pod worker). It gets the stop receiver and a handle to record its activity.
+    pub fn spawn<F>(&self, name: &str, body: F) -> Result<(), SpawnError>
+    where
+        F: FnOnce(Stop, LoopHandle) + Send + 'static,
+    {
+        self.registry.register(name, None);
+        let handle = self.handle(name);
+        let stop = self.stop.clone();
+        self.spawn_thread(name, move || body(stop, handle))
+    }
+
+    fn handle(&self, name: &str) -> LoopHandle {
+        LoopHandle {
+            name: name.to_string(),
+            registry: self.registry.clone(),
+        }
+    }
+
+    fn spawn_thread<F>(&self, name: &str, body: F) -> Result<(), SpawnError>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        debug_assert!(name.len() <= MAX_THREAD_NAME, "thread name too long: {name}");
+        let registry = self.registry.clone();
+        let owned = name.to_string();
+        let h = thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                body();
+                registry.update(&owned, |st| st.finished = true);
+                log::debug!("{owned}: stopped");
+            })
+            .map_err(|source| SpawnError {
+                name: name.to_string(),
+                source,
+            })?;
+        lock(&self.handles).push((name.to_string(), h));
+        Ok(())
+    }
+
+    /// Waits until every thread has returned or `deadline` has passed. Returns the names
+    /// of the threads still running (they are left behind; the process is about to exit).
+    pub fn join_all(&self, deadline: Duration) -> Vec<String> {
+        let until = Instant::now() + deadline;
+        let mut handles = std::mem::take(&mut *lock(&self.handles));
+        loop {
+            let (done, running): (Vec<_>, Vec<_>) =
+                handles.into_iter().partition(|(_, h)| h.is_finished());
+            for (name, h) in done {
+                if h.join().is_err() {
+                    log::error!("thread {name} panicked");
+                }
+            }
+            handles = running;
+            if handles.is_empty() || Instant::now() >= until {
+                return handles.into_iter().map(|(n, _)| n).collect();
+            }
+            // Joining is the one place that polls: std has no timed join.
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Waits for `period`, an early wake, or shutdown. Returns true on shutdown.
+fn wait_or_wake(stop: &Stop, wake: &Receiver<()>, period: Duration) -> bool {
+    crossbeam_channel::select! {
+        recv(stop.receiver()) -> _ => true,
+        recv(wake) -> msg => {
+            if msg.is_err() {
+                // The waker is gone: fall back to the plain period.
+                return stop.sleep(period);
+            }
+            // Coalesce a burst of wakes into one tick.
+            while wake.try_recv().is_ok() {}
+            false
+        },
+        default(period) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Debug)]
+    struct TestError(&'static str);
+    impl fmt::Display for TestError {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for TestError {}
+
+    fn wait_for(mut cond: impl FnMut() -> bool) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(Instant::now() < until, "condition not met in 10 s");
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn periodic_loop_records_ticks_and_errors_and_stops_on_shutdown() {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let n = Arc::new(AtomicUsize::new(0));
+        let n2 = n.clone();
+        let spec = Periodic {
+            name: "test-loop".into(),
+            period: Duration::from_millis(1),
+            wake: None,
+        };
+        loops
+            .spawn_periodic(spec, move || {
+                let i = n2.fetch_add(1, Ordering::SeqCst);
+                if i == 0 {
+                    Err(TestError("first tick fails"))
+                } else {
+                    Ok(())
+                }
+            })
+            .expect("spawn");
+        wait_for(|| n.load(Ordering::SeqCst) >= 3);
+        let st = loops.registry().get("test-loop").expect("registered");
+        assert!(st.ticks >= 2);
+        assert_eq!(st.last_error, None, "a good tick clears the error");
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+        assert!(loops.registry().get("test-loop").expect("still listed").finished);
+    }
+
+    #[test]
+    fn long_period_loop_stops_at_once_on_shutdown() {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let spec = Periodic {
+            name: "slow-loop".into(),
+            period: Duration::from_secs(3600),
+            wake: None,
+        };
+        loops
+            .spawn_periodic(spec, || Ok::<(), TestError>(()))
+            .expect("spawn");
+        wait_for(|| loops.registry().get("slow-loop").is_some_and(|s| s.ticks == 1));
+        let t = Instant::now();
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn wake_runs_a_tick_before_the_period() {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let spec = Periodic {
+            name: "woken".into(),
+            period: Duration::from_secs(3600),
+            wake: Some(rx),
+        };
+        loops
+            .spawn_periodic(spec, || Ok::<(), TestError>(()))
+            .expect("spawn");
+        wait_for(|| loops.registry().get("woken").is_some_and(|s| s.ticks == 1));
+        tx.send(()).expect("send");
+        wait_for(|| loops.registry().get("woken").is_some_and(|s| s.ticks == 2));
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn thread_carries_its_name() {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        loops
+            .spawn("named-thread", move |_stop, _h| {
+                let _ = tx.send(thread::current().name().map(str::to_string));
+            })
+            .expect("spawn");
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).expect("name"),
+            Some("named-thread".to_string())
+        );
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn error_chain_joins_sources() {
+        let inner = std::io::Error::other("connection refused");
+        let outer = SpawnError {
+            name: "x".into(),
+            source: inner,
+        };
+        assert_eq!(error_chain(&outer), "cannot spawn thread x: connection refused");
+    }
+}

@@ -1,0 +1,2 @@
+//! rkubelet's entry point (placeholder).
+fn main() {}

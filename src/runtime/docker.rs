@@ -1,0 +1,1 @@
+//! The Docker implementation of [`Runtime`](super::Runtime) (placeholder).

@@ -1,0 +1,431 @@
+//! The container runtime seam: a trait of blocking calls and the runtime-neutral types
+//! they take and return.
+//!
+//! The kubelet core (pod sync, PLEG, status) speaks only these types. The one
+//! implementation, [`docker::Docker`], maps them onto the Docker Engine API; it is the
+//! only module that knows Docker's wire format. Tests of sync logic may use a fake
+//! beside them; the Docker client itself is tested against the real engine.
+//!
+//! Every call blocks the calling thread and is bounded by a timeout. A runtime that
+//! cannot be reached answers [`RuntimeError::Unavailable`], which callers treat as
+//! "runtime down": report, leave pods alone, retry later.
+
+pub mod docker;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+/// The errors of the runtime boundary. Messages describe this layer only.
+#[derive(Debug)]
+pub enum RuntimeError {
+    /// The runtime's socket is absent, refuses connections, or the connection broke:
+    /// the runtime is down.
+    Unavailable {
+        /// The endpoint we tried, e.g. `unix:///var/run/docker.sock`.
+        endpoint: String,
+        /// What happened.
+        source: std::io::Error,
+    },
+    /// A call did not finish within its timeout.
+    Timeout {
+        /// The operation, e.g. `create container k8s_app_…`.
+        op: String,
+        /// The timeout that expired.
+        after: Duration,
+    },
+    /// The object (container, image, exec) does not exist.
+    NotFound {
+        /// The operation.
+        op: String,
+        /// The runtime's message.
+        message: String,
+    },
+    /// A name is already in use (create), or the object is in a state that forbids the call.
+    Conflict {
+        /// The operation.
+        op: String,
+        /// The runtime's message.
+        message: String,
+    },
+    /// Any other error answer from the runtime.
+    Api {
+        /// The operation.
+        op: String,
+        /// HTTP status of the answer.
+        status: u16,
+        /// The runtime's message.
+        message: String,
+    },
+    /// The runtime's answer could not be understood.
+    Decode {
+        /// The operation.
+        op: String,
+        /// What did not parse.
+        source: serde_json::Error,
+    },
+    /// The endpoint string itself is not usable.
+    BadEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why it is refused.
+        reason: String,
+    },
+}
+
+impl fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RuntimeError::Unavailable { endpoint, .. } => {
+                write!(f, "container runtime is down (cannot reach {endpoint})")
+            }
+            RuntimeError::Timeout { op, after } => write!(f, "{op}: timed out after {after:?}"),
+            RuntimeError::NotFound { op, message } => write!(f, "{op}: not found: {message}"),
+            RuntimeError::Conflict { op, message } => write!(f, "{op}: conflict: {message}"),
+            RuntimeError::Api {
+                op,
+                status,
+                message,
+            } => write!(f, "{op}: runtime answered {status}: {message}"),
+            RuntimeError::Decode { op, .. } => write!(f, "{op}: cannot decode the runtime's answer"),
+            RuntimeError::BadEndpoint { endpoint, reason } => {
+                write!(f, "bad container runtime endpoint {endpoint:?}: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RuntimeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RuntimeError::Unavailable { source, .. } => Some(source),
+            RuntimeError::Decode { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl RuntimeError {
+    /// True when the runtime could not be reached at all (as opposed to answering with
+    /// an error).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, RuntimeError::Unavailable { .. })
+    }
+
+    /// True when the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, RuntimeError::NotFound { .. })
+    }
+}
+
+/// The runtime's identity, from its version endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeVersion {
+    /// Runtime name, `docker`.
+    pub runtime_name: String,
+    /// Runtime version, e.g. `20.10.24+dfsg1`.
+    pub runtime_version: String,
+    /// The API version in use after negotiation, e.g. `1.41`.
+    pub api_version: String,
+}
+
+/// The state of a container as the runtime reports it (CRI's four states).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ContainerState {
+    /// Created but never started.
+    Created,
+    /// Running (or paused, or restarting inside Docker: the process exists).
+    Running,
+    /// Exited (or dead).
+    Exited,
+    /// Anything else the runtime says.
+    Unknown,
+}
+
+/// One container from a list call: enough for the PLEG to diff states.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerSummary {
+    /// Full 64-hex ID.
+    pub id: String,
+    /// Name without Docker's leading `/`.
+    pub name: String,
+    /// All labels.
+    pub labels: BTreeMap<String, String>,
+    /// Current state.
+    pub state: ContainerState,
+    /// Image as given at create time.
+    pub image: String,
+    /// Image ID (`sha256:…`).
+    pub image_id: String,
+    /// Creation time.
+    pub created: SystemTime,
+}
+
+/// One container in detail, from an inspect call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerDetails {
+    /// Full 64-hex ID.
+    pub id: String,
+    /// Name without Docker's leading `/`.
+    pub name: String,
+    /// All labels.
+    pub labels: BTreeMap<String, String>,
+    /// Current state.
+    pub state: ContainerState,
+    /// Image as given at create time.
+    pub image: String,
+    /// Image ID (`sha256:…`).
+    pub image_id: String,
+    /// Creation time.
+    pub created: SystemTime,
+    /// Start time of the last run (None if never started).
+    pub started_at: Option<SystemTime>,
+    /// Finish time of the last run (None if it never finished).
+    pub finished_at: Option<SystemTime>,
+    /// Exit code of the last run.
+    pub exit_code: i64,
+    /// The runtime killed it for memory.
+    pub oom_killed: bool,
+    /// The runtime's error text for the last start (e.g. exec format error).
+    pub error: String,
+    /// Host PID of the main process while running (0 otherwise).
+    pub pid: u32,
+    /// The container's IPv4 address on the default network ("" if none, e.g. joined or host).
+    pub ip_address: String,
+    /// Docker's network mode string (`default`, `host`, `container:<id>`).
+    pub network_mode: String,
+}
+
+/// Which network namespace a new container uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NamespaceMode {
+    /// The runtime's default (a fresh namespace; bridge network for network).
+    Private,
+    /// A fresh namespace that later containers may join (IPC: `shareable`).
+    Shareable,
+    /// The host's namespace.
+    Host,
+    /// The namespace of another container (the pod sandbox), by ID.
+    Container(String),
+}
+
+/// A bind mount into a container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mount {
+    /// Path on the host.
+    pub host_path: String,
+    /// Path in the container.
+    pub container_path: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
+/// A host port published to a container port (only for `hostPort != 0`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortBinding {
+    /// Container port.
+    pub container_port: u16,
+    /// Host port.
+    pub host_port: u16,
+    /// Host IP to bind ("" for all).
+    pub host_ip: String,
+    /// `tcp`, `udp` or `sctp`, lowercase.
+    pub protocol: String,
+}
+
+/// Resource settings mapped to the runtime's cgroup knobs. Zero means unset.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resources {
+    /// CPU shares (relative weight).
+    pub cpu_shares: i64,
+    /// CFS quota in microseconds per period.
+    pub cpu_quota: i64,
+    /// CFS period in microseconds.
+    pub cpu_period: i64,
+    /// Memory limit in bytes.
+    pub memory_limit: i64,
+}
+
+/// Everything needed to create one container (sandbox or app container).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerConfig {
+    /// Container name (`k8s_…`).
+    pub name: String,
+    /// Image reference.
+    pub image: String,
+    /// Entrypoint override (Kubernetes `command`); None keeps the image's.
+    pub entrypoint: Option<Vec<String>>,
+    /// Arguments override (Kubernetes `args`, or the image's cmd); None keeps the image's.
+    pub cmd: Option<Vec<String>>,
+    /// Environment as `NAME=value`.
+    pub env: Vec<String>,
+    /// Working directory ("" keeps the image's).
+    pub working_dir: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Hostname ("" for the runtime's default). Not allowed with a joined network.
+    pub hostname: String,
+    /// Network namespace.
+    pub network: Option<NamespaceMode>,
+    /// IPC namespace.
+    pub ipc: Option<NamespaceMode>,
+    /// PID namespace.
+    pub pid: Option<NamespaceMode>,
+    /// Bind mounts.
+    pub mounts: Vec<Mount>,
+    /// Published ports.
+    pub ports: Vec<PortBinding>,
+    /// cgroup knobs.
+    pub resources: Resources,
+    /// Run as this user (`uid`, `uid:gid`), "" for the image's.
+    pub user: String,
+    /// Extra groups.
+    pub group_add: Vec<String>,
+    /// Privileged container.
+    pub privileged: bool,
+    /// Capabilities to add (`NET_ADMIN`, without `CAP_`).
+    pub cap_add: Vec<String>,
+    /// Capabilities to drop.
+    pub cap_drop: Vec<String>,
+    /// Read-only root filesystem.
+    pub read_only_rootfs: bool,
+    /// `no-new-privileges` and similar security options.
+    pub security_opt: Vec<String>,
+    /// Keep stdin open.
+    pub stdin: bool,
+    /// Close stdin after the first attach detaches.
+    pub stdin_once: bool,
+    /// Allocate a TTY.
+    pub tty: bool,
+    /// DNS servers, search domains and options (empty keeps the runtime's).
+    pub dns: Vec<String>,
+    /// DNS search domains.
+    pub dns_search: Vec<String>,
+    /// DNS options.
+    pub dns_options: Vec<String>,
+    /// Extra `/etc/hosts` lines as `host:ip`.
+    pub extra_hosts: Vec<String>,
+    /// Signal to stop the container with ("" for the image's STOPSIGNAL or SIGTERM).
+    pub stop_signal: String,
+}
+
+/// An image present on the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageDetails {
+    /// `sha256:…`.
+    pub id: String,
+    /// `repo:tag` references.
+    pub repo_tags: Vec<String>,
+    /// `repo@sha256:…` references.
+    pub repo_digests: Vec<String>,
+    /// Size in bytes.
+    pub size: i64,
+    /// The image's configured entrypoint.
+    pub entrypoint: Vec<String>,
+    /// The image's configured cmd.
+    pub cmd: Vec<String>,
+    /// The image's configured user.
+    pub user: String,
+    /// The image's STOPSIGNAL.
+    pub stop_signal: String,
+}
+
+/// Credentials for one registry, sent with a pull.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RegistryAuth {
+    /// User name.
+    pub username: String,
+    /// Password or token. Never logged.
+    pub password: String,
+    /// Registry host, e.g. `127.0.0.1:5000`.
+    pub server_address: String,
+}
+
+impl fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegistryAuth")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .field("server_address", &self.server_address)
+            .finish()
+    }
+}
+
+/// A container lifecycle event from the runtime's event stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeEvent {
+    /// Container ID.
+    pub id: String,
+    /// Action: `create`, `start`, `die`, `destroy`, `oom`, …
+    pub action: String,
+    /// The container's labels at the time of the event.
+    pub labels: BTreeMap<String, String>,
+    /// When it happened.
+    pub time: SystemTime,
+}
+
+/// The result of running a command in a container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecResult {
+    /// Exit code of the command.
+    pub exit_code: i64,
+    /// Standard output, capped.
+    pub stdout: Vec<u8>,
+    /// Standard error, capped.
+    pub stderr: Vec<u8>,
+}
+
+/// The blocking container runtime interface. One implementation talks to Docker.
+pub trait Runtime: Send + Sync + fmt::Debug {
+    /// Version and API version of the runtime; also the liveness check.
+    fn version(&self) -> Result<RuntimeVersion, RuntimeError>;
+
+    /// All containers (running or not) that carry every label in `label_filter`
+    /// (`key` or `key=value`). One call, filtered by the runtime.
+    fn list_containers(&self, label_filter: &[String]) -> Result<Vec<ContainerSummary>, RuntimeError>;
+
+    /// One container in detail.
+    fn inspect_container(&self, id: &str) -> Result<ContainerDetails, RuntimeError>;
+
+    /// Creates a container; returns its ID. A name in use is [`RuntimeError::Conflict`].
+    fn create_container(&self, config: &ContainerConfig) -> Result<String, RuntimeError>;
+
+    /// Starts a created container.
+    fn start_container(&self, id: &str) -> Result<(), RuntimeError>;
+
+    /// Stops a container: its stop signal, then SIGKILL after `grace`. A container that
+    /// is already stopped or gone is not an error.
+    fn stop_container(&self, id: &str, grace: Duration) -> Result<(), RuntimeError>;
+
+    /// Removes a container (forcibly, with its anonymous volumes). Gone is not an error.
+    fn remove_container(&self, id: &str) -> Result<(), RuntimeError>;
+
+    /// The image if present on the node, None if absent.
+    fn inspect_image(&self, image: &str) -> Result<Option<ImageDetails>, RuntimeError>;
+
+    /// Pulls an image, blocking until done; errors in the progress stream are errors.
+    fn pull_image(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<(), RuntimeError>;
+
+    /// All images on the node.
+    fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError>;
+
+    /// Removes an image.
+    fn remove_image(&self, image: &str) -> Result<(), RuntimeError>;
+
+    /// The last `tail` lines (all if None) of a container's log, stdout and stderr
+    /// interleaved, as raw bytes.
+    fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>, RuntimeError>;
+
+    /// Runs a command inside a running container and waits for it, at most `timeout`.
+    fn exec(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult, RuntimeError>;
+
+    /// Blocks reading container events (filtered to containers with `label_filter`),
+    /// calling `on_event` for each, until `on_event` returns false, the stream breaks
+    /// (an error), or `should_stop` returns true (checked at least every second).
+    fn events(
+        &self,
+        label_filter: &[String],
+        on_event: &mut dyn FnMut(RuntimeEvent) -> bool,
+        should_stop: &dyn Fn() -> bool,
+    ) -> Result<(), RuntimeError>;
+}
