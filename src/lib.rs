@@ -5,6 +5,8 @@
 //! The modules, in reading order (see ARCHITECTURE.md for the threads and invariants):
 
 pub mod loops;
+pub mod time;
 pub mod config;
 pub mod runtime;
 pub mod podconfig;
+pub mod kuberuntime;

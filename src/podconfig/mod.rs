@@ -49,3 +49,371 @@ pub struct SourceUpdate {
     /// Every pod the source holds now.
     pub pods: Vec<Pod>,
 }
+
+/// The annotation naming the source a pod came from.
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+/// The annotation holding the time the kubelet first saw a pod.
+pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+/// The annotation holding a static pod's hash (its UID).
+pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+/// The annotation marking a mirror pod.
+pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// What the merge says happened to a set of pods (upstream's `PodOperation`, without
+/// `SET`, which only sources send).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodOp {
+    /// New pods.
+    Add,
+    /// Pods whose spec, labels or annotations changed.
+    Update,
+    /// Pods gracefully deleted (deletionTimestamp set) at their source.
+    Delete,
+    /// Pods gone from their source.
+    Remove,
+    /// Pods whose status alone differs (API copies).
+    Reconcile,
+}
+
+/// One merged operation on a set of pods from one source.
+#[derive(Clone, Debug)]
+pub struct PodUpdate {
+    /// The operation.
+    pub op: PodOp,
+    /// The pods it applies to (an empty `Add` says "this source is alive").
+    pub pods: Vec<Pod>,
+    /// The source they came from.
+    pub source: Source,
+}
+
+/// The merge of every source's snapshots. Owned by the sync loop.
+#[derive(Debug)]
+pub struct PodConfig {
+    configured: std::collections::BTreeSet<Source>,
+    /// Per source: pod UID → the pod as last stored.
+    pods: std::collections::BTreeMap<Source, std::collections::BTreeMap<String, Pod>>,
+}
+
+impl PodConfig {
+    /// A merge expecting snapshots from exactly these sources.
+    pub fn new(configured: &[Source]) -> Self {
+        PodConfig {
+            configured: configured.iter().copied().collect(),
+            pods: Default::default(),
+        }
+    }
+
+    /// True once every configured source has delivered at least one snapshot
+    /// (upstream's `SeenAllSources`). Until then nothing destructive may happen.
+    pub fn seen_all_sources(&self) -> bool {
+        self.configured.iter().all(|s| self.pods.contains_key(s))
+    }
+
+    /// The sources that have not yet sent a snapshot.
+    pub fn sources_not_ready(&self) -> Vec<Source> {
+        self.configured
+            .iter()
+            .filter(|s| !self.pods.contains_key(s))
+            .copied()
+            .collect()
+    }
+
+    /// Every pod of every source, in source then UID order.
+    pub fn all_pods(&self) -> Vec<Pod> {
+        self.pods.values().flat_map(|m| m.values().cloned()).collect()
+    }
+
+    /// Merges one source's snapshot; returns the operations in upstream's order:
+    /// REMOVE, ADD, UPDATE, DELETE, (an empty ADD on a source's first quiet snapshot),
+    /// RECONCILE. `now_rfc3339` stamps `config.seen` on pods seen for the first time.
+    pub fn merge(&mut self, update: SourceUpdate, now_rfc3339: &str) -> Vec<PodUpdate> {
+        let source = update.source;
+        let first_snapshot = !self.pods.contains_key(&source);
+        let incoming = self.validate(source, update.pods);
+        let old = self.pods.remove(&source).unwrap_or_default();
+
+        let (mut adds, mut updates, mut deletes, mut reconciles) = (vec![], vec![], vec![], vec![]);
+        let mut stored = std::collections::BTreeMap::new();
+        for mut pod in incoming {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            set_annotation(&mut pod, CONFIG_SOURCE_ANNOTATION, source.as_str());
+            match old.get(&uid) {
+                None => {
+                    set_annotation(&mut pod, CONFIG_SEEN_ANNOTATION, now_rfc3339);
+                    adds.push(pod.clone());
+                    stored.insert(uid, pod);
+                }
+                Some(existing) => {
+                    // Keep the first-seen stamp of the stored pod.
+                    if let Some(seen) = annotation(existing, CONFIG_SEEN_ANNOTATION) {
+                        set_annotation(&mut pod, CONFIG_SEEN_ANNOTATION, &seen);
+                    }
+                    if semantically_changed(existing, &pod) {
+                        if pod.metadata.deletion_timestamp.is_some() {
+                            deletes.push(pod.clone());
+                        } else {
+                            updates.push(pod.clone());
+                        }
+                        stored.insert(uid, pod);
+                    } else if existing.status != pod.status {
+                        reconciles.push(pod.clone());
+                        stored.insert(uid, pod);
+                    } else {
+                        stored.insert(uid, existing.clone());
+                    }
+                }
+            }
+        }
+        let removes: Vec<Pod> = old
+            .iter()
+            .filter(|(uid, _)| !stored.contains_key(*uid))
+            .map(|(_, p)| p.clone())
+            .collect();
+        self.pods.insert(source, stored);
+
+        let quiet = adds.is_empty() && updates.is_empty() && deletes.is_empty();
+        let mut out = Vec::new();
+        for (op, pods) in [
+            (PodOp::Remove, removes),
+            (PodOp::Add, adds),
+            (PodOp::Update, updates),
+            (PodOp::Delete, deletes),
+        ] {
+            if !pods.is_empty() {
+                out.push(PodUpdate { op, pods, source });
+            }
+        }
+        if first_snapshot && quiet {
+            // Tell the sync loop this source is alive, though it has nothing to add.
+            out.push(PodUpdate {
+                op: PodOp::Add,
+                pods: vec![],
+                source,
+            });
+        }
+        if !reconciles.is_empty() {
+            out.push(PodUpdate {
+                op: PodOp::Reconcile,
+                pods: reconciles,
+                source,
+            });
+        }
+        out
+    }
+
+    /// Drops pods that would run twice: a full name (`name_namespace`) repeated inside
+    /// one snapshot (the later one is dropped, as upstream) or already held by another
+    /// source (a conflict: the pod keeps running from the source that had it first).
+    fn validate(&self, source: Source, pods: Vec<Pod>) -> Vec<Pod> {
+        let mut names = std::collections::BTreeSet::new();
+        let mut out = Vec::with_capacity(pods.len());
+        for pod in pods {
+            let full = full_name(&pod);
+            if !names.insert(full.clone()) {
+                log::warn!(
+                    "Error validating pod {full} from {source} due to duplicate pod name {}, ignoring",
+                    pod.metadata.name.as_deref().unwrap_or_default()
+                );
+                continue;
+            }
+            let other = self.pods.iter().find(|(s, m)| {
+                **s != source && m.values().any(|p| full_name(p) == full)
+            });
+            if let Some((other, _)) = other {
+                log::warn!(
+                    "pod {full} from source {source} conflicts with the pod of the same name from source {other}; ignoring the one from {source}"
+                );
+                continue;
+            }
+            out.push(pod);
+        }
+        out
+    }
+}
+
+/// `name_namespace`, the key upstream uses for a pod's full name.
+pub fn full_name(pod: &Pod) -> String {
+    format!(
+        "{}_{}",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.metadata.namespace.as_deref().unwrap_or_default()
+    )
+}
+
+/// A pod's annotation value.
+pub fn annotation(pod: &Pod, key: &str) -> Option<String> {
+    pod.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+fn set_annotation(pod: &mut Pod, key: &str, value: &str) {
+    pod.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.to_string(), value.to_string());
+}
+
+/// Upstream's `checkAndUpdatePod` comparison: spec, labels, deletion timestamp and
+/// grace, and annotations other than the kubelet-local ones.
+fn semantically_changed(old: &Pod, new: &Pod) -> bool {
+    fn user_annotations(p: &Pod) -> std::collections::BTreeMap<String, String> {
+        let mut a = p.metadata.annotations.clone().unwrap_or_default();
+        for k in [
+            CONFIG_SOURCE_ANNOTATION,
+            CONFIG_SEEN_ANNOTATION,
+            CONFIG_MIRROR_ANNOTATION,
+        ] {
+            a.remove(k);
+        }
+        a
+    }
+    old.spec != new.spec
+        || old.metadata.labels != new.metadata.labels
+        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+        || old.metadata.deletion_grace_period_seconds != new.metadata.deletion_grace_period_seconds
+        || user_annotations(old) != user_annotations(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(name: &str, uid: &str, image: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "c".into(),
+                    image: Some(image.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn set(source: Source, pods: Vec<Pod>) -> SourceUpdate {
+        SourceUpdate { source, pods }
+    }
+
+    fn ops(updates: &[PodUpdate]) -> Vec<(PodOp, Vec<String>)> {
+        updates
+            .iter()
+            .map(|u| {
+                let uids = u
+                    .pods
+                    .iter()
+                    .map(|p| p.metadata.uid.clone().unwrap_or_default())
+                    .collect();
+                (u.op, uids)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn first_snapshot_adds_and_stamps_source_and_seen() {
+        let mut pc = PodConfig::new(&[Source::File]);
+        assert!(!pc.seen_all_sources());
+        let out = pc.merge(set(Source::File, vec![pod("a", "1", "x")]), "T0");
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec!["1".to_string()])]);
+        assert_eq!(annotation(&out[0].pods[0], CONFIG_SOURCE_ANNOTATION).as_deref(), Some("file"));
+        assert_eq!(annotation(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).as_deref(), Some("T0"));
+        assert!(pc.seen_all_sources());
+    }
+
+    #[test]
+    fn empty_first_snapshot_sends_an_empty_add() {
+        let mut pc = PodConfig::new(&[Source::File, Source::Http]);
+        let out = pc.merge(set(Source::File, vec![]), "T0");
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec![])]);
+        assert!(!pc.seen_all_sources());
+        assert_eq!(pc.sources_not_ready(), vec![Source::Http]);
+        // The second empty snapshot says nothing.
+        assert!(pc.merge(set(Source::File, vec![]), "T1").is_empty());
+    }
+
+    #[test]
+    fn same_snapshot_again_is_a_no_op_and_keeps_seen() {
+        let mut pc = PodConfig::new(&[Source::File]);
+        pc.merge(set(Source::File, vec![pod("a", "1", "x")]), "T0");
+        assert!(pc.merge(set(Source::File, vec![pod("a", "1", "x")]), "T1").is_empty());
+        let all = pc.all_pods();
+        assert_eq!(annotation(&all[0], CONFIG_SEEN_ANNOTATION).as_deref(), Some("T0"));
+    }
+
+    #[test]
+    fn changes_are_classified_in_upstream_order() {
+        let mut pc = PodConfig::new(&[Source::File]);
+        pc.merge(
+            set(Source::File, vec![pod("a", "1", "x"), pod("b", "2", "x"), pod("c", "3", "x")]),
+            "T0",
+        );
+        let mut deleted = pod("c", "3", "x");
+        deleted.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        let out = pc.merge(
+            set(Source::File, vec![pod("b", "2", "y"), deleted, pod("d", "4", "x")]),
+            "T1",
+        );
+        assert_eq!(
+            ops(&out),
+            vec![
+                (PodOp::Remove, vec!["1".to_string()]),
+                (PodOp::Add, vec!["4".to_string()]),
+                (PodOp::Update, vec!["2".to_string()]),
+                (PodOp::Delete, vec!["3".to_string()]),
+            ]
+        );
+    }
+
+    #[test]
+    fn status_only_change_is_a_reconcile() {
+        let mut pc = PodConfig::new(&[Source::Api]);
+        pc.merge(set(Source::Api, vec![pod("a", "1", "x")]), "T0");
+        let mut p = pod("a", "1", "x");
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        });
+        let out = pc.merge(set(Source::Api, vec![p]), "T1");
+        assert_eq!(ops(&out), vec![(PodOp::Reconcile, vec!["1".to_string()])]);
+    }
+
+    #[test]
+    fn kubelet_local_annotations_do_not_count_as_changes() {
+        let mut pc = PodConfig::new(&[Source::File]);
+        pc.merge(set(Source::File, vec![pod("a", "1", "x")]), "T0");
+        let mut p = pod("a", "1", "x");
+        set_annotation(&mut p, CONFIG_SEEN_ANNOTATION, "other");
+        assert!(pc.merge(set(Source::File, vec![p]), "T1").is_empty());
+        let mut p = pod("a", "1", "x");
+        set_annotation(&mut p, "user/key", "v");
+        let out = pc.merge(set(Source::File, vec![p]), "T2");
+        assert_eq!(ops(&out), vec![(PodOp::Update, vec!["1".to_string()])]);
+    }
+
+    #[test]
+    fn duplicate_names_in_one_source_keep_the_first() {
+        let mut pc = PodConfig::new(&[Source::File]);
+        let out = pc.merge(set(Source::File, vec![pod("a", "1", "x"), pod("a", "2", "x")]), "T0");
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec!["1".to_string()])]);
+    }
+
+    #[test]
+    fn same_name_from_two_sources_is_a_conflict_and_runs_once() {
+        let mut pc = PodConfig::new(&[Source::File, Source::Http]);
+        pc.merge(set(Source::File, vec![pod("a", "1", "x")]), "T0");
+        let out = pc.merge(set(Source::Http, vec![pod("a", "9", "x")]), "T1");
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec![])]);
+        assert_eq!(pc.all_pods().len(), 1);
+        assert!(pc.seen_all_sources());
+    }
+}
