@@ -5,8 +5,10 @@
 //! The modules, in reading order (see ARCHITECTURE.md for the threads and invariants):
 
 pub mod loops;
-pub mod time;
 pub mod config;
+pub mod time;
+pub mod quantity;
 pub mod runtime;
 pub mod podconfig;
 pub mod kuberuntime;
+pub mod status;
