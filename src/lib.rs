@@ -4,11 +4,19 @@
 //!
 //! The modules, in reading order (see ARCHITECTURE.md for the threads and invariants):
 
-pub mod loops;
 pub mod config;
-pub mod time;
+pub mod health;
+pub mod kubelet;
+pub mod kuberuntime;
+pub mod logging;
+pub mod loops;
+pub mod netutil;
+pub mod pleg;
+pub mod pod_workers;
+pub mod podconfig;
 pub mod quantity;
 pub mod runtime;
-pub mod podconfig;
-pub mod kuberuntime;
+pub mod server;
 pub mod status;
+pub mod systemd;
+pub mod time;

@@ -1,2 +1,155 @@
-//! rkubelet's entry point (placeholder).
-fn main() {}
+//! rkubelet's entry point: flags and config file into a `KubeletConfig`, the Docker
+//! runtime, the kubelet's loops, then the main thread waits for readiness (systemd
+//! `READY=1`) and for a signal. SIGTERM/SIGINT stop every loop and exit 0 within 2 s,
+//! leaving the containers running; SIGHUP is logged.
+//!
+//! Exit codes: 0 after a clean stop (or `--help`/`--version`), 1 when start-up fails
+//! (a port in use, no root directory), 2 for a bad flag, config file or endpoint.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rkubelet::config::{self, Loaded};
+use rkubelet::loops::error_chain;
+use rkubelet::runtime::docker::Docker;
+use rkubelet::{kubelet, logging, systemd};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+/// How long the loops get to finish after SIGTERM; the process exits within 2 s either way.
+const SHUTDOWN_DEADLINE: Duration = Duration::from_millis(1500);
+
+/// The process's exit codes.
+#[derive(Clone, Copy, Debug)]
+enum Exit {
+    /// Stopped cleanly.
+    Ok = 0,
+    /// Start-up failed.
+    Failure = 1,
+    /// Bad flags, config file or endpoint: nothing was started.
+    Usage = 2,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> Self {
+        ExitCode::from(e as u8)
+    }
+}
+
+fn main() -> ExitCode {
+    run().into()
+}
+
+fn run() -> Exit {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cfg = match config::load(args) {
+        Ok(Loaded::Run(cfg)) => cfg,
+        Ok(Loaded::Help(text)) => {
+            println!("{text}");
+            return Exit::Ok;
+        }
+        Ok(Loaded::Version(v)) => {
+            println!("{v}");
+            return Exit::Ok;
+        }
+        Err(e) => {
+            eprintln!("rkubelet: {}", error_chain(&e));
+            return Exit::Usage;
+        }
+    };
+    logging::init(cfg.verbosity);
+    install_panic_hook();
+    log::info!(
+        "rkubelet {} starting: node {}, root dir {}, runtime {}",
+        env!("CARGO_PKG_VERSION"),
+        cfg.node_name,
+        cfg.root_dir.display(),
+        cfg.container_runtime_endpoint
+    );
+    let runtime = match Docker::connect(&cfg.container_runtime_endpoint) {
+        Ok(d) => Arc::new(d),
+        Err(e) => {
+            log::error!("{}", error_chain(&e));
+            return Exit::Usage;
+        }
+    };
+
+    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("cannot install signal handlers: {e}");
+            return Exit::Failure;
+        }
+    };
+    let signals_handle = signals.handle();
+    let (sig_tx, sig_rx) = crossbeam_channel::bounded(4);
+    // The signal thread only forwards signals to the main thread; it ends when closed.
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for s in signals.forever() {
+                if sig_tx.send(s).is_err() {
+                    return;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot spawn the signal thread: {e}");
+        return Exit::Failure;
+    }
+
+    let running = match kubelet::start(cfg, runtime) {
+        Ok(r) => r,
+        Err(e) => {
+            log::error!("{}", error_chain(&e));
+            return Exit::Failure;
+        }
+    };
+    for (name, addr) in &running.bound {
+        log::info!("Starting to listen ({name}) on {addr}");
+    }
+
+    let mut first_relist = running.first_relist.clone();
+    loop {
+        crossbeam_channel::select! {
+            recv(first_relist) -> _ => {
+                // Servers are bound and the runtime has been listed once: ready.
+                if systemd::notify("READY=1\nSTATUS=serving; first relist done") {
+                    log::info!("told systemd we are ready");
+                }
+                first_relist = crossbeam_channel::never();
+            },
+            recv(sig_rx) -> sig => match sig {
+                Ok(SIGHUP) => log::info!("SIGHUP: reloading the configuration is not supported yet; ignored"),
+                Ok(s) => {
+                    log::info!("received signal {s}; shutting down (containers keep running)");
+                    break;
+                }
+                Err(_) => break,
+            },
+        }
+    }
+    systemd::notify("STOPPING=1");
+    let lingering = running.stop(SHUTDOWN_DEADLINE);
+    signals_handle.close();
+    if !lingering.is_empty() {
+        log::warn!("threads still busy at exit: {}", lingering.join(", "));
+    }
+    log::info!("rkubelet stopped");
+    Exit::Ok
+}
+
+/// Logs a panic with the name of the thread it happened on (so the loop is known)
+/// before the default hook prints it; with `panic = "abort"` the process then ends and
+/// systemd restarts it.
+fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        log::error!(
+            "thread {} panicked: {info}",
+            thread.name().unwrap_or("<unnamed>")
+        );
+        default(info);
+    }));
+}

@@ -49,7 +49,10 @@ mod tests {
     #[test]
     fn k8s_time_truncates_to_seconds() {
         let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_500);
-        assert_eq!(system_time(&k8s_time(t)), SystemTime::UNIX_EPOCH + Duration::from_secs(1));
+        assert_eq!(
+            system_time(&k8s_time(t)),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1)
+        );
     }
 
     #[test]

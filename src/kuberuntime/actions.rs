@@ -176,7 +176,11 @@ pub fn compute_pod_actions(
 
     let (changed, attempt) = sandbox_changed(pod, rt);
     if changed {
-        a.kill_pod = rt.sandboxes.iter().chain(&rt.containers).any(|c| c.state == ContainerState::Running);
+        a.kill_pod = rt
+            .sandboxes
+            .iter()
+            .chain(&rt.containers)
+            .any(|c| c.state == ContainerState::Running);
         // restartPolicy Never: a pod whose containers already ran does not come back.
         if policy == "Never" && attempt != 0 && !rt.containers.is_empty() {
             return a;
@@ -192,7 +196,8 @@ pub fn compute_pod_actions(
                 if policy == "OnFailure" && succeeded {
                     continue;
                 }
-                a.start.push(first_start(&spec.containers, i, ContainerKind::App, rt));
+                a.start
+                    .push(first_start(&spec.containers, i, ContainerKind::App, rt));
             }
         }
         if !a.start.is_empty() {
@@ -241,7 +246,9 @@ pub fn compute_pod_actions(
     let mut should_run_later = false;
     for (i, c) in spec.containers.iter().enumerate() {
         match rt.newest(&c.name, ContainerKind::App) {
-            None => a.start.push(first_start(&spec.containers, i, ContainerKind::App, rt)),
+            None => a
+                .start
+                .push(first_start(&spec.containers, i, ContainerKind::App, rt)),
             Some(d) if d.state == ContainerState::Running => {
                 if labels::hash_label(&d.labels) != labels::container_hash(c) {
                     a.kill.push(KillAction {
@@ -265,7 +272,10 @@ pub fn compute_pod_actions(
                     continue;
                 }
                 match check_backoff(pod, c, d, backoff, now, wall) {
-                    Ok(key) => a.start.push(restart(&spec.containers, i, ContainerKind::App, d, key)),
+                    Ok(key) => {
+                        a.start
+                            .push(restart(&spec.containers, i, ContainerKind::App, d, key))
+                    }
                     Err((w, left)) => {
                         a.waiting.insert(c.name.clone(), w);
                         requeue(left);
@@ -278,7 +288,11 @@ pub fn compute_pod_actions(
     // Running containers that the spec no longer has are stopped.
     let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
     for d in &rt.containers {
-        let name = d.labels.get(labels::CONTAINER_NAME).map(String::as_str).unwrap_or_default();
+        let name = d
+            .labels
+            .get(labels::CONTAINER_NAME)
+            .map(String::as_str)
+            .unwrap_or_default();
         if d.state == ContainerState::Running
             && crate::status::kind_of(d) == ContainerKind::App
             && !names.contains(&name)
@@ -313,7 +327,13 @@ fn first_start(list: &[Container], i: usize, kind: ContainerKind, rt: &RuntimePo
     }
 }
 
-fn restart(list: &[Container], i: usize, kind: ContainerKind, d: &ContainerDetails, key: String) -> StartAction {
+fn restart(
+    list: &[Container],
+    i: usize,
+    kind: ContainerKind,
+    d: &ContainerDetails,
+    key: String,
+) -> StartAction {
     StartAction {
         kind,
         index: i,
@@ -357,7 +377,14 @@ mod tests {
         }
     }
 
-    fn ctr(p: &Pod, name: &str, state: ContainerState, exit: i64, rc: u32, finished: u64) -> ContainerDetails {
+    fn ctr(
+        p: &Pod,
+        name: &str,
+        state: ContainerState,
+        exit: i64,
+        rc: u32,
+        finished: u64,
+    ) -> ContainerDetails {
         let spec = p.spec.as_ref().expect("spec");
         let c = spec
             .containers
@@ -405,17 +432,32 @@ mod tests {
         }
     }
 
-    fn compute(p: &Pod, rt: &RuntimePod, b: &Backoff, now: Instant, wall: SystemTime) -> PodActions {
+    fn compute(
+        p: &Pod,
+        rt: &RuntimePod,
+        b: &Backoff,
+        now: Instant,
+        wall: SystemTime,
+    ) -> PodActions {
         compute_pod_actions(p, rt, b, now, wall)
     }
 
     #[test]
     fn new_pod_creates_sandbox_and_starts_all() {
         let p = pod(&["a", "b"], "Always");
-        let a = compute(&p, &RuntimePod::default(), &Backoff::default(), Instant::now(), t(10));
+        let a = compute(
+            &p,
+            &RuntimePod::default(),
+            &Backoff::default(),
+            Instant::now(),
+            t(10),
+        );
         assert_eq!(a.create_sandbox, Some(0));
         assert!(!a.kill_pod);
-        assert_eq!(a.start.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            a.start.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
         assert!(a.start.iter().all(|s| s.restart_count == 0));
     }
 
@@ -427,10 +469,13 @@ mod tests {
             containers: vec![ctr(&p, "a", ContainerState::Running, 0, 0, 10)],
         };
         let a = compute(&p, &rt, &Backoff::default(), Instant::now(), t(10));
-        assert_eq!(a, PodActions {
-            sandbox_id: Some("sb0".into()),
-            ..Default::default()
-        });
+        assert_eq!(
+            a,
+            PodActions {
+                sandbox_id: Some("sb0".into()),
+                ..Default::default()
+            }
+        );
     }
 
     #[test]
@@ -453,7 +498,10 @@ mod tests {
         assert_eq!(a.kill[0].id, "b0");
         assert_eq!(a.kill[0].reason, "Container b definition changed");
         assert_eq!(a.start.len(), 1);
-        assert_eq!((a.start[0].name.as_str(), a.start[0].restart_count), ("b", 1));
+        assert_eq!(
+            (a.start[0].name.as_str(), a.start[0].restart_count),
+            ("b", 1)
+        );
     }
 
     #[test]
@@ -507,7 +555,10 @@ mod tests {
         assert!(!a.kill_pod, "a pod in backoff keeps its sandbox");
         let w = a.waiting.get("a").expect("waiting");
         assert_eq!(w.reason, "CrashLoopBackOff");
-        assert_eq!(w.message, "back-off 20s restarting failed container=a pod=p_default(u1)");
+        assert_eq!(
+            w.message,
+            "back-off 20s restarting failed container=a pod=p_default(u1)"
+        );
         assert_eq!(a.requeue_after, Some(Duration::from_secs(15)));
         // After the backoff it restarts with the next restart count.
         let a = compute(&p, &rt, &b, now, t(121));
@@ -533,21 +584,42 @@ mod tests {
         let mut p = pod(&["app"], "Always");
         if let Some(s) = p.spec.as_mut() {
             s.init_containers = Some(vec![
-                Container { name: "i1".into(), image: Some("img".into()), ..Default::default() },
-                Container { name: "i2".into(), image: Some("img".into()), ..Default::default() },
+                Container {
+                    name: "i1".into(),
+                    image: Some("img".into()),
+                    ..Default::default()
+                },
+                Container {
+                    name: "i2".into(),
+                    image: Some("img".into()),
+                    ..Default::default()
+                },
             ]);
         }
-        let a = compute(&p, &RuntimePod::default(), &Backoff::default(), Instant::now(), t(1));
-        assert_eq!(a.start.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["i1"]);
+        let a = compute(
+            &p,
+            &RuntimePod::default(),
+            &Backoff::default(),
+            Instant::now(),
+            t(1),
+        );
+        assert_eq!(
+            a.start.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            ["i1"]
+        );
         let mut i1 = ctr(&p, "i1", ContainerState::Exited, 0, 0, 5);
-        i1.labels.insert(labels::CONTAINER_TYPE.into(), "init".into());
+        i1.labels
+            .insert(labels::CONTAINER_TYPE.into(), "init".into());
         i1.labels.insert(labels::CONTAINER_NAME.into(), "i1".into());
         let rt = RuntimePod {
             sandboxes: vec![sandbox(ContainerState::Running, 0)],
             containers: vec![i1],
         };
         let a = compute(&p, &rt, &Backoff::default(), Instant::now(), t(6));
-        assert_eq!(a.start.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["i2"]);
+        assert_eq!(
+            a.start.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            ["i2"]
+        );
     }
 
     #[test]

@@ -112,12 +112,18 @@ pub fn sandbox_labels(pod: &Pod, node: &str) -> BTreeMap<String, String> {
         l.insert(format!("annotation.{k}"), v.clone());
     }
     l.insert(POD_NAME.into(), meta.name.clone().unwrap_or_default());
-    l.insert(POD_NAMESPACE.into(), meta.namespace.clone().unwrap_or_default());
+    l.insert(
+        POD_NAMESPACE.into(),
+        meta.namespace.clone().unwrap_or_default(),
+    );
     l.insert(POD_UID.into(), meta.uid.clone().unwrap_or_default());
     l.insert(CONTAINER_NAME.into(), SANDBOX_CONTAINER_NAME.into());
     l.insert(DOCKER_TYPE.into(), TYPE_SANDBOX.into());
     l.insert(MANAGED_BY_NODE.into(), node.into());
-    l.insert(TERMINATION_GRACE.into(), grace_period_seconds(pod).to_string());
+    l.insert(
+        TERMINATION_GRACE.into(),
+        grace_period_seconds(pod).to_string(),
+    );
     l
 }
 
@@ -142,7 +148,10 @@ pub fn container_labels(
     let meta = &pod.metadata;
     let mut l = BTreeMap::new();
     l.insert(POD_NAME.into(), meta.name.clone().unwrap_or_default());
-    l.insert(POD_NAMESPACE.into(), meta.namespace.clone().unwrap_or_default());
+    l.insert(
+        POD_NAMESPACE.into(),
+        meta.namespace.clone().unwrap_or_default(),
+    );
     l.insert(POD_UID.into(), meta.uid.clone().unwrap_or_default());
     l.insert(CONTAINER_NAME.into(), c.name.clone());
     l.insert(DOCKER_TYPE.into(), TYPE_CONTAINER.into());
@@ -158,7 +167,10 @@ pub fn container_labels(
         }
         .into(),
     );
-    l.insert(TERMINATION_GRACE.into(), grace_period_seconds(pod).to_string());
+    l.insert(
+        TERMINATION_GRACE.into(),
+        grace_period_seconds(pod).to_string(),
+    );
     l.insert(
         TERMINATION_MESSAGE_PATH.into(),
         c.termination_message_path

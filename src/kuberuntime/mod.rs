@@ -259,7 +259,12 @@ impl RuntimeManager {
             };
             let Some(c) = list.get(s.index) else { continue };
             if let Some(w) = self.start_container(pod, c, s, &sandbox_id, rp)? {
-                log::warn!("pod {name}: container {}: {}: {}", c.name, w.reason, w.message);
+                log::warn!(
+                    "pod {name}: container {}: {}: {}",
+                    c.name,
+                    w.reason,
+                    w.message
+                );
                 result.waiting.insert(c.name.clone(), w);
                 let again = backoff::INITIAL;
                 result.requeue_after = Some(result.requeue_after.map_or(again, |r| r.min(again)));
@@ -288,19 +293,34 @@ impl RuntimeManager {
                     .name("pod-stop".into())
                     .spawn_scoped(scope, move || {
                         if let Err(e) = rt.stop_container(&c.id, grace) {
-                            log::warn!("stopping container {}: {}", c.name, crate::loops::error_chain(&e));
+                            log::warn!(
+                                "stopping container {}: {}",
+                                c.name,
+                                crate::loops::error_chain(&e)
+                            );
                         }
                     });
                 if let Err(e) = spawned {
-                    log::warn!("cannot spawn a stop thread ({e}); stopping {} inline", c.name);
+                    log::warn!(
+                        "cannot spawn a stop thread ({e}); stopping {} inline",
+                        c.name
+                    );
                     let _ = self.runtime.stop_container(&c.id, grace);
                 }
             }
         });
-        for s in rp.sandboxes.iter().filter(|s| s.state == ContainerState::Running) {
+        for s in rp
+            .sandboxes
+            .iter()
+            .filter(|s| s.state == ContainerState::Running)
+        {
             // The sandbox holds only namespaces: no grace needed beyond a moment.
             if let Err(e) = self.runtime.stop_container(&s.id, Duration::from_secs(2)) {
-                log::warn!("stopping sandbox {}: {}", s.name, crate::loops::error_chain(&e));
+                log::warn!(
+                    "stopping sandbox {}: {}",
+                    s.name,
+                    crate::loops::error_chain(&e)
+                );
             }
         }
     }
@@ -343,7 +363,9 @@ impl RuntimeManager {
             hostname: if host_network {
                 String::new()
             } else {
-                spec.hostname.clone().unwrap_or_else(|| pod_name.chars().take(63).collect())
+                spec.hostname
+                    .clone()
+                    .unwrap_or_else(|| pod_name.chars().take(63).collect())
             },
             network: Some(if host_network {
                 NamespaceMode::Host
@@ -373,7 +395,10 @@ impl RuntimeManager {
     fn create_replacing(&self, cfg: &ContainerConfig) -> Result<String, RuntimeError> {
         match self.runtime.create_container(cfg) {
             Err(RuntimeError::Conflict { .. }) => {
-                log::info!("container name {} is in use; removing the old one", cfg.name);
+                log::info!(
+                    "container name {} is in use; removing the old one",
+                    cfg.name
+                );
                 self.runtime.remove_container(&cfg.name)?;
                 self.runtime.create_container(cfg)
             }
@@ -548,10 +573,15 @@ pub fn container_config(
         .env
         .iter()
         .flatten()
-        .filter_map(|e| e.value.as_ref().map(|v| format!("{}={}", e.name, v)).or_else(|| {
-            // valueFrom sources come with the container-spec work; plain values only now.
-            e.value_from.as_ref().map(|_| format!("{}=", e.name))
-        }))
+        .filter_map(|e| {
+            e.value
+                .as_ref()
+                .map(|v| format!("{}={}", e.name, v))
+                .or_else(|| {
+                    // valueFrom sources come with the container-spec work; plain values only now.
+                    e.value_from.as_ref().map(|_| format!("{}=", e.name))
+                })
+        })
         .collect();
     let joined = NamespaceMode::Container(sandbox_id.to_string());
     ContainerConfig {
@@ -585,8 +615,14 @@ mod tests {
     fn image_normalisation_and_default_policy() {
         assert_eq!(normalize_image("busybox"), "busybox:latest");
         assert_eq!(normalize_image("busybox:1.35"), "busybox:1.35");
-        assert_eq!(normalize_image("127.0.0.1:5000/x/y"), "127.0.0.1:5000/x/y:latest");
-        assert_eq!(normalize_image("127.0.0.1:5000/x/y:2"), "127.0.0.1:5000/x/y:2");
+        assert_eq!(
+            normalize_image("127.0.0.1:5000/x/y"),
+            "127.0.0.1:5000/x/y:latest"
+        );
+        assert_eq!(
+            normalize_image("127.0.0.1:5000/x/y:2"),
+            "127.0.0.1:5000/x/y:2"
+        );
         assert_eq!(normalize_image("x@sha256:abc"), "x@sha256:abc");
         assert_eq!(default_pull_policy("busybox:latest"), "Always");
         assert_eq!(default_pull_policy("busybox:1.35"), "IfNotPresent");

@@ -120,7 +120,10 @@ impl PodConfig {
 
     /// Every pod of every source, in source then UID order.
     pub fn all_pods(&self) -> Vec<Pod> {
-        self.pods.values().flat_map(|m| m.values().cloned()).collect()
+        self.pods
+            .values()
+            .flat_map(|m| m.values().cloned())
+            .collect()
     }
 
     /// Merges one source's snapshot; returns the operations in upstream's order:
@@ -216,9 +219,10 @@ impl PodConfig {
                 );
                 continue;
             }
-            let other = self.pods.iter().find(|(s, m)| {
-                **s != source && m.values().any(|p| full_name(p) == full)
-            });
+            let other = self
+                .pods
+                .iter()
+                .find(|(s, m)| **s != source && m.values().any(|p| full_name(p) == full));
             if let Some((other, _)) = other {
                 log::warn!(
                     "pod {full} from source {source} conflicts with the pod of the same name from source {other}; ignoring the one from {source}"
@@ -323,8 +327,14 @@ mod tests {
         assert!(!pc.seen_all_sources());
         let out = pc.merge(set(Source::File, vec![pod("a", "1", "x")]), "T0");
         assert_eq!(ops(&out), vec![(PodOp::Add, vec!["1".to_string()])]);
-        assert_eq!(annotation(&out[0].pods[0], CONFIG_SOURCE_ANNOTATION).as_deref(), Some("file"));
-        assert_eq!(annotation(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).as_deref(), Some("T0"));
+        assert_eq!(
+            annotation(&out[0].pods[0], CONFIG_SOURCE_ANNOTATION).as_deref(),
+            Some("file")
+        );
+        assert_eq!(
+            annotation(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).as_deref(),
+            Some("T0")
+        );
         assert!(pc.seen_all_sources());
     }
 
@@ -343,24 +353,36 @@ mod tests {
     fn same_snapshot_again_is_a_no_op_and_keeps_seen() {
         let mut pc = PodConfig::new(&[Source::File]);
         pc.merge(set(Source::File, vec![pod("a", "1", "x")]), "T0");
-        assert!(pc.merge(set(Source::File, vec![pod("a", "1", "x")]), "T1").is_empty());
+        assert!(pc
+            .merge(set(Source::File, vec![pod("a", "1", "x")]), "T1")
+            .is_empty());
         let all = pc.all_pods();
-        assert_eq!(annotation(&all[0], CONFIG_SEEN_ANNOTATION).as_deref(), Some("T0"));
+        assert_eq!(
+            annotation(&all[0], CONFIG_SEEN_ANNOTATION).as_deref(),
+            Some("T0")
+        );
     }
 
     #[test]
     fn changes_are_classified_in_upstream_order() {
         let mut pc = PodConfig::new(&[Source::File]);
         pc.merge(
-            set(Source::File, vec![pod("a", "1", "x"), pod("b", "2", "x"), pod("c", "3", "x")]),
+            set(
+                Source::File,
+                vec![pod("a", "1", "x"), pod("b", "2", "x"), pod("c", "3", "x")],
+            ),
             "T0",
         );
         let mut deleted = pod("c", "3", "x");
-        deleted.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-        ));
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
         let out = pc.merge(
-            set(Source::File, vec![pod("b", "2", "y"), deleted, pod("d", "4", "x")]),
+            set(
+                Source::File,
+                vec![pod("b", "2", "y"), deleted, pod("d", "4", "x")],
+            ),
             "T1",
         );
         assert_eq!(
@@ -403,7 +425,10 @@ mod tests {
     #[test]
     fn duplicate_names_in_one_source_keep_the_first() {
         let mut pc = PodConfig::new(&[Source::File]);
-        let out = pc.merge(set(Source::File, vec![pod("a", "1", "x"), pod("a", "2", "x")]), "T0");
+        let out = pc.merge(
+            set(Source::File, vec![pod("a", "1", "x"), pod("a", "2", "x")]),
+            "T0",
+        );
         assert_eq!(ops(&out), vec![(PodOp::Add, vec!["1".to_string()])]);
     }
 

@@ -209,7 +209,12 @@ pub fn init_containers_done(pod: &Pod, rt: &RuntimePod) -> bool {
         None => return true,
     };
     let inits = spec.init_containers.as_deref().unwrap_or_default();
-    if inits.is_empty() || rt.containers.iter().any(|c| kind_of(c) == ContainerKind::App) {
+    if inits.is_empty()
+        || rt
+            .containers
+            .iter()
+            .any(|c| kind_of(c) == ContainerKind::App)
+    {
         return true;
     }
     inits.iter().all(|c| {
@@ -257,11 +262,15 @@ fn container_status(
                 }),
                 ..Default::default()
             },
-            newest.filter(|d| d.state == ContainerState::Exited).map(api_state),
+            newest
+                .filter(|d| d.state == ContainerState::Exited)
+                .map(api_state),
         ),
         (None, Some(d)) => (
             api_state(d),
-            previous.filter(|d| d.state == ContainerState::Exited).map(api_state),
+            previous
+                .filter(|d| d.state == ContainerState::Exited)
+                .map(api_state),
         ),
         (None, None) => (
             ApiState {
@@ -309,7 +318,9 @@ fn api_state(d: &ContainerDetails) -> ApiState {
                 Some(f) if d.exit_code == 0 => ("Completed", d.started_at, Some(f)),
                 Some(f) => ("Error", d.started_at, Some(f)),
                 // Never ran: Docker could not start it.
-                None if d.exit_code != 0 => ("ContainerCannotRun", Some(d.created), Some(d.created)),
+                None if d.exit_code != 0 => {
+                    ("ContainerCannotRun", Some(d.created), Some(d.created))
+                }
                 None => ("Completed", d.started_at, None),
             };
             ApiState {
@@ -434,10 +445,9 @@ pub fn qos_class(pod: &Pod) -> &'static str {
         let res = c.resources.clone().unwrap_or_default();
         let requests = res.requests.unwrap_or_default();
         let limits = res.limits.unwrap_or_default();
-        let get = |m: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-                   k: &str| {
-            m.get(k).and_then(|q| crate::quantity::parse_milli(&q.0))
-        };
+        let get =
+            |m: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+             k: &str| { m.get(k).and_then(|q| crate::quantity::parse_milli(&q.0)) };
         for r in ["cpu", "memory"] {
             let req = get(&requests, r);
             let lim = get(&limits, r);
@@ -490,7 +500,13 @@ mod tests {
         }
     }
 
-    fn ctr(name: &str, state: ContainerState, exit: i64, restarts: u32, created: u64) -> ContainerDetails {
+    fn ctr(
+        name: &str,
+        state: ContainerState,
+        exit: i64,
+        restarts: u32,
+        created: u64,
+    ) -> ContainerDetails {
         let mut l = BTreeMap::new();
         l.insert(labels::CONTAINER_NAME.to_string(), name.to_string());
         l.insert(labels::RESTART_COUNT.to_string(), restarts.to_string());
@@ -521,7 +537,12 @@ mod tests {
         s
     }
 
-    fn gen(p: &Pod, rt: &RuntimePod, waiting: &BTreeMap<String, Waiting>, prev: Option<&PodStatus>) -> PodStatus {
+    fn gen(
+        p: &Pod,
+        rt: &RuntimePod,
+        waiting: &BTreeMap<String, Waiting>,
+        prev: Option<&PodStatus>,
+    ) -> PodStatus {
         generate(
             p,
             rt,
@@ -557,7 +578,10 @@ mod tests {
         assert_eq!(s.host_ip.as_deref(), Some("10.0.0.1"));
         assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
         let cs = s.container_statuses.as_ref().expect("statuses");
-        assert_eq!(cs.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            cs.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
         assert_eq!(cs[1].restart_count, 2);
         assert!(cs.iter().all(|c| c.ready));
         assert_eq!(cs[0].container_id.as_deref(), Some("docker://a-0"));
@@ -570,9 +594,23 @@ mod tests {
         let p = pod(&["a"], "Always");
         let s = gen(&p, &RuntimePod::default(), &BTreeMap::new(), None);
         assert_eq!(s.phase.as_deref(), Some("Pending"));
-        let st = s.container_statuses.expect("statuses")[0].state.clone().expect("state");
-        assert_eq!(st.waiting.and_then(|w| w.reason).as_deref(), Some("ContainerCreating"));
-        assert_eq!(cond(&gen(&p, &RuntimePod::default(), &BTreeMap::new(), None), "Ready").reason.as_deref(), Some("ContainersNotReady"));
+        let st = s.container_statuses.expect("statuses")[0]
+            .state
+            .clone()
+            .expect("state");
+        assert_eq!(
+            st.waiting.and_then(|w| w.reason).as_deref(),
+            Some("ContainerCreating")
+        );
+        assert_eq!(
+            cond(
+                &gen(&p, &RuntimePod::default(), &BTreeMap::new(), None),
+                "Ready"
+            )
+            .reason
+            .as_deref(),
+            Some("ContainersNotReady")
+        );
     }
 
     #[test]
@@ -593,8 +631,15 @@ mod tests {
         let s = gen(&p, &rt, &w, None);
         let c = &s.container_statuses.expect("statuses")[0];
         let st = c.state.clone().expect("state");
-        assert_eq!(st.waiting.and_then(|w| w.reason).as_deref(), Some("CrashLoopBackOff"));
-        let last = c.last_state.clone().and_then(|l| l.terminated).expect("last state");
+        assert_eq!(
+            st.waiting.and_then(|w| w.reason).as_deref(),
+            Some("CrashLoopBackOff")
+        );
+        let last = c
+            .last_state
+            .clone()
+            .and_then(|l| l.terminated)
+            .expect("last state");
         assert_eq!(last.exit_code, 1);
         assert_eq!(last.reason.as_deref(), Some("Error"));
         assert_eq!(c.restart_count, 3);
@@ -631,7 +676,10 @@ mod tests {
             sandboxes: vec![sandbox()],
             containers: vec![ctr("a", ContainerState::Running, 0, 0, 1)],
         };
-        assert_eq!(gen(&p, &rt, &BTreeMap::new(), Some(&prev)).phase.as_deref(), Some("Failed"));
+        assert_eq!(
+            gen(&p, &rt, &BTreeMap::new(), Some(&prev)).phase.as_deref(),
+            Some("Failed")
+        );
     }
 
     #[test]
@@ -647,21 +695,30 @@ mod tests {
             c.last_transition_time = Some(k8s_time(t(5)));
         }
         let second = gen(&p, &rt, &BTreeMap::new(), Some(&first));
-        assert_eq!(cond(&second, "Ready").last_transition_time, Some(k8s_time(t(5))));
+        assert_eq!(
+            cond(&second, "Ready").last_transition_time,
+            Some(k8s_time(t(5)))
+        );
         let rt_dead = RuntimePod {
             sandboxes: vec![sandbox()],
             containers: vec![ctr("a", ContainerState::Exited, 1, 0, 1)],
         };
         let third = gen(&p, &rt_dead, &BTreeMap::new(), Some(&first));
         assert_eq!(cond(&third, "Ready").status, "False");
-        assert_eq!(cond(&third, "Ready").last_transition_time, Some(k8s_time(t(100))));
+        assert_eq!(
+            cond(&third, "Ready").last_transition_time,
+            Some(k8s_time(t(100)))
+        );
     }
 
     #[test]
     fn oom_and_cannot_run_reasons() {
         let mut d = ctr("a", ContainerState::Exited, 137, 0, 1);
         d.oom_killed = true;
-        assert_eq!(api_state(&d).terminated.and_then(|t| t.reason).as_deref(), Some("OOMKilled"));
+        assert_eq!(
+            api_state(&d).terminated.and_then(|t| t.reason).as_deref(),
+            Some("OOMKilled")
+        );
         let mut d = ctr("a", ContainerState::Exited, 127, 0, 1);
         d.finished_at = None;
         d.error = "exec: \"nope\": executable file not found".into();

@@ -1,0 +1,71 @@
+//! The node's own address, for `hostIP` and host-network pods' `podIP`.
+//!
+//! Upstream takes it from `--node-ip` or the Node object; standalone, it resolves the
+//! host name. We read the interfaces instead (no DNS on a small board that may have
+//! none): the first IPv4 address of an interface that is up, not loopback, and not a
+//! container bridge or veth. Loopback if there is none.
+
+use std::ffi::CStr;
+use std::net::Ipv4Addr;
+
+/// Interface name prefixes that belong to container networking, not the node.
+const VIRTUAL_PREFIXES: [&str; 5] = ["docker", "veth", "br-", "cni", "flannel"];
+
+/// The node's IPv4 address as a string.
+pub fn node_ip() -> String {
+    interface_addrs()
+        .into_iter()
+        .find(|(name, _)| !VIRTUAL_PREFIXES.iter().any(|p| name.starts_with(p)))
+        .map_or_else(|| Ipv4Addr::LOCALHOST.to_string(), |(_, ip)| ip.to_string())
+}
+
+/// (interface, IPv4) of every interface that is up and not loopback, in kernel order.
+fn interface_addrs() -> Vec<(String, Ipv4Addr)> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head into the pointer we own; we free it below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: cur is a non-null node of the list getifaddrs returned, valid until
+        // freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        let flags = ifa.ifa_flags;
+        if flags & (libc::IFF_UP as u32) == 0 || flags & (libc::IFF_LOOPBACK as u32) != 0 {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null and points to a sockaddr of at least the family field.
+        let family = unsafe { (*ifa.ifa_addr).sa_family };
+        if i32::from(family) != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: the family is AF_INET, so the address is a sockaddr_in.
+        let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+        let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+        // SAFETY: ifa_name is a non-null NUL-terminated string owned by the list.
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        out.push((name, ip));
+    }
+    // SAFETY: head came from a successful getifaddrs and is freed exactly once.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_ip_is_an_ipv4_address() {
+        let ip: Ipv4Addr = node_ip().parse().expect("an IPv4 address");
+        assert!(!ip.is_unspecified());
+    }
+}

@@ -1,0 +1,332 @@
+//! The pod lifecycle event generator (upstream `GenericPLEG`, `pkg/kubelet/pleg/generic.go`):
+//! every second it lists this node's containers with ONE runtime call, compares the
+//! states with the previous list, and sends ContainerStarted / ContainerDied /
+//! ContainerRemoved events to the sync loop, which syncs the pods concerned.
+//!
+//! It also publishes what it saw (which pod UIDs have containers, and their grace
+//! periods) for housekeeping to find orphans, and the time of its last successful
+//! relist for the health check (unhealthy after 3 minutes without one).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Sender, TrySendError};
+
+use crate::kuberuntime::labels;
+use crate::loops::lock;
+use crate::runtime::{ContainerState, Runtime, RuntimeError};
+
+/// Upstream `genericPlegRelistPeriod`.
+pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// Upstream `genericPlegRelistThreshold`: the PLEG is unhealthy past this.
+pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+/// Upstream `plegChannelCapacity`: events beyond it are dropped (the next relist or
+/// resync catches up).
+pub const CHANNEL_CAPACITY: usize = 1000;
+
+/// What happened to a container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlegEventType {
+    /// It is running now.
+    ContainerStarted,
+    /// It stopped running.
+    ContainerDied,
+    /// It is gone from the runtime.
+    ContainerRemoved,
+    /// It went to an unknown or created state.
+    ContainerChanged,
+}
+
+/// One lifecycle event of one container of one pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlegEvent {
+    /// The pod's UID.
+    pub pod_uid: String,
+    /// What happened.
+    pub kind: PlegEventType,
+    /// The container's runtime ID.
+    pub container_id: String,
+}
+
+/// One container as one relist saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// The pod's UID.
+    pub pod_uid: String,
+    /// Its state.
+    pub state: ContainerState,
+}
+
+/// The PLEG's view of a state: running, exited, or (created/unknown) unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PlegState {
+    Running,
+    Exited,
+    Unknown,
+    NonExistent,
+}
+
+fn pleg_state(s: Option<&Seen>) -> PlegState {
+    match s.map(|s| s.state) {
+        None => PlegState::NonExistent,
+        Some(ContainerState::Running) => PlegState::Running,
+        Some(ContainerState::Exited) => PlegState::Exited,
+        Some(_) => PlegState::Unknown,
+    }
+}
+
+/// The events between two relists (upstream `generateEvents`), sorted by pod then
+/// container for determinism.
+pub fn compute_events(old: &HashMap<String, Seen>, new: &HashMap<String, Seen>) -> Vec<PlegEvent> {
+    let mut ids: Vec<&String> = old.keys().chain(new.keys()).collect();
+    ids.sort();
+    ids.dedup();
+    let mut out = Vec::new();
+    for id in ids {
+        let (o, n) = (old.get(id), new.get(id));
+        let (os, ns) = (pleg_state(o), pleg_state(n));
+        if os == ns {
+            continue;
+        }
+        let pod_uid = n.or(o).map(|s| s.pod_uid.clone()).unwrap_or_default();
+        let ev = |kind| PlegEvent {
+            pod_uid: pod_uid.clone(),
+            kind,
+            container_id: id.clone(),
+        };
+        match ns {
+            PlegState::Running => out.push(ev(PlegEventType::ContainerStarted)),
+            PlegState::Exited => out.push(ev(PlegEventType::ContainerDied)),
+            PlegState::Unknown => out.push(ev(PlegEventType::ContainerChanged)),
+            PlegState::NonExistent => {
+                if os != PlegState::Exited {
+                    out.push(ev(PlegEventType::ContainerDied));
+                }
+                out.push(ev(PlegEventType::ContainerRemoved));
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.pod_uid, &a.container_id).cmp(&(&b.pod_uid, &b.container_id)));
+    out
+}
+
+/// A pod the runtime holds, as the last relist saw it (for housekeeping).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimePodInfo {
+    /// `name_namespace` from the labels.
+    pub full_name: String,
+    /// Whether any of its containers (or sandbox) runs.
+    pub running: bool,
+    /// Its termination grace period from the labels.
+    pub grace_seconds: i64,
+}
+
+/// What the PLEG publishes for others: health and the runtime's pods.
+#[derive(Debug, Default)]
+pub struct PlegShared {
+    last_relist: Mutex<Option<Instant>>,
+    pods: Mutex<Arc<BTreeMap<String, RuntimePodInfo>>>,
+}
+
+impl PlegShared {
+    /// When the last successful relist started.
+    pub fn last_relist(&self) -> Option<Instant> {
+        *lock(&self.last_relist)
+    }
+
+    /// The pods the runtime held at the last relist, by UID.
+    pub fn runtime_pods(&self) -> Arc<BTreeMap<String, RuntimePodInfo>> {
+        lock(&self.pods).clone()
+    }
+
+    /// The health check: Err with upstream's wording when the PLEG is stale.
+    pub fn healthy(&self, now: Instant) -> Result<(), String> {
+        match self.last_relist() {
+            None => Err("pleg has yet to be successful".into()),
+            Some(t) if now.saturating_duration_since(t) > RELIST_THRESHOLD => Err(format!(
+                "pleg was last seen active {:?} ago; threshold is {:?}",
+                now.saturating_duration_since(t),
+                RELIST_THRESHOLD
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// The relisting component. Its [`Pleg::relist`] is the `pleg` loop's tick.
+#[derive(Debug)]
+pub struct Pleg {
+    runtime: Arc<dyn Runtime>,
+    filter: Vec<String>,
+    old: HashMap<String, Seen>,
+    events: Sender<PlegEvent>,
+    shared: Arc<PlegShared>,
+    first_done: Option<Sender<()>>,
+}
+
+impl Pleg {
+    /// A PLEG for the containers of `node_name`. `first_done` is signalled once after the
+    /// first successful relist (readiness for systemd).
+    pub fn new(
+        runtime: Arc<dyn Runtime>,
+        node_name: &str,
+        events: Sender<PlegEvent>,
+        shared: Arc<PlegShared>,
+        first_done: Option<Sender<()>>,
+    ) -> Self {
+        Pleg {
+            runtime,
+            filter: vec![format!("{}={}", labels::MANAGED_BY_NODE, node_name)],
+            old: HashMap::new(),
+            events,
+            shared,
+            first_done,
+        }
+    }
+
+    /// One relist: list, diff, send events, publish. A failed list changes nothing and
+    /// leaves the relist time alone (that is what trips the health check).
+    pub fn relist(&mut self) -> Result<(), RuntimeError> {
+        let started = Instant::now();
+        let list = self.runtime.list_containers(&self.filter)?;
+        let mut new = HashMap::with_capacity(list.len());
+        let mut pods: BTreeMap<String, RuntimePodInfo> = BTreeMap::new();
+        for c in list {
+            let Some(uid) = c.labels.get(labels::POD_UID).cloned() else {
+                continue;
+            };
+            let info = pods.entry(uid.clone()).or_insert_with(|| RuntimePodInfo {
+                full_name: format!(
+                    "{}_{}",
+                    c.labels
+                        .get(labels::POD_NAME)
+                        .map(String::as_str)
+                        .unwrap_or_default(),
+                    c.labels
+                        .get(labels::POD_NAMESPACE)
+                        .map(String::as_str)
+                        .unwrap_or_default()
+                ),
+                running: false,
+                grace_seconds: c
+                    .labels
+                    .get(labels::TERMINATION_GRACE)
+                    .and_then(|g| g.parse().ok())
+                    .unwrap_or(30),
+            });
+            info.running |= c.state == ContainerState::Running;
+            new.insert(
+                c.id,
+                Seen {
+                    pod_uid: uid,
+                    state: c.state,
+                },
+            );
+        }
+        for ev in compute_events(&self.old, &new) {
+            log::debug!(
+                "pleg: {:?} {} in pod {}",
+                ev.kind,
+                crate::kuberuntime::short(&ev.container_id),
+                ev.pod_uid
+            );
+            if ev.kind == PlegEventType::ContainerChanged {
+                // Generated but not forwarded, as upstream.
+                continue;
+            }
+            match self.events.try_send(ev) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    log::warn!("Event channel is full, discard this relist() cycle event");
+                }
+                Err(TrySendError::Disconnected(_)) => {}
+            }
+        }
+        self.old = new;
+        *lock(&self.shared.pods) = Arc::new(pods);
+        *lock(&self.shared.last_relist) = Some(started);
+        if let Some(tx) = self.first_done.take() {
+            let _ = tx.try_send(());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(uid: &str, state: ContainerState) -> Seen {
+        Seen {
+            pod_uid: uid.into(),
+            state,
+        }
+    }
+
+    fn map(items: &[(&str, Seen)]) -> HashMap<String, Seen> {
+        items
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+
+    fn kinds(evs: &[PlegEvent]) -> Vec<(String, PlegEventType)> {
+        evs.iter()
+            .map(|e| (e.container_id.clone(), e.kind))
+            .collect()
+    }
+
+    #[test]
+    fn relist_reports_started_died_and_removed() {
+        use ContainerState::*;
+        use PlegEventType::*;
+        let old = map(&[
+            ("a", seen("p", Running)),
+            ("b", seen("p", Running)),
+            ("c", seen("p", Exited)),
+            ("d", seen("p", Running)),
+        ]);
+        let new = map(&[
+            ("a", seen("p", Running)),
+            ("b", seen("p", Exited)),
+            ("e", seen("p", Running)),
+        ]);
+        assert_eq!(
+            kinds(&compute_events(&old, &new)),
+            vec![
+                ("b".to_string(), ContainerDied),
+                ("c".to_string(), ContainerRemoved),
+                ("d".to_string(), ContainerDied),
+                ("d".to_string(), ContainerRemoved),
+                ("e".to_string(), ContainerStarted),
+            ]
+        );
+    }
+
+    #[test]
+    fn no_change_no_events() {
+        let m = map(&[("a", seen("p", ContainerState::Running))]);
+        assert!(compute_events(&m, &m).is_empty());
+    }
+
+    #[test]
+    fn created_is_a_change_not_a_start() {
+        let old = HashMap::new();
+        let new = map(&[("a", seen("p", ContainerState::Created))]);
+        assert_eq!(
+            kinds(&compute_events(&old, &new)),
+            vec![("a".to_string(), PlegEventType::ContainerChanged)]
+        );
+    }
+
+    #[test]
+    fn health_thresholds() {
+        let s = PlegShared::default();
+        let now = Instant::now();
+        assert_eq!(s.healthy(now), Err("pleg has yet to be successful".into()));
+        *lock(&s.last_relist) = Some(now);
+        assert!(s.healthy(now + Duration::from_secs(179)).is_ok());
+        assert!(s.healthy(now + Duration::from_secs(181)).is_err());
+    }
+}

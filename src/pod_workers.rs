@@ -1,0 +1,383 @@
+//! Pod workers (upstream `pkg/kubelet/pod_workers.go`): a bounded pool of
+//! `pod-worker-N` threads that carry out pod syncs and kills, one pod at a time per
+//! worker, never two workers on the same pod, and only the newest update of a pod kept.
+//!
+//! The sync loop calls [`PodWorkers::update_pod`] and returns at once; a slow pod (a long
+//! pull, a 30 s grace period) occupies one worker and never blocks the others or the
+//! sync loop. A kill is never dropped: a sync that arrives after a pending kill runs after
+//! it (the pod is stopped, then started again), a kill that arrives after a pending sync
+//! replaces it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::loops::{lock, Loops, SpawnError};
+
+/// Size of the worker pool. Pod work is mostly waiting on dockerd; four in flight keep
+/// a 2-core board busy without piling up runtime calls.
+pub const DEFAULT_WORKERS: usize = 4;
+
+/// Capacity of the ready queue. Each pod is queued at most once, so this bounds the
+/// number of pods with work waiting; beyond it, updates stay pending and the next sync
+/// tick re-queues them.
+pub const QUEUE_CAPACITY: usize = 1024;
+
+/// One unit of pod work.
+#[derive(Clone, Debug)]
+pub enum Work {
+    /// Bring the pod to its desired state.
+    Sync(Arc<Pod>),
+    /// Stop and remove everything of the pod, with this grace period.
+    Kill(Duration),
+}
+
+/// What a worker runs. The kubelet's implementation calls the runtime manager and
+/// publishes status; tests use a recording fake.
+pub trait PodSyncer: Send + Sync + 'static {
+    /// Syncs one pod.
+    fn sync_pod(&self, pod: &Pod);
+    /// Kills one pod by UID.
+    fn kill_pod(&self, uid: &str, grace: Duration);
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    busy: bool,
+    queued: bool,
+    pending_kill: Option<Duration>,
+    pending_sync: Option<Arc<Pod>>,
+}
+
+impl Slot {
+    fn has_pending(&self) -> bool {
+        self.pending_kill.is_some() || self.pending_sync.is_some()
+    }
+}
+
+/// The pool's shared state: per-pod slots and the queue of pods ready to be worked on.
+#[derive(Debug)]
+pub struct PodWorkers {
+    slots: Mutex<HashMap<String, Slot>>,
+    ready_tx: Sender<String>,
+    ready_rx: Receiver<String>,
+}
+
+impl Default for PodWorkers {
+    fn default() -> Self {
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded(QUEUE_CAPACITY);
+        PodWorkers {
+            slots: Mutex::new(HashMap::new()),
+            ready_tx,
+            ready_rx,
+        }
+    }
+}
+
+impl PodWorkers {
+    /// Starts `n` worker threads named `pod-worker-0` … running `syncer`.
+    pub fn start(
+        self: &Arc<Self>,
+        loops: &Loops,
+        n: usize,
+        syncer: Arc<dyn PodSyncer>,
+    ) -> Result<(), SpawnError> {
+        for i in 0..n {
+            let me = self.clone();
+            let syncer = syncer.clone();
+            loops.spawn(&format!("pod-worker-{i}"), move |stop, handle| loop {
+                crossbeam_channel::select! {
+                    recv(stop.receiver()) -> _ => return,
+                    recv(me.ready_rx) -> uid => {
+                        let Ok(uid) = uid else { return };
+                        let began = handle.begin_tick();
+                        me.work_on(&uid, syncer.as_ref());
+                        handle.end_tick(began, None);
+                    }
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Hands a pod's newest desired work to the pool. Never blocks.
+    pub fn update_pod(&self, uid: &str, work: Work) {
+        let mut slots = lock(&self.slots);
+        let slot = slots.entry(uid.to_string()).or_default();
+        match work {
+            Work::Kill(grace) => {
+                // A kill supersedes any sync that has not started yet.
+                slot.pending_sync = None;
+                slot.pending_kill = Some(grace);
+            }
+            Work::Sync(pod) => slot.pending_sync = Some(pod),
+        }
+        if !slot.busy && !slot.queued {
+            self.enqueue(uid, slot);
+        }
+    }
+
+    /// True while the pool has work for, or is working on, this pod.
+    pub fn is_active(&self, uid: &str) -> bool {
+        lock(&self.slots)
+            .get(uid)
+            .is_some_and(|s| s.busy || s.queued || s.has_pending())
+    }
+
+    /// Pods with work waiting that could not be queued (the queue was full); the sync
+    /// loop's tick calls this to queue them again.
+    pub fn requeue_stranded(&self) {
+        let mut slots = lock(&self.slots);
+        for (uid, slot) in slots.iter_mut() {
+            if !slot.busy && !slot.queued && slot.has_pending() {
+                let uid = uid.clone();
+                self.enqueue(&uid, slot);
+            }
+        }
+    }
+
+    fn enqueue(&self, uid: &str, slot: &mut Slot) {
+        match self.ready_tx.try_send(uid.to_string()) {
+            Ok(()) => slot.queued = true,
+            Err(TrySendError::Full(_)) => {
+                log::warn!("pod worker queue is full; pod {uid} waits for the next sync tick");
+            }
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    fn work_on(&self, uid: &str, syncer: &dyn PodSyncer) {
+        loop {
+            let work = {
+                let mut slots = lock(&self.slots);
+                let Some(slot) = slots.get_mut(uid) else {
+                    return;
+                };
+                slot.queued = false;
+                let work = if let Some(grace) = slot.pending_kill.take() {
+                    Some(Work::Kill(grace))
+                } else {
+                    slot.pending_sync.take().map(Work::Sync)
+                };
+                match work {
+                    Some(w) => {
+                        slot.busy = true;
+                        w
+                    }
+                    None => {
+                        slot.busy = false;
+                        return;
+                    }
+                }
+            };
+            match &work {
+                Work::Sync(pod) => syncer.sync_pod(pod),
+                Work::Kill(grace) => syncer.kill_pod(uid, *grace),
+            }
+            let mut slots = lock(&self.slots);
+            if let Some(slot) = slots.get_mut(uid) {
+                slot.busy = false;
+                if !slot.has_pending() {
+                    if matches!(work, Work::Kill(_)) {
+                        // The pod is gone: forget its slot.
+                        slots.remove(uid);
+                    }
+                    return;
+                }
+                // More work arrived meanwhile: keep going on this thread, which keeps
+                // the pod's work in order.
+                slot.busy = true;
+            }
+        }
+    }
+}
+
+/// When each pod is next due for a sync without events (upstream's work queue): after
+/// the resync period on success, sooner after an error or when a backoff expires. The
+/// sync loop's 1 s tick takes the due pods.
+#[derive(Debug, Default)]
+pub struct WorkQueue {
+    due: Mutex<HashMap<String, std::time::Instant>>,
+}
+
+impl WorkQueue {
+    /// Schedules `uid` to be synced `after` from now (replacing an earlier schedule).
+    pub fn enqueue(&self, uid: &str, after: Duration) {
+        lock(&self.due).insert(uid.to_string(), std::time::Instant::now() + after);
+    }
+
+    /// Takes every pod whose time has come.
+    pub fn take_due(&self, now: std::time::Instant) -> Vec<String> {
+        let mut due = lock(&self.due);
+        let ready: Vec<String> = due
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(u, _)| u.clone())
+            .collect();
+        for u in &ready {
+            due.remove(u);
+        }
+        ready
+    }
+
+    /// Forgets a pod.
+    pub fn remove(&self, uid: &str) {
+        lock(&self.due).remove(uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loops::{shutdown_channel, Loops};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::time::Instant;
+
+    /// Records calls; the first sync of each pod blocks until released, so tests can
+    /// pile up updates behind it.
+    #[derive(Default)]
+    struct Recorder {
+        calls: Mutex<Vec<String>>,
+        in_flight: Mutex<HashMap<String, usize>>,
+        overlap: Mutex<bool>,
+        gate: Mutex<Option<Receiver<()>>>,
+    }
+
+    impl PodSyncer for Recorder {
+        fn sync_pod(&self, pod: &Pod) {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            self.enter(&uid);
+            let gate = lock(&self.gate).take();
+            if let Some(g) = gate {
+                let _ = g.recv_timeout(Duration::from_secs(10));
+            }
+            let img = pod.metadata.name.clone().unwrap_or_default();
+            lock(&self.calls).push(format!("sync {uid} {img}"));
+            self.leave(&uid);
+        }
+        fn kill_pod(&self, uid: &str, _grace: Duration) {
+            self.enter(uid);
+            lock(&self.calls).push(format!("kill {uid}"));
+            self.leave(uid);
+        }
+    }
+
+    impl Recorder {
+        fn enter(&self, uid: &str) {
+            let mut f = lock(&self.in_flight);
+            let n = f.entry(uid.to_string()).or_default();
+            *n += 1;
+            if *n > 1 {
+                *lock(&self.overlap) = true;
+            }
+        }
+        fn leave(&self, uid: &str) {
+            if let Some(n) = lock(&self.in_flight).get_mut(uid) {
+                *n -= 1;
+            }
+        }
+    }
+
+    fn pod(uid: &str, version: &str) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                uid: Some(uid.into()),
+                name: Some(version.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn wait_for(mut cond: impl FnMut() -> bool) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(Instant::now() < until, "condition not met in 10 s");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn newest_update_wins_and_a_pod_is_never_synced_twice_at_once() {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let rec = Arc::new(Recorder::default());
+        let (release, gate) = crossbeam_channel::bounded(1);
+        *lock(&rec.gate) = Some(gate);
+        let pw = Arc::new(PodWorkers::default());
+        pw.start(&loops, 3, rec.clone()).expect("start");
+        pw.update_pod("a", Work::Sync(pod("a", "v1")));
+        wait_for(|| lock(&rec.in_flight).get("a") == Some(&1));
+        // While v1 is in flight, v2..v4 arrive: only v4 must run.
+        for v in ["v2", "v3", "v4"] {
+            pw.update_pod("a", Work::Sync(pod("a", v)));
+        }
+        pw.update_pod("b", Work::Sync(pod("b", "v1")));
+        wait_for(|| lock(&rec.calls).contains(&"sync b v1".to_string()));
+        release.send(()).expect("release");
+        wait_for(|| lock(&rec.calls).len() == 3);
+        assert!(!pw.is_active("a") || lock(&rec.calls).len() == 3);
+        let calls = lock(&rec.calls).clone();
+        let a: Vec<_> = calls
+            .iter()
+            .filter(|c| c.contains(" a "))
+            .cloned()
+            .collect();
+        assert_eq!(a, ["sync a v1", "sync a v4"]);
+        assert!(!*lock(&rec.overlap));
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn kill_is_never_dropped_and_a_later_sync_runs_after_it() {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let rec = Arc::new(Recorder::default());
+        let (release, gate) = crossbeam_channel::bounded(1);
+        *lock(&rec.gate) = Some(gate);
+        let pw = Arc::new(PodWorkers::default());
+        pw.start(&loops, 2, rec.clone()).expect("start");
+        pw.update_pod("a", Work::Sync(pod("a", "v1")));
+        wait_for(|| lock(&rec.in_flight).get("a") == Some(&1));
+        pw.update_pod("a", Work::Sync(pod("a", "v2")));
+        pw.update_pod("a", Work::Kill(Duration::from_secs(1)));
+        pw.update_pod("a", Work::Sync(pod("a", "v3")));
+        release.send(()).expect("release");
+        wait_for(|| lock(&rec.calls).len() == 3);
+        assert_eq!(*lock(&rec.calls), ["sync a v1", "kill a", "sync a v3"]);
+        wait_for(|| !pw.is_active("a"));
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn work_queue_hands_out_due_pods_once() {
+        let q = WorkQueue::default();
+        q.enqueue("a", Duration::ZERO);
+        q.enqueue("b", Duration::from_secs(3600));
+        let now = Instant::now();
+        assert_eq!(q.take_due(now), ["a"]);
+        assert!(q.take_due(now).is_empty());
+        q.remove("b");
+        assert!(q.take_due(now + Duration::from_secs(7200)).is_empty());
+    }
+
+    #[test]
+    fn a_finished_kill_forgets_the_pod() {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let rec = Arc::new(Recorder::default());
+        let pw = Arc::new(PodWorkers::default());
+        pw.start(&loops, 1, rec.clone()).expect("start");
+        pw.update_pod("a", Work::Kill(Duration::from_secs(1)));
+        wait_for(|| lock(&rec.calls).len() == 1);
+        wait_for(|| !pw.is_active("a"));
+        assert!(lock(&pw.slots).is_empty());
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+}

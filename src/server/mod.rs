@@ -1,0 +1,289 @@
+//! The kubelet's HTTP ports, served by `tiny_http` (blocking). Only this module knows
+//! tiny_http. One file per port, one `match` on (method, path segments) per port.
+//!
+//! Ports are bound by [`bind`] during start-up, so a port in use is a start-up error
+//! with the address in it. Each port is then served on its own named thread
+//! (`srv-healthz`, `srv-readonly`); tiny_http's own accept and connection threads are
+//! created from that thread and inherit its name, so `ps -T` shows them as part of the
+//! port they serve. At shutdown [`Unblockers::unblock_all`] wakes every server thread.
+
+pub mod healthz;
+pub mod readonly;
+
+use std::fmt;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::health::HealthChecks;
+use crate::loops::{lock, Loops, SpawnError};
+
+/// Errors of the servers' start-up.
+#[derive(Debug)]
+pub enum ServerError {
+    /// A port could not be bound.
+    Bind {
+        /// Which server (`healthz`, `read-only`).
+        server: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerError::Bind { server, addr, .. } => {
+                write!(f, "cannot listen on {addr} for the {server} server")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ServerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServerError::Bind { source, .. } => Some(source),
+        }
+    }
+}
+
+/// Binds a listening socket for one server.
+pub fn bind(server: &'static str, addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr).map_err(|source| ServerError::Bind {
+        server,
+        addr,
+        source,
+    })
+}
+
+/// The servers to wake at shutdown.
+#[derive(Clone, Default)]
+pub struct Unblockers(Arc<Mutex<Vec<Arc<tiny_http::Server>>>>);
+
+impl fmt::Debug for Unblockers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Unblockers({} servers)", lock(&self.0).len())
+    }
+}
+
+impl Unblockers {
+    /// Wakes every server thread blocked in `recv`, so it sees shutdown and returns.
+    pub fn unblock_all(&self) {
+        for s in lock(&self.0).iter() {
+            s.unblock();
+        }
+    }
+}
+
+/// A request as the handlers see it: method, path segments and query.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Req {
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The path split on `/`, without empty segments.
+    pub segments: Vec<String>,
+    /// The raw query string (without `?`).
+    pub query: String,
+}
+
+impl Req {
+    /// Parses a request line's method and URL.
+    pub fn new(method: &str, url: &str) -> Req {
+        let (path, query) = url.split_once('?').unwrap_or((url, ""));
+        Req {
+            method: method.to_string(),
+            segments: path
+                .split('/')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+            query: query.to_string(),
+        }
+    }
+
+    /// The path segments as `&str`s, for matching.
+    pub fn path(&self) -> Vec<&str> {
+        self.segments.iter().map(String::as_str).collect()
+    }
+
+    /// True if the query has `key` (with or without a value).
+    pub fn has_query(&self, key: &str) -> bool {
+        self.query
+            .split('&')
+            .any(|kv| kv == key || kv.starts_with(&format!("{key}=")))
+    }
+}
+
+/// A handler's answer.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Content type.
+    pub content_type: &'static str,
+    /// Body.
+    pub body: Vec<u8>,
+    /// An `Allow` header, for 405 answers.
+    pub allow: Option<&'static str>,
+}
+
+impl Reply {
+    /// A plain-text answer.
+    pub fn text(status: u16, body: impl Into<String>) -> Reply {
+        Reply {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.into().into_bytes(),
+            allow: None,
+        }
+    }
+
+    /// A JSON answer.
+    pub fn json(status: u16, body: Vec<u8>) -> Reply {
+        Reply {
+            status,
+            content_type: "application/json",
+            body,
+            allow: None,
+        }
+    }
+
+    /// 404, as Go's mux words it.
+    pub fn not_found() -> Reply {
+        Reply::text(404, "404 page not found\n")
+    }
+
+    /// 405 with the allowed methods.
+    pub fn method_not_allowed(allow: &'static str) -> Reply {
+        Reply {
+            allow: Some(allow),
+            ..Reply::text(405, "Method Not Allowed\n")
+        }
+    }
+}
+
+/// Serves one port on its own named thread until shutdown.
+pub fn serve<H>(
+    loops: &Loops,
+    name: &str,
+    listener: TcpListener,
+    unblockers: &Unblockers,
+    handler: H,
+) -> Result<(), SpawnError>
+where
+    H: Fn(&Req) -> Reply + Send + 'static,
+{
+    let unblockers = unblockers.clone();
+    loops.spawn(name, move |stop, handle| {
+        // Created here, so tiny_http's threads inherit this thread's name.
+        let server = match tiny_http::Server::from_listener(listener, None) {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                log::error!("{}: cannot start serving: {e}", handle.name());
+                return;
+            }
+        };
+        lock(&unblockers.0).push(server.clone());
+        if stop.is_stopped() {
+            return;
+        }
+        loop {
+            let rq = match server.recv() {
+                Ok(rq) => rq,
+                Err(e) => {
+                    if stop.is_stopped() {
+                        return;
+                    }
+                    log::debug!("{}: {e}", handle.name());
+                    continue;
+                }
+            };
+            let began = handle.begin_tick();
+            let req = Req::new(rq.method().as_str(), rq.url());
+            let reply = handler(&req);
+            log::debug!(
+                "{} {} {} -> {}",
+                handle.name(),
+                req.method,
+                rq.url(),
+                reply.status
+            );
+            respond(rq, reply);
+            handle.end_tick(began, None);
+        }
+    })
+}
+
+fn respond(rq: tiny_http::Request, reply: Reply) {
+    let mut resp = tiny_http::Response::from_data(reply.body).with_status_code(reply.status);
+    if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", reply.content_type) {
+        resp.add_header(h);
+    }
+    if let Some(allow) = reply.allow {
+        if let Ok(h) = tiny_http::Header::from_bytes("Allow", allow) {
+            resp.add_header(h);
+        }
+    }
+    // A client that went away is not our error.
+    let _ = rq.respond(resp);
+}
+
+/// `/healthz` and `/healthz/<check>`, shared by the healthz and read-only ports.
+/// Upstream's format: `ok`, or one `[+]name ok` / `[-]name failed: reason` line per check
+/// and `healthz check failed`; `?verbose` lists every check (and loop warnings) even
+/// when all pass. Unlike upstream, failing reasons are shown, not withheld.
+pub fn healthz(checks: &HealthChecks, req: &Req, sub: Option<&str>) -> Reply {
+    let now = Instant::now();
+    if req.method != "GET" && req.method != "HEAD" {
+        return Reply::method_not_allowed("GET, HEAD");
+    }
+    if let Some(name) = sub {
+        return match checks.check(name, now) {
+            None => Reply::not_found(),
+            Some(Ok(())) => Reply::text(200, "ok"),
+            Some(Err(e)) => Reply::text(500, format!("internal server error: {e}\n")),
+        };
+    }
+    let results = checks.all(now);
+    let failed = results.iter().any(|(_, r)| r.is_err());
+    let verbose = req.has_query("verbose");
+    if !failed && !verbose {
+        return Reply::text(200, "ok");
+    }
+    let mut body = String::new();
+    for (name, r) in &results {
+        match r {
+            Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
+            Err(e) => body.push_str(&format!("[-]{name} failed: {e}\n")),
+        }
+    }
+    if verbose {
+        for (name, e) in checks.warnings() {
+            body.push_str(&format!("warning: {name}: {e}\n"));
+        }
+    }
+    if failed {
+        body.push_str("healthz check failed\n");
+        Reply::text(500, body)
+    } else {
+        body.push_str("healthz check passed\n");
+        Reply::text(200, body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_parsing() {
+        let r = Req::new("GET", "/healthz/pleg?verbose");
+        assert_eq!(r.path(), ["healthz", "pleg"]);
+        assert!(r.has_query("verbose"));
+        assert!(!r.has_query("verb"));
+        assert_eq!(Req::new("GET", "//pods/").path(), ["pods"]);
+    }
+}

@@ -1,0 +1,120 @@
+//! The read-only port (`--read-only-port`, default 10255; 0 disables): no
+//! authentication, so nothing secret and nothing that acts. `/pods` (the pods this
+//! kubelet runs, with the status it computed), `/healthz` and its sub-checks, and
+//! `/debug/loops` (every loop's last tick, to tell which one is stuck).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::{healthz, Reply, Req};
+use crate::health::HealthChecks;
+use crate::loops::{lock, LoopRegistry};
+use crate::status::StatusCache;
+
+/// The pods the sync loop manages, published for readers (an `Arc` swapped under a
+/// short lock), and the statuses the pod workers computed.
+#[derive(Debug, Default)]
+pub struct PodsView {
+    pods: Mutex<Arc<Vec<Arc<Pod>>>>,
+    /// Statuses by pod UID.
+    pub statuses: Arc<StatusCache>,
+}
+
+impl PodsView {
+    /// A view over `statuses`.
+    pub fn new(statuses: Arc<StatusCache>) -> Self {
+        PodsView {
+            pods: Mutex::default(),
+            statuses,
+        }
+    }
+
+    /// Replaces the published pod set (sync loop only).
+    pub fn publish(&self, pods: Vec<Arc<Pod>>) {
+        *lock(&self.pods) = Arc::new(pods);
+    }
+
+    /// The published pods.
+    pub fn pods(&self) -> Arc<Vec<Arc<Pod>>> {
+        lock(&self.pods).clone()
+    }
+
+    /// The pods with their computed status, as a `v1` `PodList` JSON document.
+    pub fn pod_list_json(&self) -> Vec<u8> {
+        let items: Vec<Pod> = self
+            .pods()
+            .iter()
+            .map(|p| {
+                let mut p = (**p).clone();
+                let uid = p.metadata.uid.clone().unwrap_or_default();
+                if let Some(st) = self.statuses.get(&uid) {
+                    p.status = Some((*st).clone());
+                }
+                p
+            })
+            .collect();
+        let list = serde_json::json!({
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {},
+            "items": items,
+        });
+        serde_json::to_vec(&list).unwrap_or_default()
+    }
+}
+
+/// What the read-only port serves from.
+#[derive(Debug, Clone)]
+pub struct ReadOnly {
+    /// Health checks.
+    pub checks: HealthChecks,
+    /// Pods and statuses.
+    pub pods: Arc<PodsView>,
+    /// Loop registry, for `/debug/loops`.
+    pub registry: Arc<LoopRegistry>,
+}
+
+/// Routes one request on the read-only port.
+pub fn handle(ro: &ReadOnly, req: &Req) -> Reply {
+    match req.path().as_slice() {
+        ["pods"] if req.method == "GET" => Reply::json(200, ro.pods.pod_list_json()),
+        ["pods"] => Reply::method_not_allowed("GET"),
+        ["healthz"] => healthz(&ro.checks, req, None),
+        ["healthz", sub] => healthz(&ro.checks, req, Some(sub)),
+        ["debug", "loops"] => Reply::text(200, loops_table(&ro.registry)),
+        _ => Reply::not_found(),
+    }
+}
+
+/// A table of every loop: name, period, ticks, seconds since the last tick, the last
+/// tick's duration, and its error.
+pub fn loops_table(registry: &LoopRegistry) -> String {
+    let now = Instant::now();
+    let mut out = format!(
+        "{:<16} {:>8} {:>8} {:>10} {:>10}  {}\n",
+        "LOOP", "PERIOD", "TICKS", "AGO", "TOOK", "LAST ERROR"
+    );
+    for (name, st) in registry.snapshot() {
+        let period = st.period.map_or("-".to_string(), |p| format!("{p:?}"));
+        let ago = st.last_tick.map_or("never".to_string(), |t| {
+            format!("{:.1}s", now.saturating_duration_since(t).as_secs_f64())
+        });
+        let took = st
+            .last_duration
+            .map_or("-".to_string(), |d| format!("{d:.1?}"));
+        let state = if st.finished { " (stopped)" } else { "" };
+        out.push_str(&format!(
+            "{:<16} {:>8} {:>8} {:>10} {:>10}  {}{}\n",
+            name,
+            period,
+            st.ticks,
+            ago,
+            took,
+            st.last_error.unwrap_or_default(),
+            state
+        ));
+    }
+    out
+}
