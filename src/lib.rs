@@ -2,21 +2,32 @@
 //! as a synchronous, thread-per-loop daemon. No async runtime: every loop is a named OS
 //! thread, events travel over channels into one sync loop.
 //!
-//! The modules, in reading order (see ARCHITECTURE.md for the threads and invariants):
+//! The modules, in reading order (ARCHITECTURE.md has the threads and invariants):
 
-pub mod config;
-pub mod health;
-pub mod kubelet;
-pub mod kuberuntime;
-pub mod logging;
+// Foundations: the loop helper every thread goes through, logging, time.
 pub mod loops;
-pub mod netutil;
-pub mod pleg;
-pub mod pod_workers;
-pub mod podconfig;
-pub mod quantity;
-pub mod runtime;
-pub mod server;
-pub mod status;
-pub mod systemd;
+pub mod logging;
 pub mod time;
+pub mod quantity;
+pub mod netutil;
+pub mod systemd;
+
+// Configuration: flags and the KubeletConfiguration file.
+pub mod config;
+
+// The runtime seam and its Docker implementation.
+pub mod runtime;
+
+// Where pods come from: sources and their merge.
+pub mod podconfig;
+
+// The kubelet core: the sync loop and what it drives.
+pub mod kubelet;
+pub mod pod_workers;
+pub mod kuberuntime;
+pub mod pleg;
+pub mod status;
+pub mod health;
+
+// The HTTP ports.
+pub mod server;

@@ -224,8 +224,11 @@ pub struct Periodic {
 pub struct Loops {
     registry: Arc<LoopRegistry>,
     stop: Stop,
-    handles: Arc<Mutex<Vec<(String, JoinHandle<()>)>>>,
+    handles: Arc<Mutex<Vec<NamedHandle>>>,
 }
+
+/// A spawned thread and its name, for joining and for naming the ones that linger.
+type NamedHandle = (String, JoinHandle<()>);
 
 /// A thread could not be spawned (the process is out of threads or memory).
 #[derive(Debug)]

@@ -4,9 +4,19 @@
 //! Raw inputs are validated once, here, into [`KubeletConfig`]; nothing else in the
 //! kubelet parses flags or the config file. Precedence, as upstream: defaults, then the
 //! file given by `--config`, then flags given on the command line.
+//!
+//! One default depends on the style, as upstream's does (`applyLegacyDefaults` against
+//! the v1beta1 defaults): the read-only port is 10255 when only flags are used and 0
+//! (disabled) when a config file is given. The parts: [`flags`] reads the command line,
+//! [`file`] the `KubeletConfiguration`, [`duration`] Go durations; [`load`] layers them.
 
+pub mod duration;
+pub mod file;
+pub mod flags;
+
+use std::fmt;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Defaults, each with its reason. Upstream's flag defaults unless said otherwise.
@@ -34,7 +44,16 @@ pub mod defaults {
     pub const FILE_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
     /// Poll period of the manifest URL (`httpCheckFrequency`).
     pub const HTTP_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
+    /// v1beta1's `readOnlyPort` default: a config file opts into the secure defaults,
+    /// where the unauthenticated port is off.
+    pub const READ_ONLY_PORT_WITH_CONFIG_FILE: u16 = 0;
+    /// Where Linux keeps the host name, used as the node name without
+    /// `--hostname-override` (what Go's `os.Hostname` reads).
+    pub const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
 }
+
+/// klog's useful range of `-v`: above 10 nothing more is logged anywhere.
+pub const MAX_VERBOSITY: u8 = 10;
 
 /// The validated, effective configuration of one kubelet process.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,4 +86,548 @@ pub struct KubeletConfig {
     pub verbosity: Option<u8>,
     /// `--config`: the file that was read, if any.
     pub config_file: Option<PathBuf>,
+    /// Fields of the config file that upstream knows and rkubelet ignores, e.g.
+    /// `tlsCertFile`, `logging.format`. See [`KubeletConfig::log_unsupported_fields`].
+    pub unsupported_fields: Vec<String>,
+}
+
+impl KubeletConfig {
+    /// Logs, once at info, each config-file field that is accepted but not
+    /// implemented. [`load`] cannot: it runs before the logger exists (the logger needs
+    /// the verbosity it reads), so `main` calls this right after starting the logger.
+    pub fn log_unsupported_fields(&self) {
+        for name in &self.unsupported_fields {
+            log::info!("config field {name} is not supported by rkubelet yet; ignored");
+        }
+    }
+}
+
+/// What the command line asks for.
+// Built once at startup and matched at once: the size of `Run` costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Loaded {
+    /// Run the kubelet with this configuration.
+    Run(KubeletConfig),
+    /// `--help`: print this text and exit 0.
+    Help(String),
+    /// `--version`: print this text and exit 0.
+    Version(String),
+}
+
+/// Why the flags or the config file cannot be used. `main` prints it and exits 2.
+/// Each message is one line naming the flag or field and the reason; an I/O or YAML
+/// cause is also kept as the `source()` (and said once by `error_chain`).
+#[derive(Debug)]
+pub enum ConfigError {
+    /// A flag rkubelet does not know.
+    UnknownFlag(String),
+    /// A flag that takes a value came last, without one.
+    MissingValue {
+        /// The flag as written (`--port`, `-v`).
+        flag: String,
+    },
+    /// A flag's value is not valid.
+    InvalidFlag {
+        /// The flag as written.
+        flag: String,
+        /// The value given.
+        value: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A positional argument: the kubelet takes none.
+    UnexpectedArgument(String),
+    /// The config file cannot be read.
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The config file is not valid YAML.
+    ParseFile {
+        /// The file.
+        path: PathBuf,
+        /// The parser's error, with its line and column.
+        source: serde_yaml::Error,
+    },
+    /// The config file is not a v1beta1 `KubeletConfiguration`.
+    NotKubeletConfiguration {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with its `apiVersion`, `kind` or shape.
+        reason: String,
+    },
+    /// The config file has a field upstream's `KubeletConfiguration` does not have.
+    UnknownField {
+        /// The file.
+        path: PathBuf,
+        /// The field, e.g. `fooBar` or `logging.color`.
+        field: String,
+    },
+    /// A config file field's value is not valid.
+    InvalidField {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+        /// Why the value is refused.
+        reason: String,
+    },
+    /// Without `--hostname-override`, the host name could not be read.
+    HostName {
+        /// Where it was read from.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The node name came out empty.
+    EmptyNodeName,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::UnknownFlag(flag) => write!(f, "unknown flag: {flag}"),
+            ConfigError::MissingValue { flag } => write!(f, "flag needs an argument: {flag}"),
+            ConfigError::InvalidFlag {
+                flag,
+                value,
+                reason,
+            } => write!(f, "invalid value {value:?} for flag {flag}: {reason}"),
+            ConfigError::UnexpectedArgument(a) => {
+                write!(f, "unexpected argument {a:?}: rkubelet takes flags only")
+            }
+            ConfigError::ReadFile { path, source } => {
+                write!(
+                    f,
+                    "config file {}: cannot read it: {source}",
+                    path.display()
+                )
+            }
+            ConfigError::ParseFile { path, source } => {
+                write!(f, "config file {}: invalid YAML: {source}", path.display())
+            }
+            ConfigError::NotKubeletConfiguration { path, reason } => write!(
+                f,
+                "config file {}: not a KubeletConfiguration: {reason}",
+                path.display()
+            ),
+            ConfigError::UnknownField { path, field } => {
+                write!(f, "config file {}: unknown field {field:?}", path.display())
+            }
+            ConfigError::InvalidField {
+                path,
+                field,
+                reason,
+            } => write!(f, "config file {}: field {field}: {reason}", path.display()),
+            ConfigError::HostName { path, source } => write!(
+                f,
+                "cannot read the host name from {} ({source}); set --hostname-override",
+                path.display()
+            ),
+            ConfigError::EmptyNodeName => {
+                f.write_str("the node name is empty; set --hostname-override")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::ReadFile { source, .. } | ConfigError::HostName { source, .. } => {
+                Some(source)
+            }
+            ConfigError::ParseFile { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Reads the command line (`args` as `std::env::args()` gives it, program name first)
+/// and the config file it names, into the effective configuration.
+pub fn load(args: Vec<String>) -> Result<Loaded, ConfigError> {
+    load_with(&args, Path::new(defaults::HOSTNAME_FILE))
+}
+
+/// [`load`], reading the host name from `hostname_file`.
+fn load_with(args: &[String], hostname_file: &Path) -> Result<Loaded, ConfigError> {
+    let rest = args.get(1..).unwrap_or(&[]);
+    let flags = match flags::parse(rest)? {
+        flags::Parsed::Help => return Ok(Loaded::Help(flags::help())),
+        flags::Parsed::Version => return Ok(Loaded::Version(flags::version())),
+        flags::Parsed::Run(f) => f,
+    };
+    let file = flags.config.as_deref().map(file::read).transpose()?;
+    let node_name = node_name(flags.hostname_override.as_deref(), hostname_file)?;
+    Ok(Loaded::Run(merge(flags, file, node_name)))
+}
+
+/// Layers defaults < file < flags. Pure: everything it needs is passed in.
+fn merge(
+    flags: flags::Flags,
+    file: Option<file::FileSettings>,
+    node_name: String,
+) -> KubeletConfig {
+    let config_file = flags.config.clone();
+    let read_only_default = if file.is_some() {
+        defaults::READ_ONLY_PORT_WITH_CONFIG_FILE
+    } else {
+        defaults::READ_ONLY_PORT
+    };
+    let file = file.unwrap_or_default();
+    // `enableServer: false` turns the authenticated server off: rkubelet says that
+    // with port 0. An explicit `--port` still wins, as every flag does.
+    let file_port = match file.enable_server {
+        Some(false) => Some(0),
+        _ => file.port,
+    };
+    let parse_ip = |s: &str| s.parse::<IpAddr>().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    KubeletConfig {
+        node_name,
+        static_pod_path: flags
+            .pod_manifest_path
+            .or(file.static_pod_path)
+            .filter(|p| !p.as_os_str().is_empty()),
+        root_dir: flags.root_dir.unwrap_or_else(|| defaults::ROOT_DIR.into()),
+        container_runtime_endpoint: flags
+            .container_runtime_endpoint
+            .or(file.container_runtime_endpoint)
+            .unwrap_or_else(|| defaults::CONTAINER_RUNTIME_ENDPOINT.into()),
+        pod_infra_container_image: flags
+            .pod_infra_container_image
+            .unwrap_or_else(|| defaults::POD_INFRA_CONTAINER_IMAGE.into()),
+        healthz_port: flags
+            .healthz_port
+            .or(file.healthz_port)
+            .unwrap_or(defaults::HEALTHZ_PORT),
+        healthz_bind_address: flags
+            .healthz_bind_address
+            .or(file.healthz_bind_address)
+            .unwrap_or_else(|| parse_ip(defaults::HEALTHZ_BIND_ADDRESS)),
+        read_only_port: flags
+            .read_only_port
+            .or(file.read_only_port)
+            .unwrap_or(read_only_default),
+        address: flags
+            .address
+            .or(file.address)
+            .unwrap_or_else(|| parse_ip(defaults::ADDRESS)),
+        port: flags.port.or(file_port).unwrap_or(defaults::PORT),
+        sync_frequency: flags
+            .sync_frequency
+            .or(file.sync_frequency)
+            .unwrap_or(defaults::SYNC_FREQUENCY),
+        file_check_frequency: flags
+            .file_check_frequency
+            .or(file.file_check_frequency)
+            .unwrap_or(defaults::FILE_CHECK_FREQUENCY),
+        verbosity: flags.verbosity.or(file.verbosity),
+        config_file,
+        unsupported_fields: file.unsupported,
+    }
+}
+
+/// `--hostname-override`, else the kernel's host name; trimmed and lowercased, as
+/// upstream's `nodeutil.GetHostname`.
+fn node_name(hostname_override: Option<&str>, hostname_file: &Path) -> Result<String, ConfigError> {
+    let given = hostname_override
+        .map(|h| h.trim().to_lowercase())
+        .unwrap_or_default();
+    if !given.is_empty() {
+        return Ok(given);
+    }
+    let host = std::fs::read_to_string(hostname_file).map_err(|source| ConfigError::HostName {
+        path: hostname_file.to_path_buf(),
+        source,
+    })?;
+    let host = host.trim().to_lowercase();
+    if host.is_empty() {
+        return Err(ConfigError::EmptyNodeName);
+    }
+    Ok(host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A temporary directory of this test's own, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            let p = std::env::temp_dir().join(format!(
+                "rkubelet-config-{tag}-{}-{:?}",
+                std::process::id(),
+                std::time::SystemTime::now()
+            ));
+            std::fs::create_dir_all(&p).expect("create temp dir");
+            TempDir(p)
+        }
+
+        fn write(&self, name: &str, text: &str) -> PathBuf {
+            let p = self.0.join(name);
+            std::fs::write(&p, text).expect("write");
+            p
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        std::iter::once("rkubelet")
+            .chain(a.iter().copied())
+            .map(String::from)
+            .collect()
+    }
+
+    fn run_with(dir: &TempDir, a: &[&str]) -> Result<KubeletConfig, ConfigError> {
+        let host = dir.write("hostname", "  My-Host\n");
+        match load_with(&argv(a), &host)? {
+            Loaded::Run(c) => Ok(c),
+            other => panic!("{a:?}: {other:?}"),
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("ip")
+    }
+
+    #[test]
+    fn defaults_with_flags_only() {
+        let dir = TempDir::new("defaults");
+        let c = run_with(&dir, &[]).expect("valid");
+        assert_eq!(
+            c,
+            KubeletConfig {
+                node_name: "my-host".into(),
+                static_pod_path: None,
+                root_dir: defaults::ROOT_DIR.into(),
+                container_runtime_endpoint: defaults::CONTAINER_RUNTIME_ENDPOINT.into(),
+                pod_infra_container_image: defaults::POD_INFRA_CONTAINER_IMAGE.into(),
+                healthz_port: 10248,
+                healthz_bind_address: ip("127.0.0.1"),
+                read_only_port: 10255,
+                address: ip("0.0.0.0"),
+                port: 10250,
+                sync_frequency: Duration::from_secs(60),
+                file_check_frequency: Duration::from_secs(20),
+                verbosity: None,
+                config_file: None,
+                unsupported_fields: vec![],
+            }
+        );
+    }
+
+    #[test]
+    fn default_addresses_parse() {
+        assert!(defaults::HEALTHZ_BIND_ADDRESS.parse::<IpAddr>().is_ok());
+        assert!(defaults::ADDRESS.parse::<IpAddr>().is_ok());
+    }
+
+    #[test]
+    fn precedence_is_defaults_then_file_then_flags() {
+        let dir = TempDir::new("precedence");
+        let cfg = dir.write(
+            "config.yaml",
+            &format!(
+                "{HEAD}staticPodPath: /from/file\nhealthzPort: 1111\nsyncFrequency: 2m\n\
+                 fileCheckFrequency: 5s\naddress: 10.0.0.1\nport: 2222\nreadOnlyPort: 3333\n\
+                 healthzBindAddress: 10.0.0.2\ncontainerRuntimeEndpoint: unix:///file.sock\n\
+                 logging: {{verbosity: 2}}\n"
+            ),
+        );
+        let cfg = cfg.to_str().expect("utf-8 path");
+        // (flags, check) rows: each flag overrides its file value; the others keep it.
+        type Check = fn(&KubeletConfig);
+        let rows: &[(&[&str], Check)] = &[
+            (&[], |c| {
+                assert_eq!(c.static_pod_path, Some("/from/file".into()));
+                assert_eq!(c.healthz_port, 1111);
+                assert_eq!(c.sync_frequency, Duration::from_secs(120));
+                assert_eq!(c.file_check_frequency, Duration::from_secs(5));
+                assert_eq!(c.address, ip("10.0.0.1"));
+                assert_eq!(c.port, 2222);
+                assert_eq!(c.read_only_port, 3333);
+                assert_eq!(c.healthz_bind_address, ip("10.0.0.2"));
+                assert_eq!(c.container_runtime_endpoint, "unix:///file.sock");
+                assert_eq!(c.verbosity, Some(2));
+            }),
+            (&["--pod-manifest-path=/from/flag"], |c| {
+                assert_eq!(c.static_pod_path, Some("/from/flag".into()));
+                assert_eq!(c.healthz_port, 1111);
+            }),
+            (&["--pod-manifest-path="], |c| {
+                assert_eq!(c.static_pod_path, None)
+            }),
+            (&["--healthz-port=0"], |c| assert_eq!(c.healthz_port, 0)),
+            (&["--sync-frequency=10s"], |c| {
+                assert_eq!(c.sync_frequency, Duration::from_secs(10))
+            }),
+            (&["--file-check-frequency", "1s"], |c| {
+                assert_eq!(c.file_check_frequency, Duration::from_secs(1))
+            }),
+            (&["--address=127.0.0.1"], |c| {
+                assert_eq!(c.address, ip("127.0.0.1"))
+            }),
+            (&["--port=0"], |c| assert_eq!(c.port, 0)),
+            (&["--read-only-port=0"], |c| assert_eq!(c.read_only_port, 0)),
+            (&["--healthz-bind-address=::1"], |c| {
+                assert_eq!(c.healthz_bind_address, ip("::1"))
+            }),
+            (&["--container-runtime-endpoint=unix:///flag.sock"], |c| {
+                assert_eq!(c.container_runtime_endpoint, "unix:///flag.sock")
+            }),
+            (&["-v", "7"], |c| assert_eq!(c.verbosity, Some(7))),
+            (&["--hostname-override=  Node-A "], |c| {
+                assert_eq!(c.node_name, "node-a")
+            }),
+            (&["--hostname-override="], |c| {
+                assert_eq!(c.node_name, "my-host")
+            }),
+        ];
+        for (flags, check) in rows {
+            let mut a = vec!["--config", cfg];
+            a.extend_from_slice(flags);
+            let c = run_with(&dir, &a).unwrap_or_else(|e| panic!("{flags:?}: {e}"));
+            assert_eq!(c.config_file.as_deref(), Some(Path::new(cfg)));
+            check(&c);
+        }
+        // Flags are layered over the file wherever they appear on the command line.
+        let c = run_with(&dir, &["--port=1", "--config", cfg]).expect("valid");
+        assert_eq!(c.port, 1);
+    }
+
+    #[test]
+    fn read_only_port_defaults_to_0_with_a_config_file_and_10255_without() {
+        let dir = TempDir::new("readonly");
+        let cfg = dir.write("c.yaml", HEAD);
+        let cfg = cfg.to_str().expect("utf-8 path");
+        assert_eq!(run_with(&dir, &[]).expect("valid").read_only_port, 10255);
+        assert_eq!(
+            run_with(&dir, &["--config", cfg])
+                .expect("valid")
+                .read_only_port,
+            0
+        );
+        let c = run_with(&dir, &["--config", cfg, "--read-only-port=10255"]).expect("valid");
+        assert_eq!(c.read_only_port, 10255);
+        // Everything else keeps the flag defaults.
+        let c = run_with(&dir, &["--config", cfg]).expect("valid");
+        assert_eq!(c.port, 10250);
+        assert_eq!(c.healthz_port, 10248);
+    }
+
+    #[test]
+    fn enable_server_false_turns_the_kubelet_port_off_unless_a_flag_sets_it() {
+        let dir = TempDir::new("enableserver");
+        let cfg = dir.write(
+            "c.yaml",
+            &format!("{HEAD}enableServer: false\nport: 10250\n"),
+        );
+        let cfg = cfg.to_str().expect("utf-8 path");
+        assert_eq!(run_with(&dir, &["--config", cfg]).expect("valid").port, 0);
+        assert_eq!(
+            run_with(&dir, &["--config", cfg, "--port=10250"])
+                .expect("valid")
+                .port,
+            10250
+        );
+    }
+
+    #[test]
+    fn unsupported_fields_are_reported() {
+        let dir = TempDir::new("unsupported");
+        let cfg = dir.write(
+            "c.yaml",
+            &format!(
+                "{HEAD}authentication:\n  anonymous: {{enabled: false}}\ncgroupDriver: systemd\n"
+            ),
+        );
+        let c = run_with(&dir, &["--config", cfg.to_str().expect("utf-8")]).expect("valid");
+        assert_eq!(c.unsupported_fields, vec!["authentication", "cgroupDriver"]);
+        c.log_unsupported_fields();
+    }
+
+    #[test]
+    fn help_and_version_read_no_file() {
+        let dir = TempDir::new("help");
+        let host = dir.0.join("hostname");
+        let missing = ["--config", "/nonexistent/rkubelet.yaml"];
+        let mut a = missing.to_vec();
+        a.push("--help");
+        assert!(
+            matches!(load_with(&argv(&a), &host), Ok(Loaded::Help(h)) if h.contains("--config"))
+        );
+        let mut a = missing.to_vec();
+        a.push("--version");
+        assert!(matches!(
+            load_with(&argv(&a), &host),
+            Ok(Loaded::Version(_))
+        ));
+    }
+
+    #[test]
+    fn errors_are_one_line_and_name_the_culprit() {
+        let dir = TempDir::new("errors");
+        let bad = dir.write("bad.yaml", &format!("{HEAD}fooBar: 1\n"));
+        let bad = bad.to_str().expect("utf-8");
+        let missing = dir.0.join("missing.yaml");
+        let missing = missing.to_str().expect("utf-8");
+        let cases: Vec<(Vec<&str>, String)> = vec![
+            (vec!["--foo"], "unknown flag: --foo".into()),
+            (
+                vec!["--healthz-port=abc"],
+                "invalid value \"abc\" for flag --healthz-port: not a port number (0-65535)".into(),
+            ),
+            (
+                vec!["--config", bad],
+                format!("config file {bad}: unknown field \"fooBar\""),
+            ),
+            (
+                vec!["--config", missing],
+                format!(
+                    "config file {missing}: cannot read it: No such file or directory (os error 2)"
+                ),
+            ),
+        ];
+        for (a, want) in cases {
+            let e = run_with(&dir, &a).expect_err(&want);
+            let msg = crate::loops::error_chain(&e);
+            assert_eq!(msg, want);
+            assert!(!msg.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn node_name_comes_from_the_host_name_file_without_an_override() {
+        let dir = TempDir::new("nodename");
+        let empty = dir.write("empty", " \n");
+        assert!(matches!(
+            node_name(None, &empty),
+            Err(ConfigError::EmptyNodeName)
+        ));
+        let e = node_name(None, &dir.0.join("nope")).expect_err("missing file");
+        assert!(
+            e.to_string().starts_with("cannot read the host name from "),
+            "{e}"
+        );
+        assert_eq!(
+            node_name(Some("X"), &dir.0.join("nope")).expect("override"),
+            "x"
+        );
+        // The real one, on Linux.
+        assert!(!node_name(None, Path::new(defaults::HOSTNAME_FILE))
+            .expect("host")
+            .is_empty());
+    }
 }
