@@ -4,7 +4,7 @@
 //!
 //! The modules, in reading order (see ARCHITECTURE.md for the threads and invariants):
 
-pub mod loops;
 pub mod config;
-pub mod runtime;
+pub mod loops;
 pub mod podconfig;
+pub mod runtime;

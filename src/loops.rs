@@ -314,7 +314,10 @@ impl Loops {
     where
         F: FnOnce() + Send + 'static,
     {
-        debug_assert!(name.len() <= MAX_THREAD_NAME, "thread name too long: {name}");
+        debug_assert!(
+            name.len() <= MAX_THREAD_NAME,
+            "thread name too long: {name}"
+        );
         let registry = self.registry.clone();
         let owned = name.to_string();
         let h = thread::Builder::new()
@@ -421,7 +424,13 @@ mod tests {
         assert_eq!(st.last_error, None, "a good tick clears the error");
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
-        assert!(loops.registry().get("test-loop").expect("still listed").finished);
+        assert!(
+            loops
+                .registry()
+                .get("test-loop")
+                .expect("still listed")
+                .finished
+        );
     }
 
     #[test]
@@ -436,7 +445,12 @@ mod tests {
         loops
             .spawn_periodic(spec, || Ok::<(), TestError>(()))
             .expect("spawn");
-        wait_for(|| loops.registry().get("slow-loop").is_some_and(|s| s.ticks == 1));
+        wait_for(|| {
+            loops
+                .registry()
+                .get("slow-loop")
+                .is_some_and(|s| s.ticks == 1)
+        });
         let t = Instant::now();
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
@@ -488,6 +502,9 @@ mod tests {
             name: "x".into(),
             source: inner,
         };
-        assert_eq!(error_chain(&outer), "cannot spawn thread x: connection refused");
+        assert_eq!(
+            error_chain(&outer),
+            "cannot spawn thread x: connection refused"
+        );
     }
 }

@@ -87,7 +87,9 @@ impl fmt::Display for RuntimeError {
                 status,
                 message,
             } => write!(f, "{op}: runtime answered {status}: {message}"),
-            RuntimeError::Decode { op, .. } => write!(f, "{op}: cannot decode the runtime's answer"),
+            RuntimeError::Decode { op, .. } => {
+                write!(f, "{op}: cannot decode the runtime's answer")
+            }
             RuntimeError::BadEndpoint { endpoint, reason } => {
                 write!(f, "bad container runtime endpoint {endpoint:?}: {reason}")
             }
@@ -382,7 +384,10 @@ pub trait Runtime: Send + Sync + fmt::Debug {
 
     /// All containers (running or not) that carry every label in `label_filter`
     /// (`key` or `key=value`). One call, filtered by the runtime.
-    fn list_containers(&self, label_filter: &[String]) -> Result<Vec<ContainerSummary>, RuntimeError>;
+    fn list_containers(
+        &self,
+        label_filter: &[String],
+    ) -> Result<Vec<ContainerSummary>, RuntimeError>;
 
     /// One container in detail.
     fn inspect_container(&self, id: &str) -> Result<ContainerDetails, RuntimeError>;
@@ -417,7 +422,8 @@ pub trait Runtime: Send + Sync + fmt::Debug {
     fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>, RuntimeError>;
 
     /// Runs a command inside a running container and waits for it, at most `timeout`.
-    fn exec(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult, RuntimeError>;
+    fn exec(&self, id: &str, cmd: &[String], timeout: Duration)
+        -> Result<ExecResult, RuntimeError>;
 
     /// Blocks reading container events (filtered to containers with `label_filter`),
     /// calling `on_event` for each, until `on_event` returns false, the stream breaks
