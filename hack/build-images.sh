@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Builds the offline images that rkubelet's examples and integration tests use, through
+# the docker CLI. No registry is reachable from the project's machines, so the images are
+# made from local binaries and `docker import`ed. Idempotent: an image that already exists
+# is left alone, and packages are installed (with one `apt-get update`) only when missing.
+#
+#   rkubelet/busybox:1.35  Debian's static busybox, one symlink per applet
+#   rkubelet/pause:3.10    hack/pause.c compiled statically, alone in the image
+#
+# Usage: hack/build-images.sh   (as root, or as a user in the docker group with sudo for apt)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+busybox_image="rkubelet/busybox:1.35"
+pause_image="rkubelet/pause:3.10"
+
+log() { printf 'build-images: %s\n' "$*" >&2; }
+
+if ! docker version >/dev/null 2>&1; then
+	log "cannot reach the Docker engine; start it (systemctl start docker, or: setsid dockerd >/var/log/dockerd.log 2>&1 &)"
+	exit 1
+fi
+
+apt_updated=0
+# Installs Debian packages, running `apt-get update` once and only when something is missing.
+apt_install() {
+	if [ "$apt_updated" = 0 ]; then
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq
+		apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+build_busybox() {
+	if image_exists "$busybox_image"; then
+		log "$busybox_image exists"
+		return
+	fi
+	if [ ! -x /bin/busybox ]; then
+		log "installing busybox-static"
+		apt_install busybox-static
+	fi
+	local root="$work/busybox"
+	mkdir -p "$root/bin" "$root/tmp" "$root/etc" "$root/root" "$root/var/www"
+	chmod 1777 "$root/tmp"
+	cp /bin/busybox "$root/bin/busybox"
+	# One link per applet. Skip `busybox` itself, or the binary would become a link to itself.
+	local applet
+	for applet in $(/bin/busybox --list); do
+		[ "$applet" = busybox ] && continue
+		ln -sf busybox "$root/bin/$applet"
+	done
+	log "importing $busybox_image"
+	# An imported image has no PATH of its own; without one, `sh` is not found.
+	tar -C "$root" -c . | docker import \
+		-c 'ENV PATH=/usr/sbin:/usr/bin:/sbin:/bin' \
+		-c 'CMD ["/bin/sh"]' \
+		- "$busybox_image" >/dev/null
+}
+
+build_pause() {
+	if image_exists "$pause_image"; then
+		log "$pause_image exists"
+		return
+	fi
+	# A static link needs gcc and libc.a (libc6-dev); gcc prints the bare name when it
+	# cannot find the file.
+	if ! command -v gcc >/dev/null 2>&1 || [ "$(gcc -print-file-name=libc.a)" = libc.a ]; then
+		log "installing gcc and libc6-dev"
+		apt_install gcc libc6-dev
+	fi
+	local root="$work/pause"
+	mkdir -p "$root"
+	gcc -static -Os -Wall -Wextra -o "$root/pause" "$here/pause.c"
+	strip "$root/pause" 2>/dev/null || true
+	log "importing $pause_image"
+	tar -C "$root" -c . | docker import -c 'ENTRYPOINT ["/pause"]' - "$pause_image" >/dev/null
+}
+
+build_busybox
+build_pause
+log "done: $busybox_image $pause_image"

@@ -1,1 +1,0 @@
-//! The Docker implementation of [`Runtime`](super::Runtime) (placeholder).
