@@ -1,0 +1,51 @@
+# rkubelet: build, run on the bundled examples, test, lint, benchmark.
+# Everything a target needs it installs or builds itself (offline images included).
+
+CARGO      ?= cargo
+RUN_DIR    ?= $(CURDIR)/.run
+NODE_NAME  ?= $(shell cat /proc/sys/kernel/hostname | tr A-Z a-z)
+PAUSE      ?= rkubelet/pause:3.10
+BIN        := target/release/rkubelet
+
+.PHONY: all build images run test lint bench deps clean
+
+all: build
+
+build:
+	$(CARGO) build --release
+
+# The offline busybox and pause images the examples and tests use (idempotent).
+images:
+	hack/build-images.sh
+
+# Standalone kubelet on examples/manifests, state under .run/. Ctrl-C stops it and
+# leaves the pods running; `make run` again adopts them.
+run: build images
+	mkdir -p $(RUN_DIR)
+	$(BIN) --pod-manifest-path=$(CURDIR)/examples/manifests \
+		--root-dir=$(RUN_DIR) \
+		--hostname-override=$(NODE_NAME) \
+		--pod-infra-container-image=$(PAUSE)
+
+# Unit tests and integration tests against the real Docker engine.
+test: images
+	$(CARGO) build --release
+	$(CARGO) test --all-targets
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+# Start latency, RSS, threads and idle CPU against the raw Docker API (a program, not a test).
+bench: build images
+	$(CARGO) bench --bench startup
+
+# Size of the dependency tree, and proof that no async runtime is in it.
+deps:
+	@$(CARGO) tree -e normal --prefix none | sort -u | wc -l | xargs echo "crates in the tree:"
+	@! $(CARGO) tree -e normal --prefix none | grep -E '^(tokio|async-std|smol|async-executor|futures-executor|hyper) ' \
+		|| (echo "an async runtime is in the dependency tree" && false)
+
+clean:
+	$(CARGO) clean
+	rm -rf $(RUN_DIR)

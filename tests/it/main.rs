@@ -1,0 +1,6 @@
+//! rkubelet's integration tests against the real Docker engine. One binary; each test
+//! is isolated (its own node name, root dir, manifest dir, ports and containers) and
+//! cleans up after itself, so they run in parallel.
+
+mod util;
+mod kubelet;

@@ -1,0 +1,309 @@
+//! Helpers for the integration tests: a real rkubelet process per test (its own node
+//! name, root dir, manifest dir and ports), the real Docker engine to check what it did,
+//! polling with deadlines, and cleanup that runs even when an assertion fails.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use rkubelet::runtime::docker::Docker;
+use rkubelet::runtime::{ContainerState, ContainerSummary, Runtime};
+
+/// The images `make images` (hack/build-images.sh) builds.
+pub const BUSYBOX: &str = "rkubelet/busybox:1.35";
+/// The sandbox image.
+pub const PAUSE: &str = "rkubelet/pause:3.10";
+/// The Docker socket the tests use.
+pub const DOCKER_SOCK: &str = "/var/run/docker.sock";
+
+/// Generous: the tests run in parallel on a loaded 2-core machine.
+pub const LONG: Duration = Duration::from_secs(90);
+
+/// Polls `cond` until it returns Some or `timeout` passes; panics with `what` then.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + timeout;
+    loop {
+        if let Some(v) = cond() {
+            return v;
+        }
+        assert!(Instant::now() < until, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A Docker client for checking, after making sure the engine and images are there.
+pub fn docker() -> Docker {
+    let d = Docker::connect(&format!("unix://{DOCKER_SOCK}")).expect("docker endpoint");
+    if let Err(e) = d.version() {
+        panic!(
+            "cannot reach the Docker engine at {DOCKER_SOCK} ({e}); start it \
+             (systemctl start docker, or: setsid dockerd >/var/log/dockerd.log 2>&1 &)"
+        );
+    }
+    for img in [BUSYBOX, PAUSE] {
+        let present = d.inspect_image(img).expect("inspect image").is_some();
+        assert!(present, "image {img} is missing: run `make images` (hack/build-images.sh)");
+    }
+    d
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A unique, DNS-safe name for this test process and call.
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// One test's world: a node name, a root dir, a manifest dir, ports; and the rkubelet
+/// process while it runs. Dropping it kills the process and removes every container
+/// of the node and the directories.
+pub struct Node {
+    /// The node name (`--hostname-override`), unique per test.
+    pub name: String,
+    /// Scratch directory holding `root/` and `manifests/`.
+    pub dir: PathBuf,
+    /// `--healthz-port`.
+    pub healthz_port: u16,
+    /// `--read-only-port`.
+    pub ro_port: u16,
+    /// The runtime endpoint rkubelet is given.
+    pub endpoint: String,
+    /// The running process.
+    pub child: Option<Child>,
+    /// Docker, for checks.
+    pub docker: Docker,
+}
+
+impl Node {
+    /// A new world (nothing started yet).
+    pub fn new(prefix: &str) -> Node {
+        let docker = docker();
+        let name = unique(prefix);
+        let dir = std::env::temp_dir().join(format!("rkubelet-it-{name}"));
+        std::fs::create_dir_all(dir.join("manifests")).expect("manifest dir");
+        Node {
+            name,
+            dir,
+            healthz_port: free_port(),
+            ro_port: free_port(),
+            endpoint: format!("unix://{DOCKER_SOCK}"),
+            child: None,
+            docker,
+        }
+    }
+
+    /// The manifest directory.
+    pub fn manifests(&self) -> PathBuf {
+        self.dir.join("manifests")
+    }
+
+    /// Writes a manifest atomically (write to a dot-file, then rename), as editors and
+    /// config management do.
+    pub fn write_manifest(&self, file: &str, body: &str) {
+        let tmp = self.manifests().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, body).expect("write manifest");
+        std::fs::rename(&tmp, self.manifests().join(file)).expect("rename manifest");
+    }
+
+    /// The rkubelet command line for this node.
+    pub fn command(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rkubelet"));
+        c.arg(format!("--hostname-override={}", self.name))
+            .arg(format!("--pod-manifest-path={}", self.manifests().display()))
+            .arg(format!("--root-dir={}", self.dir.join("root").display()))
+            .arg(format!("--container-runtime-endpoint={}", self.endpoint))
+            .arg(format!("--pod-infra-container-image={PAUSE}"))
+            .arg(format!("--healthz-port={}", self.healthz_port))
+            .arg(format!("--read-only-port={}", self.ro_port))
+            .arg("--address=127.0.0.1")
+            .arg("--port=0")
+            .arg("--v=2")
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.dir.join("rkubelet.log"))
+                    .expect("log file"),
+            ));
+        c
+    }
+
+    /// Starts rkubelet and waits until its healthz port answers.
+    pub fn start(&mut self, extra: &[&str]) {
+        let child = self.command(extra).spawn().expect("spawn rkubelet");
+        self.child = Some(child);
+        let port = self.healthz_port;
+        wait_for("the healthz port to answer", LONG, || {
+            http_get(port, "/healthz/ping").ok().map(|_| ())
+        });
+    }
+
+    /// The PID of the running rkubelet.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).expect("running")
+    }
+
+    /// Sends a signal to rkubelet.
+    pub fn signal(&self, sig: i32) {
+        let pid = i32::try_from(self.pid()).expect("pid");
+        // SAFETY: kill(2) on a PID we spawned and have not reaped.
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(rc, 0, "kill({pid}, {sig})");
+    }
+
+    /// Waits for the process to exit; returns its exit code and how long it took.
+    pub fn wait_exit(&mut self, timeout: Duration) -> (Option<i32>, Duration) {
+        let started = Instant::now();
+        let mut child = self.child.take().expect("running");
+        let status = wait_for("rkubelet to exit", timeout, || child.try_wait().ok().flatten());
+        (status.code(), started.elapsed())
+    }
+
+    /// Kills rkubelet with SIGKILL and reaps it.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// This node's containers (sandboxes included), as Docker lists them.
+    pub fn containers(&self) -> Vec<ContainerSummary> {
+        self.docker
+            .list_containers(&[format!("io.rkubelet.node={}", self.name)])
+            .expect("list containers")
+    }
+
+    /// This node's containers with the given `io.kubernetes.container.name`.
+    pub fn containers_named(&self, container: &str) -> Vec<ContainerSummary> {
+        self.containers()
+            .into_iter()
+            .filter(|c| label(c, "io.kubernetes.container.name") == container)
+            .collect()
+    }
+
+    /// Running containers by `pod/container` name → IDs.
+    pub fn running(&self) -> BTreeMap<String, Vec<String>> {
+        let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for c in self.containers() {
+            if c.state == ContainerState::Running {
+                let key = format!(
+                    "{}/{}",
+                    label(&c, "io.kubernetes.pod.name"),
+                    label(&c, "io.kubernetes.container.name")
+                );
+                m.entry(key).or_default().push(c.id.clone());
+            }
+        }
+        m
+    }
+
+    /// GET on the read-only port.
+    pub fn ro_get(&self, path: &str) -> (u16, String) {
+        http_get(self.ro_port, path).expect("read-only port answers")
+    }
+
+    /// GET on the healthz port.
+    pub fn healthz_get(&self, path: &str) -> (u16, String) {
+        http_get(self.healthz_port, path).expect("healthz port answers")
+    }
+
+    /// `/pods` parsed.
+    pub fn pods(&self) -> serde_json::Value {
+        let (code, body) = self.ro_get("/pods");
+        assert_eq!(code, 200, "/pods: {body}");
+        serde_json::from_str(&body).expect("/pods is JSON")
+    }
+
+    /// rkubelet's log so far (for assertion messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("rkubelet.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+        for c in self.containers() {
+            let _ = self.docker.remove_container(&c.id);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A label's value ("" if absent).
+pub fn label<'a>(c: &'a ContainerSummary, key: &str) -> &'a str {
+    c.labels.get(key).map(String::as_str).unwrap_or_default()
+}
+
+/// A minimal HTTP/1.0 GET on 127.0.0.1 (tests only): (status, body).
+pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw.as_str(), ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((code, body.to_string()))
+}
+
+/// The network namespace of a process (`net:[4026…]`).
+pub fn netns(pid: u32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/net"))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// The names of a process's threads, from /proc.
+pub fn thread_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
+                .map(|s| s.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A simple pod manifest with busybox containers running `cmds` (name, shell command).
+pub fn pod_yaml(name: &str, grace: u32, containers: &[(&str, &str)]) -> String {
+    let mut y = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: {grace}\n  containers:\n"
+    );
+    for (c, cmd) in containers {
+        y.push_str(&format!(
+            "  - name: {c}\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {cmd:?}]\n"
+        ));
+    }
+    y
+}
+
+/// A shell loop that exits at once on SIGTERM (a busybox shell as PID 1 ignores it).
+pub const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done";
