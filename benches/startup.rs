@@ -1,0 +1,302 @@
+//! `make bench`: pod start latency of rkubelet next to the raw Docker Engine API, and
+//! rkubelet's idle cost with 30 pods. A program (harness = false), not a timed test.
+//!
+//! - Start latency: a manifest is written (atomically) into the watched directory at
+//!   t0; the figure is the time until Docker reports every container of the pod(s)
+//!   running (sandbox + 2 app containers per pod), polled every 5 ms. The baseline,
+//!   measured in the same run, creates and starts the same containers (pause sandbox
+//!   with a shareable IPC namespace, two busybox containers joined to it) directly
+//!   through the Engine API, sequentially, polled the same way. The ratio is the figure.
+//! - Idle: with 30 pods running, RSS and thread count from /proc, and CPU% of one core
+//!   over 30 s from utime+stime.
+//!
+//! Targets (issue 2): ratio ≤ 1.25 for one pod, RSS ≤ 15 MiB, idle CPU ≤ 1 %.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rkubelet::runtime::docker::Docker;
+use rkubelet::runtime::{ContainerConfig, ContainerState, NamespaceMode, Runtime};
+
+const BUSYBOX: &str = "rkubelet/busybox:1.35";
+const PAUSE: &str = "rkubelet/pause:3.10";
+const RUNS_ONE_POD: usize = 7;
+const MANY: usize = 30;
+const IDLE_WINDOW: Duration = Duration::from_secs(30);
+const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done";
+
+fn main() {
+    // `cargo bench` passes --bench; nothing to parse.
+    let docker = Docker::connect("unix:///var/run/docker.sock").expect("endpoint");
+    if let Err(e) = docker.version() {
+        eprintln!("cannot reach Docker: {e}; start it first");
+        std::process::exit(1);
+    }
+    for img in [BUSYBOX, PAUSE] {
+        if docker.inspect_image(img).ok().flatten().is_none() {
+            eprintln!("image {img} missing: run `make images`");
+            std::process::exit(1);
+        }
+    }
+    let tag = format!("bench-{}", std::process::id());
+
+    // Baseline: raw Engine API.
+    let mut raw_one = Vec::new();
+    for i in 0..RUNS_ONE_POD {
+        raw_one.push(raw_pods(&docker, &format!("{tag}-raw{i}"), 1));
+    }
+    let raw_many = raw_pods(&docker, &format!("{tag}-rawmany"), MANY);
+
+    // rkubelet.
+    let dir = std::env::temp_dir().join(format!("rkubelet-{tag}"));
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests).expect("dir");
+    let node = format!("{tag}-node");
+    let mut kubelet = Kubelet::start(&dir, &node);
+
+    let mut rk_one = Vec::new();
+    for i in 0..RUNS_ONE_POD {
+        let name = format!("one{i}");
+        let t0 = Instant::now();
+        write_manifest(&manifests, &format!("{name}.yaml"), &pod_yaml(&name));
+        wait_running(&docker, &node, 3, t0);
+        rk_one.push(t0.elapsed());
+        std::fs::remove_file(manifests.join(format!("{name}.yaml"))).expect("rm");
+        wait_gone(&docker, &node);
+    }
+
+    let t0 = Instant::now();
+    for i in 0..MANY {
+        let name = format!("many{i}");
+        write_manifest(&manifests, &format!("{name}.yaml"), &pod_yaml(&name));
+    }
+    wait_running(&docker, &node, 3 * MANY, t0);
+    let rk_many = t0.elapsed();
+
+    // Idle with 30 pods.
+    std::thread::sleep(Duration::from_secs(5));
+    let pid = kubelet.child.id();
+    let (rss_kib, threads) = proc_status(pid);
+    let cpu0 = cpu_ticks(pid);
+    let w0 = Instant::now();
+    std::thread::sleep(IDLE_WINDOW);
+    let cpu1 = cpu_ticks(pid);
+    let secs = w0.elapsed().as_secs_f64();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let cpu_pct = (cpu1 - cpu0) as f64 / hz / secs * 100.0;
+    let (rss_after_kib, _) = proc_status(pid);
+
+    kubelet.stop();
+    for c in docker
+        .list_containers(&[format!("io.rkubelet.node={node}")])
+        .unwrap_or_default()
+    {
+        let _ = docker.remove_container(&c.id);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let med = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let raw1 = med(&mut raw_one);
+    let rk1 = med(&mut rk_one);
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let ratio1 = ms(rk1) / ms(raw1);
+    let ratio_many = ms(rk_many) / ms(raw_many);
+    println!();
+    println!("rkubelet start-up benchmark ({RUNS_ONE_POD} runs for one pod, median; {MANY} pods once)");
+    println!("| figure | rkubelet | raw Docker API | ratio | target |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| 1 pod (sandbox + 2 containers) running | {:.0} ms | {:.0} ms | {:.2} | ≤ 1.25 {} |",
+        ms(rk1),
+        ms(raw1),
+        ratio1,
+        verdict(ratio1 <= 1.25)
+    );
+    println!(
+        "| {MANY} pods ({} containers) running | {:.0} ms | {:.0} ms | {:.2} | — |",
+        3 * MANY,
+        ms(rk_many),
+        ms(raw_many),
+        ratio_many
+    );
+    println!(
+        "| RSS idle, {MANY} pods | {:.1} MiB (after 30 s: {:.1} MiB) | | | ≤ 15 MiB {} |",
+        rss_kib as f64 / 1024.0,
+        rss_after_kib as f64 / 1024.0,
+        verdict(rss_after_kib as f64 / 1024.0 <= 15.0)
+    );
+    println!("| threads, {MANY} pods | {threads} | | | |");
+    println!(
+        "| CPU idle over {}s, {MANY} pods | {:.2} % of a core | | | ≤ 1 % {} |",
+        IDLE_WINDOW.as_secs(),
+        cpu_pct,
+        verdict(cpu_pct <= 1.0)
+    );
+    println!(
+        "one-pod runs, ms: rkubelet {:?}; raw {:?}",
+        rk_one.iter().map(|d| ms(*d).round()).collect::<Vec<_>>(),
+        raw_one.iter().map(|d| ms(*d).round()).collect::<Vec<_>>()
+    );
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "(met)"
+    } else {
+        "(MISSED)"
+    }
+}
+
+/// Creates and starts `n` pods' containers through the Engine API, sequentially; returns
+/// the time until Docker reports them all running. Removes them afterwards.
+fn raw_pods(docker: &Docker, tag: &str, n: usize) -> Duration {
+    let mut labels = BTreeMap::new();
+    labels.insert("rkubelet.bench".to_string(), tag.to_string());
+    let t0 = Instant::now();
+    for p in 0..n {
+        let sandbox = docker
+            .create_container(&ContainerConfig {
+                name: format!("{tag}-p{p}-pause"),
+                image: PAUSE.into(),
+                labels: labels.clone(),
+                hostname: format!("p{p}"),
+                network: Some(NamespaceMode::Private),
+                ipc: Some(NamespaceMode::Shareable),
+                ..Default::default()
+            })
+            .expect("create sandbox");
+        docker.start_container(&sandbox).expect("start sandbox");
+        for c in 0..2 {
+            let joined = NamespaceMode::Container(sandbox.clone());
+            let id = docker
+                .create_container(&ContainerConfig {
+                    name: format!("{tag}-p{p}-c{c}"),
+                    image: BUSYBOX.into(),
+                    entrypoint: Some(vec!["sh".into(), "-c".into()]),
+                    cmd: Some(vec![SLEEPER.into()]),
+                    labels: labels.clone(),
+                    network: Some(joined.clone()),
+                    ipc: Some(joined),
+                    ..Default::default()
+                })
+                .expect("create container");
+            docker.start_container(&id).expect("start container");
+        }
+    }
+    let filter = [format!("rkubelet.bench={tag}")];
+    poll(|| {
+        docker
+            .list_containers(&filter)
+            .map(|l| l.iter().filter(|c| c.state == ContainerState::Running).count() == 3 * n)
+            .unwrap_or(false)
+    });
+    let took = t0.elapsed();
+    for c in docker.list_containers(&filter).unwrap_or_default() {
+        let _ = docker.stop_container(&c.id, Duration::from_secs(2));
+        let _ = docker.remove_container(&c.id);
+    }
+    took
+}
+
+fn poll(mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(300);
+    while !done() {
+        assert!(Instant::now() < until, "benchmark condition not met in 300 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn wait_running(docker: &Docker, node: &str, n: usize, _t0: Instant) {
+    let filter = [format!("io.rkubelet.node={node}")];
+    poll(|| {
+        docker
+            .list_containers(&filter)
+            .map(|l| l.iter().filter(|c| c.state == ContainerState::Running).count() >= n)
+            .unwrap_or(false)
+    });
+}
+
+fn wait_gone(docker: &Docker, node: &str) {
+    let filter = [format!("io.rkubelet.node={node}")];
+    poll(|| docker.list_containers(&filter).map(|l| l.is_empty()).unwrap_or(false));
+}
+
+fn pod_yaml(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: a\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {SLEEPER:?}]\n  - name: b\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {SLEEPER:?}]\n"
+    )
+}
+
+fn write_manifest(dir: &Path, file: &str, body: &str) {
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, body).expect("write");
+    std::fs::rename(&tmp, dir.join(file)).expect("rename");
+}
+
+struct Kubelet {
+    child: Child,
+}
+
+impl Kubelet {
+    fn start(dir: &Path, node: &str) -> Kubelet {
+        let port = |l: std::net::TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
+        let hz = port(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
+        let ro = port(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
+        let log: PathBuf = dir.join("rkubelet.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+            .arg(format!("--hostname-override={node}"))
+            .arg(format!("--pod-manifest-path={}", dir.join("manifests").display()))
+            .arg(format!("--root-dir={}", dir.join("root").display()))
+            .arg(format!("--pod-infra-container-image={PAUSE}"))
+            .arg(format!("--healthz-port={hz}"))
+            .arg(format!("--read-only-port={ro}"))
+            .arg("--address=127.0.0.1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))
+            .spawn()
+            .expect("spawn rkubelet");
+        poll(|| {
+            std::net::TcpStream::connect(("127.0.0.1", hz)).is_ok()
+        });
+        // Let the first relist and the empty first snapshot happen.
+        std::thread::sleep(Duration::from_secs(2));
+        Kubelet { child }
+    }
+
+    fn stop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// (VmRSS in KiB, Threads) from /proc/<pid>/status.
+fn proc_status(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("Threads:"))
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may contain spaces) start after the last ')'.
+    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after ')'.
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    get(11) + get(12)
+}
