@@ -108,7 +108,9 @@ fn main() {
     let ratio1 = ms(rk1) / ms(raw1);
     let ratio_many = ms(rk_many) / ms(raw_many);
     println!();
-    println!("rkubelet start-up benchmark ({RUNS_ONE_POD} runs for one pod, median; {MANY} pods once)");
+    println!(
+        "rkubelet start-up benchmark ({RUNS_ONE_POD} runs for one pod, median; {MANY} pods once)"
+    );
     println!("| figure | rkubelet | raw Docker API | ratio | target |");
     println!("|---|---|---|---|---|");
     println!(
@@ -193,7 +195,12 @@ fn raw_pods(docker: &Docker, tag: &str, n: usize) -> Duration {
     poll(|| {
         docker
             .list_containers(&filter)
-            .map(|l| l.iter().filter(|c| c.state == ContainerState::Running).count() == 3 * n)
+            .map(|l| {
+                l.iter()
+                    .filter(|c| c.state == ContainerState::Running)
+                    .count()
+                    == 3 * n
+            })
             .unwrap_or(false)
     });
     let took = t0.elapsed();
@@ -207,7 +214,10 @@ fn raw_pods(docker: &Docker, tag: &str, n: usize) -> Duration {
 fn poll(mut done: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(300);
     while !done() {
-        assert!(Instant::now() < until, "benchmark condition not met in 300 s");
+        assert!(
+            Instant::now() < until,
+            "benchmark condition not met in 300 s"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -217,14 +227,24 @@ fn wait_running(docker: &Docker, node: &str, n: usize, _t0: Instant) {
     poll(|| {
         docker
             .list_containers(&filter)
-            .map(|l| l.iter().filter(|c| c.state == ContainerState::Running).count() >= n)
+            .map(|l| {
+                l.iter()
+                    .filter(|c| c.state == ContainerState::Running)
+                    .count()
+                    >= n
+            })
             .unwrap_or(false)
     });
 }
 
 fn wait_gone(docker: &Docker, node: &str) {
     let filter = [format!("io.rkubelet.node={node}")];
-    poll(|| docker.list_containers(&filter).map(|l| l.is_empty()).unwrap_or(false));
+    poll(|| {
+        docker
+            .list_containers(&filter)
+            .map(|l| l.is_empty())
+            .unwrap_or(false)
+    });
 }
 
 fn pod_yaml(name: &str) -> String {
@@ -251,7 +271,10 @@ impl Kubelet {
         let log: PathBuf = dir.join("rkubelet.log");
         let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
             .arg(format!("--hostname-override={node}"))
-            .arg(format!("--pod-manifest-path={}", dir.join("manifests").display()))
+            .arg(format!(
+                "--pod-manifest-path={}",
+                dir.join("manifests").display()
+            ))
             .arg(format!("--root-dir={}", dir.join("root").display()))
             .arg(format!("--pod-infra-container-image={PAUSE}"))
             .arg(format!("--healthz-port={hz}"))
@@ -262,9 +285,7 @@ impl Kubelet {
             .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))
             .spawn()
             .expect("spawn rkubelet");
-        poll(|| {
-            std::net::TcpStream::connect(("127.0.0.1", hz)).is_ok()
-        });
+        poll(|| std::net::TcpStream::connect(("127.0.0.1", hz)).is_ok());
         // Let the first relist and the empty first snapshot happen.
         std::thread::sleep(Duration::from_secs(2));
         Kubelet { child }

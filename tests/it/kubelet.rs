@@ -47,12 +47,25 @@ fn two_container_pod_runs_and_shares_one_network_namespace() {
     };
     let sandbox_ns = util::netns(pid("POD"));
     assert!(!sandbox_ns.is_empty());
-    assert_eq!(util::netns(pid("a")), sandbox_ns, "container a joins the sandbox's netns");
-    assert_eq!(util::netns(pid("b")), sandbox_ns, "container b joins the sandbox's netns");
+    assert_eq!(
+        util::netns(pid("a")),
+        sandbox_ns,
+        "container a joins the sandbox's netns"
+    );
+    assert_eq!(
+        util::netns(pid("b")),
+        sandbox_ns,
+        "container b joins the sandbox's netns"
+    );
 
     // Names and labels as the upstream Docker integration wrote them.
     let a = node.containers_named("a").remove(0);
-    assert!(a.name.starts_with(&format!("k8s_a_web-{}_default_", node.name)), "{}", a.name);
+    assert!(
+        a.name
+            .starts_with(&format!("k8s_a_web-{}_default_", node.name)),
+        "{}",
+        a.name
+    );
     assert!(a.name.ends_with("_0"));
     assert_eq!(label(&a, "io.kubernetes.pod.namespace"), "default");
     assert!(!label(&a, "annotation.io.kubernetes.container.hash").is_empty());
@@ -62,19 +75,39 @@ fn two_container_pod_runs_and_shares_one_network_namespace() {
         (pod_phase(&node, "web").as_deref() == Some("Running")).then(|| node.pods())
     });
     let pod = &pods["items"][0];
-    assert_eq!(pod["metadata"]["annotations"]["kubernetes.io/config.source"], "file");
-    assert!(pod["status"]["podIP"].as_str().is_some_and(|ip| !ip.is_empty()));
-    let statuses = pod["status"]["containerStatuses"].as_array().expect("statuses");
+    assert_eq!(
+        pod["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "file"
+    );
+    assert!(pod["status"]["podIP"]
+        .as_str()
+        .is_some_and(|ip| !ip.is_empty()));
+    let statuses = pod["status"]["containerStatuses"]
+        .as_array()
+        .expect("statuses");
     assert_eq!(statuses.len(), 2);
     assert!(statuses.iter().all(|s| s["ready"] == true), "{statuses:?}");
-    assert!(statuses.iter().all(|s| s["containerID"].as_str().is_some_and(|c| c.starts_with("docker://"))));
+    assert!(statuses.iter().all(|s| s["containerID"]
+        .as_str()
+        .is_some_and(|c| c.starts_with("docker://"))));
 
     // healthz tells the truth and every loop is a named thread.
     let (code, body) = node.healthz_get("/healthz");
     assert_eq!((code, body.as_str()), (200, "ok"), "{}", node.log());
     let names = util::thread_names(node.pid());
-    for want in ["sync-loop", "pleg", "src-file", "runtime-up", "pod-worker-0", "srv-healthz", "srv-readonly"] {
-        assert!(names.iter().any(|n| n == want), "thread {want} missing from {names:?}");
+    for want in [
+        "sync-loop",
+        "pleg",
+        "src-file",
+        "runtime-up",
+        "pod-worker-0",
+        "srv-healthz",
+        "srv-readonly",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "thread {want} missing from {names:?}"
+        );
     }
 }
 
@@ -82,15 +115,24 @@ fn two_container_pod_runs_and_shares_one_network_namespace() {
 fn a_bad_manifest_beside_good_ones_runs_the_good_ones_and_names_the_bad_file() {
     let mut node = Node::new("kb-bad");
     node.write_manifest("good.yaml", &pod_yaml("good", 1, &[("c", SLEEPER)]));
-    node.write_manifest("bad.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {}\nspec:\n  containers: []\n");
-    node.write_manifest("broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata: [unclosed\n");
+    node.write_manifest(
+        "bad.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {}\nspec:\n  containers: []\n",
+    );
+    node.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: [unclosed\n",
+    );
     node.start(&[]);
     wait_running(&node, &["good/c"]);
     let (code, body) = wait_for("healthz to name the bad files", LONG, || {
         let (code, body) = node.ro_get("/healthz?verbose");
         (body.contains("bad.yaml") && body.contains("broken.yaml")).then_some((code, body))
     });
-    assert_eq!(code, 200, "a bad manifest is a warning, not a kubelet failure: {body}");
+    assert_eq!(
+        code, 200,
+        "a bad manifest is a warning, not a kubelet failure: {body}"
+    );
     assert!(body.contains("document 0"), "{body}");
 
     // Fixing the bad file starts its pod; the good pod is untouched.
@@ -109,10 +151,17 @@ fn a_manifest_that_stops_parsing_keeps_its_last_good_pods() {
     let before = wait_running(&node, &["keep/c"]);
     node.write_manifest("p.yaml", "kind: Pod\napiVersion: v1\nmetadata: {name: [\n");
     wait_for("the parse error to be reported", LONG, || {
-        node.ro_get("/healthz?verbose").1.contains("p.yaml").then_some(())
+        node.ro_get("/healthz?verbose")
+            .1
+            .contains("p.yaml")
+            .then_some(())
     });
     let key = format!("keep-{}/c", node.name);
-    assert_eq!(node.running().get(&key), before.get(&key), "the pod keeps running");
+    assert_eq!(
+        node.running().get(&key),
+        before.get(&key),
+        "the pod keeps running"
+    );
 }
 
 #[test]
@@ -131,14 +180,25 @@ fn editing_a_manifest_replaces_only_the_changed_container() {
         let ch = r.get(&format!("edit-{n}/change"))?;
         (ch != &before[&format!("edit-{n}/change")]).then_some(r)
     });
-    assert_eq!(after[&format!("edit-{n}/keep")], before[&format!("edit-{n}/keep")], "unchanged container kept");
-    assert_eq!(after[&format!("edit-{n}/POD")], before[&format!("edit-{n}/POD")], "sandbox kept");
+    assert_eq!(
+        after[&format!("edit-{n}/keep")],
+        before[&format!("edit-{n}/keep")],
+        "unchanged container kept"
+    );
+    assert_eq!(
+        after[&format!("edit-{n}/POD")],
+        before[&format!("edit-{n}/POD")],
+        "sandbox kept"
+    );
     let new = node
         .containers_named("change")
         .into_iter()
         .find(|c| c.state == ContainerState::Running)
         .expect("new instance");
-    assert_eq!(label(&new, "annotation.io.kubernetes.container.restartCount"), "1");
+    assert_eq!(
+        label(&new, "annotation.io.kubernetes.container.restartCount"),
+        "1"
+    );
 }
 
 #[test]
@@ -161,7 +221,11 @@ fn removing_a_manifest_removes_its_containers() {
     wait_for("/pods to drop the removed pod", LONG, || {
         let names: Vec<String> = node.pods()["items"]
             .as_array()
-            .map(|a| a.iter().filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default();
         (!names.contains(&format!("go-{n}"))).then_some(())
     });
@@ -173,7 +237,11 @@ fn sigkill_and_restart_adopts_every_container() {
     // One container keeps crashing, so there is a restart count to keep.
     node.write_manifest(
         "adopt.yaml",
-        &pod_yaml("adopt", 1, &[("steady", SLEEPER), ("flaky", "sleep 1; exit 1")]),
+        &pod_yaml(
+            "adopt",
+            1,
+            &[("steady", SLEEPER), ("flaky", "sleep 1; exit 1")],
+        ),
     );
     node.start(&[]);
     let n = node.name.clone();
@@ -188,20 +256,33 @@ fn sigkill_and_restart_adopts_every_container() {
     let steady_before = node.running()[&format!("adopt-{n}/steady")].clone();
     node.start(&[]);
     // Give the new kubelet time to sync (its first sync adopts; a duplicate would appear now).
-    wait_for("the pod's status in /pods", LONG, || pod_phase(&node, "adopt"));
+    wait_for("the pod's status in /pods", LONG, || {
+        pod_phase(&node, "adopt")
+    });
     let settle = Instant::now() + Duration::from_secs(3);
     while Instant::now() < settle {
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(node.running()[&format!("adopt-{n}/steady")], steady_before, "steady not restarted");
+    assert_eq!(
+        node.running()[&format!("adopt-{n}/steady")],
+        steady_before,
+        "steady not restarted"
+    );
     let sandboxes = node.containers_named("POD");
     assert_eq!(sandboxes.len(), 1, "no second sandbox: {sandboxes:?}");
     // Every container present now either existed before or is a flaky restart with a
     // restart count above the one before the kill.
     for c in node.containers() {
         if !ids_before.contains(&c.id) {
-            assert_eq!(label(&c, "io.kubernetes.container.name"), "flaky", "unexpected new container {}", c.name);
-            let rc: u32 = label(&c, "annotation.io.kubernetes.container.restartCount").parse().expect("rc");
+            assert_eq!(
+                label(&c, "io.kubernetes.container.name"),
+                "flaky",
+                "unexpected new container {}",
+                c.name
+            );
+            let rc: u32 = label(&c, "annotation.io.kubernetes.container.restartCount")
+                .parse()
+                .expect("rc");
             assert!(rc >= 2, "restart count continues after adoption, got {rc}");
         }
     }
@@ -223,7 +304,11 @@ fn sigterm_stops_the_kubelet_quickly_and_leaves_pods_running() {
     let (code, took) = node.wait_exit(Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", node.log());
     assert!(took < Duration::from_secs(2), "exit took {took:?}");
-    assert_eq!(node.running(), before, "pods untouched by the kubelet's exit");
+    assert_eq!(
+        node.running(),
+        before,
+        "pods untouched by the kubelet's exit"
+    );
 }
 
 #[test]
@@ -247,7 +332,12 @@ fn runtime_socket_absent_at_start_then_present() {
     wait_for("healthz to turn ok", LONG, || {
         (node.healthz_get("/healthz") == (200, "ok".to_string())).then_some(())
     });
-    assert!(node.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none()), "still running");
+    assert!(
+        node.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none()),
+        "still running"
+    );
 }
 
 #[test]
@@ -270,7 +360,11 @@ fn bad_flags_and_config_exit_2_with_one_line() {
         (vec!["--healthz-port=notaport"], "--healthz-port"),
         (vec!["--no-such-flag"], "--no-such-flag"),
     ] {
-        let out = node.command(&args).stderr(std::process::Stdio::piped()).output().expect("run");
+        let out = node
+            .command(&args)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");

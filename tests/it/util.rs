@@ -30,7 +30,10 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut cond: impl FnMut() -> Opti
         if let Some(v) = cond() {
             return v;
         }
-        assert!(Instant::now() < until, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < until,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -46,7 +49,10 @@ pub fn docker() -> Docker {
     }
     for img in [BUSYBOX, PAUSE] {
         let present = d.inspect_image(img).expect("inspect image").is_some();
-        assert!(present, "image {img} is missing: run `make images` (hack/build-images.sh)");
+        assert!(
+            present,
+            "image {img} is missing: run `make images` (hack/build-images.sh)"
+        );
     }
     d
 }
@@ -125,7 +131,10 @@ impl Node {
     pub fn command(&self, extra: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_rkubelet"));
         c.arg(format!("--hostname-override={}", self.name))
-            .arg(format!("--pod-manifest-path={}", self.manifests().display()))
+            .arg(format!(
+                "--pod-manifest-path={}",
+                self.manifests().display()
+            ))
             .arg(format!("--root-dir={}", self.dir.join("root").display()))
             .arg(format!("--container-runtime-endpoint={}", self.endpoint))
             .arg(format!("--pod-infra-container-image={PAUSE}"))
@@ -174,7 +183,9 @@ impl Node {
     pub fn wait_exit(&mut self, timeout: Duration) -> (Option<i32>, Duration) {
         let started = Instant::now();
         let mut child = self.child.take().expect("running");
-        let status = wait_for("rkubelet to exit", timeout, || child.try_wait().ok().flatten());
+        let status = wait_for("rkubelet to exit", timeout, || {
+            child.try_wait().ok().flatten()
+        });
         (status.code(), started.elapsed())
     }
 
