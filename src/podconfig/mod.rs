@@ -6,6 +6,7 @@
 //! snapshot ("all sources ready"). Mirrors `pkg/kubelet/config/config.go`.
 
 pub mod file;
+pub mod manifest;
 
 use k8s_openapi::api::core::v1::Pod;
 
