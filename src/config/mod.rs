@@ -8,7 +8,7 @@
 //! One default depends on the style, as upstream's does (`applyLegacyDefaults` against
 //! the v1beta1 defaults): the read-only port is 10255 when only flags are used and 0
 //! (disabled) when a config file is given. The parts: [`flags`] reads the command line,
-//! [`file`] the `KubeletConfiguration`, [`duration`] Go durations; [`load`] layers them.
+//! [`mod@file`] the `KubeletConfiguration`, [`duration`] Go durations; [`load`] layers them.
 
 pub mod duration;
 pub mod file;
@@ -359,11 +359,10 @@ mod tests {
 
     impl TempDir {
         fn new(tag: &str) -> Self {
-            let p = std::env::temp_dir().join(format!(
-                "rkubelet-config-{tag}-{}-{:?}",
-                std::process::id(),
-                std::time::SystemTime::now()
-            ));
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let p = std::env::temp_dir()
+                .join(format!("rkubelet-config-{tag}-{}-{n}", std::process::id()));
             std::fs::create_dir_all(&p).expect("create temp dir");
             TempDir(p)
         }

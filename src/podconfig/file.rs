@@ -1,12 +1,924 @@
-//! The file source (placeholder).
+//! The file source: static pods from `staticPodPath`, a directory of manifests or one
+//! manifest file, as upstream's `pkg/kubelet/config/file.go` (+ `file_linux.go`).
+//!
+//! Two threads. `src-file` is a periodic loop whose tick ([`FileSource::tick`]) re-reads
+//! every manifest and sends one full snapshot ([`SourceUpdate`], upstream's `SET`) of
+//! all their pods, every `fileCheckFrequency`. `src-file-watch` holds an inotify watch
+//! on the directory and wakes `src-file` as soon as something in it changes, so an edit
+//! is picked up well within a second; the periodic re-list covers anything a watch can
+//! miss.
+//!
+//! Directory rules: not recursive (subdirectories are skipped), names starting with `.`
+//! are skipped (editors' swap files, `kubectl`'s temporaries), only `*.yaml`, `*.yml`
+//! and `*.json` are read, in name order. A path given as one file is read whatever its
+//! name. Decoding and defaulting live in [`super::manifest`].
+//!
+//! A manifest that stops parsing keeps the pods it last had (a half-written file must
+//! not stop a running static pod); its error is returned by the tick, so the loop
+//! registry shows it until the file is fixed. A deleted manifest's pods leave the
+//! snapshot, and the merge removes them. A missing path gives an empty snapshot (the
+//! source still counts as ready), logged once.
 
-/// Placeholder until the file source lands.
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crossbeam_channel::{Sender, TrySendError};
+use k8s_openapi::api::core::v1::Pod;
+
+use super::manifest::{self, ManifestError};
+use super::{Source, SourceUpdate};
+use crate::loops::{Loops, Periodic, SpawnError};
+
+/// The file extensions read from a manifest directory.
+const MANIFEST_EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
+
+/// Why a tick of the file source is not clean. The snapshot was still sent (unless the
+/// merge is gone), holding every good pod.
+#[derive(Debug)]
+pub enum FileSourceError {
+    /// These manifests cannot be used; each keeps the pods it last had.
+    Manifests(Vec<ManifestError>),
+    /// The path exists but cannot be listed; the last pods are kept.
+    List {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The pod config merge no longer listens (shutdown).
+    Disconnected,
+}
+
+impl fmt::Display for FileSourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileSourceError::Manifests(errors) => {
+                // One line per bad file, so the registry and the log show them all.
+                for (i, e) in errors.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("\n")?;
+                    }
+                    write!(f, "{e}")?;
+                }
+                Ok(())
+            }
+            FileSourceError::List { path, source } => {
+                write!(f, "cannot list {}: {source}", path.display())
+            }
+            FileSourceError::Disconnected => f.write_str("the pod config merge is gone"),
+        }
+    }
+}
+
+impl std::error::Error for FileSourceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FileSourceError::List { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// The file source's state between ticks: the pods each manifest last gave.
+#[derive(Debug)]
+pub struct FileSource {
+    path: PathBuf,
+    node_name: String,
+    updates: Sender<SourceUpdate>,
+    /// Last good pods per manifest file; ordered by path, so by file name.
+    files: BTreeMap<PathBuf, Vec<Pod>>,
+    /// Whether "path does not exist" was logged since the path was last seen.
+    missing_logged: bool,
+}
+
+impl FileSource {
+    /// A source for `path` (a directory or one file) on node `node_name`, sending its
+    /// snapshots to `updates`.
+    pub fn new(path: PathBuf, node_name: String, updates: Sender<SourceUpdate>) -> FileSource {
+        FileSource {
+            path: trim_trailing_slash(path),
+            node_name,
+            updates,
+            files: BTreeMap::new(),
+            missing_logged: false,
+        }
+    }
+
+    /// Re-reads every manifest and sends one snapshot of all pods. Err lists every bad
+    /// manifest (the snapshot was sent all the same).
+    pub fn tick(&mut self) -> Result<(), FileSourceError> {
+        let refreshed = self.refresh();
+        let update = SourceUpdate {
+            source: Source::File,
+            pods: self.pods(),
+        };
+        self.updates
+            .send(update)
+            .map_err(|_| FileSourceError::Disconnected)?;
+        refreshed
+    }
+
+    /// Every pod of every manifest, by file name then document order.
+    pub fn pods(&self) -> Vec<Pod> {
+        self.files.values().flatten().cloned().collect()
+    }
+
+    /// Brings the per-file cache up to date with the disk.
+    fn refresh(&mut self) -> Result<(), FileSourceError> {
+        let listed = match self.list() {
+            Ok(Some(files)) => files,
+            Ok(None) => {
+                self.files.clear();
+                return Ok(());
+            }
+            Err(source) => {
+                return Err(FileSourceError::List {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        };
+        let mut errors = Vec::new();
+        let mut files = BTreeMap::new();
+        for file in listed {
+            match manifest::read_file(&file, &self.node_name) {
+                Ok(pods) => {
+                    files.insert(file, pods);
+                }
+                // Deleted between the listing and the read: gone, not broken.
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    if let Some(last_good) = self.files.remove(&file) {
+                        files.insert(file, last_good);
+                    }
+                    errors.push(e);
+                }
+            }
+        }
+        self.files = files;
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(FileSourceError::Manifests(errors))
+        }
+    }
+
+    /// The manifest files under the path, sorted; None when the path does not exist.
+    fn list(&mut self) -> io::Result<Option<Vec<PathBuf>>> {
+        let meta = match std::fs::metadata(&self.path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if !self.missing_logged {
+                    log::info!("path does not exist, ignoring path={:?}", self.path);
+                    self.missing_logged = true;
+                }
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if self.missing_logged {
+            log::info!("path exists now, reading it path={:?}", self.path);
+            self.missing_logged = false;
+        }
+        if !meta.is_dir() {
+            return Ok(Some(vec![self.path.clone()]));
+        }
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&self.path)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let path = entry.path();
+            if name.as_encoded_bytes().first() == Some(&b'.') {
+                continue;
+            }
+            // Follow symlinks: a manifest may be a link into a versioned directory.
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => {
+                    log::debug!("not recursing into manifest path path={path:?}");
+                    continue;
+                }
+                Ok(_) => {}
+                // A dangling link or a file deleted meanwhile: nothing to read.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                // Anything else shows up as that file's read error.
+                Err(_) => {}
+            }
+            if is_manifest_name(&path) {
+                files.push(path);
+            } else {
+                log::trace!("skipping non-manifest file path={path:?}");
+            }
+        }
+        files.sort();
+        Ok(Some(files))
+    }
+}
+
+fn is_manifest_name(path: &Path) -> bool {
+    path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+        MANIFEST_EXTENSIONS
+            .iter()
+            .any(|m| e.eq_ignore_ascii_case(m))
+    })
+}
+
+/// `/etc/kubernetes/manifests/` and `/etc/kubernetes/manifests` are one path (upstream
+/// trims the separator); the file names joined to it must not differ.
+fn trim_trailing_slash(path: PathBuf) -> PathBuf {
+    let s = path.as_os_str().as_encoded_bytes();
+    let trimmed = s.len() - s.iter().rev().take_while(|b| **b == b'/').count();
+    if trimmed == 0 || trimmed == s.len() {
+        return path;
+    }
+    path.components().collect()
+}
+
+/// Starts the file source: the `src-file` loop (a full re-read every `period`, or at
+/// once when woken) and, on Linux, the `src-file-watch` inotify thread that wakes it.
 pub fn start(
-    _loops: &crate::loops::Loops,
-    _path: std::path::PathBuf,
-    _node_name: String,
-    _period: std::time::Duration,
-    _updates: crossbeam_channel::Sender<super::SourceUpdate>,
-) -> Result<(), crate::loops::SpawnError> {
+    loops: &Loops,
+    path: PathBuf,
+    node_name: String,
+    period: Duration,
+    updates: Sender<SourceUpdate>,
+) -> Result<(), SpawnError> {
+    // Capacity 1: a pending wake already means "tick soon", so a full channel is fine.
+    let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
+    log::info!("adding static pod path path={path:?}");
+    let mut source = FileSource::new(path, node_name, updates);
+    let watched = source.path.clone();
+    let spec = Periodic {
+        name: "src-file".into(),
+        period,
+        wake: Some(wake_rx),
+    };
+    loops.spawn_periodic(spec, move || source.tick())?;
+    #[cfg(target_os = "linux")]
+    loops.spawn("src-file-watch", move |stop, handle| {
+        watch::run(&stop, &handle, &watched, &wake_tx)
+    })?;
+    #[cfg(not(target_os = "linux"))]
+    drop((watched, wake_tx));
     Ok(())
+}
+
+/// The `src-file-watch` thread: turns inotify events under the static pod path into
+/// wakes of `src-file` (upstream's `file_linux.go` watcher).
+#[cfg(target_os = "linux")]
+mod watch {
+    use std::ffi::OsString;
+    use std::io;
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use crossbeam_channel::Sender;
+
+    use super::poke;
+    use crate::loops::{LoopHandle, Stop};
+    use crate::podconfig::inotify::{Event, Inotify, WatchDescriptor, WATCH_MASK};
+
+    /// Upper bound of one wait, so that shutdown is seen within half a second.
+    const POLL_TIMEOUT: Duration = Duration::from_millis(500);
+    /// After an event, how long to wait for the rest of its burst (an editor's write,
+    /// close and rename), so the tick reads a finished file once rather than a
+    /// half-written one first.
+    const SETTLE: Duration = Duration::from_millis(30);
+    /// The most a burst may delay the wake.
+    const SETTLE_MAX: Duration = Duration::from_millis(200);
+    /// Upstream's watch-retry backoff: 1 s doubling to 20 s.
+    pub(super) const RETRY_MIN: Duration = Duration::from_secs(1);
+    pub(super) const RETRY_MAX: Duration = Duration::from_secs(20);
+
+    /// What is watched: the path's directory, or the directory holding the one file.
+    #[derive(Debug)]
+    enum Target {
+        Dir,
+        FileIn { name: OsString },
+    }
+
+    #[derive(Debug)]
+    struct Watch {
+        inotify: Inotify,
+        wd: WatchDescriptor,
+        target: Target,
+    }
+
+    /// What a batch of events means.
+    #[derive(Debug, Default, PartialEq)]
+    struct Verdict {
+        /// Something relevant changed: wake the source.
+        changed: bool,
+        /// The watch is gone (the directory was deleted or moved): set it up again.
+        lost: bool,
+    }
+
+    /// Runs until shutdown or until the source loop is gone.
+    pub(super) fn run(stop: &Stop, handle: &LoopHandle, path: &Path, wake: &Sender<()>) {
+        let mut backoff = RETRY_MIN;
+        let mut watch: Option<Watch> = None;
+        while !stop.is_stopped() {
+            let Some(w) = &watch else {
+                let began = handle.begin_tick();
+                match establish(path) {
+                    Ok(w) => {
+                        log::debug!("watching {:?} for static pod changes", path);
+                        handle.end_tick(began, None);
+                        watch = Some(w);
+                        backoff = RETRY_MIN;
+                        // Catch what changed while nothing watched.
+                        if !poke(wake) {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        // A missing path is a normal state (the source logs it once).
+                        let err = (e.kind() != io::ErrorKind::NotFound)
+                            .then(|| format!("cannot watch {}: {e}", path.display()));
+                        handle.end_tick(began, err);
+                        if stop.sleep(backoff) {
+                            return;
+                        }
+                        backoff = (backoff * 2).min(RETRY_MAX);
+                    }
+                }
+                continue;
+            };
+            let events = match next_batch(&w.inotify) {
+                Ok(None) => continue,
+                Ok(Some(events)) => events,
+                Err(e) => {
+                    let began = handle.begin_tick();
+                    handle.end_tick(began, Some(format!("inotify on {}: {e}", path.display())));
+                    watch = None;
+                    continue;
+                }
+            };
+            let began = handle.begin_tick();
+            let verdict = judge(w, &events);
+            if verdict.lost {
+                log::debug!("lost the watch on {:?}; setting it up again", path);
+                watch = None;
+            }
+            if (verdict.changed || verdict.lost) && !poke(wake) {
+                return;
+            }
+            handle.end_tick(began, None);
+        }
+    }
+
+    /// Watches the path's directory (or, for a file, its parent directory).
+    fn establish(path: &Path) -> io::Result<Watch> {
+        let meta = std::fs::metadata(path)?;
+        let inotify = Inotify::new()?;
+        if meta.is_dir() {
+            let wd = inotify.add_watch(path, WATCH_MASK | libc::IN_ONLYDIR)?;
+            return Ok(Watch {
+                inotify,
+                wd,
+                target: Target::Dir,
+            });
+        }
+        let name = path
+            .file_name()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?
+            .to_os_string();
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let wd = inotify.add_watch(parent, WATCH_MASK | libc::IN_ONLYDIR)?;
+        Ok(Watch {
+            inotify,
+            wd,
+            target: Target::FileIn { name },
+        })
+    }
+
+    /// Waits up to [`POLL_TIMEOUT`] for events, then gathers the rest of their burst.
+    fn next_batch(inotify: &Inotify) -> io::Result<Option<Vec<Event>>> {
+        if !inotify.wait(POLL_TIMEOUT)? {
+            return Ok(None);
+        }
+        let mut events = inotify.read_events()?;
+        let until = Instant::now() + SETTLE_MAX;
+        while Instant::now() < until && inotify.wait(SETTLE)? {
+            events.extend(inotify.read_events()?);
+        }
+        Ok(Some(events))
+    }
+
+    /// Decides what a batch of events means for the static pod path.
+    fn judge(w: &Watch, events: &[Event]) -> Verdict {
+        let mut v = Verdict::default();
+        for e in events {
+            if e.has(libc::IN_Q_OVERFLOW) {
+                // Events were dropped: re-list to be sure.
+                v.changed = true;
+                continue;
+            }
+            if e.wd != w.wd {
+                continue; // a watch we dropped
+            }
+            if e.has(
+                libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED | libc::IN_UNMOUNT,
+            ) {
+                v.lost = true;
+                continue;
+            }
+            let Some(name) = &e.name else {
+                // The directory's own attributes: harmless to re-list.
+                v.changed = true;
+                continue;
+            };
+            if name.as_encoded_bytes().first() == Some(&b'.') {
+                continue; // hidden files are never manifests
+            }
+            match &w.target {
+                // Subdirectories are never read.
+                Target::Dir => v.changed |= !e.has(libc::IN_ISDIR),
+                Target::FileIn { name: file } if name == file => {
+                    v.changed = true;
+                    // The file became a directory: watch that instead.
+                    v.lost |= e.has(libc::IN_ISDIR);
+                }
+                Target::FileIn { .. } => {}
+            }
+        }
+        v
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn ev(wd: &WatchDescriptor, mask: u32, name: Option<&str>) -> Event {
+            Event {
+                wd: *wd,
+                mask,
+                cookie: 0,
+                name: name.map(OsString::from),
+            }
+        }
+
+        #[test]
+        fn judge_filters_hidden_files_subdirectories_and_other_names() {
+            let dir = std::env::temp_dir();
+            let w = establish(&dir).expect("watch the temp dir");
+            let wd = w.wd;
+            let changed = Verdict {
+                changed: true,
+                lost: false,
+            };
+            assert_eq!(
+                judge(&w, &[ev(&wd, libc::IN_CLOSE_WRITE, Some("a.yaml"))]),
+                changed
+            );
+            assert_eq!(
+                judge(&w, &[ev(&wd, libc::IN_MODIFY, Some(".a.yaml.swp"))]),
+                Verdict::default()
+            );
+            assert_eq!(
+                judge(
+                    &w,
+                    &[ev(&wd, libc::IN_CREATE | libc::IN_ISDIR, Some("sub"))]
+                ),
+                Verdict::default()
+            );
+            assert!(judge(&w, &[ev(&wd, libc::IN_DELETE_SELF, None)]).lost);
+            let file_w = Watch {
+                target: Target::FileIn {
+                    name: "web.yaml".into(),
+                },
+                ..w
+            };
+            assert_eq!(
+                judge(&file_w, &[ev(&wd, libc::IN_MOVED_TO, Some("web.yaml"))]),
+                changed
+            );
+            assert_eq!(
+                judge(&file_w, &[ev(&wd, libc::IN_MOVED_TO, Some("other.yaml"))]),
+                Verdict::default()
+            );
+        }
+    }
+}
+
+/// Wakes the source loop. False when it is gone.
+fn poke(wake: &Sender<()>) -> bool {
+    match wake.try_send(()) {
+        Ok(()) | Err(TrySendError::Full(())) => true,
+        Err(TrySendError::Disconnected(())) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loops::shutdown_channel;
+    use crossbeam_channel::Receiver;
+    use std::time::Instant;
+
+    /// A temporary directory of this test's own, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let p = std::env::temp_dir()
+                .join(format!("rkubelet-file-{tag}-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&p).expect("create temp dir");
+            TempDir(p)
+        }
+
+        fn write(&self, name: &str, text: &str) -> PathBuf {
+            let p = self.0.join(name);
+            std::fs::write(&p, text).expect("write");
+            p
+        }
+
+        fn remove(&self, name: &str) {
+            std::fs::remove_file(self.0.join(name)).expect("remove");
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn pod(name: &str, image: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels: {{app: {name}}}\n\
+             spec:\n  containers:\n  - name: c\n    image: {image}\n"
+        )
+    }
+
+    fn source(path: &Path, node: &str) -> (FileSource, Receiver<SourceUpdate>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (FileSource::new(path.to_path_buf(), node.into(), tx), rx)
+    }
+
+    /// One tick: its result and the snapshot it sent.
+    fn tick(src: &mut FileSource, rx: &Receiver<SourceUpdate>) -> (Result<(), String>, Vec<Pod>) {
+        let r = src.tick().map_err(|e| e.to_string());
+        let update = rx.try_recv().expect("every tick sends a snapshot");
+        assert_eq!(update.source, Source::File);
+        assert!(rx.try_recv().is_err(), "exactly one snapshot per tick");
+        (r, update.pods)
+    }
+
+    fn names(pods: &[Pod]) -> Vec<String> {
+        pods.iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    fn uid_of(pods: &[Pod], name: &str) -> String {
+        pods.iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| p.metadata.uid.clone())
+            .unwrap_or_else(|| panic!("no pod {name} in {:?}", names(pods)))
+    }
+
+    #[test]
+    fn reads_yaml_multi_document_pod_lists_and_json_in_name_order() {
+        let dir = TempDir::new("formats");
+        dir.write(
+            "b-multi.yaml",
+            &format!("{}---\n---\n{}", pod("b1", "i"), pod("b2", "i")),
+        );
+        dir.write(
+            "c-list.yml",
+            "apiVersion: v1\nkind: PodList\nitems:\n\
+             - metadata: {name: c1}\n  spec: {containers: [{name: c, image: i}]}\n\
+             - metadata: {name: c2}\n  spec: {containers: [{name: c, image: i}]}\n",
+        );
+        dir.write(
+            "a.json",
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#,
+        );
+        let (mut src, rx) = source(&dir.0, "Node-X");
+        let (r, pods) = tick(&mut src, &rx);
+        assert_eq!(r, Ok(()));
+        assert_eq!(
+            names(&pods),
+            [
+                "a-node-x",
+                "b1-node-x",
+                "b2-node-x",
+                "c1-node-x",
+                "c2-node-x"
+            ]
+        );
+        for p in &pods {
+            assert_eq!(p.metadata.namespace.as_deref(), Some("default"));
+            assert_eq!(
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+                Some("Node-X")
+            );
+        }
+    }
+
+    #[test]
+    fn skips_hidden_files_subdirectories_and_other_extensions() {
+        let dir = TempDir::new("skips");
+        dir.write("web.yaml", &pod("web", "i"));
+        dir.write(".hidden.yaml", &pod("hidden", "i"));
+        dir.write(".web.yaml.swp", "binary junk");
+        dir.write("notes.txt", "not yaml: [");
+        dir.write("web.yaml~", &pod("backup", "i"));
+        std::fs::create_dir(dir.0.join("sub.yaml")).expect("mkdir");
+        std::fs::write(dir.0.join("sub.yaml").join("inner.yaml"), pod("inner", "i"))
+            .expect("write");
+        let (mut src, rx) = source(&dir.0, "n");
+        let (r, pods) = tick(&mut src, &rx);
+        assert_eq!(r, Ok(()));
+        assert_eq!(names(&pods), ["web-n"]);
+    }
+
+    #[test]
+    fn a_single_file_path_and_a_trailing_slash_work() {
+        let dir = TempDir::new("single");
+        let file = dir.write("pod.manifest", &pod("one", "i"));
+        dir.write("other.yaml", &pod("other", "i"));
+        let (mut src, rx) = source(&file, "n");
+        assert_eq!(names(&tick(&mut src, &rx).1), ["one-n"]);
+
+        let with_slash = PathBuf::from(format!("{}/", dir.0.display()));
+        let (mut a, rx_a) = source(&with_slash, "n");
+        let (mut b, rx_b) = source(&dir.0, "n");
+        let (pa, pb) = (tick(&mut a, &rx_a).1, tick(&mut b, &rx_b).1);
+        assert_eq!(
+            uid_of(&pa, "other-n"),
+            uid_of(&pb, "other-n"),
+            "same files, same uids"
+        );
+    }
+
+    #[test]
+    fn uid_is_stable_and_follows_node_path_and_non_container_edits() {
+        let dir = TempDir::new("uid");
+        dir.write("web.yaml", &pod("web", "busybox:1"));
+        let (mut src, rx) = source(&dir.0, "n");
+        let first = uid_of(&tick(&mut src, &rx).1, "web-n");
+        assert_eq!(
+            uid_of(&tick(&mut src, &rx).1, "web-n"),
+            first,
+            "a re-read keeps it"
+        );
+        let (mut again, rx2) = source(&dir.0, "n");
+        assert_eq!(
+            uid_of(&tick(&mut again, &rx2).1, "web-n"),
+            first,
+            "a restart keeps it"
+        );
+
+        let (mut other_node, rx3) = source(&dir.0, "m");
+        assert_ne!(
+            uid_of(&tick(&mut other_node, &rx3).1, "web-m"),
+            first,
+            "another node"
+        );
+
+        dir.write("web-copy.yaml", &pod("web", "busybox:1"));
+        let both = tick(&mut src, &rx).1;
+        let uids: Vec<_> = both.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        assert_eq!(uids.len(), 2);
+        assert_ne!(uids[0], uids[1], "another path");
+        dir.remove("web-copy.yaml");
+
+        dir.write("web.yaml", &pod("web", "busybox:2"));
+        assert_eq!(
+            uid_of(&tick(&mut src, &rx).1, "web-n"),
+            first,
+            "an image edit keeps it"
+        );
+
+        dir.write(
+            "web.yaml",
+            &pod("web", "busybox:2").replace("app: web", "app: other"),
+        );
+        assert_ne!(
+            uid_of(&tick(&mut src, &rx).1, "web-n"),
+            first,
+            "a label edit changes it"
+        );
+    }
+
+    #[test]
+    fn an_explicit_uid_is_kept() {
+        let dir = TempDir::new("explicit");
+        dir.write(
+            "web.yaml",
+            &pod("web", "i").replace("  name: web\n", "  name: web\n  uid: abc-123\n"),
+        );
+        let (mut src, rx) = source(&dir.0, "n");
+        assert_eq!(uid_of(&tick(&mut src, &rx).1, "web-n"), "abc-123");
+    }
+
+    #[test]
+    fn a_bad_document_is_reported_with_file_index_and_reason() {
+        let dir = TempDir::new("bad");
+        let bad = dir.write(
+            "bad.yaml",
+            &format!("{}---\nkind: Pod\nspec: {{}}\n", pod("a", "i")),
+        );
+        let broken = dir.write("broken.yaml", "kind: Pod\nmetadata: {name: [\n");
+        dir.write("good.yaml", &pod("good", "i"));
+        let (mut src, rx) = source(&dir.0, "n");
+        let (r, pods) = tick(&mut src, &rx);
+        assert_eq!(
+            names(&pods),
+            ["good-n"],
+            "a bad file gives no pods, the others load"
+        );
+        let msg = r.expect_err("two bad files");
+        let lines: Vec<_> = msg.lines().collect();
+        assert_eq!(lines.len(), 2, "{msg}");
+        assert_eq!(
+            lines[0],
+            format!(
+                "{}: document 1: invalid pod: name is needed for the pod",
+                bad.display()
+            )
+        );
+        assert!(
+            lines[1].starts_with(&format!("{}: document 0: invalid YAML: ", broken.display())),
+            "{msg}"
+        );
+        assert!(lines[1].contains(" at line 3 column "), "{msg}");
+    }
+
+    #[test]
+    fn a_file_that_turns_bad_keeps_its_last_good_pods_until_fixed() {
+        let dir = TempDir::new("turnsbad");
+        dir.write(
+            "web.yaml",
+            &format!("{}---\n{}", pod("web", "i:1"), pod("db", "i:1")),
+        );
+        let (mut src, rx) = source(&dir.0, "n");
+        let (r, good) = tick(&mut src, &rx);
+        assert_eq!(r, Ok(()));
+        dir.write(
+            "web.yaml",
+            &format!("{}---\n{}", pod("web", "i:2"), "kind: Pod\n"),
+        );
+        let (r, kept) = tick(&mut src, &rx);
+        assert!(r.is_err());
+        assert_eq!(names(&kept), ["web-n", "db-n"]);
+        assert_eq!(kept, good, "the whole file's last good pods, unchanged");
+        dir.write("web.yaml", &pod("web", "i:3"));
+        let (r, fixed) = tick(&mut src, &rx);
+        assert_eq!(r, Ok(()), "fixed: the error clears");
+        assert_eq!(names(&fixed), ["web-n"]);
+    }
+
+    #[test]
+    fn a_deleted_file_takes_its_pods_away() {
+        let dir = TempDir::new("deleted");
+        dir.write("a.yaml", &pod("a", "i"));
+        dir.write("b.yaml", &pod("b", "i"));
+        let (mut src, rx) = source(&dir.0, "n");
+        assert_eq!(names(&tick(&mut src, &rx).1), ["a-n", "b-n"]);
+        dir.remove("a.yaml");
+        assert_eq!(names(&tick(&mut src, &rx).1), ["b-n"]);
+    }
+
+    #[test]
+    fn a_missing_path_gives_an_empty_snapshot_and_is_picked_up_later() {
+        let dir = TempDir::new("missing");
+        let path = dir.0.join("manifests");
+        let (mut src, rx) = source(&path, "n");
+        for _ in 0..2 {
+            let (r, pods) = tick(&mut src, &rx);
+            assert_eq!(r, Ok(()));
+            assert!(pods.is_empty());
+        }
+        assert!(src.missing_logged, "logged once, not again");
+        std::fs::create_dir(&path).expect("mkdir");
+        std::fs::write(path.join("a.yaml"), pod("a", "i")).expect("write");
+        assert_eq!(names(&tick(&mut src, &rx).1), ["a-n"]);
+        assert!(!src.missing_logged);
+        std::fs::remove_dir_all(&path).expect("rm");
+        assert!(
+            tick(&mut src, &rx).1.is_empty(),
+            "a removed directory's pods go"
+        );
+    }
+
+    #[test]
+    fn a_closed_merge_is_an_error() {
+        let dir = TempDir::new("closed");
+        let (mut src, rx) = source(&dir.0, "n");
+        drop(rx);
+        assert!(matches!(src.tick(), Err(FileSourceError::Disconnected)));
+    }
+
+    fn wait_for_pods(rx: &Receiver<SourceUpdate>, want: &[&str], deadline: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            let left = deadline.saturating_sub(start.elapsed());
+            let update = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no snapshot with {want:?} within {deadline:?}"));
+            if names(&update.pods) == want {
+                return start.elapsed();
+            }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_watcher_pokes_soon_after_a_file_is_written() {
+        let dir = TempDir::new("watch");
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
+        let watched = dir.0.clone();
+        loops
+            .spawn("test-watch", move |stop, handle| {
+                watch::run(&stop, &handle, &watched, &wake_tx)
+            })
+            .expect("spawn");
+        // The first poke says the watch is set up.
+        wake_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("watch established");
+        dir.write(".hidden.yaml", "x");
+        dir.write("web.yaml", &pod("web", "i"));
+        let t = Instant::now();
+        wake_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("poked after the write");
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "poked in {:?}",
+            t.elapsed()
+        );
+        shutdown.trigger();
+        assert!(
+            loops.join_all(Duration::from_secs(5)).is_empty(),
+            "stops within the poll timeout"
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn start_picks_up_changes_quickly_and_a_directory_created_later() {
+        let dir = TempDir::new("start");
+        let path = dir.0.join("manifests");
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        // A period far beyond the test: only the watcher can make it tick again.
+        start(
+            &loops,
+            path.clone(),
+            "n".into(),
+            Duration::from_secs(3600),
+            tx,
+        )
+        .expect("start");
+        let first = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("first snapshot");
+        assert!(first.pods.is_empty(), "missing path: one empty snapshot");
+        // Let the watcher fail once, so the directory is found by its retry.
+        let registry = loops.registry();
+        let until = Instant::now() + Duration::from_secs(10);
+        while registry.get("src-file-watch").is_none_or(|s| s.ticks == 0) {
+            assert!(Instant::now() < until, "the watcher never tried");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+
+        std::fs::create_dir(&path).expect("mkdir");
+        std::fs::write(path.join("a.yaml"), pod("a", "i")).expect("write");
+        // Picked up by the watch retry, after its first 1 s backoff.
+        let took = wait_for_pods(&rx, &["a-n"], Duration::from_secs(10));
+        assert!(
+            took < watch::RETRY_MIN * 2,
+            "found by the first retry, in {took:?}"
+        );
+
+        std::fs::write(path.join("b.yaml"), pod("b", "i")).expect("write");
+        let took = wait_for_pods(&rx, &["a-n", "b-n"], Duration::from_secs(10));
+        assert!(took < Duration::from_secs(1), "an edit is seen in {took:?}");
+
+        std::fs::remove_file(path.join("a.yaml")).expect("rm");
+        let took = wait_for_pods(&rx, &["b-n"], Duration::from_secs(10));
+        assert!(
+            took < Duration::from_secs(1),
+            "a deletion is seen in {took:?}"
+        );
+
+        assert!(registry.get("src-file").is_some_and(|s| s.ticks >= 3));
+        assert!(registry.get("src-file-watch").is_some());
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(5)).is_empty());
+    }
 }

@@ -6,6 +6,9 @@
 //! snapshot ("all sources ready"). Mirrors `pkg/kubelet/config/config.go`.
 
 pub mod file;
+#[cfg(target_os = "linux")]
+pub mod inotify;
+pub mod manifest;
 
 use k8s_openapi::api::core::v1::Pod;
 

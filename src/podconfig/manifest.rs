@@ -1,0 +1,681 @@
+//! Static pod manifests: decoding, minimal validation and the defaulting every static
+//! pod gets, as upstream's `pkg/kubelet/config/common.go` (`tryDecodeSinglePod`,
+//! `tryDecodePodList`, `applyDefaults`). The file source uses it today; the HTTP source
+//! will too ([`Origin::Url`]).
+//!
+//! A manifest holds a `Pod`, a `PodList`, or several of them as a multi-document YAML
+//! stream (`---`); empty documents are skipped. A JSON manifest is one document.
+//!
+//! Defaulting: the name becomes `<name>-<lowercase(nodeName)>`, the namespace
+//! `default` if empty, `spec.nodeName` the node, `status.phase` `Pending`; the
+//! annotation `kubernetes.io/config.hash` holds the UID; pods from files tolerate every
+//! `NoExecute` taint.
+//!
+//! The UID, unless the manifest gives one, is derived so that the kubelet recognises
+//! the same pod again (after a re-read, and after a restart: it is the key the running
+//! containers carry in their labels): 32 hex digits of FNV-1a 128 over the manifest's
+//! canonical JSON (the decoded pod re-encoded, before any defaulting) **with
+//! `spec.containers` removed**, then `host:<nodeName>`, then `file:<path>` (or
+//! `url:<url>`). Upstream hashes the whole object (after a Go-specific dump that no
+//! other language reproduces). Leaving the app containers out is deliberate: editing a
+//! container of a manifest (its image, command, probes…) keeps the pod's UID, so the
+//! kubelet sees an UPDATE and replaces only that container, by its spec hash, as it
+//! would for an API pod; any other edit (labels, annotations, volumes, init
+//! containers, restartPolicy, hostNetwork…) changes the UID, so the old pod is removed
+//! and a new one created, which is what such edits need (the sandbox and volumes are
+//! set up only at pod creation). The node name and the path make the same manifest
+//! under two names, or on two nodes, two different pods.
+
+use std::fmt;
+use std::io::Read;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus, Toleration};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The largest manifest read, as upstream's `maxConfigLength`: a bigger file is a
+/// mistake (a log, an image) rather than pods.
+pub const MAX_MANIFEST_BYTES: u64 = 10 * 1024 * 1024;
+
+/// The annotation holding a static pod's hash (its UID). The same key as
+/// `podconfig::CONFIG_HASH_ANNOTATION` on the main branch; use that one once merged.
+const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+
+/// Where a manifest came from; it is part of the UID and of every error.
+#[derive(Clone, Copy, Debug)]
+pub enum Origin<'a> {
+    /// A file of the file source (`staticPodPath`).
+    File(&'a Path),
+    /// The body of the HTTP source's URL (`staticPodURL`).
+    Url(&'a str),
+}
+
+impl Origin<'_> {
+    /// The bytes hashed into the UID after the node: `file:<path>` or `url:<url>`.
+    fn hash_tag(&self) -> Vec<u8> {
+        match self {
+            Origin::File(p) => [b"file:".as_slice(), p.as_os_str().as_encoded_bytes()].concat(),
+            Origin::Url(u) => format!("url:{u}").into_bytes(),
+        }
+    }
+}
+
+impl fmt::Display for Origin<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::File(p) => write!(f, "{}", p.display()),
+            Origin::Url(u) => f.write_str(u),
+        }
+    }
+}
+
+/// Which syntax a manifest is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// YAML, possibly several documents (JSON that YAML accepts also works).
+    Yaml,
+    /// One JSON document.
+    Json,
+}
+
+impl Format {
+    /// The format a file's name says: `.json` is JSON, anything else YAML.
+    pub fn of(path: &Path) -> Format {
+        match path.extension() {
+            Some(e) if e.eq_ignore_ascii_case("json") => Format::Json,
+            _ => Format::Yaml,
+        }
+    }
+}
+
+/// Why a manifest (or one pod in it) cannot be used.
+#[derive(Debug)]
+pub struct ManifestError {
+    /// The file or URL.
+    pub origin: String,
+    /// The 0-based document of a YAML stream, if the problem is inside one.
+    pub document: Option<usize>,
+    /// The 0-based item of a `PodList`, if the problem is inside one.
+    pub item: Option<usize>,
+    /// What is wrong.
+    pub kind: ManifestErrorKind,
+}
+
+/// What is wrong with a manifest.
+#[derive(Debug)]
+pub enum ManifestErrorKind {
+    /// The file cannot be read.
+    Read(std::io::Error),
+    /// The file is larger than [`MAX_MANIFEST_BYTES`].
+    TooLarge,
+    /// The file is not UTF-8 text.
+    NotUtf8,
+    /// A YAML syntax error; serde's message carries the line and column.
+    Yaml(serde_yaml::Error),
+    /// A JSON syntax error, with its line and column.
+    Json(serde_json::Error),
+    /// The document is not a Pod or a PodList.
+    Kind(String),
+    /// The object does not decode as a v1 Pod (a field of the wrong type…).
+    Decode(serde_json::Error),
+    /// The pod decodes but is not valid.
+    Invalid(String),
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.origin)?;
+        if let Some(d) = self.document {
+            write!(f, "document {d}: ")?;
+        }
+        if let Some(i) = self.item {
+            write!(f, "item {i}: ")?;
+        }
+        match &self.kind {
+            ManifestErrorKind::Read(e) => write!(f, "cannot read: {e}"),
+            ManifestErrorKind::TooLarge => {
+                write!(f, "larger than {} MB, not read", MAX_MANIFEST_BYTES >> 20)
+            }
+            ManifestErrorKind::NotUtf8 => f.write_str("not UTF-8 text"),
+            ManifestErrorKind::Yaml(e) => write!(f, "invalid YAML: {e}"),
+            ManifestErrorKind::Json(e) => write!(f, "invalid JSON: {e}"),
+            ManifestErrorKind::Kind(k) => f.write_str(k),
+            ManifestErrorKind::Decode(e) => write!(f, "cannot decode pod: {e}"),
+            ManifestErrorKind::Invalid(r) => write!(f, "invalid pod: {r}"),
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            ManifestErrorKind::Read(e) => Some(e),
+            ManifestErrorKind::Yaml(e) => Some(e),
+            ManifestErrorKind::Json(e) | ManifestErrorKind::Decode(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl ManifestError {
+    /// True when the file vanished between listing and reading: a deletion, not an
+    /// error.
+    pub fn is_not_found(&self) -> bool {
+        matches!(&self.kind, ManifestErrorKind::Read(e) if e.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
+/// A problem found before the origin is attached.
+struct Problem {
+    document: Option<usize>,
+    item: Option<usize>,
+    kind: ManifestErrorKind,
+}
+
+impl Problem {
+    fn at(document: usize, kind: ManifestErrorKind) -> Self {
+        Problem {
+            document: Some(document),
+            item: None,
+            kind,
+        }
+    }
+}
+
+/// Reads one manifest file: every pod in it, validated and defaulted for `node_name`.
+pub fn read_file(path: &Path, node_name: &str) -> Result<Vec<Pod>, ManifestError> {
+    let origin = Origin::File(path);
+    let fail = |kind| ManifestError {
+        origin: origin.to_string(),
+        document: None,
+        item: None,
+        kind,
+    };
+    let file = std::fs::File::open(path).map_err(|e| fail(ManifestErrorKind::Read(e)))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(ManifestErrorKind::Read(e)))?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(fail(ManifestErrorKind::TooLarge));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| fail(ManifestErrorKind::NotUtf8))?;
+    pods_from_str(&text, Format::of(path), origin, node_name)
+}
+
+/// Decodes, validates and defaults every pod of a manifest's text, in document order.
+pub fn pods_from_str(
+    text: &str,
+    format: Format,
+    origin: Origin<'_>,
+    node_name: &str,
+) -> Result<Vec<Pod>, ManifestError> {
+    let with_origin = |p: Problem| ManifestError {
+        origin: origin.to_string(),
+        document: p.document,
+        item: p.item,
+        kind: p.kind,
+    };
+    let decoded = decode(text, format).map_err(with_origin)?;
+    decoded
+        .into_iter()
+        .map(|(document, item, pod)| {
+            prepare(pod, node_name, origin).map_err(|reason| {
+                with_origin(Problem {
+                    document: Some(document),
+                    item,
+                    kind: ManifestErrorKind::Invalid(reason),
+                })
+            })
+        })
+        .collect()
+}
+
+/// Decodes every pod: (document index, PodList item index, pod).
+fn decode(text: &str, format: Format) -> Result<Vec<(usize, Option<usize>, Pod)>, Problem> {
+    let mut documents = Vec::new();
+    match format {
+        Format::Json => {
+            let v: Value = serde_json::from_str(text)
+                .map_err(|e| Problem::at(0, ManifestErrorKind::Json(e)))?;
+            documents.push(v);
+        }
+        Format::Yaml => {
+            for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+                // Stop at the first syntax error: the parser cannot resync after one.
+                let v = Value::deserialize(doc)
+                    .map_err(|e| Problem::at(i, ManifestErrorKind::Yaml(e)))?;
+                documents.push(v);
+            }
+        }
+    }
+    let mut pods = Vec::new();
+    for (i, doc) in documents.into_iter().enumerate() {
+        if doc.is_null() {
+            continue; // an empty document: `---` twice, or only comments
+        }
+        if !doc.is_object() {
+            let found = format!("expected a Pod or PodList, found {}", describe(&doc));
+            return Err(Problem::at(i, ManifestErrorKind::Kind(found)));
+        }
+        let kind = match doc.get("kind") {
+            Some(Value::String(k)) => k.clone(),
+            None | Some(Value::Null) => {
+                let missing = "kind is missing (want Pod or PodList)".to_string();
+                return Err(Problem::at(i, ManifestErrorKind::Kind(missing)));
+            }
+            Some(other) => other.to_string(),
+        };
+        match kind.as_str() {
+            "Pod" => {
+                let pod = serde_json::from_value(doc)
+                    .map_err(|e| Problem::at(i, ManifestErrorKind::Decode(e)))?;
+                pods.push((i, None, pod));
+            }
+            "PodList" => {
+                let items = match doc.get("items") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::Array(items)) => items.clone(),
+                    Some(other) => {
+                        return Err(Problem::at(
+                            i,
+                            ManifestErrorKind::Kind(format!(
+                                "PodList items must be a list, found {}",
+                                describe(other)
+                            )),
+                        ))
+                    }
+                };
+                for (j, item) in items.into_iter().enumerate() {
+                    let pod = serde_json::from_value(item).map_err(|e| Problem {
+                        document: Some(i),
+                        item: Some(j),
+                        kind: ManifestErrorKind::Decode(e),
+                    })?;
+                    pods.push((i, Some(j), pod));
+                }
+            }
+            other => {
+                return Err(Problem::at(
+                    i,
+                    ManifestErrorKind::Kind(format!("kind {other:?} is not Pod or PodList")),
+                ))
+            }
+        }
+    }
+    Ok(pods)
+}
+
+fn describe(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// Validates a decoded pod and applies the static pod defaults. The error is the
+/// reason only.
+pub fn prepare(mut pod: Pod, node_name: &str, origin: Origin<'_>) -> Result<Pod, String> {
+    validate(&pod)?;
+    let uid = match pod.metadata.uid.as_deref() {
+        Some(u) if !u.is_empty() => u.to_string(),
+        _ => static_pod_uid(&pod, node_name, origin)?,
+    };
+    apply_defaults(&mut pod, node_name, uid, matches!(origin, Origin::File(_)));
+    Ok(pod)
+}
+
+/// The checks a static pod must pass before the kubelet tries to run it: the ones
+/// whose failure would otherwise surface later as a confusing runtime error.
+fn validate(pod: &Pod) -> Result<(), String> {
+    if pod.metadata.name.as_deref().unwrap_or("").is_empty() {
+        return Err("name is needed for the pod".into());
+    }
+    let spec = pod.spec.as_ref();
+    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
+    if containers.is_empty() {
+        return Err("spec.containers: at least one container is required".into());
+    }
+    let init = spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[]);
+    let mut seen = std::collections::BTreeSet::new();
+    let all = init
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ("spec.initContainers", i, c))
+        .chain(
+            containers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| ("spec.containers", i, c)),
+        );
+    for (field, i, c) in all {
+        if c.name.is_empty() {
+            return Err(format!("{field}[{i}].name: a container name is required"));
+        }
+        if !seen.insert(c.name.as_str()) {
+            return Err(format!(
+                "{field}[{i}].name: duplicate container name {:?}",
+                c.name
+            ));
+        }
+        if c.image.as_deref().unwrap_or("").is_empty() {
+            return Err(format!("{field}[{i}].image: an image is required"));
+        }
+    }
+    Ok(())
+}
+
+/// The derived UID of a static pod without one (see the module docs for why
+/// `spec.containers` is left out).
+fn static_pod_uid(pod: &Pod, node_name: &str, origin: Origin<'_>) -> Result<String, String> {
+    let mut basis = pod.clone();
+    if let Some(spec) = basis.spec.as_mut() {
+        spec.containers.clear();
+    }
+    let canonical =
+        serde_json::to_vec(&basis).map_err(|e| format!("cannot encode the pod to hash it: {e}"))?;
+    let mut h = Fnv1a128::new();
+    h.write(&canonical);
+    h.write(b"host:");
+    h.write(node_name.as_bytes());
+    h.write(&origin.hash_tag());
+    Ok(format!("{:032x}", h.finish()))
+}
+
+/// Upstream's `applyDefaults`, after the UID is known.
+fn apply_defaults(pod: &mut Pod, node_name: &str, uid: String, from_file: bool) {
+    let meta = &mut pod.metadata;
+    let name = meta.name.take().unwrap_or_default();
+    meta.name = Some(format!("{name}-{}", node_name.to_lowercase()));
+    if meta.namespace.as_deref().unwrap_or("").is_empty() {
+        meta.namespace = Some("default".into());
+    }
+    meta.annotations
+        .get_or_insert_with(Default::default)
+        .insert(CONFIG_HASH_ANNOTATION.into(), uid.clone());
+    meta.uid = Some(uid);
+
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.node_name = Some(node_name.to_string());
+    if from_file {
+        // Static pods must survive node problems (upstream: AddOrUpdateTolerationInPod).
+        let tolerate_no_execute = Toleration {
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            ..Toleration::default()
+        };
+        let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
+        if !tolerations.contains(&tolerate_no_execute) {
+            tolerations.push(tolerate_no_execute);
+        }
+    }
+    pod.status.get_or_insert_with(PodStatus::default).phase = Some("Pending".into());
+}
+
+/// FNV-1a with a 128-bit state (the hash upstream's newest `applyDefaults` uses).
+#[derive(Debug)]
+struct Fnv1a128(u128);
+
+impl Fnv1a128 {
+    const OFFSET_BASIS: u128 = 0x6c62272e07bb014262b821756295c58d;
+    const PRIME: u128 = 0x0000000001000000000000000000013b;
+
+    fn new() -> Self {
+        Fnv1a128(Self::OFFSET_BASIS)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u128::from(*b);
+            self.0 = self.0.wrapping_mul(Self::PRIME);
+        }
+    }
+
+    fn finish(&self) -> u128 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin() -> Origin<'static> {
+        Origin::File(Path::new("/etc/kubernetes/manifests/web.yaml"))
+    }
+
+    const WEB: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels: {app: web}\n\
+                       spec:\n  containers:\n  - name: c\n    image: busybox:1\n";
+
+    fn pods(text: &str) -> Vec<Pod> {
+        pods_from_str(text, Format::Yaml, origin(), "Node-1").expect("valid manifest")
+    }
+
+    fn err(text: &str) -> String {
+        pods_from_str(text, Format::Yaml, origin(), "node-1")
+            .expect_err("invalid manifest")
+            .to_string()
+    }
+
+    fn uid(p: &Pod) -> &str {
+        p.metadata.uid.as_deref().expect("uid")
+    }
+
+    #[test]
+    fn fnv1a_128_matches_the_reference_vectors() {
+        let hash = |s: &str| {
+            let mut h = Fnv1a128::new();
+            h.write(s.as_bytes());
+            h.finish()
+        };
+        assert_eq!(hash(""), 0x6c62272e07bb014262b821756295c58d);
+        assert_eq!(hash("a"), 0xd228cb696f1a8caf78912b704e4a8964);
+        assert_eq!(hash("foobar"), 0x343e1662793c64bf6f0d3597ba446f18);
+    }
+
+    #[test]
+    fn defaults_are_applied() {
+        let p = pods(WEB).remove(0);
+        assert_eq!(p.metadata.name.as_deref(), Some("web-node-1"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("default"));
+        let spec = p.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_deref(), Some("Node-1"));
+        assert_eq!(
+            spec.tolerations.as_deref(),
+            Some(
+                &[Toleration {
+                    operator: Some("Exists".into()),
+                    effect: Some("NoExecute".into()),
+                    ..Toleration::default()
+                }][..]
+            )
+        );
+        assert_eq!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Pending")
+        );
+        let u = uid(&p);
+        assert_eq!(u.len(), 32);
+        assert!(u
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        let hash = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CONFIG_HASH_ANNOTATION));
+        assert_eq!(hash.map(String::as_str), Some(u));
+    }
+
+    #[test]
+    fn a_given_namespace_and_uid_are_kept_and_the_toleration_is_not_doubled() {
+        let p = pods(
+            "kind: Pod\nmetadata: {name: a, namespace: kube-system, uid: my-uid}\n\
+             spec:\n  tolerations: [{operator: Exists, effect: NoExecute}]\n  \
+             containers: [{name: c, image: i}]\n",
+        )
+        .remove(0);
+        assert_eq!(p.metadata.namespace.as_deref(), Some("kube-system"));
+        assert_eq!(p.metadata.uid.as_deref(), Some("my-uid"));
+        let hash = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CONFIG_HASH_ANNOTATION));
+        assert_eq!(hash.map(String::as_str), Some("my-uid"));
+        assert_eq!(p.spec.and_then(|s| s.tolerations).map(|t| t.len()), Some(1));
+    }
+
+    #[test]
+    fn url_pods_get_no_toleration_and_another_uid() {
+        let from_url = pods_from_str(WEB, Format::Yaml, Origin::Url("http://x/pods"), "Node-1")
+            .expect("valid");
+        assert_eq!(
+            from_url[0]
+                .spec
+                .as_ref()
+                .and_then(|s| s.tolerations.as_ref()),
+            None
+        );
+        assert_ne!(uid(&from_url[0]), uid(&pods(WEB)[0]));
+    }
+
+    #[test]
+    fn uid_is_stable_and_ignores_only_the_app_containers() {
+        let base = uid(&pods(WEB)[0]).to_string();
+        assert_eq!(uid(&pods(WEB)[0]), base, "same manifest, same uid");
+        let same = |text: &str| uid(&pods(text)[0]) == base;
+        assert!(
+            same(&WEB.replace("busybox:1", "busybox:2")),
+            "image edit keeps the uid"
+        );
+        assert!(
+            same(&format!("{WEB}    command: [sleep, '1']\n")),
+            "command edit keeps the uid"
+        );
+        assert!(
+            !same(&WEB.replace("app: web", "app: web2")),
+            "label edit changes it"
+        );
+        assert!(
+            !same(&format!("{WEB}  hostNetwork: true\n")),
+            "hostNetwork changes it"
+        );
+        assert!(
+            !same(&format!("{WEB}  initContainers: [{{name: i, image: x}}]\n")),
+            "init containers change it"
+        );
+        let other_node = pods_from_str(WEB, Format::Yaml, origin(), "node-2").expect("valid");
+        assert_ne!(uid(&other_node[0]), base, "another node, another uid");
+        let other_path = pods_from_str(
+            WEB,
+            Format::Yaml,
+            Origin::File(Path::new("/x/web.yaml")),
+            "Node-1",
+        )
+        .expect("valid");
+        assert_ne!(uid(&other_path[0]), base, "another file, another uid");
+    }
+
+    #[test]
+    fn multi_document_yaml_and_pod_lists_keep_their_order() {
+        let text = format!(
+            "---\n{WEB}---\n# only a comment\n---\nkind: PodList\napiVersion: v1\nitems:\n\
+             - metadata: {{name: b}}\n  spec: {{containers: [{{name: c, image: i}}]}}\n\
+             - metadata: {{name: a}}\n  spec: {{containers: [{{name: c, image: i}}]}}\n---\n"
+        );
+        let names: Vec<_> = pods(&text)
+            .into_iter()
+            .map(|p| p.metadata.name.unwrap_or_default())
+            .collect();
+        assert_eq!(names, ["web-node-1", "b-node-1", "a-node-1"]);
+    }
+
+    #[test]
+    fn json_is_one_document() {
+        let text = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"},
+            "spec":{"containers":[{"name":"c","image":"i"}]}}"#;
+        let p = pods_from_str(text, Format::Json, origin(), "n").expect("valid json");
+        assert_eq!(p[0].metadata.name.as_deref(), Some("j-n"));
+        let e = pods_from_str("{\"kind\": ", Format::Json, origin(), "n").expect_err("bad json");
+        assert!(
+            e.to_string().contains("invalid JSON: EOF while parsing"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_origin_document_item_and_reason() {
+        let o = "/etc/kubernetes/manifests/web.yaml";
+        let cases: Vec<(String, String)> = vec![
+            (
+                format!("{WEB}---\nkind: Pod\nspec: {{containers: [{{name: c, image: i}}]}}\n"),
+                format!("{o}: document 1: invalid pod: name is needed for the pod"),
+            ),
+            (
+                "kind: Pod\nmetadata: {name: a}\n".into(),
+                format!("{o}: document 0: invalid pod: spec.containers: at least one container is required"),
+            ),
+            (
+                "kind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: '', image: i}]}\n".into(),
+                format!("{o}: document 0: invalid pod: spec.containers[0].name: a container name is required"),
+            ),
+            (
+                "kind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: i}, {name: c, image: i}]}\n".into(),
+                format!("{o}: document 0: invalid pod: spec.containers[1].name: duplicate container name \"c\""),
+            ),
+            (
+                "kind: Pod\nmetadata: {name: a}\nspec: {initContainers: [{name: c, image: i}], containers: [{name: c, image: i}]}\n".into(),
+                format!("{o}: document 0: invalid pod: spec.containers[0].name: duplicate container name \"c\""),
+            ),
+            (
+                "kind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n".into(),
+                format!("{o}: document 0: invalid pod: spec.containers[0].image: an image is required"),
+            ),
+            (
+                "kind: PodList\nitems:\n- metadata: {name: a}\n  spec: {containers: [{name: c, image: i}]}\n- spec: {containers: [{name: c, image: i}]}\n".into(),
+                format!("{o}: document 0: item 1: invalid pod: name is needed for the pod"),
+            ),
+            (
+                "kind: Deployment\n".into(),
+                format!("{o}: document 0: kind \"Deployment\" is not Pod or PodList"),
+            ),
+            (
+                "metadata: {name: a}\n".into(),
+                format!("{o}: document 0: kind is missing (want Pod or PodList)"),
+            ),
+            (
+                "- a\n".into(),
+                format!("{o}: document 0: expected a Pod or PodList, found a list"),
+            ),
+            (
+                "kind: PodList\nitems: 3\n".into(),
+                format!("{o}: document 0: PodList items must be a list, found a number"),
+            ),
+            (
+                "apiVersion: v2\nkind: Pod\n".into(),
+                format!("{o}: document 0: cannot decode pod: invalid value: string \"v2\", expected v1"),
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(err(&text), want, "manifest:\n{text}");
+        }
+    }
+
+    #[test]
+    fn yaml_syntax_errors_carry_the_location() {
+        let e = err(&format!("{WEB}---\nkind: Pod\nmetadata: {{name: [\n"));
+        assert!(
+            e.starts_with("/etc/kubernetes/manifests/web.yaml: document 1: invalid YAML: "),
+            "{e}"
+        );
+        assert!(e.contains(" at line 13 column 1"), "{e}");
+    }
+}
