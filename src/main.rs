@@ -41,7 +41,7 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Exit {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = std::env::args().collect();
     let cfg = match config::load(args) {
         Ok(Loaded::Run(cfg)) => cfg,
         Ok(Loaded::Help(text)) => {
@@ -59,6 +59,7 @@ fn run() -> Exit {
     };
     logging::init(cfg.verbosity);
     install_panic_hook();
+    cfg.log_unsupported_fields();
     log::info!(
         "rkubelet {} starting: node {}, root dir {}, runtime {}",
         env!("CARGO_PKG_VERSION"),

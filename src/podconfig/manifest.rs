@@ -33,14 +33,12 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::{Pod, PodStatus, Toleration};
 use serde::Deserialize;
 use serde_json::Value;
+use super::CONFIG_HASH_ANNOTATION;
 
 /// The largest manifest read, as upstream's `maxConfigLength`: a bigger file is a
 /// mistake (a log, an image) rather than pods.
 pub const MAX_MANIFEST_BYTES: u64 = 10 * 1024 * 1024;
 
-/// The annotation holding a static pod's hash (its UID). The same key as
-/// `podconfig::CONFIG_HASH_ANNOTATION` on the main branch; use that one once merged.
-const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
 
 /// Where a manifest came from; it is part of the UID and of every error.
 #[derive(Clone, Copy, Debug)]
@@ -445,7 +443,8 @@ impl Fnv1a128 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::CONFIG_HASH_ANNOTATION;
+use super::*;
 
     fn origin() -> Origin<'static> {
         Origin::File(Path::new("/etc/kubernetes/manifests/web.yaml"))
