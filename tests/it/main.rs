@@ -1,0 +1,3 @@
+//! rkubelet's integration tests against the real Docker engine.
+
+mod docker;
