@@ -219,12 +219,15 @@ pub struct Periodic {
     pub wake: Option<Receiver<()>>,
 }
 
+/// The spawned threads, by name, waiting to be joined.
+type Handles = Arc<Mutex<Vec<(String, JoinHandle<()>)>>>;
+
 /// Spawns and joins every named thread. Cloning shares the same set.
 #[derive(Clone, Debug)]
 pub struct Loops {
     registry: Arc<LoopRegistry>,
     stop: Stop,
-    handles: Arc<Mutex<Vec<(String, JoinHandle<()>)>>>,
+    handles: Handles,
 }
 
 /// A thread could not be spawned (the process is out of threads or memory).
