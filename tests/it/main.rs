@@ -3,4 +3,5 @@
 //! cleans up after itself, so they run in parallel.
 
 mod util;
+mod docker;
 mod kubelet;

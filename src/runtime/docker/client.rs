@@ -266,8 +266,8 @@ impl Client {
         if let Some(auth) = &req.registry_auth {
             builder = builder.header("X-Registry-Auth", auth);
         }
-        let result = match &req.json {
-            Some(body) => {
+        let result = match (&req.json, req.method) {
+            (Some(body), _) => {
                 let request = builder
                     .header("Content-Type", "application/json")
                     .body(body.as_slice())
@@ -280,7 +280,21 @@ impl Client {
                     .build();
                 self.agent.run(request)
             }
-            None => {
+            // A POST without a body must still say `Content-Length: 0`: with `()` ureq
+            // sends a chunked body, and Docker refuses a start with a request body.
+            (None, Method::Post) => {
+                let request = builder
+                    .body(&b""[..])
+                    .map_err(|e| self.transport_error(op, req, ureq::Error::Http(e)))?;
+                let request = self
+                    .agent
+                    .configure_request(request)
+                    .timeout_global(req.timeout)
+                    .timeout_per_read(req.per_read)
+                    .build();
+                self.agent.run(request)
+            }
+            (None, Method::Get | Method::Delete) => {
                 let request = builder
                     .body(())
                     .map_err(|e| self.transport_error(op, req, ureq::Error::Http(e)))?;

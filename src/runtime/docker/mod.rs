@@ -873,6 +873,93 @@ mod tests {
         assert!(Docker::connect("unix:///nonexistent/docker.sock").is_ok());
     }
 
+    /// A stand-in engine on a Unix socket: answers `connections` requests (one per
+    /// connection, `Connection: close`) and records their request lines.
+    fn fake_engine(
+        path: &std::path::Path,
+        api: &'static str,
+        connections: usize,
+    ) -> std::thread::JoinHandle<Vec<String>> {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::os::unix::net::UnixListener::bind(path).expect("bind");
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for _ in 0..connections {
+                let Ok((stream, _)) = listener.accept() else {
+                    break;
+                };
+                let mut reader = BufReader::new(&stream);
+                let mut request_line = String::new();
+                let _ = reader.read_line(&mut request_line);
+                let mut header = String::new();
+                while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                    header.clear();
+                }
+                let path = request_line
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or("")
+                    .to_string();
+                let body = if path == "/version" {
+                    format!(r#"{{"Version":"fake","ApiVersion":"{api}","MinAPIVersion":"1.12"}}"#)
+                } else {
+                    "[]".to_string()
+                };
+                seen.push(path);
+                let _ = write!(
+                    &stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+            seen
+        })
+    }
+
+    #[test]
+    fn negotiates_lazily_and_again_after_the_engine_was_down() {
+        let dir = std::env::temp_dir().join(format!("rkubelet-fake-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let sock = dir.join("docker.sock");
+        let _ = std::fs::remove_file(&sock);
+        let docker = Docker::connect(&format!("unix://{}", sock.display())).expect("connect");
+
+        // Down at start: unavailable, not a panic.
+        let err = docker.list_containers(&[]).expect_err("nobody listens");
+        assert!(err.is_unavailable(), "{err:?}");
+
+        // Up: the first call negotiates, the next reuses the version.
+        let engine = fake_engine(&sock, "1.43", 3);
+        assert_eq!(docker.list_containers(&[]).expect("list"), vec![]);
+        assert_eq!(docker.list_containers(&[]).expect("list"), vec![]);
+        let seen = engine.join().expect("engine");
+        assert_eq!(seen[0], "/version");
+        assert!(
+            seen[1].starts_with("/v1.43/containers/json?all=1"),
+            "{seen:?}"
+        );
+        assert!(
+            seen[2].starts_with("/v1.43/containers/json?all=1"),
+            "{seen:?}"
+        );
+
+        // Down again, then back as an older engine: the version is negotiated anew.
+        std::fs::remove_file(&sock).expect("remove socket");
+        assert!(docker
+            .list_containers(&[])
+            .expect_err("down")
+            .is_unavailable());
+        let engine = fake_engine(&sock, "1.41", 2);
+        docker.list_containers(&["a=b".to_string()]).expect("list");
+        let seen = engine.join().expect("engine");
+        assert_eq!(seen[0], "/version");
+        assert!(
+            seen[1].starts_with("/v1.41/containers/json?all=1&filters=%7B%22label%22"),
+            "{seen:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     fn to_json(cfg: &ContainerConfig) -> serde_json::Value {
         serde_json::to_value(create_body(cfg)).expect("serializes")
     }
