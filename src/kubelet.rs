@@ -193,7 +193,6 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let (source_tx, source_rx) = crossbeam_channel::bounded(SOURCE_CHANNEL_CAPACITY);
     let mut sources = Vec::new();
     if let Some(path) = &cfg.static_pod_path {
-        log::info!("Adding static pod path {}", path.display());
         crate::podconfig::file::start(
             &loops,
             path.clone(),

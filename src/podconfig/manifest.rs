@@ -30,15 +30,14 @@ use std::fmt;
 use std::io::Read;
 use std::path::Path;
 
+use super::CONFIG_HASH_ANNOTATION;
 use k8s_openapi::api::core::v1::{Pod, PodStatus, Toleration};
 use serde::Deserialize;
 use serde_json::Value;
-use super::CONFIG_HASH_ANNOTATION;
 
 /// The largest manifest read, as upstream's `maxConfigLength`: a bigger file is a
 /// mistake (a log, an image) rather than pods.
 pub const MAX_MANIFEST_BYTES: u64 = 10 * 1024 * 1024;
-
 
 /// Where a manifest came from; it is part of the UID and of every error.
 #[derive(Clone, Copy, Debug)]
@@ -444,7 +443,7 @@ impl Fnv1a128 {
 #[cfg(test)]
 mod tests {
     use super::CONFIG_HASH_ANNOTATION;
-use super::*;
+    use super::*;
 
     fn origin() -> Origin<'static> {
         Origin::File(Path::new("/etc/kubernetes/manifests/web.yaml"))

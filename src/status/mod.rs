@@ -107,6 +107,8 @@ pub fn generate(pod: &Pod, rt: &RuntimePod, inp: &StatusInputs<'_>) -> PodStatus
         sandbox
             .map(|s| s.ip_address.clone())
             .filter(|ip| !ip.is_empty())
+            // A stopped sandbox has no IP; keep the last one known, as upstream does.
+            .or_else(|| inp.previous.and_then(|p| p.pod_ip.clone()))
     };
 
     let mut conditions = Vec::new();

@@ -386,3 +386,39 @@ fn bad_flags_and_config_exit_2_with_one_line() {
     assert!(err.contains("noSuchField"), "{err}");
     assert!(node.running().is_empty(), "nothing started");
 }
+
+#[test]
+fn tells_systemd_ready_after_the_first_relist() {
+    let mut node = Node::new("kb-notify");
+    let sock_path = node.dir.join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).expect("bind notify socket");
+    sock.set_read_timeout(Some(LONG)).expect("timeout");
+    node.write_manifest("n.yaml", &pod_yaml("notify", 1, &[("c", SLEEPER)]));
+    let child = node
+        .command(&[])
+        .env("NOTIFY_SOCKET", &sock_path)
+        .spawn()
+        .expect("spawn");
+    node.child = Some(child);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 512];
+    while !got.iter().any(|m: &String| m.contains("READY=1")) {
+        let n = sock
+            .recv(&mut buf)
+            .expect("a notification before the deadline");
+        got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    // Ready means the ports answer.
+    assert_eq!(node.healthz_get("/healthz/ping"), (200, "ok".to_string()));
+    // A STATUS= line follows once the pod runs.
+    wait_running(&node, &["notify/c"]);
+    let status = wait_for("a STATUS line with a running pod", LONG, || {
+        let n = sock.recv(&mut buf).ok()?;
+        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+        (m.starts_with("STATUS=") && m.contains("1 running")).then_some(m)
+    });
+    assert_eq!(status, "STATUS=1 pods, 1 running");
+    node.signal(libc::SIGTERM);
+    let (code, _) = node.wait_exit(Duration::from_secs(10));
+    assert_eq!(code, Some(0));
+}
