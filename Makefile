@@ -7,7 +7,7 @@ NODE_NAME  ?= $(shell cat /proc/sys/kernel/hostname | tr A-Z a-z)
 PAUSE      ?= rkubelet/pause:3.10
 BIN        := target/release/rkubelet
 
-.PHONY: all build images run test lint bench deps clean
+.PHONY: all build images run test lint bench deps verify-unit clean
 
 all: build
 
@@ -29,8 +29,7 @@ run: build images
 
 # Unit tests and integration tests against the real Docker engine.
 test: images
-	$(CARGO) build --release
-	$(CARGO) test --all-targets
+	$(CARGO) test
 
 lint:
 	$(CARGO) fmt --check
@@ -45,6 +44,11 @@ deps:
 	@$(CARGO) tree -e normal --prefix none | sort -u | wc -l | xargs echo "crates in the tree:"
 	@! $(CARGO) tree -e normal --prefix none | grep -E '^(tokio|async-std|smol|async-executor|futures-executor|hyper) ' \
 		|| (echo "an async runtime is in the dependency tree" && false)
+
+# systemd-analyze accepts the unit (pointed at the built binary, since it checks ExecStart).
+verify-unit: build
+	sed 's#/usr/local/bin/rkubelet#$(CURDIR)/$(BIN)#' systemd/rkubelet.service > target/rkubelet.service
+	systemd-analyze verify target/rkubelet.service
 
 clean:
 	$(CARGO) clean
