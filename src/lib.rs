@@ -25,6 +25,7 @@ pub mod podconfig;
 pub mod kubelet;
 pub mod pod_workers;
 pub mod kuberuntime;
+pub mod images;
 pub mod pleg;
 pub mod status;
 pub mod health;

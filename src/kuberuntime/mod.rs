@@ -7,6 +7,7 @@
 
 pub mod actions;
 pub mod backoff;
+pub mod container;
 pub mod labels;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+use crate::images::ImageManager;
 use crate::loops::lock;
 use crate::runtime::{
     ContainerConfig, ContainerDetails, ContainerState, NamespaceMode, Runtime, RuntimeError,
@@ -138,18 +140,17 @@ pub struct RuntimeManager {
     runtime: Arc<dyn Runtime>,
     cfg: ManagerConfig,
     backoff: Mutex<Backoff>,
-    /// Pulls are serialized (upstream `serializeImagePulls: true`).
-    pull_lock: Mutex<()>,
+    images: ImageManager,
 }
 
 impl RuntimeManager {
     /// A manager over `runtime`.
     pub fn new(runtime: Arc<dyn Runtime>, cfg: ManagerConfig) -> Self {
         RuntimeManager {
+            images: ImageManager::new(runtime.clone()),
             runtime,
             cfg,
             backoff: Mutex::new(Backoff::default()),
-            pull_lock: Mutex::new(()),
         }
     }
 
@@ -343,7 +344,10 @@ impl RuntimeManager {
         let spec = pod.spec.clone().unwrap_or_default();
         let pod_name = meta.name.clone().unwrap_or_default();
         let host_network = spec.host_network == Some(true);
-        if let Some(w) = self.ensure_image(pod, &self.cfg.pod_infra_image, None)? {
+        if let Some(w) = self
+            .images
+            .ensure_image(pod, &self.cfg.pod_infra_image, None)?
+        {
             return Err(RuntimeError::Api {
                 op: format!("pull sandbox image {}", self.cfg.pod_infra_image),
                 status: 0,
@@ -417,7 +421,10 @@ impl RuntimeManager {
         rp: &RuntimePod,
     ) -> Result<Option<Waiting>, RuntimeError> {
         let image = c.image.clone().unwrap_or_default();
-        if let Some(w) = self.ensure_image(pod, &image, c.image_pull_policy.as_deref())? {
+        if let Some(w) = self
+            .images
+            .ensure_image(pod, &image, c.image_pull_policy.as_deref())?
+        {
             return Ok(Some(w));
         }
         // Keep one dead instance for lastState and logs; older ones go now.
@@ -429,7 +436,7 @@ impl RuntimeManager {
         if let Some(key) = &s.backoff_key {
             lock(&self.backoff).next(key, Instant::now());
         }
-        let cfg = container_config(pod, c, s, sandbox_id, &self.cfg.node_name);
+        let cfg = container::container_config(pod, c, s, sandbox_id, &self.cfg.node_name);
         let fmt_pod = actions::format_pod(pod);
         let id = match self.create_replacing(&cfg) {
             Ok(id) => id,
@@ -465,167 +472,14 @@ impl RuntimeManager {
         }
     }
 
-    /// Makes sure an image is present per the pull policy. Ok(Some(waiting)) when the
-    /// container must wait (pull failed, in pull backoff, or Never and absent).
-    fn ensure_image(
-        &self,
-        pod: &Pod,
-        image: &str,
-        policy: Option<&str>,
-    ) -> Result<Option<Waiting>, RuntimeError> {
-        let image = normalize_image(image);
-        let policy = policy.unwrap_or_else(|| default_pull_policy(&image));
-        let present = self.runtime.inspect_image(&image)?.is_some();
-        match policy {
-            "Never" if !present => {
-                return Ok(Some(Waiting {
-                    reason: "ErrImageNeverPull".into(),
-                    message: format!(
-                        "Container image \"{image}\" is not present with pull policy of Never"
-                    ),
-                }))
-            }
-            "Never" => return Ok(None),
-            "IfNotPresent" if present => return Ok(None),
-            _ => {}
-        }
-        let key = format!(
-            "{}_{}",
-            pod.metadata.uid.as_deref().unwrap_or_default(),
-            image
-        );
-        if lock(&self.backoff).is_in_backoff_since_update(&key, Instant::now()) {
-            // The previous pull failed less than one backoff period ago.
-            return Ok(Some(Waiting {
-                reason: "ImagePullBackOff".into(),
-                message: format!("Back-off pulling image \"{image}\""),
-            }));
-        }
-        let _serial = lock(&self.pull_lock);
-        log::info!("Pulling image \"{image}\"");
-        let started = Instant::now();
-        match self.runtime.pull_image(&image, None) {
-            Ok(()) => {
-                log::info!(
-                    "Successfully pulled image \"{image}\" in {:?}",
-                    started.elapsed()
-                );
-                Ok(None)
-            }
-            Err(e) if e.is_unavailable() => Err(e),
-            Err(e) => {
-                lock(&self.backoff).next(&key, Instant::now());
-                Ok(Some(Waiting {
-                    reason: "ErrImagePull".into(),
-                    message: format!(
-                        "Failed to pull image \"{image}\": {}",
-                        crate::loops::error_chain(&e)
-                    ),
-                }))
-            }
-        }
-    }
-
     /// Forgets backoff entries that expired (housekeeping).
     pub fn gc_backoff(&self) {
         lock(&self.backoff).gc(Instant::now());
+        self.images.gc();
     }
 }
 
 /// The first 12 characters of an ID, as `docker ps` shows it.
 pub fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
-}
-
-/// `busybox` → `busybox:latest`; references with a tag or digest are unchanged.
-pub fn normalize_image(image: &str) -> String {
-    if image.contains('@') {
-        return image.to_string();
-    }
-    let last = image.rsplit('/').next().unwrap_or(image);
-    if last.contains(':') {
-        image.to_string()
-    } else {
-        format!("{image}:latest")
-    }
-}
-
-/// Upstream's defaulting: `Always` for `:latest` (and untagged, already normalised to
-/// `:latest`), `IfNotPresent` otherwise.
-pub fn default_pull_policy(normalized: &str) -> &'static str {
-    if !normalized.contains('@') && normalized.ends_with(":latest") {
-        "Always"
-    } else {
-        "IfNotPresent"
-    }
-}
-
-/// The runtime config of an app or init container.
-pub fn container_config(
-    pod: &Pod,
-    c: &Container,
-    s: &StartAction,
-    sandbox_id: &str,
-    node: &str,
-) -> ContainerConfig {
-    let meta = &pod.metadata;
-    let env = c
-        .env
-        .iter()
-        .flatten()
-        .filter_map(|e| {
-            e.value
-                .as_ref()
-                .map(|v| format!("{}={}", e.name, v))
-                .or_else(|| {
-                    // valueFrom sources come with the container-spec work; plain values only now.
-                    e.value_from.as_ref().map(|_| format!("{}=", e.name))
-                })
-        })
-        .collect();
-    let joined = NamespaceMode::Container(sandbox_id.to_string());
-    ContainerConfig {
-        name: labels::container_name(
-            &c.name,
-            meta.name.as_deref().unwrap_or_default(),
-            meta.namespace.as_deref().unwrap_or_default(),
-            meta.uid.as_deref().unwrap_or_default(),
-            s.restart_count,
-        ),
-        image: normalize_image(c.image.as_deref().unwrap_or_default()),
-        entrypoint: c.command.clone().filter(|v| !v.is_empty()),
-        cmd: c.args.clone().filter(|v| !v.is_empty()),
-        env,
-        working_dir: c.working_dir.clone().unwrap_or_default(),
-        labels: labels::container_labels(pod, node, c, s.kind, s.restart_count, sandbox_id),
-        network: Some(joined.clone()),
-        ipc: Some(joined),
-        stdin: c.stdin.unwrap_or(false),
-        stdin_once: c.stdin_once.unwrap_or(false),
-        tty: c.tty.unwrap_or(false),
-        ..Default::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn image_normalisation_and_default_policy() {
-        assert_eq!(normalize_image("busybox"), "busybox:latest");
-        assert_eq!(normalize_image("busybox:1.35"), "busybox:1.35");
-        assert_eq!(
-            normalize_image("127.0.0.1:5000/x/y"),
-            "127.0.0.1:5000/x/y:latest"
-        );
-        assert_eq!(
-            normalize_image("127.0.0.1:5000/x/y:2"),
-            "127.0.0.1:5000/x/y:2"
-        );
-        assert_eq!(normalize_image("x@sha256:abc"), "x@sha256:abc");
-        assert_eq!(default_pull_policy("busybox:latest"), "Always");
-        assert_eq!(default_pull_policy("busybox:1.35"), "IfNotPresent");
-        assert_eq!(default_pull_policy("x@sha256:abc"), "IfNotPresent");
-    }
 }
