@@ -37,7 +37,7 @@ lint:
 
 # Start latency, RSS, threads and idle CPU against the raw Docker API (a program, not a test).
 bench: build images
-	$(CARGO) bench --bench startup
+	$(CARGO) bench
 
 # Size of the dependency tree, and proof that no async runtime is in it.
 deps:

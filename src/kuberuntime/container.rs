@@ -55,3 +55,42 @@ pub fn container_config(
         ..Default::default()
     }
 }
+
+/// The runtime config of a pod's sandbox (pause) container: it holds the pod's network
+/// and IPC namespaces (upstream dockershim `makeSandboxDockerConfig`).
+pub fn sandbox_config(pod: &Pod, attempt: u32, image: &str, node: &str) -> ContainerConfig {
+    let meta = &pod.metadata;
+    let spec = pod.spec.clone().unwrap_or_default();
+    let pod_name = meta.name.clone().unwrap_or_default();
+    let host_network = spec.host_network == Some(true);
+    ContainerConfig {
+        name: labels::sandbox_name(
+            &pod_name,
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.uid.as_deref().unwrap_or_default(),
+            attempt,
+        ),
+        image: image.to_string(),
+        labels: labels::sandbox_labels(pod, node),
+        // Upstream sets the pod name as the hostname (at most 63 characters).
+        hostname: if host_network {
+            String::new()
+        } else {
+            spec.hostname
+                .clone()
+                .unwrap_or_else(|| pod_name.chars().take(63).collect())
+        },
+        network: Some(if host_network {
+            NamespaceMode::Host
+        } else {
+            NamespaceMode::Private
+        }),
+        ipc: Some(if spec.host_ipc == Some(true) {
+            NamespaceMode::Host
+        } else {
+            NamespaceMode::Shareable
+        }),
+        pid: spec.host_pid.filter(|h| *h).map(|_| NamespaceMode::Host),
+        ..Default::default()
+    }
+}

@@ -19,9 +19,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::images::ImageManager;
 use crate::loops::lock;
-use crate::runtime::{
-    ContainerConfig, ContainerDetails, ContainerState, NamespaceMode, Runtime, RuntimeError,
-};
+use crate::runtime::{ContainerConfig, ContainerDetails, ContainerState, Runtime, RuntimeError};
 use crate::status::Waiting;
 use actions::{PodActions, StartAction};
 use backoff::Backoff;
@@ -340,10 +338,6 @@ impl RuntimeManager {
 
     /// Creates and starts a pod's sandbox; returns its ID.
     fn create_sandbox(&self, pod: &Pod, attempt: u32) -> Result<String, RuntimeError> {
-        let meta = &pod.metadata;
-        let spec = pod.spec.clone().unwrap_or_default();
-        let pod_name = meta.name.clone().unwrap_or_default();
-        let host_network = spec.host_network == Some(true);
         if let Some(w) = self
             .images
             .ensure_image(pod, &self.cfg.pod_infra_image, None)?
@@ -354,36 +348,8 @@ impl RuntimeManager {
                 message: w.message,
             });
         }
-        let cfg = ContainerConfig {
-            name: labels::sandbox_name(
-                &pod_name,
-                meta.namespace.as_deref().unwrap_or_default(),
-                meta.uid.as_deref().unwrap_or_default(),
-                attempt,
-            ),
-            image: self.cfg.pod_infra_image.clone(),
-            labels: labels::sandbox_labels(pod, &self.cfg.node_name),
-            // Upstream sets the pod name as the hostname (at most 63 characters).
-            hostname: if host_network {
-                String::new()
-            } else {
-                spec.hostname
-                    .clone()
-                    .unwrap_or_else(|| pod_name.chars().take(63).collect())
-            },
-            network: Some(if host_network {
-                NamespaceMode::Host
-            } else {
-                NamespaceMode::Private
-            }),
-            ipc: Some(if spec.host_ipc == Some(true) {
-                NamespaceMode::Host
-            } else {
-                NamespaceMode::Shareable
-            }),
-            pid: spec.host_pid.filter(|h| *h).map(|_| NamespaceMode::Host),
-            ..Default::default()
-        };
+        let cfg =
+            container::sandbox_config(pod, attempt, &self.cfg.pod_infra_image, &self.cfg.node_name);
         let id = self.create_replacing(&cfg)?;
         self.runtime.start_container(&id)?;
         log::info!(
