@@ -32,3 +32,7 @@ pub mod health;
 
 // The HTTP ports.
 pub mod server;
+
+// Test helpers shared by unit tests.
+#[cfg(test)]
+mod testutil;

@@ -354,31 +354,7 @@ fn node_name(hostname_override: Option<&str>, hostname_file: &Path) -> Result<St
 mod tests {
     use super::*;
 
-    /// A temporary directory of this test's own, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(tag: &str) -> Self {
-            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let p = std::env::temp_dir()
-                .join(format!("rkubelet-config-{tag}-{}-{n}", std::process::id()));
-            std::fs::create_dir_all(&p).expect("create temp dir");
-            TempDir(p)
-        }
-
-        fn write(&self, name: &str, text: &str) -> PathBuf {
-            let p = self.0.join(name);
-            std::fs::write(&p, text).expect("write");
-            p
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::testutil::TempDir;
 
     const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 

@@ -521,35 +521,7 @@ mod tests {
     use crossbeam_channel::Receiver;
     use std::time::Instant;
 
-    /// A temporary directory of this test's own, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(tag: &str) -> Self {
-            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let p = std::env::temp_dir()
-                .join(format!("rkubelet-file-{tag}-{}-{n}", std::process::id()));
-            std::fs::create_dir_all(&p).expect("create temp dir");
-            TempDir(p)
-        }
-
-        fn write(&self, name: &str, text: &str) -> PathBuf {
-            let p = self.0.join(name);
-            std::fs::write(&p, text).expect("write");
-            p
-        }
-
-        fn remove(&self, name: &str) {
-            std::fs::remove_file(self.0.join(name)).expect("remove");
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::testutil::TempDir;
 
     fn pod(name: &str, image: &str) -> String {
         format!(

@@ -882,7 +882,9 @@ mod tests {
     ) -> std::thread::JoinHandle<Vec<String>> {
         use std::io::{BufRead, BufReader, Write};
         let listener = std::os::unix::net::UnixListener::bind(path).expect("bind");
-        std::thread::spawn(move || {
+        std::thread::Builder::new()
+            .name("fake-engine".into())
+            .spawn(move || {
             let mut seen = Vec::new();
             for _ in 0..connections {
                 let Ok((stream, _)) = listener.accept() else {
@@ -914,6 +916,7 @@ mod tests {
             }
             seen
         })
+        .expect("spawn fake engine")
     }
 
     #[test]
