@@ -193,7 +193,11 @@ pub fn run(cfg: &ExecConfig) -> Result<Credential, ExecError> {
     let _ = reader.join();
     let err_text = String::from_utf8_lossy(&err);
     if !err_text.trim().is_empty() {
-        log::info!("exec credential plugin {:?}: {}", cfg.command, err_text.trim());
+        log::info!(
+            "exec credential plugin {:?}: {}",
+            cfg.command,
+            err_text.trim()
+        );
     }
     let status = status.map_err(|e| fail(format!("cannot wait for it: {e}")))?;
     if !status.success() {
@@ -207,7 +211,10 @@ fn parse(out: &[u8], want_version: &str) -> Result<Credential, String> {
     let cred: ExecCredential = serde_json::from_slice(out)
         .map_err(|e| format!("its output is not an ExecCredential: {e}"))?;
     if cred.kind != "ExecCredential" {
-        return Err(format!("its output has kind {:?}, not ExecCredential", cred.kind));
+        return Err(format!(
+            "its output has kind {:?}, not ExecCredential",
+            cred.kind
+        ));
     }
     if cred.api_version != want_version {
         return Err(format!(
@@ -227,13 +234,11 @@ fn parse(out: &[u8], want_version: &str) -> Result<Credential, String> {
     if token.is_none() && cert_pem.is_none() {
         return Err("its output has neither a token nor a client certificate".into());
     }
-    let expires = status
-        .expiration_timestamp
-        .map(|t| {
-            let secs = t.0.as_second();
-            // Before 1970 means "already expired": run the plugin again next time.
-            std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0))
-        });
+    let expires = status.expiration_timestamp.map(|t| {
+        let secs = t.0.as_second();
+        // Before 1970 means "already expired": run the plugin again next time.
+        std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+    });
     Ok(Credential {
         token,
         cert_pem,
@@ -267,7 +272,11 @@ mod tests {
             (r#"{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"token":"t"}}"#, "its output has apiVersion \"client.authentication.k8s.io/v1beta1\", want \"client.authentication.k8s.io/v1\""),
         ];
         for (out, want) in rows {
-            assert_eq!(parse(out.as_bytes(), V1).err().as_deref(), Some(*want), "{out}");
+            assert_eq!(
+                parse(out.as_bytes(), V1).err().as_deref(),
+                Some(*want),
+                "{out}"
+            );
         }
     }
 
@@ -302,6 +311,9 @@ mod tests {
             ..cfg
         };
         let e = run(&missing).expect_err("missing").to_string();
-        assert!(e.contains("cannot run it") && e.ends_with("(install it)"), "{e}");
+        assert!(
+            e.contains("cannot run it") && e.ends_with("(install it)"),
+            "{e}"
+        );
     }
 }

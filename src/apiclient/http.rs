@@ -126,7 +126,10 @@ pub fn is_read_timeout(e: &io::Error) -> bool {
     {
         Some(ureq::Error::Timeout(t)) => *t == ureq::Timeout::PerRead,
         Some(_) => false,
-        None => matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock),
+        None => matches!(
+            e.kind(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+        ),
     }
 }
 
@@ -253,7 +256,11 @@ mod tests {
     fn lines_survive_timeouts_in_the_middle() {
         let mut r = LineReader::new(
             Pieces {
-                pieces: vec![b"{\"a\"".to_vec(), b":1}\r\n{\"b\":2}\n".to_vec(), b"tail".to_vec()],
+                pieces: vec![
+                    b"{\"a\"".to_vec(),
+                    b":1}\r\n{\"b\":2}\n".to_vec(),
+                    b"tail".to_vec(),
+                ],
                 timeout_next: false,
             },
             100,

@@ -341,7 +341,10 @@ mod tests {
         let anon = parse(&format!("{BASE}current-context: anon\n")).expect("valid");
         assert_eq!(anon.server, "http://other");
         assert!(anon.auth.token.is_none());
-        assert!(!format!("{:?}", c.auth).contains("abc"), "no token in Debug");
+        assert!(
+            !format!("{:?}", c.auth).contains("abc"),
+            "no token in Debug"
+        );
     }
 
     #[test]

@@ -246,9 +246,7 @@ impl WatchStream {
         let raw: RawEvent = serde_json::from_slice(&line).map_err(decode)?;
         let event = match raw.kind.as_str() {
             "ADDED" => WatchEvent::Added(serde_json::from_value(raw.object).map_err(decode)?),
-            "MODIFIED" => {
-                WatchEvent::Modified(serde_json::from_value(raw.object).map_err(decode)?)
-            }
+            "MODIFIED" => WatchEvent::Modified(serde_json::from_value(raw.object).map_err(decode)?),
             "DELETED" => WatchEvent::Deleted(serde_json::from_value(raw.object).map_err(decode)?),
             "BOOKMARK" => {
                 let rv = raw.object["metadata"]["resourceVersion"]
@@ -384,11 +382,7 @@ impl ApiClient {
         );
         let total = Duration::from_secs(timeout_seconds) + WATCH_GRACE;
         let (url, resp) = self.get(what, &path, total, Some(WATCH_WAKEUP))?;
-        let reader = resp
-            .into_body()
-            .into_with_config()
-            .limit(u64::MAX)
-            .reader();
+        let reader = resp.into_body().into_with_config().limit(u64::MAX).reader();
         Ok(WatchStream {
             lines: LineReader::new(reader, http::MAX_LINE),
             url,
@@ -485,14 +479,17 @@ impl ApiClient {
                 return Ok((st.agent.clone(), token));
             }
         }
-        let from_file = auth.token_file.as_ref().and_then(|f| match std::fs::read_to_string(f) {
-            Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
-            Ok(_) => None,
-            Err(e) => {
-                log::warn!("cannot read tokenFile {}: {e}", f.display());
-                None
-            }
-        });
+        let from_file = auth
+            .token_file
+            .as_ref()
+            .and_then(|f| match std::fs::read_to_string(f) {
+                Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
+                Ok(_) => None,
+                Err(e) => {
+                    log::warn!("cannot read tokenFile {}: {e}", f.display());
+                    None
+                }
+            });
         Ok((st.agent.clone(), from_file.or_else(|| auth.token.clone())))
     }
 }

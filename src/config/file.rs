@@ -727,7 +727,8 @@ mod tests {
             .filter(|f| !["apiVersion", "kind"].contains(f))
         {
             let value = match *f {
-                "syncFrequency" | "fileCheckFrequency" => "\"30s\"",
+                "syncFrequency" | "fileCheckFrequency" | "httpCheckFrequency" => "\"30s\"",
+                "staticPodURL" => "http://h/pods",
                 "address" | "healthzBindAddress" => "\"127.0.0.1\"",
                 "port" | "readOnlyPort" | "healthzPort" => "1234",
                 "enableServer" => "true",
@@ -744,9 +745,9 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 10 implemented fields and `logging`, plus
+        // All but the type meta, the 13 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 13 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 16 + 1);
     }
 
     #[test]
@@ -780,6 +781,7 @@ mod tests {
                 container_runtime_endpoint: Some("unix:///run/docker.sock".into()),
                 verbosity: Some(4),
                 unsupported: vec![],
+                ..FileSettings::default()
             }
         );
     }

@@ -287,7 +287,11 @@ fn load_with(args: &[String], hostname_file: &Path) -> Result<Loaded, ConfigErro
 
 /// Flags that only make sense together.
 fn check_pairs(flags: &flags::Flags) -> Result<(), ConfigError> {
-    let show = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    let show = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
     match (&flags.etcd_certfile, &flags.etcd_keyfile) {
         (Some(_), None) => Err(ConfigError::InvalidFlag {
             flag: "--etcd-certfile".into(),
@@ -593,10 +597,18 @@ mod tests {
             c.manifest_url_headers,
             [pair("X-A", "one"), pair("X-A", "two"), pair("X-B", "b")]
         );
-        assert!(!c.unsupported_fields.iter().any(|f| f.contains("staticPodURL")));
+        assert!(!c
+            .unsupported_fields
+            .iter()
+            .any(|f| f.contains("staticPodURL")));
         let c = run_with(
             &dir,
-            &["--config", cfg, "--manifest-url=", "--manifest-url-header=X-C:c"],
+            &[
+                "--config",
+                cfg,
+                "--manifest-url=",
+                "--manifest-url-header=X-C:c",
+            ],
         )
         .expect("valid");
         assert_eq!(c.manifest_url, None, "an empty flag turns the source off");
@@ -606,8 +618,11 @@ mod tests {
             e.to_string(),
             "invalid value \"/c\" for flag --etcd-certfile: needs --etcd-keyfile too"
         );
-        let c = run_with(&dir, &["--etcd-servers=http://127.0.0.1:1", "--kubeconfig="])
-            .expect("valid");
+        let c = run_with(
+            &dir,
+            &["--etcd-servers=http://127.0.0.1:1", "--kubeconfig="],
+        )
+        .expect("valid");
         assert_eq!(c.etcd_servers, ["http://127.0.0.1:1"]);
         assert_eq!(c.etcd_prefix, "/registry/hosts/my-host/");
         assert_eq!(c.kubeconfig, None);

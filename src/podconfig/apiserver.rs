@@ -132,7 +132,10 @@ impl ApiSource {
         on_event: &mut dyn FnMut(),
     ) -> Result<WatchEnd, ApiError> {
         let rv = self.resource_version.clone().unwrap_or_else(|| "0".into());
-        let mut stream = match self.client.watch_pods(&self.node_name, &rv, timeout_seconds) {
+        let mut stream = match self
+            .client
+            .watch_pods(&self.node_name, &rv, timeout_seconds)
+        {
             Ok(s) => s,
             Err(e) if e.is_gone() => return Ok(WatchEnd::Gone(e.to_string())),
             Err(e) => return Err(e),
@@ -192,7 +195,12 @@ impl ApiSource {
     }
 
     fn bump(&mut self, pod: &Pod) {
-        if let Some(rv) = pod.metadata.resource_version.clone().filter(|r| !r.is_empty()) {
+        if let Some(rv) = pod
+            .metadata
+            .resource_version
+            .clone()
+            .filter(|r| !r.is_empty())
+        {
             self.resource_version = Some(rv);
         }
     }
@@ -203,7 +211,11 @@ impl ApiSource {
         let mut need_list = true;
         let mut fresh = false;
         let mut backoff = BACKOFF_MIN;
-        log::info!("Watching apiserver {} for pods of node {}", self.client.server(), self.node_name);
+        log::info!(
+            "Watching apiserver {} for pods of node {}",
+            self.client.server(),
+            self.node_name
+        );
         loop {
             if stop.is_stopped() {
                 return;
@@ -278,7 +290,12 @@ mod tests {
 
     #[test]
     fn jitter_and_watch_timeouts_stay_in_range() {
-        let rows = [(0.0, 1000, 300), (0.5, 1500, 450), (0.999, 1999, 599), (7.0, 2000, 599)];
+        let rows = [
+            (0.0, 1000, 300),
+            (0.5, 1500, 450),
+            (0.999, 1999, 599),
+            (7.0, 2000, 599),
+        ];
         for (f, want_ms, want_secs) in rows {
             assert_eq!(
                 with_jitter(Duration::from_secs(1), f).as_millis(),

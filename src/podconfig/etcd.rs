@@ -445,11 +445,7 @@ impl EtcdSource {
                 reason: format!("status {code}"),
             });
         }
-        let reader = resp
-            .into_body()
-            .into_with_config()
-            .limit(u64::MAX)
-            .reader();
+        let reader = resp.into_body().into_with_config().limit(u64::MAX).reader();
         let mut lines = LineReader::new(reader, client::MAX_LINE);
         let opened = Instant::now();
         loop {
@@ -467,11 +463,12 @@ impl EtcdSource {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let parsed: WatchLine = serde_json::from_slice(&line).map_err(|e| EtcdError::Answer {
-                what: "watch".into(),
-                server: server.clone(),
-                reason: format!("a watch line does not decode: {e}"),
-            })?;
+            let parsed: WatchLine =
+                serde_json::from_slice(&line).map_err(|e| EtcdError::Answer {
+                    what: "watch".into(),
+                    server: server.clone(),
+                    reason: format!("a watch line does not decode: {e}"),
+                })?;
             if let Some(err) = parsed.error {
                 return Err(EtcdError::Answer {
                     what: "watch".into(),
@@ -479,7 +476,9 @@ impl EtcdSource {
                     reason: err.message,
                 });
             }
-            let Some(result) = parsed.result else { continue };
+            let Some(result) = parsed.result else {
+                continue;
+            };
             if result.compact_revision.is_some() && rev(&result.compact_revision) > 0 {
                 return Ok(WatchEnd::Relist(format!(
                     "revision {} was compacted (compact revision {})",
@@ -572,7 +571,11 @@ impl EtcdSource {
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                 }
                 Ok(WatchEnd::Relist(why)) => {
-                    log::info!("etcd {}: {why}; reading {} again", self.server(), self.cfg.prefix);
+                    log::info!(
+                        "etcd {}: {why}; reading {} again",
+                        self.server(),
+                        self.cfg.prefix
+                    );
                     listed = false;
                     continue;
                 }
@@ -598,7 +601,11 @@ pub fn jittered(d: Duration) -> Duration {
 }
 
 /// Decodes one key's value into static pods.
-pub fn pods_from_value(key: &str, value: &[u8], node_name: &str) -> Result<Vec<Pod>, ManifestError> {
+pub fn pods_from_value(
+    key: &str,
+    value: &[u8],
+    node_name: &str,
+) -> Result<Vec<Pod>, ManifestError> {
     let origin_name = format!("etcd:{key}");
     let origin = Origin::Url(&origin_name);
     let fail = |kind| ManifestError {
@@ -610,16 +617,14 @@ pub fn pods_from_value(key: &str, value: &[u8], node_name: &str) -> Result<Vec<P
     if value.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(fail(manifest::ManifestErrorKind::TooLarge));
     }
-    let text = std::str::from_utf8(value).map_err(|_| fail(manifest::ManifestErrorKind::NotUtf8))?;
+    let text =
+        std::str::from_utf8(value).map_err(|_| fail(manifest::ManifestErrorKind::NotUtf8))?;
     // JSON is YAML: one parser reads both, and multi-document YAML too.
     manifest::pods_from_str(text, Format::Yaml, origin, node_name)
 }
 
 /// Starts the `src-etcd` thread.
-pub fn start(
-    loops: &Loops,
-    source: EtcdSource,
-) -> Result<(), SpawnError> {
+pub fn start(loops: &Loops, source: EtcdSource) -> Result<(), SpawnError> {
     log::info!(
         "adding etcd pod source servers={:?} prefix={}",
         source.cfg.servers,
@@ -660,7 +665,10 @@ mod tests {
             "n",
         )
         .expect("valid");
-        assert_ne!(pods[0].metadata.uid, other[0].metadata.uid, "the key is in the UID");
+        assert_ne!(
+            pods[0].metadata.uid, other[0].metadata.uid,
+            "the key is in the UID"
+        );
         let e = pods_from_value("/k", b"kind: Pod\n", "n").expect_err("no name");
         assert_eq!(
             e.to_string(),
@@ -677,7 +685,10 @@ mod tests {
         let r = put.result.expect("result");
         assert_eq!(r.events.len(), 2);
         assert_eq!(r.events[0].kv.key.0, b"/a");
-        assert_eq!(r.events[0].kv.value.as_ref().map(|v| v.0.clone()), Some(b"x".to_vec()));
+        assert_eq!(
+            r.events[0].kv.value.as_ref().map(|v| v.0.clone()),
+            Some(b"x".to_vec())
+        );
         assert_eq!(r.events[1].kind.as_deref(), Some("DELETE"));
         let compacted: WatchLine = serde_json::from_str(
             r#"{"result":{"header":{"revision":"9"},"canceled":true,"compact_revision":"5"}}"#,
@@ -690,7 +701,10 @@ mod tests {
     fn jitter_stretches_by_at_most_half() {
         for _ in 0..50 {
             let d = jittered(Duration::from_secs(2));
-            assert!(d >= Duration::from_secs(2) && d < Duration::from_secs(3), "{d:?}");
+            assert!(
+                d >= Duration::from_secs(2) && d < Duration::from_secs(3),
+                "{d:?}"
+            );
         }
     }
 }

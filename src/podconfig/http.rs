@@ -156,8 +156,8 @@ impl HttpSource {
         if self.last_body.as_deref() == Some(&body[..]) {
             return Ok(());
         }
-        let pods = pods_from_body(&body, &self.url, &self.node_name)
-            .map_err(HttpSourceError::Manifest)?;
+        let pods =
+            pods_from_body(&body, &self.url, &self.node_name).map_err(HttpSourceError::Manifest)?;
         self.send(pods)?;
         self.last_body = Some(body);
         Ok(())
@@ -215,19 +215,21 @@ pub fn pods_from_body(body: &[u8], url: &str, node_name: &str) -> Result<Vec<Pod
         kind: manifest::ManifestErrorKind::NotUtf8,
     })?;
     if text.trim_start().starts_with('{') {
-        let docs: Result<Vec<serde_json::Value>, _> =
-            serde_json::Deserializer::from_str(text).into_iter().collect();
+        let docs: Result<Vec<serde_json::Value>, _> = serde_json::Deserializer::from_str(text)
+            .into_iter()
+            .collect();
         if let Ok(docs) = docs {
             if docs.len() == 1 {
                 return manifest::pods_from_str(text, Format::Json, origin, node_name);
             }
             let mut pods = Vec::new();
             for (i, doc) in docs.iter().enumerate() {
-                let one = manifest::pods_from_str(&doc.to_string(), Format::Json, origin, node_name)
-                    .map_err(|mut e| {
-                        e.document = Some(i);
-                        e
-                    })?;
+                let one =
+                    manifest::pods_from_str(&doc.to_string(), Format::Json, origin, node_name)
+                        .map_err(|mut e| {
+                            e.document = Some(i);
+                            e
+                        })?;
                 pods.extend(one);
             }
             return Ok(pods);
@@ -308,6 +310,10 @@ mod tests {
             "http://h/a: document 1: invalid pod: name is needed for the pod"
         );
         let e = pods_from_body(b"kind: Pod\nmetadata: [", "http://h/a", "n").expect_err("bad");
-        assert!(e.to_string().starts_with("http://h/a: document 0: invalid YAML"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("http://h/a: document 0: invalid YAML"),
+            "{e}"
+        );
     }
 }

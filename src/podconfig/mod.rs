@@ -169,7 +169,12 @@ impl PodConfig {
         out
     }
 
-    fn merge_snapshot(&mut self, source: Source, pods: Vec<Pod>, now_rfc3339: &str) -> Vec<PodUpdate> {
+    fn merge_snapshot(
+        &mut self,
+        source: Source,
+        pods: Vec<Pod>,
+        now_rfc3339: &str,
+    ) -> Vec<PodUpdate> {
         let first_snapshot = !self.pods.contains_key(&source);
         let incoming = self.validate(source, pods);
         let old = self.pods.remove(&source).unwrap_or_default();
