@@ -221,7 +221,7 @@ struct RawEvent {
 
 impl WatchStream {
     /// Reads the next event. Blocks at most about [`WATCH_WAKEUP`].
-    pub fn next(&mut self) -> Result<StreamItem, ApiError> {
+    pub fn next_item(&mut self) -> Result<StreamItem, ApiError> {
         let what = "watch pods";
         let line = match self.lines.next_line() {
             Ok(Some(line)) => line,

@@ -144,7 +144,7 @@ impl ApiSource {
             if stop.is_stopped() {
                 return Ok(WatchEnd::Stopped);
             }
-            let event = match stream.next()? {
+            let event = match stream.next_item()? {
                 StreamItem::Idle => continue,
                 StreamItem::End => return Ok(WatchEnd::Closed),
                 StreamItem::Event(e) => e,

@@ -73,9 +73,19 @@ impl Pki {
         PKI.get_or_init(|| {
             let dir = std::env::temp_dir().join(format!("rkubelet-pki-{}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("pki dir");
-            let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+            let ec = [
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+            ];
             for ca in ["ca", "rogue-ca"] {
-                let (key, crt, subj) = (format!("{ca}.key"), format!("{ca}.crt"), format!("/CN={ca}"));
+                let (key, crt, subj) = (
+                    format!("{ca}.key"),
+                    format!("{ca}.crt"),
+                    format!("/CN={ca}"),
+                );
                 let mut a = vec!["req", "-x509"];
                 a.extend_from_slice(&ec);
                 a.extend_from_slice(&[
@@ -299,8 +309,14 @@ impl TestApiServer {
         let rv = st.rv;
         pod["metadata"]["resourceVersion"] = json!(rv.to_string());
         let key = (
-            pod["metadata"]["namespace"].as_str().unwrap_or("default").to_string(),
-            pod["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+            pod["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string(),
+            pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
         );
         if kind == "DELETED" {
             st.pods.remove(&key);
@@ -333,8 +349,11 @@ impl TestApiServer {
         pod["apiVersion"] = json!("v1");
         pod["kind"] = json!("Pod");
         self.change("ADDED", pod.clone());
-        self.get_pod("default", pod["metadata"]["name"].as_str().unwrap_or_default())
-            .unwrap_or(pod)
+        self.get_pod(
+            "default",
+            pod["metadata"]["name"].as_str().unwrap_or_default(),
+        )
+        .unwrap_or(pod)
     }
 
     /// The stored pod.
@@ -426,11 +445,13 @@ fn server_config(pki: &Pki) -> rustls::ServerConfig {
     for c in CertificateDer::pem_file_iter(&pki.ca).expect("ca") {
         roots.add(c.expect("ca cert")).expect("add ca");
     }
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .allow_unauthenticated()
-            .build()
-            .expect("client verifier");
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .allow_unauthenticated()
+    .build()
+    .expect("client verifier");
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pki.server_cert)
         .expect("server cert")
         .map(|c| c.expect("cert"))
@@ -449,7 +470,9 @@ type Tls = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
 fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) {
     let _ = tcp.set_read_timeout(Some(Duration::from_secs(10)));
     let _ = tcp.set_nodelay(true);
-    let Ok(conn) = rustls::ServerConnection::new(tls) else { return };
+    let Ok(conn) = rustls::ServerConnection::new(tls) else {
+        return;
+    };
     let mut stream = rustls::StreamOwned::new(conn, tcp);
     // Finish the handshake first: a refused client certificate ends here.
     while stream.conn.is_handshaking() {
@@ -457,10 +480,18 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
             return;
         }
     }
-    let has_cert = stream.conn.peer_certificates().is_some_and(|c| !c.is_empty());
-    let Some((path, headers)) = read_request(&mut stream) else { return };
+    let has_cert = stream
+        .conn
+        .peer_certificates()
+        .is_some_and(|c| !c.is_empty());
+    let Some((path, headers)) = read_request(&mut stream) else {
+        return;
+    };
     let auth_header = headers.get("authorization").cloned().unwrap_or_default();
-    let token = auth_header.strip_prefix("Bearer ").unwrap_or_default().to_string();
+    let token = auth_header
+        .strip_prefix("Bearer ")
+        .unwrap_or_default()
+        .to_string();
     let authed_by = {
         let mut st = lock(&sh.state);
         let by = if !token.is_empty() && st.tokens.contains(&token) {
@@ -506,11 +537,18 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
             return respond(&mut stream, 400, &body);
         }
     };
-    if q.get("watch").map(String::as_str) == Some("true") || q.get("watch").map(String::as_str) == Some("1") {
+    if q.get("watch").map(String::as_str) == Some("true")
+        || q.get("watch").map(String::as_str) == Some("1")
+    {
         watch(stream, &sh, &q, &selector);
     } else {
         let st = lock(&sh.state);
-        let items: Vec<Value> = st.pods.values().filter(|p| matches(p, &selector)).cloned().collect();
+        let items: Vec<Value> = st
+            .pods
+            .values()
+            .filter(|p| matches(p, &selector))
+            .cloned()
+            .collect();
         let body = json!({"kind":"PodList","apiVersion":"v1",
             "metadata":{"resourceVersion": st.rv.to_string()},"items":items});
         drop(st);
@@ -616,7 +654,12 @@ fn chunk(stream: &mut Tls, event: &Value) -> bool {
     write!(stream, "{:x}\r\n{line}\r\n", line.len()).is_ok() && stream.flush().is_ok()
 }
 
-fn watch(mut stream: Tls, sh: &Shared, q: &BTreeMap<String, String>, selector: &[(String, String)]) {
+fn watch(
+    mut stream: Tls,
+    sh: &Shared,
+    q: &BTreeMap<String, String>,
+    selector: &[(String, String)],
+) {
     let from: u64 = q
         .get("resourceVersion")
         .and_then(|r| r.parse().ok())
@@ -652,7 +695,12 @@ fn watch(mut stream: Tls, sh: &Shared, q: &BTreeMap<String, String>, selector: &
     let mut initial = Vec::new();
     let mut cursor = from;
     if from == 0 {
-        initial = st.pods.values().filter(|p| matches(p, selector)).cloned().collect();
+        initial = st
+            .pods
+            .values()
+            .filter(|p| matches(p, selector))
+            .cloned()
+            .collect();
         cursor = st.rv;
     }
     drop(st);

@@ -116,7 +116,10 @@ impl Etcd {
             .send(body.to_string())
             .map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
-        let text = resp.body_mut().read_to_string().map_err(|e| e.to_string())?;
+        let text = resp
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| e.to_string())?;
         if status != 200 {
             return Err(format!("{path}: {status}: {text}"));
         }
@@ -126,9 +129,15 @@ impl Etcd {
     /// Puts a key; returns the new revision.
     pub fn put(&self, key: &str, value: &str) -> i64 {
         let r = self
-            .post("/v3/kv/put", &json!({"key": b64(key.as_bytes()), "value": b64(value.as_bytes())}))
+            .post(
+                "/v3/kv/put",
+                &json!({"key": b64(key.as_bytes()), "value": b64(value.as_bytes())}),
+            )
             .expect("put");
-        r["header"]["revision"].as_str().and_then(|s| s.parse().ok()).expect("revision")
+        r["header"]["revision"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .expect("revision")
     }
 
     /// Deletes a key.
@@ -149,8 +158,13 @@ impl Etcd {
 
     /// The current revision.
     pub fn revision(&self) -> i64 {
-        let r = self.post("/v3/kv/range", &json!({"key": b64(b"/")})).expect("range");
-        r["header"]["revision"].as_str().and_then(|s| s.parse().ok()).expect("revision")
+        let r = self
+            .post("/v3/kv/range", &json!({"key": b64(b"/")}))
+            .expect("range");
+        r["header"]["revision"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .expect("revision")
     }
 }
 

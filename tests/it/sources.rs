@@ -102,7 +102,10 @@ impl Drop for Running {
     fn drop(&mut self) {
         self.shutdown.trigger();
         let left = self.loops.join_all(Duration::from_secs(10));
-        assert!(left.is_empty() || std::thread::panicking(), "still running: {left:?}");
+        assert!(
+            left.is_empty() || std::thread::panicking(),
+            "still running: {left:?}"
+        );
     }
 }
 
@@ -143,7 +146,11 @@ fn api_source_lists_then_follows_every_watch_event_of_its_node_only() {
     server.update_pod(changed);
     let pods = wait_for("the MODIFIED pod", LONG, || {
         let u = rx.recv_timeout(LONG).ok()?;
-        let p = u.pods.iter().find(|p| p.metadata.name.as_deref() == Some("added"))?.clone();
+        let p = u
+            .pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some("added"))?
+            .clone();
         p.metadata.labels.is_some().then_some(u.pods)
     });
     assert_eq!(names(&pods), ["added", "before"]);
@@ -151,14 +158,21 @@ fn api_source_lists_then_follows_every_watch_event_of_its_node_only() {
     wait_names(&rx, &["added"]);
 
     let reqs = server.requests();
-    let list = reqs.iter().find(|r| !r.contains("watch=true")).expect("a list");
+    let list = reqs
+        .iter()
+        .find(|r| !r.contains("watch=true"))
+        .expect("a list");
     assert!(list.contains("fieldSelector=spec.nodeName%3Dn1"), "{list}");
     assert!(list.contains("resourceVersion=0"), "{list}");
-    let watch = reqs.iter().find(|r| r.contains("watch=true")).expect("a watch");
+    let watch = reqs
+        .iter()
+        .find(|r| r.contains("watch=true"))
+        .expect("a watch");
     assert!(watch.contains("allowWatchBookmarks=true"), "{watch}");
     assert!(watch.contains("timeoutSeconds="), "{watch}");
     assert!(
-        reqs.iter().all(|r| r.contains(&format!("ua=rkubelet/{}", env!("CARGO_PKG_VERSION")))),
+        reqs.iter()
+            .all(|r| r.contains(&format!("ua=rkubelet/{}", env!("CARGO_PKG_VERSION")))),
         "{reqs:?}"
     );
     assert!(reqs.iter().all(|r| r.ends_with("auth=token")), "{reqs:?}");
@@ -198,12 +212,21 @@ fn api_source_resumes_a_dropped_watch_and_a_timed_out_one_from_the_last_version(
     server.create_pod(api_pod("b", "n"));
     wait_names(&rx, &["a", "b"]);
     let reqs = server.requests();
-    assert_eq!(count(&reqs, "watch=true") + 1, reqs.len(), "one list only: {reqs:?}");
+    assert_eq!(
+        count(&reqs, "watch=true") + 1,
+        reqs.len(),
+        "one list only: {reqs:?}"
+    );
     let versions: Vec<u64> = reqs
         .iter()
         .filter(|r| r.contains("watch=true"))
         .filter_map(|r| {
-            r.split("resourceVersion=").nth(1)?.split('&').next()?.parse().ok()
+            r.split("resourceVersion=")
+                .nth(1)?
+                .split('&')
+                .next()?
+                .parse()
+                .ok()
         })
         .collect();
     assert!(
@@ -238,7 +261,11 @@ fn api_source_lists_again_after_410_gone_as_event_and_as_status() {
         wait_names(&rx, &["b"]);
         let reqs = paused.requests();
         let lists: Vec<&String> = reqs.iter().filter(|r| !r.contains("watch=true")).collect();
-        assert_eq!(lists.len(), 2, "listed again (gone_as_status={gone_as_status}): {reqs:?}");
+        assert_eq!(
+            lists.len(),
+            2,
+            "listed again (gone_as_status={gone_as_status}): {reqs:?}"
+        );
         assert!(
             !lists[1].contains("resourceVersion="),
             "the relist asks for the newest state: {}",
@@ -265,7 +292,10 @@ fn api_client_authenticates_with_token_file_client_certificate_and_exec_plugin()
         .expect("chmod");
     let rows: Vec<(String, Result<&str, &str>)> = vec![
         ("token: good-token".into(), Ok("auth=token")),
-        (format!("tokenFile: {}", token_file.display()), Ok("auth=token")),
+        (
+            format!("tokenFile: {}", token_file.display()),
+            Ok("auth=token"),
+        ),
         (
             format!(
                 "client-certificate: {}\nclient-key: {}",
@@ -275,10 +305,16 @@ fn api_client_authenticates_with_token_file_client_certificate_and_exec_plugin()
             Ok("auth=cert"),
         ),
         (
-            format!("exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: {}", plugin.display()),
+            format!(
+                "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: {}",
+                plugin.display()
+            ),
             Ok("auth=token"),
         ),
-        ("token: wrong".into(), Err("the API server answered 401 Unauthorized: Unauthorized")),
+        (
+            "token: wrong".into(),
+            Err("the API server answered 401 Unauthorized: Unauthorized"),
+        ),
         ("{}".into(), Err("the API server answered 401 Unauthorized")),
         (
             format!(
@@ -295,12 +331,14 @@ fn api_client_authenticates_with_token_file_client_certificate_and_exec_plugin()
         let got = client.list_pods("n", Some("0"));
         match want {
             Ok(auth) => {
-                let list = got.unwrap_or_else(|e| {
-                    panic!("{user}: {}", rkubelet::loops::error_chain(&e))
-                });
+                let list =
+                    got.unwrap_or_else(|e| panic!("{user}: {}", rkubelet::loops::error_chain(&e)));
                 assert_eq!(names(&list.items), ["p"], "{user}");
                 let reqs = server.requests();
-                assert!(reqs[before..].iter().all(|r| r.ends_with(auth)), "{user}: {reqs:?}");
+                assert!(
+                    reqs[before..].iter().all(|r| r.ends_with(auth)),
+                    "{user}: {reqs:?}"
+                );
             }
             Err(msg) => {
                 let e = rkubelet::loops::error_chain(&got.expect_err(&user));
@@ -339,12 +377,18 @@ fn etcd_source_reads_watches_and_reads_again_after_compaction() {
     assert_eq!(names(&rx.try_recv().expect("snapshot").pods), ["a-n"]);
     // Changes while not watching; then compaction removes the history the watch
     // would resume from: it must say "read again", and the new read has them.
-    etcd.put(&format!("{prefix}b"), "kind: Pod\nmetadata: {name: b}\nspec:\n  containers: [{name: c, image: i}]\n");
+    etcd.put(
+        &format!("{prefix}b"),
+        "kind: Pod\nmetadata: {name: b}\nspec:\n  containers: [{name: c, image: i}]\n",
+    );
     etcd.delete(&format!("{prefix}a"));
     etcd.compact();
     let (_shutdown, stop) = shutdown_channel();
     let end = src.watch(&stop, &mut |_| {}).expect("watch");
-    assert!(matches!(end, WatchEnd::Relist(ref why) if why.contains("compacted")), "{end:?}");
+    assert!(
+        matches!(end, WatchEnd::Relist(ref why) if why.contains("compacted")),
+        "{end:?}"
+    );
     src.list().expect("list again");
     assert_eq!(names(&rx.try_recv().expect("snapshot").pods), ["b-n"]);
     // A key that does not decode is reported by key and keeps no pods.
@@ -352,7 +396,10 @@ fn etcd_source_reads_watches_and_reads_again_after_compaction() {
     src.list().expect("list");
     assert_eq!(names(&rx.try_recv().expect("snapshot").pods), ["b-n"]);
     let errors = src.key_errors().expect("an error");
-    assert!(errors.starts_with(&format!("etcd:{prefix}bad: document 0: invalid YAML")), "{errors}");
+    assert!(
+        errors.starts_with(&format!("etcd:{prefix}bad: document 0: invalid YAML")),
+        "{errors}"
+    );
 }
 
 #[test]
@@ -377,7 +424,8 @@ fn etcd_source_fails_over_and_resumes_across_an_etcd_restart() {
 
     etcd.stop();
     wait_for("the source to notice etcd is gone", LONG, || {
-        run.last_error("src-etcd").filter(|e| e.contains("etcd http://127.0.0.1:"))
+        run.last_error("src-etcd")
+            .filter(|e| e.contains("etcd http://127.0.0.1:"))
     });
     etcd.restart();
     etcd.put(&format!("{prefix}c"), &etcd_pod("c"));
@@ -393,7 +441,9 @@ fn etcd_source_fails_over_and_resumes_across_an_etcd_restart() {
 
 /// Waits until `pod/container` (a full pod name) runs; returns its container IDs.
 fn wait_running(node: &Node, full: &str) -> Vec<String> {
-    wait_for(&format!("{full} running"), LONG, || node.running().get(full).cloned())
+    wait_for(&format!("{full} running"), LONG, || {
+        node.running().get(full).cloned()
+    })
 }
 
 fn wait_gone(node: &Node, pod: &str) {
@@ -441,7 +491,8 @@ impl StaticServer {
                     } else {
                         (403, "forbidden".to_string())
                     };
-                    let _ = req.respond(tiny_http::Response::from_string(body).with_status_code(code));
+                    let _ =
+                        req.respond(tiny_http::Response::from_string(body).with_status_code(code));
                 }
             })
             .expect("spawn");
@@ -477,7 +528,10 @@ fn pods_from_a_url_run_follow_its_content_and_survive_its_failures() {
     let n = node.name.clone();
     let web = wait_running(&node, &format!("web-{n}/c"));
     let entry = pod_entry(&node, &format!("web-{n}")).expect("in /pods");
-    assert_eq!(entry["metadata"]["annotations"]["kubernetes.io/config.source"], "http");
+    assert_eq!(
+        entry["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "http"
+    );
 
     // A failing server and a body that does not parse keep the pod, and say why.
     site.set(500, "oops");
@@ -488,9 +542,14 @@ fn pods_from_a_url_run_follow_its_content_and_survive_its_failures() {
     site.set(200, "kind: Pod\nmetadata: [\n");
     wait_for("healthz to name the URL and the parse error", LONG, || {
         let (_, body) = node.ro_get("/healthz?verbose");
-        body.contains(&format!("{url}: document 0: invalid YAML")).then_some(())
+        body.contains(&format!("{url}: document 0: invalid YAML"))
+            .then_some(())
     });
-    assert_eq!(node.running()[&format!("web-{n}/c")], web, "the pod kept running");
+    assert_eq!(
+        node.running()[&format!("web-{n}/c")],
+        web,
+        "the pod kept running"
+    );
 
     // New content: a multi-document body replaces the pod set.
     site.set(
@@ -502,7 +561,11 @@ fn pods_from_a_url_run_follow_its_content_and_survive_its_failures() {
         ),
     );
     wait_running(&node, &format!("db-{n}/c"));
-    assert_eq!(node.running()[&format!("web-{n}/c")], web, "unchanged pod untouched");
+    assert_eq!(
+        node.running()[&format!("web-{n}/c")],
+        web,
+        "unchanged pod untouched"
+    );
     wait_for("the error to clear", LONG, || {
         let (_, body) = node.ro_get("/healthz?verbose");
         (!body.contains(&url)).then_some(())
@@ -521,7 +584,10 @@ fn pods_from_etcd_run_and_follow_keys_across_an_etcd_restart() {
     let n = node.name.clone();
     wait_running(&node, &format!("a-{n}/c"));
     let entry = pod_entry(&node, &format!("a-{n}")).expect("in /pods");
-    assert_eq!(entry["metadata"]["annotations"]["kubernetes.io/config.source"], "etcd");
+    assert_eq!(
+        entry["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "etcd"
+    );
 
     // etcd restarts under a running kubelet: the watch resumes, no pod restarts.
     let a = node.running()[&format!("a-{n}/c")].clone();
@@ -543,7 +609,10 @@ fn api_pods_run_and_a_graceful_delete_kills_them() {
     node.start(&[&format!("--kubeconfig={}", kc.display())]);
     wait_running(&node, "api-a/c");
     let entry = pod_entry(&node, "api-a").expect("in /pods");
-    assert_eq!(entry["metadata"]["annotations"]["kubernetes.io/config.source"], "api");
+    assert_eq!(
+        entry["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "api"
+    );
     assert!(node.log().contains("Watching apiserver"), "{}", node.log());
 
     server.create_pod(api_pod("api-b", &node.name));
@@ -571,8 +640,14 @@ fn a_rejected_token_is_reported_and_other_sources_run() {
         let (code, body) = node.ro_get("/healthz?verbose");
         body.contains("401 Unauthorized").then_some((code, body))
     });
-    assert_eq!(code, 200, "a refused token is a warning, not a kubelet failure: {body}");
-    assert!(body.contains("src-api") && body.contains(&server.url()), "{body}");
+    assert_eq!(
+        code, 200,
+        "a refused token is a warning, not a kubelet failure: {body}"
+    );
+    assert!(
+        body.contains("src-api") && body.contains(&server.url()),
+        "{body}"
+    );
     assert!(!node.running().contains_key("api-x/c"));
     // The token is accepted from now on: the API pod runs too, without a restart.
     server.set_tokens(&["revoked"]);
@@ -590,10 +665,15 @@ fn the_api_server_down_at_start_then_up() {
     node.start(&[&format!("--kubeconfig={}", kc.display())]);
     let n = node.name.clone();
     wait_running(&node, &format!("file-{n}/c"));
-    wait_for("healthz to say the API server cannot be reached", LONG, || {
-        let (_, body) = node.ro_get("/healthz?verbose");
-        body.contains(&format!("list pods from {url}")).then_some(())
-    });
+    wait_for(
+        "healthz to say the API server cannot be reached",
+        LONG,
+        || {
+            let (_, body) = node.ro_get("/healthz?verbose");
+            body.contains(&format!("list pods from {url}"))
+                .then_some(())
+        },
+    );
     let server = TestApiServer::start_on(port, Options::default());
     server.create_pod(api_pod("late", &node.name));
     wait_running(&node, "late/c");
@@ -619,11 +699,18 @@ fn a_restart_with_the_api_server_unreachable_kills_no_api_pod() {
     node.start(&args);
     // Housekeeping runs every 2 s and skips while the API source has not listed:
     // wait for several skips naming it, then look: the API pod was not touched.
-    wait_for("housekeeping to skip several times for the api source", LONG, || {
-        let log = node.log();
-        (log[log_before..].matches("housekeeping skipped: sources not ready: [Api]").count() >= 3)
-            .then_some(())
-    });
+    wait_for(
+        "housekeeping to skip several times for the api source",
+        LONG,
+        || {
+            let log = node.log();
+            (log[log_before..]
+                .matches("housekeeping skipped: sources not ready: [Api]")
+                .count()
+                >= 3)
+                .then_some(())
+        },
+    );
     assert_eq!(node.running().get("keep/c"), Some(&keep), "{}", node.log());
     // Back up: the pod is adopted, not restarted.
     server.restart();
@@ -653,9 +740,13 @@ fn a_pod_moved_between_sources_is_reported_as_a_conflict_and_runs_once() {
     server.create_pod(api_pod(&full, &n));
     let body = wait_for("the conflict on healthz", LONG, || {
         let (_, body) = node.ro_get("/healthz?verbose");
-        body.contains("conflicts with the pod of the same name").then_some(body)
+        body.contains("conflicts with the pod of the same name")
+            .then_some(body)
     });
-    assert!(body.contains(&format!("pod {full}_default from source api")), "{body}");
+    assert!(
+        body.contains(&format!("pod {full}_default from source api")),
+        "{body}"
+    );
     let sandboxes = |node: &Node| {
         node.containers_named("POD")
             .iter()
@@ -664,7 +755,10 @@ fn a_pod_moved_between_sources_is_reported_as_a_conflict_and_runs_once() {
     };
     assert_eq!(sandboxes(&node), 1);
     let entry = pod_entry(&node, &full).expect("in /pods");
-    assert_eq!(entry["metadata"]["annotations"]["kubernetes.io/config.source"], "file");
+    assert_eq!(
+        entry["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "file"
+    );
     // The manifest goes: the API's pod takes the name over and runs.
     std::fs::remove_file(node.manifests().join("mv.yaml")).expect("rm");
     wait_for("the pod to come from the API", LONG, || {
