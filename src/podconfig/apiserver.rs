@@ -124,7 +124,7 @@ impl ApiSource {
 
     /// Watches from the resourceVersion held, applying every event, until the server
     /// closes the stream, the version is gone, or shutdown begins. `on_event` is
-    /// called after every event applied.
+    /// called once the watch is open and after every event applied.
     pub fn watch(
         &mut self,
         stop: &Stop,
@@ -140,6 +140,8 @@ impl ApiSource {
             Err(e) if e.is_gone() => return Ok(WatchEnd::Gone(e.to_string())),
             Err(e) => return Err(e),
         };
+        // Open again: an earlier error (a dropped stream, a server that was down) is over.
+        on_event();
         loop {
             if stop.is_stopped() {
                 return Ok(WatchEnd::Stopped);
@@ -251,6 +253,15 @@ impl ApiSource {
                     handle.end_tick(began, None);
                     need_list = true;
                     fresh = true;
+                }
+                Err(e @ ApiError::Stream { .. }) => {
+                    // A watch that broke off is not yet a failure: watch again (after
+                    // the shortest backoff); if the server is gone, that says so.
+                    log::info!("{}; watching again", error_chain(&e));
+                    handle.end_tick(began, None);
+                    if stop.sleep(with_jitter(BACKOFF_MIN, jitter_fraction())) {
+                        return;
+                    }
                 }
                 Err(e) => {
                     handle.end_tick(began, Some(error_chain(&e)));

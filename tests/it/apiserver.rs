@@ -42,7 +42,8 @@ pub struct Pki {
     pub dir: PathBuf,
     /// The CA certificate.
     pub ca: PathBuf,
-    /// The server's certificate (SAN IP 127.0.0.1, DNS localhost) and key.
+    /// The server's certificate (SAN IP 127.0.0.1, DNS localhost) and key. Also good
+    /// for client auth: etcd's gateway dials its own gRPC port with it.
     pub server_cert: PathBuf,
     pub server_key: PathBuf,
     /// A client certificate (CN system:node:test) and key, signed by the CA.
@@ -147,7 +148,7 @@ impl Pki {
                 "127.0.0.1",
                 "ca",
                 "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
-                 keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+                 keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n",
             );
             let client_ext = "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n\
                               extendedKeyUsage=clientAuth\n";

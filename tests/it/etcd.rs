@@ -25,6 +25,8 @@ pub struct Etcd {
     dir: PathBuf,
     child: Option<Child>,
     agent: ureq::Agent,
+    /// TLS flags of the server, when it serves https.
+    tls_args: Vec<String>,
 }
 
 fn b64(s: &[u8]) -> Value {
@@ -34,6 +36,16 @@ fn b64(s: &[u8]) -> Value {
 impl Etcd {
     /// Starts a fresh etcd and waits until it answers.
     pub fn start() -> Etcd {
+        Self::start_with(None)
+    }
+
+    /// Starts a fresh etcd serving https with the test CA's server certificate and
+    /// requiring a client certificate signed by that CA.
+    pub fn start_tls(pki: &crate::apiserver::Pki) -> Etcd {
+        Self::start_with(Some(pki))
+    }
+
+    fn start_with(pki: Option<&crate::apiserver::Pki>) -> Etcd {
         assert!(
             std::path::Path::new(ETCD).exists(),
             "{ETCD} is missing: install Debian's etcd-server (apt-get install -y etcd-server; \
@@ -41,26 +53,48 @@ impl Etcd {
         );
         let dir = std::env::temp_dir().join(format!("rkubelet-etcd-{}", unique("e")));
         std::fs::create_dir_all(&dir).expect("etcd dir");
-        let config = ureq::Agent::config_builder()
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .proxy(None)
-            .timeout_global(Some(Duration::from_secs(10)))
-            .build();
+            .timeout_global(Some(Duration::from_secs(10)));
+        let mut tls_args = Vec::new();
+        let mut scheme = "http";
+        if let Some(pki) = pki {
+            let read = |p: &std::path::Path| Some(std::fs::read(p).expect("pem"));
+            let settings = rkubelet::apiclient::http::TlsSettings {
+                ca_pem: read(&pki.ca),
+                cert_pem: read(&pki.client_cert),
+                key_pem: read(&pki.client_key),
+                insecure: false,
+            };
+            config = config
+                .tls_config(rkubelet::apiclient::http::tls_config(&settings).expect("tls config"));
+            for (flag, path) in [
+                ("--cert-file", &pki.server_cert),
+                ("--key-file", &pki.server_key),
+                ("--trusted-ca-file", &pki.ca),
+            ] {
+                tls_args.push(format!("{flag}={}", path.display()));
+            }
+            tls_args.push("--client-cert-auth".into());
+            scheme = "https";
+        }
         let client_port = free_port();
         let mut e = Etcd {
-            url: format!("http://127.0.0.1:{client_port}"),
+            url: format!("{scheme}://127.0.0.1:{client_port}"),
             client_port,
             peer_port: free_port(),
             dir,
             child: None,
-            agent: ureq::Agent::new_with_config(config),
+            agent: ureq::Agent::new_with_config(config.build()),
+            tls_args,
         };
         e.run();
         e
     }
 
     fn run(&mut self) {
-        let (c, p) = (self.client_port, self.peer_port);
+        let p = self.peer_port;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -73,9 +107,9 @@ impl Etcd {
                 "--data-dir",
                 &self.dir.join("data").display().to_string(),
                 "--listen-client-urls",
-                &format!("http://127.0.0.1:{c}"),
+                &self.url,
                 "--advertise-client-urls",
-                &format!("http://127.0.0.1:{c}"),
+                &self.url,
                 "--listen-peer-urls",
                 &format!("http://127.0.0.1:{p}"),
                 "--initial-advertise-peer-urls",
@@ -83,6 +117,7 @@ impl Etcd {
                 "--initial-cluster",
                 &format!("t=http://127.0.0.1:{p}"),
             ])
+            .args(&self.tls_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))

@@ -17,6 +17,7 @@ use rkubelet::apiclient::{kubeconfig, ApiClient};
 use rkubelet::loops::{shutdown_channel, Loops, Shutdown};
 use rkubelet::podconfig::apiserver::ApiSource;
 use rkubelet::podconfig::etcd::{EtcdConfig, EtcdSource, WatchEnd};
+use rkubelet::podconfig::http::HttpSource;
 use rkubelet::podconfig::SourceUpdate;
 
 // ---------------------------------------------------------------------------------
@@ -434,6 +435,145 @@ fn etcd_source_fails_over_and_resumes_across_an_etcd_restart() {
     wait_for("the error to clear", LONG, || {
         run.last_error("src-etcd").is_none().then_some(())
     });
+}
+
+// ---------------------------------------------------------------------------------
+// The URL source against a real HTTP server (no Docker).
+
+#[test]
+fn url_source_sends_only_changes_and_keeps_its_pods_through_failures() {
+    let site = StaticServer::start(("Authorization", "Bearer t"));
+    let url = format!("http://127.0.0.1:{}/m", site.port);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut src = HttpSource::new(
+        url.clone(),
+        vec![("Authorization".into(), "Bearer t".into())],
+        "n".into(),
+        tx,
+    );
+    site.set(200, &pod_yaml("a", 1, &[("c", SLEEPER)]));
+    src.tick().expect("first fetch");
+    assert_eq!(names(&rx.try_recv().expect("snapshot").pods), ["a-n"]);
+    src.tick().expect("same body");
+    assert!(rx.try_recv().is_err(), "an unchanged body sends nothing");
+
+    let rows: Vec<(u16, &str, String)> = vec![
+        (503, "down", format!("{url}: the server answered 503")),
+        (
+            200,
+            "kind: Pod\nmetadata: [\n",
+            format!("{url}: document 0: invalid YAML"),
+        ),
+        (
+            200,
+            "kind: Pod\nspec: {}\n",
+            format!("{url}: document 0: invalid pod: name is needed"),
+        ),
+    ];
+    for (code, body, want) in rows {
+        site.set(code, body);
+        let e = rkubelet::loops::error_chain(&src.tick().expect_err(body));
+        assert!(e.starts_with(&want), "{e}");
+        assert!(
+            rx.try_recv().is_err(),
+            "a failure sends nothing: the last pods stay"
+        );
+    }
+    site.set(
+        200,
+        &format!(
+            "{}---\n{}",
+            pod_yaml("a", 1, &[("c", SLEEPER)]),
+            pod_yaml("b", 1, &[("c", SLEEPER)])
+        ),
+    );
+    src.tick().expect("recovered");
+    assert_eq!(
+        names(&rx.try_recv().expect("snapshot").pods),
+        ["a-n", "b-n"]
+    );
+    site.set(200, "");
+    let e = src.tick().expect_err("empty");
+    assert_eq!(
+        e.to_string(),
+        format!("zero-length data received from {url}")
+    );
+    assert!(rx
+        .try_recv()
+        .expect("an empty snapshot, as upstream")
+        .pods
+        .is_empty());
+
+    let mut without_header = HttpSource::new(
+        url.clone(),
+        vec![],
+        "n".into(),
+        crossbeam_channel::unbounded().0,
+    );
+    assert_eq!(
+        without_header.tick().expect_err("403").to_string(),
+        format!("{url}: the server answered 403")
+    );
+    let unreachable = format!("http://127.0.0.1:{}/m", util::free_port());
+    let mut down = HttpSource::new(
+        unreachable.clone(),
+        vec![],
+        "n".into(),
+        crossbeam_channel::unbounded().0,
+    );
+    let e = rkubelet::loops::error_chain(&down.tick().expect_err("refused"));
+    assert!(
+        e.starts_with(&format!("cannot fetch {unreachable}: ")),
+        "{e}"
+    );
+}
+
+#[test]
+fn etcd_source_speaks_tls_with_a_client_certificate() {
+    let pki = Pki::get();
+    let etcd = Etcd::start_tls(&pki);
+    let prefix = "/registry/hosts/n/";
+    etcd.put(&format!("{prefix}a"), &etcd_pod("a"));
+    let read = |p: &std::path::Path| Some(std::fs::read(p).expect("pem"));
+    let tls = rkubelet::apiclient::http::TlsSettings {
+        ca_pem: read(&pki.ca),
+        cert_pem: read(&pki.client_cert),
+        key_pem: read(&pki.client_key),
+        insecure: false,
+    };
+    let (tx, rx) = crossbeam_channel::bounded(50);
+    let cfg = EtcdConfig {
+        servers: vec![etcd.url.clone()],
+        prefix: prefix.into(),
+        tls: tls.clone(),
+    };
+    let run = Running::new();
+    rkubelet::podconfig::etcd::start(
+        &run.loops,
+        EtcdSource::new(cfg, "n".into(), tx).expect("source"),
+    )
+    .expect("start");
+    wait_names(&rx, &["a-n"]);
+    etcd.put(&format!("{prefix}b"), &etcd_pod("b"));
+    wait_names(&rx, &["a-n", "b-n"]);
+
+    // Without the client certificate, etcd refuses the handshake: a clear error.
+    let (tx2, _rx2) = crossbeam_channel::bounded(50);
+    let cfg = EtcdConfig {
+        servers: vec![etcd.url.clone()],
+        prefix: prefix.into(),
+        tls: rkubelet::apiclient::http::TlsSettings {
+            cert_pem: None,
+            key_pem: None,
+            ..tls
+        },
+    };
+    let mut src = EtcdSource::new(cfg, "n".into(), tx2).expect("source");
+    let e = rkubelet::loops::error_chain(&src.list().expect_err("refused"));
+    assert!(
+        e.starts_with(&format!("etcd {}: read {prefix}", etcd.url)),
+        "{e}"
+    );
 }
 
 // ---------------------------------------------------------------------------------
