@@ -672,6 +672,9 @@ fn pods_from_a_url_run_follow_its_content_and_survive_its_failures() {
         entry["metadata"]["annotations"]["kubernetes.io/config.source"],
         "http"
     );
+    assert!(util::thread_names(node.pid())
+        .iter()
+        .any(|t| t == "src-http"));
 
     // A failing server and a body that does not parse keep the pod, and say why.
     site.set(500, "oops");
@@ -728,6 +731,9 @@ fn pods_from_etcd_run_and_follow_keys_across_an_etcd_restart() {
         entry["metadata"]["annotations"]["kubernetes.io/config.source"],
         "etcd"
     );
+    assert!(util::thread_names(node.pid())
+        .iter()
+        .any(|t| t == "src-etcd"));
 
     // etcd restarts under a running kubelet: the watch resumes, no pod restarts.
     let a = node.running()[&format!("a-{n}/c")].clone();
@@ -753,6 +759,9 @@ fn api_pods_run_and_a_graceful_delete_kills_them() {
         entry["metadata"]["annotations"]["kubernetes.io/config.source"],
         "api"
     );
+    assert!(util::thread_names(node.pid())
+        .iter()
+        .any(|t| t == "src-api"));
     assert!(node.log().contains("Watching apiserver"), "{}", node.log());
 
     server.create_pod(api_pod("api-b", &node.name));
