@@ -740,10 +740,19 @@ fn pods_from_etcd_run_and_follow_keys_across_an_etcd_restart() {
     etcd.restart();
     etcd.put(&format!("{prefix}b"), &etcd_pod("b"));
     wait_running(&node, &format!("b-{n}/c"));
+    assert_eq!(node.running()[&format!("a-{n}/c")], a, "a kept running");
     etcd.delete(&format!("{prefix}a"));
     wait_gone(&node, &format!("a-{n}"));
-    assert!(node.running().contains_key(&format!("b-{n}/c")));
-    let _ = a;
+    assert_eq!(
+        node.running().get(&format!("b-{n}/c")).map(Vec::len),
+        Some(1),
+        "b runs once"
+    );
+    assert!(!a.is_empty());
+    node.signal(libc::SIGTERM);
+    let (code, took) = node.wait_exit(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", node.log());
+    assert!(took < Duration::from_secs(2), "exit took {took:?}");
 }
 
 #[test]
@@ -773,6 +782,17 @@ fn api_pods_run_and_a_graceful_delete_kills_them() {
     assert!(node.running().contains_key("api-b/c"));
     server.delete_pod("default", "api-b");
     wait_gone(&node, "api-b");
+
+    // A watch blocked on a quiet stream does not hold up shutdown.
+    node.signal(libc::SIGTERM);
+    let (code, took) = node.wait_exit(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", node.log());
+    assert!(took < Duration::from_secs(2), "exit took {took:?}");
+    assert!(
+        !node.log().contains("threads still busy at exit"),
+        "{}",
+        node.log()
+    );
 }
 
 #[test]
