@@ -68,92 +68,26 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 impl Pki {
-    /// The process's certificates, made on first use.
+    /// The test certificates, made once under cargo's test scratch directory and
+    /// reused by later runs (so nothing is left behind in /tmp).
     pub fn get() -> Pki {
         static PKI: OnceLock<Pki> = OnceLock::new();
         PKI.get_or_init(|| {
-            let dir = std::env::temp_dir().join(format!("rkubelet-pki-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).expect("pki dir");
-            let ec = [
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-            ];
-            for ca in ["ca", "rogue-ca"] {
-                let (key, crt, subj) = (
-                    format!("{ca}.key"),
-                    format!("{ca}.crt"),
-                    format!("/CN={ca}"),
-                );
-                let mut a = vec!["req", "-x509"];
-                a.extend_from_slice(&ec);
-                a.extend_from_slice(&[
-                    "-keyout",
-                    &key,
-                    "-out",
-                    &crt,
-                    "-days",
-                    "3650",
-                    "-subj",
-                    &subj,
-                    "-addext",
-                    "basicConstraints=critical,CA:TRUE",
-                    "-addext",
-                    "keyUsage=critical,keyCertSign,cRLSign",
-                ]);
-                openssl(&dir, &a);
+            // Bump the version when the certificates' shape changes.
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-pki-v1");
+            if !dir.join("done").exists() {
+                // Made aside and renamed into place, so parallel test processes never
+                // see half a set.
+                let tmp = dir.with_extension(format!("tmp-{}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&tmp);
+                std::fs::create_dir_all(&tmp).expect("pki dir");
+                Self::make(&tmp);
+                std::fs::write(tmp.join("done"), "").expect("marker");
+                if std::fs::rename(&tmp, &dir).is_err() {
+                    // Another process won the race: use its set.
+                    let _ = std::fs::remove_dir_all(&tmp);
+                }
             }
-            let leaf = |name: &str, cn: &str, ca: &str, ext: &str| {
-                let mut a: Vec<String> = vec!["req".into()];
-                a.extend(ec.iter().map(|s| s.to_string()));
-                a.extend(
-                    [
-                        "-keyout",
-                        &format!("{name}.key"),
-                        "-out",
-                        &format!("{name}.csr"),
-                        "-subj",
-                        &format!("/CN={cn}"),
-                    ]
-                    .iter()
-                    .map(|s| s.to_string()),
-                );
-                openssl(&dir, &a.iter().map(String::as_str).collect::<Vec<_>>());
-                std::fs::write(dir.join(format!("{name}.ext")), ext).expect("ext file");
-                openssl(
-                    &dir,
-                    &[
-                        "x509",
-                        "-req",
-                        "-in",
-                        &format!("{name}.csr"),
-                        "-CA",
-                        &format!("{ca}.crt"),
-                        "-CAkey",
-                        &format!("{ca}.key"),
-                        "-CAcreateserial",
-                        "-out",
-                        &format!("{name}.crt"),
-                        "-days",
-                        "3650",
-                        "-extfile",
-                        &format!("{name}.ext"),
-                    ],
-                );
-            };
-            leaf(
-                "server",
-                "127.0.0.1",
-                "ca",
-                "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
-                 keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n",
-            );
-            let client_ext = "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n\
-                              extendedKeyUsage=clientAuth\n";
-            leaf("client", "system:node:test", "ca", client_ext);
-            leaf("rogue", "system:node:rogue", "rogue-ca", client_ext);
             Pki {
                 ca: dir.join("ca.crt"),
                 server_cert: dir.join("server.crt"),
@@ -166,6 +100,90 @@ impl Pki {
             }
         })
         .clone()
+    }
+
+    /// Makes the CA, server, client and rogue certificates in `dir`.
+    fn make(dir: &Path) {
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "rogue-ca"] {
+            let (key, crt, subj) = (
+                format!("{ca}.key"),
+                format!("{ca}.crt"),
+                format!("/CN={ca}"),
+            );
+            let mut a = vec!["req", "-x509"];
+            a.extend_from_slice(&ec);
+            a.extend_from_slice(&[
+                "-keyout",
+                &key,
+                "-out",
+                &crt,
+                "-days",
+                "3650",
+                "-subj",
+                &subj,
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ]);
+            openssl(dir, &a);
+        }
+        let leaf = |name: &str, cn: &str, ca: &str, ext: &str| {
+            let mut a: Vec<String> = vec!["req".into()];
+            a.extend(ec.iter().map(|s| s.to_string()));
+            a.extend(
+                [
+                    "-keyout",
+                    &format!("{name}.key"),
+                    "-out",
+                    &format!("{name}.csr"),
+                    "-subj",
+                    &format!("/CN={cn}"),
+                ]
+                .iter()
+                .map(|s| s.to_string()),
+            );
+            openssl(dir, &a.iter().map(String::as_str).collect::<Vec<_>>());
+            std::fs::write(dir.join(format!("{name}.ext")), ext).expect("ext file");
+            openssl(
+                dir,
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &format!("{name}.csr"),
+                    "-CA",
+                    &format!("{ca}.crt"),
+                    "-CAkey",
+                    &format!("{ca}.key"),
+                    "-CAcreateserial",
+                    "-out",
+                    &format!("{name}.crt"),
+                    "-days",
+                    "3650",
+                    "-extfile",
+                    &format!("{name}.ext"),
+                ],
+            );
+        };
+        leaf(
+            "server",
+            "127.0.0.1",
+            "ca",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+             keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n",
+        );
+        let client_ext = "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n\
+                          extendedKeyUsage=clientAuth\n";
+        leaf("client", "system:node:test", "ca", client_ext);
+        leaf("rogue", "system:node:rogue", "rogue-ca", client_ext);
     }
 }
 
