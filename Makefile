@@ -35,7 +35,8 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-# Start latency, RSS, threads and idle CPU against the raw Docker API (a program, not a test).
+# Start latency, RSS, threads and idle CPU against the raw Docker API, and change-to-running
+# per pod source (file, URL, etcd, API) side by side (programs, not tests).
 bench: build images
 	$(CARGO) bench
 

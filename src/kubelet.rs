@@ -46,6 +46,8 @@ pub enum StartError {
     Server(ServerError),
     /// A thread could not be spawned.
     Spawn(SpawnError),
+    /// A pod source's settings cannot be used (kubeconfig, etcd TLS files).
+    Source(Box<dyn std::error::Error + Send + Sync>),
     /// The root directory could not be created.
     RootDir {
         /// The directory.
@@ -60,6 +62,7 @@ impl fmt::Display for StartError {
         match self {
             StartError::Server(e) => e.fmt(f),
             StartError::Spawn(e) => e.fmt(f),
+            StartError::Source(e) => e.fmt(f),
             StartError::RootDir { path, .. } => {
                 write!(f, "cannot create root directory {}", path.display())
             }
@@ -72,6 +75,7 @@ impl std::error::Error for StartError {
         match self {
             StartError::Server(e) => e.source(),
             StartError::Spawn(e) => e.source(),
+            StartError::Source(e) => e.source(),
             StartError::RootDir { source, .. } => Some(source),
         }
     }
@@ -130,6 +134,8 @@ fn make_root_dir(root: &std::path::Path) -> Result<(), StartError> {
 /// port in use fails here with nothing left running.
 pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, StartError> {
     make_root_dir(&cfg.root_dir)?;
+    // Source settings are checked before anything starts, like the ports.
+    let prepared = PreparedSources::prepare(&cfg)?;
     let mut listeners = Vec::new();
     if cfg.healthz_port != 0 {
         let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
@@ -189,21 +195,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         }
     }
 
-    // Sources.
+    // Sources: each configured one is registered with the merge, so nothing
+    // destructive happens until every one of them has sent its first snapshot.
     let (source_tx, source_rx) = crossbeam_channel::bounded(SOURCE_CHANNEL_CAPACITY);
-    let mut sources = Vec::new();
-    if let Some(path) = &cfg.static_pod_path {
-        crate::podconfig::file::start(
-            &loops,
-            path.clone(),
-            cfg.node_name.clone(),
-            cfg.file_check_frequency,
-            source_tx.clone(),
-        )?;
-        sources.push(Source::File);
-    }
+    let sources = prepared.start(&loops, &cfg, &source_tx)?;
     drop(source_tx);
-    log::info!("Kubelet is running in standalone mode, will skip API server sync");
 
     // Runtime liveness.
     let (up_tx, up_rx) = crossbeam_channel::bounded(1);
@@ -277,6 +273,119 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         bound,
         pods: pods_view,
     })
+}
+
+/// The sources beyond the directory, with their settings checked and their files
+/// read, ready to start.
+struct PreparedSources {
+    etcd: Option<crate::podconfig::etcd::EtcdConfig>,
+    api: Option<Arc<crate::apiclient::ApiClient>>,
+}
+
+impl PreparedSources {
+    fn prepare(cfg: &KubeletConfig) -> Result<PreparedSources, StartError> {
+        let boxed = |e: Box<dyn std::error::Error + Send + Sync>| StartError::Source(e);
+        let api = match &cfg.kubeconfig {
+            Some(path) => {
+                let rest =
+                    crate::apiclient::kubeconfig::load(path).map_err(|e| boxed(Box::new(e)))?;
+                let client =
+                    crate::apiclient::ApiClient::new(rest).map_err(|e| boxed(Box::new(e)))?;
+                Some(Arc::new(client))
+            }
+            None => None,
+        };
+        let mut prepared = PreparedSources { etcd: None, api };
+        if !cfg.etcd_servers.is_empty() {
+            let read = |flag: &str,
+                        p: &Option<std::path::PathBuf>|
+             -> Result<Option<Vec<u8>>, StartError> {
+                p.as_ref()
+                    .map(|p| {
+                        std::fs::read(p).map_err(|e| {
+                            boxed(format!("{flag} {}: cannot read it: {e}", p.display()).into())
+                        })
+                    })
+                    .transpose()
+            };
+            let tls = crate::apiclient::http::TlsSettings {
+                ca_pem: read("--etcd-cafile", &cfg.etcd_cafile)?,
+                cert_pem: read("--etcd-certfile", &cfg.etcd_certfile)?,
+                key_pem: read("--etcd-keyfile", &cfg.etcd_keyfile)?,
+                insecure: false,
+            };
+            crate::apiclient::http::tls_config(&tls)
+                .map_err(|r| boxed(format!("etcd TLS files: {r}").into()))?;
+            prepared.etcd = Some(crate::podconfig::etcd::EtcdConfig {
+                servers: cfg.etcd_servers.clone(),
+                prefix: cfg.etcd_prefix.clone(),
+                tls,
+            });
+        }
+        Ok(prepared)
+    }
+
+    /// Starts every configured source; returns them, for the merge to wait for.
+    fn start(
+        self,
+        loops: &Loops,
+        cfg: &KubeletConfig,
+        tx: &crossbeam_channel::Sender<SourceUpdate>,
+    ) -> Result<Vec<Source>, StartError> {
+        let mut sources = Vec::new();
+        if let Some(path) = &cfg.static_pod_path {
+            crate::podconfig::file::start(
+                loops,
+                path.clone(),
+                cfg.node_name.clone(),
+                cfg.file_check_frequency,
+                tx.clone(),
+            )?;
+            sources.push(Source::File);
+        }
+        if let Some(url) = &cfg.manifest_url {
+            crate::podconfig::http::start(
+                loops,
+                url.clone(),
+                cfg.manifest_url_headers.clone(),
+                cfg.node_name.clone(),
+                cfg.http_check_frequency,
+                tx.clone(),
+            )?;
+            sources.push(Source::Http);
+        }
+        if let Some(etcd_cfg) = self.etcd {
+            let etcd = crate::podconfig::etcd::EtcdSource::new(
+                etcd_cfg,
+                cfg.node_name.clone(),
+                tx.clone(),
+            )
+            .map_err(|e| StartError::Source(Box::new(e)))?;
+            crate::podconfig::etcd::start(loops, etcd)?;
+            sources.push(Source::Etcd);
+        }
+        match self.api {
+            Some(client) => {
+                let source = crate::podconfig::apiserver::ApiSource::new(
+                    client,
+                    cfg.node_name.clone(),
+                    tx.clone(),
+                );
+                crate::podconfig::apiserver::start(loops, source)?;
+                sources.push(Source::Api);
+            }
+            None => log::info!("Kubelet is running in standalone mode, will skip API server sync"),
+        }
+        log::info!(
+            "pod sources: {}",
+            sources
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        Ok(sources)
+    }
 }
 
 /// The pod workers' syncer: runs the runtime manager and publishes the status.
@@ -374,7 +483,10 @@ impl SyncLoop {
                 return;
             }
             self.handle_event(event);
-            handle.end_tick(began, None);
+            // Pods held back by a name conflict between sources stay visible (as this
+            // loop's warning on /healthz?verbose and /debug/loops) while it lasts.
+            let conflicts = self.pod_config.conflicts();
+            handle.end_tick(began, (!conflicts.is_empty()).then(|| conflicts.join("\n")));
         }
     }
 

@@ -21,6 +21,9 @@ pub mod runtime;
 // Where pods come from: sources and their merge.
 pub mod podconfig;
 
+// The API server client (also the TLS and line-stream plumbing of the URL and etcd sources).
+pub mod apiclient;
+
 // The kubelet core: the sync loop and what it drives.
 pub mod kubelet;
 pub mod pod_workers;

@@ -58,6 +58,15 @@ macro_rules! kubelet_configuration {
             /// Full re-list period of `staticPodPath`.
             #[serde(rename = "fileCheckFrequency")]
             pub file_check_frequency: Option<Value>,
+            /// Poll period of `staticPodURL`.
+            #[serde(rename = "httpCheckFrequency")]
+            pub http_check_frequency: Option<Value>,
+            /// A URL of static pod manifests.
+            #[serde(rename = "staticPodURL")]
+            pub static_pod_url: Option<Value>,
+            /// Headers sent to `staticPodURL`: a map of name to a list of values.
+            #[serde(rename = "staticPodURLHeader")]
+            pub static_pod_url_header: Option<Value>,
             /// Where the read-only and authenticated servers listen.
             pub address: Option<Value>,
             /// The authenticated server's port.
@@ -97,9 +106,6 @@ macro_rules! kubelet_configuration {
 
 kubelet_configuration! {
     pod_logs_dir = "podLogsDir",
-    http_check_frequency = "httpCheckFrequency",
-    static_pod_url = "staticPodURL",
-    static_pod_url_header = "staticPodURLHeader",
     tls_cert_file = "tlsCertFile",
     tls_private_key_file = "tlsPrivateKeyFile",
     tls_cipher_suites = "tlsCipherSuites",
@@ -257,6 +263,12 @@ pub struct FileSettings {
     pub sync_frequency: Option<Duration>,
     /// `fileCheckFrequency`.
     pub file_check_frequency: Option<Duration>,
+    /// `httpCheckFrequency`.
+    pub http_check_frequency: Option<Duration>,
+    /// `staticPodURL`.
+    pub static_pod_url: Option<String>,
+    /// `staticPodURLHeader`, flattened to (name, value) in order.
+    pub static_pod_url_headers: Vec<(String, String)>,
     /// `address`.
     pub address: Option<IpAddr>,
     /// `port`.
@@ -367,6 +379,12 @@ fn settings(path: &Path, cfg: KubeletConfiguration) -> Result<FileSettings, Conf
         static_pod_path: string("staticPodPath", &cfg.static_pod_path)?.map(|p| base.join(p)),
         sync_frequency: duration("syncFrequency", &cfg.sync_frequency)?,
         file_check_frequency: duration("fileCheckFrequency", &cfg.file_check_frequency)?,
+        http_check_frequency: duration("httpCheckFrequency", &cfg.http_check_frequency)?,
+        static_pod_url: string("staticPodURL", &cfg.static_pod_url)?
+            .map(|u| super::flags::url_or_empty(&u).map_err(|r| field("staticPodURL", r)))
+            .transpose()?,
+        static_pod_url_headers: header_map(&cfg.static_pod_url_header)
+            .map_err(|r| field("staticPodURLHeader", r))?,
         address: ip("address", &cfg.address)?,
         // Upstream defaulting treats `port: 0` as unset (10250).
         port: port("port", &cfg.port)?.filter(|p| *p != 0),
@@ -385,6 +403,37 @@ fn settings(path: &Path, cfg: KubeletConfiguration) -> Result<FileSettings, Conf
             .map_err(|r| field("logging.verbosity", r))?,
         unsupported,
     })
+}
+
+/// `staticPodURLHeader`: a map of header name to a list of values (Go's
+/// `map[string][]string`), flattened in the file's order.
+fn header_map(v: &Option<Value>) -> Result<Vec<(String, String)>, String> {
+    let map = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Mapping(m)) => m,
+        Some(other) => return Err(invalid(other, "not a map of header name to values")),
+    };
+    let mut out = Vec::new();
+    for (name, values) in map {
+        let Value::String(name) = name else {
+            return Err(invalid(name, "not a header name"));
+        };
+        let values = match values {
+            Value::Sequence(s) => s.clone(),
+            Value::String(s) => vec![Value::String(s.clone())],
+            other => return Err(invalid(other, "not a list of header values")),
+        };
+        for value in values {
+            let Value::String(value) = value else {
+                return Err(invalid(&value, "not a header value"));
+            };
+            // The name is checked as the flag checks it; the value is taken whole
+            // (commas included: only the flag's syntax splits on them).
+            super::flags::headers(&format!("{name}:"))?;
+            out.push((name.clone(), value));
+        }
+    }
+    Ok(out)
 }
 
 /// A string field; empty means unset, as in upstream's defaulting.
@@ -678,7 +727,8 @@ mod tests {
             .filter(|f| !["apiVersion", "kind"].contains(f))
         {
             let value = match *f {
-                "syncFrequency" | "fileCheckFrequency" => "\"30s\"",
+                "syncFrequency" | "fileCheckFrequency" | "httpCheckFrequency" => "\"30s\"",
+                "staticPodURL" => "http://h/pods",
                 "address" | "healthzBindAddress" => "\"127.0.0.1\"",
                 "port" | "readOnlyPort" | "healthzPort" => "1234",
                 "enableServer" => "true",
@@ -695,9 +745,9 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 10 implemented fields and `logging`, plus
+        // All but the type meta, the 13 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 13 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 16 + 1);
     }
 
     #[test]
@@ -731,6 +781,7 @@ mod tests {
                 container_runtime_endpoint: Some("unix:///run/docker.sock".into()),
                 verbosity: Some(4),
                 unsupported: vec![],
+                ..FileSettings::default()
             }
         );
     }

@@ -44,6 +44,24 @@ pub struct Flags {
     pub file_check_frequency: Option<Duration>,
     /// `--v` / `-v`.
     pub verbosity: Option<u8>,
+    /// `--manifest-url`; an empty value means "no HTTP source".
+    pub manifest_url: Option<String>,
+    /// `--manifest-url-header`, every occurrence in order (name, value).
+    pub manifest_url_headers: Vec<(String, String)>,
+    /// `--http-check-frequency`.
+    pub http_check_frequency: Option<Duration>,
+    /// `--etcd-servers`, split on commas; empty: no etcd source.
+    pub etcd_servers: Option<Vec<String>>,
+    /// `--etcd-prefix`.
+    pub etcd_prefix: Option<String>,
+    /// `--etcd-cafile`.
+    pub etcd_cafile: Option<PathBuf>,
+    /// `--etcd-certfile`.
+    pub etcd_certfile: Option<PathBuf>,
+    /// `--etcd-keyfile`.
+    pub etcd_keyfile: Option<PathBuf>,
+    /// `--kubeconfig`; an empty value means "no API server" (standalone).
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// What the command line asks for.
@@ -149,6 +167,65 @@ const SPECS: &[Spec] = &[
         value: Some("duration"),
         help: "Time between two full reads of --pod-manifest-path (changes are also \
                picked up at once through inotify).",
+    },
+    Spec {
+        name: "manifest-url",
+        short: None,
+        value: Some("url"),
+        help: "URL of static pod manifests to run (one Pod, a PodList, or several \
+               YAML/JSON documents), polled every --http-check-frequency. Empty: none.",
+    },
+    Spec {
+        name: "manifest-url-header",
+        short: None,
+        value: Some("'Name:Value,…'"),
+        help: "HTTP headers sent with --manifest-url, comma-separated Name:Value pairs. \
+               Repeatable; a name given twice is sent twice, in order.",
+    },
+    Spec {
+        name: "http-check-frequency",
+        short: None,
+        value: Some("duration"),
+        help: "Time between two fetches of --manifest-url.",
+    },
+    Spec {
+        name: "etcd-servers",
+        short: None,
+        value: Some("urls"),
+        help: "Comma-separated etcd client URLs to read pods from (failed over in \
+               order). Empty: no etcd source.",
+    },
+    Spec {
+        name: "etcd-prefix",
+        short: None,
+        value: Some("prefix"),
+        help: "Key prefix of this node's pods in etcd; each key holds a Pod or a PodList. \
+               Default /registry/hosts/<node name>/.",
+    },
+    Spec {
+        name: "etcd-cafile",
+        short: None,
+        value: Some("file"),
+        help: "CA bundle to verify the etcd servers with.",
+    },
+    Spec {
+        name: "etcd-certfile",
+        short: None,
+        value: Some("file"),
+        help: "Client certificate for etcd (with --etcd-keyfile).",
+    },
+    Spec {
+        name: "etcd-keyfile",
+        short: None,
+        value: Some("file"),
+        help: "Client key for etcd (with --etcd-certfile).",
+    },
+    Spec {
+        name: "kubeconfig",
+        short: None,
+        value: Some("file"),
+        help: "kubeconfig of the API server to take this node's pods from. Empty: \
+               standalone (no API server).",
     },
     Spec {
         name: "v",
@@ -292,6 +369,15 @@ fn set(f: &mut Flags, name: &str, v: &str) -> Result<(), String> {
         "sync-frequency" => f.sync_frequency = Some(period(v)?),
         "file-check-frequency" => f.file_check_frequency = Some(period(v)?),
         "v" => f.verbosity = Some(verbosity(v)?),
+        "manifest-url" => f.manifest_url = Some(url_or_empty(v)?),
+        "manifest-url-header" => f.manifest_url_headers.extend(headers(v)?),
+        "http-check-frequency" => f.http_check_frequency = Some(period(v)?),
+        "etcd-servers" => f.etcd_servers = Some(url_list(v)?),
+        "etcd-prefix" => f.etcd_prefix = Some(etcd_prefix(v)?),
+        "etcd-cafile" => f.etcd_cafile = Some(non_empty(v)?.into()),
+        "etcd-certfile" => f.etcd_certfile = Some(non_empty(v)?.into()),
+        "etcd-keyfile" => f.etcd_keyfile = Some(non_empty(v)?.into()),
+        "kubeconfig" => f.kubeconfig = Some(v.into()),
         // Every name with a value is listed above; SPECS and this match move together.
         other => return Err(format!("flag {other} is not handled")),
     }
@@ -304,6 +390,66 @@ fn non_empty(v: &str) -> Result<&str, String> {
     } else {
         Ok(v)
     }
+}
+
+/// An http:// or https:// URL with a host, or empty ("none").
+pub(crate) fn url_or_empty(v: &str) -> Result<String, String> {
+    if v.is_empty() {
+        return Ok(String::new());
+    }
+    let rest = v
+        .strip_prefix("http://")
+        .or_else(|| v.strip_prefix("https://"))
+        .ok_or_else(|| "not an http:// or https:// URL".to_string())?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err("the URL has no host".into());
+    }
+    if v.chars().any(char::is_whitespace) {
+        return Err("the URL has a space in it".into());
+    }
+    Ok(v.to_string())
+}
+
+/// Comma-separated URLs (empty entries dropped); none at all means "no etcd".
+fn url_list(v: &str) -> Result<Vec<String>, String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| url_or_empty(s).map_err(|r| format!("{s:?}: {r}")))
+        .map(|r| r.map(|u| u.trim_end_matches('/').to_string()))
+        .collect()
+}
+
+/// An etcd key prefix: absolute, as every kubelet key is.
+fn etcd_prefix(v: &str) -> Result<String, String> {
+    if !v.starts_with('/') {
+        return Err("must start with /".into());
+    }
+    Ok(v.to_string())
+}
+
+/// Upstream's `colonSeparatedMultimapStringString`: `Name:Value` pairs separated by
+/// commas; the value may hold colons, not commas.
+pub(crate) fn headers(v: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for pair in v.split(',') {
+        if pair.trim().is_empty() {
+            continue;
+        }
+        let (name, value) = pair
+            .split_once(':')
+            .ok_or_else(|| format!("{pair:?} is not Name:Value"))?;
+        let name = name.trim();
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        {
+            return Err(format!("{name:?} is not an HTTP header name"));
+        }
+        out.push((name.to_string(), value.trim().to_string()));
+    }
+    Ok(out)
 }
 
 fn port(v: &str) -> Result<u16, String> {
@@ -343,6 +489,7 @@ fn default_of(name: &str) -> Option<String> {
         "port" => defaults::PORT.to_string(),
         "sync-frequency" => format_duration(defaults::SYNC_FREQUENCY),
         "file-check-frequency" => format_duration(defaults::FILE_CHECK_FREQUENCY),
+        "http-check-frequency" => format_duration(defaults::HTTP_CHECK_FREQUENCY),
         _ => return None,
     })
 }
@@ -427,6 +574,17 @@ mod tests {
             "--sync-frequency=1m30s",
             "--file-check-frequency=500ms",
             "--v=10",
+            "--manifest-url=http://h/pods",
+            "--manifest-url-header",
+            "A:1,B:x:y",
+            "--manifest-url-header=A:2",
+            "--http-check-frequency=2s",
+            "--etcd-servers=http://e1:2379/, https://e2:2379",
+            "--etcd-prefix=/p/",
+            "--etcd-cafile=/ca",
+            "--etcd-certfile=/c",
+            "--etcd-keyfile=/k",
+            "--kubeconfig=/kc",
         ]);
         assert_eq!(
             f,
@@ -445,6 +603,19 @@ mod tests {
                 sync_frequency: Some(Duration::from_secs(90)),
                 file_check_frequency: Some(Duration::from_millis(500)),
                 verbosity: Some(10),
+                manifest_url: Some("http://h/pods".into()),
+                manifest_url_headers: vec![
+                    ("A".into(), "1".into()),
+                    ("B".into(), "x:y".into()),
+                    ("A".into(), "2".into()),
+                ],
+                http_check_frequency: Some(Duration::from_secs(2)),
+                etcd_servers: Some(vec!["http://e1:2379".into(), "https://e2:2379".into()]),
+                etcd_prefix: Some("/p/".into()),
+                etcd_cafile: Some("/ca".into()),
+                etcd_certfile: Some("/c".into()),
+                etcd_keyfile: Some("/k".into()),
+                kubeconfig: Some("/kc".into()),
             }
         );
     }
@@ -560,6 +731,22 @@ mod tests {
             (
                 &["--root-dir="],
                 "invalid value \"\" for flag --root-dir: must not be empty",
+            ),
+            (
+                &["--manifest-url=ftp://h/x"],
+                "invalid value \"ftp://h/x\" for flag --manifest-url: not an http:// or https:// URL",
+            ),
+            (
+                &["--manifest-url-header=NoColon"],
+                "invalid value \"NoColon\" for flag --manifest-url-header: \"NoColon\" is not Name:Value",
+            ),
+            (
+                &["--etcd-servers=http://a:1,b:2"],
+                "invalid value \"http://a:1,b:2\" for flag --etcd-servers: \"b:2\": not an http:// or https:// URL",
+            ),
+            (
+                &["--etcd-prefix=registry"],
+                "invalid value \"registry\" for flag --etcd-prefix: must start with /",
             ),
             (
                 &["--version=maybe"],

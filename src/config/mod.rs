@@ -84,6 +84,25 @@ pub struct KubeletConfig {
     pub file_check_frequency: Duration,
     /// `--v` / `-v` (0..10); None leaves RUST_LOG (or the default info level) in charge.
     pub verbosity: Option<u8>,
+    /// `--manifest-url` / `staticPodURL`. None: no HTTP source.
+    pub manifest_url: Option<String>,
+    /// `--manifest-url-header` / `staticPodURLHeader`: (name, value), in order; a name
+    /// may repeat.
+    pub manifest_url_headers: Vec<(String, String)>,
+    /// `--http-check-frequency` / `httpCheckFrequency`.
+    pub http_check_frequency: Duration,
+    /// `--etcd-servers`. Empty: no etcd source.
+    pub etcd_servers: Vec<String>,
+    /// `--etcd-prefix`, default `/registry/hosts/<nodeName>/`.
+    pub etcd_prefix: String,
+    /// `--etcd-cafile`.
+    pub etcd_cafile: Option<PathBuf>,
+    /// `--etcd-certfile`.
+    pub etcd_certfile: Option<PathBuf>,
+    /// `--etcd-keyfile`.
+    pub etcd_keyfile: Option<PathBuf>,
+    /// `--kubeconfig`. None: standalone, no API source.
+    pub kubeconfig: Option<PathBuf>,
     /// `--config`: the file that was read, if any.
     pub config_file: Option<PathBuf>,
     /// Fields of the config file that upstream knows and rkubelet ignores, e.g.
@@ -261,8 +280,31 @@ fn load_with(args: &[String], hostname_file: &Path) -> Result<Loaded, ConfigErro
         flags::Parsed::Run(f) => f,
     };
     let file = flags.config.as_deref().map(file::read).transpose()?;
+    check_pairs(&flags)?;
     let node_name = node_name(flags.hostname_override.as_deref(), hostname_file)?;
     Ok(Loaded::Run(merge(flags, file, node_name)))
+}
+
+/// Flags that only make sense together.
+fn check_pairs(flags: &flags::Flags) -> Result<(), ConfigError> {
+    let show = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    match (&flags.etcd_certfile, &flags.etcd_keyfile) {
+        (Some(_), None) => Err(ConfigError::InvalidFlag {
+            flag: "--etcd-certfile".into(),
+            value: show(&flags.etcd_certfile),
+            reason: "needs --etcd-keyfile too".into(),
+        }),
+        (None, Some(_)) => Err(ConfigError::InvalidFlag {
+            flag: "--etcd-keyfile".into(),
+            value: show(&flags.etcd_keyfile),
+            reason: "needs --etcd-certfile too".into(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Layers defaults < file < flags. Pure: everything it needs is passed in.
@@ -286,7 +328,7 @@ fn merge(
     };
     let parse_ip = |s: &str| s.parse::<IpAddr>().unwrap_or(IpAddr::from([0, 0, 0, 0]));
     KubeletConfig {
-        node_name,
+        node_name: node_name.clone(),
         static_pod_path: flags
             .pod_manifest_path
             .or(file.static_pod_path)
@@ -325,6 +367,27 @@ fn merge(
             .or(file.file_check_frequency)
             .unwrap_or(defaults::FILE_CHECK_FREQUENCY),
         verbosity: flags.verbosity.or(file.verbosity),
+        manifest_url: flags
+            .manifest_url
+            .or(file.static_pod_url)
+            .filter(|u| !u.is_empty()),
+        manifest_url_headers: if flags.manifest_url_headers.is_empty() {
+            file.static_pod_url_headers
+        } else {
+            flags.manifest_url_headers
+        },
+        http_check_frequency: flags
+            .http_check_frequency
+            .or(file.http_check_frequency)
+            .unwrap_or(defaults::HTTP_CHECK_FREQUENCY),
+        etcd_servers: flags.etcd_servers.unwrap_or_default(),
+        etcd_prefix: flags
+            .etcd_prefix
+            .unwrap_or_else(|| format!("/registry/hosts/{node_name}/")),
+        etcd_cafile: flags.etcd_cafile,
+        etcd_certfile: flags.etcd_certfile,
+        etcd_keyfile: flags.etcd_keyfile,
+        kubeconfig: flags.kubeconfig.filter(|p| !p.as_os_str().is_empty()),
         config_file,
         unsupported_fields: file.unsupported,
     }
@@ -397,6 +460,15 @@ mod tests {
                 sync_frequency: Duration::from_secs(60),
                 file_check_frequency: Duration::from_secs(20),
                 verbosity: None,
+                manifest_url: None,
+                manifest_url_headers: vec![],
+                http_check_frequency: Duration::from_secs(20),
+                etcd_servers: vec![],
+                etcd_prefix: "/registry/hosts/my-host/".into(),
+                etcd_cafile: None,
+                etcd_certfile: None,
+                etcd_keyfile: None,
+                kubeconfig: None,
                 config_file: None,
                 unsupported_fields: vec![],
             }
@@ -480,6 +552,56 @@ mod tests {
         // Flags are layered over the file wherever they appear on the command line.
         let c = run_with(&dir, &["--port=1", "--config", cfg]).expect("valid");
         assert_eq!(c.port, 1);
+    }
+
+    #[test]
+    fn url_source_settings_come_from_the_file_unless_flags_say_otherwise() {
+        let dir = TempDir::new("url");
+        let cfg = dir.write(
+            "c.yaml",
+            &format!(
+                "{HEAD}staticPodURL: http://from/file\nhttpCheckFrequency: 7s\n\
+                 staticPodURLHeader:\n  X-A: [one, two]\n  X-B: [b]\n"
+            ),
+        );
+        let cfg = cfg.to_str().expect("utf-8");
+        let c = run_with(&dir, &["--config", cfg]).expect("valid");
+        assert_eq!(c.manifest_url.as_deref(), Some("http://from/file"));
+        assert_eq!(c.http_check_frequency, Duration::from_secs(7));
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(
+            c.manifest_url_headers,
+            [pair("X-A", "one"), pair("X-A", "two"), pair("X-B", "b")]
+        );
+        assert!(!c
+            .unsupported_fields
+            .iter()
+            .any(|f| f.contains("staticPodURL")));
+        let c = run_with(
+            &dir,
+            &[
+                "--config",
+                cfg,
+                "--manifest-url=",
+                "--manifest-url-header=X-C:c",
+            ],
+        )
+        .expect("valid");
+        assert_eq!(c.manifest_url, None, "an empty flag turns the source off");
+        assert_eq!(c.manifest_url_headers, [pair("X-C", "c")]);
+        let e = run_with(&dir, &["--etcd-certfile=/c"]).expect_err("pair");
+        assert_eq!(
+            e.to_string(),
+            "invalid value \"/c\" for flag --etcd-certfile: needs --etcd-keyfile too"
+        );
+        let c = run_with(
+            &dir,
+            &["--etcd-servers=http://127.0.0.1:1", "--kubeconfig="],
+        )
+        .expect("valid");
+        assert_eq!(c.etcd_servers, ["http://127.0.0.1:1"]);
+        assert_eq!(c.etcd_prefix, "/registry/hosts/my-host/");
+        assert_eq!(c.kubeconfig, None);
     }
 
     #[test]

@@ -5,7 +5,10 @@
 //! RECONCILE operations and knows when every configured source has sent its first
 //! snapshot ("all sources ready"). Mirrors `pkg/kubelet/config/config.go`.
 
+pub mod apiserver;
+pub mod etcd;
 pub mod file;
+pub mod http;
 #[cfg(target_os = "linux")]
 pub mod inotify;
 pub mod manifest;
@@ -95,6 +98,12 @@ pub struct PodConfig {
     configured: std::collections::BTreeSet<Source>,
     /// Per source: pod UID → the pod as last stored.
     pods: std::collections::BTreeMap<Source, std::collections::BTreeMap<String, Pod>>,
+    /// Per source: its last snapshot as sent, so that a pod held back by a conflict is
+    /// admitted as soon as the other source lets go of the name (a source that polls
+    /// may not send again for a long time, and one that watches only on a change).
+    last: std::collections::BTreeMap<Source, Vec<Pod>>,
+    /// Per source: the conflicts its last snapshot met, one message each.
+    conflicts: std::collections::BTreeMap<Source, Vec<String>>,
 }
 
 impl PodConfig {
@@ -103,6 +112,8 @@ impl PodConfig {
         PodConfig {
             configured: configured.iter().copied().collect(),
             pods: Default::default(),
+            last: Default::default(),
+            conflicts: Default::default(),
         }
     }
 
@@ -121,6 +132,12 @@ impl PodConfig {
             .collect()
     }
 
+    /// The conflicts in force: pods held back because another source has a pod of the
+    /// same name. One line each, naming the pod and both sources; empty when none.
+    pub fn conflicts(&self) -> Vec<String> {
+        self.conflicts.values().flatten().cloned().collect()
+    }
+
     /// Every pod of every source, in source then UID order.
     pub fn all_pods(&self) -> Vec<Pod> {
         self.pods
@@ -132,10 +149,34 @@ impl PodConfig {
     /// Merges one source's snapshot; returns the operations in upstream's order:
     /// REMOVE, ADD, UPDATE, DELETE, (an empty ADD on a source's first quiet snapshot),
     /// RECONCILE. `now_rfc3339` stamps `config.seen` on pods seen for the first time.
+    ///
+    /// A snapshot that frees a pod name lets another source's pod of that name in at
+    /// once: its operations follow this source's.
     pub fn merge(&mut self, update: SourceUpdate, now_rfc3339: &str) -> Vec<PodUpdate> {
         let source = update.source;
+        self.last.insert(source, update.pods.clone());
+        let mut out = self.merge_snapshot(source, update.pods, now_rfc3339);
+        let blocked: Vec<Source> = self
+            .conflicts
+            .iter()
+            .filter(|(s, c)| **s != source && !c.is_empty())
+            .map(|(s, _)| *s)
+            .collect();
+        for other in blocked {
+            let pods = self.last.get(&other).cloned().unwrap_or_default();
+            out.extend(self.merge_snapshot(other, pods, now_rfc3339));
+        }
+        out
+    }
+
+    fn merge_snapshot(
+        &mut self,
+        source: Source,
+        pods: Vec<Pod>,
+        now_rfc3339: &str,
+    ) -> Vec<PodUpdate> {
         let first_snapshot = !self.pods.contains_key(&source);
-        let incoming = self.validate(source, update.pods);
+        let incoming = self.validate(source, pods);
         let old = self.pods.remove(&source).unwrap_or_default();
 
         let (mut adds, mut updates, mut deletes, mut reconciles) = (vec![], vec![], vec![], vec![]);
@@ -210,7 +251,8 @@ impl PodConfig {
     /// Drops pods that would run twice: a full name (`name_namespace`) repeated inside
     /// one snapshot (the later one is dropped, as upstream) or already held by another
     /// source (a conflict: the pod keeps running from the source that had it first).
-    fn validate(&self, source: Source, pods: Vec<Pod>) -> Vec<Pod> {
+    fn validate(&mut self, source: Source, pods: Vec<Pod>) -> Vec<Pod> {
+        let mut conflicts = Vec::new();
         let mut names = std::collections::BTreeSet::new();
         let mut out = Vec::with_capacity(pods.len());
         for pod in pods {
@@ -227,12 +269,28 @@ impl PodConfig {
                 .iter()
                 .find(|(s, m)| **s != source && m.values().any(|p| full_name(p) == full));
             if let Some((other, _)) = other {
-                log::warn!(
+                let msg = format!(
                     "pod {full} from source {source} conflicts with the pod of the same name from source {other}; ignoring the one from {source}"
                 );
+                // Said once when it begins; the sync loop's warning keeps it visible.
+                let known = self
+                    .conflicts
+                    .get(&source)
+                    .is_some_and(|c| c.contains(&msg));
+                if !known {
+                    log::warn!("{msg}");
+                }
+                conflicts.push(msg);
                 continue;
             }
             out.push(pod);
+        }
+        if conflicts.is_empty() {
+            if self.conflicts.remove(&source).is_some() {
+                log::info!("pods from source {source} no longer conflict with another source");
+            }
+        } else {
+            self.conflicts.insert(source, conflicts);
         }
         out
     }
@@ -443,5 +501,35 @@ mod tests {
         assert_eq!(ops(&out), vec![(PodOp::Add, vec![])]);
         assert_eq!(pc.all_pods().len(), 1);
         assert!(pc.seen_all_sources());
+        assert_eq!(
+            pc.conflicts(),
+            ["pod a_default from source http conflicts with the pod of the same name from source file; ignoring the one from http"]
+        );
+    }
+
+    #[test]
+    fn a_held_back_pod_is_admitted_when_the_other_source_lets_go() {
+        let mut pc = PodConfig::new(&[Source::File, Source::Api]);
+        pc.merge(set(Source::File, vec![pod("a", "1", "x")]), "T0");
+        assert_eq!(
+            ops(&pc.merge(set(Source::Api, vec![pod("a", "9", "x")]), "T1")),
+            vec![(PodOp::Add, vec![])]
+        );
+        // The pod moves: the file lets go, and the API's pod runs without the API
+        // source having to send again.
+        let out = pc.merge(set(Source::File, vec![]), "T2");
+        assert_eq!(
+            ops(&out),
+            vec![
+                (PodOp::Remove, vec!["1".to_string()]),
+                (PodOp::Add, vec!["9".to_string()])
+            ]
+        );
+        assert_eq!(out[1].source, Source::Api);
+        assert!(pc.conflicts().is_empty());
+        assert_eq!(
+            annotation(&pc.all_pods()[0], CONFIG_SOURCE_ANNOTATION).as_deref(),
+            Some("api")
+        );
     }
 }

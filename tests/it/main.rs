@@ -5,3 +5,6 @@
 mod util;
 mod docker;
 mod kubelet;
+mod apiserver;
+mod etcd;
+mod sources;

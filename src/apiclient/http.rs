@@ -1,0 +1,331 @@
+//! The HTTP plumbing shared by every client rkubelet has outside Docker: the API
+//! server client ([`super::ApiClient`]), the etcd source and the manifest-URL source.
+//!
+//! One place builds a ureq `Agent` (blocking, no async runtime) with rustls from PEM
+//! bytes (a CA bundle, a client certificate and key, or "skip verification"), with a
+//! User-Agent naming rkubelet and its version; one place reads a streamed body line by
+//! line (a watch is one JSON object per line) and tells a per-read timeout — the
+//! stream's wake-up to check for shutdown — from a real failure. Mirrors client-go's
+//! `rest.TLSClientConfig` / `transport.TLSConfigFor` and `watch.NewStreamWatcher`'s
+//! framing.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::time::Duration;
+
+use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+use ureq::Agent;
+
+/// Upstream's `kubelet/<version> (<os>/<arch>) kubernetes/<commit>`, for rkubelet: the
+/// API server's audit log and the etcd log name who called.
+pub fn user_agent() -> String {
+    format!(
+        "rkubelet/{} ({}/{})",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+/// A watch line longer than this is a broken peer, not a pod: 10 MB, upstream's
+/// largest manifest, and far above etcd's 1.5 MB request limit.
+pub const MAX_LINE: usize = 10 * 1024 * 1024 + 4096;
+
+/// The TLS side of a client, as PEM bytes (already read from files or decoded from
+/// kubeconfig `-data` fields).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// CA bundle to trust instead of the built-in web roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate chain.
+    pub cert_pem: Option<Vec<u8>>,
+    /// The client certificate's private key.
+    pub key_pem: Option<Vec<u8>>,
+    /// Trust any server certificate (kubeconfig `insecure-skip-tls-verify`).
+    pub insecure: bool,
+}
+
+impl fmt::Debug for TlsSettings {
+    // The key is a secret: never print it, only whether it is there.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("ca", &self.ca_pem.is_some())
+            .field("cert", &self.cert_pem.is_some())
+            .field("key", &self.key_pem.is_some())
+            .field("insecure", &self.insecure)
+            .finish()
+    }
+}
+
+/// Turns PEM settings into ureq's TLS configuration. The error is the reason only.
+pub fn tls_config(s: &TlsSettings) -> Result<TlsConfig, String> {
+    let mut b = TlsConfig::builder().disable_verification(s.insecure);
+    if let Some(ca) = &s.ca_pem {
+        let certs = certificates(ca).map_err(|e| format!("CA bundle: {e}"))?;
+        if certs.is_empty() {
+            return Err("CA bundle: no certificate in it".into());
+        }
+        b = b.root_certs(RootCerts::new_with_certs(&certs));
+    }
+    match (&s.cert_pem, &s.key_pem) {
+        (Some(cert), Some(key)) => {
+            let chain = certificates(cert).map_err(|e| format!("client certificate: {e}"))?;
+            if chain.is_empty() {
+                return Err("client certificate: no certificate in it".into());
+            }
+            let key = PrivateKey::from_pem(key)
+                .map_err(|e| format!("client key: not a PEM private key: {e}"))?;
+            b = b.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
+        }
+        (Some(_), None) => return Err("a client certificate is given without its key".into()),
+        (None, Some(_)) => return Err("a client key is given without its certificate".into()),
+        (None, None) => {}
+    }
+    Ok(b.build())
+}
+
+fn certificates(pem: &[u8]) -> Result<Vec<Certificate<'static>>, String> {
+    let mut out = Vec::new();
+    for item in ureq::tls::parse_pem(pem) {
+        match item.map_err(|e| format!("not valid PEM: {e}"))? {
+            PemItem::Certificate(c) => out.push(c),
+            // A bundle may carry keys or other blocks beside the certificates.
+            _ => continue,
+        }
+    }
+    Ok(out)
+}
+
+/// A blocking agent: non-2xx answers are returned (their bodies carry the reason), no
+/// redirects (a kubelet follows none), no proxy from the environment (every server is
+/// named explicitly), `timeout` for each whole call unless the call says otherwise.
+pub fn agent(tls: TlsConfig, timeout: Duration) -> Agent {
+    let config = Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .max_redirects(0)
+        .user_agent(user_agent())
+        .tls_config(tls)
+        .timeout_global(Some(timeout))
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .build();
+    Agent::new_with_config(config)
+}
+
+/// How long a TCP (and TLS) connect may take: a server that is down answers at once
+/// (refused); one that does not answer in 5 s is treated as down.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// True when a body read stopped because its per-read timeout expired: nothing
+/// arrived for a while, the stream is still good (the caller checks for shutdown and
+/// reads on). Any other error, a global timeout included, ends the stream.
+pub fn is_read_timeout(e: &io::Error) -> bool {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+    {
+        Some(ureq::Error::Timeout(t)) => *t == ureq::Timeout::PerRead,
+        Some(_) => false,
+        None => matches!(
+            e.kind(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+        ),
+    }
+}
+
+/// Reads newline-delimited records from a byte stream (a watch). An error (such as a
+/// per-read timeout) leaves a partial line buffered, so the caller may call again.
+#[derive(Debug)]
+pub struct LineReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    // Bytes before `scanned` hold no newline; the next search starts there.
+    scanned: usize,
+    max_line: usize,
+    eof: bool,
+}
+
+impl<R: Read> LineReader<R> {
+    /// A reader refusing lines longer than `max_line` bytes.
+    pub fn new(inner: R, max_line: usize) -> LineReader<R> {
+        LineReader {
+            inner,
+            buf: Vec::new(),
+            scanned: 0,
+            max_line,
+            eof: false,
+        }
+    }
+
+    /// The next line without its `\n` (or `\r\n`); Ok(None) at the end of the stream.
+    /// A last line without a newline is still returned.
+    pub fn next_line(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let mut chunk = [0u8; 8192];
+        loop {
+            if let Some(pos) = self.buf[self.scanned..].iter().position(|&c| c == b'\n') {
+                let end = self.scanned + pos;
+                let mut line: Vec<u8> = self.buf.drain(..=end).collect();
+                line.pop();
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                self.scanned = 0;
+                return Ok(Some(line));
+            }
+            self.scanned = self.buf.len();
+            if self.eof {
+                self.scanned = 0;
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Ok(Some(std::mem::take(&mut self.buf)));
+            }
+            if self.buf.len() > self.max_line {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("line longer than {} bytes", self.max_line),
+                ));
+            }
+            match self.inner.read(&mut chunk) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Percent-encodes a query parameter value (RFC 3986 unreserved characters pass).
+pub fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// A small pseudo-random number for jitter (xorshift over the clock and a counter):
+/// spreading retries needs no cryptographic randomness, and no crate.
+pub fn jitter_fraction() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut x = nanos ^ COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hands out its data in fixed pieces, with a timeout error between pieces.
+    struct Pieces {
+        pieces: Vec<Vec<u8>>,
+        timeout_next: bool,
+    }
+
+    impl Read for Pieces {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            if self.timeout_next {
+                self.timeout_next = false;
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "idle"));
+            }
+            if self.pieces.is_empty() {
+                return Ok(0);
+            }
+            let p = self.pieces.remove(0);
+            out[..p.len()].copy_from_slice(&p);
+            self.timeout_next = true;
+            Ok(p.len())
+        }
+    }
+
+    #[test]
+    fn lines_survive_timeouts_in_the_middle() {
+        let mut r = LineReader::new(
+            Pieces {
+                pieces: vec![
+                    b"{\"a\"".to_vec(),
+                    b":1}\r\n{\"b\":2}\n".to_vec(),
+                    b"tail".to_vec(),
+                ],
+                timeout_next: false,
+            },
+            100,
+        );
+        let mut got = Vec::new();
+        let mut timeouts = 0;
+        loop {
+            match r.next_line() {
+                Ok(Some(l)) => got.push(String::from_utf8(l).expect("utf-8")),
+                Ok(None) => break,
+                Err(e) if is_read_timeout(&e) => timeouts += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(got, ["{\"a\":1}", "{\"b\":2}", "tail"]);
+        assert!(timeouts >= 2);
+    }
+
+    #[test]
+    fn an_endless_line_is_refused() {
+        let mut r = LineReader::new(io::repeat(b'x'), 1000);
+        let e = r.next_line().expect_err("too long");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn query_values_are_escaped() {
+        assert_eq!(query_escape("spec.nodeName=n-1"), "spec.nodeName%3Dn-1");
+        assert_eq!(query_escape("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn tls_settings_errors_say_which_part() {
+        let bad = TlsSettings {
+            ca_pem: Some(b"not pem".to_vec()),
+            ..Default::default()
+        };
+        assert_eq!(
+            tls_config(&bad).err().as_deref(),
+            Some("CA bundle: no certificate in it")
+        );
+        let half = TlsSettings {
+            cert_pem: Some(b"x".to_vec()),
+            ..Default::default()
+        };
+        assert_eq!(
+            tls_config(&half).err().as_deref(),
+            Some("a client certificate is given without its key")
+        );
+        assert!(tls_config(&TlsSettings::default()).is_ok());
+        let shown = format!(
+            "{:?}",
+            TlsSettings {
+                key_pem: Some(b"SECRET".to_vec()),
+                ..Default::default()
+            }
+        );
+        assert!(!shown.contains("SECRET"), "{shown}");
+    }
+
+    #[test]
+    fn jitter_is_a_fraction() {
+        for _ in 0..100 {
+            let j = jitter_fraction();
+            assert!((0.0..1.0).contains(&j), "{j}");
+        }
+    }
+}

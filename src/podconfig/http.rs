@@ -1,0 +1,319 @@
+//! The HTTP source: static pods from `--manifest-url` (`staticPodURL`), polled every
+//! `httpCheckFrequency`, as upstream's `pkg/kubelet/config/http.go`
+//! (`sourceURL.extractFromURL`).
+//!
+//! One thread, `src-http`, a periodic loop whose tick ([`HttpSource::tick`]) GETs the
+//! URL with the configured headers (`--manifest-url-header`, `staticPodURLHeader`)
+//! and a 10 s timeout. The body is one Pod, a PodList, or several of them as a
+//! multi-document YAML stream or a stream of JSON objects; the pods are validated and
+//! defaulted as static pods (name `-<node>` suffix, UID hashed with `url:<url>`) by
+//! [`super::manifest`]. A body identical to the last good one sends nothing.
+//!
+//! A non-2xx answer, a timeout or a body that does not parse keeps the last good pods
+//! (a flaky web server must not stop running static pods) and is the tick's error, so
+//! the log and `/healthz?verbose` name the URL and the reason until it recovers. As
+//! upstream, an empty body is an empty snapshot (every pod of the URL goes) and is
+//! still reported. Until the first good answer the source is not ready, so
+//! housekeeping waits for it.
+
+use std::fmt;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use k8s_openapi::api::core::v1::Pod;
+use ureq::Agent;
+
+use super::manifest::{self, Format, ManifestError, Origin, MAX_MANIFEST_BYTES};
+use super::{Source, SourceUpdate};
+use crate::apiclient::http as client;
+use crate::loops::{Loops, Periodic, SpawnError};
+
+/// Upstream's client timeout for the manifest URL.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a tick of the HTTP source is not clean. The last good pods are kept (except
+/// for an empty body, as upstream).
+#[derive(Debug)]
+pub enum HttpSourceError {
+    /// The URL could not be fetched (refused, timed out, TLS…).
+    Fetch {
+        /// The URL.
+        url: String,
+        /// The cause.
+        source: ureq::Error,
+    },
+    /// The server answered with a status other than 2xx.
+    Status {
+        /// The URL.
+        url: String,
+        /// The status code.
+        code: u16,
+    },
+    /// The body is larger than a manifest may be.
+    TooLarge {
+        /// The URL.
+        url: String,
+    },
+    /// The body is empty: every pod of the URL was removed.
+    Empty {
+        /// The URL.
+        url: String,
+    },
+    /// The body does not hold valid pods.
+    Manifest(ManifestError),
+    /// The pod config merge no longer listens (shutdown).
+    Disconnected,
+}
+
+impl fmt::Display for HttpSourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpSourceError::Fetch { url, .. } => write!(f, "cannot fetch {url}"),
+            HttpSourceError::Status { url, code } => {
+                write!(f, "{url}: the server answered {code}")
+            }
+            HttpSourceError::TooLarge { url } => write!(
+                f,
+                "{url}: the body is larger than {} MB, not read",
+                MAX_MANIFEST_BYTES >> 20
+            ),
+            HttpSourceError::Empty { url } => write!(f, "zero-length data received from {url}"),
+            HttpSourceError::Manifest(e) => e.fmt(f),
+            HttpSourceError::Disconnected => f.write_str("the pod config merge is gone"),
+        }
+    }
+}
+
+impl std::error::Error for HttpSourceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            HttpSourceError::Fetch { source, .. } => Some(source),
+            HttpSourceError::Manifest(e) => e.source(),
+            _ => None,
+        }
+    }
+}
+
+/// The HTTP source's state between ticks.
+pub struct HttpSource {
+    url: String,
+    headers: Vec<(String, String)>,
+    node_name: String,
+    updates: Sender<SourceUpdate>,
+    agent: Agent,
+    /// The body that gave the pods last sent; an identical body sends nothing.
+    last_body: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for HttpSource {
+    // Header values may be credentials: show only their names.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpSource")
+            .field("url", &self.url)
+            .field(
+                "headers",
+                &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .field("node_name", &self.node_name)
+            .finish()
+    }
+}
+
+impl HttpSource {
+    /// A source for `url`, sending `headers` (name, value; repeated names are sent
+    /// repeatedly, in order), for node `node_name`.
+    pub fn new(
+        url: String,
+        headers: Vec<(String, String)>,
+        node_name: String,
+        updates: Sender<SourceUpdate>,
+    ) -> HttpSource {
+        // The URL may be https:// with a public certificate: the built-in roots.
+        let tls = ureq::tls::TlsConfig::builder().build();
+        HttpSource {
+            url,
+            headers,
+            node_name,
+            updates,
+            agent: client::agent(tls, FETCH_TIMEOUT),
+            last_body: None,
+        }
+    }
+
+    /// Fetches the URL once; sends a snapshot if the body changed and holds pods.
+    pub fn tick(&mut self) -> Result<(), HttpSourceError> {
+        let body = self.fetch()?;
+        if body.iter().all(u8::is_ascii_whitespace) {
+            // Upstream: an empty body is an empty set, and an error.
+            if self.last_body.as_deref() != Some(&body[..]) {
+                self.send(Vec::new())?;
+                self.last_body = Some(body);
+            }
+            return Err(HttpSourceError::Empty {
+                url: self.url.clone(),
+            });
+        }
+        if self.last_body.as_deref() == Some(&body[..]) {
+            return Ok(());
+        }
+        let pods =
+            pods_from_body(&body, &self.url, &self.node_name).map_err(HttpSourceError::Manifest)?;
+        self.send(pods)?;
+        self.last_body = Some(body);
+        Ok(())
+    }
+
+    fn send(&self, pods: Vec<Pod>) -> Result<(), HttpSourceError> {
+        self.updates
+            .send(SourceUpdate {
+                source: Source::Http,
+                pods,
+            })
+            .map_err(|_| HttpSourceError::Disconnected)
+    }
+
+    fn fetch(&self) -> Result<Vec<u8>, HttpSourceError> {
+        let fetch_err = |source| HttpSourceError::Fetch {
+            url: self.url.clone(),
+            source,
+        };
+        let mut req = self.agent.get(&self.url);
+        for (name, value) in &self.headers {
+            req = req.header(name.as_str(), value.as_str());
+        }
+        let resp = req.call().map_err(fetch_err)?;
+        let code = resp.status().as_u16();
+        if !(200..300).contains(&code) {
+            return Err(HttpSourceError::Status {
+                url: self.url.clone(),
+                code,
+            });
+        }
+        let body = resp
+            .into_body()
+            .into_with_config()
+            .limit(MAX_MANIFEST_BYTES + 1)
+            .read_to_vec()
+            .map_err(|e| match e {
+                ureq::Error::BodyExceedsLimit(_) => HttpSourceError::TooLarge {
+                    url: self.url.clone(),
+                },
+                other => fetch_err(other),
+            })?;
+        Ok(body)
+    }
+}
+
+/// Decodes a body: a stream of JSON objects if it reads as one, else YAML (one or more
+/// documents). Every pod is validated and defaulted as a static pod of `url`.
+pub fn pods_from_body(body: &[u8], url: &str, node_name: &str) -> Result<Vec<Pod>, ManifestError> {
+    let origin = Origin::Url(url);
+    let text = std::str::from_utf8(body).map_err(|_| ManifestError {
+        origin: url.to_string(),
+        document: None,
+        item: None,
+        kind: manifest::ManifestErrorKind::NotUtf8,
+    })?;
+    if text.trim_start().starts_with('{') {
+        let docs: Result<Vec<serde_json::Value>, _> = serde_json::Deserializer::from_str(text)
+            .into_iter()
+            .collect();
+        if let Ok(docs) = docs {
+            if docs.len() == 1 {
+                return manifest::pods_from_str(text, Format::Json, origin, node_name);
+            }
+            let mut pods = Vec::new();
+            for (i, doc) in docs.iter().enumerate() {
+                let one =
+                    manifest::pods_from_str(&doc.to_string(), Format::Json, origin, node_name)
+                        .map_err(|mut e| {
+                            e.document = Some(i);
+                            e
+                        })?;
+                pods.extend(one);
+            }
+            return Ok(pods);
+        }
+        // Not a JSON stream (JSON documents between `---`): YAML reads it.
+    }
+    manifest::pods_from_str(text, Format::Yaml, origin, node_name)
+}
+
+/// Starts the `src-http` loop: a fetch at once, then every `period`.
+pub fn start(
+    loops: &Loops,
+    url: String,
+    headers: Vec<(String, String)>,
+    node_name: String,
+    period: Duration,
+    updates: Sender<SourceUpdate>,
+) -> Result<(), SpawnError> {
+    log::info!("adding pod source url={url} period={period:?}");
+    let mut source = HttpSource::new(url, headers, node_name, updates);
+    loops.spawn_periodic(
+        Periodic {
+            name: "src-http".into(),
+            period,
+            wake: None,
+        },
+        move || source.tick(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(pods: &[Pod]) -> Vec<String> {
+        pods.iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    const POD_JSON: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"NAME"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#;
+
+    #[test]
+    fn bodies_in_every_shape_decode() {
+        let j = |n: &str| POD_JSON.replace("NAME", n);
+        let rows: Vec<(String, Vec<&str>)> = vec![
+            (j("a"), vec!["a-n"]),
+            (format!("{}\n{}", j("a"), j("b")), vec!["a-n", "b-n"]),
+            (format!("{}\n---\n{}", j("a"), j("b")), vec!["a-n", "b-n"]),
+            (
+                "kind: Pod\nmetadata: {name: y}\nspec: {containers: [{name: c, image: i}]}\n---\n\
+                 kind: PodList\nitems:\n- metadata: {name: z}\n  spec: {containers: [{name: c, image: i}]}\n"
+                    .into(),
+                vec!["y-n", "z-n"],
+            ),
+        ];
+        for (body, want) in rows {
+            let pods = pods_from_body(body.as_bytes(), "http://h/p", "n").expect(&body);
+            assert_eq!(names(&pods), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn the_url_is_in_the_uid_and_in_errors() {
+        let a = pods_from_body(POD_JSON.as_bytes(), "http://h/a", "n").expect("valid");
+        let b = pods_from_body(POD_JSON.as_bytes(), "http://h/b", "n").expect("valid");
+        assert_ne!(a[0].metadata.uid, b[0].metadata.uid);
+        let again = pods_from_body(POD_JSON.as_bytes(), "http://h/a", "n").expect("valid");
+        assert_eq!(a[0].metadata.uid, again[0].metadata.uid);
+        let e = pods_from_body(
+            format!("{POD_JSON}\n{{\"kind\":\"Pod\"}}").as_bytes(),
+            "http://h/a",
+            "n",
+        )
+        .expect_err("second has no name");
+        assert_eq!(
+            e.to_string(),
+            "http://h/a: document 1: invalid pod: name is needed for the pod"
+        );
+        let e = pods_from_body(b"kind: Pod\nmetadata: [", "http://h/a", "n").expect_err("bad");
+        assert!(
+            e.to_string()
+                .starts_with("http://h/a: document 0: invalid YAML"),
+            "{e}"
+        );
+    }
+}
