@@ -817,11 +817,18 @@ impl RuntimeManager {
         {
             return Ok(Some(w));
         }
-        // Keep one dead instance for lastState and logs; older ones go now.
+        // Keep one dead instance for lastState and logs; older ones go now, with their
+        // termination-message files.
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         for old in rp.instances(&c.name, s.kind).into_iter().skip(1) {
-            if old.state != ContainerState::Running {
-                let _ = self.runtime.remove_container(&old.id);
+            if old.state != ContainerState::Running
+                && self.runtime.remove_container(&old.id).is_ok()
+            {
                 lock(&self.messages).remove(&old.id);
+                let rc = labels::restart_count(&old.labels);
+                if let Some(f) = self.message_file(uid, &c.name, rc) {
+                    let _ = std::fs::remove_file(f);
+                }
             }
         }
         if let Some((key, finished)) = &s.backoff {

@@ -397,6 +397,25 @@ fn post_start_runs_before_the_app_relies_on_it_and_a_failing_one_kills_the_conta
             ]}
         })),
     );
+    // httpGet hooks go to the pod's IP: a sidecar web server answers (404 is still an
+    // answer: upstream ignores the status code); a closed port fails the hook.
+    node.write_manifest(
+        "web.yaml",
+        &manifest(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web"},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                "initContainers": [{"name": "httpd", "image": BUSYBOX, "restartPolicy": "Always",
+                    "command": sh("httpd -f -vv -p 8080 -h /")}],
+                "containers": [
+                    {"name": "client", "image": BUSYBOX, "command": sh(SLEEPER),
+                     "ports": [{"name": "www", "containerPort": 8080}],
+                     "lifecycle": {"postStart": {"httpGet": {"path": "/hello", "port": "www"}}}},
+                    {"name": "closed", "image": BUSYBOX, "command": sh(SLEEPER),
+                     "lifecycle": {"postStart": {"httpGet": {"path": "/nothing", "port": 1}}}}
+                ]}
+        })),
+    );
     node.start(&[]);
     let id = wait_for("the app to see the hook's file", LONG, || {
         let c = node.containers_named("app").into_iter().next()?;
@@ -423,6 +442,22 @@ fn post_start_runs_before_the_app_relies_on_it_and_a_failing_one_kills_the_conta
     );
     assert!(log.contains("container victim: PostStartHookError: Exec lifecycle hook ([sh -c echo nope; exit 7]) for Container \"victim\""), "{log}");
     assert!(log.contains("exited with 7"), "{log}");
+
+    let httpd = node.containers_named("httpd").remove(0);
+    wait_for("the sidecar to log the hook's request", LONG, || {
+        let logs = node.docker.logs(&httpd.id, None).ok()?;
+        String::from_utf8_lossy(&logs)
+            .contains("url:/hello")
+            .then_some(())
+    });
+    wait_for("the closed port to fail its hook", LONG, || {
+        node.log()
+            .contains("HTTP lifecycle hook (/nothing) for Container \"closed\"")
+            .then_some(())
+    });
+    let client = container_status(&node, "web", "client").expect("client status");
+    assert!(client["state"]["running"].is_object(), "{client}");
+    assert_eq!(client["restartCount"], 0, "{client}");
     assert!(node
         .containers_named("victim")
         .iter()
