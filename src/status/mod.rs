@@ -256,11 +256,11 @@ fn conditions(
             if s.started != Some(true) {
                 incomplete.push(c.name.clone());
             }
-        } else if !s
+        } else if s
             .state
             .as_ref()
             .and_then(|st| st.terminated.as_ref())
-            .is_some_and(|t| t.exit_code == 0)
+            .is_none_or(|t| t.exit_code != 0)
         {
             incomplete.push(c.name.clone());
         }

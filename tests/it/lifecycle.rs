@@ -325,6 +325,19 @@ fn sidecars_start_in_order_run_beside_the_app_and_stop_after_it() {
                 "containers": [{"name": "work", "image": BUSYBOX, "command": sh("sleep 2; exit 0")}]}
         })),
     );
+    // A sidecar that dies is restarted beside the app, even under restartPolicy Never.
+    node.write_manifest(
+        "flaky.yaml",
+        &manifest(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "flaky"},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                "initContainers": [
+                    {"name": "dies", "image": BUSYBOX, "restartPolicy": "Always", "command": sh("sleep 2; exit 1")}
+                ],
+                "containers": [{"name": "main", "image": BUSYBOX, "command": sh(SLEEPER)}]}
+        })),
+    );
     node.start(&[]);
     let st = wait_phase(&node, "side", "Running");
     assert_eq!(condition(&st, "Initialized")["status"], "True", "{st}");
@@ -351,6 +364,18 @@ fn sidecars_start_in_order_run_beside_the_app_and_stop_after_it() {
             .contains_key(&format!("job-{}/helper", node.name)))
         .then_some(())
     });
+
+    let dies = wait_for("the dead sidecar to be restarted", LONG, || {
+        container_status(&node, "flaky", "dies")
+            .filter(|c| c["restartCount"].as_i64().is_some_and(|r| r >= 1))
+    });
+    assert_eq!(dies["lastState"]["terminated"]["exitCode"], 1, "{dies}");
+    let st = pod_status(&node, "flaky").expect("status");
+    assert_eq!(st["phase"], "Running", "{st}");
+    assert_eq!(
+        st["containerStatuses"][0]["restartCount"], 0,
+        "the app is untouched: {st}"
+    );
 
     // Removing the pod stops the app first, then s2, then s1.
     std::fs::remove_file(node.manifests().join("side.yaml")).expect("remove manifest");
