@@ -70,12 +70,6 @@ impl<T: Moment> Backoff<T> {
             .map(|e| e.backoff)
     }
 
-    /// True while `key` must wait: the event it is timed from (e.g. the dead
-    /// container's finish, `elapsed` ago) is younger than the current backoff.
-    pub fn is_in_backoff(&self, key: &str, elapsed: Duration, now: T) -> bool {
-        self.get(key, now).is_some_and(|b| elapsed < b)
-    }
-
     /// Upstream `IsInBackOffSince(key, event)`: true while less than the current
     /// backoff has passed since `event`, unless the entry expired relative to the event.
     pub fn is_in_backoff_since(&self, key: &str, event: T, now: T) -> bool {
@@ -148,13 +142,13 @@ mod tests {
     }
 
     #[test]
-    fn waits_only_while_younger_than_the_backoff() {
+    fn pulls_wait_only_while_younger_than_the_backoff() {
         let mut b = Backoff::default();
         let t0 = Instant::now();
         b.next("k", t0);
-        assert!(b.is_in_backoff("k", Duration::from_secs(9), t0));
-        assert!(!b.is_in_backoff("k", Duration::from_secs(10), t0));
-        assert!(!b.is_in_backoff("other", Duration::ZERO, t0));
+        assert!(b.is_in_backoff_since_update("k", t0 + Duration::from_secs(9)));
+        assert!(!b.is_in_backoff_since_update("k", t0 + Duration::from_secs(10)));
+        assert!(!b.is_in_backoff_since_update("other", t0));
     }
 
     #[test]

@@ -338,28 +338,6 @@ fn has_active_regular_container(pod: &Pod, rt: &RuntimePod) -> bool {
     })
 }
 
-/// True when the pod's init containers are done: there are none, the last one
-/// exited 0 (sidecars: runs), or an app container was created in this sandbox.
-pub fn init_containers_done(pod: &Pod, rt: &RuntimePod) -> bool {
-    let inits = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or_default();
-    let Some(last) = inits.last() else {
-        return true;
-    };
-    if has_active_regular_container(pod, rt) {
-        return true;
-    }
-    rt.newest(&last.name, ContainerKind::Init)
-        .is_some_and(|d| match d.state {
-            ContainerState::Running => labels::is_sidecar(last),
-            ContainerState::Exited => !labels::is_sidecar(last) && d.exit_code == 0,
-            _ => false,
-        })
-}
-
 /// Whether a runtime container is an init or app container (by its label).
 pub fn kind_of(c: &ContainerDetails) -> ContainerKind {
     match c.labels.get(labels::CONTAINER_TYPE).map(String::as_str) {
