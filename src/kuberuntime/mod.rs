@@ -852,23 +852,26 @@ impl RuntimeManager {
             }
         }
         let fmt_pod = actions::format_pod(pod);
+        // A create or start the runtime refused: a Warning `Failed` event and the
+        // waiting reason upstream gives it.
+        let refused = |reason: &str, e: &RuntimeError| {
+            let message = crate::loops::error_chain(e);
+            record_event(
+                pod,
+                Some(&c.name),
+                true,
+                "Failed",
+                &format!("Error: {message}"),
+            );
+            Some(Waiting {
+                reason: reason.into(),
+                message,
+            })
+        };
         let id = match self.create_replacing(&cfg) {
             Ok(id) => id,
             Err(e) if e.is_unavailable() => return Err(e),
-            Err(e) => {
-                let message = crate::loops::error_chain(&e);
-                record_event(
-                    pod,
-                    Some(&c.name),
-                    true,
-                    "Failed",
-                    &format!("Error: {message}"),
-                );
-                return Ok(Some(Waiting {
-                    reason: "CreateContainerError".into(),
-                    message,
-                }));
-            }
+            Err(e) => return Ok(refused("CreateContainerError", &e)),
         };
         record_event(
             pod,
@@ -885,18 +888,7 @@ impl RuntimeManager {
             if s.backoff.is_none() {
                 lock(&self.backoff).next(&actions::backoff_key(pod, c), SystemTime::now());
             }
-            let message = crate::loops::error_chain(&e);
-            record_event(
-                pod,
-                Some(&c.name),
-                true,
-                "Failed",
-                &format!("Error: {message}"),
-            );
-            return Ok(Some(Waiting {
-                reason: "RunContainerError".into(),
-                message,
-            }));
+            return Ok(refused("RunContainerError", &e));
         }
         log::info!(
             "pod {fmt_pod}: started container {} ({}, restart {})",
