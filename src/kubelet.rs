@@ -18,10 +18,11 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::config::KubeletConfig;
 use crate::health::{HealthChecks, RuntimeHealth, RUNTIME_UP_PERIOD};
-use crate::kuberuntime::{labels, ManagerConfig, RuntimeManager};
+use crate::kuberuntime::{KillPodRequest, ManagerConfig, RuntimeManager, SyncInputs};
 use crate::loops::{shutdown_channel, LoopHandle, Loops, Periodic, Shutdown, SpawnError, Stop};
 use crate::pleg::{Pleg, PlegEvent, PlegEventType, PlegShared, CHANNEL_CAPACITY, RELIST_PERIOD};
-use crate::pod_workers::{PodSyncer, PodWorkers, Work, WorkQueue, DEFAULT_WORKERS};
+use crate::pod_killer::PodKiller;
+use crate::pod_workers::{Kill, Outcome, PodSyncer, PodWorkers, Work, WorkQueue, DEFAULT_WORKERS};
 use crate::podconfig::{PodConfig, PodOp, PodUpdate, Source, SourceUpdate};
 use crate::runtime::Runtime;
 use crate::server::readonly::{PodsView, ReadOnly};
@@ -163,6 +164,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         ManagerConfig {
             node_name: cfg.node_name.clone(),
             pod_infra_image: cfg.pod_infra_container_image.clone(),
+            root_dir: cfg.root_dir.clone(),
         },
     ));
     let checks = HealthChecks {
@@ -235,13 +237,16 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         move || pleg.relist(),
     )?;
 
-    // Pod workers.
+    // Pod killer and pod workers.
+    let killer = PodKiller::start(&loops, manager.clone())?;
     let handler = Arc::new(SyncHandler {
         manager: manager.clone(),
         statuses: statuses.clone(),
         queue: work_queue.clone(),
         host_ip: crate::netutil::node_ip(),
         resync: cfg.sync_frequency,
+        killer,
+        workers: workers.clone(),
     });
     workers.start(&loops, DEFAULT_WORKERS, handler)?;
 
@@ -388,21 +393,58 @@ impl PreparedSources {
     }
 }
 
-/// The pod workers' syncer: runs the runtime manager and publishes the status.
+/// The pod workers' syncer: runs the runtime manager, publishes the status, and hands
+/// whole-pod kills to the pod killer.
 struct SyncHandler {
     manager: Arc<RuntimeManager>,
     statuses: Arc<StatusCache>,
     queue: Arc<WorkQueue>,
     host_ip: String,
     resync: Duration,
+    killer: PodKiller,
+    workers: Arc<PodWorkers>,
+}
+
+impl SyncHandler {
+    /// Hands a kill to the pod killer; when it ends, `after` runs and the pod's slot is
+    /// released.
+    fn hand_over(
+        &self,
+        req: KillPodRequest,
+        was_kill: bool,
+        after: impl FnOnce(Result<(), crate::runtime::RuntimeError>) + Send + 'static,
+    ) -> Outcome {
+        let workers = self.workers.clone();
+        let uid = req.uid.clone();
+        self.killer.submit(
+            req,
+            Box::new(move |r| {
+                after(r);
+                workers.finish(&uid, was_kill);
+            }),
+        );
+        Outcome::Continues
+    }
 }
 
 impl PodSyncer for SyncHandler {
-    fn sync_pod(&self, pod: &Pod) {
+    fn sync_pod(&self, pod: &Arc<Pod>) -> Outcome {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        match self.manager.sync_pod(pod) {
+        let previous = self.statuses.get(&uid);
+        let now = SystemTime::now();
+        // A pod that is done only stops: its phase is terminal, its active deadline
+        // passed (upstream's activeDeadlineHandler), or it is being deleted.
+        let terminal = previous
+            .as_deref()
+            .is_some_and(|p| status::is_terminal_phase(p.phase.as_deref()))
+            || status::past_active_deadline(
+                pod,
+                previous.as_deref().and_then(status::start_time),
+                now,
+            )
+            || pod.metadata.deletion_timestamp.is_some();
+        match self.manager.sync_pod(pod, &SyncInputs { terminal }) {
             Ok(r) => {
-                let previous = self.statuses.get(&uid);
                 let st = status::generate(
                     pod,
                     &r.runtime_pod,
@@ -410,10 +452,39 @@ impl PodSyncer for SyncHandler {
                         waiting: &r.waiting,
                         previous: previous.as_deref(),
                         host_ip: &self.host_ip,
-                        now: SystemTime::now(),
+                        now,
+                        pod_is_terminal: pod.metadata.deletion_timestamp.is_some(),
                     },
                 );
+                if st.phase != previous.as_deref().and_then(|p| p.phase.clone()) {
+                    log::info!(
+                        "pod {}: phase {}{}",
+                        crate::kuberuntime::actions::format_pod(pod),
+                        st.phase.as_deref().unwrap_or_default(),
+                        st.reason
+                            .as_deref()
+                            .map(|r| format!(" ({r})"))
+                            .unwrap_or_default()
+                    );
+                }
                 self.statuses.set(&uid, st);
+                if r.kill_pod {
+                    // Sync again once it is down: a new sandbox, or the final status.
+                    let queue = self.queue.clone();
+                    let u = uid.clone();
+                    let req = KillPodRequest {
+                        uid,
+                        pod: Some(pod.clone()),
+                        grace_override: None,
+                        remove: false,
+                    };
+                    return self.hand_over(req, false, move |res| {
+                        if let Err(e) = res {
+                            log::warn!("killing pod {u}: {}", crate::loops::error_chain(&e));
+                        }
+                        queue.enqueue(&u, Duration::ZERO);
+                    });
+                }
                 let after = r.requeue_after.map_or(self.resync, |d| d.min(self.resync));
                 self.queue.enqueue(&uid, after);
             }
@@ -426,19 +497,36 @@ impl PodSyncer for SyncHandler {
                 self.queue.enqueue(&uid, SYNC_ERROR_REQUEUE);
             }
         }
+        Outcome::Done
     }
 
-    fn kill_pod(&self, uid: &str, grace: Duration) {
-        match self.manager.kill_pod(uid, grace) {
+    fn kill_pod(&self, uid: &str, kill: &Kill) -> Outcome {
+        let req = KillPodRequest {
+            uid: uid.to_string(),
+            pod: kill.pod.clone(),
+            grace_override: kill.grace,
+            remove: kill.remove,
+        };
+        let statuses = self.statuses.clone();
+        let queue = self.queue.clone();
+        let u = uid.to_string();
+        let remove = kill.remove;
+        self.hand_over(req, true, move |res| match res {
+            Ok(()) if remove => {
+                statuses.remove(&u);
+                queue.remove(&u);
+            }
             Ok(()) => {
-                self.statuses.remove(uid);
-                self.queue.remove(uid);
+                // Upstream `TerminatePod`: what did not end visibly ended unknown.
+                if let Some(prev) = statuses.get(&u) {
+                    statuses.set(&u, status::terminate(&prev));
+                }
             }
             Err(e) => log::warn!(
-                "killing pod {uid}: {} (housekeeping retries)",
+                "killing pod {u}: {} (housekeeping retries)",
                 crate::loops::error_chain(&e)
             ),
-        }
+        })
     }
 }
 
@@ -550,7 +638,11 @@ impl SyncLoop {
                     log::debug!("Skipping pod synchronization: container runtime is not up");
                     return;
                 }
-                for uid in self.queue.take_due(Instant::now()) {
+                let mut due = self.queue.take_due(Instant::now());
+                due.extend(self.past_deadline(SystemTime::now()));
+                due.sort();
+                due.dedup();
+                for uid in due {
                     if let Some(pod) = self.pods.get(&uid) {
                         self.workers.update_pod(&uid, Work::Sync(pod.clone()));
                     }
@@ -583,14 +675,15 @@ impl SyncLoop {
                     }
                     self.pods.insert(uid.clone(), pod.clone());
                     if pod.metadata.deletion_timestamp.is_some() {
-                        // Gracefully deleted at its source: stop it with its grace.
-                        let grace = pod
-                            .metadata
-                            .deletion_grace_period_seconds
-                            .unwrap_or_else(|| labels::grace_period_seconds(&pod));
+                        // Gracefully deleted at its source: stop it with its grace
+                        // (each container's: the deletion grace, else its spec's).
                         self.workers.update_pod(
                             &uid,
-                            Work::Kill(Duration::from_secs(grace.unsigned_abs())),
+                            Work::Kill(Kill {
+                                pod: Some(pod),
+                                grace: None,
+                                remove: false,
+                            }),
                         );
                     } else {
                         self.workers.update_pod(&uid, Work::Sync(pod));
@@ -608,10 +701,13 @@ impl SyncLoop {
                     self.pods.remove(&uid);
                     self.queue.remove(&uid);
                     if self.pod_config.seen_all_sources() {
-                        let grace = labels::grace_period_seconds(&pod);
                         self.workers.update_pod(
                             &uid,
-                            Work::Kill(Duration::from_secs(grace.unsigned_abs())),
+                            Work::Kill(Kill {
+                                pod: Some(Arc::new(pod)),
+                                grace: None,
+                                remove: true,
+                            }),
                         );
                     } else {
                         // Upstream refuses deletes until every source is ready;
@@ -627,6 +723,23 @@ impl SyncLoop {
                 }
             }
         }
+    }
+
+    /// Pods whose `activeDeadlineSeconds` has passed and that are not failed yet: the
+    /// sync tick syncs them, which fails and stops them (upstream: the
+    /// `activeDeadlineHandler`'s `ShouldSync` in `getPodsToSync`).
+    fn past_deadline(&self, now: SystemTime) -> Vec<String> {
+        self.pods
+            .iter()
+            .filter(|(uid, pod)| {
+                let Some(st) = self.statuses.get(uid) else {
+                    return false;
+                };
+                !status::is_terminal_phase(st.phase.as_deref())
+                    && status::past_active_deadline(pod, status::start_time(&st), now)
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect()
     }
 
     fn publish(&self) {
@@ -658,7 +771,11 @@ impl SyncLoop {
             log::info!("killing orphaned pod {} ({uid})", info.full_name);
             self.workers.update_pod(
                 uid,
-                Work::Kill(Duration::from_secs(info.grace_seconds.unsigned_abs())),
+                Work::Kill(Kill {
+                    pod: None,
+                    grace: Some(Duration::from_secs(info.grace_seconds.unsigned_abs())),
+                    remove: true,
+                }),
             );
         }
         for uid in self.statuses.uids() {

@@ -27,6 +27,7 @@ pub mod apiclient;
 // The kubelet core: the sync loop and what it drives.
 pub mod kubelet;
 pub mod pod_workers;
+pub mod pod_killer;
 pub mod kuberuntime;
 pub mod images;
 pub mod pleg;

@@ -7,6 +7,11 @@
 //! sync loop. A kill is never dropped: a sync that arrives after a pending kill runs after
 //! it (the pod is stopped, then started again), a kill that arrives after a pending sync
 //! replaces it.
+//!
+//! A worker may hand a pod's work on (a whole-pod kill goes to the pod killer, so a long
+//! grace period does not hold one of the few workers): it answers
+//! [`Outcome::Continues`], the pod's slot stays busy, and whoever finishes the work
+//! calls [`PodWorkers::finish`], after which the pod's pending work runs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,29 +31,50 @@ pub const DEFAULT_WORKERS: usize = 4;
 /// tick re-queues them.
 pub const QUEUE_CAPACITY: usize = 1024;
 
+/// A pod to stop for good.
+#[derive(Clone, Debug, Default)]
+pub struct Kill {
+    /// Its spec, when known (hooks, grace periods, sidecar order); None for an orphan.
+    pub pod: Option<Arc<Pod>>,
+    /// Replaces every container's grace period (a deletion's, an orphan's).
+    pub grace: Option<Duration>,
+    /// Remove its containers afterwards (it is gone from its source), rather than keep
+    /// them for status and logs (it was deleted and is kept until the source forgets it).
+    pub remove: bool,
+}
+
 /// One unit of pod work.
 #[derive(Clone, Debug)]
 pub enum Work {
     /// Bring the pod to its desired state.
     Sync(Arc<Pod>),
-    /// Stop and remove everything of the pod, with this grace period.
-    Kill(Duration),
+    /// Stop everything of the pod.
+    Kill(Kill),
+}
+
+/// Whether a worker is done with a pod's work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done: the pod's next work may run.
+    Done,
+    /// Handed on; the slot stays busy until [`PodWorkers::finish`] is called.
+    Continues,
 }
 
 /// What a worker runs. The kubelet's implementation calls the runtime manager and
 /// publishes status; tests use a recording fake.
 pub trait PodSyncer: Send + Sync + 'static {
     /// Syncs one pod.
-    fn sync_pod(&self, pod: &Pod);
+    fn sync_pod(&self, pod: &Arc<Pod>) -> Outcome;
     /// Kills one pod by UID.
-    fn kill_pod(&self, uid: &str, grace: Duration);
+    fn kill_pod(&self, uid: &str, kill: &Kill) -> Outcome;
 }
 
 #[derive(Debug, Default)]
 struct Slot {
     busy: bool,
     queued: bool,
-    pending_kill: Option<Duration>,
+    pending_kill: Option<Kill>,
     pending_sync: Option<Arc<Pod>>,
 }
 
@@ -108,10 +134,10 @@ impl PodWorkers {
         let mut slots = lock(&self.slots);
         let slot = slots.entry(uid.to_string()).or_default();
         match work {
-            Work::Kill(grace) => {
+            Work::Kill(kill) => {
                 // A kill supersedes any sync that has not started yet.
                 slot.pending_sync = None;
-                slot.pending_kill = Some(grace);
+                slot.pending_kill = Some(kill);
             }
             Work::Sync(pod) => slot.pending_sync = Some(pod),
         }
@@ -157,8 +183,8 @@ impl PodWorkers {
                     return;
                 };
                 slot.queued = false;
-                let work = if let Some(grace) = slot.pending_kill.take() {
-                    Some(Work::Kill(grace))
+                let work = if let Some(kill) = slot.pending_kill.take() {
+                    Some(Work::Kill(kill))
                 } else {
                     slot.pending_sync.take().map(Work::Sync)
                 };
@@ -173,9 +199,13 @@ impl PodWorkers {
                     }
                 }
             };
-            match &work {
+            let outcome = match &work {
                 Work::Sync(pod) => syncer.sync_pod(pod),
-                Work::Kill(grace) => syncer.kill_pod(uid, *grace),
+                Work::Kill(kill) => syncer.kill_pod(uid, kill),
+            };
+            if outcome == Outcome::Continues {
+                // Someone else finishes this work and calls `finish`.
+                return;
             }
             let mut slots = lock(&self.slots);
             if let Some(slot) = slots.get_mut(uid) {
@@ -191,6 +221,25 @@ impl PodWorkers {
                 // the pod's work in order.
                 slot.busy = true;
             }
+        }
+    }
+}
+
+impl PodWorkers {
+    /// Ends work that a worker handed on ([`Outcome::Continues`]): the pod's pending
+    /// work, if any, is queued; a finished kill with nothing pending forgets the pod.
+    pub fn finish(&self, uid: &str, was_kill: bool) {
+        let mut slots = lock(&self.slots);
+        let Some(slot) = slots.get_mut(uid) else {
+            return;
+        };
+        slot.busy = false;
+        if slot.has_pending() {
+            if !slot.queued {
+                self.enqueue(uid, slot);
+            }
+        } else if was_kill {
+            slots.remove(uid);
         }
     }
 }
@@ -244,10 +293,11 @@ mod tests {
         in_flight: Mutex<HashMap<String, usize>>,
         overlap: Mutex<bool>,
         gate: Mutex<Option<Receiver<()>>>,
+        hand_on: Mutex<bool>,
     }
 
     impl PodSyncer for Recorder {
-        fn sync_pod(&self, pod: &Pod) {
+        fn sync_pod(&self, pod: &Arc<Pod>) -> Outcome {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             self.enter(&uid);
             let gate = lock(&self.gate).take();
@@ -257,11 +307,17 @@ mod tests {
             let img = pod.metadata.name.clone().unwrap_or_default();
             lock(&self.calls).push(format!("sync {uid} {img}"));
             self.leave(&uid);
+            Outcome::Done
         }
-        fn kill_pod(&self, uid: &str, _grace: Duration) {
+        fn kill_pod(&self, uid: &str, _kill: &Kill) -> Outcome {
             self.enter(uid);
             lock(&self.calls).push(format!("kill {uid}"));
             self.leave(uid);
+            if *lock(&self.hand_on) {
+                Outcome::Continues
+            } else {
+                Outcome::Done
+            }
         }
     }
 
@@ -344,7 +400,7 @@ mod tests {
         pw.update_pod("a", Work::Sync(pod("a", "v1")));
         wait_for(|| lock(&rec.in_flight).get("a") == Some(&1));
         pw.update_pod("a", Work::Sync(pod("a", "v2")));
-        pw.update_pod("a", Work::Kill(Duration::from_secs(1)));
+        pw.update_pod("a", Work::Kill(Kill::default()));
         pw.update_pod("a", Work::Sync(pod("a", "v3")));
         release.send(()).expect("release");
         wait_for(|| lock(&rec.calls).len() == 3);
@@ -373,10 +429,33 @@ mod tests {
         let rec = Arc::new(Recorder::default());
         let pw = Arc::new(PodWorkers::default());
         pw.start(&loops, 1, rec.clone()).expect("start");
-        pw.update_pod("a", Work::Kill(Duration::from_secs(1)));
+        pw.update_pod("a", Work::Kill(Kill::default()));
         wait_for(|| lock(&rec.calls).len() == 1);
         wait_for(|| !pw.is_active("a"));
         assert!(lock(&pw.slots).is_empty());
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn a_handed_on_kill_holds_the_pod_until_finished() {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let rec = Arc::new(Recorder::default());
+        *lock(&rec.hand_on) = true;
+        let pw = Arc::new(PodWorkers::default());
+        pw.start(&loops, 2, rec.clone()).expect("start");
+        pw.update_pod("a", Work::Kill(Kill::default()));
+        wait_for(|| lock(&rec.calls).len() == 1);
+        pw.update_pod("a", Work::Sync(pod("a", "v2")));
+        // The sync waits while the kill is still in the pod killer's hands.
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(*lock(&rec.calls), ["kill a"]);
+        assert!(pw.is_active("a"));
+        pw.finish("a", true);
+        wait_for(|| lock(&rec.calls).len() == 2);
+        assert_eq!(*lock(&rec.calls), ["kill a", "sync a v2"]);
+        wait_for(|| !pw.is_active("a"));
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
     }

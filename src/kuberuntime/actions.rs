@@ -1,11 +1,16 @@
-//! What one pod sync must do (upstream `computePodActions`), as a pure function of the
-//! pod spec, its containers as the runtime reports them, the backoff table and `now`.
-//! The executor in [`super::RuntimeManager`] carries the actions out.
+//! What one pod sync must do (upstream `computePodActions`, `computeInitContainerActions`
+//! and `ShouldContainerBeRestarted`), as a pure function of the pod spec, its containers
+//! as the runtime reports them, the restart backoff table and `now`. The executor in
+//! [`super::RuntimeManager`] carries the actions out.
+//!
+//! Upstream checks the restart backoff when it starts a container (`doBackOff`); here the
+//! check is part of the pure decision, so a container in CrashLoopBackOff comes out as a
+//! waiting reason and a requeue time instead of a start.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 use super::backoff::Backoff;
 use super::labels::{self, ContainerKind};
@@ -24,8 +29,23 @@ pub struct StartAction {
     pub name: String,
     /// Restart count of the new instance (its name's attempt).
     pub restart_count: u32,
-    /// Backoff key to bump when this start is a restart (None for a first start).
-    pub backoff_key: Option<String>,
+    /// Backoff key to bump when the container starts, with the dead instance's finish
+    /// time (upstream `Next(key, finishedAt)`); None when no dead instance exists.
+    pub backoff: Option<(String, SystemTime)>,
+}
+
+/// Why a container is stopped (upstream `containerKillReason`; it picks the grace period:
+/// probes may carry their own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillReason {
+    /// Spec changed, unknown state, pod done.
+    Other,
+    /// postStart hook failed.
+    FailedPostStartHook,
+    /// Liveness probe failed (the prober's kills).
+    LivenessProbe,
+    /// Startup probe failed.
+    StartupProbe,
 }
 
 /// Stop one container.
@@ -35,8 +55,12 @@ pub struct KillAction {
     pub id: String,
     /// Container name in the spec.
     pub name: String,
-    /// Why, as upstream words it.
-    pub reason: String,
+    /// Init (sidecar) or app container.
+    pub kind: ContainerKind,
+    /// Why, as upstream words it (the `Killing` event's message).
+    pub message: String,
+    /// Why, for the grace period.
+    pub reason: KillReason,
 }
 
 /// Everything one sync will do.
@@ -50,7 +74,10 @@ pub struct PodActions {
     pub sandbox_id: Option<String>,
     /// Single containers to stop.
     pub kill: Vec<KillAction>,
-    /// Containers to start, in order.
+    /// Init containers to start, in spec order: the next regular one, and sidecars
+    /// (which keep running and are restarted like app containers).
+    pub start_init: Vec<StartAction>,
+    /// App containers to start, in spec order.
     pub start: Vec<StartAction>,
     /// Containers not started, with the reason shown in their status.
     pub waiting: BTreeMap<String, Waiting>,
@@ -58,8 +85,21 @@ pub struct PodActions {
     pub requeue_after: Option<Duration>,
 }
 
-/// The backoff key of a container (upstream: `<pod>_<ns>_<uid>_<container>_<hash>`), so a
-/// spec change starts its backoff fresh.
+/// What besides the pod and its runtime view decides the actions. A struct, so that
+/// more inputs (probe results) are added without touching every caller.
+#[derive(Debug)]
+pub struct ActionInputs<'a> {
+    /// Restart backoff entries.
+    pub backoff: &'a Backoff<SystemTime>,
+    /// Now.
+    pub now: SystemTime,
+    /// The pod must not run any more: its phase is terminal, its active deadline
+    /// passed, or it is being deleted. Everything running is stopped, nothing starts.
+    pub terminal: bool,
+}
+
+/// The backoff key of a container (upstream `GetStableKey`:
+/// `<pod>_<ns>_<uid>_<container>_<hash>`), so a spec change starts its backoff fresh.
 pub fn backoff_key(pod: &Pod, c: &Container) -> String {
     format!(
         "{}_{}_{}_{}_{:x}",
@@ -93,8 +133,11 @@ pub fn go_duration(d: Duration) -> String {
     }
 }
 
-/// Whether a new sandbox is needed (upstream `podSandboxChanged`), and its attempt.
-fn sandbox_changed(pod: &Pod, rt: &RuntimePod) -> (bool, u32) {
+/// Whether a new sandbox is needed (upstream `PodSandboxChanged`), and its attempt:
+/// none yet; more than one ready; the newest not ready; the network mode changed
+/// (hostNetwork toggled on an API pod, whose UID stays); or a pod-network sandbox
+/// without an IP.
+pub fn sandbox_changed(pod: &Pod, rt: &RuntimePod) -> (bool, u32) {
     let host_network = pod
         .spec
         .as_ref()
@@ -116,34 +159,87 @@ fn sandbox_changed(pod: &Pod, rt: &RuntimePod) -> (bool, u32) {
     (changed, attempt + 1)
 }
 
-/// Upstream `ShouldContainerBeRestarted` for a container whose newest instance is not
-/// running.
-fn should_restart(policy: &str, newest: &ContainerDetails) -> bool {
-    match newest.state {
+fn policy(spec: &PodSpec) -> &str {
+    spec.restart_policy.as_deref().unwrap_or("Always")
+}
+
+/// Upstream `ShouldContainerBeRestarted` for a regular container: a deleted pod never
+/// restarts; a container never started, created or in an unknown state starts; a dead
+/// one starts by restart policy.
+pub fn should_restart(pod: &Pod, c: &Container, kind: ContainerKind, rt: &RuntimePod) -> bool {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let Some(d) = rt.newest(&c.name, kind) else {
+        return true;
+    };
+    match d.state {
+        ContainerState::Running => false,
         ContainerState::Created | ContainerState::Unknown => true,
-        _ => match policy {
+        ContainerState::Exited => match pod.spec.as_ref().map_or("Always", policy) {
             "Never" => false,
-            "OnFailure" => newest.exit_code != 0,
+            "OnFailure" => d.exit_code != 0,
             _ => true,
         },
     }
 }
 
-/// Checks the restart backoff of a dead container: Ok(key) to restart now (and bump the
-/// key), Err(waiting, remaining) while it must wait.
-fn check_backoff(
+/// Upstream `isInitContainerFailed`.
+fn init_failed(d: &ContainerDetails) -> bool {
+    d.oom_killed
+        || (d.state == ContainerState::Exited && d.exit_code != 0)
+        || d.state == ContainerState::Unknown
+}
+
+fn start_of(c: &Container, index: usize, kind: ContainerKind, rt: &RuntimePod) -> StartAction {
+    // Restart counts continue across instances and sandboxes (upstream: the newest
+    // status's restartCount + 1).
+    let restart_count = rt
+        .newest(&c.name, kind)
+        .map_or(0, |d| labels::restart_count(&d.labels) + 1);
+    StartAction {
+        kind,
+        index,
+        name: c.name.clone(),
+        restart_count,
+        backoff: None,
+    }
+}
+
+fn kill_of(d: &ContainerDetails, name: &str, kind: ContainerKind, message: String) -> KillAction {
+    KillAction {
+        id: d.id.clone(),
+        name: name.to_string(),
+        kind,
+        message,
+        reason: KillReason::Other,
+    }
+}
+
+/// Applies the restart backoff to one start (upstream `doBackOff`): the newest exited
+/// instance's finish time is the start of the wait. Ok(start with its backoff key) to
+/// start now; Err(()) when it waits (the waiting reason and requeue are recorded).
+fn gate(
     pod: &Pod,
     c: &Container,
-    newest: &ContainerDetails,
-    backoff: &Backoff,
-    now: Instant,
-    wall: SystemTime,
-) -> Result<String, (Waiting, Duration)> {
+    mut s: StartAction,
+    rt: &RuntimePod,
+    inp: &ActionInputs<'_>,
+    a: &mut PodActions,
+) -> Result<StartAction, ()> {
+    let exited = rt
+        .instances(&c.name, s.kind)
+        .into_iter()
+        .find(|d| d.state == ContainerState::Exited);
+    let Some(d) = exited else {
+        return Ok(s);
+    };
     let key = backoff_key(pod, c);
-    let since = newest.finished_at.unwrap_or(newest.created);
-    let elapsed = wall.duration_since(since).unwrap_or(Duration::ZERO);
-    match backoff.get(&key, now) {
-        Some(b) if backoff.is_in_backoff(&key, elapsed, now) => Err((
+    let finished = d.finished_at.unwrap_or(d.created);
+    if inp.backoff.is_in_backoff_since(&key, finished, inp.now) {
+        let b = inp.backoff.current(&key).unwrap_or(super::backoff::INITIAL);
+        a.waiting.insert(
+            c.name.clone(),
             Waiting {
                 reason: "CrashLoopBackOff".into(),
                 message: format!(
@@ -153,194 +249,292 @@ fn check_backoff(
                     format_pod(pod)
                 ),
             },
-            b.saturating_sub(elapsed),
-        )),
-        _ => Ok(key),
+        );
+        let elapsed = inp.now.duration_since(finished).unwrap_or(Duration::ZERO);
+        let left = b.saturating_sub(elapsed).max(Duration::from_secs(1));
+        a.requeue_after = Some(a.requeue_after.map_or(left, |r| r.min(left)));
+        return Err(());
     }
+    s.backoff = Some((key, finished));
+    Ok(s)
 }
 
 /// Computes what one sync of `pod` must do.
-pub fn compute_pod_actions(
-    pod: &Pod,
-    rt: &RuntimePod,
-    backoff: &Backoff,
-    now: Instant,
-    wall: SystemTime,
-) -> PodActions {
+pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, inp: &ActionInputs<'_>) -> PodActions {
     let mut a = PodActions::default();
     let Some(spec) = &pod.spec else {
         return a;
     };
-    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let policy = policy(spec);
     let inits = spec.init_containers.as_deref().unwrap_or_default();
+
+    if inp.terminal {
+        // A pod that is done only stops (upstream: the pod worker's terminating state).
+        a.kill_pod = rt.any_running();
+        a.sandbox_id = rt.running_sandbox().map(|s| s.id.clone());
+        return a;
+    }
 
     let (changed, attempt) = sandbox_changed(pod, rt);
     if changed {
-        a.kill_pod = rt
-            .sandboxes
-            .iter()
-            .chain(&rt.containers)
-            .any(|c| c.state == ContainerState::Running);
+        a.kill_pod = rt.any_running();
         // restartPolicy Never: a pod whose containers already ran does not come back.
         if policy == "Never" && attempt != 0 && !rt.containers.is_empty() {
             return a;
         }
-        if !inits.is_empty() {
-            // A new sandbox runs the init containers again from the first.
-            a.start.push(first_start(inits, 0, ContainerKind::Init, rt));
-        } else {
-            for (i, c) in spec.containers.iter().enumerate() {
+        let to_start: Vec<usize> = spec
+            .containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
                 let succeeded = rt
                     .newest(&c.name, ContainerKind::App)
                     .is_some_and(|d| d.state == ContainerState::Exited && d.exit_code == 0);
-                if policy == "OnFailure" && succeeded {
-                    continue;
-                }
-                a.start
-                    .push(first_start(&spec.containers, i, ContainerKind::App, rt));
-            }
+                !(policy == "OnFailure" && succeeded)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if to_start.is_empty() && inits.is_empty() {
+            return a;
         }
-        if !a.start.is_empty() {
-            a.create_sandbox = Some(attempt);
+        a.create_sandbox = Some(attempt);
+        if let Some(first) = inits.first() {
+            // A new sandbox runs the init containers again from the first.
+            let s = start_of(first, 0, ContainerKind::Init, rt);
+            if let Ok(s) = gate(pod, first, s, rt, inp, &mut a) {
+                a.start_init.push(s);
+            }
+        } else {
+            for i in to_start {
+                let c = &spec.containers[i];
+                let s = start_of(c, i, ContainerKind::App, rt);
+                if let Ok(s) = gate(pod, c, s, rt, inp, &mut a) {
+                    a.start.push(s);
+                }
+            }
         }
         return a;
     }
     a.sandbox_id = rt.sandboxes.first().map(|s| s.id.clone());
 
-    let mut min_requeue: Option<Duration> = None;
-    let mut requeue = |d: Duration| {
-        min_requeue = Some(min_requeue.map_or(d, |m| m.min(d)));
-    };
-
-    // Init containers: one at a time, in order, each to success.
-    if !crate::status::init_containers_done(pod, rt) {
-        for (i, c) in inits.iter().enumerate() {
-            match rt.newest(&c.name, ContainerKind::Init) {
-                None => {
-                    a.start.push(first_start(inits, i, ContainerKind::Init, rt));
-                }
-                Some(d) if d.state == ContainerState::Running => {}
-                Some(d) if d.state == ContainerState::Exited && d.exit_code == 0 => continue,
-                Some(d) => {
-                    if policy == "Never" {
-                        // A failed init container fails the pod.
-                        a.kill_pod = true;
-                    } else {
-                        match check_backoff(pod, c, d, backoff, now, wall) {
-                            Ok(key) => a.start.push(restart(inits, i, ContainerKind::Init, d, key)),
-                            Err((w, left)) => {
-                                a.waiting.insert(c.name.clone(), w);
-                                requeue(left);
-                            }
-                        }
-                    }
-                }
-            }
-            break;
-        }
-        a.requeue_after = min_requeue;
+    let initialized = compute_init_actions(spec, rt, &mut a);
+    if a.kill_pod || !initialized {
+        gate_inits(pod, inits, rt, inp, &mut a);
         return a;
     }
 
     let mut keep = 0;
-    let mut should_run_later = false;
+    let mut to_start = Vec::new();
     for (i, c) in spec.containers.iter().enumerate() {
-        match rt.newest(&c.name, ContainerKind::App) {
-            None => a
-                .start
-                .push(first_start(&spec.containers, i, ContainerKind::App, rt)),
+        let newest = rt.newest(&c.name, ContainerKind::App);
+        match newest {
             Some(d) if d.state == ContainerState::Running => {
                 if labels::hash_label(&d.labels) != labels::container_hash(c) {
-                    a.kill.push(KillAction {
-                        id: d.id.clone(),
-                        name: c.name.clone(),
-                        reason: format!("Container {} definition changed", c.name),
-                    });
-                    a.start.push(StartAction {
-                        kind: ContainerKind::App,
-                        index: i,
-                        name: c.name.clone(),
-                        restart_count: labels::restart_count(&d.labels) + 1,
-                        backoff_key: None,
-                    });
+                    // Restarted whatever the restart policy: the spec changed.
+                    a.kill.push(kill_of(
+                        d,
+                        &c.name,
+                        ContainerKind::App,
+                        format!("Container {} definition changed, will be restarted", c.name),
+                    ));
+                    to_start.push(i);
                 } else {
                     keep += 1;
                 }
             }
-            Some(d) => {
-                if !should_restart(policy, d) {
-                    continue;
-                }
-                match check_backoff(pod, c, d, backoff, now, wall) {
-                    Ok(key) => {
-                        a.start
-                            .push(restart(&spec.containers, i, ContainerKind::App, d, key))
-                    }
-                    Err((w, left)) => {
-                        a.waiting.insert(c.name.clone(), w);
-                        requeue(left);
-                        should_run_later = true;
+            _ => {
+                if should_restart(pod, c, ContainerKind::App, rt) {
+                    to_start.push(i);
+                    if let Some(d) = newest.filter(|d| d.state == ContainerState::Unknown) {
+                        // It may still run: stop it before starting another instance.
+                        a.kill.push(kill_of(
+                            d,
+                            &c.name,
+                            ContainerKind::App,
+                            "Container is in \"unknown\" state, try killing it before restart"
+                                .into(),
+                        ));
                     }
                 }
             }
         }
     }
-    // Running containers that the spec no longer has are stopped.
-    let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+    // Running containers that the spec no longer has are stopped (a static pod keeps its
+    // UID when only spec.containers changes, see podconfig/manifest.rs).
     for d in &rt.containers {
         let name = d
             .labels
             .get(labels::CONTAINER_NAME)
             .map(String::as_str)
             .unwrap_or_default();
-        if d.state == ContainerState::Running
-            && crate::status::kind_of(d) == ContainerKind::App
-            && !names.contains(&name)
-        {
-            a.kill.push(KillAction {
-                id: d.id.clone(),
-                name: name.to_string(),
-                reason: format!("Container {name} is not in the pod spec"),
-            });
+        if d.state != ContainerState::Running {
+            continue;
+        }
+        let kind = crate::status::kind_of(d);
+        let known = match kind {
+            ContainerKind::App => spec.containers.iter().any(|c| c.name == name),
+            ContainerKind::Init => inits.iter().any(|c| c.name == name),
+        };
+        if !known {
+            a.kill.push(kill_of(
+                d,
+                name,
+                kind,
+                format!("Container {name} is not in the pod spec"),
+            ));
         }
     }
-    // Nothing runs and nothing will: the pod is done, stop its sandbox.
-    if keep == 0 && a.start.is_empty() && !should_run_later {
+    if keep == 0 && to_start.is_empty() {
+        // Nothing runs and nothing will: the pod is done. Sidecars do not keep it alive.
         a.kill_pod = true;
+        a.start_init.clear();
+        return a;
     }
-    a.requeue_after = min_requeue;
+    gate_inits(pod, inits, rt, inp, &mut a);
+    for i in to_start {
+        let c = &spec.containers[i];
+        let s = start_of(c, i, ContainerKind::App, rt);
+        if let Ok(s) = gate(pod, c, s, rt, inp, &mut a) {
+            a.start.push(s);
+        }
+    }
     a
 }
 
-fn first_start(list: &[Container], i: usize, kind: ContainerKind, rt: &RuntimePod) -> StartAction {
-    let name = list[i].name.clone();
-    // Restart counts continue across sandboxes (upstream: status restartCount + 1).
-    let restart_count = rt
-        .newest(&name, kind)
-        .map_or(0, |d| labels::restart_count(&d.labels) + 1);
-    StartAction {
-        kind,
-        index: i,
-        name,
-        restart_count,
-        backoff_key: None,
+/// Applies the backoff to the init starts in order; a regular init container that must
+/// wait stops the ones after it (upstream: "the init container failed to start,
+/// aborting"), a sidecar that must wait does not.
+fn gate_inits(
+    pod: &Pod,
+    inits: &[Container],
+    rt: &RuntimePod,
+    inp: &ActionInputs<'_>,
+    a: &mut PodActions,
+) {
+    let planned = std::mem::take(&mut a.start_init);
+    for s in planned {
+        let Some(c) = inits.get(s.index) else {
+            continue;
+        };
+        match gate(pod, c, s, rt, inp, a) {
+            Ok(s) => a.start_init.push(s),
+            Err(()) if labels::is_sidecar(c) => {}
+            Err(()) => break,
+        }
     }
 }
 
-fn restart(
-    list: &[Container],
-    i: usize,
-    kind: ContainerKind,
-    d: &ContainerDetails,
-    key: String,
-) -> StartAction {
-    StartAction {
-        kind,
-        index: i,
-        name: list[i].name.clone(),
-        restart_count: labels::restart_count(&d.labels) + 1,
-        backoff_key: Some(key),
+/// Upstream `computeInitContainerActions`: walks the init containers from the last to
+/// the first, so that removed records of finished init containers do not make them run
+/// again; starts the next regular init container, keeps sidecars running (restarting
+/// them like app containers), and fails the pod on an init failure under
+/// `restartPolicy: Never`. Returns true once the pod is initialized.
+fn compute_init_actions(spec: &PodSpec, rt: &RuntimePod, a: &mut PodActions) -> bool {
+    let inits = spec.init_containers.as_deref().unwrap_or_default();
+    if inits.is_empty() {
+        return true;
     }
+    // An app container created or running means the inits ran before (their records
+    // may be gone). An exited one does not: it may be from an old sandbox.
+    let mut initialized = spec.containers.iter().any(|c| {
+        rt.newest(&c.name, ContainerKind::App)
+            .is_some_and(|d| matches!(d.state, ContainerState::Created | ContainerState::Running))
+    });
+    let mut previously = initialized;
+    let restart_on_failure = policy(spec) != "Never";
+    let last = inits.len() - 1;
+    let mut to_start: Vec<usize> = Vec::new();
+    for i in (0..inits.len()).rev() {
+        let c = &inits[i];
+        let sidecar = labels::is_sidecar(c);
+        let Some(d) = rt.newest(&c.name, ContainerKind::Init) else {
+            if previously && sidecar {
+                to_start.push(i);
+            }
+            continue;
+        };
+        if previously && !sidecar {
+            // After initialization only sidecars need to keep running.
+            continue;
+        }
+        match d.state {
+            ContainerState::Created => to_start.push(i),
+            ContainerState::Running if sidecar => {
+                if i == last {
+                    initialized = true;
+                } else if !previously {
+                    // Started for the first time: the next init container may start.
+                    to_start.push(i + 1);
+                }
+                if labels::hash_label(&d.labels) != labels::container_hash(c) {
+                    a.kill.push(kill_of(
+                        d,
+                        &c.name,
+                        ContainerKind::Init,
+                        format!("Init container {} definition changed", c.name),
+                    ));
+                    to_start.push(i);
+                }
+            }
+            ContainerState::Running => {}
+            ContainerState::Exited if sidecar => to_start.push(i),
+            ContainerState::Exited => {
+                if init_failed(d) {
+                    if !restart_on_failure {
+                        a.kill_pod = true;
+                        a.start_init.clear();
+                        return false;
+                    }
+                    to_start.push(i);
+                } else if i == last {
+                    initialized = true;
+                } else {
+                    to_start.push(i + 1);
+                }
+            }
+            ContainerState::Unknown => {
+                if !sidecar && !restart_on_failure {
+                    a.kill_pod = true;
+                    a.start_init.clear();
+                    return false;
+                }
+                a.kill.push(kill_of(
+                    d,
+                    &c.name,
+                    ContainerKind::Init,
+                    "Init container is in \"unknown\" state, try killing it before restart".into(),
+                ));
+                to_start.push(i);
+            }
+        }
+        previously = true;
+    }
+    if !previously {
+        to_start.push(0);
+    }
+    to_start.sort_unstable();
+    to_start.dedup();
+    a.start_init = to_start
+        .into_iter()
+        .filter_map(|i| {
+            inits
+                .get(i)
+                .map(|c| start_of(c, i, ContainerKind::Init, rt))
+        })
+        .collect();
+    initialized
+}
+
+/// Every init container of the pod that is a sidecar, by name.
+pub fn sidecar_names(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| labels::is_sidecar(c))
+        .map(|c| c.name.clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -353,6 +547,14 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
     }
 
+    fn container(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some("img".into()),
+            ..Default::default()
+        }
+    }
+
     fn pod(names: &[&str], policy: &str) -> Pod {
         Pod {
             metadata: ObjectMeta {
@@ -363,18 +565,41 @@ mod tests {
             },
             spec: Some(PodSpec {
                 restart_policy: Some(policy.into()),
-                containers: names
-                    .iter()
-                    .map(|n| Container {
-                        name: (*n).into(),
-                        image: Some("img".into()),
-                        ..Default::default()
-                    })
-                    .collect(),
+                containers: names.iter().map(|n| container(n)).collect(),
                 ..Default::default()
             }),
             status: None,
         }
+    }
+
+    /// `inits`: (name, sidecar).
+    fn with_inits(mut p: Pod, inits: &[(&str, bool)]) -> Pod {
+        if let Some(s) = p.spec.as_mut() {
+            s.init_containers = Some(
+                inits
+                    .iter()
+                    .map(|(n, sidecar)| Container {
+                        restart_policy: sidecar.then(|| "Always".to_string()),
+                        ..container(n)
+                    })
+                    .collect(),
+            );
+        }
+        p
+    }
+
+    fn spec_of<'a>(p: &'a Pod, name: &str) -> (&'a Container, ContainerKind) {
+        let spec = p.spec.as_ref().expect("spec");
+        if let Some(c) = spec.containers.iter().find(|c| c.name == name) {
+            return (c, ContainerKind::App);
+        }
+        let c = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .find(|c| c.name == name)
+            .expect("container in spec");
+        (c, ContainerKind::Init)
     }
 
     fn ctr(
@@ -385,14 +610,8 @@ mod tests {
         rc: u32,
         finished: u64,
     ) -> ContainerDetails {
-        let spec = p.spec.as_ref().expect("spec");
-        let c = spec
-            .containers
-            .iter()
-            .find(|c| c.name == name)
-            .cloned()
-            .unwrap_or_default();
-        let l = labels::container_labels(p, "n", &c, ContainerKind::App, rc, "sb");
+        let (c, kind) = spec_of(p, name);
+        let l = labels::container_labels(p, "n", c, kind, rc, "sb0");
         ContainerDetails {
             id: format!("{name}{rc}"),
             name: labels::container_name(name, "p", "default", "u1", rc),
@@ -400,7 +619,7 @@ mod tests {
             state,
             image: "img".into(),
             image_id: "sha256:1".into(),
-            created: t(finished.saturating_sub(5)),
+            created: t(finished.saturating_sub(5) + u64::from(rc)),
             started_at: Some(t(finished.saturating_sub(4))),
             finished_at: (state == ContainerState::Exited).then(|| t(finished)),
             exit_code: exit,
@@ -408,7 +627,7 @@ mod tests {
             error: String::new(),
             pid: 1,
             ip_address: String::new(),
-            network_mode: "container:sb".into(),
+            network_mode: "container:sb0".into(),
         }
     }
 
@@ -432,43 +651,46 @@ mod tests {
         }
     }
 
-    fn compute(
-        p: &Pod,
-        rt: &RuntimePod,
-        b: &Backoff,
-        now: Instant,
-        wall: SystemTime,
-    ) -> PodActions {
-        compute_pod_actions(p, rt, b, now, wall)
+    fn running_pod(containers: Vec<ContainerDetails>) -> RuntimePod {
+        let mut rp = RuntimePod {
+            sandboxes: vec![sandbox(ContainerState::Running, 0)],
+            containers,
+        };
+        rp.sort();
+        rp
+    }
+
+    fn compute(p: &Pod, rt: &RuntimePod, b: &Backoff<SystemTime>, now: SystemTime) -> PodActions {
+        compute_pod_actions(
+            p,
+            rt,
+            &ActionInputs {
+                backoff: b,
+                now,
+                terminal: false,
+            },
+        )
+    }
+
+    fn names(s: &[StartAction]) -> Vec<&str> {
+        s.iter().map(|s| s.name.as_str()).collect()
     }
 
     #[test]
     fn new_pod_creates_sandbox_and_starts_all() {
         let p = pod(&["a", "b"], "Always");
-        let a = compute(
-            &p,
-            &RuntimePod::default(),
-            &Backoff::default(),
-            Instant::now(),
-            t(10),
-        );
+        let a = compute(&p, &RuntimePod::default(), &Backoff::default(), t(10));
         assert_eq!(a.create_sandbox, Some(0));
         assert!(!a.kill_pod);
-        assert_eq!(
-            a.start.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-            ["a", "b"]
-        );
+        assert_eq!(names(&a.start), ["a", "b"]);
         assert!(a.start.iter().all(|s| s.restart_count == 0));
     }
 
     #[test]
     fn healthy_pod_needs_nothing() {
         let p = pod(&["a"], "Always");
-        let rt = RuntimePod {
-            sandboxes: vec![sandbox(ContainerState::Running, 0)],
-            containers: vec![ctr(&p, "a", ContainerState::Running, 0, 0, 10)],
-        };
-        let a = compute(&p, &rt, &Backoff::default(), Instant::now(), t(10));
+        let rt = running_pod(vec![ctr(&p, "a", ContainerState::Running, 0, 0, 10)]);
+        let a = compute(&p, &rt, &Backoff::default(), t(10));
         assert_eq!(
             a,
             PodActions {
@@ -480,27 +702,30 @@ mod tests {
 
     #[test]
     fn changed_spec_replaces_only_that_container() {
-        let old = pod(&["a", "b"], "Always");
-        let rt = RuntimePod {
-            sandboxes: vec![sandbox(ContainerState::Running, 0)],
-            containers: vec![
-                ctr(&old, "a", ContainerState::Running, 0, 0, 10),
-                ctr(&old, "b", ContainerState::Running, 0, 0, 10),
-            ],
-        };
+        let old = pod(&["a", "b"], "Never");
+        let rt = running_pod(vec![
+            ctr(&old, "a", ContainerState::Running, 0, 0, 10),
+            ctr(&old, "b", ContainerState::Running, 0, 0, 10),
+        ]);
         let mut new = old.clone();
         if let Some(s) = new.spec.as_mut() {
             s.containers[1].image = Some("img:2".into());
         }
-        let a = compute(&new, &rt, &Backoff::default(), Instant::now(), t(10));
+        let a = compute(&new, &rt, &Backoff::default(), t(10));
         assert!(!a.kill_pod && a.create_sandbox.is_none());
         assert_eq!(a.kill.len(), 1);
         assert_eq!(a.kill[0].id, "b0");
-        assert_eq!(a.kill[0].reason, "Container b definition changed");
-        assert_eq!(a.start.len(), 1);
         assert_eq!(
-            (a.start[0].name.as_str(), a.start[0].restart_count),
-            ("b", 1)
+            a.kill[0].message,
+            "Container b definition changed, will be restarted"
+        );
+        // Restarted even under restartPolicy Never: the spec changed.
+        assert_eq!(
+            a.start
+                .iter()
+                .map(|s| (s.name.as_str(), s.restart_count))
+                .collect::<Vec<_>>(),
+            [("b", 1)]
         );
     }
 
@@ -511,10 +736,22 @@ mod tests {
             sandboxes: vec![sandbox(ContainerState::Exited, 2)],
             containers: vec![ctr(&p, "a", ContainerState::Running, 0, 4, 10)],
         };
-        let a = compute(&p, &rt, &Backoff::default(), Instant::now(), t(10));
+        let a = compute(&p, &rt, &Backoff::default(), t(10));
         assert!(a.kill_pod);
         assert_eq!(a.create_sandbox, Some(3));
         assert_eq!(a.start[0].restart_count, 5, "restart count continues");
+    }
+
+    #[test]
+    fn host_network_toggle_needs_a_new_sandbox() {
+        let mut p = pod(&["a"], "Always");
+        let rt = running_pod(vec![ctr(&p, "a", ContainerState::Running, 0, 0, 10)]);
+        if let Some(s) = p.spec.as_mut() {
+            s.host_network = Some(true);
+        }
+        let a = compute(&p, &rt, &Backoff::default(), t(10));
+        assert!(a.kill_pod);
+        assert_eq!(a.create_sandbox, Some(1));
     }
 
     #[test]
@@ -524,14 +761,12 @@ mod tests {
             ("Always", 1, true),
             ("OnFailure", 0, false),
             ("OnFailure", 1, true),
+            ("Never", 0, false),
             ("Never", 1, false),
         ] {
             let p = pod(&["a"], policy);
-            let rt = RuntimePod {
-                sandboxes: vec![sandbox(ContainerState::Running, 0)],
-                containers: vec![ctr(&p, "a", ContainerState::Exited, exit, 0, 10)],
-            };
-            let a = compute(&p, &rt, &Backoff::default(), Instant::now(), t(11));
+            let rt = running_pod(vec![ctr(&p, "a", ContainerState::Exited, exit, 0, 10)]);
+            let a = compute(&p, &rt, &Backoff::default(), t(11));
             assert_eq!(!a.start.is_empty(), restarts, "{policy} exit {exit}");
             // A pod with nothing left to run stops its sandbox.
             assert_eq!(a.kill_pod, !restarts, "{policy} exit {exit}");
@@ -539,18 +774,29 @@ mod tests {
     }
 
     #[test]
+    fn on_failure_new_sandbox_skips_succeeded_containers() {
+        let p = pod(&["ok", "bad"], "OnFailure");
+        let rt = RuntimePod {
+            sandboxes: vec![sandbox(ContainerState::Exited, 0)],
+            containers: vec![
+                ctr(&p, "ok", ContainerState::Exited, 0, 0, 10),
+                ctr(&p, "bad", ContainerState::Exited, 3, 0, 10),
+            ],
+        };
+        let a = compute(&p, &rt, &Backoff::default(), t(100));
+        assert_eq!(a.create_sandbox, Some(1));
+        assert_eq!(names(&a.start), ["bad"]);
+    }
+
+    #[test]
     fn crash_loop_waits_for_backoff_and_requeues() {
         let p = pod(&["a"], "Always");
-        let rt = RuntimePod {
-            sandboxes: vec![sandbox(ContainerState::Running, 0)],
-            containers: vec![ctr(&p, "a", ContainerState::Exited, 1, 1, 100)],
-        };
-        let now = Instant::now();
+        let rt = running_pod(vec![ctr(&p, "a", ContainerState::Exited, 1, 1, 100)]);
         let mut b = Backoff::default();
         let c = &p.spec.as_ref().expect("spec").containers[0];
-        b.next(&backoff_key(&p, c), now);
-        b.next(&backoff_key(&p, c), now); // 20 s
-        let a = compute(&p, &rt, &b, now, t(105));
+        b.next_at(&backoff_key(&p, c), t(50), t(50));
+        b.next_at(&backoff_key(&p, c), t(90), t(90)); // 20 s
+        let a = compute(&p, &rt, &b, t(105));
         assert!(a.start.is_empty());
         assert!(!a.kill_pod, "a pod in backoff keeps its sandbox");
         let w = a.waiting.get("a").expect("waiting");
@@ -560,11 +806,15 @@ mod tests {
             "back-off 20s restarting failed container=a pod=p_default(u1)"
         );
         assert_eq!(a.requeue_after, Some(Duration::from_secs(15)));
-        // After the backoff it restarts with the next restart count.
-        let a = compute(&p, &rt, &b, now, t(121));
+        // After the backoff it restarts with the next restart count, timed from the finish.
+        let a = compute(&p, &rt, &b, t(121));
         assert_eq!(a.start.len(), 1);
         assert_eq!(a.start[0].restart_count, 2);
-        assert!(a.start[0].backoff_key.is_some());
+        assert_eq!(
+            a.start[0].backoff,
+            Some((backoff_key(&p, c), t(100))),
+            "Next(key, finishedAt)"
+        );
     }
 
     #[test]
@@ -574,52 +824,151 @@ mod tests {
             sandboxes: vec![sandbox(ContainerState::Exited, 0)],
             containers: vec![ctr(&p, "a", ContainerState::Exited, 0, 0, 10)],
         };
-        let a = compute(&p, &rt, &Backoff::default(), Instant::now(), t(11));
+        let a = compute(&p, &rt, &Backoff::default(), t(11));
         assert_eq!(a.create_sandbox, None);
         assert!(a.start.is_empty());
     }
 
     #[test]
-    fn init_containers_run_in_order_before_apps() {
-        let mut p = pod(&["app"], "Always");
-        if let Some(s) = p.spec.as_mut() {
-            s.init_containers = Some(vec![
-                Container {
-                    name: "i1".into(),
-                    image: Some("img".into()),
-                    ..Default::default()
-                },
-                Container {
-                    name: "i2".into(),
-                    image: Some("img".into()),
-                    ..Default::default()
-                },
-            ]);
-        }
-        let a = compute(
+    fn terminal_pod_only_stops() {
+        let p = pod(&["a"], "Always");
+        let rt = running_pod(vec![ctr(&p, "a", ContainerState::Running, 0, 0, 10)]);
+        let a = compute_pod_actions(
             &p,
-            &RuntimePod::default(),
-            &Backoff::default(),
-            Instant::now(),
-            t(1),
+            &rt,
+            &ActionInputs {
+                backoff: &Backoff::default(),
+                now: t(20),
+                terminal: true,
+            },
         );
-        assert_eq!(
-            a.start.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-            ["i1"]
-        );
-        let mut i1 = ctr(&p, "i1", ContainerState::Exited, 0, 0, 5);
-        i1.labels
-            .insert(labels::CONTAINER_TYPE.into(), "init".into());
-        i1.labels.insert(labels::CONTAINER_NAME.into(), "i1".into());
+        assert!(a.kill_pod);
+        assert!(a.start.is_empty() && a.start_init.is_empty() && a.create_sandbox.is_none());
+    }
+
+    #[test]
+    fn unknown_state_is_killed_before_restart() {
+        let p = pod(&["a"], "Always");
+        let rt = running_pod(vec![ctr(&p, "a", ContainerState::Unknown, 0, 0, 10)]);
+        let a = compute(&p, &rt, &Backoff::default(), t(11));
+        assert_eq!(a.kill.len(), 1);
+        assert_eq!(names(&a.start), ["a"]);
+    }
+
+    /// Table: which init containers start, for the states of the init containers.
+    #[test]
+    fn init_containers_run_one_at_a_time_in_order() {
+        use ContainerState::{Exited, Running};
+        let base = with_inits(pod(&["app"], "Always"), &[("i1", false), ("i2", false)]);
+        type Case<'a> = (&'a [(&'a str, ContainerState, i64)], &'a [&'a str], bool);
+        let cases: &[Case<'_>] = &[
+            (&[], &["i1"], false),
+            (&[("i1", Running, 0)], &[], false),
+            (&[("i1", Exited, 0)], &["i2"], false),
+            (&[("i1", Exited, 0), ("i2", Running, 0)], &[], false),
+            (&[("i1", Exited, 0), ("i2", Exited, 0)], &[], true),
+            // A failed init container is retried (restartPolicy Always).
+            (&[("i1", Exited, 1)], &["i1"], false),
+            // Records of earlier inits may be gone: the last one decides.
+            (&[("i2", Exited, 0)], &[], true),
+        ];
+        for (states, want, app_starts) in cases {
+            let cs = states
+                .iter()
+                .map(|(n, s, e)| ctr(&base, n, *s, *e, 0, 10))
+                .collect();
+            let a = compute(&base, &running_pod(cs), &Backoff::default(), t(100));
+            assert_eq!(names(&a.start_init), *want, "{states:?}");
+            assert_eq!(names(&a.start) == ["app"], *app_starts, "{states:?}");
+            assert!(!a.kill_pod, "{states:?}");
+        }
+    }
+
+    #[test]
+    fn failed_init_under_never_fails_the_pod() {
+        let p = with_inits(pod(&["app"], "Never"), &[("i1", false)]);
+        let rt = running_pod(vec![ctr(&p, "i1", ContainerState::Exited, 2, 0, 10)]);
+        let a = compute(&p, &rt, &Backoff::default(), t(100));
+        assert!(a.kill_pod);
+        assert!(a.start_init.is_empty() && a.start.is_empty());
+    }
+
+    #[test]
+    fn a_new_sandbox_runs_inits_again_from_the_first() {
+        let p = with_inits(pod(&["app"], "Always"), &[("i1", false)]);
         let rt = RuntimePod {
-            sandboxes: vec![sandbox(ContainerState::Running, 0)],
-            containers: vec![i1],
+            sandboxes: vec![sandbox(ContainerState::Exited, 0)],
+            containers: vec![
+                ctr(&p, "i1", ContainerState::Exited, 0, 0, 10),
+                ctr(&p, "app", ContainerState::Exited, 137, 0, 50),
+            ],
         };
-        let a = compute(&p, &rt, &Backoff::default(), Instant::now(), t(6));
-        assert_eq!(
-            a.start.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-            ["i2"]
+        let a = compute(&p, &rt, &Backoff::default(), t(100));
+        assert_eq!(a.create_sandbox, Some(1));
+        assert_eq!(names(&a.start_init), ["i1"]);
+        assert!(a.start.is_empty());
+    }
+
+    /// Sidecars start in order, the next init container starts once the sidecar runs,
+    /// and sidecars are restarted beside the app containers.
+    #[test]
+    fn sidecars_start_in_order_and_restart_like_apps() {
+        use ContainerState::{Exited, Running};
+        let p = with_inits(
+            pod(&["app"], "Never"),
+            &[("s1", true), ("i2", false), ("s3", true)],
         );
+        type Case<'a> = (&'a [(&'a str, ContainerState, i64)], &'a [&'a str], bool);
+        let cases: &[Case<'_>] = &[
+            (&[], &["s1"], false),
+            (&[("s1", Running, 0)], &["i2"], false),
+            (&[("s1", Running, 0), ("i2", Exited, 0)], &["s3"], false),
+            (
+                &[("s1", Running, 0), ("i2", Exited, 0), ("s3", Running, 0)],
+                &[],
+                true,
+            ),
+            // A dead sidecar is restarted even under restartPolicy Never.
+            (
+                &[("s1", Exited, 1), ("i2", Exited, 0), ("s3", Running, 0)],
+                &["s1"],
+                true,
+            ),
+        ];
+        for (states, want, app) in cases {
+            let cs = states
+                .iter()
+                .map(|(n, s, e)| ctr(&p, n, *s, *e, 0, 10))
+                .collect();
+            let a = compute(&p, &running_pod(cs), &Backoff::default(), t(100));
+            assert_eq!(names(&a.start_init), *want, "{states:?}");
+            assert_eq!(names(&a.start) == ["app"], *app, "{states:?}");
+        }
+    }
+
+    #[test]
+    fn sidecars_do_not_keep_a_finished_pod_alive() {
+        let p = with_inits(pod(&["app"], "Never"), &[("s1", true)]);
+        let rt = running_pod(vec![
+            ctr(&p, "s1", ContainerState::Running, 0, 0, 10),
+            ctr(&p, "app", ContainerState::Exited, 0, 0, 20),
+        ]);
+        let a = compute(&p, &rt, &Backoff::default(), t(100));
+        assert!(a.kill_pod, "app done: the pod stops, sidecar included");
+        assert!(a.start_init.is_empty());
+    }
+
+    #[test]
+    fn an_init_container_in_backoff_waits_and_blocks_the_next() {
+        let p = with_inits(pod(&["app"], "Always"), &[("i1", false)]);
+        let rt = running_pod(vec![ctr(&p, "i1", ContainerState::Exited, 1, 3, 95)]);
+        let mut b = Backoff::default();
+        let c = spec_of(&p, "i1").0;
+        b.next_at(&backoff_key(&p, c), t(80), t(80));
+        let a = compute(&p, &rt, &b, t(100));
+        assert!(a.start_init.is_empty());
+        assert_eq!(a.waiting["i1"].reason, "CrashLoopBackOff");
+        assert_eq!(a.requeue_after, Some(Duration::from_secs(5)));
     }
 
     #[test]

@@ -1,58 +1,109 @@
 //! Restart and pull backoff (upstream `flowcontrol.Backoff` as the kubelet uses it):
-//! per key, 10 s doubling to 300 s, forgotten when the last bump is older than 600 s.
-//! Pure: every call takes `now`.
+//! per key, 10 s doubling to 300 s, no jitter. Pure: every call takes the times.
+//!
+//! Two clocks use it. Image pulls time their backoff from the last failed pull
+//! (`Instant`, [`Backoff::next`] / [`Backoff::is_in_backoff_since_update`]). Container
+//! restarts time it from the dead container's `finishedAt`, a wall-clock time read from
+//! the runtime (`SystemTime`, [`Backoff::next_at`] / [`Backoff::is_in_backoff_since`]),
+//! exactly as upstream's `doBackOff` does: `IsInBackOffSince(key, finishedAt)` and
+//! `Next(key, finishedAt)`. That is what makes a container that ran for ten minutes
+//! before dying start again at 10 s: its `finishedAt` is more than 600 s after the
+//! entry's last update (upstream's kubelet `HasExpiredFunc`).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Upstream `containerBackOffPeriod` / image backoff initial period.
 pub const INITIAL: Duration = Duration::from_secs(10);
 /// Upstream `MaxContainerBackOff` / `MaxImageBackOff`.
 pub const MAX: Duration = Duration::from_secs(300);
-/// An entry untouched this long starts over (a container that ran 10 min restarts fast).
+/// An entry whose event is this much younger than its last update starts over
+/// (upstream: the kubelet's expiry function, 600 s; also `2 × MAX`).
 pub const RESET_AFTER: Duration = Duration::from_secs(600);
 
+/// A point in time the backoff can measure from: `Instant` (pulls) or `SystemTime`
+/// (container finish times, which come from the runtime as wall-clock times).
+pub trait Moment: Copy + std::fmt::Debug {
+    /// `self - earlier`, zero if `earlier` is later.
+    fn since(self, earlier: Self) -> Duration;
+}
+
+impl Moment for Instant {
+    fn since(self, earlier: Self) -> Duration {
+        self.saturating_duration_since(earlier)
+    }
+}
+
+impl Moment for SystemTime {
+    fn since(self, earlier: Self) -> Duration {
+        self.duration_since(earlier).unwrap_or(Duration::ZERO)
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
-struct Entry {
+struct Entry<T> {
     backoff: Duration,
-    last_update: Instant,
+    last_update: T,
 }
 
 /// Backoff entries by key (`<pod>_<ns>_<uid>_<container>_<hash>` for restarts).
-#[derive(Debug, Default)]
-pub struct Backoff {
-    entries: HashMap<String, Entry>,
+#[derive(Debug)]
+pub struct Backoff<T: Moment = Instant> {
+    entries: HashMap<String, Entry<T>>,
 }
 
-impl Backoff {
-    /// The current backoff of `key`, if it has one that has not expired.
-    pub fn get(&self, key: &str, now: Instant) -> Option<Duration> {
+impl<T: Moment> Default for Backoff<T> {
+    fn default() -> Self {
+        Backoff {
+            entries: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Moment> Backoff<T> {
+    /// The current backoff of `key`, if it has one that has not expired by `now`
+    /// (upstream `Get`, with housekeeping's expiry applied).
+    pub fn get(&self, key: &str, now: T) -> Option<Duration> {
         self.entries
             .get(key)
-            .filter(|e| now.saturating_duration_since(e.last_update) <= RESET_AFTER)
+            .filter(|e| now.since(e.last_update) <= RESET_AFTER)
             .map(|e| e.backoff)
     }
 
-    /// True while `key` must wait: the event it is timed from (e.g. the dead
-    /// container's finish, `elapsed` ago) is younger than the current backoff.
-    pub fn is_in_backoff(&self, key: &str, elapsed: Duration, now: Instant) -> bool {
-        self.get(key, now).is_some_and(|b| elapsed < b)
+    /// Upstream `IsInBackOffSince(key, event)`: true while less than the current
+    /// backoff has passed since `event`, unless the entry expired relative to the event.
+    pub fn is_in_backoff_since(&self, key: &str, event: T, now: T) -> bool {
+        self.entries.get(key).is_some_and(|e| {
+            event.since(e.last_update) <= RESET_AFTER && now.since(event) < e.backoff
+        })
+    }
+
+    /// The backoff [`Self::is_in_backoff_since`] measures against (for messages).
+    pub fn current(&self, key: &str) -> Option<Duration> {
+        self.entries.get(key).map(|e| e.backoff)
     }
 
     /// True while less than the current backoff has passed since the key was last
     /// bumped (upstream `IsInBackOffSinceUpdate`, used for image pulls).
-    pub fn is_in_backoff_since_update(&self, key: &str, now: Instant) -> bool {
+    pub fn is_in_backoff_since_update(&self, key: &str, now: T) -> bool {
         self.entries
             .get(key)
-            .is_some_and(|e| now.saturating_duration_since(e.last_update) < e.backoff)
+            .is_some_and(|e| now.since(e.last_update) < e.backoff)
     }
 
     /// Records an attempt: the first bump sets the initial period, each next one doubles
     /// it up to the maximum; an expired entry starts again at the initial period.
-    pub fn next(&mut self, key: &str, now: Instant) {
-        let backoff = match self.get(key, now) {
-            None => INITIAL,
-            Some(b) => (b * 2).min(MAX),
+    pub fn next(&mut self, key: &str, now: T) {
+        self.next_at(key, now, now);
+    }
+
+    /// Upstream `Next(key, event)`: like [`Self::next`], but the entry expires when
+    /// `event` is more than [`RESET_AFTER`] after its last update (a container that ran
+    /// ten minutes before dying starts over at the initial period).
+    pub fn next_at(&mut self, key: &str, event: T, now: T) {
+        let backoff = match self.entries.get(key) {
+            Some(e) if event.since(e.last_update) <= RESET_AFTER => (e.backoff * 2).min(MAX),
+            _ => INITIAL,
         };
         self.entries.insert(
             key.to_string(),
@@ -63,10 +114,10 @@ impl Backoff {
         );
     }
 
-    /// Forgets expired entries (housekeeping).
-    pub fn gc(&mut self, now: Instant) {
+    /// Forgets expired entries (housekeeping; upstream `GC`).
+    pub fn gc(&mut self, now: T) {
         self.entries
-            .retain(|_, e| now.saturating_duration_since(e.last_update) <= RESET_AFTER);
+            .retain(|_, e| now.since(e.last_update) <= RESET_AFTER);
     }
 }
 
@@ -91,13 +142,13 @@ mod tests {
     }
 
     #[test]
-    fn waits_only_while_younger_than_the_backoff() {
+    fn pulls_wait_only_while_younger_than_the_backoff() {
         let mut b = Backoff::default();
         let t0 = Instant::now();
         b.next("k", t0);
-        assert!(b.is_in_backoff("k", Duration::from_secs(9), t0));
-        assert!(!b.is_in_backoff("k", Duration::from_secs(10), t0));
-        assert!(!b.is_in_backoff("other", Duration::ZERO, t0));
+        assert!(b.is_in_backoff_since_update("k", t0 + Duration::from_secs(9)));
+        assert!(!b.is_in_backoff_since_update("k", t0 + Duration::from_secs(10)));
+        assert!(!b.is_in_backoff_since_update("other", t0));
     }
 
     #[test]
@@ -112,5 +163,49 @@ mod tests {
         assert_eq!(b.get("k", later), Some(INITIAL));
         b.gc(later + RESET_AFTER + Duration::from_secs(1));
         assert_eq!(b.get("k", later), None);
+    }
+
+    fn wall(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
+    }
+
+    /// A container that dies at once each time: restart 1 is immediate, then the waits
+    /// are 10 s, 20 s, 40 s … measured from each death.
+    #[test]
+    fn crash_loop_waits_measured_from_each_finish() {
+        let mut b: Backoff<SystemTime> = Backoff::default();
+        let mut now = 0;
+        let mut waits = vec![];
+        for _ in 0..7 {
+            let died = wall(now);
+            let mut t = now;
+            while b.is_in_backoff_since("k", died, wall(t)) {
+                t += 1;
+            }
+            waits.push(t - now);
+            b.next_at("k", died, wall(t));
+            now = t + 1; // runs one second, dies again
+        }
+        assert_eq!(waits, [0, 10, 20, 40, 80, 160, 300]);
+    }
+
+    /// Upstream's expiry compares the event (the container's finish) with the last
+    /// update: ten minutes of running resets the backoff even if `now` is later still.
+    #[test]
+    fn a_long_run_before_the_crash_starts_over() {
+        let mut b: Backoff<SystemTime> = Backoff::default();
+        for _ in 0..4 {
+            b.next_at("k", wall(0), wall(0));
+        }
+        assert_eq!(b.current("k"), Some(Duration::from_secs(80)));
+        let died = wall(601);
+        assert!(!b.is_in_backoff_since("k", died, wall(601)));
+        b.next_at("k", died, wall(601));
+        assert_eq!(b.current("k"), Some(INITIAL));
+        // A short run keeps doubling.
+        let died = wall(605);
+        assert!(b.is_in_backoff_since("k", died, wall(605)));
+        b.next_at("k", died, wall(615));
+        assert_eq!(b.current("k"), Some(Duration::from_secs(20)));
     }
 }

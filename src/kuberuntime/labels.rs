@@ -40,6 +40,10 @@ pub const TERMINATION_MESSAGE_PATH: &str =
 /// Annotation-label: terminationMessagePolicy.
 pub const TERMINATION_MESSAGE_POLICY: &str =
     "annotation.io.kubernetes.container.terminationMessagePolicy";
+/// Annotation-label: the container's preStop handler as JSON, so an orphan (a pod no
+/// source knows any more) is still stopped with its hook, as upstream's
+/// `restoreSpecsFromContainerLabels`.
+pub const PRE_STOP_HANDLER: &str = "annotation.io.kubernetes.container.preStopHandler";
 /// Label rkubelet adds to every container it creates, so a list can find them all,
 /// and to keep apart several rkubelets (tests run many) on one Docker engine.
 pub const MANAGED_BY_NODE: &str = "io.rkubelet.node";
@@ -183,7 +187,37 @@ pub fn container_labels(
             .clone()
             .unwrap_or_else(|| "File".into()),
     );
+    if let Some(pre_stop) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
+        // Serializing a k8s-openapi struct cannot fail; a missing label only loses the
+        // hook for an orphan, which upstream also tolerates.
+        if let Ok(json) = serde_json::to_string(pre_stop) {
+            l.insert(PRE_STOP_HANDLER.into(), json);
+        }
+    }
     l
+}
+
+/// The preStop handler a container label carries (None when absent or unreadable).
+pub fn pre_stop_label(
+    labels: &BTreeMap<String, String>,
+) -> Option<k8s_openapi::api::core::v1::LifecycleHandler> {
+    labels
+        .get(PRE_STOP_HANDLER)
+        .and_then(|v| serde_json::from_str(v).ok())
+}
+
+/// True for a restartable init container ("sidecar": `restartPolicy: Always` inside
+/// `initContainers`, upstream `IsRestartableInitContainer`).
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// The grace period a container label carries (30 s when missing, the API default).
+pub fn grace_label(labels: &BTreeMap<String, String>) -> i64 {
+    labels
+        .get(TERMINATION_GRACE)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30)
 }
 
 /// The pod's termination grace period: the spec's, else the API default of 30 s.
@@ -284,5 +318,22 @@ mod tests {
         assert_eq!(hash_label(&l), container_hash(&c));
         assert_eq!(l.get(SANDBOX_ID).map(String::as_str), Some("sb"));
         assert_eq!(restart_count(&BTreeMap::new()), 0);
+        assert!(pre_stop_label(&l).is_none());
+    }
+
+    #[test]
+    fn pre_stop_survives_in_a_label() {
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "app",
+            "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "sleep 1"]}}}
+        }))
+        .expect("container");
+        let l = container_labels(&Pod::default(), "n1", &c, ContainerKind::App, 0, "sb");
+        let h = pre_stop_label(&l).expect("hook");
+        assert_eq!(
+            h.exec.and_then(|e| e.command),
+            Some(vec!["sh".into(), "-c".into(), "sleep 1".into()])
+        );
+        assert_eq!(grace_label(&l), 30);
     }
 }

@@ -1,29 +1,53 @@
 //! The kubelet's runtime manager (upstream `pkg/kubelet/kuberuntime`): reads a pod's
 //! containers from the runtime, decides what to start and stop
-//! ([`actions::compute_pod_actions`]), and does it through the [`Runtime`] trait.
+//! ([`actions::compute_pod_actions`]), and does it through the [`Runtime`] trait:
+//! `SyncPod`, `startContainer` (with the postStart hook and the termination-message
+//! file), `killContainer` (preStop hook, grace period, sidecar termination order) and
+//! `KillPod`.
 //!
-//! It is called only from pod workers, one pod at a time per worker, so it blocks
-//! freely. The sync loop never calls it.
+//! It is called only from pod workers and the pod killer, one pod at a time, so it
+//! blocks freely. The sync loop never calls it.
 
 pub mod actions;
 pub mod backoff;
 pub mod container;
+pub mod hooks;
 pub mod labels;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use crossbeam_channel::Receiver;
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
 use crate::images::ImageManager;
-use crate::loops::lock;
+use crate::loops::{lock, Never};
 use crate::runtime::{ContainerConfig, ContainerDetails, ContainerState, Runtime, RuntimeError};
 use crate::status::Waiting;
-use actions::{PodActions, StartAction};
+use actions::{ActionInputs, KillAction, KillReason, PodActions, StartAction};
 use backoff::Backoff;
 use labels::ContainerKind;
+
+/// Upstream `minimumGracePeriodInSeconds`: every stop gets at least this long between
+/// its signal and SIGKILL, after the preStop hook's time is taken off.
+pub const MIN_GRACE: Duration = Duration::from_secs(2);
+/// Upstream `MaxContainerTerminationMessageLength`: bytes read from the end of the
+/// termination-message file.
+pub const MAX_TERMINATION_MESSAGE: u64 = 4096;
+/// Upstream `MaxContainerTerminationMessageLogLines`: log lines read for
+/// `FallbackToLogsOnError`.
+pub const TERMINATION_MESSAGE_LOG_LINES: u64 = 80;
+/// Upstream `MaxContainerTerminationMessageLogLength`: bytes kept of those lines.
+pub const TERMINATION_MESSAGE_LOG_BYTES: usize = 2048;
+/// Termination messages of exited containers are cached (an exited container never
+/// changes); past this many entries the cache starts over, which only costs re-reads.
+const MESSAGE_CACHE_ENTRIES: usize = 4096;
+/// The sandbox holds only namespaces: no grace needed beyond a moment.
+const SANDBOX_STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// A pod as the runtime holds it: its sandboxes and containers, newest first.
 #[derive(Clone, Debug, Default)]
@@ -112,6 +136,15 @@ impl SyncError {
     }
 }
 
+/// What the caller knows that the sync needs besides the pod. A struct, so that more
+/// inputs (probe results) are added without touching every caller.
+#[derive(Clone, Debug, Default)]
+pub struct SyncInputs {
+    /// The pod must not run any more (terminal phase, active deadline passed, being
+    /// deleted): stop it, start nothing.
+    pub terminal: bool,
+}
+
 /// What one sync found and decided, for the status computation.
 #[derive(Debug, Default)]
 pub struct SyncResult {
@@ -121,6 +154,25 @@ pub struct SyncResult {
     pub waiting: BTreeMap<String, Waiting>,
     /// Sync again after this long even without events (a backoff expires).
     pub requeue_after: Option<Duration>,
+    /// Every container and the sandbox must stop, and something still runs: the caller
+    /// hands the kill to the pod killer (a slow stop must not hold a pod worker), then
+    /// syncs again.
+    pub kill_pod: bool,
+}
+
+/// A whole-pod kill (upstream `KillPod`): what the pod killer carries out.
+#[derive(Clone, Debug)]
+pub struct KillPodRequest {
+    /// The pod's UID.
+    pub uid: String,
+    /// The pod's spec when known (hooks, grace periods, sidecar order); orphans have
+    /// none and are stopped with what their labels say.
+    pub pod: Option<Arc<Pod>>,
+    /// Replaces every container's grace period (a deletion's grace, an orphan's).
+    pub grace_override: Option<Duration>,
+    /// Remove the containers and the pod's directory afterwards (the pod is gone from
+    /// its source), rather than keep them for status and logs (the pod is done).
+    pub remove: bool,
 }
 
 /// Settings of the runtime manager.
@@ -130,15 +182,53 @@ pub struct ManagerConfig {
     pub node_name: String,
     /// `--pod-infra-container-image`.
     pub pod_infra_image: String,
+    /// `--root-dir`: termination-message files live under `<root>/pods/<uid>/`.
+    pub root_dir: PathBuf,
 }
 
-/// Syncs and kills pods through the runtime. Shared by all pod workers.
+/// Syncs and kills pods through the runtime. Shared by all pod workers and the pod
+/// killer.
 #[derive(Debug)]
 pub struct RuntimeManager {
     runtime: Arc<dyn Runtime>,
     cfg: ManagerConfig,
-    backoff: Mutex<Backoff>,
+    backoff: Mutex<Backoff<SystemTime>>,
     images: ImageManager,
+    /// Termination messages of exited containers by container ID.
+    messages: Mutex<HashMap<String, String>>,
+}
+
+/// Logs a Kubernetes event (there is no API server to record it in yet): the type, the
+/// reason and the message exactly as upstream records them, so they can be grepped.
+pub fn record_event(pod: &Pod, container: Option<&str>, warning: bool, reason: &str, msg: &str) {
+    let object = match container {
+        Some(c) => format!(
+            "pod/{}/{} container {c}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        ),
+        None => format!(
+            "pod/{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        ),
+    };
+    if warning {
+        log::warn!("event: Warning {reason} {object}: {msg}");
+    } else {
+        log::info!("event: Normal {reason} {object}: {msg}");
+    }
+}
+
+/// The per-container directory of a pod (upstream `getPodContainerDir`):
+/// `<root>/pods/<uid>/containers/<name>`.
+pub fn pod_container_dir(root: &Path, uid: &str, name: &str) -> PathBuf {
+    root.join("pods").join(uid).join("containers").join(name)
+}
+
+/// A path component we put under the root dir: no separators, no `..`.
+fn safe_component(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
 }
 
 impl RuntimeManager {
@@ -149,6 +239,7 @@ impl RuntimeManager {
             runtime,
             cfg,
             backoff: Mutex::new(Backoff::default()),
+            messages: Mutex::new(HashMap::new()),
         }
     }
 
@@ -158,7 +249,9 @@ impl RuntimeManager {
     }
 
     /// Reads a pod's containers from the runtime: one filtered list, then an inspect of
-    /// each (containers removed in between are skipped).
+    /// each (containers removed in between are skipped). Exited containers carry their
+    /// termination message after the runtime's own (upstream
+    /// `convertToKubeContainerStatus`).
     pub fn get_pod_status(&self, uid: &str) -> Result<RuntimePod, RuntimeError> {
         let filter = vec![
             format!("{}={}", labels::MANAGED_BY_NODE, self.cfg.node_name),
@@ -166,7 +259,7 @@ impl RuntimeManager {
         ];
         let mut rp = RuntimePod::default();
         for s in self.runtime.list_containers(&filter)? {
-            let d = match self.runtime.inspect_container(&s.id) {
+            let mut d = match self.runtime.inspect_container(&s.id) {
                 Ok(d) => d,
                 Err(e) if e.is_not_found() => continue,
                 Err(e) => return Err(e),
@@ -174,6 +267,15 @@ impl RuntimeManager {
             if d.labels.get(labels::DOCKER_TYPE).map(String::as_str) == Some(labels::TYPE_SANDBOX) {
                 rp.sandboxes.push(d);
             } else {
+                if d.state == ContainerState::Exited {
+                    let msg = self.termination_message(uid, &d);
+                    if !msg.is_empty() {
+                        if !d.error.is_empty() {
+                            d.error.push_str(": ");
+                        }
+                        d.error.push_str(&msg);
+                    }
+                }
                 rp.containers.push(d);
             }
         }
@@ -181,8 +283,80 @@ impl RuntimeManager {
         Ok(rp)
     }
 
-    /// One sync of a pod that should run: compute the actions and carry them out.
-    pub fn sync_pod(&self, pod: &Pod) -> Result<SyncResult, SyncError> {
+    /// The termination-message file of one container instance.
+    fn message_file(&self, uid: &str, name: &str, restart_count: u32) -> Option<PathBuf> {
+        (safe_component(uid) && safe_component(name)).then(|| {
+            pod_container_dir(&self.cfg.root_dir, uid, name).join(restart_count.to_string())
+        })
+    }
+
+    /// Upstream `getTerminationMessage` + `readLastStringFromContainerLogs`: the last
+    /// 4096 bytes of the termination-message file; with `FallbackToLogsOnError`, a
+    /// failed container (that ran) with an empty file gives the end of its log instead.
+    fn termination_message(&self, uid: &str, d: &ContainerDetails) -> String {
+        if let Some(m) = lock(&self.messages).get(&d.id) {
+            return m.clone();
+        }
+        let policy = d
+            .labels
+            .get(labels::TERMINATION_MESSAGE_POLICY)
+            .map(String::as_str);
+        let cannot_run = d.finished_at.is_none() && d.exit_code != 0;
+        let fallback = policy == Some("FallbackToLogsOnError") && d.exit_code != 0 && !cannot_run;
+        let has_path = d
+            .labels
+            .get(labels::TERMINATION_MESSAGE_PATH)
+            .is_some_and(|p| !p.is_empty());
+        let name = d
+            .labels
+            .get(labels::CONTAINER_NAME)
+            .map(String::as_str)
+            .unwrap_or_default();
+        let file = self.message_file(uid, name, labels::restart_count(&d.labels));
+        let (mut msg, check_logs) = match (has_path, file) {
+            (true, Some(path)) => match read_tail(&path, MAX_TERMINATION_MESSAGE) {
+                Ok(data) => {
+                    let empty = data.is_empty();
+                    (
+                        String::from_utf8_lossy(&data).into_owned(),
+                        fallback && empty,
+                    )
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), fallback),
+                Err(e) => (
+                    format!("Error on reading termination log {}: {e}", path.display()),
+                    false,
+                ),
+            },
+            _ => (String::new(), fallback),
+        };
+        if check_logs {
+            msg = match self
+                .runtime
+                .logs(&d.id, Some(TERMINATION_MESSAGE_LOG_LINES))
+            {
+                Ok(raw) => {
+                    let start = raw.len().saturating_sub(TERMINATION_MESSAGE_LOG_BYTES);
+                    String::from_utf8_lossy(&raw[start..]).into_owned()
+                }
+                Err(e) => format!(
+                    "Error on reading termination message from logs: {}",
+                    crate::loops::error_chain(&e)
+                ),
+            };
+        }
+        let mut cache = lock(&self.messages);
+        if cache.len() >= MESSAGE_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(d.id.clone(), msg.clone());
+        msg
+    }
+
+    /// One sync of a pod that should run (upstream `SyncPod`): compute the actions and
+    /// carry them out, except a whole-pod kill while something runs, which is returned
+    /// for the pod killer.
+    pub fn sync_pod(&self, pod: &Pod, inp: &SyncInputs) -> Result<SyncResult, SyncError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let fmt_pod = actions::format_pod(pod);
         let rt_err = |what: &'static str| {
@@ -194,14 +368,40 @@ impl RuntimeManager {
             .map_err(rt_err("reading pod status"))?;
         let acts = {
             let b = lock(&self.backoff);
-            actions::compute_pod_actions(pod, &rp, &b, Instant::now(), SystemTime::now())
+            actions::compute_pod_actions(
+                pod,
+                &rp,
+                &ActionInputs {
+                    backoff: &b,
+                    now: SystemTime::now(),
+                    terminal: inp.terminal,
+                },
+            )
         };
+        for (name, w) in &acts.waiting {
+            if w.reason == "CrashLoopBackOff" {
+                record_event(
+                    pod,
+                    Some(name),
+                    true,
+                    "BackOff",
+                    &format!("Back-off restarting failed container {name} in pod {fmt_pod}"),
+                );
+            }
+        }
         let mut result = SyncResult {
             waiting: acts.waiting.clone(),
             requeue_after: acts.requeue_after,
             runtime_pod: RuntimePod::default(),
+            kill_pod: false,
         };
-        if !self.has_work(&acts) {
+        if acts.kill_pod && rp.any_running() {
+            log::info!("pod {fmt_pod}: all containers and the sandbox must stop");
+            result.kill_pod = true;
+            result.runtime_pod = rp;
+            return Ok(result);
+        }
+        if !has_work(&acts) {
             result.runtime_pod = rp;
             return Ok(result);
         }
@@ -213,10 +413,6 @@ impl RuntimeManager {
         Ok(result)
     }
 
-    fn has_work(&self, a: &PodActions) -> bool {
-        a.kill_pod || a.create_sandbox.is_some() || !a.kill.is_empty() || !a.start.is_empty()
-    }
-
     fn execute(
         &self,
         pod: &Pod,
@@ -225,17 +421,23 @@ impl RuntimeManager {
         result: &mut SyncResult,
     ) -> Result<(), RuntimeError> {
         let name = actions::format_pod(pod);
-        let grace = Duration::from_secs(labels::grace_period_seconds(pod).unsigned_abs());
-        if acts.kill_pod {
-            log::info!("pod {name}: stopping all containers and the sandbox");
-            self.stop_all(rp, grace);
-        }
         for k in &acts.kill {
-            log::info!("pod {name}: killing container {}: {}", k.name, k.reason);
-            self.runtime.stop_container(&k.id, grace)?;
+            log::info!("pod {name}: killing container {}: {}", k.name, k.message);
+            if let Some(d) = rp.containers.iter().find(|d| d.id == k.id) {
+                self.kill_container(Some(pod), d, k, None, &[])?;
+            }
         }
         let sandbox_id = match acts.create_sandbox {
             Some(attempt) => {
+                // A new sandbox runs the init containers again: their old records would
+                // say they are done (upstream `purgeInitContainers`).
+                for d in &rp.containers {
+                    if crate::status::kind_of(d) == ContainerKind::Init
+                        && d.state != ContainerState::Running
+                    {
+                        let _ = self.runtime.remove_container(&d.id);
+                    }
+                }
                 let id = self.create_sandbox(pod, attempt)?;
                 // Old sandboxes are dead weight once a new one runs.
                 for s in &rp.sandboxes {
@@ -250,61 +452,258 @@ impl RuntimeManager {
         let Some(sandbox_id) = sandbox_id else {
             return Ok(());
         };
-        let spec = pod.spec.clone().unwrap_or_default();
-        for s in &acts.start {
-            let list = match s.kind {
-                ContainerKind::Init => spec.init_containers.as_deref().unwrap_or_default(),
-                ContainerKind::App => &spec.containers,
-            };
-            let Some(c) = list.get(s.index) else { continue };
-            if let Some(w) = self.start_container(pod, c, s, &sandbox_id, rp)? {
-                log::warn!(
-                    "pod {name}: container {}: {}: {}",
-                    c.name,
-                    w.reason,
-                    w.message
-                );
-                result.waiting.insert(c.name.clone(), w);
-                let again = backoff::INITIAL;
-                result.requeue_after = Some(result.requeue_after.map_or(again, |r| r.min(again)));
+        let pod_ip = if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+            // Host-network containers listen on the node: loopback reaches them.
+            "127.0.0.1".to_string()
+        } else {
+            match acts.create_sandbox {
+                Some(_) => self
+                    .runtime
+                    .inspect_container(&sandbox_id)
+                    .map(|d| d.ip_address)
+                    .unwrap_or_default(),
+                None => rp
+                    .running_sandbox()
+                    .map(|s| s.ip_address.clone())
+                    .unwrap_or_default(),
             }
-            if s.kind == ContainerKind::Init {
-                // Init containers run one at a time; the next sync starts the next.
-                break;
+        };
+        let spec = pod.spec.clone().unwrap_or_default();
+        let inits = spec.init_containers.clone().unwrap_or_default();
+        for s in &acts.start_init {
+            let Some(c) = inits.get(s.index) else {
+                continue;
+            };
+            let failed = self.start_one(pod, c, s, &sandbox_id, &pod_ip, rp, result)?;
+            if failed && !labels::is_sidecar(c) {
+                // A regular init container that did not start stops the rest.
+                return Ok(());
+            }
+        }
+        for s in &acts.start {
+            let Some(c) = spec.containers.get(s.index) else {
+                continue;
+            };
+            self.start_one(pod, c, s, &sandbox_id, &pod_ip, rp, result)?;
+        }
+        Ok(())
+    }
+
+    /// Starts one container and records why it did not start; true when it did not.
+    #[allow(clippy::too_many_arguments)]
+    fn start_one(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        s: &StartAction,
+        sandbox_id: &str,
+        pod_ip: &str,
+        rp: &RuntimePod,
+        result: &mut SyncResult,
+    ) -> Result<bool, RuntimeError> {
+        let Some(w) = self.start_container(pod, c, s, sandbox_id, pod_ip, rp)? else {
+            return Ok(false);
+        };
+        log::warn!(
+            "pod {}: container {}: {}: {}",
+            actions::format_pod(pod),
+            c.name,
+            w.reason,
+            w.message
+        );
+        result.waiting.insert(c.name.clone(), w);
+        let again = backoff::INITIAL;
+        result.requeue_after = Some(result.requeue_after.map_or(again, |r| r.min(again)));
+        Ok(true)
+    }
+
+    /// The grace period of one container kill (upstream `setTerminationGracePeriod`):
+    /// the override, else the pod's deletion grace, else a probe's own grace for a probe
+    /// kill, else the pod's (or, for an orphan, the label's) termination grace.
+    fn grace_of(
+        pod: Option<&Pod>,
+        spec: Option<&Container>,
+        d: &ContainerDetails,
+        reason: KillReason,
+        grace_override: Option<Duration>,
+    ) -> Duration {
+        if let Some(g) = grace_override {
+            return g;
+        }
+        let secs = match pod {
+            Some(p) => {
+                let probe = spec.and_then(|c| match reason {
+                    KillReason::LivenessProbe => c.liveness_probe.as_ref(),
+                    KillReason::StartupProbe => c.startup_probe.as_ref(),
+                    _ => None,
+                });
+                p.metadata
+                    .deletion_grace_period_seconds
+                    .or_else(|| probe.and_then(|p| p.termination_grace_period_seconds))
+                    .unwrap_or_else(|| labels::grace_period_seconds(p))
+            }
+            None => labels::grace_label(&d.labels),
+        };
+        Duration::from_secs(secs.max(0).unsigned_abs())
+    }
+
+    /// Stops one container (upstream `killContainer`): the `Killing` event, the preStop
+    /// hook within the grace period (its time taken off the grace), the wait for the
+    /// containers this one must outlive (sidecars), then the stop signal and SIGKILL
+    /// after what is left of the grace, at least [`MIN_GRACE`].
+    fn kill_container(
+        &self,
+        pod: Option<&Pod>,
+        d: &ContainerDetails,
+        k: &KillAction,
+        grace_override: Option<Duration>,
+        outlive: &[Receiver<Never>],
+    ) -> Result<(), RuntimeError> {
+        let spec = pod.and_then(|p| find_container(p, &k.name, k.kind));
+        let mut grace = Self::grace_of(pod, spec, d, k.reason, grace_override);
+        let message = if k.message.is_empty() {
+            format!("Stopping container {}", k.name)
+        } else {
+            k.message.clone()
+        };
+        let fallback_pod;
+        let event_pod = match pod {
+            Some(p) => p,
+            None => {
+                fallback_pod = labels_pod(d);
+                &fallback_pod
+            }
+        };
+        record_event(event_pod, Some(&k.name), false, "Killing", &message);
+        let pre_stop: Option<LifecycleHandler> = match spec {
+            Some(c) => c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone()),
+            None => labels::pre_stop_label(&d.labels),
+        };
+        if let Some(h) = pre_stop.filter(|_| !grace.is_zero()) {
+            let began = Instant::now();
+            let c = spec.cloned().unwrap_or_else(|| Container {
+                name: k.name.clone(),
+                ..Default::default()
+            });
+            let pod_ip = self.pod_ip_of(d);
+            let target = hooks::HookTarget {
+                container_id: &d.id,
+                pod_ip: &pod_ip,
+            };
+            if let Err(msg) = hooks::run(self.runtime.as_ref(), event_pod, &c, &h, &target, grace) {
+                log::warn!("PreStop hook failed: {msg}");
+                // Upstream keeps the hook's message out of the event (secrets).
+                record_event(
+                    event_pod,
+                    Some(&k.name),
+                    true,
+                    "FailedPreStopHook",
+                    "PreStopHook failed",
+                );
+            }
+            // Upstream counts whole seconds taken (rounding down).
+            grace = grace.saturating_sub(Duration::from_secs(began.elapsed().as_secs()));
+        }
+        if !outlive.is_empty() && !grace.is_zero() {
+            let began = Instant::now();
+            let deadline = began + grace;
+            for rx in outlive {
+                // Disconnected: that container is down. Timeout: the grace is used up.
+                if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    rx.recv_deadline(deadline)
+                {
+                    break;
+                }
+            }
+            grace = grace.saturating_sub(Duration::from_secs(began.elapsed().as_secs()));
+        }
+        let grace = grace.max(MIN_GRACE);
+        log::info!(
+            "Killing container with a grace period: container {} ({}) grace {}s",
+            k.name,
+            short(&d.id),
+            grace.as_secs()
+        );
+        self.runtime.stop_container(&d.id, grace)
+    }
+
+    /// The IP of the pod a container belongs to, for an `httpGet` preStop hook.
+    fn pod_ip_of(&self, d: &ContainerDetails) -> String {
+        let Some(sb) = d.labels.get(labels::SANDBOX_ID) else {
+            return String::new();
+        };
+        match self.runtime.inspect_container(sb) {
+            Ok(s) if s.network_mode == "host" => "127.0.0.1".into(),
+            Ok(s) => s.ip_address,
+            Err(_) => String::new(),
+        }
+    }
+
+    /// Kills a pod (upstream `KillPod` / `killContainersWithSyncResult`): stops every
+    /// running container in parallel, each with its preStop hook and grace; sidecars
+    /// wait (within their grace) until the app containers and the sidecars after them
+    /// have stopped, so they stop last, in reverse order. Then stops the sandboxes.
+    /// With `remove`, removes the containers and the pod's directory afterwards.
+    pub fn kill_pod(&self, req: &KillPodRequest) -> Result<(), RuntimeError> {
+        let rp = self.get_pod_status(&req.uid)?;
+        let pod = req.pod.as_deref();
+        self.stop_all(pod, &rp, req.grace_override);
+        if req.remove {
+            for c in rp.containers.iter().chain(&rp.sandboxes) {
+                self.runtime.remove_container(&c.id)?;
+            }
+            if safe_component(&req.uid) {
+                let dir = self.cfg.root_dir.join("pods").join(&req.uid);
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        log::warn!("removing pod directory {}: {e}", dir.display());
+                    }
+                }
             }
         }
         Ok(())
     }
 
-    /// Stops every running container of a pod (in parallel, each with the grace
-    /// period), then its sandboxes. Errors are logged: a kill is best effort and is
-    /// retried by the next sync or housekeeping.
-    fn stop_all(&self, rp: &RuntimePod, grace: Duration) {
+    fn stop_all(&self, pod: Option<&Pod>, rp: &RuntimePod, grace_override: Option<Duration>) {
         let running: Vec<&ContainerDetails> = rp
             .containers
             .iter()
             .filter(|c| c.state == ContainerState::Running)
             .collect();
+        let plan = termination_order(pod, &running);
         std::thread::scope(|scope| {
-            for c in running {
-                let rt = &self.runtime;
+            for (c, outlive, done) in plan {
+                let name = c
+                    .labels
+                    .get(labels::CONTAINER_NAME)
+                    .cloned()
+                    .unwrap_or_default();
+                let k = KillAction {
+                    id: c.id.clone(),
+                    name,
+                    kind: crate::status::kind_of(c),
+                    message: String::new(),
+                    reason: KillReason::Other,
+                };
+                let work = move || {
+                    // Dropped when this stop ends: the containers waiting on it go on.
+                    let _done = done;
+                    if let Err(e) = self.kill_container(pod, c, &k, grace_override, &outlive) {
+                        log::warn!(
+                            "stopping container {}: {}",
+                            k.name,
+                            crate::loops::error_chain(&e)
+                        );
+                    }
+                };
+                // One short-lived thread per container: stops run in parallel as
+                // upstream's goroutines do. If no thread can be made, stop inline.
                 let spawned = std::thread::Builder::new()
                     .name("pod-stop".into())
-                    .spawn_scoped(scope, move || {
-                        if let Err(e) = rt.stop_container(&c.id, grace) {
-                            log::warn!(
-                                "stopping container {}: {}",
-                                c.name,
-                                crate::loops::error_chain(&e)
-                            );
-                        }
-                    });
+                    .spawn_scoped(scope, work.clone());
                 if let Err(e) = spawned {
-                    log::warn!(
-                        "cannot spawn a stop thread ({e}); stopping {} inline",
-                        c.name
-                    );
-                    let _ = self.runtime.stop_container(&c.id, grace);
+                    log::warn!("cannot spawn a stop thread ({e}); stopping inline");
+                    work();
                 }
             }
         });
@@ -313,8 +712,7 @@ impl RuntimeManager {
             .iter()
             .filter(|s| s.state == ContainerState::Running)
         {
-            // The sandbox holds only namespaces: no grace needed beyond a moment.
-            if let Err(e) = self.runtime.stop_container(&s.id, Duration::from_secs(2)) {
+            if let Err(e) = self.runtime.stop_container(&s.id, SANDBOX_STOP_GRACE) {
                 log::warn!(
                     "stopping sandbox {}: {}",
                     s.name,
@@ -322,18 +720,6 @@ impl RuntimeManager {
                 );
             }
         }
-    }
-
-    /// Kills a pod that must not run any more (removed from its source, or an orphan
-    /// found in the runtime): stops everything with `grace`, then removes its containers
-    /// and sandboxes.
-    pub fn kill_pod(&self, uid: &str, grace: Duration) -> Result<(), RuntimeError> {
-        let rp = self.get_pod_status(uid)?;
-        self.stop_all(&rp, grace);
-        for c in rp.containers.iter().chain(&rp.sandboxes) {
-            self.runtime.remove_container(&c.id)?;
-        }
-        Ok(())
     }
 
     /// Creates and starts a pod's sandbox; returns its ID.
@@ -376,14 +762,52 @@ impl RuntimeManager {
         }
     }
 
-    /// Starts one container; Ok(Some(waiting)) when it could not be started for a
-    /// reason that shows in its status (image, config, runtime refusal).
+    /// Creates the termination-message file of a container instance (mode 0666, as
+    /// upstream, whatever the umask) and returns the bind mount for it.
+    fn termination_message_mount(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        restart_count: u32,
+    ) -> Result<Option<crate::runtime::Mount>, std::io::Error> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let path = c
+            .termination_message_path
+            .clone()
+            .unwrap_or_else(|| "/dev/termination-log".into());
+        if path.is_empty() {
+            return Ok(None);
+        }
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let Some(file) = self.message_file(uid, &c.name, restart_count) else {
+            return Ok(None);
+        };
+        if let Some(dir) = file.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o750)
+                .create(dir)?;
+        }
+        // Truncates a leftover of an instance created before a crash of the kubelet.
+        std::fs::File::create(&file)?;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))?;
+        Ok(Some(crate::runtime::Mount {
+            host_path: file.display().to_string(),
+            container_path: path,
+            read_only: false,
+        }))
+    }
+
+    /// Starts one container (upstream `startContainer`): image, create (with the
+    /// termination-message file), start, postStart hook. Ok(Some(waiting)) when it could
+    /// not be started for a reason that shows in its status.
     fn start_container(
         &self,
         pod: &Pod,
         c: &Container,
         s: &StartAction,
         sandbox_id: &str,
+        pod_ip: &str,
         rp: &RuntimePod,
     ) -> Result<Option<Waiting>, RuntimeError> {
         let image = c.image.clone().unwrap_or_default();
@@ -393,59 +817,329 @@ impl RuntimeManager {
         {
             return Ok(Some(w));
         }
-        // Keep one dead instance for lastState and logs; older ones go now.
+        // Keep one dead instance for lastState and logs; older ones go now, with their
+        // termination-message files.
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         for old in rp.instances(&c.name, s.kind).into_iter().skip(1) {
-            if old.state != ContainerState::Running {
-                let _ = self.runtime.remove_container(&old.id);
+            if old.state != ContainerState::Running
+                && self.runtime.remove_container(&old.id).is_ok()
+            {
+                lock(&self.messages).remove(&old.id);
+                let rc = labels::restart_count(&old.labels);
+                if let Some(f) = self.message_file(uid, &c.name, rc) {
+                    let _ = std::fs::remove_file(f);
+                }
             }
         }
-        if let Some(key) = &s.backoff_key {
-            lock(&self.backoff).next(key, Instant::now());
+        if let Some((key, finished)) = &s.backoff {
+            lock(&self.backoff).next_at(key, *finished, SystemTime::now());
         }
-        let cfg = container::container_config(pod, c, s, sandbox_id, &self.cfg.node_name);
+        let mut cfg = container::container_config(pod, c, s, sandbox_id, &self.cfg.node_name);
+        match self.termination_message_mount(pod, c, s.restart_count) {
+            Ok(Some(m)) => cfg.mounts.push(m),
+            Ok(None) => {}
+            Err(e) => {
+                return Ok(Some(Waiting {
+                    reason: "CreateContainerConfigError".into(),
+                    message: format!("cannot create the termination-log file: {e}"),
+                }))
+            }
+        }
+        if cfg.stop_signal.is_empty() {
+            // `lifecycle.stopSignal`; unset, Docker uses the image's STOPSIGNAL or SIGTERM.
+            if let Some(sig) = c.lifecycle.as_ref().and_then(|l| l.stop_signal.clone()) {
+                cfg.stop_signal = sig;
+            }
+        }
         let fmt_pod = actions::format_pod(pod);
+        // A create or start the runtime refused: a Warning `Failed` event and the
+        // waiting reason upstream gives it.
+        let refused = |reason: &str, e: &RuntimeError| {
+            let message = crate::loops::error_chain(e);
+            record_event(
+                pod,
+                Some(&c.name),
+                true,
+                "Failed",
+                &format!("Error: {message}"),
+            );
+            Some(Waiting {
+                reason: reason.into(),
+                message,
+            })
+        };
         let id = match self.create_replacing(&cfg) {
             Ok(id) => id,
             Err(e) if e.is_unavailable() => return Err(e),
-            Err(e) => {
-                return Ok(Some(Waiting {
-                    reason: "CreateContainerError".into(),
-                    message: crate::loops::error_chain(&e),
-                }))
-            }
+            Err(e) => return Ok(refused("CreateContainerError", &e)),
         };
-        match self.runtime.start_container(&id) {
-            Ok(()) => {
-                log::info!(
-                    "pod {fmt_pod}: started container {} ({}, restart {})",
-                    c.name,
-                    short(&id),
-                    s.restart_count
-                );
-                Ok(None)
+        record_event(
+            pod,
+            Some(&c.name),
+            false,
+            "Created",
+            &format!("Created container: {}", c.name),
+        );
+        if let Err(e) = self.runtime.start_container(&id) {
+            if e.is_unavailable() {
+                return Err(e);
             }
-            Err(e) if e.is_unavailable() => Err(e),
-            Err(e) => {
-                // Count the failed start like a crash so it is retried with backoff.
-                if s.backoff_key.is_none() {
-                    lock(&self.backoff).next(&actions::backoff_key(pod, c), Instant::now());
+            // Count the failed start like a crash so it is retried with backoff.
+            if s.backoff.is_none() {
+                lock(&self.backoff).next(&actions::backoff_key(pod, c), SystemTime::now());
+            }
+            return Ok(refused("RunContainerError", &e));
+        }
+        log::info!(
+            "pod {fmt_pod}: started container {} ({}, restart {})",
+            c.name,
+            short(&id),
+            s.restart_count
+        );
+        record_event(
+            pod,
+            Some(&c.name),
+            false,
+            "Started",
+            &format!("Started container {}", c.name),
+        );
+        if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let target = hooks::HookTarget {
+                container_id: &id,
+                pod_ip,
+            };
+            let timeout = hooks::POST_START_TIMEOUT;
+            if let Err(msg) = hooks::run(self.runtime.as_ref(), pod, c, h, &target, timeout) {
+                log::warn!("Failed to execute PostStartHook: {msg}");
+                // Upstream keeps the hook's message out of the event (secrets).
+                record_event(
+                    pod,
+                    Some(&c.name),
+                    true,
+                    "FailedPostStartHook",
+                    "PostStartHook failed",
+                );
+                let details = self.runtime.inspect_container(&id);
+                if let Ok(d) = details {
+                    let k = KillAction {
+                        id: id.clone(),
+                        name: c.name.clone(),
+                        kind: s.kind,
+                        message: "FailedPostStartHook".into(),
+                        reason: KillReason::FailedPostStartHook,
+                    };
+                    if let Err(e) = self.kill_container(Some(pod), &d, &k, None, &[]) {
+                        log::warn!(
+                            "killing container {}: {}",
+                            c.name,
+                            crate::loops::error_chain(&e)
+                        );
+                    }
                 }
-                Ok(Some(Waiting {
-                    reason: "RunContainerError".into(),
-                    message: crate::loops::error_chain(&e),
-                }))
+                return Ok(Some(Waiting {
+                    reason: "PostStartHookError".into(),
+                    message: msg,
+                }));
             }
         }
+        Ok(None)
     }
 
     /// Forgets backoff entries that expired (housekeeping).
     pub fn gc_backoff(&self) {
-        lock(&self.backoff).gc(Instant::now());
+        lock(&self.backoff).gc(SystemTime::now());
         self.images.gc();
     }
+}
+
+fn has_work(a: &PodActions) -> bool {
+    a.kill_pod
+        || a.create_sandbox.is_some()
+        || !a.kill.is_empty()
+        || !a.start.is_empty()
+        || !a.start_init.is_empty()
+}
+
+/// The spec of a container by name and kind.
+fn find_container<'a>(pod: &'a Pod, name: &str, kind: ContainerKind) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    match kind {
+        ContainerKind::App => spec.containers.iter().find(|c| c.name == name),
+        ContainerKind::Init => spec
+            .init_containers
+            .iter()
+            .flatten()
+            .find(|c| c.name == name),
+    }
+}
+
+/// A pod with only the identity a container's labels carry (for an orphan's events).
+fn labels_pod(d: &ContainerDetails) -> Pod {
+    let mut p = Pod::default();
+    p.metadata.name = d.labels.get(labels::POD_NAME).cloned();
+    p.metadata.namespace = d.labels.get(labels::POD_NAMESPACE).cloned();
+    p.metadata.uid = d.labels.get(labels::POD_UID).cloned();
+    p
+}
+
+/// Reads at most `max` bytes from the end of a file (upstream `tail.ReadAtMost`).
+fn read_tail(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    if len > max {
+        f.seek(SeekFrom::Start(len - max))?;
+    }
+    let mut buf = Vec::new();
+    f.take(max).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// The order of a pod kill (upstream `newTerminationOrdering`): for each running
+/// container, the stops it must outlive and the handle whose drop tells that it is down.
+/// A sidecar outlives every app container and every later sidecar; everything else
+/// stops at once.
+#[allow(clippy::type_complexity)]
+fn termination_order<'a>(
+    pod: Option<&Pod>,
+    running: &[&'a ContainerDetails],
+) -> Vec<(
+    &'a ContainerDetails,
+    Vec<Receiver<Never>>,
+    crossbeam_channel::Sender<Never>,
+)> {
+    let sidecars = pod.map(actions::sidecar_names).unwrap_or_default();
+    let name_of = |c: &ContainerDetails| {
+        c.labels
+            .get(labels::CONTAINER_NAME)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let sidecar_rank = |c: &ContainerDetails| {
+        (crate::status::kind_of(c) == ContainerKind::Init)
+            .then(|| sidecars.iter().position(|s| *s == name_of(c)))
+            .flatten()
+    };
+    let channels: Vec<_> = running
+        .iter()
+        .map(|_| crossbeam_channel::bounded::<Never>(0))
+        .collect();
+    running
+        .iter()
+        .zip(channels.iter())
+        .map(|(c, (tx, _))| {
+            let outlive = match sidecar_rank(c) {
+                None => Vec::new(),
+                Some(rank) => running
+                    .iter()
+                    .zip(channels.iter())
+                    .filter(|(o, _)| match sidecar_rank(o) {
+                        None => true,
+                        Some(r) => r > rank,
+                    })
+                    .map(|(_, (_, rx))| rx.clone())
+                    .collect(),
+            };
+            (*c, outlive, tx.clone())
+        })
+        .collect()
 }
 
 /// The first 12 characters of an ID, as `docker ps` shows it.
 pub fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn details(name: &str, kind: &str) -> ContainerDetails {
+        let mut l = BTreeMap::new();
+        l.insert(labels::CONTAINER_NAME.to_string(), name.to_string());
+        l.insert(labels::CONTAINER_TYPE.to_string(), kind.to_string());
+        ContainerDetails {
+            id: name.into(),
+            name: name.into(),
+            labels: l,
+            state: ContainerState::Running,
+            image: String::new(),
+            image_id: String::new(),
+            created: SystemTime::UNIX_EPOCH,
+            started_at: None,
+            finished_at: None,
+            exit_code: 0,
+            oom_killed: false,
+            error: String::new(),
+            pid: 0,
+            ip_address: String::new(),
+            network_mode: String::new(),
+        }
+    }
+
+    #[test]
+    fn sidecars_stop_after_apps_and_in_reverse_order() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "spec": {
+                "initContainers": [
+                    {"name": "s1", "restartPolicy": "Always"},
+                    {"name": "init"},
+                    {"name": "s2", "restartPolicy": "Always"}
+                ],
+                "containers": [{"name": "a"}, {"name": "b"}]
+            }
+        }))
+        .expect("pod");
+        let cs = [
+            details("a", "container"),
+            details("b", "container"),
+            details("s1", "init"),
+            details("s2", "init"),
+        ];
+        let refs: Vec<&ContainerDetails> = cs.iter().collect();
+        let plan = termination_order(Some(&pod), &refs);
+        let waits: Vec<(&str, usize)> = plan
+            .iter()
+            .map(|(c, outlive, _)| (c.name.as_str(), outlive.len()))
+            .collect();
+        // Apps wait for nobody; s2 for both apps; s1 for both apps and s2.
+        assert_eq!(waits, [("a", 0), ("b", 0), ("s1", 3), ("s2", 2)]);
+        // Dropping the apps' and s2's handles releases s1.
+        let mut plan = plan;
+        let (_, s1_waits, _) = plan.remove(2);
+        drop(plan);
+        for rx in s1_waits {
+            assert!(matches!(
+                rx.recv_timeout(Duration::from_millis(10)),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+            ));
+        }
+    }
+
+    #[test]
+    fn a_pod_without_sidecars_stops_everything_at_once() {
+        let cs = [details("a", "container"), details("b", "container")];
+        let refs: Vec<&ContainerDetails> = cs.iter().collect();
+        assert!(termination_order(None, &refs)
+            .iter()
+            .all(|(_, w, _)| w.is_empty()));
+    }
+
+    #[test]
+    fn read_tail_keeps_the_end() {
+        let dir = std::env::temp_dir().join(format!("rkubelet-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let f = dir.join("m");
+        std::fs::write(&f, b"0123456789").expect("write");
+        assert_eq!(read_tail(&f, 4).expect("read"), b"6789");
+        assert_eq!(read_tail(&f, 100).expect("read"), b"0123456789");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn path_components_are_checked() {
+        assert!(safe_component("abc-1"));
+        for bad in ["", ".", "..", "a/b"] {
+            assert!(!safe_component(bad), "{bad}");
+        }
+    }
 }

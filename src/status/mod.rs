@@ -1,26 +1,42 @@
 //! Pod status: computed from what the runtime reports (upstream
-//! `generateAPIPodStatus`, `getPhase`, `status/generate.go`,
-//! `convertToAPIContainerStatuses`), and the cache that publishes it to readers.
+//! `generateAPIPodStatus`, `getPhase`, `convertToAPIContainerStatuses`,
+//! `status/generate.go`, the status manager's `TerminatePod` and `normalizeStatus`,
+//! and `qos.ComputePodQOS`), and the cache that publishes it to readers.
 //!
 //! The computation is pure: the pod, its containers as the runtime reports them, the
-//! waiting reasons of the last sync (backoff, pull errors), the previous status (for
-//! transition times and sticky terminal phases) and `now` go in; a `PodStatus` comes
-//! out. Pod workers write the result into [`StatusCache`]; the HTTP servers read it.
+//! waiting reasons of the last sync (backoff, pull errors, hook failures: upstream's
+//! reason cache), the previous status (for transition times, restart counts of vanished
+//! containers and sticky terminal phases) and `now` go in; a `PodStatus` comes out. Pod
+//! workers write the result into [`StatusCache`]; the HTTP servers read it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 
+use crate::kuberuntime::actions::{sandbox_changed, should_restart};
 use crate::kuberuntime::labels::{self, ContainerKind};
 use crate::kuberuntime::RuntimePod;
 use crate::loops::lock;
 use crate::runtime::{ContainerDetails, ContainerState};
 use crate::time::k8s_time;
+
+/// Upstream `ContainerReasonStatusUnknown`.
+pub const REASON_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+/// Upstream's exit code for a container whose end was not seen (as if SIGKILLed).
+pub const EXIT_CODE_UNKNOWN: i32 = 137;
+/// Upstream `MaxPodTerminationMessageLogLength`: all termination messages of one pod
+/// together, split evenly between its containers.
+pub const MAX_POD_TERMINATION_MESSAGE: usize = 12 * 1024;
+/// The reason of a pod failed by `activeDeadlineSeconds` (upstream `activeDeadlineHandler`).
+pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+/// Its message, as upstream words it.
+pub const MESSAGE_DEADLINE_EXCEEDED: &str =
+    "Pod was active on the node longer than the specified deadline";
 
 /// Why a container was not started in the last sync, shown as its waiting state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,7 +76,8 @@ impl StatusCache {
     }
 }
 
-/// Everything the status computation needs besides the pod and its runtime view.
+/// Everything the status computation needs besides the pod and its runtime view. A
+/// struct, so that more inputs (probe results) are added without touching callers.
 #[derive(Debug)]
 pub struct StatusInputs<'a> {
     /// Containers the last sync decided not to start, by name, with the reason.
@@ -71,116 +88,106 @@ pub struct StatusInputs<'a> {
     pub host_ip: &'a str,
     /// Now.
     pub now: SystemTime,
+    /// The pod is being torn down for good (deleted): a pod whose containers all
+    /// stopped is then Succeeded or Failed whatever its restart policy (upstream
+    /// `podIsTerminal`; never for static pods).
+    pub pod_is_terminal: bool,
+}
+
+/// True when the pod has run longer than its `activeDeadlineSeconds` since `start`
+/// (upstream `pastActiveDeadline`; the sync loop's tick checks it).
+pub fn past_active_deadline(pod: &Pod, start: Option<SystemTime>, now: SystemTime) -> bool {
+    let Some(deadline) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
+        return false;
+    };
+    let Some(start) = start else { return false };
+    let deadline = Duration::from_secs(deadline.max(0).unsigned_abs());
+    now.duration_since(start).is_ok_and(|ran| ran >= deadline)
+}
+
+/// True for `Succeeded` and `Failed`.
+pub fn is_terminal_phase(phase: Option<&str>) -> bool {
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// The start time a status carries.
+pub fn start_time(status: &PodStatus) -> Option<SystemTime> {
+    status.start_time.as_ref().map(crate::time::system_time)
 }
 
 /// Computes a pod's status from its runtime view.
 pub fn generate(pod: &Pod, rt: &RuntimePod, inp: &StatusInputs<'_>) -> PodStatus {
     let spec = pod.spec.clone().unwrap_or_default();
-    let sandbox = rt.running_sandbox();
-    let inits_done = init_containers_done(pod, rt);
+    let inits = spec.init_containers.clone().unwrap_or_default();
+    let has_inits = !inits.is_empty();
+    let prev = inp.previous;
 
-    let init_statuses: Vec<ContainerStatus> = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(|c| container_status(c, ContainerKind::Init, rt, inp, false))
-        .collect();
-    let mut app_statuses: Vec<ContainerStatus> = spec
-        .containers
-        .iter()
-        .map(|c| container_status(c, ContainerKind::App, rt, inp, !inits_done))
-        .collect();
+    let init_statuses = container_statuses(
+        pod,
+        &inits,
+        ContainerKind::Init,
+        rt,
+        inp,
+        prev.and_then(|p| p.init_container_statuses.as_deref()),
+        has_inits,
+    );
+    let mut app_statuses = container_statuses(
+        pod,
+        &spec.containers,
+        ContainerKind::App,
+        rt,
+        inp,
+        prev.and_then(|p| p.container_statuses.as_deref()),
+        has_inits,
+    );
     app_statuses.sort_by(|a, b| a.name.cmp(&b.name));
 
-    let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let mut phase = phase(restart_policy, &init_statuses, &app_statuses, inits_done);
-    if let Some(prev) = inp.previous.and_then(|p| p.phase.as_deref()) {
-        // Terminal phases are sticky: a pod never leaves Succeeded or Failed.
-        if prev == "Succeeded" || prev == "Failed" {
-            phase = prev.to_string();
-        }
+    let start_time = prev
+        .and_then(|p| p.start_time.clone())
+        .unwrap_or_else(|| k8s_time(inp.now));
+    let mut phase = get_phase(
+        pod,
+        &init_statuses,
+        &app_statuses,
+        inp.pod_is_terminal,
+        has_active_regular_container(pod, rt),
+    );
+    // Terminal phases are sticky: a pod never leaves Succeeded or Failed.
+    let prev_phase = prev.and_then(|p| p.phase.clone());
+    if !is_terminal_phase(Some(&phase)) && is_terminal_phase(prev_phase.as_deref()) {
+        phase = prev_phase.clone().unwrap_or_default();
+    }
+    let (mut reason, mut message) = (None, None);
+    if prev_phase.as_deref() == Some(phase.as_str()) {
+        // The reason and message belong to the phase: kept while it stays.
+        reason = prev.and_then(|p| p.reason.clone());
+        message = prev.and_then(|p| p.message.clone());
+    }
+    if past_active_deadline(pod, Some(crate::time::system_time(&start_time)), inp.now)
+        && phase != "Succeeded"
+    {
+        phase = "Failed".into();
+        reason = Some(REASON_DEADLINE_EXCEEDED.into());
+        message = Some(MESSAGE_DEADLINE_EXCEEDED.into());
     }
 
     let pod_ip = if spec.host_network == Some(true) {
         Some(inp.host_ip.to_string())
     } else {
-        sandbox
+        rt.running_sandbox()
             .map(|s| s.ip_address.clone())
             .filter(|ip| !ip.is_empty())
             // A stopped sandbox has no IP; keep the last one known, as upstream does.
-            .or_else(|| inp.previous.and_then(|p| p.pod_ip.clone()))
+            .or_else(|| prev.and_then(|p| p.pod_ip.clone()))
     };
 
-    let mut conditions = Vec::new();
-    let prev_conds = inp.previous.and_then(|p| p.conditions.as_ref());
-    let mut cond = |ty: &str, ok: bool, reason: Option<String>, message: Option<String>| {
-        let status = if ok { "True" } else { "False" }.to_string();
-        let last = prev_conds
-            .and_then(|cs| cs.iter().find(|c| c.type_ == ty))
-            .filter(|c| c.status == status)
-            .and_then(|c| c.last_transition_time.clone())
-            .unwrap_or_else(|| k8s_time(inp.now));
-        conditions.push(PodCondition {
-            type_: ty.to_string(),
-            status,
-            reason,
-            message,
-            last_transition_time: Some(last),
-            last_probe_time: None,
-            observed_generation: None,
-        });
-    };
+    let all: Vec<&ContainerStatus> = init_statuses.iter().chain(&app_statuses).collect();
+    let conditions = conditions(pod, rt, &all, &phase, prev, inp.now);
 
-    let sandbox_ready = sandbox.is_some_and(|s| {
-        spec.host_network == Some(true) || !s.ip_address.is_empty() || s.network_mode == "host"
-    });
-    cond("PodReadyToStartContainers", sandbox_ready, None, None);
-
-    let incomplete_inits: Vec<String> = init_statuses
-        .iter()
-        .filter(|s| !terminated_ok(s))
-        .map(|s| s.name.clone())
-        .collect();
-    if phase == "Succeeded" {
-        cond("Initialized", true, Some("PodCompleted".into()), None);
-    } else if inits_done || incomplete_inits.is_empty() {
-        cond("Initialized", true, None, None);
-    } else {
-        cond(
-            "Initialized",
-            false,
-            Some("ContainersNotInitialized".into()),
-            Some(format!(
-                "containers with incomplete status: [{}]",
-                incomplete_inits.join(" ")
-            )),
-        );
-    }
-
-    let unready: Vec<String> = app_statuses
-        .iter()
-        .filter(|s| !s.ready)
-        .map(|s| s.name.clone())
-        .collect();
-    let (ready, reason, message) = match phase.as_str() {
-        "Succeeded" => (false, Some("PodCompleted".to_string()), None),
-        "Failed" => (false, Some("PodFailed".to_string()), None),
-        _ if unready.is_empty() => (true, None, None),
-        _ => (
-            false,
-            Some("ContainersNotReady".to_string()),
-            Some(format!(
-                "containers with unready status: [{}]",
-                unready.join(" ")
-            )),
-        ),
-    };
-    cond("ContainersReady", ready, reason.clone(), message.clone());
-    cond("Ready", ready, reason, message);
-    cond("PodScheduled", true, None, None);
-
-    PodStatus {
+    let mut status = PodStatus {
         phase: Some(phase),
+        reason,
+        message,
         conditions: Some(conditions),
         host_ip: Some(inp.host_ip.to_string()),
         host_ips: Some(vec![HostIP {
@@ -188,40 +195,146 @@ pub fn generate(pod: &Pod, rt: &RuntimePod, inp: &StatusInputs<'_>) -> PodStatus
         }]),
         pod_ip: pod_ip.clone(),
         pod_ips: pod_ip.map(|ip| vec![PodIP { ip }]),
-        start_time: inp
-            .previous
-            .and_then(|p| p.start_time.clone())
-            .or_else(|| Some(k8s_time(inp.now))),
+        start_time: Some(start_time),
         qos_class: Some(qos_class(pod).to_string()),
-        init_container_statuses: if init_statuses.is_empty() {
-            None
-        } else {
-            Some(init_statuses)
-        },
+        init_container_statuses: has_inits.then_some(init_statuses),
         container_statuses: Some(app_statuses),
         ..Default::default()
-    }
+    };
+    truncate_termination_messages(pod, &mut status);
+    status
 }
 
-/// True when the pod's init containers are done: there are none, every one exited 0,
-/// or an app container has already run (upstream treats inits as done then).
-pub fn init_containers_done(pod: &Pod, rt: &RuntimePod) -> bool {
-    let spec = match &pod.spec {
-        Some(s) => s,
-        None => return true,
+/// The kubelet-owned conditions, in upstream's order: PodReadyToStartContainers,
+/// Initialized, Ready, ContainersReady, PodScheduled. `lastTransitionTime` changes only
+/// when a condition's status flips.
+fn conditions(
+    pod: &Pod,
+    rt: &RuntimePod,
+    all: &[&ContainerStatus],
+    phase: &str,
+    prev: Option<&PodStatus>,
+    now: SystemTime,
+) -> Vec<PodCondition> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let inits = spec.init_containers.clone().unwrap_or_default();
+    let find = |name: &str| all.iter().find(|s| s.name == name).copied();
+    let list = |names: &[String]| format!("[{}]", names.join(" "));
+    let mut out = Vec::new();
+    let prev_conds = prev.and_then(|p| p.conditions.as_ref());
+    let mut push = |ty: &str, ok: bool, reason: Option<&str>, message: Option<String>| {
+        let status = if ok { "True" } else { "False" }.to_string();
+        let last = prev_conds
+            .and_then(|cs| cs.iter().find(|c| c.type_ == ty))
+            .filter(|c| c.status == status)
+            .and_then(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| k8s_time(now));
+        out.push(PodCondition {
+            type_: ty.to_string(),
+            status,
+            reason: reason.map(str::to_string),
+            message,
+            last_transition_time: Some(last),
+            last_probe_time: None,
+            observed_generation: None,
+        });
     };
-    let inits = spec.init_containers.as_deref().unwrap_or_default();
-    if inits.is_empty()
-        || rt
-            .containers
-            .iter()
-            .any(|c| kind_of(c) == ContainerKind::App)
-    {
-        return true;
+
+    // PodReadyToStartContainers: the sandbox is there and needs no replacing.
+    push(
+        "PodReadyToStartContainers",
+        !sandbox_changed(pod, rt).0,
+        None,
+        None,
+    );
+
+    // Initialized.
+    let mut incomplete = Vec::new();
+    for c in &inits {
+        let Some(s) = find(&c.name) else { continue };
+        if labels::is_sidecar(c) {
+            if s.started != Some(true) {
+                incomplete.push(c.name.clone());
+            }
+        } else if s
+            .state
+            .as_ref()
+            .and_then(|st| st.terminated.as_ref())
+            .is_none_or(|t| t.exit_code != 0)
+        {
+            incomplete.push(c.name.clone());
+        }
     }
-    inits.iter().all(|c| {
-        rt.newest(&c.name, ContainerKind::Init)
-            .is_some_and(|d| d.state == ContainerState::Exited && d.exit_code == 0)
+    let regular_started = spec.containers.iter().any(|c| {
+        find(&c.name)
+            .and_then(|s| s.state.as_ref())
+            .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+    });
+    if phase == "Succeeded" {
+        push("Initialized", true, Some("PodCompleted"), None);
+    } else if regular_started || incomplete.is_empty() {
+        push("Initialized", true, None, None);
+    } else {
+        push(
+            "Initialized",
+            false,
+            Some("ContainersNotInitialized"),
+            Some(format!(
+                "containers with incomplete status: {}",
+                list(&incomplete)
+            )),
+        );
+    }
+
+    // ContainersReady (sidecars and app containers), then Ready (no readiness gates
+    // are evaluated by a standalone kubelet: none can be set without an API server).
+    let mut unready = Vec::new();
+    for c in inits.iter().filter(|c| labels::is_sidecar(c)) {
+        if find(&c.name).is_some_and(|s| !s.ready) {
+            unready.push(c.name.clone());
+        }
+    }
+    for c in &spec.containers {
+        if find(&c.name).is_some_and(|s| !s.ready) {
+            unready.push(c.name.clone());
+        }
+    }
+    let (ready, reason, message) = match phase {
+        "Succeeded" => (false, Some("PodCompleted"), None),
+        "Failed" => (false, Some("PodFailed"), None),
+        _ if unready.is_empty() => (true, None, None),
+        _ => (
+            false,
+            Some("ContainersNotReady"),
+            Some(format!(
+                "containers with unready status: {}",
+                list(&unready)
+            )),
+        ),
+    };
+    push("Ready", ready, reason, message.clone());
+    push("ContainersReady", ready, reason, message);
+    push("PodScheduled", true, None, None);
+    out
+}
+
+/// Upstream `HasAnyActiveRegularContainerStarted`: an app container of the current
+/// sandbox exists, so the init containers ran in this sandbox.
+fn has_active_regular_container(pod: &Pod, rt: &RuntimePod) -> bool {
+    let Some(sandbox) = rt.sandboxes.first() else {
+        return false;
+    };
+    let names: Vec<&str> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter().map(|c| c.name.as_str()))
+        .collect();
+    rt.containers.iter().any(|c| {
+        kind_of(c) == ContainerKind::App
+            && c.labels.get(labels::SANDBOX_ID) == Some(&sandbox.id)
+            && c.labels
+                .get(labels::CONTAINER_NAME)
+                .is_some_and(|n| names.contains(&n.as_str()))
     })
 }
 
@@ -233,174 +346,325 @@ pub fn kind_of(c: &ContainerDetails) -> ContainerKind {
     }
 }
 
-fn terminated_ok(s: &ContainerStatus) -> bool {
-    s.state
-        .as_ref()
-        .and_then(|st| st.terminated.as_ref())
-        .is_some_and(|t| t.exit_code == 0)
-}
-
-fn container_status(
-    c: &Container,
-    kind: ContainerKind,
-    rt: &RuntimePod,
-    inp: &StatusInputs<'_>,
-    pod_initializing: bool,
-) -> ContainerStatus {
-    let instances = rt.instances(&c.name, kind);
-    let newest = instances.first().copied();
-    let previous = instances.get(1).copied();
-    let waiting_default = if pod_initializing {
-        "PodInitializing"
-    } else {
-        "ContainerCreating"
-    };
-    let (state, last_state) = match (inp.waiting.get(&c.name), newest) {
-        (Some(w), newest) => (
-            ApiState {
-                waiting: Some(ContainerStateWaiting {
-                    reason: Some(w.reason.clone()),
-                    message: Some(w.message.clone()),
-                }),
-                ..Default::default()
-            },
-            newest
-                .filter(|d| d.state == ContainerState::Exited)
-                .map(api_state),
-        ),
-        (None, Some(d)) => (
-            api_state(d),
-            previous
-                .filter(|d| d.state == ContainerState::Exited)
-                .map(api_state),
-        ),
-        (None, None) => (
-            ApiState {
-                waiting: Some(ContainerStateWaiting {
-                    reason: Some(waiting_default.into()),
-                    message: None,
-                }),
-                ..Default::default()
-            },
-            None,
-        ),
-    };
-    let running = newest.is_some_and(|d| d.state == ContainerState::Running)
-        && inp.waiting.get(&c.name).is_none();
-    ContainerStatus {
-        name: c.name.clone(),
-        image: c.image.clone().unwrap_or_default(),
-        image_id: newest
-            .map(|d| format!("docker://{}", d.image_id))
-            .unwrap_or_default(),
-        container_id: newest.map(|d| format!("docker://{}", d.id)),
-        ready: running,
-        started: Some(running),
-        restart_count: newest
-            .map(|d| i32::try_from(labels::restart_count(&d.labels)).unwrap_or(i32::MAX))
-            .unwrap_or(0),
-        state: Some(state),
-        last_state: Some(last_state.unwrap_or_default()),
+fn waiting_state(reason: Option<&str>, message: Option<&str>) -> ApiState {
+    ApiState {
+        waiting: Some(ContainerStateWaiting {
+            reason: reason.map(str::to_string),
+            message: message.map(str::to_string),
+        }),
         ..Default::default()
     }
 }
 
-/// The API state of one runtime container (upstream's dockershim mapping).
-fn api_state(d: &ContainerDetails) -> ApiState {
-    match d.state {
+fn unknown_terminated(message: &str) -> ApiState {
+    ApiState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: EXIT_CODE_UNKNOWN,
+            reason: Some(REASON_STATUS_UNKNOWN.into()),
+            message: Some(message.into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn is_running(s: Option<&ApiState>) -> bool {
+    s.is_some_and(|s| s.running.is_some())
+}
+
+fn is_terminated(s: Option<&ApiState>) -> bool {
+    s.is_some_and(|s| s.terminated.is_some())
+}
+
+/// Upstream `convertToAPIContainerStatuses` for one list (init or app containers).
+fn container_statuses(
+    pod: &Pod,
+    containers: &[Container],
+    kind: ContainerKind,
+    rt: &RuntimePod,
+    inp: &StatusInputs<'_>,
+    previous: Option<&[ContainerStatus]>,
+    has_inits: bool,
+) -> Vec<ContainerStatus> {
+    let default_reason = if has_inits {
+        "PodInitializing"
+    } else {
+        "ContainerCreating"
+    };
+    let old = |name: &str| previous.and_then(|p| p.iter().find(|s| s.name == name));
+    containers
+        .iter()
+        .map(|c| {
+            let old = old(&c.name);
+            // Default: waiting to be created, with what the old status knew.
+            let mut st = ContainerStatus {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                state: Some(waiting_state(Some(default_reason), None)),
+                ..Default::default()
+            };
+            if let Some(o) = old {
+                if is_terminated(o.state.as_ref()) {
+                    st = o.clone();
+                } else {
+                    st.restart_count = o.restart_count;
+                    st.last_state = o.last_state.clone();
+                }
+            }
+            let instances = rt.instances(&c.name, kind);
+            if instances.is_empty() {
+                // It ran before and its record vanished: it ended, we do not know how.
+                let default_waiting = st
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .is_some_and(|w| w.reason.as_deref() == Some(default_reason));
+                let had_last = st
+                    .last_state
+                    .as_ref()
+                    .is_some_and(|l| l.terminated.is_some());
+                if old.is_some_and(|o| is_running(o.state.as_ref())) && default_waiting && !had_last
+                {
+                    st.last_state = Some(unknown_terminated(
+                        "The container could not be located when the pod was deleted.  \
+                         The container used to be Running",
+                    ));
+                    if pod.metadata.deletion_timestamp.is_none() {
+                        st.restart_count += 1;
+                    }
+                }
+            }
+            for (i, d) in instances.iter().take(2).enumerate() {
+                let converted = convert(c, d, old);
+                if i == 0 {
+                    st = converted;
+                } else {
+                    st.last_state = converted.state;
+                }
+            }
+            // A container the last sync could not start shows why (upstream's reason
+            // cache), unless it will not be restarted anyway.
+            let newest = instances.first();
+            let done_init = kind == ContainerKind::Init
+                && newest.is_some_and(|d| d.state == ContainerState::Exited && d.exit_code == 0);
+            if !done_init && should_restart(pod, c, kind, rt) {
+                if let Some(w) = inp.waiting.get(&c.name) {
+                    if is_terminated(st.state.as_ref()) {
+                        st.last_state = st.state.clone();
+                    }
+                    st.state = Some(waiting_state(Some(&w.reason), Some(&w.message)));
+                }
+            }
+            readiness(c, kind, &mut st);
+            if st.last_state.is_none() {
+                st.last_state = Some(ApiState::default());
+            }
+            st
+        })
+        .collect()
+}
+
+/// `started` and `ready` as the probe manager sets them when no probe is configured:
+/// started = running; ready = running (app containers and sidecars), or exited 0
+/// (regular init containers).
+fn readiness(c: &Container, kind: ContainerKind, st: &mut ContainerStatus) {
+    let running = is_running(st.state.as_ref());
+    st.started = Some(running);
+    st.ready = if kind == ContainerKind::Init && !labels::is_sidecar(c) {
+        st.state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    } else {
+        running
+    };
+}
+
+/// One runtime instance as an API container status (upstream `convertContainerStatus`).
+fn convert(c: &Container, d: &ContainerDetails, old: Option<&ContainerStatus>) -> ContainerStatus {
+    let mut restart_count = i32::try_from(labels::restart_count(&d.labels)).unwrap_or(i32::MAX);
+    let state = match d.state {
         ContainerState::Running => ApiState {
             running: Some(ContainerStateRunning {
                 started_at: d.started_at.map(k8s_time),
             }),
             ..Default::default()
         },
-        ContainerState::Exited => {
-            let (reason, started, finished) = match d.finished_at {
-                Some(f) if d.oom_killed => ("OOMKilled", d.started_at, Some(f)),
-                Some(f) if d.exit_code == 0 => ("Completed", d.started_at, Some(f)),
-                Some(f) => ("Error", d.started_at, Some(f)),
-                // Never ran: Docker could not start it.
-                None if d.exit_code != 0 => {
-                    ("ContainerCannotRun", Some(d.created), Some(d.created))
-                }
-                None => ("Completed", d.started_at, None),
-            };
-            ApiState {
-                terminated: Some(ContainerStateTerminated {
-                    exit_code: i32::try_from(d.exit_code).unwrap_or(-1),
-                    reason: Some(reason.into()),
-                    message: if d.error.is_empty() {
-                        None
-                    } else {
-                        Some(d.error.clone())
-                    },
-                    started_at: started.map(k8s_time),
-                    finished_at: finished.map(k8s_time),
-                    container_id: Some(format!("docker://{}", d.id)),
-                    signal: None,
-                }),
-                ..Default::default()
-            }
+        // Created but not running: waiting to be running, no reason.
+        ContainerState::Created => waiting_state(None, None),
+        ContainerState::Exited => terminated(d),
+        ContainerState::Unknown if old.is_some_and(|o| is_running(o.state.as_ref())) => {
+            restart_count = old.map_or(0, |o| o.restart_count) + 1;
+            unknown_terminated("The container could not be located when the pod was terminated")
         }
-        ContainerState::Created | ContainerState::Unknown => ApiState {
-            waiting: Some(ContainerStateWaiting {
-                reason: Some("ContainerCreating".into()),
-                message: None,
-            }),
-            ..Default::default()
-        },
+        ContainerState::Unknown => waiting_state(None, None),
+    };
+    ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        image_id: format!("docker://{}", d.image_id),
+        container_id: Some(format!("docker://{}", d.id)),
+        restart_count,
+        state: Some(state),
+        ..Default::default()
     }
 }
 
-/// Upstream's `getPhase`.
-fn phase(
-    restart_policy: &str,
-    inits: &[ContainerStatus],
-    apps: &[ContainerStatus],
-    inits_done: bool,
-) -> String {
-    let st = |s: &ContainerStatus| s.state.clone().unwrap_or_default();
-    let last_failed = |s: &ContainerStatus| {
-        s.last_state
-            .as_ref()
-            .and_then(|l| l.terminated.as_ref())
-            .is_some_and(|t| t.exit_code != 0)
+/// The terminated state of an exited instance (dockershim's reason mapping): OOMKilled,
+/// Completed or Error when it ran; ContainerCannotRun when it never started. The
+/// message is the runtime's error, with the termination message (read by the runtime
+/// manager into `error`) after it.
+fn terminated(d: &ContainerDetails) -> ApiState {
+    let (reason, started, finished) = match d.finished_at {
+        Some(f) if d.oom_killed => ("OOMKilled", d.started_at, Some(f)),
+        Some(f) if d.exit_code == 0 => ("Completed", d.started_at, Some(f)),
+        Some(f) => ("Error", d.started_at, Some(f)),
+        // Never ran: Docker could not start it.
+        None if d.exit_code != 0 => ("ContainerCannotRun", Some(d.created), Some(d.created)),
+        None => ("Completed", d.started_at, None),
     };
-    let mut init_failed = 0;
-    let mut init_pending = 0;
-    for s in inits {
-        let state = st(s);
-        if let Some(t) = &state.terminated {
-            if t.exit_code != 0 {
-                init_failed += 1;
+    ApiState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: i32::try_from(d.exit_code).unwrap_or(-1),
+            reason: Some(reason.into()),
+            message: (!d.error.is_empty()).then(|| d.error.clone()),
+            started_at: started.map(k8s_time),
+            finished_at: finished.map(k8s_time),
+            container_id: Some(format!("docker://{}", d.id)),
+            signal: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Upstream `normalizeStatus`: all termination messages of a pod together stay under
+/// [`MAX_POD_TERMINATION_MESSAGE`], split evenly between the containers.
+fn truncate_termination_messages(pod: &Pod, status: &mut PodStatus) {
+    let n = pod.spec.as_ref().map_or(0, |s| {
+        s.containers.len() + s.init_containers.as_ref().map_or(0, Vec::len)
+    });
+    let per = MAX_POD_TERMINATION_MESSAGE / n.max(1);
+    let cut = |st: &mut Option<ApiState>| {
+        if let Some(m) = st
+            .as_mut()
+            .and_then(|s| s.terminated.as_mut())
+            .and_then(|t| t.message.as_mut())
+        {
+            if m.len() > per {
+                let mut end = per;
+                while !m.is_char_boundary(end) {
+                    end -= 1;
+                }
+                m.truncate(end);
             }
-        } else if state.waiting.is_some() && last_failed(s) {
-            init_failed += 1;
-        } else {
-            init_pending += 1;
+        }
+    };
+    for s in status
+        .init_container_statuses
+        .iter_mut()
+        .flatten()
+        .chain(status.container_statuses.iter_mut().flatten())
+    {
+        cut(&mut s.state);
+        cut(&mut s.last_state);
+    }
+}
+
+/// Upstream `TerminatePod`: once a pod has been stopped for good, every container that
+/// shows no terminated state gets one (`ContainerStatusUnknown`, exit code 137): it was
+/// not seen ending. Run after a kill whose pod keeps a status.
+pub fn terminate(status: &PodStatus) -> PodStatus {
+    let mut s = status.clone();
+    for c in s
+        .init_container_statuses
+        .iter_mut()
+        .flatten()
+        .chain(s.container_statuses.iter_mut().flatten())
+    {
+        if !is_terminated(c.state.as_ref()) {
+            c.state = Some(unknown_terminated(
+                "The container could not be located when the pod was terminated",
+            ));
+            c.ready = false;
+            c.started = Some(false);
         }
     }
-    if !inits_done && init_failed > 0 && restart_policy == "Never" {
-        return "Failed".into();
-    }
+    s
+}
 
-    let (mut running, mut stopped, mut succeeded, mut waiting, mut unknown) = (0, 0, 0, 0, 0);
-    for s in apps {
-        let state = st(s);
-        if state.running.is_some() {
+/// Upstream `getPhase`.
+fn get_phase(
+    pod: &Pod,
+    inits: &[ContainerStatus],
+    apps: &[ContainerStatus],
+    pod_is_terminal: bool,
+    pod_has_initialized: bool,
+) -> String {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let state = |s: &ContainerStatus| s.state.clone().unwrap_or_default();
+    let last_terminated =
+        |s: &ContainerStatus| s.last_state.as_ref().and_then(|l| l.terminated.clone());
+    let (mut pending_sidecars, mut pending_inits, mut failed_init) = (0, 0, 0);
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for c in spec.init_containers.iter().flatten() {
+        let Some(s) = inits.iter().find(|s| s.name == c.name) else {
+            if labels::is_sidecar(c) {
+                unknown += 1;
+            } else {
+                pending_inits += 1;
+            }
+            continue;
+        };
+        let st = state(s);
+        if labels::is_sidecar(c) {
+            if st.running.is_some() {
+                if s.started != Some(true) {
+                    pending_sidecars += 1;
+                }
+                running += 1;
+            } else if st.terminated.is_some() {
+                // A stopped sidecar is ignored.
+            } else if st.waiting.is_some() {
+                if last_terminated(s).is_none() {
+                    pending_sidecars += 1;
+                }
+            } else {
+                pending_sidecars += 1;
+                unknown += 1;
+            }
+        } else if st.running.is_some() {
+            pending_inits += 1;
+        } else if let Some(t) = &st.terminated {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else if st.waiting.is_some() {
+            match last_terminated(s) {
+                Some(t) if t.exit_code != 0 => failed_init += 1,
+                Some(_) => {}
+                None => pending_inits += 1,
+            }
+        } else {
+            pending_inits += 1;
+        }
+    }
+    for c in &spec.containers {
+        let Some(s) = apps.iter().find(|s| s.name == c.name) else {
+            unknown += 1;
+            continue;
+        };
+        let st = state(s);
+        if st.running.is_some() {
             running += 1;
-        } else if let Some(t) = &state.terminated {
+        } else if let Some(t) = &st.terminated {
             stopped += 1;
             if t.exit_code == 0 {
                 succeeded += 1;
             }
-        } else if state.waiting.is_some() {
-            let last = s.last_state.as_ref().and_then(|l| l.terminated.as_ref());
-            if let Some(t) = last {
+        } else if st.waiting.is_some() {
+            if last_terminated(s).is_some() {
                 stopped += 1;
-                if t.exit_code == 0 {
-                    succeeded += 1;
-                }
             } else {
                 waiting += 1;
             }
@@ -408,20 +672,28 @@ fn phase(
             unknown += 1;
         }
     }
-    if !inits_done && (init_pending > 0 || init_failed > 0) {
-        return "Pending".into();
+    if failed_init > 0 && policy == "Never" {
+        return "Failed".into();
     }
-    if waiting > 0 {
+    if pending_inits > 0 || (pending_sidecars > 0 && !pod_has_initialized) || waiting > 0 {
         return "Pending".into();
     }
     if running > 0 && unknown == 0 {
         return "Running".into();
     }
     if running == 0 && stopped > 0 && unknown == 0 {
-        return match restart_policy {
-            "Never" if succeeded == stopped => "Succeeded",
+        if pod_is_terminal && !is_static(pod) {
+            return if stopped == succeeded {
+                "Succeeded"
+            } else {
+                "Failed"
+            }
+            .into();
+        }
+        return match policy {
+            "Always" => "Running",
+            _ if stopped == succeeded => "Succeeded",
             "Never" => "Failed",
-            "OnFailure" if succeeded == stopped => "Succeeded",
             _ => "Running",
         }
         .into();
@@ -429,43 +701,61 @@ fn phase(
     "Pending".into()
 }
 
-/// The pod's QoS class (`pkg/apis/core/v1/helper/qos`): Guaranteed when every container
-/// has CPU and memory limits equal to its requests, BestEffort when none has any
-/// request or limit, Burstable otherwise.
+/// A static pod (from a file or URL): upstream keeps its phase out of `podIsTerminal`.
+fn is_static(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kubernetes.io/config.source"))
+        .is_some_and(|s| s != "api")
+}
+
+/// The pod's QoS class (upstream `qos.ComputePodQOS`): requests and limits of CPU and
+/// memory summed over app and init containers (a missing request defaults to its limit,
+/// as API defaulting does); BestEffort when there are none; Guaranteed when every
+/// container limits both and the sums of requests equal the sums of limits; Burstable
+/// otherwise.
 pub fn qos_class(pod: &Pod) -> &'static str {
     let Some(spec) = &pod.spec else {
         return "BestEffort";
     };
-    let all = spec
+    let mut requests: BTreeMap<&str, i128> = BTreeMap::new();
+    let mut limits: BTreeMap<&str, i128> = BTreeMap::new();
+    let mut guaranteed = true;
+    for c in spec
         .init_containers
         .iter()
         .flatten()
-        .chain(spec.containers.iter());
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in all {
+        .chain(&spec.containers)
+    {
         let res = c.resources.clone().unwrap_or_default();
-        let requests = res.requests.unwrap_or_default();
-        let limits = res.limits.unwrap_or_default();
+        let req = res.requests.unwrap_or_default();
+        let lim = res.limits.unwrap_or_default();
         let get =
             |m: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-             k: &str| { m.get(k).and_then(|q| crate::quantity::parse_milli(&q.0)) };
+             k: &str| {
+                m.get(k)
+                    .and_then(|q| crate::quantity::parse_milli(&q.0))
+                    .filter(|v| *v > 0)
+            };
+        let mut limited = 0;
         for r in ["cpu", "memory"] {
-            let req = get(&requests, r);
-            let lim = get(&limits, r);
-            if req.is_some_and(|v| v != 0) || lim.is_some_and(|v| v != 0) {
-                any = true;
+            let l = get(&lim, r);
+            if let Some(v) = get(&req, r).or(l) {
+                *requests.entry(r).or_default() += v;
             }
-            match (req, lim) {
-                (_, None) => guaranteed = false,
-                (Some(a), Some(b)) if a != b => guaranteed = false,
-                _ => {}
+            if let Some(v) = l {
+                *limits.entry(r).or_default() += v;
+                limited += 1;
             }
         }
+        if limited < 2 {
+            guaranteed = false;
+        }
     }
-    if !any {
+    if requests.is_empty() && limits.is_empty() {
         "BestEffort"
-    } else if guaranteed {
+    } else if guaranteed && requests == limits {
         "Guaranteed"
     } else {
         "Burstable"
@@ -484,22 +774,39 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
     }
 
+    fn container(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some("img".into()),
+            ..Default::default()
+        }
+    }
+
     fn pod(names: &[&str], policy: &str) -> Pod {
         Pod {
             spec: Some(PodSpec {
                 restart_policy: Some(policy.into()),
-                containers: names
-                    .iter()
-                    .map(|n| Container {
-                        name: (*n).into(),
-                        image: Some("img".into()),
-                        ..Default::default()
-                    })
-                    .collect(),
+                containers: names.iter().map(|n| container(n)).collect(),
                 ..Default::default()
             }),
             ..Default::default()
         }
+    }
+
+    /// `inits`: (name, sidecar).
+    fn with_inits(mut p: Pod, inits: &[(&str, bool)]) -> Pod {
+        if let Some(s) = p.spec.as_mut() {
+            s.init_containers = Some(
+                inits
+                    .iter()
+                    .map(|(n, sidecar)| Container {
+                        restart_policy: sidecar.then(|| "Always".to_string()),
+                        ..container(n)
+                    })
+                    .collect(),
+            );
+        }
+        p
     }
 
     fn ctr(
@@ -513,6 +820,7 @@ mod tests {
         l.insert(labels::CONTAINER_NAME.to_string(), name.to_string());
         l.insert(labels::RESTART_COUNT.to_string(), restarts.to_string());
         l.insert(labels::CONTAINER_TYPE.to_string(), "container".to_string());
+        l.insert(labels::SANDBOX_ID.to_string(), "sb".to_string());
         ContainerDetails {
             id: format!("{name}-{restarts}"),
             name: name.into(),
@@ -532,11 +840,31 @@ mod tests {
         }
     }
 
+    fn init(name: &str, state: ContainerState, exit: i64, created: u64) -> ContainerDetails {
+        let mut d = ctr(name, state, exit, 0, created);
+        d.labels
+            .insert(labels::CONTAINER_TYPE.to_string(), "init".to_string());
+        d
+    }
+
     fn sandbox() -> ContainerDetails {
         let mut s = ctr("POD", ContainerState::Running, 0, 0, 0);
+        s.id = "sb".into();
+        s.name = labels::sandbox_name("p", "default", "u", 0);
         s.ip_address = "172.17.0.5".into();
         s.network_mode = "default".into();
+        s.labels
+            .insert(labels::DOCKER_TYPE.into(), labels::TYPE_SANDBOX.into());
         s
+    }
+
+    fn rt(containers: Vec<ContainerDetails>) -> RuntimePod {
+        let mut containers = containers;
+        containers.sort_by_key(|c| std::cmp::Reverse(c.created));
+        RuntimePod {
+            sandboxes: vec![sandbox()],
+            containers,
+        }
     }
 
     fn gen(
@@ -553,6 +881,7 @@ mod tests {
                 previous: prev,
                 host_ip: "10.0.0.1",
                 now: t(100),
+                pod_is_terminal: false,
             },
         )
     }
@@ -564,16 +893,20 @@ mod tests {
             .expect("condition present")
     }
 
+    fn waiting_reason(s: &ContainerStatus) -> Option<String> {
+        s.state
+            .as_ref()
+            .and_then(|st| st.waiting.as_ref())
+            .and_then(|w| w.reason.clone())
+    }
+
     #[test]
     fn two_running_containers_make_a_running_ready_pod() {
         let p = pod(&["b", "a"], "Always");
-        let rt = RuntimePod {
-            sandboxes: vec![sandbox()],
-            containers: vec![
-                ctr("a", ContainerState::Running, 0, 0, 1),
-                ctr("b", ContainerState::Running, 0, 2, 1),
-            ],
-        };
+        let rt = rt(vec![
+            ctr("a", ContainerState::Running, 0, 0, 1),
+            ctr("b", ContainerState::Running, 0, 2, 1),
+        ]);
         let s = gen(&p, &rt, &BTreeMap::new(), None);
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(s.pod_ip.as_deref(), Some("172.17.0.5"));
@@ -585,10 +918,25 @@ mod tests {
             ["a", "b"]
         );
         assert_eq!(cs[1].restart_count, 2);
-        assert!(cs.iter().all(|c| c.ready));
+        assert!(cs.iter().all(|c| c.ready && c.started == Some(true)));
         assert_eq!(cs[0].container_id.as_deref(), Some("docker://a-0"));
-        assert_eq!(cond(&s, "Ready").status, "True");
-        assert_eq!(cond(&s, "PodReadyToStartContainers").status, "True");
+        let types: Vec<&str> = s
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "PodReadyToStartContainers",
+                "Initialized",
+                "Ready",
+                "ContainersReady",
+                "PodScheduled"
+            ]
+        );
+        assert!(s.conditions.iter().flatten().all(|c| c.status == "True"));
     }
 
     #[test]
@@ -596,32 +944,190 @@ mod tests {
         let p = pod(&["a"], "Always");
         let s = gen(&p, &RuntimePod::default(), &BTreeMap::new(), None);
         assert_eq!(s.phase.as_deref(), Some("Pending"));
-        let st = s.container_statuses.expect("statuses")[0]
-            .state
-            .clone()
-            .expect("state");
+        let c = &s.container_statuses.as_ref().expect("statuses")[0];
+        assert_eq!(waiting_reason(c).as_deref(), Some("ContainerCreating"));
+        assert_eq!(cond(&s, "PodReadyToStartContainers").status, "False");
+        let ready = cond(&s, "Ready");
+        assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
         assert_eq!(
-            st.waiting.and_then(|w| w.reason).as_deref(),
-            Some("ContainerCreating")
+            ready.message.as_deref(),
+            Some("containers with unready status: [a]")
         );
+    }
+
+    #[test]
+    fn init_containers_show_pod_initializing_and_initialized_false() {
+        let p = with_inits(pod(&["app"], "Always"), &[("i1", false), ("i2", false)]);
+        let rt = rt(vec![init("i1", ContainerState::Running, 0, 1)]);
+        let s = gen(&p, &rt, &BTreeMap::new(), None);
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        let app = &s.container_statuses.as_ref().expect("apps")[0];
+        assert_eq!(waiting_reason(app).as_deref(), Some("PodInitializing"));
+        let inits = s.init_container_statuses.as_ref().expect("inits");
         assert_eq!(
-            cond(
-                &gen(&p, &RuntimePod::default(), &BTreeMap::new(), None),
-                "Ready"
-            )
-            .reason
-            .as_deref(),
-            Some("ContainersNotReady")
+            waiting_reason(&inits[1]).as_deref(),
+            Some("PodInitializing")
+        );
+        let c = cond(&s, "Initialized");
+        assert_eq!(c.status, "False");
+        assert_eq!(c.reason.as_deref(), Some("ContainersNotInitialized"));
+        assert_eq!(
+            c.message.as_deref(),
+            Some("containers with incomplete status: [i1 i2]")
+        );
+        // Done inits are ready; the pod is initialized once the app container runs.
+        let rt = super::tests::rt(vec![
+            init("i1", ContainerState::Exited, 0, 1),
+            init("i2", ContainerState::Exited, 0, 3),
+            ctr("app", ContainerState::Running, 0, 0, 5),
+        ]);
+        let s = gen(&p, &rt, &BTreeMap::new(), None);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&s, "Initialized").status, "True");
+        let inits = s.init_container_statuses.as_ref().expect("inits");
+        assert!(inits.iter().all(|i| i.ready && i.started == Some(false)));
+        let t0 = inits[0].state.as_ref().and_then(|s| s.terminated.as_ref());
+        assert_eq!(t0.and_then(|t| t.reason.as_deref()), Some("Completed"));
+    }
+
+    /// Table: the phase for each restart policy and the states of init, sidecar and app
+    /// containers (upstream `getPhase`).
+    #[test]
+    fn phase_table() {
+        use ContainerState::{Exited, Running};
+        struct Case {
+            policy: &'static str,
+            inits: &'static [(&'static str, bool)],
+            running: &'static [(&'static str, ContainerState, i64, bool)],
+            want: &'static str,
+        }
+        let cases = [
+            // policy, init spec, (name, state, exit, is_init) instances
+            Case {
+                policy: "Always",
+                inits: &[],
+                running: &[("a", Exited, 0, false)],
+                want: "Running",
+            },
+            Case {
+                policy: "Never",
+                inits: &[],
+                running: &[("a", Exited, 0, false)],
+                want: "Succeeded",
+            },
+            Case {
+                policy: "Never",
+                inits: &[],
+                running: &[("a", Exited, 2, false)],
+                want: "Failed",
+            },
+            Case {
+                policy: "OnFailure",
+                inits: &[],
+                running: &[("a", Exited, 0, false)],
+                want: "Succeeded",
+            },
+            Case {
+                policy: "OnFailure",
+                inits: &[],
+                running: &[("a", Exited, 1, false)],
+                want: "Running",
+            },
+            Case {
+                policy: "Never",
+                inits: &[("i", false)],
+                running: &[("i", Exited, 1, true)],
+                want: "Failed",
+            },
+            Case {
+                policy: "Always",
+                inits: &[("i", false)],
+                running: &[("i", Exited, 1, true)],
+                want: "Pending",
+            },
+            Case {
+                policy: "Always",
+                inits: &[("i", false)],
+                running: &[("i", Running, 0, true)],
+                want: "Pending",
+            },
+            // A running sidecar and a finished app under Never: Succeeded needs the
+            // sidecar stopped; while it runs the pod is Running.
+            Case {
+                policy: "Never",
+                inits: &[("s", true)],
+                running: &[("s", Running, 0, true), ("a", Exited, 0, false)],
+                want: "Running",
+            },
+            Case {
+                policy: "Never",
+                inits: &[("s", true)],
+                running: &[("s", Exited, 143, true), ("a", Exited, 0, false)],
+                want: "Succeeded",
+            },
+            // A sidecar running, the app not yet created: still initializing.
+            Case {
+                policy: "Always",
+                inits: &[("s", true)],
+                running: &[("s", Running, 0, true)],
+                want: "Pending",
+            },
+            Case {
+                policy: "Always",
+                inits: &[("s", true)],
+                running: &[("s", Running, 0, true), ("a", Running, 0, false)],
+                want: "Running",
+            },
+        ];
+        for (i, c) in cases.iter().enumerate() {
+            let p = with_inits(pod(&["a"], c.policy), c.inits);
+            let cs = c
+                .running
+                .iter()
+                .enumerate()
+                .map(|(k, (n, st, exit, is_init))| {
+                    let k = u64::try_from(k).unwrap_or(0) * 3;
+                    if *is_init {
+                        init(n, *st, *exit, k)
+                    } else {
+                        ctr(n, *st, *exit, 0, k)
+                    }
+                })
+                .collect();
+            let s = gen(&p, &rt(cs), &BTreeMap::new(), None);
+            assert_eq!(s.phase.as_deref(), Some(c.want), "case {i}");
+        }
+    }
+
+    #[test]
+    fn sidecar_counts_for_readiness_and_initialized_once_started() {
+        let p = with_inits(pod(&["app"], "Always"), &[("side", true)]);
+        let rt1 = rt(vec![init("side", ContainerState::Running, 0, 1)]);
+        let s = gen(&p, &rt1, &BTreeMap::new(), None);
+        assert_eq!(cond(&s, "Initialized").status, "True", "sidecar started");
+        assert_eq!(
+            cond(&s, "ContainersReady").message.as_deref(),
+            Some("containers with unready status: [app]")
+        );
+        let rt2 = rt(vec![
+            init("side", ContainerState::Exited, 1, 1),
+            ctr("app", ContainerState::Running, 0, 0, 5),
+        ]);
+        let s = gen(&p, &rt2, &BTreeMap::new(), None);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(
+            cond(&s, "Ready").message.as_deref(),
+            Some("containers with unready status: [side]")
         );
     }
 
     #[test]
     fn backoff_shows_waiting_with_the_dead_instance_as_last_state() {
         let p = pod(&["a"], "Always");
-        let rt = RuntimePod {
-            sandboxes: vec![sandbox()],
-            containers: vec![ctr("a", ContainerState::Exited, 1, 3, 1)],
-        };
+        let rt = rt(vec![
+            ctr("a", ContainerState::Exited, 1, 3, 10),
+            ctr("a", ContainerState::Exited, 1, 2, 1),
+        ]);
         let mut w = BTreeMap::new();
         w.insert(
             "a".to_string(),
@@ -632,11 +1138,7 @@ mod tests {
         );
         let s = gen(&p, &rt, &w, None);
         let c = &s.container_statuses.expect("statuses")[0];
-        let st = c.state.clone().expect("state");
-        assert_eq!(
-            st.waiting.and_then(|w| w.reason).as_deref(),
-            Some("CrashLoopBackOff")
-        );
+        assert_eq!(waiting_reason(c).as_deref(), Some("CrashLoopBackOff"));
         let last = c
             .last_state
             .clone()
@@ -644,67 +1146,79 @@ mod tests {
             .expect("last state");
         assert_eq!(last.exit_code, 1);
         assert_eq!(last.reason.as_deref(), Some("Error"));
+        assert_eq!(last.container_id.as_deref(), Some("docker://a-3"));
         assert_eq!(c.restart_count, 3);
         // A crash-looping pod with restartPolicy Always is Running, as upstream.
         assert_eq!(s.phase.as_deref(), Some("Running"));
     }
 
     #[test]
-    fn phases_by_restart_policy() {
-        for (policy, exit, want) in [
-            ("Never", 0, "Succeeded"),
-            ("Never", 2, "Failed"),
-            ("OnFailure", 0, "Succeeded"),
-            ("Always", 0, "Running"),
-        ] {
-            let p = pod(&["a"], policy);
-            let rt = RuntimePod {
-                sandboxes: vec![],
-                containers: vec![ctr("a", ContainerState::Exited, exit, 0, 1)],
-            };
-            let s = gen(&p, &rt, &BTreeMap::new(), None);
-            assert_eq!(s.phase.as_deref(), Some(want), "{policy} exit {exit}");
-        }
-    }
-
-    #[test]
-    fn terminal_phase_is_sticky() {
+    fn terminal_phase_is_sticky_and_keeps_its_reason() {
         let p = pod(&["a"], "Always");
         let prev = PodStatus {
             phase: Some("Failed".into()),
+            reason: Some("DeadlineExceeded".into()),
             ..Default::default()
         };
-        let rt = RuntimePod {
-            sandboxes: vec![sandbox()],
-            containers: vec![ctr("a", ContainerState::Running, 0, 0, 1)],
+        let rt = rt(vec![ctr("a", ContainerState::Running, 0, 0, 1)]);
+        let s = gen(&p, &rt, &BTreeMap::new(), Some(&prev));
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        assert_eq!(s.reason.as_deref(), Some("DeadlineExceeded"));
+    }
+
+    #[test]
+    fn active_deadline_fails_the_pod() {
+        let mut p = pod(&["a"], "Always");
+        if let Some(s) = p.spec.as_mut() {
+            s.active_deadline_seconds = Some(30);
+        }
+        let rt = rt(vec![ctr("a", ContainerState::Running, 0, 0, 1)]);
+        let young = PodStatus {
+            start_time: Some(k8s_time(t(80))),
+            ..Default::default()
         };
         assert_eq!(
-            gen(&p, &rt, &BTreeMap::new(), Some(&prev)).phase.as_deref(),
-            Some("Failed")
+            gen(&p, &rt, &BTreeMap::new(), Some(&young))
+                .phase
+                .as_deref(),
+            Some("Running")
         );
+        let old = PodStatus {
+            start_time: Some(k8s_time(t(70))),
+            ..Default::default()
+        };
+        let s = gen(&p, &rt, &BTreeMap::new(), Some(&old));
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        assert_eq!(s.reason.as_deref(), Some("DeadlineExceeded"));
+        assert_eq!(
+            s.message.as_deref(),
+            Some("Pod was active on the node longer than the specified deadline")
+        );
+        assert_eq!(cond(&s, "Ready").reason.as_deref(), Some("PodFailed"));
+        assert!(past_active_deadline(&p, Some(t(70)), t(100)));
+        assert!(!past_active_deadline(&p, Some(t(71)), t(100)));
+        assert!(!past_active_deadline(
+            &pod(&["a"], "Always"),
+            Some(t(0)),
+            t(100)
+        ));
     }
 
     #[test]
     fn transition_time_kept_while_status_unchanged() {
         let p = pod(&["a"], "Always");
-        let rt = RuntimePod {
-            sandboxes: vec![sandbox()],
-            containers: vec![ctr("a", ContainerState::Running, 0, 0, 1)],
-        };
-        let mut first = gen(&p, &rt, &BTreeMap::new(), None);
+        let rt1 = rt(vec![ctr("a", ContainerState::Running, 0, 0, 1)]);
+        let mut first = gen(&p, &rt1, &BTreeMap::new(), None);
         // Pretend the first status was computed long ago.
         for c in first.conditions.iter_mut().flatten() {
             c.last_transition_time = Some(k8s_time(t(5)));
         }
-        let second = gen(&p, &rt, &BTreeMap::new(), Some(&first));
+        let second = gen(&p, &rt1, &BTreeMap::new(), Some(&first));
         assert_eq!(
             cond(&second, "Ready").last_transition_time,
             Some(k8s_time(t(5)))
         );
-        let rt_dead = RuntimePod {
-            sandboxes: vec![sandbox()],
-            containers: vec![ctr("a", ContainerState::Exited, 1, 0, 1)],
-        };
+        let rt_dead = rt(vec![ctr("a", ContainerState::Exited, 1, 0, 1)]);
         let third = gen(&p, &rt_dead, &BTreeMap::new(), Some(&first));
         assert_eq!(cond(&third, "Ready").status, "False");
         assert_eq!(
@@ -714,41 +1228,117 @@ mod tests {
     }
 
     #[test]
+    fn a_vanished_running_container_ends_as_status_unknown() {
+        let p = pod(&["a"], "Always");
+        let running = gen(
+            &p,
+            &rt(vec![ctr("a", ContainerState::Running, 0, 4, 1)]),
+            &BTreeMap::new(),
+            None,
+        );
+        let s = gen(&p, &rt(vec![]), &BTreeMap::new(), Some(&running));
+        let c = &s.container_statuses.as_ref().expect("statuses")[0];
+        let last = c
+            .last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .expect("last state");
+        assert_eq!(last.reason.as_deref(), Some("ContainerStatusUnknown"));
+        assert_eq!(last.exit_code, 137);
+        assert_eq!(c.restart_count, 5);
+        // TerminatePod: whatever is not terminated becomes ContainerStatusUnknown.
+        let done = terminate(&running);
+        let t = done.container_statuses.as_ref().expect("statuses")[0]
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.clone())
+            .expect("terminated");
+        assert_eq!(t.reason.as_deref(), Some("ContainerStatusUnknown"));
+        assert_eq!(
+            t.message.as_deref(),
+            Some("The container could not be located when the pod was terminated")
+        );
+    }
+
+    #[test]
     fn oom_and_cannot_run_reasons() {
         let mut d = ctr("a", ContainerState::Exited, 137, 0, 1);
         d.oom_killed = true;
         assert_eq!(
-            api_state(&d).terminated.and_then(|t| t.reason).as_deref(),
+            terminated(&d).terminated.and_then(|t| t.reason).as_deref(),
             Some("OOMKilled")
         );
         let mut d = ctr("a", ContainerState::Exited, 127, 0, 1);
         d.finished_at = None;
         d.error = "exec: \"nope\": executable file not found".into();
-        let t = api_state(&d).terminated.expect("terminated");
+        let t = terminated(&d).terminated.expect("terminated");
         assert_eq!(t.reason.as_deref(), Some("ContainerCannotRun"));
         assert!(t.message.is_some());
     }
 
     #[test]
+    fn termination_messages_share_twelve_kib_per_pod() {
+        let p = pod(&["a", "b", "c"], "Never");
+        let mut d = ctr("a", ContainerState::Exited, 1, 0, 1);
+        d.error = "x".repeat(6000);
+        let s = gen(&p, &rt(vec![d]), &BTreeMap::new(), None);
+        let c = &s.container_statuses.as_ref().expect("statuses")[0];
+        let msg = c
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.message.clone())
+            .expect("message");
+        assert_eq!(msg.len(), 4096);
+    }
+
+    #[test]
     fn qos_classes() {
-        let mut p = pod(&["a"], "Always");
-        assert_eq!(qos_class(&p), "BestEffort");
         let q = |s: &str| Quantity(s.into());
         let res = |req: &[(&str, &str)], lim: &[(&str, &str)]| ResourceRequirements {
             requests: Some(req.iter().map(|(k, v)| (k.to_string(), q(v))).collect()),
             limits: Some(lim.iter().map(|(k, v)| (k.to_string(), q(v))).collect()),
             ..Default::default()
         };
+        let with = |r: Vec<ResourceRequirements>| {
+            let names: Vec<String> = (0..r.len()).map(|i| format!("c{i}")).collect();
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let mut p = pod(&refs, "Always");
+            if let Some(s) = p.spec.as_mut() {
+                for (c, r) in s.containers.iter_mut().zip(r) {
+                    c.resources = Some(r);
+                }
+            }
+            qos_class(&p)
+        };
+        assert_eq!(with(vec![]), "BestEffort");
+        assert_eq!(with(vec![res(&[("cpu", "0")], &[])]), "BestEffort");
+        assert_eq!(with(vec![res(&[("cpu", "100m")], &[])]), "Burstable");
+        assert_eq!(
+            with(vec![res(
+                &[("cpu", "0.1"), ("memory", "64Mi")],
+                &[("cpu", "100m"), ("memory", "64Mi")]
+            )]),
+            "Guaranteed"
+        );
+        // Requests default to limits.
+        assert_eq!(
+            with(vec![res(&[], &[("cpu", "1"), ("memory", "1Gi")])]),
+            "Guaranteed"
+        );
+        // Every container must limit both.
+        assert_eq!(
+            with(vec![
+                res(&[], &[("cpu", "1"), ("memory", "1Gi")]),
+                res(&[], &[("cpu", "1")])
+            ]),
+            "Burstable"
+        );
+        // An init container counts too.
+        let mut p = with_inits(pod(&["a"], "Always"), &[("i", false)]);
         if let Some(s) = p.spec.as_mut() {
-            s.containers[0].resources = Some(res(&[("cpu", "100m")], &[]));
+            s.containers[0].resources = Some(res(&[], &[("cpu", "1"), ("memory", "1Gi")]));
         }
         assert_eq!(qos_class(&p), "Burstable");
-        if let Some(s) = p.spec.as_mut() {
-            s.containers[0].resources = Some(res(
-                &[("cpu", "0.1"), ("memory", "64Mi")],
-                &[("cpu", "100m"), ("memory", "64Mi")],
-            ));
-        }
-        assert_eq!(qos_class(&p), "Guaranteed");
     }
 }

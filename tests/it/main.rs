@@ -8,3 +8,4 @@ mod kubelet;
 mod apiserver;
 mod etcd;
 mod sources;
+mod lifecycle;

@@ -1,0 +1,230 @@
+//! Container lifecycle hooks (upstream `pkg/kubelet/lifecycle/handlers.go`,
+//! `handlerRunner.Run`): postStart and preStop handlers of the three kinds: `exec` (a
+//! command in the container, failing on a non-zero exit), `httpGet` (a GET to the pod,
+//! failing only when no answer comes: upstream ignores the status code) and `sleep`.
+//!
+//! Every handler runs within a timeout: preStop within what is left of the grace period,
+//! postStart within [`POST_START_TIMEOUT`]. The messages are upstream's, because users
+//! search logs for them.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::actions::format_pod;
+use crate::runtime::Runtime;
+
+/// Upstream runs postStart without a timeout, so a hung hook holds the pod's sync for
+/// ever. Two minutes leaves slow hooks room while bounding the pod worker it blocks.
+pub const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Upstream's lifecycle hooks send this User-Agent (`kube-lifecycle/<version>`).
+const USER_AGENT: &str = "kube-lifecycle/rkubelet";
+
+/// Where an `httpGet` handler without a host goes.
+#[derive(Clone, Debug)]
+pub struct HookTarget<'a> {
+    /// The container's runtime ID (for `exec`).
+    pub container_id: &'a str,
+    /// The pod's IP ("" when the pod has none yet).
+    pub pod_ip: &'a str,
+}
+
+/// Runs one handler; Err(message) as upstream words it when the handler failed.
+pub fn run(
+    runtime: &dyn Runtime,
+    pod: &Pod,
+    c: &Container,
+    handler: &LifecycleHandler,
+    target: &HookTarget<'_>,
+    timeout: Duration,
+) -> Result<(), String> {
+    if let Some(exec) = &handler.exec {
+        let cmd = exec.command.clone().unwrap_or_default();
+        let failed = |error: String, output: &[u8]| {
+            format!(
+                "Exec lifecycle hook ([{}]) for Container {:?} in Pod {:?} failed - error: {error}, message: {:?}",
+                cmd.join(" "),
+                c.name,
+                format_pod(pod),
+                String::from_utf8_lossy(output)
+            )
+        };
+        return match runtime.exec(target.container_id, &cmd, timeout) {
+            Ok(r) if r.exit_code == 0 => Ok(()),
+            Ok(r) => {
+                let mut out = r.stdout;
+                out.extend_from_slice(&r.stderr);
+                Err(failed(
+                    format!("command '{}' exited with {}", cmd.join(" "), r.exit_code),
+                    &out,
+                ))
+            }
+            Err(e) => Err(failed(crate::loops::error_chain(&e), b"")),
+        };
+    }
+    if let Some(get) = &handler.http_get {
+        let path = get.path.clone().unwrap_or_default();
+        return http_get(c, get, target, timeout).map_err(|error| {
+            format!(
+                "HTTP lifecycle hook ({path}) for Container {:?} in Pod {:?} failed - error: {error}",
+                c.name,
+                format_pod(pod)
+            )
+        });
+    }
+    if let Some(sleep) = &handler.sleep {
+        let want = Duration::from_secs(sleep.seconds.max(0).unsigned_abs());
+        sleep_until(Instant::now() + want.min(timeout));
+        return Ok(());
+    }
+    Err(format!(
+        "Cannot run handler: invalid handler: {}",
+        serde_json::to_string(handler).unwrap_or_default()
+    ))
+}
+
+/// Sleeps until `t` (the `sleep` action: nothing to wait on but time itself).
+fn sleep_until(t: Instant) {
+    let left = t.saturating_duration_since(Instant::now());
+    if !left.is_zero() {
+        std::thread::sleep(left);
+    }
+}
+
+/// The port of an `httpGet` handler: a number, or the name of a container port
+/// (upstream `resolvePort`).
+pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+    let n = match port {
+        IntOrString::Int(n) => i64::from(*n),
+        IntOrString::String(s) if s.is_empty() => 80,
+        IntOrString::String(s) => match s.parse::<i64>() {
+            Ok(n) => n,
+            Err(_) => c
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some(s.as_str()))
+                .map(|p| i64::from(p.container_port))
+                .ok_or_else(|| format!("couldn't find port: {s} in container {}", c.name))?,
+        },
+    };
+    u16::try_from(n).map_err(|_| format!("invalid port {n}"))
+}
+
+/// The URL of an `httpGet` handler (upstream `NewRequestForHTTPGetAction`).
+pub fn http_url(
+    c: &Container,
+    get: &k8s_openapi::api::core::v1::HTTPGetAction,
+    pod_ip: &str,
+) -> Result<String, String> {
+    let host = get
+        .host
+        .clone()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| pod_ip.to_string());
+    if host.is_empty() {
+        return Err("failed to find networking container: the pod has no IP".into());
+    }
+    let scheme = get.scheme.as_deref().unwrap_or("HTTP").to_ascii_lowercase();
+    let port = resolve_port(&get.port, c)?;
+    let path = get.path.clone().unwrap_or_default();
+    let path = path.strip_prefix('/').unwrap_or(&path);
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    Ok(format!("{scheme}://{host}:{port}/{path}"))
+}
+
+fn http_get(
+    c: &Container,
+    get: &k8s_openapi::api::core::v1::HTTPGetAction,
+    target: &HookTarget<'_>,
+    timeout: Duration,
+) -> Result<(), String> {
+    let url = http_url(c, get, target.pod_ip)?;
+    if url.starts_with("https://") {
+        // ureq is built without TLS in this tree (no TLS stack in the dependency set).
+        return Err("https lifecycle hooks are not supported by rkubelet".into());
+    }
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        // Upstream's hook succeeds on any answer, whatever its status code.
+        .http_status_as_error(false)
+        .user_agent(USER_AGENT)
+        .build()
+        .into();
+    let mut req = agent.get(&url).header("Accept", "*/*");
+    for h in get.http_headers.iter().flatten() {
+        req = req.header(h.name.as_str(), h.value.as_str());
+    }
+    match req.call() {
+        Ok(mut resp) => {
+            // Read (a bounded amount of) the body so the server sees a complete exchange.
+            let _ = resp.body_mut().with_config().limit(10 * 1024).read_to_vec();
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerPort, HTTPGetAction};
+
+    fn container() -> Container {
+        Container {
+            name: "web".into(),
+            ports: Some(vec![ContainerPort {
+                name: Some("http".into()),
+                container_port: 8080,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ports_resolve_by_number_or_name() {
+        let c = container();
+        assert_eq!(resolve_port(&IntOrString::Int(81), &c), Ok(81));
+        assert_eq!(resolve_port(&IntOrString::String("82".into()), &c), Ok(82));
+        assert_eq!(
+            resolve_port(&IntOrString::String("http".into()), &c),
+            Ok(8080)
+        );
+        assert_eq!(
+            resolve_port(&IntOrString::String(String::new()), &c),
+            Ok(80)
+        );
+        assert!(resolve_port(&IntOrString::String("nope".into()), &c).is_err());
+        assert!(resolve_port(&IntOrString::Int(70000), &c).is_err());
+    }
+
+    #[test]
+    fn urls_default_to_the_pod_ip() {
+        let c = container();
+        let get = HTTPGetAction {
+            path: Some("/hook".into()),
+            port: IntOrString::String("http".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            http_url(&c, &get, "172.17.0.4").as_deref(),
+            Ok("http://172.17.0.4:8080/hook")
+        );
+        let get = HTTPGetAction {
+            host: Some("::1".into()),
+            scheme: Some("HTTPS".into()),
+            port: IntOrString::Int(443),
+            ..Default::default()
+        };
+        assert_eq!(http_url(&c, &get, "").as_deref(), Ok("https://[::1]:443/"));
+        let get = HTTPGetAction::default();
+        assert!(http_url(&c, &get, "").is_err());
+    }
+}
