@@ -26,6 +26,7 @@ pub mod kubelet;
 pub mod pod_workers;
 pub mod kuberuntime;
 pub mod images;
+pub mod volume;
 pub mod pleg;
 pub mod status;
 pub mod health;

@@ -44,6 +44,12 @@ pub struct Flags {
     pub file_check_frequency: Option<Duration>,
     /// `--v` / `-v`.
     pub verbosity: Option<u8>,
+    /// `--cluster-dns` (repeatable, comma-separated).
+    pub cluster_dns: Option<Vec<String>>,
+    /// `--cluster-domain`.
+    pub cluster_domain: Option<String>,
+    /// `--resolv-conf`; "" disables it.
+    pub resolv_conf: Option<String>,
 }
 
 /// What the command line asks for.
@@ -149,6 +155,26 @@ const SPECS: &[Spec] = &[
         value: Some("duration"),
         help: "Time between two full reads of --pod-manifest-path (changes are also \
                picked up at once through inotify).",
+    },
+    Spec {
+        name: "cluster-dns",
+        short: None,
+        value: Some("ips"),
+        help: "Comma-separated nameserver IPs of pods with dnsPolicy ClusterFirst. Without \
+               it such pods get the node's resolver (the Default policy).",
+    },
+    Spec {
+        name: "cluster-domain",
+        short: None,
+        value: Some("domain"),
+        help: "The cluster's DNS domain, e.g. cluster.local: search paths and pod FQDNs.",
+    },
+    Spec {
+        name: "resolv-conf",
+        short: None,
+        value: Some("file"),
+        help: "Resolver file that pods with dnsPolicy Default get (default /etc/resolv.conf); \
+               empty: none.",
     },
     Spec {
         name: "v",
@@ -292,6 +318,15 @@ fn set(f: &mut Flags, name: &str, v: &str) -> Result<(), String> {
         "sync-frequency" => f.sync_frequency = Some(period(v)?),
         "file-check-frequency" => f.file_check_frequency = Some(period(v)?),
         "v" => f.verbosity = Some(verbosity(v)?),
+        "cluster-dns" => {
+            // pflag's string slice: comma-separated, and a repeated flag adds to it.
+            let list = f.cluster_dns.get_or_insert_with(Vec::new);
+            for part in v.split(',').filter(|p| !p.is_empty()) {
+                list.push(ip(part)?.to_string());
+            }
+        }
+        "cluster-domain" => f.cluster_domain = Some(v.into()),
+        "resolv-conf" => f.resolv_conf = Some(v.into()),
         // Every name with a value is listed above; SPECS and this match move together.
         other => return Err(format!("flag {other} is not handled")),
     }
@@ -445,6 +480,7 @@ mod tests {
                 sync_frequency: Some(Duration::from_secs(90)),
                 file_check_frequency: Some(Duration::from_millis(500)),
                 verbosity: Some(10),
+                ..Default::default()
             }
         );
     }

@@ -130,6 +130,8 @@ pub struct ManagerConfig {
     pub node_name: String,
     /// `--pod-infra-container-image`.
     pub pod_infra_image: String,
+    /// What container configs need from the node: root dir, IPs, DNS, volumes.
+    pub node: container::NodeContext,
 }
 
 /// Syncs and kills pods through the runtime. Shared by all pod workers.
@@ -145,7 +147,7 @@ impl RuntimeManager {
     /// A manager over `runtime`.
     pub fn new(runtime: Arc<dyn Runtime>, cfg: ManagerConfig) -> Self {
         RuntimeManager {
-            images: ImageManager::new(runtime.clone()),
+            images: ImageManager::new(runtime.clone(), &cfg.node.root_dir),
             runtime,
             cfg,
             backoff: Mutex::new(Backoff::default()),
@@ -348,8 +350,13 @@ impl RuntimeManager {
                 message: w.message,
             });
         }
-        let cfg =
-            container::sandbox_config(pod, attempt, &self.cfg.pod_infra_image, &self.cfg.node_name);
+        let cfg = container::sandbox_config(&self.cfg, pod, attempt).map_err(|message| {
+            RuntimeError::Api {
+                op: "generate pod sandbox config".into(),
+                status: 0,
+                message,
+            }
+        })?;
         let id = self.create_replacing(&cfg)?;
         self.runtime.start_container(&id)?;
         log::info!(
@@ -402,7 +409,11 @@ impl RuntimeManager {
         if let Some(key) = &s.backoff_key {
             lock(&self.backoff).next(key, Instant::now());
         }
-        let cfg = container::container_config(pod, c, s, sandbox_id, &self.cfg.node_name);
+        let cfg =
+            match container::container_config(&self.runtime, &self.cfg, pod, c, s, sandbox_id)? {
+                Ok(cfg) => cfg,
+                Err(w) => return Ok(Some(w)),
+            };
         let fmt_pod = actions::format_pod(pod);
         let id = match self.create_replacing(&cfg) {
             Ok(id) => id,
