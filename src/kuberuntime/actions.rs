@@ -409,6 +409,7 @@ mod tests {
             pid: 1,
             ip_address: String::new(),
             network_mode: "container:sb".into(),
+            settings: Default::default(),
         }
     }
 
@@ -429,6 +430,7 @@ mod tests {
             pid: 1,
             ip_address: "172.17.0.9".into(),
             network_mode: "default".into(),
+            settings: Default::default(),
         }
     }
 

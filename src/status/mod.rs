@@ -529,6 +529,7 @@ mod tests {
             pid: 0,
             ip_address: String::new(),
             network_mode: "container:sb".into(),
+            settings: Default::default(),
         }
     }
 
