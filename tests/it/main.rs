@@ -5,3 +5,7 @@
 mod util;
 mod docker;
 mod kubelet;
+mod registry;
+mod images;
+mod spec;
+mod volumes;
