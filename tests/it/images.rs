@@ -167,8 +167,11 @@ fn pull_policies_never_if_not_present_always_and_invalid_names() {
         ),
     );
     wait_running_id(&node, "p", "always");
-    let s = container_status(&node, "p", "always").expect("status");
-    assert!(s["state"]["running"].is_object(), "{s}");
+    wait_for("always to show running in /pods", LONG, || {
+        container_status(&node, "p", "always")
+            .filter(|s| s["state"]["running"].is_object())
+            .map(|_| ())
+    });
     wait_for("the pull to be logged", LONG, || {
         node.log()
             .contains(&format!("Successfully pulled image \"{image}\""))
