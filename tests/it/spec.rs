@@ -68,7 +68,8 @@ spec:
     );
     node.start(&[]);
     let id = wait_running_id(&node, "env", "c");
-    let log = wait_log(&node, &id, "ARGS ");
+    // `pwd` prints last.
+    let log = wait_log(&node, &id, "\n/tmp\n");
     let got = lines(&log);
     let pod = pod_item(&node, "env").expect("pod listed");
     let full = format!("env-{}", node.name);

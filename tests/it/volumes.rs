@@ -87,11 +87,11 @@ spec:
         (!pod_dir(&node, &uid).exists()).then_some(())
     });
     assert!(node.containers().is_empty());
-    assert!(
-        node.log().contains("Cleaned up orphaned pod directory"),
-        "{}",
+    wait_for("the cleanup to be logged", LONG, || {
         node.log()
-    );
+            .contains("Cleaned up orphaned pod directory")
+            .then_some(())
+    });
 }
 
 #[test]
