@@ -351,10 +351,12 @@ spec:
     runAsGroup: 1500
     fsGroup: 2000
     supplementalGroups: [3000]
+  volumes: [{{name: data, emptyDir: {{}}}}]
   containers:
   - name: user
     image: {BUSYBOX}
-    command: ["sh", "-c", "echo UID $(id -u) GID $(id -g) GROUPS $(id -G); touch /tmp/made-here 2>/dev/null && echo ROOTFS-WRITABLE || echo ROOTFS-READONLY; {SLEEPER}"]
+    command: ["sh", "-c", "echo UID $(id -u) GID $(id -g) GROUPS $(id -G); touch /tmp/made-here 2>/dev/null && echo ROOTFS-WRITABLE || echo ROOTFS-READONLY; touch /data/f; echo DATA $(stat -c '%g %A' /data) FILE $(stat -c %g /data/f); {SLEEPER}"]
+    volumeMounts: [{{name: data, mountPath: /data}}]
     securityContext:
       runAsNonRoot: true
       readOnlyRootFilesystem: true
@@ -391,6 +393,9 @@ spec:
         );
     }
     assert!(log.contains("ROOTFS-READONLY"), "{log}");
+    // The emptyDir belongs to the fsGroup, setgid, so new files do too.
+    let log = wait_log(&node, &id, "FILE ");
+    assert!(log.contains("DATA 2000 drwxrwsrwx FILE 2000"), "{log}");
     let s = node
         .docker
         .inspect_container(&id)
