@@ -325,7 +325,9 @@ impl VolumeManager {
                 self.remove_orphan(&name)
             };
             if let Err(e) = res {
-                log::warn!("{}", crate::loops::error_chain(&e));
+                // The loop logs the returned error when it changes; the others of this
+                // pass only at debug, so a stuck directory does not flood the log.
+                log::debug!("{}", crate::loops::error_chain(&e));
                 first_err.get_or_insert(e);
             }
         }
