@@ -18,6 +18,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::config::KubeletConfig;
 use crate::health::{HealthChecks, RuntimeHealth, RUNTIME_UP_PERIOD};
+use crate::kuberuntime::container::dns::DnsSettings;
+use crate::kuberuntime::container::NodeContext;
 use crate::kuberuntime::{KillPodRequest, ManagerConfig, RuntimeManager, SyncInputs};
 use crate::loops::{shutdown_channel, LoopHandle, Loops, Periodic, Shutdown, SpawnError, Stop};
 use crate::pleg::{Pleg, PlegEvent, PlegEventType, PlegShared, CHANNEL_CAPACITY, RELIST_PERIOD};
@@ -28,6 +30,7 @@ use crate::runtime::Runtime;
 use crate::server::readonly::{PodsView, ReadOnly};
 use crate::server::{self, ServerError, Unblockers};
 use crate::status::{self, StatusCache, StatusInputs};
+use crate::volume::{VolumeManager, VOLUME_MGR_PERIOD};
 
 /// Upstream's sync ticker: pods whose work-queue time is due are synced.
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -159,12 +162,30 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let runtime_health = Arc::new(RuntimeHealth::default());
     let work_queue = Arc::new(WorkQueue::default());
     let workers = Arc::new(PodWorkers::default());
+    let host_ip = crate::netutil::node_ip();
+    let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
+    let volumes = Arc::new(VolumeManager::new(
+        cfg.root_dir.clone(),
+        runtime.clone(),
+        cfg.node_name.clone(),
+        u64::try_from(allocatable.memory).unwrap_or(0),
+    ));
     let manager = Arc::new(RuntimeManager::new(
         runtime.clone(),
         ManagerConfig {
             node_name: cfg.node_name.clone(),
             pod_infra_image: cfg.pod_infra_container_image.clone(),
-            root_dir: cfg.root_dir.clone(),
+            node: NodeContext {
+                root_dir: cfg.root_dir.clone(),
+                host_ips: vec![host_ip.clone()],
+                dns: DnsSettings {
+                    cluster_dns: cfg.cluster_dns.clone(),
+                    cluster_domain: cfg.cluster_domain.clone(),
+                    resolv_conf: cfg.resolv_conf.clone(),
+                },
+                allocatable,
+                volumes: volumes.clone(),
+            },
         },
     ));
     let checks = HealthChecks {
@@ -239,11 +260,25 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
 
     // Pod killer and pod workers.
     let killer = PodKiller::start(&loops, manager.clone())?;
+    // Volume manager: removes the directories of pods that are gone.
+    {
+        let volumes = volumes.clone();
+        loops.spawn_periodic(
+            Periodic {
+                name: "volume-mgr".into(),
+                period: VOLUME_MGR_PERIOD,
+                wake: None,
+            },
+            move || volumes.cleanup_orphans(),
+        )?;
+    }
+
+    // Pod workers.
     let handler = Arc::new(SyncHandler {
         manager: manager.clone(),
         statuses: statuses.clone(),
         queue: work_queue.clone(),
-        host_ip: crate::netutil::node_ip(),
+        host_ip,
         resync: cfg.sync_frequency,
         killer,
         workers: workers.clone(),
@@ -261,6 +296,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         runtime_health,
         statuses,
         manager,
+        volumes,
         sources_rx: source_rx,
         pleg_rx,
         up_rx,
@@ -552,6 +588,7 @@ struct SyncLoop {
     runtime_health: Arc<RuntimeHealth>,
     statuses: Arc<StatusCache>,
     manager: Arc<RuntimeManager>,
+    volumes: Arc<VolumeManager>,
     sources_rx: Receiver<SourceUpdate>,
     pleg_rx: Receiver<PlegEvent>,
     up_rx: Receiver<()>,
@@ -784,6 +821,8 @@ impl SyncLoop {
             }
         }
         self.manager.gc_backoff();
+        // Only now (every source seen) may pod directories of other pods go.
+        self.volumes.set_desired_pods(self.pods.keys().cloned());
         self.status_line();
         if began.elapsed() > HOUSEKEEPING_WARNING {
             log::warn!(

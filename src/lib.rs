@@ -30,6 +30,7 @@ pub mod pod_workers;
 pub mod pod_killer;
 pub mod kuberuntime;
 pub mod images;
+pub mod volume;
 pub mod pleg;
 pub mod status;
 pub mod health;

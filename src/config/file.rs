@@ -85,6 +85,15 @@ macro_rules! kubelet_configuration {
             pub container_runtime_endpoint: Option<Value>,
             /// component-base's logging options; `verbosity` is implemented.
             pub logging: Option<Logging>,
+            /// The nameservers of `ClusterFirst` pods.
+            #[serde(rename = "clusterDNS")]
+            pub cluster_dns: Option<Value>,
+            /// The cluster's DNS domain.
+            #[serde(rename = "clusterDomain")]
+            pub cluster_domain: Option<Value>,
+            /// The resolver file `Default` pods get.
+            #[serde(rename = "resolvConf")]
+            pub resolv_conf: Option<Value>,
             $(
                 #[doc = concat!("`", $name, "`: accepted, not implemented.")]
                 #[serde(rename = $name)]
@@ -124,8 +133,6 @@ kubelet_configuration! {
     enable_debugging_handlers = "enableDebuggingHandlers",
     enable_contention_profiling = "enableContentionProfiling",
     oom_score_adj = "oomScoreAdj",
-    cluster_domain = "clusterDomain",
-    cluster_dns = "clusterDNS",
     streaming_connection_idle_timeout = "streamingConnectionIdleTimeout",
     node_status_update_frequency = "nodeStatusUpdateFrequency",
     node_status_report_frequency = "nodeStatusReportFrequency",
@@ -155,7 +162,6 @@ kubelet_configuration! {
     max_pods = "maxPods",
     pod_cidr = "podCIDR",
     pod_pids_limit = "podPidsLimit",
-    resolv_conf = "resolvConf",
     run_once = "runOnce",
     cpu_cfs_quota = "cpuCFSQuota",
     cpu_cfs_quota_period = "cpuCFSQuotaPeriod",
@@ -283,6 +289,12 @@ pub struct FileSettings {
     pub container_runtime_endpoint: Option<String>,
     /// `logging.verbosity`.
     pub verbosity: Option<u8>,
+    /// `clusterDNS`.
+    pub cluster_dns: Option<Vec<String>>,
+    /// `clusterDomain`.
+    pub cluster_domain: Option<String>,
+    /// `resolvConf`, resolved against the file's directory; `Some("")` disables it.
+    pub resolv_conf: Option<String>,
     /// Upstream fields present in the file that rkubelet ignores.
     pub unsupported: Vec<String>,
 }
@@ -401,6 +413,18 @@ fn settings(path: &Path, cfg: KubeletConfiguration) -> Result<FileSettings, Conf
             .map(as_verbosity)
             .transpose()
             .map_err(|r| field("logging.verbosity", r))?,
+        cluster_dns: cfg
+            .cluster_dns
+            .as_ref()
+            .map(as_ip_list)
+            .transpose()
+            .map_err(|r| field("clusterDNS", r))?,
+        cluster_domain: string("clusterDomain", &cfg.cluster_domain)?,
+        // An explicit "" turns the node's resolver file off, so it is kept.
+        resolv_conf: match &cfg.resolv_conf {
+            Some(Value::String(s)) if s.is_empty() => Some(String::new()),
+            v => string("resolvConf", v)?.map(|p| base.join(p).display().to_string()),
+        },
         unsupported,
     })
 }
@@ -500,6 +524,20 @@ fn as_duration(v: &Value) -> Result<Duration, String> {
         Value::String(s) => parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}")),
         other => Err(invalid(other, "not a duration string such as \"20s\"")),
     }
+}
+
+/// A list of IP addresses (`clusterDNS`).
+fn as_ip_list(v: &Value) -> Result<Vec<String>, String> {
+    let Value::Sequence(items) = v else {
+        return Err(invalid(v, "not a list of IP addresses"));
+    };
+    items
+        .iter()
+        .map(|i| match i {
+            Value::String(s) if s.parse::<IpAddr>().is_ok() => Ok(s.clone()),
+            other => Err(invalid(other, "not an IP address")),
+        })
+        .collect()
 }
 
 /// A klog verbosity level.
@@ -734,6 +772,9 @@ mod tests {
                 "enableServer" => "true",
                 "staticPodPath" | "containerRuntimeEndpoint" => "/x",
                 "logging" => "{verbosity: 3, format: text}",
+                "clusterDNS" => "[\"10.96.0.10\"]",
+                "clusterDomain" => "cluster.local",
+                "resolvConf" => "/etc/resolv.conf",
                 _ => "{}",
             };
             body.push_str(&format!("{f}: {value}\n"));
@@ -745,9 +786,11 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 13 implemented fields and `logging`, plus
+        // All but the type meta, the 16 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 16 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 19 + 1);
+        assert_eq!(s.cluster_dns, Some(vec!["10.96.0.10".to_string()]));
+        assert_eq!(s.resolv_conf.as_deref(), Some("/etc/resolv.conf"));
     }
 
     #[test]

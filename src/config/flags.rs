@@ -62,6 +62,12 @@ pub struct Flags {
     pub etcd_keyfile: Option<PathBuf>,
     /// `--kubeconfig`; an empty value means "no API server" (standalone).
     pub kubeconfig: Option<PathBuf>,
+    /// `--cluster-dns` (repeatable, comma-separated).
+    pub cluster_dns: Option<Vec<String>>,
+    /// `--cluster-domain`.
+    pub cluster_domain: Option<String>,
+    /// `--resolv-conf`; "" disables it.
+    pub resolv_conf: Option<String>,
 }
 
 /// What the command line asks for.
@@ -228,6 +234,26 @@ const SPECS: &[Spec] = &[
                standalone (no API server).",
     },
     Spec {
+        name: "cluster-dns",
+        short: None,
+        value: Some("ips"),
+        help: "Comma-separated nameserver IPs of pods with dnsPolicy ClusterFirst. Without \
+               it such pods get the node's resolver (the Default policy).",
+    },
+    Spec {
+        name: "cluster-domain",
+        short: None,
+        value: Some("domain"),
+        help: "The cluster's DNS domain, e.g. cluster.local: search paths and pod FQDNs.",
+    },
+    Spec {
+        name: "resolv-conf",
+        short: None,
+        value: Some("file"),
+        help: "Resolver file that pods with dnsPolicy Default get (default /etc/resolv.conf); \
+               empty: none.",
+    },
+    Spec {
         name: "v",
         short: Some('v'),
         value: Some("level"),
@@ -378,6 +404,15 @@ fn set(f: &mut Flags, name: &str, v: &str) -> Result<(), String> {
         "etcd-certfile" => f.etcd_certfile = Some(non_empty(v)?.into()),
         "etcd-keyfile" => f.etcd_keyfile = Some(non_empty(v)?.into()),
         "kubeconfig" => f.kubeconfig = Some(v.into()),
+        "cluster-dns" => {
+            // pflag's string slice: comma-separated, and a repeated flag adds to it.
+            let list = f.cluster_dns.get_or_insert_with(Vec::new);
+            for part in v.split(',').filter(|p| !p.is_empty()) {
+                list.push(ip(part)?.to_string());
+            }
+        }
+        "cluster-domain" => f.cluster_domain = Some(v.into()),
+        "resolv-conf" => f.resolv_conf = Some(v.into()),
         // Every name with a value is listed above; SPECS and this match move together.
         other => return Err(format!("flag {other} is not handled")),
     }
@@ -616,6 +651,7 @@ mod tests {
                 etcd_certfile: Some("/c".into()),
                 etcd_keyfile: Some("/k".into()),
                 kubeconfig: Some("/kc".into()),
+                ..Default::default()
             }
         );
     }

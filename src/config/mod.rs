@@ -50,6 +50,8 @@ pub mod defaults {
     /// Where Linux keeps the host name, used as the node name without
     /// `--hostname-override` (what Go's `os.Hostname` reads).
     pub const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
+    /// Upstream's `resolvConf` default: the node's own resolver.
+    pub const RESOLV_CONF: &str = "/etc/resolv.conf";
 }
 
 /// klog's useful range of `-v`: above 10 nothing more is logged anywhere.
@@ -82,6 +84,12 @@ pub struct KubeletConfig {
     pub sync_frequency: Duration,
     /// `--file-check-frequency` / `fileCheckFrequency`.
     pub file_check_frequency: Duration,
+    /// `--cluster-dns` / `clusterDNS`: nameservers of `ClusterFirst` pods.
+    pub cluster_dns: Vec<String>,
+    /// `--cluster-domain` / `clusterDomain`; "" if unset.
+    pub cluster_domain: String,
+    /// `--resolv-conf` / `resolvConf`: the resolver file of `Default` pods; "" for none.
+    pub resolv_conf: String,
     /// `--v` / `-v` (0..10); None leaves RUST_LOG (or the default info level) in charge.
     pub verbosity: Option<u8>,
     /// `--manifest-url` / `staticPodURL`. None: no HTTP source.
@@ -366,6 +374,15 @@ fn merge(
             .file_check_frequency
             .or(file.file_check_frequency)
             .unwrap_or(defaults::FILE_CHECK_FREQUENCY),
+        cluster_dns: flags.cluster_dns.or(file.cluster_dns).unwrap_or_default(),
+        cluster_domain: flags
+            .cluster_domain
+            .or(file.cluster_domain)
+            .unwrap_or_default(),
+        resolv_conf: flags
+            .resolv_conf
+            .or(file.resolv_conf)
+            .unwrap_or_else(|| defaults::RESOLV_CONF.into()),
         verbosity: flags.verbosity.or(file.verbosity),
         manifest_url: flags
             .manifest_url
@@ -459,6 +476,9 @@ mod tests {
                 port: 10250,
                 sync_frequency: Duration::from_secs(60),
                 file_check_frequency: Duration::from_secs(20),
+                cluster_dns: vec![],
+                cluster_domain: String::new(),
+                resolv_conf: defaults::RESOLV_CONF.into(),
                 verbosity: None,
                 manifest_url: None,
                 manifest_url_headers: vec![],
@@ -473,6 +493,37 @@ mod tests {
                 unsupported_fields: vec![],
             }
         );
+    }
+
+    #[test]
+    fn dns_settings_from_flags_over_the_file() {
+        let dir = TempDir::new("dns");
+        let file = dir.write(
+            "c.yaml",
+            &format!(
+                "{HEAD}clusterDNS: [\"10.0.0.10\"]\nclusterDomain: from.file\nresolvConf: r.conf\n"
+            ),
+        );
+        let c = run_with(&dir, &[&format!("--config={}", file.display())]).expect("valid");
+        assert_eq!(c.cluster_dns, vec!["10.0.0.10".to_string()]);
+        assert_eq!(c.cluster_domain, "from.file");
+        assert_eq!(c.resolv_conf, dir.0.join("r.conf").display().to_string());
+        let c = run_with(
+            &dir,
+            &[
+                &format!("--config={}", file.display()),
+                "--cluster-dns=10.1.0.10,10.1.0.11",
+                "--cluster-dns",
+                "10.1.0.12",
+                "--cluster-domain=cluster.local",
+                "--resolv-conf=",
+            ],
+        )
+        .expect("valid");
+        assert_eq!(c.cluster_dns, ["10.1.0.10", "10.1.0.11", "10.1.0.12"]);
+        assert_eq!(c.cluster_domain, "cluster.local");
+        assert_eq!(c.resolv_conf, "");
+        assert!(run_with(&dir, &["--cluster-dns=not-an-ip"]).is_err());
     }
 
     #[test]

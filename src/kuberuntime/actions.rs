@@ -628,6 +628,7 @@ mod tests {
             pid: 1,
             ip_address: String::new(),
             network_mode: "container:sb0".into(),
+            settings: Default::default(),
         }
     }
 
@@ -648,6 +649,7 @@ mod tests {
             pid: 1,
             ip_address: "172.17.0.9".into(),
             network_mode: "default".into(),
+            settings: Default::default(),
         }
     }
 

@@ -1,39 +1,332 @@
-//! The runtime configuration of an app or init container: the pod spec's container
-//! mapped onto [`ContainerConfig`] (upstream `generateContainerConfig` and dockershim's
-//! mapping to Docker's create call).
+//! The runtime configuration of a pod's sandbox and of its app and init containers: the
+//! pod spec mapped onto [`ContainerConfig`] (upstream `generateContainerConfig`,
+//! `GenerateRunContainerOptions`, `generateLinuxContainerResources`,
+//! `determineEffectiveSecurityContext`, `generatePodSandboxConfig`, and dockershim's
+//! mapping of those onto Docker's create call).
+//!
+//! [`container_config`] gathers what the spec alone does not say (the pod's IP, the
+//! volumes set up by the volume manager, the image's user, the node's DNS files) into a
+//! [`ContainerContext`], then [`generate_container_config`] maps spec and context onto
+//! the runtime config as a pure function. Anything the spec asks for that cannot be
+//! honoured is a `CreateContainerConfigError` for that container, with upstream's
+//! message; it never fails the pod's other containers.
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+pub mod dns;
+pub mod env;
+pub mod expansion;
 
-use super::actions::StartAction;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSecurityContext, SecurityContext};
+
+use super::actions::{format_pod, StartAction};
 use super::labels;
+use super::ManagerConfig;
 use crate::images::normalize_image;
-use crate::runtime::{ContainerConfig, NamespaceMode};
+use crate::runtime::{
+    ContainerConfig, Mount, NamespaceMode, PortBinding, Resources, Runtime, RuntimeError,
+};
+use crate::status::Waiting;
+use crate::volume::VolumeManager;
+use dns::DnsSettings;
+use env::NodeFacts;
 
-/// The runtime config of an app or init container.
+/// The waiting reason of a container whose spec cannot be honoured.
+pub const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
+
+/// Upstream `MinShares`: the kernel's minimum CPU weight, also what a container without
+/// a CPU request gets.
+pub const MIN_SHARES: i64 = 2;
+/// Upstream `MaxShares`: the kernel's maximum CPU weight.
+pub const MAX_SHARES: i64 = 262_144;
+/// Upstream `SharesPerCPU`.
+pub const SHARES_PER_CPU: i64 = 1024;
+/// Upstream `QuotaPeriod`: the CFS period in µs (100 ms), `cpuCFSQuotaPeriod`'s default.
+pub const QUOTA_PERIOD: i64 = 100_000;
+/// Upstream `MinQuotaPeriod`: the kernel refuses a CFS quota under 1 ms.
+pub const MIN_QUOTA: i64 = 1_000;
+
+/// Where a container finds the pod's managed hosts file and resolver file.
+const ETC_HOSTS: &str = "/etc/hosts";
+const ETC_RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// What the container configs need from the node and the kubelet's configuration.
+#[derive(Clone, Debug)]
+pub struct NodeContext {
+    /// `--root-dir`: pod directories and `seccomp/` profiles live below it.
+    pub root_dir: PathBuf,
+    /// The node's IPs (`status.hostIP(s)`, host-network pods' IPs).
+    pub host_ips: Vec<String>,
+    /// `clusterDNS`, `clusterDomain`, `resolvConf`.
+    pub dns: DnsSettings,
+    /// Node allocatable CPU (millicores), memory and ephemeral storage (bytes): what the
+    /// downward API reports for a container without limits.
+    pub allocatable: Allocatable,
+    /// The volume manager that sets up pod volumes before containers start.
+    pub volumes: Arc<VolumeManager>,
+}
+
+/// The node's allocatable resources.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Allocatable {
+    /// Millicores.
+    pub cpu_milli: i128,
+    /// Bytes.
+    pub memory: i128,
+    /// Bytes.
+    pub ephemeral_storage: i128,
+}
+
+/// Upstream's default hard eviction threshold `memory.available<100Mi`, which node
+/// allocatable memory leaves out.
+const EVICTION_HARD_MEMORY: i128 = 100 << 20;
+
+/// The node's allocatable resources: capacity (online CPUs, `MemTotal`, the root
+/// directory's filesystem) less the default memory eviction threshold (no resources
+/// are reserved for the system).
+pub fn node_allocatable(root_dir: &Path) -> Allocatable {
+    // SAFETY: sysconf has no memory effects.
+    let cpus = i128::from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1));
+    let mem_total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i128>().ok())
+        })
+        .map_or(0, |kb| kb * 1024);
+    let storage = std::ffi::CString::new(root_dir.as_os_str().as_encoded_bytes())
+        .ok()
+        .and_then(|p| {
+            // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+            let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+            // SAFETY: statvfs fills the struct we own; the path is NUL-terminated.
+            let rc = unsafe { libc::statvfs(p.as_ptr(), &mut s) };
+            (rc == 0).then(|| i128::from(s.f_blocks) * i128::from(s.f_frsize))
+        })
+        .unwrap_or(0);
+    Allocatable {
+        cpu_milli: cpus * 1000,
+        memory: (mem_total - EVICTION_HARD_MEMORY).max(0),
+        ephemeral_storage: storage,
+    }
+}
+
+/// What [`generate_container_config`] needs beyond the pod spec.
+#[derive(Clone, Debug, Default)]
+pub struct ContainerContext {
+    /// The node's name (the `io.rkubelet.node` label).
+    pub node_name: String,
+    /// The sandbox whose namespaces the container joins.
+    pub sandbox_id: String,
+    /// The container's environment, resolved ([`env::make_environment`]).
+    pub env: Vec<(String, String)>,
+    /// Bind mounts: volumes, the managed hosts and resolver files.
+    pub mounts: Vec<Mount>,
+    /// The image's configured user (`USER`), when it had to be read.
+    pub image_user: Option<String>,
+    /// A `Localhost` seccomp profile's JSON, read from `<root>/seccomp/`.
+    pub seccomp_profile: Option<String>,
+}
+
+/// The runtime config of an app or init container: gathers the context (runtime
+/// calls, the volume manager, files under the pod directory), then maps it.
+/// Ok(Err(waiting)) when the container cannot be created as specified.
 pub fn container_config(
+    runtime: &Arc<dyn Runtime>,
+    cfg: &ManagerConfig,
     pod: &Pod,
     c: &Container,
     s: &StartAction,
     sandbox_id: &str,
-    node: &str,
-) -> ContainerConfig {
+) -> Result<Result<ContainerConfig, Waiting>, RuntimeError> {
+    let config_error = |message: String| {
+        Ok(Err(Waiting {
+            reason: CREATE_CONTAINER_CONFIG_ERROR.into(),
+            message,
+        }))
+    };
+    let node = &cfg.node;
+    let spec = pod.spec.clone().unwrap_or_default();
+    let host_network = spec.host_network == Some(true);
+    let pod_ips = if host_network {
+        node.host_ips.clone()
+    } else {
+        match runtime.inspect_container(sandbox_id) {
+            Ok(d) => Some(d.ip_address)
+                .filter(|ip| !ip.is_empty())
+                .into_iter()
+                .collect(),
+            Err(e) if e.is_unavailable() => return Err(e),
+            Err(e) => return config_error(format!("cannot read the pod sandbox's IP: {e}")),
+        }
+    };
+    let facts = NodeFacts {
+        pod_ips: pod_ips.clone(),
+        host_ips: node.host_ips.clone(),
+        allocatable_cpu_milli: node.allocatable.cpu_milli,
+        allocatable_memory: node.allocatable.memory,
+        allocatable_ephemeral_storage: node.allocatable.ephemeral_storage,
+    };
+    let (hostname, domain) = match dns::hostname_and_domain(pod, &node.dns.cluster_domain) {
+        Ok(h) => h,
+        Err(e) => return config_error(e),
+    };
+    let env = match env::make_environment(pod, c, &facts) {
+        Ok(e) => e,
+        Err(e) => return config_error(e),
+    };
+
+    // Volumes are set up before the container is created (upstream
+    // WaitForAttachAndMount), then mapped onto bind mounts.
+    let volumes = node.volumes.setup_pod(pod);
+    let mut mounts = match volumes.mounts_for(c, &env) {
+        Ok(m) => m,
+        Err(e) => return config_error(e),
+    };
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let pod_dir = node.volumes.pod_dir(&uid);
+    let mounted = |path: &str, mounts: &[Mount]| mounts.iter().any(|m| m.container_path == path);
+
+    // The managed /etc/hosts (upstream makeHostsMount), unless the container mounts its own.
+    if (!pod_ips.is_empty() || host_network) && !mounted(ETC_HOSTS, &mounts) {
+        let node_hosts = if host_network {
+            match std::fs::read_to_string(ETC_HOSTS) {
+                Ok(t) => Some(t),
+                Err(e) => return config_error(format!("cannot read the node's {ETC_HOSTS}: {e}")),
+            }
+        } else {
+            None
+        };
+        let text = dns::render_hosts(pod, &pod_ips, &hostname, &domain, node_hosts.as_deref());
+        let path = pod_dir.join("etc-hosts");
+        if let Err(e) = write_if_changed(&path, &text, 0o644) {
+            return config_error(format!("cannot write {}: {e}", path.display()));
+        }
+        mounts.push(Mount {
+            host_path: path.display().to_string(),
+            container_path: ETC_HOSTS.into(),
+            read_only: false,
+        });
+    }
+
+    // The pod's resolver file (upstream GetPodDNS, written as dockershim rewrote it).
+    if !mounted(ETC_RESOLV_CONF, &mounts) {
+        let host_resolv = if node.dns.resolv_conf.is_empty() {
+            None
+        } else {
+            match std::fs::read_to_string(&node.dns.resolv_conf) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    return config_error(format!(
+                        "cannot read resolvConf {}: {e}",
+                        node.dns.resolv_conf
+                    ))
+                }
+            }
+        };
+        let ipv6 = node.host_ips.first().is_some_and(|ip| ip.contains(':'));
+        let (dns_cfg, warnings) = dns::pod_dns(pod, &node.dns, host_resolv.as_deref(), ipv6);
+        for w in warnings {
+            log::info!("pod {}: {w}", format_pod(pod));
+        }
+        if let Some(text) = dns::render_resolv_conf(&dns_cfg) {
+            let path = pod_dir.join("resolv.conf");
+            if let Err(e) = write_if_changed(&path, &text, 0o644) {
+                return config_error(format!("cannot write {}: {e}", path.display()));
+            }
+            mounts.push(Mount {
+                host_path: path.display().to_string(),
+                container_path: ETC_RESOLV_CONF.into(),
+                read_only: false,
+            });
+        }
+    }
+
+    // The image's user, only when the security context needs it (upstream reads it
+    // for every container; one inspect fewer per start here).
+    let sc = effective_security_context(pod, c);
+    let needs_user =
+        sc.run_as_user.is_none() && (sc.run_as_non_root == Some(true) || sc.run_as_group.is_some());
+    let image_user = if needs_user {
+        let image = normalize_image(c.image.as_deref().unwrap_or_default());
+        match runtime.inspect_image(&image) {
+            Ok(Some(i)) => Some(i.user),
+            Ok(None) => return config_error(format!("image {image:?} is not present")),
+            Err(e) if e.is_unavailable() => return Err(e),
+            Err(e) => return config_error(format!("failed to get image user: {e}")),
+        }
+    } else {
+        None
+    };
+
+    let seccomp_profile = match seccomp_of(&spec.security_context, c) {
+        Some((kind, file)) if kind == "Localhost" => {
+            let path = node.root_dir.join("seccomp").join(&file);
+            match std::fs::read_to_string(&path) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    return config_error(format!(
+                        "failed to read seccomp profile {}: {e}",
+                        path.display()
+                    ))
+                }
+            }
+        }
+        _ => None,
+    };
+
+    let ctx = ContainerContext {
+        node_name: cfg.node_name.clone(),
+        sandbox_id: sandbox_id.to_string(),
+        env,
+        mounts,
+        image_user,
+        seccomp_profile,
+    };
+    Ok(
+        generate_container_config(pod, c, s, &ctx).map_err(|message| Waiting {
+            reason: CREATE_CONTAINER_CONFIG_ERROR.into(),
+            message,
+        }),
+    )
+}
+
+/// Writes `text` to `path` unless it already holds exactly that: the file is
+/// bind-mounted into running containers, which would see it empty for a moment.
+fn write_if_changed(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return Ok(());
+    }
+    std::fs::write(path, text)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// The runtime config of an app or init container from the spec and its context, as
+/// a pure function. Err is a `CreateContainerConfigError` message.
+pub fn generate_container_config(
+    pod: &Pod,
+    c: &Container,
+    s: &StartAction,
+    ctx: &ContainerContext,
+) -> Result<ContainerConfig, String> {
     let meta = &pod.metadata;
-    let env = c
-        .env
-        .iter()
-        .flatten()
-        .filter_map(|e| {
-            e.value
-                .as_ref()
-                .map(|v| format!("{}={}", e.name, v))
-                .or_else(|| {
-                    // valueFrom sources come with the container-spec work; plain values only now.
-                    e.value_from.as_ref().map(|_| format!("{}=", e.name))
-                })
-        })
-        .collect();
-    let joined = NamespaceMode::Container(sandbox_id.to_string());
-    ContainerConfig {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let sc = effective_security_context(pod, c);
+    verify_run_as_non_root(pod, c, &sc, ctx.image_user.as_deref())?;
+    let (entrypoint, cmd) = env::expand_command_and_args(c, &ctx.env);
+    let joined = NamespaceMode::Container(ctx.sandbox_id.clone());
+    let pid = if spec.host_pid == Some(true) {
+        Some(NamespaceMode::Host)
+    } else if spec.share_process_namespace == Some(true) {
+        Some(joined.clone())
+    } else {
+        None
+    };
+    let security = security_settings(pod, c, &sc, ctx)?;
+    Ok(ContainerConfig {
         name: labels::container_name(
             &c.name,
             meta.name.as_deref().unwrap_or_default(),
@@ -42,44 +335,274 @@ pub fn container_config(
             s.restart_count,
         ),
         image: normalize_image(c.image.as_deref().unwrap_or_default()),
-        entrypoint: c.command.clone().filter(|v| !v.is_empty()),
-        cmd: c.args.clone().filter(|v| !v.is_empty()),
-        env,
+        entrypoint,
+        cmd,
+        env: ctx.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
         working_dir: c.working_dir.clone().unwrap_or_default(),
-        labels: labels::container_labels(pod, node, c, s.kind, s.restart_count, sandbox_id),
+        labels: labels::container_labels(
+            pod,
+            &ctx.node_name,
+            c,
+            s.kind,
+            s.restart_count,
+            &ctx.sandbox_id,
+        ),
         network: Some(joined.clone()),
         ipc: Some(joined),
+        pid,
+        mounts: ctx.mounts.clone(),
+        resources: container_resources(c),
+        user: security.user,
+        group_add: security.group_add,
+        privileged: security.privileged,
+        cap_add: security.cap_add,
+        cap_drop: security.cap_drop,
+        read_only_rootfs: security.read_only_rootfs,
+        security_opt: security.security_opt,
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         ..Default::default()
+    })
+}
+
+/// Upstream `MilliCPUToShares`: 1024 shares per CPU, at least 2, at most 262144.
+pub fn milli_cpu_to_shares(milli_cpu: i128) -> i64 {
+    if milli_cpu <= 0 {
+        return MIN_SHARES;
+    }
+    let shares = milli_cpu * i128::from(SHARES_PER_CPU) / 1000;
+    i64::try_from(shares.clamp(i128::from(MIN_SHARES), i128::from(MAX_SHARES)))
+        .unwrap_or(MAX_SHARES)
+}
+
+/// Upstream `MilliCPUToQuota`: the CFS quota for a CPU limit over `period` µs; 0 (no
+/// quota) without a limit; at least 1 ms.
+pub fn milli_cpu_to_quota(milli_cpu: i128, period: i64) -> i64 {
+    if milli_cpu <= 0 {
+        return 0;
+    }
+    let quota = milli_cpu * i128::from(period) / 1000;
+    i64::try_from(quota.max(i128::from(MIN_QUOTA))).unwrap_or(i64::MAX)
+}
+
+/// A container's cgroup settings (upstream `generateLinuxContainerResources`): CPU
+/// shares from the request (or the limit when only that is set), a CFS quota from the
+/// limit over a 100 ms period, and the memory limit.
+pub fn container_resources(c: &Container) -> Resources {
+    let requests = env::effective_requests(c);
+    let limits = env::limits(c);
+    let cpu_limit = limits.get("cpu").copied().unwrap_or(0);
+    let memory = limits.get("memory").copied().unwrap_or(0);
+    Resources {
+        cpu_shares: milli_cpu_to_shares(requests.get("cpu").copied().unwrap_or(0)),
+        cpu_quota: milli_cpu_to_quota(cpu_limit, QUOTA_PERIOD),
+        cpu_period: QUOTA_PERIOD,
+        // Quantities are in milli-units; bytes round up.
+        memory_limit: i64::try_from((memory + 999) / 1000).unwrap_or(i64::MAX),
     }
 }
 
+/// The security context that applies to a container: its own settings over the pod's
+/// (upstream `DetermineEffectiveSecurityContext`).
+pub fn effective_security_context(pod: &Pod, c: &Container) -> SecurityContext {
+    let pod_sc: PodSecurityContext = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.clone())
+        .unwrap_or_default();
+    let mut sc = c.security_context.clone().unwrap_or_default();
+    sc.run_as_user = sc.run_as_user.or(pod_sc.run_as_user);
+    sc.run_as_group = sc.run_as_group.or(pod_sc.run_as_group);
+    sc.run_as_non_root = sc.run_as_non_root.or(pod_sc.run_as_non_root);
+    sc.se_linux_options = sc.se_linux_options.or(pod_sc.se_linux_options);
+    sc.seccomp_profile = sc.seccomp_profile.or(pod_sc.seccomp_profile);
+    sc.app_armor_profile = sc.app_armor_profile.or(pod_sc.app_armor_profile);
+    sc
+}
+
+/// The user part of an image's `USER` (`1000:1000` → `1000`).
+fn user_part(image_user: &str) -> &str {
+    image_user.split(':').next().unwrap_or_default()
+}
+
+/// Upstream `verifyRunAsNonRoot`: with `runAsNonRoot`, refuse uid 0 and images whose
+/// user is root, unset, or a name that cannot be checked.
+pub fn verify_run_as_non_root(
+    pod: &Pod,
+    c: &Container,
+    sc: &SecurityContext,
+    image_user: Option<&str>,
+) -> Result<(), String> {
+    if sc.run_as_non_root != Some(true) {
+        return Ok(());
+    }
+    let p = format_pod(pod);
+    if let Some(uid) = sc.run_as_user {
+        if uid == 0 {
+            return Err(format!(
+                "container's runAsUser breaks non-root policy (pod: {p:?}, container: {})",
+                c.name
+            ));
+        }
+        return Ok(());
+    }
+    let user = user_part(image_user.unwrap_or_default());
+    match user.parse::<i64>() {
+        // An image without a user runs as root.
+        _ if user.is_empty() => Err(format!(
+            "container has runAsNonRoot and image will run as root (pod: {p:?}, container: {})",
+            c.name
+        )),
+        Ok(0) => Err(format!(
+            "container has runAsNonRoot and image will run as root (pod: {p:?}, container: {})",
+            c.name
+        )),
+        Ok(uid) if !(1..=i64::from(i32::MAX)).contains(&uid) => Err(format!(
+            "container has runAsNonRoot and image has an invalid user id ({uid}). (Must be 1-({})): must be between 0 and 2147483647, inclusive (pod: {p:?}, container: {})",
+            i32::MAX,
+            c.name
+        )),
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: {p:?}, container: {})",
+            c.name
+        )),
+    }
+}
+
+/// The Docker-side security settings of a container.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Security {
+    /// `uid`, `uid:gid`, or "" for the image's.
+    pub user: String,
+    /// Supplemental groups (and the fsGroup).
+    pub group_add: Vec<String>,
+    /// Privileged.
+    pub privileged: bool,
+    /// Capabilities to add.
+    pub cap_add: Vec<String>,
+    /// Capabilities to drop.
+    pub cap_drop: Vec<String>,
+    /// Read-only root filesystem.
+    pub read_only_rootfs: bool,
+    /// `no-new-privileges`, `seccomp=…`.
+    pub security_opt: Vec<String>,
+}
+
+/// The pod's and container's seccomp profile type and localhost file, container first.
+fn seccomp_of(pod_sc: &Option<PodSecurityContext>, c: &Container) -> Option<(String, String)> {
+    c.security_context
+        .as_ref()
+        .and_then(|s| s.seccomp_profile.clone())
+        .or_else(|| pod_sc.as_ref().and_then(|s| s.seccomp_profile.clone()))
+        .map(|p| (p.type_, p.localhost_profile.unwrap_or_default()))
+}
+
+/// The security context mapped onto Docker (dockershim's `modifyHostConfig` and user
+/// handling over upstream's effective security context).
+pub fn security_settings(
+    pod: &Pod,
+    c: &Container,
+    sc: &SecurityContext,
+    ctx: &ContainerContext,
+) -> Result<Security, String> {
+    let pod_sc = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.clone())
+        .unwrap_or_default();
+    let user = match (sc.run_as_user, sc.run_as_group) {
+        (Some(u), Some(g)) => format!("{u}:{g}"),
+        (Some(u), None) => u.to_string(),
+        // A group alone applies to the image's user, as CRI runtimes do.
+        (None, Some(g)) => {
+            let image_user = user_part(ctx.image_user.as_deref().unwrap_or_default());
+            let u = if image_user.is_empty() {
+                "0"
+            } else {
+                image_user
+            };
+            format!("{u}:{g}")
+        }
+        (None, None) => String::new(),
+    };
+    let mut group_add: Vec<String> = Vec::new();
+    for g in pod_sc
+        .supplemental_groups
+        .iter()
+        .flatten()
+        .chain(pod_sc.fs_group.iter())
+    {
+        let g = g.to_string();
+        if !group_add.contains(&g) {
+            group_add.push(g);
+        }
+    }
+    let privileged = sc.privileged == Some(true);
+    let caps = sc.capabilities.clone().unwrap_or_default();
+    let mut security_opt = Vec::new();
+    if sc.allow_privilege_escalation == Some(false) {
+        security_opt.push("no-new-privileges".to_string());
+    }
+    if !privileged {
+        // Upstream's default (seccompDefault: false) is Unconfined, where Docker's own
+        // default would be its profile.
+        match sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()) {
+            None | Some("Unconfined") => security_opt.push("seccomp=unconfined".to_string()),
+            Some("RuntimeDefault") => {}
+            Some("Localhost") => match &ctx.seccomp_profile {
+                Some(json) => security_opt.push(format!("seccomp={json}")),
+                None => {
+                    return Err(format!(
+                        "container {}: localhost seccomp profile not read",
+                        c.name
+                    ))
+                }
+            },
+            Some(other) => return Err(format!("unknown seccomp profile type {other:?}")),
+        }
+    }
+    Ok(Security {
+        user,
+        group_add,
+        privileged,
+        cap_add: caps.add.unwrap_or_default(),
+        cap_drop: caps.drop.unwrap_or_default(),
+        read_only_rootfs: sc.read_only_root_filesystem == Some(true),
+        security_opt,
+    })
+}
+
 /// The runtime config of a pod's sandbox (pause) container: it holds the pod's network
-/// and IPC namespaces (upstream dockershim `makeSandboxDockerConfig`).
-pub fn sandbox_config(pod: &Pod, attempt: u32, image: &str, node: &str) -> ContainerConfig {
+/// and IPC namespaces, its hostname and its host ports (upstream
+/// `generatePodSandboxConfig`, dockershim `makeSandboxDockerConfig`). Err is why the
+/// sandbox cannot be created.
+pub fn sandbox_config(
+    cfg: &ManagerConfig,
+    pod: &Pod,
+    attempt: u32,
+) -> Result<ContainerConfig, String> {
     let meta = &pod.metadata;
     let spec = pod.spec.clone().unwrap_or_default();
     let pod_name = meta.name.clone().unwrap_or_default();
     let host_network = spec.host_network == Some(true);
-    ContainerConfig {
+    let hostname = if host_network {
+        String::new()
+    } else {
+        let (h, d) = dns::hostname_and_domain(pod, &cfg.node.dns.cluster_domain)?;
+        dns::kernel_hostname(&h, &d, spec.set_hostname_as_fqdn == Some(true))?
+    };
+    Ok(ContainerConfig {
         name: labels::sandbox_name(
             &pod_name,
             meta.namespace.as_deref().unwrap_or_default(),
             meta.uid.as_deref().unwrap_or_default(),
             attempt,
         ),
-        image: image.to_string(),
-        labels: labels::sandbox_labels(pod, node),
-        // Upstream sets the pod name as the hostname (at most 63 characters).
-        hostname: if host_network {
-            String::new()
-        } else {
-            spec.hostname
-                .clone()
-                .unwrap_or_else(|| pod_name.chars().take(63).collect())
-        },
+        image: cfg.pod_infra_image.clone(),
+        labels: labels::sandbox_labels(pod, &cfg.node_name),
+        hostname,
         network: Some(if host_network {
             NamespaceMode::Host
         } else {
@@ -91,6 +614,321 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, image: &str, node: &str) -> Conta
             NamespaceMode::Shareable
         }),
         pid: spec.host_pid.filter(|h| *h).map(|_| NamespaceMode::Host),
+        // Published ports only make sense on the sandbox's own network.
+        ports: if host_network {
+            Vec::new()
+        } else {
+            host_ports(pod)
+        },
         ..Default::default()
+    })
+}
+
+/// Every `hostPort` of the pod's app containers (dockershim `makePortsAndBindings`:
+/// ports without a host port are not published).
+pub fn host_ports(pod: &Pod) -> Vec<PortBinding> {
+    let mut out: Vec<PortBinding> = Vec::new();
+    for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+        for p in c.ports.iter().flatten() {
+            let (Some(host), Ok(container)) = (
+                p.host_port
+                    .and_then(|h| u16::try_from(h).ok())
+                    .filter(|h| *h != 0),
+                u16::try_from(p.container_port),
+            ) else {
+                continue;
+            };
+            let b = PortBinding {
+                container_port: container,
+                host_port: host,
+                host_ip: p.host_ip.clone().unwrap_or_default(),
+                protocol: p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase(),
+            };
+            if !out.contains(&b) {
+                out.push(b);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kuberuntime::labels::ContainerKind;
+    use k8s_openapi::api::core::v1::{
+        Capabilities, ContainerPort, PodSpec, ResourceRequirements, SeccompProfile,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    #[test]
+    fn cpu_shares_and_quota_follow_upstream_arithmetic() {
+        for (milli, shares) in [
+            (0, 2),
+            (1, 2),
+            (2, 2),
+            (10, 10),
+            (100, 102),
+            (250, 256),
+            (500, 512),
+            (1000, 1024),
+            (1500, 1536),
+            (300_000, 262_144),
+        ] {
+            assert_eq!(milli_cpu_to_shares(milli), shares, "{milli}m");
+        }
+        for (milli, quota) in [
+            (0, 0),
+            (1, 1000),
+            (5, 1000),
+            (10, 1000),
+            (250, 25_000),
+            (1000, 100_000),
+            (2500, 250_000),
+        ] {
+            assert_eq!(milli_cpu_to_quota(milli, QUOTA_PERIOD), quota, "{milli}m");
+        }
+    }
+
+    fn res(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
+        let m = |kv: &[(&str, &str)]| {
+            (!kv.is_empty()).then(|| {
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                    .collect()
+            })
+        };
+        Container {
+            name: "c".into(),
+            resources: Some(ResourceRequirements {
+                limits: m(limits),
+                requests: m(requests),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn resources_map_requests_and_limits() {
+        let r = container_resources(&res(
+            &[("cpu", "500m"), ("memory", "64Mi")],
+            &[("cpu", "250m")],
+        ));
+        assert_eq!(
+            r,
+            Resources {
+                cpu_shares: 256,
+                cpu_quota: 50_000,
+                cpu_period: 100_000,
+                memory_limit: 64 << 20,
+            }
+        );
+        // Only a limit: the request defaults to it.
+        let r = container_resources(&res(&[("cpu", "2")], &[]));
+        assert_eq!((r.cpu_shares, r.cpu_quota), (2048, 200_000));
+        // Nothing: minimum shares, no quota, no memory limit.
+        let r = container_resources(&Container::default());
+        assert_eq!((r.cpu_shares, r.cpu_quota, r.memory_limit), (2, 0, 0));
+    }
+
+    fn pod_with(spec: PodSpec) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some("p".into());
+        p.metadata.namespace = Some("default".into());
+        p.metadata.uid = Some("u1".into());
+        p.spec = Some(spec);
+        p
+    }
+
+    fn sc(f: impl FnOnce(&mut SecurityContext)) -> Option<SecurityContext> {
+        let mut s = SecurityContext::default();
+        f(&mut s);
+        Some(s)
+    }
+
+    #[test]
+    fn run_as_non_root_refusals() {
+        let pod = pod_with(PodSpec::default());
+        let c = |s: Option<SecurityContext>| Container {
+            name: "app".into(),
+            security_context: s,
+            ..Default::default()
+        };
+        let check = |cont: &Container, image_user: Option<&str>| {
+            let eff = effective_security_context(&pod, cont);
+            verify_run_as_non_root(&pod, cont, &eff, image_user)
+        };
+        let nonroot = c(sc(|s| s.run_as_non_root = Some(true)));
+        assert_eq!(check(&c(None), Some("")), Ok(()));
+        assert_eq!(
+            check(&nonroot, Some("")),
+            Err("container has runAsNonRoot and image will run as root (pod: \"p_default(u1)\", container: app)".into())
+        );
+        assert_eq!(
+            check(&nonroot, Some("0:0")),
+            Err("container has runAsNonRoot and image will run as root (pod: \"p_default(u1)\", container: app)".into())
+        );
+        assert_eq!(check(&nonroot, Some("1000:1000")), Ok(()));
+        assert_eq!(
+            check(&nonroot, Some("nobody")),
+            Err("container has runAsNonRoot and image has non-numeric user (nobody), cannot verify user is non-root (pod: \"p_default(u1)\", container: app)".into())
+        );
+        let root = c(sc(|s| {
+            s.run_as_non_root = Some(true);
+            s.run_as_user = Some(0);
+        }));
+        assert_eq!(
+            check(&root, None),
+            Err("container's runAsUser breaks non-root policy (pod: \"p_default(u1)\", container: app)".into())
+        );
+        let ok = c(sc(|s| {
+            s.run_as_non_root = Some(true);
+            s.run_as_user = Some(1000);
+        }));
+        assert_eq!(check(&ok, Some("")), Ok(()));
+    }
+
+    #[test]
+    fn security_context_maps_onto_docker() {
+        let pod = pod_with(PodSpec {
+            security_context: Some(PodSecurityContext {
+                run_as_user: Some(1000),
+                fs_group: Some(2000),
+                supplemental_groups: Some(vec![3000, 2000]),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let c = Container {
+            name: "app".into(),
+            security_context: sc(|s| {
+                s.run_as_group = Some(50);
+                s.read_only_root_filesystem = Some(true);
+                s.allow_privilege_escalation = Some(false);
+                s.capabilities = Some(Capabilities {
+                    add: Some(vec!["NET_ADMIN".into()]),
+                    drop: Some(vec!["ALL".into()]),
+                });
+            }),
+            ..Default::default()
+        };
+        let eff = effective_security_context(&pod, &c);
+        let s = security_settings(&pod, &c, &eff, &ContainerContext::default()).expect("maps");
+        assert_eq!(
+            s,
+            Security {
+                user: "1000:50".into(),
+                group_add: vec!["3000".into(), "2000".into()],
+                privileged: false,
+                cap_add: vec!["NET_ADMIN".into()],
+                cap_drop: vec!["ALL".into()],
+                read_only_rootfs: true,
+                security_opt: vec!["no-new-privileges".into()],
+            }
+        );
+        // No profile anywhere: unconfined, as upstream's default.
+        let bare = pod_with(PodSpec::default());
+        let c = Container::default();
+        let eff = effective_security_context(&bare, &c);
+        let s = security_settings(&bare, &c, &eff, &ContainerContext::default()).expect("maps");
+        assert_eq!(s.security_opt, vec!["seccomp=unconfined".to_string()]);
+        assert_eq!(s.user, "");
+        // A group alone uses the image's user.
+        let c = Container {
+            security_context: sc(|s| s.run_as_group = Some(7)),
+            ..Default::default()
+        };
+        let eff = effective_security_context(&bare, &c);
+        let ctx = ContainerContext {
+            image_user: Some("nobody:nogroup".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            security_settings(&bare, &c, &eff, &ctx).expect("maps").user,
+            "nobody:7"
+        );
+    }
+
+    #[test]
+    fn host_ports_are_published_once() {
+        let port = |c: i32, h: Option<i32>, proto: Option<&str>| ContainerPort {
+            container_port: c,
+            host_port: h,
+            protocol: proto.map(str::to_string),
+            ..Default::default()
+        };
+        let pod = pod_with(PodSpec {
+            containers: vec![Container {
+                name: "web".into(),
+                ports: Some(vec![
+                    port(80, Some(8080), None),
+                    port(81, None, None),
+                    port(53, Some(5353), Some("UDP")),
+                    port(80, Some(8080), Some("TCP")),
+                ]),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let b = host_ports(&pod);
+        assert_eq!(b.len(), 2, "{b:?}");
+        assert_eq!(
+            (b[0].container_port, b[0].host_port, b[0].protocol.as_str()),
+            (80, 8080, "tcp")
+        );
+        assert_eq!(
+            (b[1].container_port, b[1].host_port, b[1].protocol.as_str()),
+            (53, 5353, "udp")
+        );
+    }
+
+    #[test]
+    fn generated_config_joins_the_sandbox_and_expands_commands() {
+        let pod = pod_with(PodSpec {
+            share_process_namespace: Some(true),
+            ..Default::default()
+        });
+        let c = Container {
+            name: "app".into(),
+            image: Some("busybox".into()),
+            command: Some(vec!["sh".into(), "-c".into(), "echo $(GREETING)".into()]),
+            args: Some(vec![]),
+            working_dir: Some("/w".into()),
+            ..Default::default()
+        };
+        let s = StartAction {
+            kind: ContainerKind::App,
+            index: 0,
+            name: "app".into(),
+            restart_count: 3,
+            backoff: None,
+        };
+        let ctx = ContainerContext {
+            node_name: "n".into(),
+            sandbox_id: "sb".into(),
+            env: vec![("GREETING".into(), "hi".into())],
+            ..Default::default()
+        };
+        let cfg = generate_container_config(&pod, &c, &s, &ctx).expect("config");
+        assert_eq!(cfg.image, "busybox:latest");
+        assert_eq!(
+            cfg.entrypoint,
+            Some(vec!["sh".into(), "-c".into(), "echo hi".into()])
+        );
+        assert_eq!(
+            cfg.cmd, None,
+            "an empty args list keeps the image's (none here)"
+        );
+        assert_eq!(cfg.env, vec!["GREETING=hi".to_string()]);
+        assert_eq!(cfg.working_dir, "/w");
+        assert_eq!(cfg.network, Some(NamespaceMode::Container("sb".into())));
+        assert_eq!(cfg.pid, Some(NamespaceMode::Container("sb".into())));
+        assert!(cfg.name.ends_with("_3"), "{}", cfg.name);
+        assert_eq!(cfg.resources.cpu_shares, MIN_SHARES);
     }
 }

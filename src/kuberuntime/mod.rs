@@ -182,8 +182,8 @@ pub struct ManagerConfig {
     pub node_name: String,
     /// `--pod-infra-container-image`.
     pub pod_infra_image: String,
-    /// `--root-dir`: termination-message files live under `<root>/pods/<uid>/`.
-    pub root_dir: PathBuf,
+    /// What container configs need from the node: root dir, IPs, DNS, volumes.
+    pub node: container::NodeContext,
 }
 
 /// Syncs and kills pods through the runtime. Shared by all pod workers and the pod
@@ -235,7 +235,7 @@ impl RuntimeManager {
     /// A manager over `runtime`.
     pub fn new(runtime: Arc<dyn Runtime>, cfg: ManagerConfig) -> Self {
         RuntimeManager {
-            images: ImageManager::new(runtime.clone()),
+            images: ImageManager::new(runtime.clone(), &cfg.node.root_dir),
             runtime,
             cfg,
             backoff: Mutex::new(Backoff::default()),
@@ -286,7 +286,7 @@ impl RuntimeManager {
     /// The termination-message file of one container instance.
     fn message_file(&self, uid: &str, name: &str, restart_count: u32) -> Option<PathBuf> {
         (safe_component(uid) && safe_component(name)).then(|| {
-            pod_container_dir(&self.cfg.root_dir, uid, name).join(restart_count.to_string())
+            pod_container_dir(&self.cfg.node.root_dir, uid, name).join(restart_count.to_string())
         })
     }
 
@@ -653,7 +653,7 @@ impl RuntimeManager {
                 self.runtime.remove_container(&c.id)?;
             }
             if safe_component(&req.uid) {
-                let dir = self.cfg.root_dir.join("pods").join(&req.uid);
+                let dir = self.cfg.node.root_dir.join("pods").join(&req.uid);
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
                     if e.kind() != std::io::ErrorKind::NotFound {
                         log::warn!("removing pod directory {}: {e}", dir.display());
@@ -734,8 +734,13 @@ impl RuntimeManager {
                 message: w.message,
             });
         }
-        let cfg =
-            container::sandbox_config(pod, attempt, &self.cfg.pod_infra_image, &self.cfg.node_name);
+        let cfg = container::sandbox_config(&self.cfg, pod, attempt).map_err(|message| {
+            RuntimeError::Api {
+                op: "generate pod sandbox config".into(),
+                status: 0,
+                message,
+            }
+        })?;
         let id = self.create_replacing(&cfg)?;
         self.runtime.start_container(&id)?;
         log::info!(
@@ -834,7 +839,11 @@ impl RuntimeManager {
         if let Some((key, finished)) = &s.backoff {
             lock(&self.backoff).next_at(key, *finished, SystemTime::now());
         }
-        let mut cfg = container::container_config(pod, c, s, sandbox_id, &self.cfg.node_name);
+        let mut cfg =
+            match container::container_config(&self.runtime, &self.cfg, pod, c, s, sandbox_id)? {
+                Ok(cfg) => cfg,
+                Err(w) => return Ok(Some(w)),
+            };
         match self.termination_message_mount(pod, c, s.restart_count) {
             Ok(Some(m)) => cfg.mounts.push(m),
             Ok(None) => {}
@@ -1073,6 +1082,7 @@ mod tests {
             pid: 0,
             ip_address: String::new(),
             network_mode: String::new(),
+            settings: Default::default(),
         }
     }
 

@@ -196,6 +196,52 @@ pub struct ContainerDetails {
     pub ip_address: String,
     /// Docker's network mode string (`default`, `host`, `container:<id>`).
     pub network_mode: String,
+    /// How the container was configured (what `docker inspect` shows of its create
+    /// call): for checks and debugging.
+    pub settings: ContainerSettings,
+}
+
+/// A created container's configuration as the runtime reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerSettings {
+    /// Entrypoint in effect.
+    pub entrypoint: Vec<String>,
+    /// Cmd in effect.
+    pub cmd: Vec<String>,
+    /// Environment as `NAME=value` (the image's and the container's).
+    pub env: Vec<String>,
+    /// Working directory.
+    pub working_dir: String,
+    /// User (`uid`, `uid:gid`, a name, or "").
+    pub user: String,
+    /// Hostname.
+    pub hostname: String,
+    /// cgroup knobs.
+    pub resources: Resources,
+    /// Bind mounts as `host:container[:ro]`.
+    pub binds: Vec<String>,
+    /// Published ports.
+    pub ports: Vec<PortBinding>,
+    /// IPC mode string (`shareable`, `container:<id>`, `host`).
+    pub ipc_mode: String,
+    /// PID mode string (`""`, `container:<id>`, `host`).
+    pub pid_mode: String,
+    /// Extra groups.
+    pub group_add: Vec<String>,
+    /// Privileged.
+    pub privileged: bool,
+    /// Capabilities added.
+    pub cap_add: Vec<String>,
+    /// Capabilities dropped.
+    pub cap_drop: Vec<String>,
+    /// Read-only root filesystem.
+    pub read_only_rootfs: bool,
+    /// Security options (`no-new-privileges`, `seccomp=…`).
+    pub security_opt: Vec<String>,
+    /// Stdin kept open.
+    pub stdin: bool,
+    /// A TTY allocated.
+    pub tty: bool,
 }
 
 /// Which network namespace a new container uses.

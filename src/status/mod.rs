@@ -837,6 +837,7 @@ mod tests {
             pid: 0,
             ip_address: String::new(),
             network_mode: "container:sb".into(),
+            settings: Default::default(),
         }
     }
 

@@ -9,3 +9,7 @@ mod apiserver;
 mod etcd;
 mod sources;
 mod lifecycle;
+mod registry;
+mod images;
+mod spec;
+mod volumes;

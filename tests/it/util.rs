@@ -94,6 +94,8 @@ pub struct Node {
     pub child: Option<Child>,
     /// Docker, for checks.
     pub docker: Docker,
+    /// Extra environment of the rkubelet process (e.g. `HOME`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Node {
@@ -111,6 +113,7 @@ impl Node {
             endpoint: format!("unix://{DOCKER_SOCK}"),
             child: None,
             docker,
+            env: Vec::new(),
         }
     }
 
@@ -144,6 +147,7 @@ impl Node {
             .arg("--port=0")
             .arg("--v=2")
             .args(extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(

@@ -65,6 +65,10 @@ const PULL_TIMEOUT: Duration = Duration::from_secs(600);
 /// `--image-pull-progress-deadline` default is 1 min).
 const PULL_PROGRESS_DEADLINE: Duration = Duration::from_secs(60);
 
+/// While a pull runs, its latest progress is logged this often (dockershim's
+/// `defaultImagePullingProgressReportInterval`), so a slow pull is visible.
+const PULL_PROGRESS_REPORT: Duration = Duration::from_secs(10);
+
 /// Fetching logs reads files the engine may have to decode line by line.
 const LOGS_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -230,9 +234,15 @@ impl Runtime for Docker {
         let resp = self.client.send_ok(&op, &req)?;
         let body = resp.into_body().into_with_config().limit(u64::MAX).reader();
         let mut lines = LineReader::new(body, MAX_STREAM_LINE);
+        let mut next_report = Instant::now() + PULL_PROGRESS_REPORT;
+        let mut latest = String::new();
         // A 200 answer only means the pull began: failures arrive as a line of the
         // progress stream, so every line is checked until the stream ends.
         loop {
+            if Instant::now() >= next_report {
+                log::info!("Pulling image {:?}: {latest:?}", reference.to_string());
+                next_report = Instant::now() + PULL_PROGRESS_REPORT;
+            }
             let line = match lines.next_line() {
                 Ok(Some(line)) => line,
                 Ok(None) => return Ok(()),
@@ -249,6 +259,7 @@ impl Runtime for Docker {
             if let Some(message) = progress.error_message() {
                 return Err(pull_error(op, message));
             }
+            latest = progress.text();
         }
     }
 
@@ -507,9 +518,26 @@ struct PullProgress {
     info: api::CreateImageInfo,
     #[serde(default)]
     error: Option<String>,
+    /// The progress bar text (`[==>   ] 1.2MB/3MB`), which the model lacks.
+    #[serde(default)]
+    progress: Option<String>,
 }
 
 impl PullProgress {
+    /// One line for the progress log: status, layer, bar.
+    fn text(&self) -> String {
+        [
+            self.info.status.as_deref(),
+            self.info.id.as_deref(),
+            self.progress.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+    }
+
     fn error_message(&self) -> Option<String> {
         let detail = self
             .info
@@ -619,6 +647,7 @@ fn ip_address(settings: Option<&api::NetworkSettings>) -> String {
 fn details_from(c: api::ContainerInspectResponse) -> ContainerDetails {
     let state = c.state.unwrap_or_default();
     let config = c.config.unwrap_or_default();
+    let settings = settings_from(&config, c.host_config.as_ref());
     ContainerDetails {
         id: c.id.unwrap_or_default(),
         name: bare_name(c.name.as_deref().unwrap_or_default()),
@@ -642,6 +671,68 @@ fn details_from(c: api::ContainerInspectResponse) -> ContainerDetails {
             .host_config
             .and_then(|h| h.network_mode)
             .unwrap_or_default(),
+        settings,
+    }
+}
+
+/// What a container was created with, from its inspect answer.
+fn settings_from(
+    config: &api::ContainerConfig,
+    host: Option<&api::HostConfig>,
+) -> crate::runtime::ContainerSettings {
+    let h = host.cloned().unwrap_or_default();
+    let mut ports: Vec<crate::runtime::PortBinding> = Vec::new();
+    let mut keys: Vec<&String> = h.port_bindings.iter().flatten().map(|(k, _)| k).collect();
+    keys.sort();
+    for key in keys {
+        let (port, proto) = key.split_once('/').unwrap_or((key.as_str(), "tcp"));
+        let Ok(container_port) = port.parse::<u16>() else {
+            continue;
+        };
+        let bindings = h
+            .port_bindings
+            .as_ref()
+            .and_then(|m| m.get(key).cloned())
+            .flatten()
+            .unwrap_or_default();
+        for b in bindings {
+            ports.push(crate::runtime::PortBinding {
+                container_port,
+                host_port: b
+                    .host_port
+                    .as_deref()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0),
+                host_ip: b.host_ip.unwrap_or_default(),
+                protocol: proto.to_string(),
+            });
+        }
+    }
+    crate::runtime::ContainerSettings {
+        entrypoint: config.entrypoint.clone().unwrap_or_default(),
+        cmd: config.cmd.clone().unwrap_or_default(),
+        env: config.env.clone().unwrap_or_default(),
+        working_dir: config.working_dir.clone().unwrap_or_default(),
+        user: config.user.clone().unwrap_or_default(),
+        hostname: config.hostname.clone().unwrap_or_default(),
+        resources: crate::runtime::Resources {
+            cpu_shares: h.cpu_shares.unwrap_or(0),
+            cpu_quota: h.cpu_quota.unwrap_or(0),
+            cpu_period: h.cpu_period.unwrap_or(0),
+            memory_limit: h.memory.unwrap_or(0),
+        },
+        binds: h.binds.unwrap_or_default(),
+        ports,
+        ipc_mode: h.ipc_mode.unwrap_or_default(),
+        pid_mode: h.pid_mode.unwrap_or_default(),
+        group_add: h.group_add.unwrap_or_default(),
+        privileged: h.privileged.unwrap_or(false),
+        cap_add: h.cap_add.unwrap_or_default(),
+        cap_drop: h.cap_drop.unwrap_or_default(),
+        read_only_rootfs: h.readonly_rootfs.unwrap_or(false),
+        security_opt: h.security_opt.unwrap_or_default(),
+        stdin: config.open_stdin.unwrap_or(false),
+        tty: config.tty.unwrap_or(false),
     }
 }
 
@@ -1174,8 +1265,9 @@ mod tests {
         let p: PullProgress = serde_json::from_slice(br#"{"error":"boom"}"#).expect("decodes");
         assert_eq!(p.error_message().as_deref(), Some("boom"));
         let p: PullProgress =
-            serde_json::from_slice(br#"{"status":"Downloading","id":"x"}"#).expect("decodes");
+            serde_json::from_slice(br#"{"status":"Downloading","id":"x","progress":"[=> ] 1MB/2MB","progressDetail":{"current":1,"total":2}}"#).expect("decodes");
         assert_eq!(p.error_message(), None);
+        assert_eq!(p.text(), "Downloading x [=> ] 1MB/2MB");
         assert!(matches!(
             pull_error("pull image x".into(), "manifest unknown".into()),
             RuntimeError::NotFound { .. }

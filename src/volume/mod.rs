@@ -1,0 +1,787 @@
+//! The volume manager (upstream `pkg/kubelet/volumemanager` with the `emptyDir` and
+//! `hostPath` plugins, `makeMounts` from `kubelet_pods.go`, and the orphaned pod
+//! directory cleanup of `HandlePodCleanups`).
+//!
+//! A pod's volumes are set up before any of its containers is created: the pod worker
+//! calls [`VolumeManager::setup_pod`] synchronously (upstream `WaitForAttachAndMount`),
+//! and [`PodVolumes::mounts_for`] turns a container's `volumeMounts` into bind mounts
+//! (with `subPath` / `subPathExpr`). Each pod owns `<root>/pods/<uid>/`: its emptyDirs
+//! live under `volumes/kubernetes.io~empty-dir/<name>` (a tmpfs mounted there for
+//! `medium: Memory`), and the container manager writes its `etc-hosts` and
+//! `resolv.conf` beside them.
+//!
+//! The `volume-mgr` loop removes the directories of pods that are gone: not wanted by
+//! any source (the sync loop's housekeeping says which pods are wanted, and only once
+//! every source has been seen) and without any container left in the runtime. It
+//! unmounts the tmpfs volumes it made and never deletes through another mount.
+//!
+//! Other volume types (configMap, secret, projected, PVC, …) are refused with a clear
+//! reason on the containers that mount them; the pod's other containers still run.
+
+pub mod hostpath;
+pub mod mount;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod, Volume};
+
+use crate::kuberuntime::container::expansion::expand;
+use crate::kuberuntime::labels;
+use crate::loops::lock;
+use crate::quantity::parse_milli;
+use crate::runtime::{Mount, Runtime, RuntimeError};
+
+/// How often orphaned pod directories are looked for (upstream housekeeping, 2 s).
+pub const VOLUME_MGR_PERIOD: Duration = Duration::from_secs(2);
+
+/// The emptyDir plugin's directory name under a pod's `volumes/`.
+pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
+
+/// A pod directory being deleted is first renamed to this prefix (then removed outside
+/// the lock); a leftover after a crash is removed on the next pass.
+const DELETING_PREFIX: &str = ".deleting-";
+
+/// The waiting reason of a container whose volume cannot be set up or mounted.
+pub const CONFIG_ERROR: &str = "CreateContainerConfigError";
+
+/// Errors of the cleanup loop.
+#[derive(Debug)]
+pub enum VolumeError {
+    /// A filesystem operation failed.
+    Io {
+        /// What was being done.
+        what: String,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The runtime could not say whether a pod still has containers.
+    Runtime {
+        /// The pod UID.
+        uid: String,
+        /// The cause.
+        source: RuntimeError,
+    },
+}
+
+impl fmt::Display for VolumeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VolumeError::Io { what, path, .. } => write!(f, "{what} {}", path.display()),
+            VolumeError::Runtime { uid, .. } => {
+                write!(f, "cannot list the containers of orphaned pod {uid}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for VolumeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            VolumeError::Io { source, .. } => Some(source),
+            VolumeError::Runtime { source, .. } => Some(source),
+        }
+    }
+}
+
+/// The set-up volumes of one pod: each volume's host path, or why it failed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodVolumes {
+    volumes: BTreeMap<String, Result<PathBuf, String>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Pods whose directory must stay: wanted by a source, or set up since the last
+    /// list of wanted pods.
+    keep: HashSet<String>,
+    /// False until housekeeping first said which pods are wanted: before that, no
+    /// directory is removed.
+    desired_known: bool,
+    /// Volumes set up successfully, by pod UID, volume name → (source fingerprint, host
+    /// path): not set up again (upstream: a mounted volume stays mounted).
+    ready: HashMap<String, HashMap<String, (String, PathBuf)>>,
+    /// The last failure per pod and volume, so that each new failure is logged once.
+    failed: HashMap<String, HashMap<String, String>>,
+}
+
+/// Sets up pod volumes and cleans up after pods. Shared by the pod workers and the
+/// `volume-mgr` loop.
+#[derive(Debug)]
+pub struct VolumeManager {
+    root_dir: PathBuf,
+    runtime: Arc<dyn Runtime>,
+    node_name: String,
+    /// Node allocatable memory in bytes: the size of a memory emptyDir with no limit.
+    allocatable_memory: u64,
+    /// Held while a pod's directories are made or removed (filesystem calls only, no
+    /// runtime call), so a set-up never races the removal of the same pod's directory.
+    state: Mutex<State>,
+}
+
+impl VolumeManager {
+    /// A manager for pods under `<root_dir>/pods`.
+    pub fn new(
+        root_dir: PathBuf,
+        runtime: Arc<dyn Runtime>,
+        node_name: String,
+        allocatable_memory: u64,
+    ) -> Self {
+        VolumeManager {
+            root_dir,
+            runtime,
+            node_name,
+            allocatable_memory,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// `<root>/pods`.
+    pub fn pods_dir(&self) -> PathBuf {
+        self.root_dir.join("pods")
+    }
+
+    /// `<root>/pods/<uid>`.
+    pub fn pod_dir(&self, uid: &str) -> PathBuf {
+        self.pods_dir().join(uid)
+    }
+
+    /// Sets up every volume of `pod` that is not set up yet (upstream
+    /// `WaitForAttachAndMount`): the pod directory, emptyDirs, hostPath checks. A
+    /// volume that fails is reported in the result (and logged once per new reason);
+    /// the others are still set up.
+    pub fn setup_pod(&self, pod: &Pod) -> PodVolumes {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let pod_name = crate::kuberuntime::actions::format_pod(pod);
+        let mut st = lock(&self.state);
+        st.keep.insert(uid.clone());
+        let mut out = PodVolumes::default();
+        if let Err(e) = self.make_pod_dirs(&uid) {
+            let msg = format!("cannot create the pod directory: {e}");
+            for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+                out.volumes.insert(v.name.clone(), Err(msg.clone()));
+            }
+            log::warn!("pod {pod_name}: {msg}");
+            return out;
+        }
+        for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            let fingerprint = serde_json::to_string(v).unwrap_or_default();
+            let ready = st
+                .ready
+                .get(&uid)
+                .and_then(|m| m.get(&v.name))
+                .filter(|(f, _)| *f == fingerprint)
+                .map(|(_, p)| p.clone());
+            let result = match ready {
+                Some(p) => Ok(p),
+                None => self
+                    .set_up_volume(pod, &uid, v)
+                    .map_err(|e| format!("MountVolume.SetUp failed for volume {:?} : {e}", v.name)),
+            };
+            match &result {
+                Ok(p) => {
+                    st.ready
+                        .entry(uid.clone())
+                        .or_default()
+                        .insert(v.name.clone(), (fingerprint, p.clone()));
+                    st.failed.entry(uid.clone()).or_default().remove(&v.name);
+                }
+                Err(msg) => {
+                    let last = st.failed.entry(uid.clone()).or_default();
+                    if last.get(&v.name) != Some(msg) {
+                        log::warn!("pod {pod_name}: {msg}");
+                        last.insert(v.name.clone(), msg.clone());
+                    }
+                }
+            }
+            out.volumes.insert(v.name.clone(), result);
+        }
+        out
+    }
+
+    fn make_pod_dirs(&self, uid: &str) -> io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = self.pod_dir(uid);
+        for d in [dir.clone(), dir.join("volumes"), dir.join("plugins")] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o750)
+                .create(&d)?;
+        }
+        Ok(())
+    }
+
+    /// One volume: its host path, or upstream's reason why not.
+    fn set_up_volume(&self, pod: &Pod, uid: &str, v: &Volume) -> Result<PathBuf, String> {
+        if let Some(hp) = &v.host_path {
+            hostpath::set_up(&hp.path, hp.type_.as_deref(), &hostpath::Host)?;
+            return Ok(PathBuf::from(&hp.path));
+        }
+        match volume_type(v) {
+            // The API defaults a volume without a source to an emptyDir.
+            "emptyDir" | "" => {}
+            other => {
+                return Err(format!(
+                    "unsupported volume type {other} (rkubelet supports emptyDir and hostPath)"
+                ))
+            }
+        }
+        let ed = v.empty_dir.clone().unwrap_or_default();
+        let dir = self
+            .pod_dir(uid)
+            .join("volumes")
+            .join(EMPTY_DIR_PLUGIN)
+            .join(&v.name);
+        make_world_writable_dir(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        match ed.medium.as_deref().unwrap_or("") {
+            "" => {}
+            "Memory" => {
+                let mounted = mount::mounted_at(&dir)
+                    .map_err(|e| format!("cannot read the mount table: {e}"))?;
+                if mounted.as_deref() != Some("tmpfs") {
+                    let size = self.tmpfs_size(pod, ed.size_limit.as_ref().map(|q| q.0.as_str()));
+                    mount::mount_tmpfs(&dir, size)
+                        .map_err(|e| format!("cannot mount a tmpfs at {}: {e}", dir.display()))?;
+                }
+            }
+            m if m.starts_with("HugePages") => {
+                return Err(format!(
+                    "emptyDir medium {m:?} is not supported (rkubelet supports \"\" and \"Memory\")"
+                ))
+            }
+            m => return Err(format!("unknown storage medium {m:?}")),
+        }
+        if let Some(gid) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|sc| sc.fs_group)
+        {
+            set_volume_ownership(&dir, gid)
+                .map_err(|e| format!("cannot give {} to fsGroup {gid}: {e}", dir.display()))?;
+        }
+        Ok(dir)
+    }
+
+    /// A memory emptyDir's size (upstream `calculateEmptyDirMemorySize`): the smallest
+    /// of its sizeLimit and the pod's memory limit, else the node's allocatable memory.
+    fn tmpfs_size(&self, pod: &Pod, size_limit: Option<&str>) -> Option<u64> {
+        let bytes = |milli: i128| u64::try_from((milli + 999) / 1000).ok();
+        let pod_limit = pod_memory_limit(pod).and_then(bytes);
+        let limit = size_limit
+            .and_then(parse_milli)
+            .filter(|m| *m > 0)
+            .and_then(bytes);
+        let node = (self.allocatable_memory > 0).then_some(self.allocatable_memory);
+        [limit, pod_limit].into_iter().flatten().min().or(node)
+    }
+
+    /// Says which pods the sources want (called by housekeeping, only once every source
+    /// has been seen). Directories of other pods become candidates for removal.
+    pub fn set_desired_pods(&self, uids: impl IntoIterator<Item = String>) {
+        let mut st = lock(&self.state);
+        st.keep = uids.into_iter().collect();
+        st.desired_known = true;
+    }
+
+    /// One pass of the `volume-mgr` loop (upstream `cleanupOrphanedPodDirs`): removes
+    /// the directory of every pod that is not wanted and has no container left in the
+    /// runtime.
+    pub fn cleanup_orphans(&self) -> Result<(), VolumeError> {
+        if !lock(&self.state).desired_known {
+            return Ok(());
+        }
+        let pods_dir = self.pods_dir();
+        let entries = match std::fs::read_dir(&pods_dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(VolumeError::Io {
+                    what: "cannot read".into(),
+                    path: pods_dir,
+                    source,
+                })
+            }
+        };
+        let mut first_err = None;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let res = if name.starts_with(DELETING_PREFIX) {
+                remove_pod_tree(&entry.path())
+            } else if lock(&self.state).keep.contains(&name) {
+                Ok(())
+            } else {
+                self.remove_orphan(&name)
+            };
+            if let Err(e) = res {
+                // The loop logs the returned error when it changes; the others of this
+                // pass only at debug, so a stuck directory does not flood the log.
+                log::debug!("{}", crate::loops::error_chain(&e));
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn remove_orphan(&self, uid: &str) -> Result<(), VolumeError> {
+        // Never while a container of the pod exists: it may still use the volumes.
+        let filter = [
+            format!("{}={}", labels::MANAGED_BY_NODE, self.node_name),
+            format!("{}={uid}", labels::POD_UID),
+        ];
+        let containers =
+            self.runtime
+                .list_containers(&filter)
+                .map_err(|source| VolumeError::Runtime {
+                    uid: uid.to_string(),
+                    source,
+                })?;
+        if !containers.is_empty() {
+            log::debug!(
+                "orphaned pod {uid}: {} container(s) left; keeping its directory",
+                containers.len()
+            );
+            return Ok(());
+        }
+        let dir = self.pod_dir(uid);
+        let trash = self.pods_dir().join(format!("{DELETING_PREFIX}{uid}"));
+        {
+            let mut st = lock(&self.state);
+            // A sync may have set the pod up again since the check above.
+            if st.keep.contains(uid) {
+                return Ok(());
+            }
+            unmount_all(&dir)?;
+            std::fs::rename(&dir, &trash).map_err(|source| VolumeError::Io {
+                what: "cannot move away orphaned pod directory".into(),
+                path: dir.clone(),
+                source,
+            })?;
+            st.ready.remove(uid);
+            st.failed.remove(uid);
+        }
+        remove_pod_tree(&trash)?;
+        log::info!("Cleaned up orphaned pod directory {}", dir.display());
+        Ok(())
+    }
+}
+
+/// Unmounts every mount below `dir`: the tmpfs volumes rkubelet made. Any other
+/// mount is left alone and stops the removal (deleting through it would delete the
+/// mounted filesystem's files).
+fn unmount_all(dir: &Path) -> Result<(), VolumeError> {
+    let io_err = |what: &str, path: &Path| {
+        let what = what.to_string();
+        let path = path.to_path_buf();
+        move |source| VolumeError::Io { what, path, source }
+    };
+    for m in mount::mounts_under(dir).map_err(io_err("cannot read the mount table for", dir))? {
+        let ours = m.fs_type == "tmpfs"
+            && m.mount_point
+                .parent()
+                .and_then(Path::file_name)
+                .is_some_and(|p| p == EMPTY_DIR_PLUGIN);
+        if !ours {
+            return Err(VolumeError::Io {
+                what: format!(
+                    "refusing to remove pod directory: a {} filesystem is mounted at",
+                    m.fs_type
+                ),
+                path: m.mount_point,
+                source: io::Error::from(io::ErrorKind::ResourceBusy),
+            });
+        }
+        mount::unmount(&m.mount_point).map_err(io_err("cannot unmount", &m.mount_point))?;
+    }
+    Ok(())
+}
+
+/// Removes a pod directory that no longer has mounts below it (checked again: a
+/// leftover from a crash may still have one). Symlinks are removed, never followed.
+fn remove_pod_tree(dir: &Path) -> Result<(), VolumeError> {
+    unmount_all(dir)?;
+    std::fs::remove_dir_all(dir).map_err(|source| VolumeError::Io {
+        what: "cannot remove pod directory".into(),
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// The API name of a volume's type ("" when no source is set).
+pub fn volume_type(v: &Volume) -> &'static str {
+    let kinds: [(&'static str, bool); 30] = [
+        ("emptyDir", v.empty_dir.is_some()),
+        ("hostPath", v.host_path.is_some()),
+        ("configMap", v.config_map.is_some()),
+        ("secret", v.secret.is_some()),
+        ("projected", v.projected.is_some()),
+        ("downwardAPI", v.downward_api.is_some()),
+        ("persistentVolumeClaim", v.persistent_volume_claim.is_some()),
+        ("ephemeral", v.ephemeral.is_some()),
+        ("csi", v.csi.is_some()),
+        ("nfs", v.nfs.is_some()),
+        ("image", v.image.is_some()),
+        ("iscsi", v.iscsi.is_some()),
+        ("gitRepo", v.git_repo.is_some()),
+        ("awsElasticBlockStore", v.aws_elastic_block_store.is_some()),
+        ("azureDisk", v.azure_disk.is_some()),
+        ("azureFile", v.azure_file.is_some()),
+        ("cephfs", v.cephfs.is_some()),
+        ("cinder", v.cinder.is_some()),
+        ("fc", v.fc.is_some()),
+        ("flexVolume", v.flex_volume.is_some()),
+        ("flocker", v.flocker.is_some()),
+        ("gcePersistentDisk", v.gce_persistent_disk.is_some()),
+        ("glusterfs", v.glusterfs.is_some()),
+        ("photonPersistentDisk", v.photon_persistent_disk.is_some()),
+        ("portworxVolume", v.portworx_volume.is_some()),
+        ("quobyte", v.quobyte.is_some()),
+        ("rbd", v.rbd.is_some()),
+        ("scaleIO", v.scale_io.is_some()),
+        ("storageos", v.storageos.is_some()),
+        ("vsphereVolume", v.vsphere_volume.is_some()),
+    ];
+    kinds
+        .into_iter()
+        .find(|(_, set)| *set)
+        .map_or("", |(name, _)| name)
+}
+
+/// The pod's memory limit if every app container has one (upstream `PodLimits`:
+/// the larger of the app containers' sum and the largest init container), in
+/// milli-units.
+fn pod_memory_limit(pod: &Pod) -> Option<i128> {
+    let spec = pod.spec.as_ref()?;
+    let limit = |c: &Container| {
+        c.resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("memory"))
+            .and_then(|q| parse_milli(&q.0))
+    };
+    let mut sum = 0i128;
+    for c in &spec.containers {
+        sum += limit(c)?;
+    }
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter_map(limit)
+        .max();
+    Some(init.map_or(sum, |i| i.max(sum)))
+}
+
+/// An emptyDir's directory: created if missing, mode 0777 whatever the umask (so that
+/// containers running as any user can write, as upstream's `setupDir`).
+fn make_world_writable_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o777).create(dir) {
+        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Upstream `SetVolumeOwnership`: everything in the volume gets group `gid`, group
+/// read-write, and directories the setgid bit so new files inherit the group.
+fn set_volume_ownership(dir: &Path, gid: i64) -> io::Result<()> {
+    let gid = u32::try_from(gid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&p)?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        std::os::unix::fs::lchown(&p, None, Some(gid))?;
+        let mode = meta.permissions().mode();
+        let new_mode = if meta.is_dir() {
+            for e in std::fs::read_dir(&p)? {
+                stack.push(e?.path());
+            }
+            mode | 0o2770
+        } else {
+            mode | 0o660
+        };
+        if new_mode != mode {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(new_mode))?;
+        }
+    }
+    Ok(())
+}
+
+impl PodVolumes {
+    /// A container's `volumeMounts` as bind mounts (upstream `makeMounts`): the
+    /// volume's host path, joined with the `subPath` (or the `subPathExpr` expanded
+    /// from the container's environment; the sub-directory is created if missing).
+    /// Err is the `CreateContainerConfigError` message.
+    pub fn mounts_for(
+        &self,
+        c: &Container,
+        env: &[(String, String)],
+    ) -> Result<Vec<Mount>, String> {
+        let mut out = Vec::new();
+        for m in c.volume_mounts.iter().flatten() {
+            let base = match self.volumes.get(&m.name) {
+                None => {
+                    return Err(format!(
+                        "cannot find volume {:?} to mount into container {:?}",
+                        m.name, c.name
+                    ))
+                }
+                Some(Err(e)) => return Err(e.clone()),
+                Some(Ok(p)) => p,
+            };
+            let sub = match m.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
+                Some(expr) => expand_sub_path(expr, env)?,
+                None => m.sub_path.clone().unwrap_or_default(),
+            };
+            let host_path = if sub.is_empty() {
+                base.clone()
+            } else {
+                prepare_sub_path(base, &sub, &m.name, &c.name)?
+            };
+            let container_path = if m.mount_path.starts_with('/') {
+                m.mount_path.clone()
+            } else {
+                format!("/{}", m.mount_path)
+            };
+            out.push(Mount {
+                host_path: host_path.display().to_string(),
+                container_path,
+                read_only: m.read_only.unwrap_or(false),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The failure of a volume the container mounts, if any (for reporting).
+    pub fn failure_for(&self, c: &Container) -> Option<String> {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .find_map(|m| self.volumes.get(&m.name).and_then(|r| r.clone().err()))
+    }
+}
+
+/// Upstream `ExpandContainerVolumeMounts`: every referenced variable must be set and
+/// non-empty.
+pub fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, String> {
+    let map: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut missing: Vec<String> = Vec::new();
+    let out = expand(expr, &mut |name: &str| match map.get(name) {
+        Some(v) if !v.is_empty() => v.to_string(),
+        _ => {
+            if !missing.iter().any(|m| m == name) {
+                missing.push(name.to_string());
+            }
+            String::new()
+        }
+    });
+    if missing.is_empty() {
+        Ok(out)
+    } else {
+        missing.sort();
+        Err(format!("missing value for {}", missing.join(", ")))
+    }
+}
+
+/// Checks a subPath and creates it below the volume if missing, refusing anything that
+/// leaves the volume (upstream `ValidatePathNoBacksteps`, `SafeMakeDir`).
+fn prepare_sub_path(
+    base: &Path,
+    sub: &str,
+    volume: &str,
+    container: &str,
+) -> Result<PathBuf, String> {
+    if sub.starts_with('/') {
+        return Err(format!(
+            "error SubPath `{sub}` must not be an absolute path"
+        ));
+    }
+    if Path::new(sub)
+        .components()
+        .any(|c| c == Component::ParentDir)
+    {
+        return Err(format!(
+            "unable to provision SubPath `{sub}`: must not contain '..'"
+        ));
+    }
+    let escaped = || {
+        format!("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")
+    };
+    let path = base.join(sub);
+    if std::fs::symlink_metadata(&path).is_err() {
+        let mode = std::fs::metadata(base)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0o755);
+        safe_make_dir(base, sub, mode).map_err(|e| {
+            log::warn!("creating subPath {sub:?} of volume {volume:?}: {e}");
+            format!("failed to create subPath directory for volumeMount {volume:?} of container {container:?}")
+        })?;
+    }
+    // A symlink inside the volume (written by a container) must not lead out of it.
+    let real_base = std::fs::canonicalize(base).map_err(|_| escaped())?;
+    let real = std::fs::canonicalize(&path).map_err(|_| escaped())?;
+    if !real.starts_with(&real_base) {
+        log::warn!(
+            "subPath {sub:?} of volume {volume:?} resolves to {} outside the volume",
+            real.display()
+        );
+        return Err(escaped());
+    }
+    Ok(real)
+}
+
+/// Creates `base/sub` one component at a time with `mode`, refusing to pass through a
+/// symlink (so a container cannot point a subPath at the host).
+fn safe_make_dir(base: &Path, sub: &str, mode: u32) -> io::Result<()> {
+    let mut cur = base.to_path_buf();
+    for comp in Path::new(sub).components() {
+        let Component::Normal(part) = comp else {
+            continue;
+        };
+        cur.push(part);
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} is a symlink", cur.display()),
+                ))
+            }
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} is not a directory", cur.display()),
+                ))
+            }
+            Err(_) => {
+                std::fs::create_dir(&cur)?;
+                std::fs::set_permissions(&cur, std::fs::Permissions::from_mode(mode))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_path_expr_needs_every_variable() {
+        let env = vec![
+            ("POD".to_string(), "web".to_string()),
+            ("EMPTY".to_string(), String::new()),
+        ];
+        assert_eq!(
+            expand_sub_path("logs/$(POD)", &env).as_deref(),
+            Ok("logs/web")
+        );
+        assert_eq!(
+            expand_sub_path("$(B)/$(A)/$(EMPTY)/$(A)", &env),
+            Err("missing value for A, B, EMPTY".into())
+        );
+        assert_eq!(expand_sub_path("$$(POD)", &env).as_deref(), Ok("$(POD)"));
+    }
+
+    #[test]
+    fn sub_paths_stay_inside_their_volume() {
+        let dir = std::env::temp_dir().join(format!("rkubelet-subpath-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let vol = dir.join("vol");
+        std::fs::create_dir_all(&vol).expect("vol");
+        std::fs::create_dir_all(dir.join("outside")).expect("outside");
+        std::os::unix::fs::symlink(dir.join("outside"), vol.join("link")).expect("symlink");
+
+        let made = prepare_sub_path(&vol, "a/b", "v", "c").expect("made");
+        assert_eq!(
+            made,
+            std::fs::canonicalize(vol.join("a/b")).expect("exists")
+        );
+        assert_eq!(
+            prepare_sub_path(&vol, "/etc", "v", "c"),
+            Err("error SubPath `/etc` must not be an absolute path".into())
+        );
+        assert_eq!(
+            prepare_sub_path(&vol, "a/../../x", "v", "c"),
+            Err("unable to provision SubPath `a/../../x`: must not contain '..'".into())
+        );
+        let esc = "failed to prepare subPath for volumeMount \"v\" of container \"c\"";
+        assert_eq!(prepare_sub_path(&vol, "link", "v", "c"), Err(esc.into()));
+        assert_eq!(
+            prepare_sub_path(&vol, "link/new", "v", "c"),
+            Err(
+                "failed to create subPath directory for volumeMount \"v\" of container \"c\""
+                    .into()
+            )
+        );
+        assert!(!dir.join("outside/new").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn volume_types_are_named_as_in_the_api() {
+        let mut v = Volume {
+            name: "x".into(),
+            ..Default::default()
+        };
+        assert_eq!(volume_type(&v), "");
+        v.config_map = Some(Default::default());
+        assert_eq!(volume_type(&v), "configMap");
+        v.config_map = None;
+        v.persistent_volume_claim = Some(Default::default());
+        assert_eq!(volume_type(&v), "persistentVolumeClaim");
+    }
+
+    #[test]
+    fn memory_limit_of_a_pod_needs_every_container_limited() {
+        use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let c = |mem: Option<&str>| Container {
+            resources: mem.map(|m| ResourceRequirements {
+                limits: Some([("memory".to_string(), Quantity(m.into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let pod = |cs: Vec<Container>, init: Vec<Container>| Pod {
+            spec: Some(PodSpec {
+                containers: cs,
+                init_containers: Some(init),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            pod_memory_limit(&pod(vec![c(Some("1Mi")), c(Some("2Mi"))], vec![])),
+            Some(3 << 20).map(|b: i128| b * 1000)
+        );
+        assert_eq!(
+            pod_memory_limit(&pod(vec![c(Some("1Mi")), c(None)], vec![])),
+            None
+        );
+        assert_eq!(
+            pod_memory_limit(&pod(vec![c(Some("1Mi"))], vec![c(Some("8Mi"))])),
+            Some((8i128 << 20) * 1000)
+        );
+    }
+}

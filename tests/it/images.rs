@@ -1,0 +1,180 @@
+//! Image pulls end to end: a real rkubelet, the real Docker engine and a real local
+//! registry with basic auth. Credentials come from a Docker config file in the root
+//! directory; pull policies, pull errors and the pull backoff show in `/pods`.
+
+use crate::registry::{
+    base64, container_status, wait_running_id, wait_waiting, Registry, PASSWORD, USER,
+};
+use crate::util::{unique, wait_for, Node, BUSYBOX, LONG, SLEEPER};
+
+/// A pod running `SLEEPER` in one container per (name, image, pull policy).
+fn pod(name: &str, containers: &[(&str, &str, Option<&str>)]) -> String {
+    let mut y = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n"
+    );
+    for (c, image, policy) in containers {
+        y.push_str(&format!(
+            "  - name: {c}\n    image: {image:?}\n    command: [\"sh\", \"-c\", {SLEEPER:?}]\n"
+        ));
+        if let Some(p) = policy {
+            y.push_str(&format!("    imagePullPolicy: {p}\n"));
+        }
+    }
+    y
+}
+
+/// A node whose HOME is its own directory, so no credentials of the machine leak in.
+fn node(prefix: &str) -> Node {
+    let mut n = Node::new(prefix);
+    n.env
+        .push(("HOME".into(), n.dir.join("home").display().to_string()));
+    std::fs::create_dir_all(n.dir.join("root")).expect("root dir");
+    n
+}
+
+fn write_config(node: &Node, json: &str) {
+    std::fs::write(node.dir.join("root").join("config.json"), json).expect("config.json");
+}
+
+#[test]
+fn pull_with_credentials_from_the_root_dir_config_runs_the_pod_and_pulls_once() {
+    let reg = Registry::start();
+    let image = reg.push(BUSYBOX, &format!("rk/{}", unique("cred")), "v1", true);
+    let mut node = node("img-cred");
+    let auth = base64(format!("{USER}:{PASSWORD}").as_bytes(), false);
+    write_config(
+        &node,
+        &format!(
+            "{{\"auths\": {{\"{}\": {{\"auth\": \"{auth}\"}}, \"other.example.com\": {{\"auth\": \"eDp5\"}}}}}}",
+            reg.host
+        ),
+    );
+    // Two pods need the same absent image at once: pulls are serialized, and the
+    // second finds the image the first pulled.
+    node.write_manifest("a.yaml", &pod("a", &[("c", &image, None)]));
+    node.write_manifest("b.yaml", &pod("b", &[("c", &image, None)]));
+    node.start(&[]);
+    wait_running_id(&node, "a", "c");
+    wait_running_id(&node, "b", "c");
+    let log = node.log();
+    assert!(
+        log.contains(&format!("Successfully pulled image \"{image}\"")),
+        "{log}"
+    );
+    let pulls = log.matches(&format!("Pulling image \"{image}\"")).count();
+    assert_eq!(pulls, 1, "one pull for both pods: {log}");
+}
+
+#[test]
+fn pull_without_or_with_wrong_credentials_is_err_image_pull_then_back_off() {
+    let reg = Registry::start();
+    let image = reg.push(BUSYBOX, &format!("rk/{}", unique("nocred")), "v1", true);
+
+    let mut none = node("img-none");
+    none.write_manifest("p.yaml", &pod("p", &[("c", &image, None)]));
+    none.start(&[]);
+
+    let mut wrong = node("img-wrong");
+    write_config(
+        &wrong,
+        &format!(
+            "{{\"auths\": {{\"{}\": {{\"username\": \"{USER}\", \"password\": \"nope\"}}}}}}",
+            reg.host
+        ),
+    );
+    wrong.write_manifest("p.yaml", &pod("p", &[("c", &image, None)]));
+    wrong.start(&[]);
+
+    for n in [&none, &wrong] {
+        let msg = wait_waiting(n, "p", "c", "ErrImagePull");
+        assert!(
+            msg.starts_with(&format!("Failed to pull image \"{image}\"")),
+            "{msg}"
+        );
+        let msg = wait_waiting(n, "p", "c", "ImagePullBackOff");
+        assert!(
+            msg.starts_with(&format!("Back-off pulling image \"{image}\"")),
+            "{msg}"
+        );
+        let log = n.log();
+        assert!(
+            log.contains("Warning Failed: Failed to pull image"),
+            "{log}"
+        );
+        assert!(
+            log.contains("Normal BackOff: Back-off pulling image"),
+            "{log}"
+        );
+        assert!(
+            n.containers_named("c").is_empty(),
+            "no container without its image"
+        );
+    }
+}
+
+#[test]
+fn pull_policies_never_if_not_present_always_and_invalid_names() {
+    let reg = Registry::start();
+    // Pushed and kept locally: present on the node, pullable only with credentials.
+    let image = reg.push(BUSYBOX, &format!("rk/{}", unique("policy")), "v1", false);
+    let absent = format!("rkubelet/absent-{}:1", unique("x"));
+    let mut node = node("img-policy");
+    node.write_manifest(
+        "p.yaml",
+        &pod(
+            "p",
+            &[
+                ("ifnotpresent", &image, Some("IfNotPresent")),
+                ("always", &image, Some("Always")),
+                ("never-present", BUSYBOX, Some("Never")),
+                ("never-absent", &absent, Some("Never")),
+                ("invalid", "Bad Image::x", None),
+            ],
+        ),
+    );
+    node.start(&[]);
+
+    wait_running_id(&node, "p", "ifnotpresent");
+    wait_running_id(&node, "p", "never-present");
+    let msg = wait_waiting(&node, "p", "never-absent", "ErrImageNeverPull");
+    assert_eq!(
+        msg,
+        format!("Container image \"{absent}\" is not present with pull policy of Never")
+    );
+    let msg = wait_waiting(&node, "p", "invalid", "InvalidImageName");
+    assert!(
+        msg.contains("couldn't parse image reference \"Bad Image::x\": invalid reference format"),
+        "{msg}"
+    );
+    // Always pulls although the image is present, and fails without credentials.
+    let msg = wait_waiting(&node, "p", "always", "ErrImagePull");
+    assert!(msg.contains("Failed to pull image"), "{msg}");
+    let log = node.log();
+    assert!(
+        log.contains(&format!(
+            "Container image \"{image}\" already present on machine"
+        )),
+        "{log}"
+    );
+
+    // Credentials (username/password form) are read at the next pull: once the
+    // backoff expires the Always container runs.
+    write_config(
+        &node,
+        &format!(
+            "{{\"auths\": {{\"http://{}/v2/\": {{\"username\": \"{USER}\", \"password\": \"{PASSWORD}\"}}}}}}",
+            reg.host
+        ),
+    );
+    wait_running_id(&node, "p", "always");
+    wait_for("always to show running in /pods", LONG, || {
+        container_status(&node, "p", "always")
+            .filter(|s| s["state"]["running"].is_object())
+            .map(|_| ())
+    });
+    wait_for("the pull to be logged", LONG, || {
+        node.log()
+            .contains(&format!("Successfully pulled image \"{image}\""))
+            .then_some(())
+    });
+}

@@ -1,0 +1,528 @@
+//! Volumes end to end: emptyDir on disk and in memory, hostPath with every type,
+//! subPath and subPathExpr, unsupported types, and the removal of pod directories by
+//! the `volume-mgr` loop once a pod is gone (never while one of its containers exists).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::registry::{exec, pod_uid, wait_log, wait_running_id, wait_waiting};
+use crate::util::{self, wait_for, Node, BUSYBOX, LONG, SLEEPER};
+use rkubelet::runtime::Runtime;
+
+fn root(node: &Node) -> PathBuf {
+    node.dir.join("root")
+}
+
+fn pod_dir(node: &Node, uid: &str) -> PathBuf {
+    root(node).join("pods").join(uid)
+}
+
+fn empty_dir(node: &Node, uid: &str, name: &str) -> PathBuf {
+    pod_dir(node, uid)
+        .join("volumes")
+        .join("kubernetes.io~empty-dir")
+        .join(name)
+}
+
+fn mounted_fs(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    rkubelet::volume::mount::parse_mountinfo(&text)
+        .into_iter()
+        .rfind(|m| m.mount_point == path)
+        .map(|m| m.fs_type)
+}
+
+#[test]
+fn empty_dir_is_shared_between_containers_and_removed_after_the_pod() {
+    let mut node = Node::new("vol-empty");
+    node.write_manifest(
+        "share.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: share}}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: shared
+    emptyDir: {{}}
+  containers:
+  - name: writer
+    image: {BUSYBOX}
+    command: ["sh", "-c", "echo from-writer > /data/note; {SLEEPER}"]
+    volumeMounts: [{{name: shared, mountPath: /data}}]
+  - name: reader
+    image: {BUSYBOX}
+    command: ["sh", "-c", "until [ -f /in/note ]; do sleep 0.2; done; echo READ $(cat /in/note); {SLEEPER}"]
+    volumeMounts: [{{name: shared, mountPath: /in, readOnly: true}}]
+"#
+        ),
+    );
+    node.start(&[]);
+    let reader = wait_running_id(&node, "share", "reader");
+    wait_log(&node, &reader, "READ from-writer");
+    let uid = pod_uid(&node, "share");
+    let dir = empty_dir(&node, &uid, "shared");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("note")).expect("on the node's disk"),
+        "from-writer\n"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&dir).expect("dir").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o777, "emptyDir is world-writable");
+    // readOnly mounts are read-only.
+    let r = node
+        .docker
+        .exec(
+            &reader,
+            &["touch".to_string(), "/in/x".to_string()],
+            std::time::Duration::from_secs(30),
+        )
+        .expect("exec");
+    assert_ne!(r.exit_code, 0, "writing a readOnly mount must fail");
+
+    // The pod goes: its directory follows once its containers are gone.
+    std::fs::remove_file(node.manifests().join("share.yaml")).expect("remove manifest");
+    wait_for("the pod directory to be removed", LONG, || {
+        (!pod_dir(&node, &uid).exists()).then_some(())
+    });
+    assert!(node.containers().is_empty());
+    wait_for("the cleanup to be logged", LONG, || {
+        node.log()
+            .contains("Cleaned up orphaned pod directory")
+            .then_some(())
+    });
+}
+
+#[test]
+fn memory_empty_dir_is_a_sized_tmpfs_unmounted_after_the_pod() {
+    let mut node = Node::new("vol-mem");
+    node.write_manifest(
+        "mem.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: mem}}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: cache
+    emptyDir: {{medium: Memory, sizeLimit: 8Mi}}
+  - name: unsized
+    emptyDir: {{medium: Memory}}
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", {SLEEPER:?}]
+    resources: {{limits: {{memory: 32Mi}}}}
+    volumeMounts:
+    - {{name: cache, mountPath: /cache}}
+    - {{name: unsized, mountPath: /unsized}}
+"#
+        ),
+    );
+    node.start(&[]);
+    let id = wait_running_id(&node, "mem", "c");
+    let mounts = exec(&node, &id, &["cat", "/proc/mounts"]);
+    let line = |p: &str| {
+        mounts
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(p))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line("/cache").starts_with("tmpfs /cache tmpfs"), "{mounts}");
+    assert!(line("/cache").contains("size=8192k"), "{mounts}");
+    // Without a sizeLimit the pod's memory limit bounds it.
+    assert!(line("/unsized").contains("size=32768k"), "{mounts}");
+    let uid = pod_uid(&node, "mem");
+    let host = empty_dir(&node, &uid, "cache");
+    assert_eq!(mounted_fs(&host).as_deref(), Some("tmpfs"));
+    exec(&node, &id, &["sh", "-c", "echo x > /cache/f"]);
+    assert!(host.join("f").exists());
+
+    std::fs::remove_file(node.manifests().join("mem.yaml")).expect("remove manifest");
+    wait_for("the pod directory to be removed", LONG, || {
+        (!pod_dir(&node, &uid).exists()).then_some(())
+    });
+    assert_eq!(mounted_fs(&host), None, "the tmpfs is unmounted");
+}
+
+/// Makes one path of each kind under `dir`: directory, file, socket, char and block
+/// devices (device nodes made with mknod; nothing opens them).
+fn make_kinds(dir: &Path) -> BTreeMap<&'static str, PathBuf> {
+    let mut m = BTreeMap::new();
+    let d = dir.join("a-dir");
+    std::fs::create_dir_all(&d).expect("dir");
+    m.insert("Directory", d);
+    let f = dir.join("a-file");
+    std::fs::write(&f, "content\n").expect("file");
+    m.insert("File", f);
+    let s = dir.join("a.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&s).expect("socket");
+    std::mem::forget(listener);
+    m.insert("Socket", s);
+    for (kind, name, mode, major, minor) in [
+        ("CharDevice", "a-chr", libc::S_IFCHR, 1, 3),
+        ("BlockDevice", "a-blk", libc::S_IFBLK, 7, 200),
+    ] {
+        let p = dir.join(name);
+        let c = std::ffi::CString::new(p.display().to_string()).expect("path");
+        // SAFETY: mknod on a path we own, with a valid mode and device number.
+        let rc = unsafe { libc::mknod(c.as_ptr(), mode | 0o600, libc::makedev(major, minor)) };
+        assert_eq!(
+            rc,
+            0,
+            "mknod {}: {}",
+            p.display(),
+            std::io::Error::last_os_error()
+        );
+        m.insert(kind, p);
+    }
+    m
+}
+
+#[test]
+fn host_path_types_are_checked_before_any_container_starts() {
+    let mut node = Node::new("vol-hostpath");
+    let host = node.dir.join("host");
+    std::fs::create_dir_all(&host).expect("host dir");
+    let kinds = make_kinds(&host);
+    let created_dir = host.join("made/by/kubelet");
+    let created_file = host.join("made-file");
+    let unset_missing = host.join("docker-makes-this");
+
+    let mut ok = String::from(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: ok}\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes:\n",
+    );
+    let mut bad = String::from(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes:\n",
+    );
+    // (volume, path, type) that must pass, and that must fail.
+    let pass: Vec<(String, PathBuf, &str)> = vec![
+        ("dir".into(), kinds["Directory"].clone(), "Directory"),
+        ("file".into(), kinds["File"].clone(), "File"),
+        ("sock".into(), kinds["Socket"].clone(), "Socket"),
+        ("chr".into(), kinds["CharDevice"].clone(), "CharDevice"),
+        ("blk".into(), kinds["BlockDevice"].clone(), "BlockDevice"),
+        (
+            "dir-or-create".into(),
+            created_dir.clone(),
+            "DirectoryOrCreate",
+        ),
+        (
+            "file-or-create".into(),
+            created_file.clone(),
+            "FileOrCreate",
+        ),
+        ("unset".into(), unset_missing.clone(), ""),
+    ];
+    let fail: Vec<(String, PathBuf, &str, String)> = vec![
+        (
+            "not-dir".into(),
+            kinds["File"].clone(),
+            "Directory",
+            format!(
+                "hostPath type check failed: {} is not a directory, it's a File",
+                kinds["File"].display()
+            ),
+        ),
+        (
+            "not-file".into(),
+            kinds["Directory"].clone(),
+            "FileOrCreate",
+            format!(
+                "hostPath type check failed: {} is not a file, it's a Directory",
+                kinds["Directory"].display()
+            ),
+        ),
+        (
+            "not-sock".into(),
+            kinds["File"].clone(),
+            "Socket",
+            format!(
+                "hostPath type check failed: {} is not a socket file, it's a File",
+                kinds["File"].display()
+            ),
+        ),
+        (
+            "not-chr".into(),
+            kinds["BlockDevice"].clone(),
+            "CharDevice",
+            format!(
+                "hostPath type check failed: {} is not a character device, it's a BlockDevice",
+                kinds["BlockDevice"].display()
+            ),
+        ),
+        (
+            "not-blk".into(),
+            kinds["CharDevice"].clone(),
+            "BlockDevice",
+            format!(
+                "hostPath type check failed: {} is not a block device, it's a CharDevice",
+                kinds["CharDevice"].display()
+            ),
+        ),
+        (
+            "missing".into(),
+            host.join("nothing-here"),
+            "Directory",
+            format!(
+                "hostPath {} doesn't exist",
+                host.join("nothing-here").display()
+            ),
+        ),
+        (
+            "no-parent".into(),
+            host.join("no/such/parent/file"),
+            "FileOrCreate",
+            format!(
+                "cannot create file {}",
+                host.join("no/such/parent/file").display()
+            ),
+        ),
+    ];
+    let vol = |y: &mut String, name: &str, path: &Path, ty: &str| {
+        y.push_str(&format!(
+            "  - name: {name}\n    hostPath: {{path: {:?}, type: {ty:?}}}\n",
+            path.display().to_string()
+        ));
+    };
+    for (n, p, t) in &pass {
+        vol(&mut ok, n, p, t);
+    }
+    for (n, p, t, _) in &fail {
+        vol(&mut bad, n, p, t);
+    }
+    ok.push_str("  containers:\n");
+    bad.push_str("  containers:\n");
+    let container = |y: &mut String, name: &str| {
+        y.push_str(&format!(
+            "  - name: c-{name}\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {SLEEPER:?}]\n    volumeMounts: [{{name: {name}, mountPath: /mnt/v}}]\n"
+        ));
+    };
+    for (n, _, _) in &pass {
+        container(&mut ok, n);
+    }
+    for (n, _, _, _) in &fail {
+        container(&mut bad, n);
+    }
+    node.write_manifest("ok.yaml", &ok);
+    node.write_manifest("bad.yaml", &bad);
+    node.start(&[]);
+
+    for (n, _, _, want) in &fail {
+        let msg = wait_waiting(
+            &node,
+            "bad",
+            &format!("c-{n}"),
+            "CreateContainerConfigError",
+        );
+        let prefix = format!("MountVolume.SetUp failed for volume \"{n}\" : ");
+        assert!(msg.starts_with(&prefix), "{msg}");
+        assert!(
+            msg[prefix.len()..].starts_with(want.as_str()),
+            "{msg} / want {want}"
+        );
+    }
+    for (n, _, _) in &pass {
+        wait_running_id(&node, "ok", &format!("c-{n}"));
+    }
+    assert!(created_dir.is_dir(), "DirectoryOrCreate made the directory");
+    assert!(created_file.is_file(), "FileOrCreate made the file");
+    assert!(
+        unset_missing.is_dir(),
+        "an unset type leaves the path to Docker"
+    );
+    let id = wait_running_id(&node, "ok", "c-file");
+    assert_eq!(exec(&node, &id, &["cat", "/mnt/v"]), "content\n");
+    let id = wait_running_id(&node, "ok", "c-chr");
+    exec(&node, &id, &["test", "-c", "/mnt/v"]);
+    assert!(
+        node.containers()
+            .iter()
+            .all(
+                |c| util::label(c, "io.kubernetes.pod.name") != format!("bad-{}", node.name)
+                    || util::label(c, "io.kubernetes.container.name") == "POD"
+            ),
+        "no container of the bad pod was created"
+    );
+    let log = node.log();
+    assert!(
+        log.contains("MountVolume.SetUp failed for volume \"not-dir\""),
+        "{log}"
+    );
+}
+
+#[test]
+fn sub_path_and_sub_path_expr() {
+    let mut node = Node::new("vol-subpath");
+    let host = node.dir.join("host");
+    std::fs::create_dir_all(host.join("existing")).expect("host dir");
+    std::fs::write(host.join("existing/data"), "from-host\n").expect("file");
+    node.write_manifest(
+        "sub.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: sub}}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {{name: scratch, emptyDir: {{}}}}
+  - {{name: hp, hostPath: {{path: {host:?}, type: Directory}}}}
+  containers:
+  - name: plain
+    image: {BUSYBOX}
+    command: ["sh", "-c", "echo one > /sub/file; cat /host/data; {SLEEPER}"]
+    volumeMounts:
+    - {{name: scratch, mountPath: /sub, subPath: a/b}}
+    - {{name: hp, mountPath: /host, subPath: existing, readOnly: true}}
+  - name: expr
+    image: {BUSYBOX}
+    command: ["sh", "-c", "echo two > /mine/file; {SLEEPER}"]
+    env:
+    - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+    volumeMounts:
+    - {{name: scratch, mountPath: /mine, subPathExpr: "logs/$(POD_NAME)"}}
+  - name: missing-var
+    image: {BUSYBOX}
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - {{name: scratch, mountPath: /x, subPathExpr: "$(NOT_SET)"}}
+  - name: escape
+    image: {BUSYBOX}
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - {{name: scratch, mountPath: /x, subPath: "../../etc"}}
+"#,
+            host = host.display().to_string()
+        ),
+    );
+    node.start(&[]);
+    let id = wait_running_id(&node, "sub", "plain");
+    wait_log(&node, &id, "from-host");
+    wait_running_id(&node, "sub", "expr");
+    let uid = pod_uid(&node, "sub");
+    let scratch = empty_dir(&node, &uid, "scratch");
+    wait_for("files written through sub paths", LONG, || {
+        let one = std::fs::read_to_string(scratch.join("a/b/file")).ok()?;
+        let two =
+            std::fs::read_to_string(scratch.join(format!("logs/sub-{}/file", node.name))).ok()?;
+        (one == "one\n" && two == "two\n").then_some(())
+    });
+    let msg = wait_waiting(&node, "sub", "missing-var", "CreateContainerConfigError");
+    assert_eq!(msg, "missing value for NOT_SET");
+    let msg = wait_waiting(&node, "sub", "escape", "CreateContainerConfigError");
+    assert_eq!(
+        msg,
+        "unable to provision SubPath `../../etc`: must not contain '..'"
+    );
+}
+
+#[test]
+fn unsupported_volume_types_fail_only_the_containers_that_mount_them() {
+    let mut node = Node::new("vol-unsup");
+    node.write_manifest(
+        "u.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: u}}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {{name: cfg, configMap: {{name: settings}}}}
+  - {{name: claim, persistentVolumeClaim: {{claimName: data}}}}
+  containers:
+  - name: uses-cfg
+    image: {BUSYBOX}
+    command: ["sleep", "3600"]
+    volumeMounts: [{{name: cfg, mountPath: /cfg}}]
+  - name: uses-missing
+    image: {BUSYBOX}
+    command: ["sleep", "3600"]
+    volumeMounts: [{{name: not-declared, mountPath: /x}}]
+  - name: fine
+    image: {BUSYBOX}
+    command: ["sh", "-c", {SLEEPER:?}]
+"#
+        ),
+    );
+    node.start(&[]);
+    wait_running_id(&node, "u", "fine");
+    let msg = wait_waiting(&node, "u", "uses-cfg", "CreateContainerConfigError");
+    assert_eq!(
+        msg,
+        "MountVolume.SetUp failed for volume \"cfg\" : unsupported volume type configMap (rkubelet supports emptyDir and hostPath)"
+    );
+    let msg = wait_waiting(&node, "u", "uses-missing", "CreateContainerConfigError");
+    assert_eq!(
+        msg,
+        "cannot find volume \"not-declared\" to mount into container \"uses-missing\""
+    );
+    let log = node.log();
+    assert!(
+        log.contains("unsupported volume type persistentVolumeClaim"),
+        "{log}"
+    );
+    let (code, body) = node.healthz_get("/healthz");
+    assert_eq!((code, body.as_str()), (200, "ok"));
+}
+
+#[test]
+fn orphaned_pod_directories_go_only_when_no_container_of_the_pod_exists() {
+    let mut node = Node::new("vol-orphan");
+    // A leftover directory of a pod long gone, with a volume in it.
+    let gone = root(&node).join("pods").join("0000-gone");
+    std::fs::create_dir_all(gone.join("volumes/kubernetes.io~empty-dir/v")).expect("dir");
+    std::fs::write(gone.join("volumes/kubernetes.io~empty-dir/v/f"), "x").expect("file");
+    // A pod whose container ignores SIGTERM: after its manifest goes, it lives on for
+    // its grace period, and its directory must stay as long as it exists.
+    node.write_manifest(
+        "slow.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: slow}}
+spec:
+  terminationGracePeriodSeconds: 6
+  volumes: [{{name: v, emptyDir: {{}}}}]
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]
+    volumeMounts: [{{name: v, mountPath: /v}}]
+"#
+        ),
+    );
+    node.start(&[]);
+    wait_for("the orphan's directory to be removed", LONG, || {
+        (!gone.exists()).then_some(())
+    });
+    let id = wait_running_id(&node, "slow", "c");
+    let uid = pod_uid(&node, "slow");
+    let dir = pod_dir(&node, &uid);
+    assert!(dir.exists());
+    std::fs::remove_file(node.manifests().join("slow.yaml")).expect("remove manifest");
+    let mut seen_kept = false;
+    wait_for("the slow pod's directory to be removed", LONG, || {
+        // Directory first, then the container: a directory gone while the container
+        // still exists afterwards is a removal under a live container.
+        let dir_gone = !dir.exists();
+        let container = node.docker.inspect_container(&id).is_ok();
+        if dir_gone {
+            assert!(
+                !container,
+                "pod directory removed while its container exists"
+            );
+            return Some(());
+        }
+        seen_kept |= container;
+        None
+    });
+    assert!(
+        seen_kept,
+        "the directory was kept while the container was stopping"
+    );
+}
