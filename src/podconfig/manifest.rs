@@ -15,7 +15,7 @@
 //! the same pod again (after a re-read, and after a restart: it is the key the running
 //! containers carry in their labels): 32 hex digits of FNV-1a 128 over the manifest's
 //! canonical JSON (the decoded pod re-encoded, before any defaulting) **with
-//! `spec.containers` removed**, then `host:<nodeName>`, then `file:<path>` (or
+//! `spec.containers` removed** (all but their host ports), then `host:<nodeName>`, then `file:<path>` (or
 //! `url:<url>`). Upstream hashes the whole object (after a Go-specific dump that no
 //! other language reproduces). Leaving the app containers out is deliberate: editing a
 //! container of a manifest (its image, command, probes…) keeps the pod's UID, so the
@@ -370,11 +370,28 @@ fn validate(pod: &Pod) -> Result<(), String> {
 }
 
 /// The derived UID of a static pod without one (see the module docs for why
-/// `spec.containers` is left out).
+/// `spec.containers` is left out). Host ports stay in: they are published on the
+/// sandbox, so changing one needs a new sandbox, hence a new pod.
 fn static_pod_uid(pod: &Pod, node_name: &str, origin: Origin<'_>) -> Result<String, String> {
     let mut basis = pod.clone();
     if let Some(spec) = basis.spec.as_mut() {
-        spec.containers.clear();
+        spec.containers = spec
+            .containers
+            .iter()
+            .filter_map(|c| {
+                let host_ports: Vec<_> = c
+                    .ports
+                    .iter()
+                    .flatten()
+                    .filter(|p| p.host_port.unwrap_or(0) != 0)
+                    .cloned()
+                    .collect();
+                (!host_ports.is_empty()).then(|| k8s_openapi::api::core::v1::Container {
+                    ports: Some(host_ports),
+                    ..Default::default()
+                })
+            })
+            .collect();
     }
     let canonical =
         serde_json::to_vec(&basis).map_err(|e| format!("cannot encode the pod to hash it: {e}"))?;
@@ -565,6 +582,16 @@ mod tests {
         assert!(
             !same(&format!("{WEB}  hostNetwork: true\n")),
             "hostNetwork changes it"
+        );
+        assert!(
+            same(&format!("{WEB}    ports: [{{containerPort: 80}}]\n")),
+            "a container port without a host port keeps it"
+        );
+        assert!(
+            !same(&format!(
+                "{WEB}    ports: [{{containerPort: 80, hostPort: 8080}}]\n"
+            )),
+            "a host port changes it: it lives on the sandbox"
         );
         assert!(
             !same(&format!("{WEB}  initContainers: [{{name: i, image: x}}]\n")),
