@@ -643,7 +643,7 @@ impl RuntimeManager {
     /// running container in parallel, each with its preStop hook and grace; sidecars
     /// wait (within their grace) until the app containers and the sidecars after them
     /// have stopped, so they stop last, in reverse order. Then stops the sandboxes.
-    /// With `remove`, removes the containers and the pod's directory afterwards.
+    /// With `remove`, removes the containers afterwards.
     pub fn kill_pod(&self, req: &KillPodRequest) -> Result<(), RuntimeError> {
         let rp = self.get_pod_status(&req.uid)?;
         let pod = req.pod.as_deref();
@@ -652,14 +652,9 @@ impl RuntimeManager {
             for c in rp.containers.iter().chain(&rp.sandboxes) {
                 self.runtime.remove_container(&c.id)?;
             }
-            if safe_component(&req.uid) {
-                let dir = self.cfg.node.root_dir.join("pods").join(&req.uid);
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        log::warn!("removing pod directory {}: {e}", dir.display());
-                    }
-                }
-            }
+            // The pod's directory (volumes, termination messages) is the volume
+            // manager's to remove: it unmounts tmpfs volumes first, and waits until
+            // Docker lists no container of the pod.
         }
         Ok(())
     }

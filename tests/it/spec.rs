@@ -74,15 +74,14 @@ spec:
     let pod = pod_item(&node, "env").expect("pod listed");
     let full = format!("env-{}", node.name);
     let uid = pod["metadata"]["uid"].as_str().expect("uid").to_string();
-    let pod_ip = wait_for("the pod IP", LONG, || {
-        pod_item(&node, "env")?["status"]["podIP"]
-            .as_str()
-            .map(str::to_string)
+    // The status publishes after the sync that started the container: wait for it.
+    let (pod_ip, host_ip) = wait_for("the pod and host IPs", LONG, || {
+        let st = pod_item(&node, "env")?["status"].clone();
+        Some((
+            st["podIP"].as_str()?.to_string(),
+            st["hostIP"].as_str()?.to_string(),
+        ))
     });
-    let host_ip = pod["status"]["hostIP"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
     let want = [
         "A=alpha".to_string(),
         "B=alpha-beta-$(C)".into(),
