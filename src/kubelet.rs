@@ -4,7 +4,8 @@
 //!
 //! The `sync-loop` thread owns the pod manager (the desired pods by UID) and the
 //! PodConfig merge. It waits on one `select!` over: source snapshots, PLEG events,
-//! runtime-up notices, the 1 s sync ticker, the 2 s housekeeping ticker and shutdown,
+//! probe results, runtime-up notices, the 1 s sync ticker, the 2 s housekeeping ticker
+//! and shutdown,
 //! and hands every pod's work to the pod workers. It never calls the runtime itself.
 
 use std::collections::HashMap;
@@ -23,6 +24,7 @@ use crate::loops::{shutdown_channel, LoopHandle, Loops, Periodic, Shutdown, Spaw
 use crate::pleg::{Pleg, PlegEvent, PlegEventType, PlegShared, CHANNEL_CAPACITY, RELIST_PERIOD};
 use crate::pod_workers::{PodSyncer, PodWorkers, Work, WorkQueue, DEFAULT_WORKERS};
 use crate::podconfig::{PodConfig, PodOp, PodUpdate, Source, SourceUpdate};
+use crate::prober::{ProbeEvent, ProbeManager, ProbeResult, ProbeType};
 use crate::runtime::Runtime;
 use crate::server::readonly::{PodsView, ReadOnly};
 use crate::server::{self, ServerError, Unblockers};
@@ -146,19 +148,30 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
 
     let (shutdown, stop) = shutdown_channel();
     let loops = Loops::new(stop.clone());
+    // The prober: changed results reach the sync loop over a bounded channel.
+    let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
+    let probes = ProbeManager::start(
+        &loops,
+        runtime.clone(),
+        crate::prober::PROBE_WORKERS,
+        probe_tx,
+    )?;
     let statuses = Arc::new(StatusCache::default());
     let pods_view = Arc::new(PodsView::new(statuses.clone()));
     let pleg_shared = Arc::new(PlegShared::default());
     let runtime_health = Arc::new(RuntimeHealth::default());
     let work_queue = Arc::new(WorkQueue::default());
     let workers = Arc::new(PodWorkers::default());
-    let manager = Arc::new(RuntimeManager::new(
-        runtime.clone(),
-        ManagerConfig {
-            node_name: cfg.node_name.clone(),
-            pod_infra_image: cfg.pod_infra_container_image.clone(),
-        },
-    ));
+    let manager = Arc::new(
+        RuntimeManager::new(
+            runtime.clone(),
+            ManagerConfig {
+                node_name: cfg.node_name.clone(),
+                pod_infra_image: cfg.pod_infra_container_image.clone(),
+            },
+        )
+        .with_probe_results(probes.results().clone()),
+    );
     let checks = HealthChecks {
         registry: loops.registry(),
         pleg: pleg_shared.clone(),
@@ -181,6 +194,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     checks: checks.clone(),
                     pods: pods_view.clone(),
                     registry: loops.registry(),
+                    probe_metrics: probes.metrics().clone(),
                 };
                 server::serve(&loops, "srv-readonly", listener, &unblockers, move |r| {
                     server::readonly::handle(&ro, r)
@@ -244,6 +258,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         manager: manager.clone(),
         statuses: statuses.clone(),
         queue: work_queue.clone(),
+        probes: probes.clone(),
         host_ip: crate::netutil::node_ip(),
         resync: cfg.sync_frequency,
     });
@@ -262,6 +277,8 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         manager,
         sources_rx: source_rx,
         pleg_rx,
+        probe_rx,
+        probes,
         up_rx,
         last_status_line: String::new(),
     };
@@ -284,6 +301,7 @@ struct SyncHandler {
     manager: Arc<RuntimeManager>,
     statuses: Arc<StatusCache>,
     queue: Arc<WorkQueue>,
+    probes: Arc<ProbeManager>,
     host_ip: String,
     resync: Duration,
 }
@@ -302,8 +320,12 @@ impl PodSyncer for SyncHandler {
                         previous: previous.as_deref(),
                         host_ip: &self.host_ip,
                         now: SystemTime::now(),
+                        probes: Some(self.probes.results()),
                     },
                 );
+                // The prober follows the containers this sync left running.
+                self.probes
+                    .update_pod(pod, &r.runtime_pod, st.pod_ip.as_deref());
                 self.statuses.set(&uid, st);
                 let after = r.requeue_after.map_or(self.resync, |d| d.min(self.resync));
                 self.queue.enqueue(&uid, after);
@@ -320,6 +342,8 @@ impl PodSyncer for SyncHandler {
     }
 
     fn kill_pod(&self, uid: &str, grace: Duration) {
+        // Nothing probes a pod that is going away.
+        self.probes.remove_pod(uid);
         match self.manager.kill_pod(uid, grace) {
             Ok(()) => {
                 self.statuses.remove(uid);
@@ -338,6 +362,7 @@ impl PodSyncer for SyncHandler {
 enum Event {
     Config(SourceUpdate),
     Pleg(PlegEvent),
+    Probe(ProbeEvent),
     RuntimeUp,
     SyncTick,
     Housekeeping,
@@ -357,6 +382,8 @@ struct SyncLoop {
     manager: Arc<RuntimeManager>,
     sources_rx: Receiver<SourceUpdate>,
     pleg_rx: Receiver<PlegEvent>,
+    probe_rx: Receiver<ProbeEvent>,
+    probes: Arc<ProbeManager>,
     up_rx: Receiver<()>,
     last_status_line: String,
 }
@@ -396,6 +423,10 @@ impl SyncLoop {
                 Ok(e) => Event::Pleg(e),
                 Err(_) => Event::Shutdown,
             },
+            recv(self.probe_rx) -> e => match e {
+                Ok(e) => Event::Probe(e),
+                Err(_) => Event::Shutdown,
+            },
             recv(self.up_rx) -> _ => Event::RuntimeUp,
             recv(sync_tick) -> _ => Event::SyncTick,
             recv(housekeeping) -> _ => Event::Housekeeping,
@@ -425,6 +456,26 @@ impl SyncLoop {
                     }
                     if let Some(pod) = self.pods.get(&e.pod_uid) {
                         self.workers.update_pod(&e.pod_uid, Work::Sync(pod.clone()));
+                    }
+                }
+            }
+            Event::Probe(e) => {
+                // A changed result syncs its pod at once (upstream: liveness failures,
+                // readiness and startup changes; the prober sends only those).
+                let mut uids = std::collections::BTreeSet::new();
+                for e in std::iter::once(e).chain(self.probe_rx.try_iter()) {
+                    if e.probe_type == ProbeType::Liveness && e.result == ProbeResult::Failure {
+                        log::info!(
+                            "SyncLoop (probe) probe=liveness status=unhealthy pod={} container={}",
+                            e.pod_uid,
+                            e.container
+                        );
+                    }
+                    uids.insert(e.pod_uid);
+                }
+                for uid in uids {
+                    if let Some(pod) = self.pods.get(&uid) {
+                        self.workers.update_pod(&uid, Work::Sync(pod.clone()));
                     }
                 }
             }
@@ -549,6 +600,8 @@ impl SyncLoop {
                 Work::Kill(Duration::from_secs(info.grace_seconds.unsigned_abs())),
             );
         }
+        self.probes
+            .cleanup_pods(&|uid| self.pods.contains_key(uid) || self.workers.is_active(uid));
         for uid in self.statuses.uids() {
             if !self.pods.contains_key(&uid) && !self.workers.is_active(&uid) {
                 self.statuses.remove(&uid);

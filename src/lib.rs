@@ -28,6 +28,7 @@ pub mod kuberuntime;
 pub mod images;
 pub mod pleg;
 pub mod status;
+pub mod prober;
 pub mod health;
 
 // The HTTP ports.

@@ -37,6 +37,9 @@ pub struct KillAction {
     pub name: String,
     /// Why, as upstream words it.
     pub reason: String,
+    /// Grace period overriding the pod's (a liveness or startup probe's own
+    /// `terminationGracePeriodSeconds`).
+    pub grace: Option<Duration>,
 }
 
 /// Everything one sync will do.
@@ -255,6 +258,7 @@ pub fn compute_pod_actions(
                         id: d.id.clone(),
                         name: c.name.clone(),
                         reason: format!("Container {} definition changed", c.name),
+                        grace: None,
                     });
                     a.start.push(StartAction {
                         kind: ContainerKind::App,
@@ -301,6 +305,7 @@ pub fn compute_pod_actions(
                 id: d.id.clone(),
                 name: name.to_string(),
                 reason: format!("Container {name} is not in the pod spec"),
+                grace: None,
             });
         }
     }
@@ -310,6 +315,63 @@ pub fn compute_pod_actions(
     }
     a.requeue_after = min_requeue;
     a
+}
+
+/// Adds to `a` the kill (and restart, unless `restartPolicy: Never`) of every running
+/// app container whose liveness or startup probe failed (upstream `computePodActions`:
+/// `Container <c> failed liveness probe, will be restarted`). `failed_probe` says which
+/// probe condemned a container ID, if any. The kill uses the probe's own
+/// `terminationGracePeriodSeconds` when it has one.
+pub fn kill_unhealthy(
+    a: &mut PodActions,
+    pod: &Pod,
+    rt: &RuntimePod,
+    failed_probe: &dyn Fn(&str) -> Option<crate::prober::ProbeType>,
+) {
+    let Some(spec) = &pod.spec else {
+        return;
+    };
+    if a.kill_pod {
+        return; // everything goes anyway
+    }
+    let restart = spec.restart_policy.as_deref() != Some("Never");
+    for (i, c) in spec.containers.iter().enumerate() {
+        let Some(d) = rt
+            .newest(&c.name, ContainerKind::App)
+            .filter(|d| d.state == ContainerState::Running)
+        else {
+            continue;
+        };
+        if a.kill.iter().any(|k| k.id == d.id) {
+            continue;
+        }
+        let Some(ty) = failed_probe(&d.id) else {
+            continue;
+        };
+        let probe = crate::prober::spec::probe_of(c, ty);
+        let mut reason = format!("Container {} failed {} probe", c.name, ty.word());
+        if restart {
+            reason.push_str(", will be restarted");
+        }
+        a.kill.push(KillAction {
+            id: d.id.clone(),
+            name: c.name.clone(),
+            reason,
+            grace: probe
+                .and_then(|p| p.termination_grace_period_seconds)
+                .filter(|s| *s > 0)
+                .map(|s| Duration::from_secs(s.unsigned_abs())),
+        });
+        if restart {
+            a.start.push(StartAction {
+                kind: ContainerKind::App,
+                index: i,
+                name: c.name.clone(),
+                restart_count: labels::restart_count(&d.labels) + 1,
+                backoff_key: None,
+            });
+        }
+    }
 }
 
 fn first_start(list: &[Container], i: usize, kind: ContainerKind, rt: &RuntimePod) -> StartAction {
@@ -620,6 +682,66 @@ mod tests {
             a.start.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
             ["i2"]
         );
+    }
+
+    #[test]
+    fn failed_liveness_kills_and_restarts_with_the_probe_grace() {
+        use crate::prober::ProbeType;
+        use k8s_openapi::api::core::v1::{ExecAction, Probe};
+        for (policy, restarts) in [("Always", true), ("OnFailure", true), ("Never", false)] {
+            let mut p = pod(&["a", "b"], policy);
+            if let Some(s) = p.spec.as_mut() {
+                s.containers[0].liveness_probe = Some(Probe {
+                    exec: Some(ExecAction {
+                        command: Some(vec!["true".into()]),
+                    }),
+                    termination_grace_period_seconds: Some(3),
+                    ..Default::default()
+                });
+            }
+            let rt = RuntimePod {
+                sandboxes: vec![sandbox(ContainerState::Running, 0)],
+                containers: vec![
+                    ctr(&p, "a", ContainerState::Running, 0, 2, 10),
+                    ctr(&p, "b", ContainerState::Running, 0, 0, 10),
+                ],
+            };
+            let mut a = compute(&p, &rt, &Backoff::default(), Instant::now(), t(10));
+            kill_unhealthy(&mut a, &p, &rt, &|id| {
+                (id == "a2").then_some(ProbeType::Liveness)
+            });
+            assert_eq!(a.kill.len(), 1, "{policy}");
+            let k = &a.kill[0];
+            assert_eq!(k.id, "a2");
+            let want = if restarts {
+                "Container a failed liveness probe, will be restarted"
+            } else {
+                "Container a failed liveness probe"
+            };
+            assert_eq!(k.reason, want);
+            assert_eq!(k.grace, Some(Duration::from_secs(3)));
+            assert_eq!(
+                a.start
+                    .iter()
+                    .map(|s| (s.name.as_str(), s.restart_count))
+                    .collect::<Vec<_>>(),
+                if restarts { vec![("a", 3)] } else { vec![] },
+                "{policy}"
+            );
+        }
+        // A startup failure kills with the pod's grace when the probe has none.
+        let p = pod(&["a"], "Always");
+        let rt = RuntimePod {
+            sandboxes: vec![sandbox(ContainerState::Running, 0)],
+            containers: vec![ctr(&p, "a", ContainerState::Running, 0, 0, 10)],
+        };
+        let mut a = compute(&p, &rt, &Backoff::default(), Instant::now(), t(10));
+        kill_unhealthy(&mut a, &p, &rt, &|_| Some(ProbeType::Startup));
+        assert_eq!(
+            a.kill[0].reason,
+            "Container a failed startup probe, will be restarted"
+        );
+        assert_eq!(a.kill[0].grace, None);
     }
 
     #[test]

@@ -139,6 +139,8 @@ pub struct RuntimeManager {
     cfg: ManagerConfig,
     backoff: Mutex<Backoff>,
     images: ImageManager,
+    /// Liveness and startup results (upstream's `livenessManager`/`startupManager`).
+    probes: Option<Arc<crate::prober::results::ResultsCache>>,
 }
 
 impl RuntimeManager {
@@ -149,7 +151,15 @@ impl RuntimeManager {
             runtime,
             cfg,
             backoff: Mutex::new(Backoff::default()),
+            probes: None,
         }
+    }
+
+    /// Kills (and restarts) containers whose liveness or startup probe failed, by the
+    /// results in `probes`.
+    pub fn with_probe_results(mut self, probes: Arc<crate::prober::results::ResultsCache>) -> Self {
+        self.probes = Some(probes);
+        self
     }
 
     /// The runtime.
@@ -192,10 +202,13 @@ impl RuntimeManager {
         let rp = self
             .get_pod_status(&uid)
             .map_err(rt_err("reading pod status"))?;
-        let acts = {
+        let mut acts = {
             let b = lock(&self.backoff);
             actions::compute_pod_actions(pod, &rp, &b, Instant::now(), SystemTime::now())
         };
+        if let Some(p) = &self.probes {
+            actions::kill_unhealthy(&mut acts, pod, &rp, &|id| p.failed_probe(id));
+        }
         let mut result = SyncResult {
             waiting: acts.waiting.clone(),
             requeue_after: acts.requeue_after,
@@ -232,7 +245,8 @@ impl RuntimeManager {
         }
         for k in &acts.kill {
             log::info!("pod {name}: killing container {}: {}", k.name, k.reason);
-            self.runtime.stop_container(&k.id, grace)?;
+            self.runtime
+                .stop_container(&k.id, k.grace.unwrap_or(grace))?;
         }
         let sandbox_id = match acts.create_sandbox {
             Some(attempt) => {

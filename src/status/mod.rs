@@ -71,6 +71,9 @@ pub struct StatusInputs<'a> {
     pub host_ip: &'a str,
     /// Now.
     pub now: SystemTime,
+    /// Published probe results, for `ready` and `started` (None: probes ignored, a
+    /// running container is ready and started).
+    pub probes: Option<&'a crate::prober::results::ResultsCache>,
 }
 
 /// Computes a pod's status from its runtime view.
@@ -287,6 +290,7 @@ fn container_status(
     };
     let running = newest.is_some_and(|d| d.state == ContainerState::Running)
         && inp.waiting.get(&c.name).is_none();
+    let (started, ready) = probed_readiness(c, kind, newest, running, inp.probes);
     ContainerStatus {
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
@@ -294,8 +298,8 @@ fn container_status(
             .map(|d| format!("docker://{}", d.image_id))
             .unwrap_or_default(),
         container_id: newest.map(|d| format!("docker://{}", d.id)),
-        ready: running,
-        started: Some(running),
+        ready,
+        started: Some(started),
         restart_count: newest
             .map(|d| i32::try_from(labels::restart_count(&d.labels)).unwrap_or(i32::MAX))
             .unwrap_or(0),
@@ -303,6 +307,26 @@ fn container_status(
         last_state: Some(last_state.unwrap_or_default()),
         ..Default::default()
     }
+}
+
+/// Upstream §5.4: `started` = running and (startup probe succeeded or there is none);
+/// `ready` = started and (readiness probe succeeded or there is none). A probe without
+/// a published result counts as not passed.
+fn probed_readiness(
+    c: &Container,
+    kind: ContainerKind,
+    newest: Option<&ContainerDetails>,
+    running: bool,
+    probes: Option<&crate::prober::results::ResultsCache>,
+) -> (bool, bool) {
+    use crate::prober::{ProbeResult, ProbeType};
+    let (Some(p), Some(d), ContainerKind::App, true) = (probes, newest, kind, running) else {
+        return (running, running);
+    };
+    let passed = |has: bool, ty| !has || p.get(&d.id, ty) == Some(ProbeResult::Success);
+    let started = passed(c.startup_probe.is_some(), ProbeType::Startup);
+    let ready = started && passed(c.readiness_probe.is_some(), ProbeType::Readiness);
+    (started, ready)
 }
 
 /// The API state of one runtime container (upstream's dockershim mapping).
@@ -553,8 +577,66 @@ mod tests {
                 previous: prev,
                 host_ip: "10.0.0.1",
                 now: t(100),
+                probes: None,
             },
         )
+    }
+
+    #[test]
+    fn probe_results_drive_ready_started_and_the_conditions() {
+        use crate::prober::results::ResultsCache;
+        use crate::prober::{ProbeResult, ProbeType};
+        use k8s_openapi::api::core::v1::{ExecAction, Probe};
+        let probe = || {
+            Some(Probe {
+                exec: Some(ExecAction {
+                    command: Some(vec!["true".into()]),
+                }),
+                ..Default::default()
+            })
+        };
+        let mut p = pod(&["a"], "Always");
+        if let Some(s) = p.spec.as_mut() {
+            s.containers[0].readiness_probe = probe();
+            s.containers[0].startup_probe = probe();
+        }
+        let rt = RuntimePod {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr("a", ContainerState::Running, 0, 0, 1)],
+        };
+        let results = ResultsCache::default();
+        let status = |results: &ResultsCache| {
+            generate(
+                &p,
+                &rt,
+                &StatusInputs {
+                    waiting: &BTreeMap::new(),
+                    previous: None,
+                    host_ip: "10.0.0.1",
+                    now: t(100),
+                    probes: Some(results),
+                },
+            )
+        };
+        let flags = |s: &PodStatus| {
+            let c = &s.container_statuses.as_ref().expect("statuses")[0];
+            (c.started, c.ready, cond(s, "Ready").status.clone())
+        };
+        // No startup result yet: not started, not ready.
+        assert_eq!(
+            flags(&status(&results)),
+            (Some(false), false, "False".into())
+        );
+        results.set("a-0", ProbeType::Startup, ProbeResult::Success);
+        results.set("a-0", ProbeType::Readiness, ProbeResult::Failure);
+        let s = status(&results);
+        assert_eq!(flags(&s), (Some(true), false, "False".into()));
+        assert_eq!(
+            cond(&s, "ContainersReady").message.as_deref(),
+            Some("containers with unready status: [a]")
+        );
+        results.set("a-0", ProbeType::Readiness, ProbeResult::Success);
+        assert_eq!(flags(&status(&results)), (Some(true), true, "True".into()));
     }
 
     fn cond<'a>(s: &'a PodStatus, ty: &str) -> &'a PodCondition {
