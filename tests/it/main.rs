@@ -5,3 +5,4 @@
 mod util;
 mod docker;
 mod kubelet;
+mod probes;

@@ -1,0 +1,285 @@
+//! Probes end to end: a real rkubelet process per test, probing real containers in the
+//! real Docker engine (exec through the Engine API, HTTP and TCP against the pod IP on
+//! the docker0 bridge).
+
+use std::time::Duration;
+
+use crate::util::{wait_for, Node, BUSYBOX, LONG};
+use rkubelet::runtime::{ContainerState, Runtime};
+use serde_json::Value;
+
+/// The pod named `pod` (without the node suffix) from `/pods`.
+fn pod(node: &Node, pod: &str) -> Option<Value> {
+    let full = format!("{pod}-{}", node.name);
+    node.pods()["items"]
+        .as_array()?
+        .iter()
+        .find(|p| p["metadata"]["name"] == full.as_str())
+        .cloned()
+}
+
+/// One container's status in `/pods`.
+fn ctr_status(node: &Node, p: &str, c: &str) -> Option<Value> {
+    pod(node, p)?["status"]["containerStatuses"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == c)
+        .cloned()
+}
+
+/// The status of the pod condition `ty` ("True"/"False").
+fn condition(node: &Node, p: &str, ty: &str) -> Option<Value> {
+    pod(node, p)?["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ty)
+        .cloned()
+}
+
+fn ready(node: &Node, p: &str) -> Option<String> {
+    condition(node, p, "Ready").and_then(|c| c["status"].as_str().map(str::to_string))
+}
+
+/// A count from `/metrics/probes` on the read-only port (0 if the series is absent).
+fn probe_count(node: &Node, container: &str, probe_type: &str, result: &str) -> u64 {
+    let (code, body) = node.ro_get("/metrics/probes");
+    assert_eq!(code, 200, "{body}");
+    let needle = format!("container=\"{container}\",");
+    let tail = format!("probe_type=\"{probe_type}\",result=\"{result}\"}} ");
+    body.lines()
+        .filter(|l| l.starts_with("prober_probe_total{") && l.contains(&needle))
+        .find_map(|l| l.split_once(&tail).and_then(|(_, n)| n.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// The running instance of a container of this node, by container name.
+fn running_id(node: &Node, c: &str) -> Option<String> {
+    node.containers_named(c)
+        .into_iter()
+        .find(|s| s.state == ContainerState::Running)
+        .map(|s| s.id)
+}
+
+fn pod_header(name: &str, grace: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: {grace}\n  containers:\n"
+    )
+}
+
+#[test]
+fn exec_liveness_failure_restarts_the_container_with_the_probe_grace() {
+    let mut node = Node::new("pr-live");
+    // The container deletes its health file after 3 s and ignores SIGTERM (a shell as
+    // PID 1 with no handler). The pod's grace is 300 s; the probe's own 2 s grace is
+    // what lets the kill finish within the test's deadline.
+    let script = "touch /tmp/healthy; (sleep 3; rm -f /tmp/healthy) & while true; do sleep 1; done";
+    let yaml = format!(
+        "{}  - name: app\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {script:?}]\n    livenessProbe:\n      exec:\n        command: [\"cat\", \"/tmp/healthy\"]\n      periodSeconds: 1\n      failureThreshold: 2\n      terminationGracePeriodSeconds: 2\n",
+        pod_header("live", 300)
+    );
+    node.write_manifest("live.yaml", &yaml);
+    node.start(&[]);
+    let first = wait_for("the first instance running", LONG, || {
+        running_id(&node, "app")
+    });
+
+    let st = wait_for("restartCount 1 with a lastState", LONG, || {
+        let s = ctr_status(&node, "live", "app")?;
+        (s["restartCount"].as_i64() >= Some(1) && s["lastState"]["terminated"].is_object())
+            .then_some(s)
+    });
+    let last = &st["lastState"]["terminated"];
+    assert_eq!(
+        last["containerID"],
+        format!("docker://{first}"),
+        "lastState is the killed instance: {st}"
+    );
+    assert_eq!(
+        last["exitCode"], 137,
+        "SIGKILL after the probe's grace: {st}"
+    );
+
+    // Docker shows a new instance (restart count 1 in its name) running, the old one dead.
+    let second = wait_for("a new instance running", LONG, || {
+        running_id(&node, "app").filter(|id| *id != first)
+    });
+    let insp = node.docker.inspect_container(&second).expect("inspect");
+    assert!(insp.name.ends_with("_1"), "{}", insp.name);
+    let old = node.docker.inspect_container(&first).expect("inspect old");
+    assert_eq!(old.state, ContainerState::Exited);
+    let log = node.log();
+    assert!(
+        log.contains("Container app failed liveness probe, will be restarted"),
+        "{log}"
+    );
+}
+
+#[test]
+fn http_readiness_probe_flips_ready_both_ways() {
+    let mut node = Node::new("pr-http");
+    let script = "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www";
+    let yaml = format!(
+        "{}  - name: web\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {script:?}]\n    ports:\n    - name: http\n      containerPort: 8080\n    readinessProbe:\n      httpGet:\n        path: /index.html\n        port: http\n        httpHeaders:\n        - name: X-Probe\n          value: rkubelet\n      periodSeconds: 1\n      failureThreshold: 1\n",
+        pod_header("web", 1)
+    );
+    node.write_manifest("web.yaml", &yaml);
+    node.start(&[]);
+    wait_for("the pod Ready", LONG, || {
+        (ready(&node, "web").as_deref() == Some("True")).then_some(())
+    });
+    let s = ctr_status(&node, "web", "web").expect("status");
+    assert_eq!(
+        (s["ready"].as_bool(), s["started"].as_bool()),
+        (Some(true), Some(true))
+    );
+
+    let id = running_id(&node, "web").expect("running");
+    let sh = |cmd: &str| {
+        let r = node
+            .docker
+            .exec(
+                &id,
+                &["sh".into(), "-c".into(), cmd.into()],
+                Duration::from_secs(20),
+            )
+            .expect("exec");
+        assert_eq!(r.exit_code, 0, "{cmd}: {r:?}");
+    };
+    sh("rm /www/index.html");
+    let c = wait_for("the pod not Ready after the page went", LONG, || {
+        condition(&node, "web", "Ready").filter(|c| c["status"] == "False")
+    });
+    assert_eq!(c["reason"], "ContainersNotReady", "{c}");
+    assert_eq!(c["message"], "containers with unready status: [web]", "{c}");
+    assert_eq!(
+        ctr_status(&node, "web", "web").expect("status")["ready"],
+        false
+    );
+    sh("echo back > /www/index.html");
+    wait_for("the pod Ready again", LONG, || {
+        (ready(&node, "web").as_deref() == Some("True")).then_some(())
+    });
+    assert!(probe_count(&node, "web", "Readiness", "failed") >= 1);
+    assert!(probe_count(&node, "web", "Readiness", "successful") >= 2);
+    assert_eq!(
+        ctr_status(&node, "web", "web").expect("status")["restartCount"],
+        0,
+        "readiness never restarts"
+    );
+}
+
+#[test]
+fn tcp_probes_gate_readiness_and_grpc_probes_are_reported_unsupported() {
+    let mut node = Node::new("pr-tcp");
+    // `web` listens after 3 s; nothing in the pod listens on 9999; `grpc` has a gRPC
+    // probe, which rkubelet cannot run.
+    let web = "sleep 3; mkdir -p /www; exec httpd -f -p 8080 -h /www";
+    let idle = crate::util::SLEEPER;
+    let yaml = format!(
+        "{h}  - name: web\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {web:?}]\n    ports:\n    - name: tcp\n      containerPort: 8080\n    readinessProbe:\n      tcpSocket:\n        port: tcp\n      periodSeconds: 1\n  - name: closed\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {idle:?}]\n    readinessProbe:\n      tcpSocket:\n        port: 9999\n      periodSeconds: 1\n  - name: grpc\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {idle:?}]\n    readinessProbe:\n      grpc:\n        port: 9090\n      periodSeconds: 1\n",
+        h = pod_header("tcp", 1)
+    );
+    node.write_manifest("tcp.yaml", &yaml);
+    node.start(&[]);
+    wait_for("web ready through its TCP probe", LONG, || {
+        ctr_status(&node, "tcp", "web").filter(|s| s["ready"] == true)
+    });
+    wait_for("the closed port probed and failing", LONG, || {
+        (probe_count(&node, "closed", "Readiness", "failed") >= 2).then_some(())
+    });
+    wait_for("the gRPC probe reported", LONG, || {
+        node.log()
+            .contains("grpc probes are not supported by rkubelet")
+            .then_some(())
+    });
+    let c = condition(&node, "tcp", "ContainersReady").expect("condition");
+    assert_eq!(c["status"], "False");
+    assert_eq!(
+        c["message"], "containers with unready status: [closed grpc]",
+        "{c}"
+    );
+    for name in ["closed", "grpc"] {
+        let s = ctr_status(&node, "tcp", name).expect("status");
+        assert_eq!(s["ready"], false, "{s}");
+        assert_eq!(s["restartCount"], 0, "{s}");
+    }
+    assert!(probe_count(&node, "grpc", "Readiness", "unknown") >= 1);
+    let (code, body) = node.healthz_get("/healthz");
+    assert_eq!(
+        (code, body.as_str()),
+        (200, "ok"),
+        "an unsupported probe is not a kubelet failure"
+    );
+}
+
+#[test]
+fn startup_probe_holds_liveness_until_it_succeeds() {
+    let mut node = Node::new("pr-start");
+    // Ready after 6 s. Without the startup probe's gate, the liveness probe (one
+    // failure kills) would restart it long before.
+    let script =
+        "sleep 6; touch /tmp/started; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done";
+    let check = "[\"cat\", \"/tmp/started\"]";
+    let yaml = format!(
+        "{}  - name: slow\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {script:?}]\n    startupProbe:\n      exec:\n        command: {check}\n      periodSeconds: 1\n      failureThreshold: 60\n    livenessProbe:\n      exec:\n        command: {check}\n      periodSeconds: 1\n      failureThreshold: 1\n",
+        pod_header("slow", 1)
+    );
+    node.write_manifest("slow.yaml", &yaml);
+    node.start(&[]);
+    let s = wait_for("the container running but not started", LONG, || {
+        ctr_status(&node, "slow", "slow").filter(|s| s["state"]["running"].is_object())
+    });
+    assert_eq!(s["started"], false, "{s}");
+    assert_eq!(s["ready"], false, "{s}");
+    let id = running_id(&node, "slow").expect("running");
+    wait_for("started and ready", LONG, || {
+        ctr_status(&node, "slow", "slow").filter(|s| s["started"] == true && s["ready"] == true)
+    });
+    wait_for("the liveness probe running after start-up", LONG, || {
+        (probe_count(&node, "slow", "Liveness", "successful") >= 2).then_some(())
+    });
+    assert!(
+        probe_count(&node, "slow", "Startup", "failed") >= 1,
+        "start-up was probed while waiting"
+    );
+    assert_eq!(probe_count(&node, "slow", "Liveness", "failed"), 0);
+    let s = ctr_status(&node, "slow", "slow").expect("status");
+    assert_eq!(s["restartCount"], 0, "{s}");
+    assert_eq!(running_id(&node, "slow"), Some(id), "the same instance");
+}
+
+#[test]
+fn a_probe_that_times_out_fails() {
+    let mut node = Node::new("pr-timeout");
+    let idle = crate::util::SLEEPER;
+    let yaml = format!(
+        "{}  - name: stuck\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {idle:?}]\n    readinessProbe:\n      exec:\n        command: [\"sleep\", \"30\"]\n      timeoutSeconds: 1\n      periodSeconds: 2\n      failureThreshold: 1\n",
+        pod_header("stuck", 1)
+    );
+    node.write_manifest("stuck.yaml", &yaml);
+    node.start(&[]);
+    wait_for("two timed-out readiness probes", LONG, || {
+        (probe_count(&node, "stuck", "Readiness", "failed") >= 2).then_some(())
+    });
+    let log = node.log();
+    assert!(log.contains("timed out after 1s"), "{log}");
+    let s = ctr_status(&node, "stuck", "stuck").expect("status");
+    assert_eq!(s["ready"], false, "{s}");
+    assert!(s["state"]["running"].is_object(), "{s}");
+
+    // One scheduler thread and a fixed pool, whatever the number of probes.
+    let names = crate::util::thread_names(node.pid());
+    assert_eq!(
+        names.iter().filter(|n| *n == "prober").count(),
+        1,
+        "{names:?}"
+    );
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| n.starts_with("probe-worker-"))
+            .count(),
+        rkubelet::prober::PROBE_WORKERS,
+        "{names:?}"
+    );
+}
