@@ -35,7 +35,8 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-# Start latency, RSS, threads and idle CPU against the raw Docker API (a program, not a test).
+# Start latency, RSS, threads and idle CPU against the raw Docker API; the prober under
+# 100 pods x 2 probes at 1 s (threads, lateness). Programs, not tests.
 bench: build images
 	$(CARGO) bench
 
