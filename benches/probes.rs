@@ -9,8 +9,10 @@
 //! `rkubelet_prober_lateness_seconds` on the read-only port's `/metrics/probes`) at
 //! steady state, probe throughput, rkubelet CPU and RSS while probing.
 //!
-//! A second phase adds 20 pods whose liveness probe is an `exec` (through Docker's exec
-//! API, tens of milliseconds each) and measures again: 240 probes/s, 20 of them exec.
+//! Then pods whose liveness probe is an `exec` (Docker's exec API: 120–340 ms each, and
+//! about 9 per second at most on this machine) are added, 6 and then 20 of them, and
+//! the lateness of network and exec probes is read apart: exec probes beyond the
+//! engine's rate run late, network probes must not.
 //!
 //! Targets (issue 4, 2-core machine): lateness p50 < 50 ms, p99 < 200 ms; threads bounded.
 
@@ -25,8 +27,13 @@ use rkubelet::runtime::Runtime;
 const BUSYBOX: &str = "rkubelet/busybox:1.35";
 const PAUSE: &str = "rkubelet/pause:3.10";
 const PODS: usize = 100;
-/// Pods of the second phase, with an exec liveness probe.
-const EXEC_PODS: usize = 20;
+/// Exec pods added in phases 2 and 3 (cumulative), and what the load means: the engine
+/// here runs about 9 execs/s (measured with parallel clients), so 6/s fits and 20/s
+/// does not.
+const EXEC_PHASES: [(usize, &str); 2] = [
+    (6, "6 exec/s, within the engine's ~9/s"),
+    (20, "20 exec/s, beyond it"),
+];
 /// Long enough for the 4096-run lateness window to hold only steady-state runs
 /// (4096 / 200 per second ≈ 20 s).
 const STEADY_WINDOW: Duration = Duration::from_secs(25);
@@ -72,25 +79,39 @@ fn main() {
     }
     poll(Duration::from_secs(600), || kubelet.ready_pods() >= PODS);
     let all_ready = t0.elapsed();
-    let (start_p50, start_p99) = kubelet.lateness();
+    let starting = kubelet.lateness("network");
 
-    // Steady state: every probe due each second.
-    let steady = kubelet.steady(pid);
+    // Phase 1: every probe due each second, none of them exec.
+    let mut rows = vec![(
+        format!("{PODS} pods, httpGet + tcpSocket"),
+        2 * PODS,
+        0,
+        kubelet.steady(pid),
+    )];
     let (rss_kib, threads) = proc_status(pid);
     let names = thread_names(pid);
     let failed = kubelet.metric_sum("result=\"failed\"");
 
-    // Phase 2: 20 more pods whose liveness probe is an exec.
-    for i in 0..EXEC_PODS {
-        let name = format!("e{i}");
-        write_manifest(&manifests, &format!("{name}.yaml"), &pod_yaml(&name, true));
+    // Phases 2 and 3: pods whose liveness probe is an exec, within and beyond the
+    // engine's exec rate.
+    let mut exec_pods = 0;
+    for (upto, what) in EXEC_PHASES {
+        for i in exec_pods..upto {
+            let name = format!("e{i}");
+            write_manifest(&manifests, &format!("{name}.yaml"), &pod_yaml(&name, true));
+        }
+        exec_pods = upto;
+        poll(Duration::from_secs(600), || {
+            kubelet.ready_pods() >= PODS + exec_pods
+        });
+        rows.push((
+            format!("+ {exec_pods} pods with exec liveness ({what})"),
+            2 * (PODS + exec_pods),
+            exec_pods,
+            kubelet.steady(pid),
+        ));
     }
-    poll(Duration::from_secs(600), || {
-        kubelet.ready_pods() >= PODS + EXEC_PODS
-    });
-    let exec_phase = kubelet.steady(pid);
-    let threads_exec = proc_status(pid).1;
-    let exec_runs = kubelet.metric_sum("pod=\"e");
+    let threads_end = proc_status(pid).1;
 
     kubelet.stop();
     for c in docker
@@ -101,64 +122,55 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 
-    let ms = |d: f64| d * 1000.0;
-    let Steady {
-        secs,
-        p50,
-        p99,
-        rate,
-        cpu_pct,
-    } = steady;
+    let ms = |d: f64| format!("{:.1}", d * 1000.0);
     println!();
     println!(
-        "rkubelet prober benchmark: {PODS} pods (sandbox + 1 httpd container each), \
-         httpGet readiness + tcpSocket liveness at periodSeconds 1 = {} probes/s",
-        2 * PODS
+        "rkubelet prober benchmark: {PODS} pods (sandbox + 1 busybox httpd container each), \
+         httpGet readiness + tcpSocket liveness at periodSeconds 1, then pods with exec \
+         liveness; lateness = run start − due time, p50/p99 over the last 4096 runs of \
+         each kind, after {}s of steady state",
+        STEADY_WINDOW.as_secs()
     );
-    println!("| figure | value | target |");
-    println!("|---|---|---|");
     println!(
-        "| all {PODS} pods Ready after manifests written | {:.1} s | — |",
+        "| load | probes/s due | probes/s run | network lateness p50 / p99 (ms) | exec lateness p50 / p99 (ms) | rkubelet CPU | target (network) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (what, due, execs, st) in &rows {
+        let ok = st.net.0 * 1000.0 < 50.0 && st.net.1 * 1000.0 < 200.0;
+        let exec = if *execs == 0 {
+            "—".to_string()
+        } else {
+            format!("{} / {}", ms(st.exec.0), ms(st.exec.1))
+        };
+        println!(
+            "| {what} | {due} | {:.0} | {} / {} | {exec} | {:.1} % | p50 < 50, p99 < 200 {} |",
+            st.rate,
+            ms(st.net.0),
+            ms(st.net.1),
+            st.cpu_pct,
+            verdict(ok)
+        );
+    }
+    println!();
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!(
+        "| all {PODS} pods Ready after their manifests were written | {:.1} s |",
         all_ready.as_secs_f64()
     );
     println!(
-        "| probe lateness p50, steady state ({:.0} s) | {:.1} ms | < 50 ms {} |",
-        secs,
-        ms(p50),
-        verdict(ms(p50) < 50.0)
+        "| network lateness p50 / p99 while those pods were starting | {} / {} ms |",
+        ms(starting.0),
+        ms(starting.1)
+    );
+    println!("| probes failed while starting (httpd not listening yet) | {failed} |");
+    println!(
+        "| rkubelet threads: idle → {PODS} pods × 2 probes → + {exec_pods} exec pods | {threads_empty} → {threads} → {threads_end} |"
     );
     println!(
-        "| probe lateness p99, steady state | {:.1} ms | < 200 ms {} |",
-        ms(p99),
-        verdict(ms(p99) < 200.0)
-    );
-    println!(
-        "| probe lateness p50 / p99 while the pods were starting | {:.1} / {:.1} ms | — |",
-        ms(start_p50),
-        ms(start_p99)
-    );
-    println!("| probes run per second | {rate:.0} | {} |", 2 * PODS);
-    println!("| probes failed (whole run) | {failed} | — |");
-    println!(
-        "| rkubelet threads: no pods → {PODS} pods × 2 probes | {threads_empty} → {threads} | bounded |"
-    );
-    println!("| rkubelet CPU while probing | {cpu_pct:.1} % of a core | — |");
-    println!(
-        "| rkubelet RSS while probing | {:.1} MiB | — |",
+        "| rkubelet RSS with {PODS} pods probing | {:.1} MiB |",
         rss_kib as f64 / 1024.0
     );
-    println!(
-        "| + {EXEC_PODS} pods with exec liveness ({} probes/s, {EXEC_PODS} exec/s): lateness p50 / p99 | {:.1} / {:.1} ms | < 50 / < 200 ms {} |",
-        2 * (PODS + EXEC_PODS),
-        ms(exec_phase.p50),
-        ms(exec_phase.p99),
-        verdict(ms(exec_phase.p50) < 50.0 && ms(exec_phase.p99) < 200.0)
-    );
-    println!(
-        "| + exec phase: probes/s, rkubelet CPU, threads | {:.0}, {:.1} % of a core, {threads_exec} | — |",
-        exec_phase.rate, exec_phase.cpu_pct
-    );
-    println!("| + exec phase: probe runs of the exec pods so far | {exec_runs} | — |");
     let mut counts = std::collections::BTreeMap::new();
     for n in names {
         let base = n.trim_end_matches(|c: char| c.is_ascii_digit()).to_string();
@@ -200,10 +212,13 @@ fn pod_yaml(name: &str, exec_liveness: bool) -> String {
 
 /// Figures over one steady-state window.
 struct Steady {
-    secs: f64,
-    p50: f64,
-    p99: f64,
+    /// Network probes' lateness (p50, p99), seconds.
+    net: (f64, f64),
+    /// Exec probes' lateness (p50, p99), seconds.
+    exec: (f64, f64),
+    /// Probe runs per second.
     rate: f64,
+    /// rkubelet CPU, % of one core.
     cpu_pct: f64,
 }
 
@@ -300,23 +315,22 @@ impl Kubelet {
         let secs = w0.elapsed().as_secs_f64();
         let cpu1 = cpu_ticks(pid);
         let after = self.probe_total();
-        let (p50, p99) = self.lateness();
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         Steady {
-            secs,
-            p50,
-            p99,
+            net: self.lateness("network"),
+            exec: self.lateness("exec"),
             rate: (after - before) as f64 / secs,
             cpu_pct: (cpu1 - cpu0) as f64 / hz / secs * 100.0,
         }
     }
 
-    /// (p50, p99) lateness in seconds.
-    fn lateness(&self) -> (f64, f64) {
+    /// (p50, p99) lateness of one kind of probe, in seconds.
+    fn lateness(&self, kind: &str) -> (f64, f64) {
         let text = self.get("/metrics/probes");
         let q = |q: &str| {
-            let prefix = format!("rkubelet_prober_lateness_seconds{{quantile=\"{q}\"}} ");
+            let prefix =
+                format!("rkubelet_prober_lateness_seconds{{kind=\"{kind}\",quantile=\"{q}\"}} ");
             text.lines()
                 .find_map(|l| l.strip_prefix(&prefix))
                 .and_then(|v| v.parse().ok())

@@ -19,6 +19,27 @@ use crate::loops::lock;
 /// stable p99 at 200 probes/s over 20 s, small enough (32 KiB) for a small board.
 pub const LATENESS_WINDOW: usize = 4096;
 
+/// Which queue a probe run went through: exec probes (Docker exec, slow, capped in
+/// flight) and network probes (HTTP, TCP) are measured apart, since one saturating
+/// must not hide the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Lane {
+    /// `exec` probes.
+    Exec,
+    /// `httpGet`, `tcpSocket`, `grpc` probes.
+    Network,
+}
+
+impl Lane {
+    /// The `kind` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Lane::Exec => "exec",
+            Lane::Network => "network",
+        }
+    }
+}
+
 /// The quantiles the summary shows.
 const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
 
@@ -59,7 +80,7 @@ struct Lateness {
 #[derive(Debug, Default)]
 pub struct ProbeMetrics {
     totals: Mutex<BTreeMap<Series, u64>>,
-    lateness: Mutex<Lateness>,
+    lateness: Mutex<BTreeMap<Lane, Lateness>>,
 }
 
 impl ProbeMetrics {
@@ -84,10 +105,11 @@ impl ProbeMetrics {
         });
     }
 
-    /// Records how late a probe run started.
-    pub fn observe_lateness(&self, late: Duration) {
+    /// Records how late a probe run of `lane` started.
+    pub fn observe_lateness(&self, lane: Lane, late: Duration) {
         let v = late.as_secs_f64();
-        let mut l = lock(&self.lateness);
+        let mut all = lock(&self.lateness);
+        let l = all.entry(lane).or_default();
         if l.window.len() < LATENESS_WINDOW {
             l.window.push(v);
         } else {
@@ -99,20 +121,35 @@ impl ProbeMetrics {
         l.sum += v;
     }
 
-    /// The lateness quantile `q` (0..=1) over the window, if any run was recorded.
-    pub fn lateness_quantile(&self, q: f64) -> Option<Duration> {
-        let mut w = lock(&self.lateness).window.clone();
+    /// The lateness quantile `q` (0..=1) of `lane` over its window, if any run was
+    /// recorded.
+    pub fn lateness_quantile(&self, lane: Lane, q: f64) -> Option<Duration> {
+        let mut w = lock(&self.lateness)
+            .get(&lane)
+            .map(|l| l.window.clone())
+            .unwrap_or_default();
         quantile(&mut w, q).map(Duration::from_secs_f64)
     }
 
     /// Every metric in the Prometheus text exposition format (version 0.0.4).
     pub fn render(&self) -> String {
         let totals = lock(&self.totals).clone();
-        let (mut window, count, sum) = {
-            let l = lock(&self.lateness);
-            (l.window.clone(), l.count, l.sum)
+        let lanes: Vec<(Lane, Vec<f64>, u64, f64)> = {
+            let all = lock(&self.lateness);
+            [Lane::Exec, Lane::Network]
+                .into_iter()
+                .map(|lane| {
+                    let l = all.get(&lane);
+                    (
+                        lane,
+                        l.map(|l| l.window.clone()).unwrap_or_default(),
+                        l.map_or(0, |l| l.count),
+                        l.map_or(0.0, |l| l.sum),
+                    )
+                })
+                .collect()
         };
-        render(&totals, &mut window, count, sum)
+        render(&totals, lanes)
     }
 }
 
@@ -133,7 +170,7 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-fn render(totals: &BTreeMap<Series, u64>, window: &mut [f64], count: u64, sum: f64) -> String {
+fn render(totals: &BTreeMap<Series, u64>, lanes: Vec<(Lane, Vec<f64>, u64, f64)>) -> String {
     let mut out = String::new();
     out.push_str(
         "# HELP prober_probe_total [ALPHA] Cumulative number of a liveness, readiness or startup probe for a container by result.\n",
@@ -152,23 +189,29 @@ fn render(totals: &BTreeMap<Series, u64>, window: &mut [f64], count: u64, sum: f
         );
     }
     out.push_str(
-        "# HELP rkubelet_prober_lateness_seconds Delay from a probe's due time to the start of its run (quantiles over the last 4096 runs).\n",
+        "# HELP rkubelet_prober_lateness_seconds Delay from a probe's due time to the start of its run, by kind (quantiles over the last 4096 runs).\n",
     );
     out.push_str("# TYPE rkubelet_prober_lateness_seconds summary\n");
-    for q in QUANTILES {
-        let v = quantile(window, q).unwrap_or(f64::NAN);
+    for (lane, mut window, count, sum) in lanes {
+        let kind = lane.label();
+        for q in QUANTILES {
+            let v = quantile(&mut window, q).unwrap_or(f64::NAN);
+            let _ = writeln!(
+                out,
+                "rkubelet_prober_lateness_seconds{{kind=\"{kind}\",quantile=\"{q}\"}} {}",
+                fmt_float(v)
+            );
+        }
         let _ = writeln!(
             out,
-            "rkubelet_prober_lateness_seconds{{quantile=\"{q}\"}} {}",
-            fmt_float(v)
+            "rkubelet_prober_lateness_seconds_sum{{kind=\"{kind}\"}} {}",
+            fmt_float(sum)
+        );
+        let _ = writeln!(
+            out,
+            "rkubelet_prober_lateness_seconds_count{{kind=\"{kind}\"}} {count}"
         );
     }
-    let _ = writeln!(
-        out,
-        "rkubelet_prober_lateness_seconds_sum {}",
-        fmt_float(sum)
-    );
-    let _ = writeln!(out, "rkubelet_prober_lateness_seconds_count {count}");
     out
 }
 
@@ -202,7 +245,7 @@ mod tests {
         m.count(ProbeType::Readiness, ProbeResult::Failure, &labels("b\"x"));
         // Multiples of 1/128 s: exact in binary, so the sum prints exactly.
         for k in 1..=100 {
-            m.observe_lateness(Duration::from_secs_f64(f64::from(k) / 128.0));
+            m.observe_lateness(Lane::Network, Duration::from_secs_f64(f64::from(k) / 128.0));
         }
         let text = m.render();
         let want = "\
@@ -210,19 +253,24 @@ mod tests {
 # TYPE prober_probe_total counter
 prober_probe_total{container=\"a\",namespace=\"default\",pod=\"web-node1\",pod_uid=\"u1\",probe_type=\"Liveness\",result=\"successful\"} 2
 prober_probe_total{container=\"b\\\"x\",namespace=\"default\",pod=\"web-node1\",pod_uid=\"u1\",probe_type=\"Readiness\",result=\"failed\"} 1
-# HELP rkubelet_prober_lateness_seconds Delay from a probe's due time to the start of its run (quantiles over the last 4096 runs).
+# HELP rkubelet_prober_lateness_seconds Delay from a probe's due time to the start of its run, by kind (quantiles over the last 4096 runs).
 # TYPE rkubelet_prober_lateness_seconds summary
-rkubelet_prober_lateness_seconds{quantile=\"0.5\"} 0.390625
-rkubelet_prober_lateness_seconds{quantile=\"0.9\"} 0.703125
-rkubelet_prober_lateness_seconds{quantile=\"0.99\"} 0.7734375
-rkubelet_prober_lateness_seconds_sum 39.453125
-rkubelet_prober_lateness_seconds_count 100
+rkubelet_prober_lateness_seconds{kind=\"exec\",quantile=\"0.5\"} NaN
+rkubelet_prober_lateness_seconds{kind=\"exec\",quantile=\"0.9\"} NaN
+rkubelet_prober_lateness_seconds{kind=\"exec\",quantile=\"0.99\"} NaN
+rkubelet_prober_lateness_seconds_sum{kind=\"exec\"} 0
+rkubelet_prober_lateness_seconds_count{kind=\"exec\"} 0
+rkubelet_prober_lateness_seconds{kind=\"network\",quantile=\"0.5\"} 0.390625
+rkubelet_prober_lateness_seconds{kind=\"network\",quantile=\"0.9\"} 0.703125
+rkubelet_prober_lateness_seconds{kind=\"network\",quantile=\"0.99\"} 0.7734375
+rkubelet_prober_lateness_seconds_sum{kind=\"network\"} 39.453125
+rkubelet_prober_lateness_seconds_count{kind=\"network\"} 100
 ";
         assert_eq!(text, want);
         m.forget(ProbeType::Liveness, &labels("a"));
         assert!(!m.render().contains("container=\"a\""));
         assert_eq!(
-            m.lateness_quantile(0.99),
+            m.lateness_quantile(Lane::Network, 0.99),
             Some(Duration::from_secs_f64(0.7734375))
         );
     }
@@ -230,14 +278,14 @@ rkubelet_prober_lateness_seconds_count 100
     #[test]
     fn empty_lateness_is_nan_and_window_is_bounded() {
         let m = ProbeMetrics::default();
-        assert!(m.render().contains("{quantile=\"0.5\"} NaN"));
+        assert!(m.render().contains("quantile=\"0.5\"} NaN"));
         for _ in 0..LATENESS_WINDOW + 10 {
-            m.observe_lateness(Duration::from_millis(1));
+            m.observe_lateness(Lane::Exec, Duration::from_millis(1));
         }
-        assert_eq!(lock(&m.lateness).window.len(), LATENESS_WINDOW);
+        assert_eq!(lock(&m.lateness)[&Lane::Exec].window.len(), LATENESS_WINDOW);
         assert!(m
             .render()
-            .contains(&format!("_count {}", LATENESS_WINDOW + 10)));
+            .contains(&format!("_count{{kind=\"exec\"}} {}", LATENESS_WINDOW + 10)));
     }
 
     /// `promtool check metrics` accepts the output, when promtool is installed
@@ -254,7 +302,7 @@ rkubelet_prober_lateness_seconds_count 100
         assert!(out.status.success());
         let m = ProbeMetrics::default();
         m.count(ProbeType::Startup, ProbeResult::Unknown, &labels("a"));
-        m.observe_lateness(Duration::from_millis(3));
+        m.observe_lateness(Lane::Exec, Duration::from_millis(3));
         let mut child = std::process::Command::new("promtool")
             .args(["check", "metrics"])
             .stdin(std::process::Stdio::piped())

@@ -7,7 +7,10 @@
 //! counting state ([`worker`]), and hands each due probe run to a small fixed pool of
 //! `probe-worker-N` threads ([`handlers`]), so the thread count does not grow with the
 //! number of probes and a slow probe occupies one pool thread for at most its timeout
-//! while the others go on.
+//! while the others go on. Exec probes go through dockerd, which runs about nine execs
+//! a second on a 2-core machine however many are asked in parallel; at most
+//! [`EXEC_SLOTS`] of them are in flight, the rest wait in order, so a pile of exec
+//! probes never starves HTTP and TCP probes of pool threads.
 //!
 //! Data flow: after every pod sync the pod worker calls [`ProbeManager::update_pod`]
 //! with the pod's newest container instances (IDs, running, start times) and pod IP;
@@ -26,7 +29,7 @@ pub mod spec;
 pub mod worker;
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -40,16 +43,20 @@ use crate::kuberuntime::RuntimePod;
 use crate::loops::{lock, LoopHandle, Loops, SpawnError, Stop};
 use crate::runtime::{ContainerState, Runtime};
 use handlers::{Outcome, Prober};
-use metrics::{ProbeLabels, ProbeMetrics};
+use metrics::{Lane, ProbeLabels, ProbeMetrics};
 use results::ResultsCache;
 use scheduler::DeadlineHeap;
-use spec::{ProbeSpec, SpecError};
+use spec::{ProbeError, ProbeSpec};
 use worker::{ContainerView, Gate, ProbeState};
 
 /// Size of the probe pool. Exec probes wait on dockerd (tens of ms each), HTTP and TCP
 /// probes on the container; four in flight keep 200 probes/s on time on a 2-core
 /// board, and a probe holds its thread for at most its timeout.
 pub const PROBE_WORKERS: usize = 4;
+/// Exec probes in flight at once. Measured here: dockerd does ~9 execs/s whether one
+/// or four are asked in parallel, so more would only hold pool threads that HTTP and
+/// TCP probes need; two keep the engine busy.
+pub const EXEC_SLOTS: usize = 2;
 /// Capacity of the channel of changed results to the sync loop (upstream buffers 20
 /// per result manager). When full, the prober keeps the newest event per pod and
 /// retries, so nothing is lost and the prober never blocks on the sync loop.
@@ -166,7 +173,7 @@ pub struct ProbeEvent {
 struct ContainerTargets {
     name: String,
     view: Option<ContainerView>,
-    probes: Vec<(ProbeType, Result<Arc<ProbeSpec>, SpecError>)>,
+    probes: Vec<(ProbeType, Result<Arc<ProbeSpec>, ProbeError>)>,
 }
 
 /// One pod's probes as the last pod sync saw them.
@@ -231,6 +238,8 @@ impl ProbeManager {
             events,
             pending: BTreeMap::new(),
             invalid: HashSet::new(),
+            exec_in_flight: 0,
+            exec_waiting: VecDeque::new(),
         };
         loops.spawn("prober", move |stop, handle| {
             prober_loop.run(&stop, &handle)
@@ -340,6 +349,7 @@ struct Job {
     spec: Arc<ProbeSpec>,
     pod_ip: Option<String>,
     due: Instant,
+    lane: Lane,
 }
 
 /// A finished probe run.
@@ -348,6 +358,7 @@ struct Done {
     worker: u64,
     container_id: String,
     outcome: Outcome,
+    lane: Lane,
 }
 
 /// A `probe-worker-N` thread: runs probes from the queue until shutdown.
@@ -365,7 +376,7 @@ fn run_pool_thread(
             recv(jobs) -> job => {
                 let Ok(job) = job else { return };
                 let began = handle.begin_tick();
-                metrics.observe_lateness(began.saturating_duration_since(job.due));
+                metrics.observe_lateness(job.lane, began.saturating_duration_since(job.due));
                 let outcome = prober.run(
                     &job.spec.handler,
                     &job.container_id,
@@ -373,7 +384,12 @@ fn run_pool_thread(
                     job.spec.timeout,
                 );
                 handle.end_tick(began, None);
-                let d = Done { worker: job.worker, container_id: job.container_id, outcome };
+                let d = Done {
+                    worker: job.worker,
+                    container_id: job.container_id,
+                    outcome,
+                    lane: job.lane,
+                };
                 if done.send(d).is_err() {
                     return;
                 }
@@ -421,6 +437,10 @@ struct ProberLoop {
     pending: BTreeMap<String, ProbeEvent>,
     /// Invalid probes already reported.
     invalid: HashSet<Key>,
+    /// Exec runs handed to the pool and not finished.
+    exec_in_flight: usize,
+    /// Exec runs waiting for a slot, oldest first (at most one per exec probe).
+    exec_waiting: VecDeque<Job>,
 }
 
 impl ProberLoop {
@@ -630,30 +650,71 @@ impl ProberLoop {
                 Gate::Skip => {}
                 Gate::NotRunning => self.publish(id, ProbeResult::Failure),
                 Gate::Run => {
+                    let lane = match w.spec.handler {
+                        spec::Handler::Exec { .. } => Lane::Exec,
+                        _ => Lane::Network,
+                    };
                     let job = Job {
                         worker: id,
                         container_id: c.id.clone(),
                         spec: w.spec.clone(),
                         pod_ip: w.pod.pod_ip.clone(),
                         due,
+                        lane,
                     };
-                    match self.job_tx.try_send(job) {
-                        Ok(()) => w.in_flight = true,
-                        Err(TrySendError::Full(_)) => log::debug!(
-                            "probe queue full: {} probe of {}/{} skips this period",
-                            w.ty(),
-                            w.pod.name,
-                            w.key.1
-                        ),
-                        Err(TrySendError::Disconnected(_)) => {}
+                    w.in_flight = true;
+                    if lane == Lane::Exec && self.exec_in_flight >= EXEC_SLOTS {
+                        self.exec_waiting.push_back(job);
+                    } else {
+                        self.send(job);
                     }
                 }
             }
         }
     }
 
+    /// Hands a run to the pool; a full queue skips the run's period.
+    fn send(&mut self, job: Job) {
+        let (id, lane) = (job.worker, job.lane);
+        match self.job_tx.try_send(job) {
+            Ok(()) if lane == Lane::Exec => self.exec_in_flight += 1,
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                if let Some(w) = self.workers.get_mut(&id) {
+                    w.in_flight = false;
+                    log::debug!(
+                        "probe queue full: {} probe of {}/{} skips this period",
+                        w.ty(),
+                        w.pod.name,
+                        w.key.1
+                    );
+                }
+            }
+        }
+    }
+
+    /// Starts waiting exec runs while slots are free; runs whose probe or container
+    /// went away meanwhile are dropped.
+    fn start_waiting_execs(&mut self) {
+        while self.exec_in_flight < EXEC_SLOTS {
+            let Some(job) = self.exec_waiting.pop_front() else {
+                return;
+            };
+            let current = self.workers.get(&job.worker).is_some_and(|w| {
+                w.container.as_ref().map(|c| c.id.as_str()) == Some(job.container_id.as_str())
+            });
+            if current {
+                self.send(job);
+            }
+        }
+    }
+
     /// Takes a finished probe run through the thresholds.
     fn finish(&mut self, d: Done) {
+        if d.lane == Lane::Exec {
+            self.exec_in_flight = self.exec_in_flight.saturating_sub(1);
+            self.start_waiting_execs();
+        }
         let Some(w) = self.workers.get_mut(&d.worker) else {
             return;
         };

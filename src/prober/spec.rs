@@ -83,20 +83,20 @@ pub struct ProbeSpec {
 /// A probe that cannot be run, naming the field and the reason (upstream's
 /// validation wording where it has one).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpecError {
+pub struct ProbeError {
     /// `livenessProbe.periodSeconds` and the like.
     pub field: String,
     /// Why it is refused.
     pub reason: String,
 }
 
-impl fmt::Display for SpecError {
+impl fmt::Display for ProbeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.field, self.reason)
     }
 }
 
-impl std::error::Error for SpecError {}
+impl std::error::Error for ProbeError {}
 
 /// The probe of type `ty` of container `c`, if it has one.
 pub fn probe_of(c: &Container, ty: ProbeType) -> Option<&Probe> {
@@ -108,9 +108,9 @@ pub fn probe_of(c: &Container, ty: ProbeType) -> Option<&Probe> {
 }
 
 /// Defaults, validates and resolves one probe of a container.
-pub fn resolve(p: &Probe, ty: ProbeType, c: &Container) -> Result<ProbeSpec, SpecError> {
+pub fn resolve(p: &Probe, ty: ProbeType, c: &Container) -> Result<ProbeSpec, ProbeError> {
     let base = ty.field();
-    let err = |field: &str, reason: String| SpecError {
+    let err = |field: &str, reason: String| ProbeError {
         field: if field.is_empty() {
             base.to_string()
         } else {
@@ -119,7 +119,7 @@ pub fn resolve(p: &Probe, ty: ProbeType, c: &Container) -> Result<ProbeSpec, Spe
         reason,
     };
     // Upstream defaulting turns 0 (unset) into the default; negatives fail validation.
-    let secs = |v: Option<i32>, default: i32, field: &str| -> Result<i32, SpecError> {
+    let secs = |v: Option<i32>, default: i32, field: &str| -> Result<i32, ProbeError> {
         match v.unwrap_or(0) {
             0 => Ok(default),
             n if n < 0 => Err(err(
@@ -160,7 +160,7 @@ pub fn resolve(p: &Probe, ty: ProbeType, c: &Container) -> Result<ProbeSpec, Spe
     if let Some(e) = &p.exec {
         let command = e.command.clone().unwrap_or_default();
         if command.is_empty() {
-            return Err(err("exec.command", "Required value".into()));
+            return Err(err("exec.command", "required value".into()));
         }
         handlers.push(Handler::Exec { command });
     }
