@@ -19,8 +19,8 @@ use crate::loops::lock;
 /// stable p99 at 200 probes/s over 20 s, small enough (32 KiB) for a small board.
 pub const LATENESS_WINDOW: usize = 4096;
 
-/// Which queue a probe run went through: exec probes (Docker exec, slow, capped in
-/// flight) and network probes (HTTP, TCP) are measured apart, since one saturating
+/// Which pool a probe run went through: exec probes (Docker exec, slow, their own
+/// threads) and network probes (HTTP, TCP) are measured apart, since one saturating
 /// must not hide the other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Lane {

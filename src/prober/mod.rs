@@ -8,9 +8,9 @@
 //! `probe-worker-N` threads ([`handlers`]), so the thread count does not grow with the
 //! number of probes and a slow probe occupies one pool thread for at most its timeout
 //! while the others go on. Exec probes go through dockerd, which runs about nine execs
-//! a second on a 2-core machine however many are asked in parallel; at most
-//! [`EXEC_SLOTS`] of them are in flight, the rest wait in order, so a pile of exec
-//! probes never starves HTTP and TCP probes of pool threads.
+//! a second on a 2-core machine however many are asked in parallel, and takes
+//! 120–340 ms for each: they have their own two `probe-exec-N` threads and queue, so a
+//! pile of exec probes never takes the threads HTTP and TCP probes need.
 //!
 //! Data flow: after every pod sync the pod worker calls [`ProbeManager::update_pod`]
 //! with the pod's newest container instances (IDs, running, start times) and pod IP;
@@ -29,7 +29,7 @@ pub mod spec;
 pub mod worker;
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -49,20 +49,20 @@ use scheduler::DeadlineHeap;
 use spec::{ProbeError, ProbeSpec};
 use worker::{ContainerView, Gate, ProbeState};
 
-/// Size of the probe pool. Exec probes wait on dockerd (tens of ms each), HTTP and TCP
-/// probes on the container; four in flight keep 200 probes/s on time on a 2-core
-/// board, and a probe holds its thread for at most its timeout.
+/// Threads for HTTP and TCP probes (`probe-worker-N`). A probe takes a few ms against
+/// a healthy container and holds its thread for at most its timeout; four keep 200
+/// probes/s on time on a 2-core board even while dockerd saturates the CPU with execs.
 pub const PROBE_WORKERS: usize = 4;
-/// Exec probes in flight at once. Measured here: dockerd does ~9 execs/s whether one
-/// or four are asked in parallel, so more would only hold pool threads that HTTP and
-/// TCP probes need; two keep the engine busy.
-pub const EXEC_SLOTS: usize = 2;
+/// Threads for exec probes (`probe-exec-N`). Measured here: dockerd does ~9 execs/s
+/// whether one or four are asked in parallel, so two keep the engine busy and more
+/// would only wait on it.
+pub const EXEC_WORKERS: usize = 2;
 /// Capacity of the channel of changed results to the sync loop (upstream buffers 20
 /// per result manager). When full, the prober keeps the newest event per pod and
 /// retries, so nothing is lost and the prober never blocks on the sync loop.
 pub const EVENT_CAPACITY: usize = 64;
-/// Probe runs waiting for a pool thread. Beyond it a due run is skipped (counted as a
-/// missed period) rather than piling up.
+/// Probe runs waiting for a pool thread, per pool. Beyond it a due run is skipped
+/// (a missed period) rather than piling up.
 const JOB_CAPACITY: usize = 1024;
 /// The prober thread wakes at least this often even with nothing due, to record a tick
 /// for the loop registry (health checks tell a stuck loop by its last tick).
@@ -199,8 +199,8 @@ pub struct ProbeManager {
 }
 
 impl ProbeManager {
-    /// Starts the `prober` thread and `workers` `probe-worker-N` threads; changed
-    /// results go to `events`.
+    /// Starts the `prober` thread, `workers` `probe-worker-N` threads (HTTP, TCP) and
+    /// [`EXEC_WORKERS`] `probe-exec-N` threads; changed results go to `events`.
     pub fn start(
         loops: &Loops,
         runtime: Arc<dyn Runtime>,
@@ -209,21 +209,28 @@ impl ProbeManager {
     ) -> Result<Arc<ProbeManager>, SpawnError> {
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(JOB_CAPACITY);
-        let (done_tx, done_rx) = crossbeam_channel::bounded::<Done>(JOB_CAPACITY);
+        let (exec_tx, exec_rx) = crossbeam_channel::bounded::<Job>(JOB_CAPACITY);
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<Done>(2 * JOB_CAPACITY);
         let mgr = Arc::new(ProbeManager {
             desired: Mutex::new(HashMap::new()),
             wake: wake_tx,
             results: Arc::new(ResultsCache::default()),
             metrics: Arc::new(ProbeMetrics::default()),
         });
-        for i in 0..workers {
-            let prober = Prober::new(runtime.clone());
-            let job_rx = job_rx.clone();
-            let done_tx = done_tx.clone();
-            let metrics = mgr.metrics.clone();
-            loops.spawn(&format!("probe-worker-{i}"), move |stop, handle| {
-                run_pool_thread(&prober, &stop, &handle, &job_rx, &done_tx, &metrics)
-            })?;
+        let pools = [
+            ("probe-worker", workers, &job_rx),
+            ("probe-exec", EXEC_WORKERS, &exec_rx),
+        ];
+        for (name, n, rx) in pools {
+            for i in 0..n {
+                let prober = Prober::new(runtime.clone());
+                let rx = rx.clone();
+                let done_tx = done_tx.clone();
+                let metrics = mgr.metrics.clone();
+                loops.spawn(&format!("{name}-{i}"), move |stop, handle| {
+                    run_pool_thread(&prober, &stop, &handle, &rx, &done_tx, &metrics)
+                })?;
+            }
         }
         let mut prober_loop = ProberLoop {
             mgr: mgr.clone(),
@@ -233,13 +240,12 @@ impl ProbeManager {
             next_id: 0,
             started: Instant::now(),
             job_tx,
+            exec_tx,
             done_rx,
             wake_rx,
             events,
             pending: BTreeMap::new(),
             invalid: HashSet::new(),
-            exec_in_flight: 0,
-            exec_waiting: VecDeque::new(),
         };
         loops.spawn("prober", move |stop, handle| {
             prober_loop.run(&stop, &handle)
@@ -358,7 +364,6 @@ struct Done {
     worker: u64,
     container_id: String,
     outcome: Outcome,
-    lane: Lane,
 }
 
 /// A `probe-worker-N` thread: runs probes from the queue until shutdown.
@@ -388,7 +393,6 @@ fn run_pool_thread(
                     worker: job.worker,
                     container_id: job.container_id,
                     outcome,
-                    lane: job.lane,
                 };
                 if done.send(d).is_err() {
                     return;
@@ -430,6 +434,7 @@ struct ProberLoop {
     next_id: u64,
     started: Instant,
     job_tx: Sender<Job>,
+    exec_tx: Sender<Job>,
     done_rx: Receiver<Done>,
     wake_rx: Receiver<()>,
     events: Sender<ProbeEvent>,
@@ -437,10 +442,6 @@ struct ProberLoop {
     pending: BTreeMap<String, ProbeEvent>,
     /// Invalid probes already reported.
     invalid: HashSet<Key>,
-    /// Exec runs handed to the pool and not finished.
-    exec_in_flight: usize,
-    /// Exec runs waiting for a slot, oldest first (at most one per exec probe).
-    exec_waiting: VecDeque<Job>,
 }
 
 impl ProberLoop {
@@ -663,21 +664,20 @@ impl ProberLoop {
                         lane,
                     };
                     w.in_flight = true;
-                    if lane == Lane::Exec && self.exec_in_flight >= EXEC_SLOTS {
-                        self.exec_waiting.push_back(job);
-                    } else {
-                        self.send(job);
-                    }
+                    self.send(job);
                 }
             }
         }
     }
 
-    /// Hands a run to the pool; a full queue skips the run's period.
+    /// Hands a run to its pool; a full queue skips the run's period.
     fn send(&mut self, job: Job) {
-        let (id, lane) = (job.worker, job.lane);
-        match self.job_tx.try_send(job) {
-            Ok(()) if lane == Lane::Exec => self.exec_in_flight += 1,
+        let id = job.worker;
+        let tx = match job.lane {
+            Lane::Exec => &self.exec_tx,
+            Lane::Network => &self.job_tx,
+        };
+        match tx.try_send(job) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 if let Some(w) = self.workers.get_mut(&id) {
@@ -693,28 +693,8 @@ impl ProberLoop {
         }
     }
 
-    /// Starts waiting exec runs while slots are free; runs whose probe or container
-    /// went away meanwhile are dropped.
-    fn start_waiting_execs(&mut self) {
-        while self.exec_in_flight < EXEC_SLOTS {
-            let Some(job) = self.exec_waiting.pop_front() else {
-                return;
-            };
-            let current = self.workers.get(&job.worker).is_some_and(|w| {
-                w.container.as_ref().map(|c| c.id.as_str()) == Some(job.container_id.as_str())
-            });
-            if current {
-                self.send(job);
-            }
-        }
-    }
-
     /// Takes a finished probe run through the thresholds.
     fn finish(&mut self, d: Done) {
-        if d.lane == Lane::Exec {
-            self.exec_in_flight = self.exec_in_flight.saturating_sub(1);
-            self.start_waiting_execs();
-        }
         let Some(w) = self.workers.get_mut(&d.worker) else {
             return;
         };

@@ -282,6 +282,14 @@ fn a_probe_that_times_out_fails() {
         rkubelet::prober::PROBE_WORKERS,
         "{names:?}"
     );
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| n.starts_with("probe-exec-"))
+            .count(),
+        rkubelet::prober::EXEC_WORKERS,
+        "{names:?}"
+    );
 }
 
 /// Kills a helper process when the test ends, however it ends.
