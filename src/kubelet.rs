@@ -5,8 +5,8 @@
 //! The `sync-loop` thread owns the pod manager (the desired pods by UID) and the
 //! PodConfig merge. It waits on one `select!` over: source snapshots, PLEG events,
 //! probe results, runtime-up notices, the 1 s sync ticker, the 2 s housekeeping ticker
-//! and shutdown,
-//! and hands every pod's work to the pod workers. It never calls the runtime itself.
+//! and shutdown, and hands every pod's work to the pod workers. It never calls the
+//! runtime itself.
 
 use std::collections::HashMap;
 use std::fmt;
