@@ -321,12 +321,18 @@ pub fn compute_pod_actions(
 /// app container whose liveness or startup probe failed (upstream `computePodActions`:
 /// `Container <c> failed liveness probe, will be restarted`). `failed_probe` says which
 /// probe condemned a container ID, if any. The kill uses the probe's own
-/// `terminationGracePeriodSeconds` when it has one.
+/// `terminationGracePeriodSeconds` when it has one. As upstream (`doBackOff` looks for
+/// an exited instance of the container), a container whose previous instance also died
+/// restarts under the CrashLoopBackOff rules: a liveness loop slows down like a crash
+/// loop.
 pub fn kill_unhealthy(
     a: &mut PodActions,
     pod: &Pod,
     rt: &RuntimePod,
     failed_probe: &dyn Fn(&str) -> Option<crate::prober::ProbeType>,
+    backoff: &Backoff,
+    now: Instant,
+    wall: SystemTime,
 ) {
     let Some(spec) = &pod.spec else {
         return;
@@ -362,15 +368,30 @@ pub fn kill_unhealthy(
                 .filter(|s| *s > 0)
                 .map(|s| Duration::from_secs(s.unsigned_abs())),
         });
-        if restart {
-            a.start.push(StartAction {
-                kind: ContainerKind::App,
-                index: i,
-                name: c.name.clone(),
-                restart_count: labels::restart_count(&d.labels) + 1,
-                backoff_key: None,
-            });
+        if !restart {
+            continue;
         }
+        let previous = rt
+            .instances(&c.name, ContainerKind::App)
+            .get(1)
+            .copied()
+            .filter(|p| p.state == ContainerState::Exited);
+        let backoff_key = match previous.map(|p| check_backoff(pod, c, p, backoff, now, wall)) {
+            None => None,
+            Some(Ok(key)) => Some(key),
+            Some(Err((w, left))) => {
+                a.waiting.insert(c.name.clone(), w);
+                a.requeue_after = Some(a.requeue_after.map_or(left, |r| r.min(left)));
+                continue;
+            }
+        };
+        a.start.push(StartAction {
+            kind: ContainerKind::App,
+            index: i,
+            name: c.name.clone(),
+            restart_count: labels::restart_count(&d.labels) + 1,
+            backoff_key,
+        });
     }
 }
 
@@ -707,9 +728,15 @@ mod tests {
                 ],
             };
             let mut a = compute(&p, &rt, &Backoff::default(), Instant::now(), t(10));
-            kill_unhealthy(&mut a, &p, &rt, &|id| {
-                (id == "a2").then_some(ProbeType::Liveness)
-            });
+            kill_unhealthy(
+                &mut a,
+                &p,
+                &rt,
+                &|id| (id == "a2").then_some(ProbeType::Liveness),
+                &Backoff::default(),
+                Instant::now(),
+                t(10),
+            );
             assert_eq!(a.kill.len(), 1, "{policy}");
             let k = &a.kill[0];
             assert_eq!(k.id, "a2");
@@ -736,12 +763,72 @@ mod tests {
             containers: vec![ctr(&p, "a", ContainerState::Running, 0, 0, 10)],
         };
         let mut a = compute(&p, &rt, &Backoff::default(), Instant::now(), t(10));
-        kill_unhealthy(&mut a, &p, &rt, &|_| Some(ProbeType::Startup));
+        let b = Backoff::default();
+        kill_unhealthy(
+            &mut a,
+            &p,
+            &rt,
+            &|_| Some(ProbeType::Startup),
+            &b,
+            Instant::now(),
+            t(10),
+        );
         assert_eq!(
             a.kill[0].reason,
             "Container a failed startup probe, will be restarted"
         );
         assert_eq!(a.kill[0].grace, None);
+        assert_eq!(
+            a.start[0].backoff_key, None,
+            "a first kill restarts at once"
+        );
+    }
+
+    #[test]
+    fn repeated_liveness_kills_back_off_like_a_crash_loop() {
+        use crate::prober::ProbeType;
+        let p = pod(&["a"], "Always");
+        // Instance 1 runs and failed its probe; instance 0 was killed 5 s ago.
+        let rt = RuntimePod {
+            sandboxes: vec![sandbox(ContainerState::Running, 0)],
+            containers: vec![
+                ctr(&p, "a", ContainerState::Running, 0, 1, 100),
+                ctr(&p, "a", ContainerState::Exited, 137, 0, 100),
+            ],
+        };
+        let now = Instant::now();
+        let c = &p.spec.as_ref().expect("spec").containers[0];
+        // No backoff yet: killed and restarted at once, bumping the backoff.
+        let mut a = compute(&p, &rt, &Backoff::default(), now, t(105));
+        kill_unhealthy(
+            &mut a,
+            &p,
+            &rt,
+            &|_| Some(ProbeType::Liveness),
+            &Backoff::default(),
+            now,
+            t(105),
+        );
+        assert_eq!(a.kill.len(), 1);
+        assert_eq!(a.start[0].backoff_key, Some(backoff_key(&p, c)));
+        // In backoff (10 s since the previous instance died 5 s ago): killed, not
+        // restarted yet, shown as CrashLoopBackOff, resynced when the backoff ends.
+        let mut b = Backoff::default();
+        b.next(&backoff_key(&p, c), now);
+        let mut a = compute(&p, &rt, &b, now, t(105));
+        kill_unhealthy(
+            &mut a,
+            &p,
+            &rt,
+            &|_| Some(ProbeType::Liveness),
+            &b,
+            now,
+            t(105),
+        );
+        assert_eq!(a.kill.len(), 1);
+        assert!(a.start.is_empty());
+        assert_eq!(a.waiting["a"].reason, "CrashLoopBackOff");
+        assert_eq!(a.requeue_after, Some(Duration::from_secs(5)));
     }
 
     #[test]

@@ -202,13 +202,16 @@ impl RuntimeManager {
         let rp = self
             .get_pod_status(&uid)
             .map_err(rt_err("reading pod status"))?;
-        let mut acts = {
+        let acts = {
             let b = lock(&self.backoff);
-            actions::compute_pod_actions(pod, &rp, &b, Instant::now(), SystemTime::now())
+            let (now, wall) = (Instant::now(), SystemTime::now());
+            let mut acts = actions::compute_pod_actions(pod, &rp, &b, now, wall);
+            if let Some(p) = &self.probes {
+                let failed = |id: &str| p.failed_probe(id);
+                actions::kill_unhealthy(&mut acts, pod, &rp, &failed, &b, now, wall);
+            }
+            acts
         };
-        if let Some(p) = &self.probes {
-            actions::kill_unhealthy(&mut acts, pod, &rp, &|id| p.failed_probe(id));
-        }
         let mut result = SyncResult {
             waiting: acts.waiting.clone(),
             requeue_after: acts.requeue_after,
