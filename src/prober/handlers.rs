@@ -1,12 +1,7 @@
-//! Running one probe: exec through the runtime, HTTP GET, TCP connect (upstream
-//! `pkg/kubelet/prober/prober.go` `runProbe`, `pkg/probe/{exec,http,tcp}`). Each call
-//! blocks a `probe-worker-N` thread for at most the probe's timeout.
-//!
-//! gRPC probes are not run: the `grpc.health.v1` check needs an HTTP/2 client, and the
-//! only Rust ones run on an async runtime, which rkubelet does not have. They answer
-//! Unknown with a message saying so; an Unknown result is never published, so the
-//! container stays unready (readiness), is never killed (liveness) and never counts as
-//! started (startup), and the prober logs why.
+//! Running one probe: exec through the runtime, HTTP GET, TCP connect, gRPC health check
+//! (upstream `pkg/kubelet/prober/prober.go` `runProbe`, `pkg/probe/{exec,http,tcp}`;
+//! gRPC in [`super::grpc`]). Each call blocks a pool thread for at most the probe's
+//! timeout.
 
 use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -27,9 +22,6 @@ pub const MAX_OUTPUT: usize = 10 * 1024;
 pub const MAX_REDIRECTS: usize = 10;
 /// Upstream's `User-Agent`: `kube-probe/<major>.<minor>` of the API rkubelet speaks.
 pub const USER_AGENT: &str = "kube-probe/1.33";
-/// What a gRPC probe answers.
-pub const GRPC_UNSUPPORTED: &str =
-    "grpc probes are not supported by rkubelet (no HTTP/2 client without an async runtime)";
 
 /// The result of one probe run and its message (output, body, or error).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,7 +105,11 @@ impl Prober {
                 Some(host) => tcp(&host, *port, timeout),
                 None => Outcome::new(ProbeResult::Unknown, "the pod has no IP yet"),
             },
-            Handler::Grpc { .. } => Outcome::new(ProbeResult::Unknown, GRPC_UNSUPPORTED),
+            // Upstream: a gRPC probe always targets the pod IP.
+            Handler::Grpc { port, service } => match pod_ip {
+                Some(ip) => super::grpc::check(ip, *port, service, timeout),
+                None => Outcome::new(ProbeResult::Unknown, "the pod has no IP yet"),
+            },
         }
     }
 
@@ -504,17 +500,22 @@ mod tests {
     }
 
     #[test]
-    fn grpc_probes_are_reported_unsupported() {
+    fn grpc_probe_to_a_closed_port_fails_with_upstreams_message() {
         let out = prober().run(
             &Handler::Grpc {
-                port: 9000,
+                port: closed_port(),
                 service: String::new(),
             },
             "id",
-            Some("10.0.0.1"),
+            Some("127.0.0.1"),
             Duration::from_secs(1),
         );
-        assert_eq!(out.result, ProbeResult::Unknown);
-        assert!(out.message.starts_with("grpc probes are not supported"));
+        assert_eq!(out.result, ProbeResult::Failure);
+        assert!(
+            out.message
+                .starts_with("timeout: failed to connect service \"127.0.0.1:"),
+            "{}",
+            out.message
+        );
     }
 }

@@ -21,6 +21,7 @@
 //! or startup probe failed), and a changed result is sent to the sync loop as a
 //! [`ProbeEvent`] over a bounded channel, which syncs the pod at once.
 
+pub mod grpc;
 pub mod handlers;
 pub mod metrics;
 pub mod results;

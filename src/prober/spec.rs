@@ -52,7 +52,7 @@ pub enum Handler {
         /// Resolved port.
         port: u16,
     },
-    /// `grpc.health.v1.Health/Check` (not supported by rkubelet: reported, never run).
+    /// `grpc.health.v1.Health/Check` on the pod IP, plaintext.
     Grpc {
         /// Port.
         port: u16,

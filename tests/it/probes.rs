@@ -169,10 +169,10 @@ fn http_readiness_probe_flips_ready_both_ways() {
 }
 
 #[test]
-fn tcp_probes_gate_readiness_and_grpc_probes_are_reported_unsupported() {
+fn tcp_and_grpc_probes_gate_readiness() {
     let mut node = Node::new("pr-tcp");
-    // `web` listens after 3 s; nothing in the pod listens on 9999; `grpc` has a gRPC
-    // probe, which rkubelet cannot run.
+    // `web` listens after 3 s; nothing in the pod listens on 9999 (TCP) nor on 9090
+    // (`grpc`'s gRPC probe).
     let web = "sleep 3; mkdir -p /www; exec httpd -f -p 8080 -h /www";
     let idle = crate::util::SLEEPER;
     let yaml = format!(
@@ -187,10 +187,8 @@ fn tcp_probes_gate_readiness_and_grpc_probes_are_reported_unsupported() {
     wait_for("the closed port probed and failing", LONG, || {
         (probe_count(&node, "closed", "Readiness", "failed") >= 2).then_some(())
     });
-    wait_for("the gRPC probe reported", LONG, || {
-        node.log()
-            .contains("grpc probes are not supported by rkubelet")
-            .then_some(())
+    wait_for("the gRPC probe failing", LONG, || {
+        (probe_count(&node, "grpc", "Readiness", "failed") >= 2).then_some(())
     });
     let c = condition(&node, "tcp", "ContainersReady").expect("condition");
     assert_eq!(c["status"], "False");
@@ -203,13 +201,8 @@ fn tcp_probes_gate_readiness_and_grpc_probes_are_reported_unsupported() {
         assert_eq!(s["ready"], false, "{s}");
         assert_eq!(s["restartCount"], 0, "{s}");
     }
-    assert!(probe_count(&node, "grpc", "Readiness", "unknown") >= 1);
-    let (code, body) = node.healthz_get("/healthz");
-    assert_eq!(
-        (code, body.as_str()),
-        (200, "ok"),
-        "an unsupported probe is not a kubelet failure"
-    );
+    let log = node.log();
+    assert!(log.contains("timeout: failed to connect service"), "{log}");
 }
 
 #[test]
@@ -362,4 +355,135 @@ fn https_probe_skips_certificate_verification() {
     let out = prober.run(&probe(false), "unused", None, Duration::from_secs(10));
     assert_eq!(out.result, ProbeResult::Failure, "{out:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A gRPC health server (Python's grpcio, the reference C-core implementation), with
+/// the health service written by hand over raw bytes so that only `grpcio` is needed:
+/// "" and "up" serve, "down" does not, "slow" answers after 3 s, anything else is
+/// NOT_FOUND. Arguments: bind address, port.
+const GRPC_HEALTH_SERVER: &str = r#"
+import sys, time
+from concurrent import futures
+import grpc
+
+def check(req, ctx):
+    service = req[2:2 + req[1]].decode() if len(req) >= 2 and req[0] == 0x0a else ""
+    if service in ("", "up"):
+        return b"\x08\x01"
+    if service == "down":
+        return b"\x08\x02"
+    if service == "slow":
+        time.sleep(3)
+        return b"\x08\x01"
+    ctx.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
+
+handler = grpc.method_handlers_generic_handler(
+    "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(check)})
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+server.add_generic_rpc_handlers((handler,))
+server.add_insecure_port(sys.argv[1] + ":" + sys.argv[2])
+server.start()
+server.wait_for_termination()
+"#;
+
+/// Starts [`GRPC_HEALTH_SERVER`] on `bind` and a free port; stops it when dropped.
+fn grpc_health_server(bind: &str) -> (KillOnDrop, u16) {
+    use std::process::{Command, Stdio};
+    let ok = Command::new("python3")
+        .args(["-c", "import grpc"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "python3 with grpcio is needed for the gRPC probe tests: python3 -m pip install grpcio"
+    );
+    let script =
+        std::env::temp_dir().join(format!("{}.py", crate::util::unique("rkubelet_it_grpc")));
+    std::fs::write(&script, GRPC_HEALTH_SERVER).expect("script");
+    let port = crate::util::free_port();
+    let server = KillOnDrop(
+        Command::new("python3")
+            .arg(&script)
+            .arg(bind)
+            .arg(port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the gRPC server"),
+    );
+    wait_for("the gRPC server to listen", LONG, || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    // The interpreter has read the script once the port answers.
+    let _ = std::fs::remove_file(&script);
+    (server, port)
+}
+
+#[test]
+fn grpc_probe_speaks_the_health_protocol_to_a_real_grpc_server() {
+    use rkubelet::prober::handlers::Prober;
+    use rkubelet::prober::spec::Handler;
+    use rkubelet::prober::ProbeResult;
+
+    let (_server, port) = grpc_health_server("127.0.0.1");
+    let prober = Prober::new(std::sync::Arc::new(crate::util::docker()));
+    let run = |service: &str, timeout: u64| {
+        let h = Handler::Grpc {
+            port,
+            service: service.into(),
+        };
+        prober.run(
+            &h,
+            "unused",
+            Some("127.0.0.1"),
+            Duration::from_secs(timeout),
+        )
+    };
+    for service in ["", "up"] {
+        let out = run(service, 10);
+        assert_eq!(out.result, ProbeResult::Success, "{service:?}: {out:?}");
+    }
+    let out = run("down", 10);
+    assert_eq!(out.result, ProbeResult::Failure);
+    assert_eq!(
+        out.message,
+        "service unhealthy (responded with \"NOT_SERVING\")"
+    );
+    let out = run("nope", 10);
+    assert_eq!(out.result, ProbeResult::Failure, "{out:?}");
+    let out = run("slow", 1);
+    assert_eq!(out.result, ProbeResult::Failure, "{out:?}");
+    assert!(
+        out.message
+            .starts_with("timeout: health rpc did not complete within"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn grpc_readiness_probe_of_a_host_network_pod_against_a_real_grpc_server() {
+    // A hostNetwork pod's IP is the node's, so a gRPC server on the host is what its
+    // probe reaches: readiness follows the server's answer for the probe's service.
+    let (_server, port) = grpc_health_server("0.0.0.0");
+    let mut node = Node::new("pr-grpc");
+    let idle = crate::util::SLEEPER;
+    let mut yaml = pod_header("hg", 1).replace("spec:\n", "spec:\n  hostNetwork: true\n");
+    for name in ["up", "down"] {
+        yaml.push_str(&format!(
+            "  - name: {name}\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {idle:?}]\n    readinessProbe:\n      grpc:\n        port: {port}\n        service: {name}\n      periodSeconds: 1\n"
+        ));
+    }
+    node.write_manifest("hg.yaml", &yaml);
+    node.start(&[]);
+    wait_for("`up` ready through its gRPC probe", LONG, || {
+        ctr_status(&node, "hg", "up").filter(|s| s["ready"] == true)
+    });
+    wait_for("`down` probed and failing", LONG, || {
+        (probe_count(&node, "down", "Readiness", "failed") >= 2).then_some(())
+    });
+    let s = ctr_status(&node, "hg", "down").expect("status");
+    assert_eq!(s["ready"], false, "{s}");
+    let log = node.log();
+    assert!(log.contains("NOT_SERVING"), "{log}");
 }
