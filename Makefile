@@ -35,8 +35,9 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-# Start latency, RSS, threads and idle CPU against the raw Docker API, and change-to-running
-# per pod source (file, URL, etcd, API) side by side (programs, not tests).
+# Start latency, RSS, threads and idle CPU against the raw Docker API; change-to-running
+# per pod source (file, URL, etcd, API); the prober under 100 pods x 2 probes at 1 s
+# (threads, lateness). Programs, not tests.
 bench: build images
 	$(CARGO) bench
 

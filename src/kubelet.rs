@@ -4,8 +4,9 @@
 //!
 //! The `sync-loop` thread owns the pod manager (the desired pods by UID) and the
 //! PodConfig merge. It waits on one `select!` over: source snapshots, PLEG events,
-//! runtime-up notices, the 1 s sync ticker, the 2 s housekeeping ticker and shutdown,
-//! and hands every pod's work to the pod workers. It never calls the runtime itself.
+//! probe results, runtime-up notices, the 1 s sync ticker, the 2 s housekeeping ticker
+//! and shutdown, and hands every pod's work to the pod workers. It never calls the
+//! runtime itself.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -26,6 +27,7 @@ use crate::pleg::{Pleg, PlegEvent, PlegEventType, PlegShared, CHANNEL_CAPACITY, 
 use crate::pod_killer::PodKiller;
 use crate::pod_workers::{Kill, Outcome, PodSyncer, PodWorkers, Work, WorkQueue, DEFAULT_WORKERS};
 use crate::podconfig::{PodConfig, PodOp, PodUpdate, Source, SourceUpdate};
+use crate::prober::{ProbeEvent, ProbeManager, ProbeResult, ProbeType};
 use crate::runtime::Runtime;
 use crate::server::readonly::{PodsView, ReadOnly};
 use crate::server::{self, ServerError, Unblockers};
@@ -156,6 +158,14 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
 
     let (shutdown, stop) = shutdown_channel();
     let loops = Loops::new(stop.clone());
+    // The prober: changed results reach the sync loop over a bounded channel.
+    let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
+    let probes = ProbeManager::start(
+        &loops,
+        runtime.clone(),
+        crate::prober::PROBE_WORKERS,
+        probe_tx,
+    )?;
     let statuses = Arc::new(StatusCache::default());
     let pods_view = Arc::new(PodsView::new(statuses.clone()));
     let pleg_shared = Arc::new(PlegShared::default());
@@ -170,24 +180,27 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         cfg.node_name.clone(),
         u64::try_from(allocatable.memory).unwrap_or(0),
     ));
-    let manager = Arc::new(RuntimeManager::new(
-        runtime.clone(),
-        ManagerConfig {
-            node_name: cfg.node_name.clone(),
-            pod_infra_image: cfg.pod_infra_container_image.clone(),
-            node: NodeContext {
-                root_dir: cfg.root_dir.clone(),
-                host_ips: vec![host_ip.clone()],
-                dns: DnsSettings {
-                    cluster_dns: cfg.cluster_dns.clone(),
-                    cluster_domain: cfg.cluster_domain.clone(),
-                    resolv_conf: cfg.resolv_conf.clone(),
+    let manager = Arc::new(
+        RuntimeManager::new(
+            runtime.clone(),
+            ManagerConfig {
+                node_name: cfg.node_name.clone(),
+                pod_infra_image: cfg.pod_infra_container_image.clone(),
+                node: NodeContext {
+                    root_dir: cfg.root_dir.clone(),
+                    host_ips: vec![host_ip.clone()],
+                    dns: DnsSettings {
+                        cluster_dns: cfg.cluster_dns.clone(),
+                        cluster_domain: cfg.cluster_domain.clone(),
+                        resolv_conf: cfg.resolv_conf.clone(),
+                    },
+                    allocatable,
+                    volumes: volumes.clone(),
                 },
-                allocatable,
-                volumes: volumes.clone(),
             },
-        },
-    ));
+        )
+        .with_probe_results(probes.results().clone()),
+    );
     let checks = HealthChecks {
         registry: loops.registry(),
         pleg: pleg_shared.clone(),
@@ -210,6 +223,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     checks: checks.clone(),
                     pods: pods_view.clone(),
                     registry: loops.registry(),
+                    probe_metrics: probes.metrics().clone(),
                 };
                 server::serve(&loops, "srv-readonly", listener, &unblockers, move |r| {
                     server::readonly::handle(&ro, r)
@@ -278,6 +292,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         manager: manager.clone(),
         statuses: statuses.clone(),
         queue: work_queue.clone(),
+        probes: probes.clone(),
         host_ip,
         resync: cfg.sync_frequency,
         killer,
@@ -299,6 +314,8 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         volumes,
         sources_rx: source_rx,
         pleg_rx,
+        probe_rx,
+        probes,
         up_rx,
         last_status_line: String::new(),
     };
@@ -435,6 +452,7 @@ struct SyncHandler {
     manager: Arc<RuntimeManager>,
     statuses: Arc<StatusCache>,
     queue: Arc<WorkQueue>,
+    probes: Arc<ProbeManager>,
     host_ip: String,
     resync: Duration,
     killer: PodKiller,
@@ -490,8 +508,12 @@ impl PodSyncer for SyncHandler {
                         host_ip: &self.host_ip,
                         now,
                         pod_is_terminal: pod.metadata.deletion_timestamp.is_some(),
+                        probes: Some(self.probes.results()),
                     },
                 );
+                // The prober follows the containers this sync left running.
+                self.probes
+                    .update_pod(pod, &r.runtime_pod, st.pod_ip.as_deref());
                 if st.phase != previous.as_deref().and_then(|p| p.phase.clone()) {
                     log::info!(
                         "pod {}: phase {}{}",
@@ -537,6 +559,8 @@ impl PodSyncer for SyncHandler {
     }
 
     fn kill_pod(&self, uid: &str, kill: &Kill) -> Outcome {
+        // Nothing probes a pod that is going away.
+        self.probes.remove_pod(uid);
         let req = KillPodRequest {
             uid: uid.to_string(),
             pod: kill.pod.clone(),
@@ -571,6 +595,7 @@ impl PodSyncer for SyncHandler {
 enum Event {
     Config(SourceUpdate),
     Pleg(PlegEvent),
+    Probe(ProbeEvent),
     RuntimeUp,
     SyncTick,
     Housekeeping,
@@ -591,6 +616,8 @@ struct SyncLoop {
     volumes: Arc<VolumeManager>,
     sources_rx: Receiver<SourceUpdate>,
     pleg_rx: Receiver<PlegEvent>,
+    probe_rx: Receiver<ProbeEvent>,
+    probes: Arc<ProbeManager>,
     up_rx: Receiver<()>,
     last_status_line: String,
 }
@@ -633,6 +660,10 @@ impl SyncLoop {
                 Ok(e) => Event::Pleg(e),
                 Err(_) => Event::Shutdown,
             },
+            recv(self.probe_rx) -> e => match e {
+                Ok(e) => Event::Probe(e),
+                Err(_) => Event::Shutdown,
+            },
             recv(self.up_rx) -> _ => Event::RuntimeUp,
             recv(sync_tick) -> _ => Event::SyncTick,
             recv(housekeeping) -> _ => Event::Housekeeping,
@@ -662,6 +693,26 @@ impl SyncLoop {
                     }
                     if let Some(pod) = self.pods.get(&e.pod_uid) {
                         self.workers.update_pod(&e.pod_uid, Work::Sync(pod.clone()));
+                    }
+                }
+            }
+            Event::Probe(e) => {
+                // A changed result syncs its pod at once (upstream: liveness failures,
+                // readiness and startup changes; the prober sends only those).
+                let mut uids = std::collections::BTreeSet::new();
+                for e in std::iter::once(e).chain(self.probe_rx.try_iter()) {
+                    if e.probe_type == ProbeType::Liveness && e.result == ProbeResult::Failure {
+                        log::info!(
+                            "SyncLoop (probe) probe=liveness status=unhealthy pod={} container={}",
+                            e.pod_uid,
+                            e.container
+                        );
+                    }
+                    uids.insert(e.pod_uid);
+                }
+                for uid in uids {
+                    if let Some(pod) = self.pods.get(&uid) {
+                        self.workers.update_pod(&uid, Work::Sync(pod.clone()));
                     }
                 }
             }
@@ -815,6 +866,8 @@ impl SyncLoop {
                 }),
             );
         }
+        self.probes
+            .cleanup_pods(&|uid| self.pods.contains_key(uid) || self.workers.is_active(uid));
         for uid in self.statuses.uids() {
             if !self.pods.contains_key(&uid) && !self.workers.is_active(&uid) {
                 self.statuses.remove(&uid);

@@ -33,6 +33,7 @@ pub mod images;
 pub mod volume;
 pub mod pleg;
 pub mod status;
+pub mod prober;
 pub mod health;
 
 // The HTTP ports.

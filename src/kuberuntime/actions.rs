@@ -259,6 +259,70 @@ fn gate(
     Ok(s)
 }
 
+/// Adds to `a` the kill (and restart, unless `restartPolicy: Never`) of every running
+/// app container whose liveness or startup probe failed (upstream `computePodActions`:
+/// `Container <c> failed liveness probe, will be restarted`). `failed_probe` says which
+/// probe condemned a container ID, if any. The kill's reason picks the probe's own
+/// `terminationGracePeriodSeconds` when it has one. As upstream (`doBackOff` looks for
+/// an exited instance of the container), the restart goes through the CrashLoopBackOff
+/// gate: a liveness loop slows down like a crash loop.
+pub fn kill_unhealthy(
+    a: &mut PodActions,
+    pod: &Pod,
+    rt: &RuntimePod,
+    failed_probe: &dyn Fn(&str) -> Option<crate::prober::ProbeType>,
+    inp: &ActionInputs<'_>,
+) {
+    let Some(spec) = &pod.spec else {
+        return;
+    };
+    if a.kill_pod || inp.terminal {
+        return; // everything stops anyway
+    }
+    let restart = policy(spec) != "Never";
+    for (i, c) in spec.containers.iter().enumerate() {
+        let Some(d) = rt
+            .newest(&c.name, ContainerKind::App)
+            .filter(|d| d.state == ContainerState::Running)
+        else {
+            continue;
+        };
+        if a.kill.iter().any(|k| k.id == d.id) {
+            continue;
+        }
+        let Some(ty) = failed_probe(&d.id) else {
+            continue;
+        };
+        let mut message = format!("Container {} failed {} probe", c.name, ty.word());
+        if restart {
+            message.push_str(", will be restarted");
+        }
+        a.kill.push(KillAction {
+            id: d.id.clone(),
+            name: c.name.clone(),
+            kind: ContainerKind::App,
+            message,
+            reason: match ty {
+                crate::prober::ProbeType::Startup => KillReason::StartupProbe,
+                _ => KillReason::LivenessProbe,
+            },
+        });
+        if !restart || a.start.iter().any(|s| s.name == c.name) {
+            continue;
+        }
+        let s = StartAction {
+            kind: ContainerKind::App,
+            index: i,
+            name: c.name.clone(),
+            restart_count: labels::restart_count(&d.labels) + 1,
+            backoff: None,
+        };
+        if let Ok(s) = gate(pod, c, s, rt, inp, a) {
+            a.start.push(s);
+        }
+    }
+}
+
 /// Computes what one sync of `pod` must do.
 pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, inp: &ActionInputs<'_>) -> PodActions {
     let mut a = PodActions::default();

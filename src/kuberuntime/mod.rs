@@ -196,6 +196,8 @@ pub struct RuntimeManager {
     images: ImageManager,
     /// Termination messages of exited containers by container ID.
     messages: Mutex<HashMap<String, String>>,
+    /// Liveness and startup results (upstream's `livenessManager`/`startupManager`).
+    probes: Option<Arc<crate::prober::results::ResultsCache>>,
 }
 
 /// Logs a Kubernetes event (there is no API server to record it in yet): the type, the
@@ -240,7 +242,15 @@ impl RuntimeManager {
             cfg,
             backoff: Mutex::new(Backoff::default()),
             messages: Mutex::new(HashMap::new()),
+            probes: None,
         }
+    }
+
+    /// Kills (and restarts) containers whose liveness or startup probe failed, by the
+    /// results in `probes`.
+    pub fn with_probe_results(mut self, probes: Arc<crate::prober::results::ResultsCache>) -> Self {
+        self.probes = Some(probes);
+        self
     }
 
     /// The runtime.
@@ -368,15 +378,17 @@ impl RuntimeManager {
             .map_err(rt_err("reading pod status"))?;
         let acts = {
             let b = lock(&self.backoff);
-            actions::compute_pod_actions(
-                pod,
-                &rp,
-                &ActionInputs {
-                    backoff: &b,
-                    now: SystemTime::now(),
-                    terminal: inp.terminal,
-                },
-            )
+            let inputs = ActionInputs {
+                backoff: &b,
+                now: SystemTime::now(),
+                terminal: inp.terminal,
+            };
+            let mut acts = actions::compute_pod_actions(pod, &rp, &inputs);
+            if let Some(p) = &self.probes {
+                let failed = |id: &str| p.failed_probe(id);
+                actions::kill_unhealthy(&mut acts, pod, &rp, &failed, &inputs);
+            }
+            acts
         };
         for (name, w) in &acts.waiting {
             if w.reason == "CrashLoopBackOff" {

@@ -1,7 +1,8 @@
 //! The read-only port (`--read-only-port`, default 10255; 0 disables): no
 //! authentication, so nothing secret and nothing that acts. `/pods` (the pods this
 //! kubelet runs, with the status it computed), `/healthz` and its sub-checks, and
-//! `/debug/loops` (every loop's last tick, to tell which one is stuck).
+//! `/debug/loops` (every loop's last tick, to tell which one is stuck), and
+//! `/metrics/probes` (probe results and lateness, Prometheus text).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -74,6 +75,8 @@ pub struct ReadOnly {
     pub pods: Arc<PodsView>,
     /// Loop registry, for `/debug/loops`.
     pub registry: Arc<LoopRegistry>,
+    /// Probe counters, for `/metrics/probes`.
+    pub probe_metrics: Arc<crate::prober::metrics::ProbeMetrics>,
 }
 
 /// Routes one request on the read-only port.
@@ -84,6 +87,10 @@ pub fn handle(ro: &ReadOnly, req: &Req) -> Reply {
         ["healthz"] => healthz(&ro.checks, req, None),
         ["healthz", sub] => healthz(&ro.checks, req, Some(sub)),
         ["debug", "loops"] => Reply::text(200, loops_table(&ro.registry)),
+        ["metrics", "probes"] => Reply {
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            ..Reply::text(200, ro.probe_metrics.render())
+        },
         _ => Reply::not_found(),
     }
 }

@@ -92,6 +92,9 @@ pub struct StatusInputs<'a> {
     /// stopped is then Succeeded or Failed whatever its restart policy (upstream
     /// `podIsTerminal`; never for static pods).
     pub pod_is_terminal: bool,
+    /// Published probe results, for `ready` and `started` (None: probes ignored, a
+    /// running container is ready and started).
+    pub probes: Option<&'a crate::prober::results::ResultsCache>,
 }
 
 /// True when the pod has run longer than its `activeDeadlineSeconds` since `start`
@@ -455,7 +458,7 @@ fn container_statuses(
                     st.state = Some(waiting_state(Some(&w.reason), Some(&w.message)));
                 }
             }
-            readiness(c, kind, &mut st);
+            readiness(c, kind, &mut st, inp.probes);
             if st.last_state.is_none() {
                 st.last_state = Some(ApiState::default());
             }
@@ -464,11 +467,30 @@ fn container_statuses(
         .collect()
 }
 
-/// `started` and `ready` as the probe manager sets them when no probe is configured:
-/// started = running; ready = running (app containers and sidecars), or exited 0
-/// (regular init containers).
-fn readiness(c: &Container, kind: ContainerKind, st: &mut ContainerStatus) {
+/// `started` and `ready` (upstream §5.4). With probes, for a running app container:
+/// started = startup probe succeeded (or there is none); ready = started and readiness
+/// probe succeeded (or there is none); a probe without a published result counts as
+/// not passed. Without probes: started = running; ready = running (app containers and
+/// sidecars), or exited 0 (regular init containers).
+fn readiness(
+    c: &Container,
+    kind: ContainerKind,
+    st: &mut ContainerStatus,
+    probes: Option<&crate::prober::results::ResultsCache>,
+) {
+    use crate::prober::{ProbeResult, ProbeType};
     let running = is_running(st.state.as_ref());
+    let id = st
+        .container_id
+        .as_deref()
+        .and_then(|c| c.strip_prefix("docker://"));
+    if let (Some(p), Some(id), ContainerKind::App, true) = (probes, id, kind, running) {
+        let passed = |has: bool, ty| !has || p.get(id, ty) == Some(ProbeResult::Success);
+        let started = passed(c.startup_probe.is_some(), ProbeType::Startup);
+        st.started = Some(started);
+        st.ready = started && passed(c.readiness_probe.is_some(), ProbeType::Readiness);
+        return;
+    }
     st.started = Some(running);
     st.ready = if kind == ContainerKind::Init && !labels::is_sidecar(c) {
         st.state
@@ -883,6 +905,7 @@ mod tests {
                 host_ip: "10.0.0.1",
                 now: t(100),
                 pod_is_terminal: false,
+                probes: None,
             },
         )
     }

@@ -13,3 +13,4 @@ mod registry;
 mod images;
 mod spec;
 mod volumes;
+mod probes;

@@ -1,0 +1,804 @@
+//! The prober (upstream `pkg/kubelet/prober`: `prober_manager.go`, `worker.go`,
+//! `prober.go`): liveness, readiness and startup probes of every container, with
+//! bounded threads.
+//!
+//! Upstream runs one goroutine per probe. rkubelet runs one `prober` thread that keeps a
+//! deadline heap of every probe's next due time ([`scheduler`]) and the per-probe
+//! counting state ([`worker`]), and hands each due probe run to a small fixed pool of
+//! `probe-worker-N` threads ([`handlers`]), so the thread count does not grow with the
+//! number of probes and a slow probe occupies one pool thread for at most its timeout
+//! while the others go on. Exec probes go through dockerd, which runs about nine execs
+//! a second on a 2-core machine however many are asked in parallel, and takes
+//! 120–340 ms for each: they have their own two `probe-exec-N` threads and queue, so a
+//! pile of exec probes never takes the threads HTTP and TCP probes need.
+//!
+//! Data flow: after every pod sync the pod worker calls [`ProbeManager::update_pod`]
+//! with the pod's newest container instances (IDs, running, start times) and pod IP;
+//! the `prober` thread diffs that against its probes (new container → state reset, the
+//! first probe `initialDelaySeconds` after its start; container gone → probe removed).
+//! Published results land in the [`results::ResultsCache`] (read by status generation
+//! for `ready`/`started`, and by the runtime manager to kill a container whose liveness
+//! or startup probe failed), and a changed result is sent to the sync loop as a
+//! [`ProbeEvent`] over a bounded channel, which syncs the pod at once.
+
+pub mod grpc;
+pub mod handlers;
+pub mod metrics;
+pub mod results;
+pub mod scheduler;
+pub mod spec;
+pub mod worker;
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::kuberuntime::labels::ContainerKind;
+use crate::kuberuntime::RuntimePod;
+use crate::loops::{lock, LoopHandle, Loops, SpawnError, Stop};
+use crate::runtime::{ContainerState, Runtime};
+use handlers::{Outcome, Prober};
+use metrics::{Lane, ProbeLabels, ProbeMetrics};
+use results::ResultsCache;
+use scheduler::DeadlineHeap;
+use spec::{ProbeError, ProbeSpec};
+use worker::{ContainerView, Gate, ProbeState};
+
+/// Threads for HTTP and TCP probes (`probe-worker-N`). A probe takes a few ms against
+/// a healthy container and holds its thread for at most its timeout; four keep 200
+/// probes/s on time on a 2-core board even while dockerd saturates the CPU with execs.
+pub const PROBE_WORKERS: usize = 4;
+/// Threads for exec probes (`probe-exec-N`). Measured here: dockerd does ~9 execs/s
+/// whether one or four are asked in parallel, so two keep the engine busy and more
+/// would only wait on it.
+pub const EXEC_WORKERS: usize = 2;
+/// Capacity of the channel of changed results to the sync loop (upstream buffers 20
+/// per result manager). When full, the prober keeps the newest event per pod and
+/// retries, so nothing is lost and the prober never blocks on the sync loop.
+pub const EVENT_CAPACITY: usize = 64;
+/// Probe runs waiting for a pool thread, per pool. Beyond it a due run is skipped
+/// (a missed period) rather than piling up.
+const JOB_CAPACITY: usize = 1024;
+/// The prober thread wakes at least this often even with nothing due, to record a tick
+/// for the loop registry (health checks tell a stuck loop by its last tick).
+const IDLE_WAKE: Duration = Duration::from_secs(1);
+/// Retry delay for results the sync loop's channel had no room for.
+const RETRY_WAKE: Duration = Duration::from_millis(50);
+
+/// The three probe kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProbeType {
+    /// Kills and restarts a container that fails it.
+    Liveness,
+    /// Gates the container's `ready`.
+    Readiness,
+    /// Gates liveness and readiness until it succeeds; kills like liveness.
+    Startup,
+}
+
+impl ProbeType {
+    /// All three, in upstream's order.
+    pub const ALL: [ProbeType; 3] = [
+        ProbeType::Liveness,
+        ProbeType::Readiness,
+        ProbeType::Startup,
+    ];
+
+    /// The container field (`livenessProbe`), for error messages.
+    pub fn field(self) -> &'static str {
+        match self {
+            ProbeType::Liveness => "livenessProbe",
+            ProbeType::Readiness => "readinessProbe",
+            ProbeType::Startup => "startupProbe",
+        }
+    }
+
+    /// Upstream's `probe_type` label value.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            ProbeType::Liveness => "Liveness",
+            ProbeType::Readiness => "Readiness",
+            ProbeType::Startup => "Startup",
+        }
+    }
+
+    /// The lowercase word of upstream's messages (`failed liveness probe`).
+    pub fn word(self) -> &'static str {
+        match self {
+            ProbeType::Liveness => "liveness",
+            ProbeType::Readiness => "readiness",
+            ProbeType::Startup => "startup",
+        }
+    }
+
+    /// The result a new container instance starts with (upstream: readiness Failure,
+    /// liveness Success, startup none, i.e. Unknown).
+    pub fn initial(self) -> Option<ProbeResult> {
+        match self {
+            ProbeType::Liveness => Some(ProbeResult::Success),
+            ProbeType::Readiness => Some(ProbeResult::Failure),
+            ProbeType::Startup => None,
+        }
+    }
+}
+
+impl fmt::Display for ProbeType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.metric_label())
+    }
+}
+
+/// The result of a probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProbeResult {
+    /// Passed.
+    Success,
+    /// Failed.
+    Failure,
+    /// Could not be run (not counted, not published).
+    Unknown,
+}
+
+impl ProbeResult {
+    /// Upstream's `result` label value.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            ProbeResult::Success => "successful",
+            ProbeResult::Failure => "failed",
+            ProbeResult::Unknown => "unknown",
+        }
+    }
+}
+
+/// A published result that changed, for the sync loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeEvent {
+    /// The pod.
+    pub pod_uid: String,
+    /// The container.
+    pub container: String,
+    /// Which probe.
+    pub probe_type: ProbeType,
+    /// The new result.
+    pub result: ProbeResult,
+}
+
+/// One container's probes as the last pod sync saw them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ContainerTargets {
+    name: String,
+    view: Option<ContainerView>,
+    probes: Vec<(ProbeType, Result<Arc<ProbeSpec>, ProbeError>)>,
+}
+
+/// One pod's probes as the last pod sync saw them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PodTargets {
+    uid: String,
+    name: String,
+    namespace: String,
+    pod_ip: Option<String>,
+    containers: Vec<ContainerTargets>,
+}
+
+/// The probe manager: what pod workers and the sync loop call, and the results they
+/// read. The probes themselves live on the `prober` thread.
+#[derive(Debug)]
+pub struct ProbeManager {
+    /// Desired probes by pod UID, written by pod workers, read by the prober thread.
+    desired: Mutex<HashMap<String, Arc<PodTargets>>>,
+    /// Wakes the prober thread after `desired` changed (one pending wake is enough).
+    wake: Sender<()>,
+    results: Arc<ResultsCache>,
+    metrics: Arc<ProbeMetrics>,
+}
+
+impl ProbeManager {
+    /// Starts the `prober` thread, `workers` `probe-worker-N` threads (HTTP, TCP) and
+    /// [`EXEC_WORKERS`] `probe-exec-N` threads; changed results go to `events`.
+    pub fn start(
+        loops: &Loops,
+        runtime: Arc<dyn Runtime>,
+        workers: usize,
+        events: Sender<ProbeEvent>,
+    ) -> Result<Arc<ProbeManager>, SpawnError> {
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
+        let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(JOB_CAPACITY);
+        let (exec_tx, exec_rx) = crossbeam_channel::bounded::<Job>(JOB_CAPACITY);
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<Done>(2 * JOB_CAPACITY);
+        let mgr = Arc::new(ProbeManager {
+            desired: Mutex::new(HashMap::new()),
+            wake: wake_tx,
+            results: Arc::new(ResultsCache::default()),
+            metrics: Arc::new(ProbeMetrics::default()),
+        });
+        let pools = [
+            ("probe-worker", workers, &job_rx),
+            ("probe-exec", EXEC_WORKERS, &exec_rx),
+        ];
+        for (name, n, rx) in pools {
+            for i in 0..n {
+                let prober = Prober::new(runtime.clone());
+                let rx = rx.clone();
+                let done_tx = done_tx.clone();
+                let metrics = mgr.metrics.clone();
+                loops.spawn(&format!("{name}-{i}"), move |stop, handle| {
+                    run_pool_thread(&prober, &stop, &handle, &rx, &done_tx, &metrics)
+                })?;
+            }
+        }
+        let mut prober_loop = ProberLoop {
+            mgr: mgr.clone(),
+            workers: HashMap::new(),
+            by_key: HashMap::new(),
+            heap: DeadlineHeap::default(),
+            next_id: 0,
+            started: Instant::now(),
+            job_tx,
+            exec_tx,
+            done_rx,
+            wake_rx,
+            events,
+            pending: BTreeMap::new(),
+            invalid: HashSet::new(),
+        };
+        loops.spawn("prober", move |stop, handle| {
+            prober_loop.run(&stop, &handle)
+        })?;
+        Ok(mgr)
+    }
+
+    /// The published results (status generation and pod actions read them).
+    pub fn results(&self) -> &Arc<ResultsCache> {
+        &self.results
+    }
+
+    /// The probe metrics.
+    pub fn metrics(&self) -> &Arc<ProbeMetrics> {
+        &self.metrics
+    }
+
+    /// Tells the prober what a pod sync found: the pod's containers (newest instance
+    /// of each) and its IP (upstream `AddPod` plus the status updates its workers read).
+    /// Cheap when nothing changed.
+    pub fn update_pod(&self, pod: &Pod, rt: &RuntimePod, pod_ip: Option<&str>) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let containers: Vec<ContainerTargets> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .filter_map(|c| {
+                let probes: Vec<_> = ProbeType::ALL
+                    .into_iter()
+                    .filter_map(|ty| {
+                        spec::probe_of(c, ty).map(|p| (ty, spec::resolve(p, ty, c).map(Arc::new)))
+                    })
+                    .collect();
+                if probes.is_empty() {
+                    return None;
+                }
+                let view = rt
+                    .newest(&c.name, ContainerKind::App)
+                    .map(|d| ContainerView {
+                        id: d.id.clone(),
+                        running: d.state == ContainerState::Running,
+                        started_at: d.started_at,
+                    });
+                Some(ContainerTargets {
+                    name: c.name.clone(),
+                    view,
+                    probes,
+                })
+            })
+            .collect();
+        {
+            let mut desired = lock(&self.desired);
+            if containers.is_empty() {
+                if desired.remove(&uid).is_none() {
+                    return;
+                }
+            } else {
+                let t = PodTargets {
+                    uid: uid.clone(),
+                    name: pod.metadata.name.clone().unwrap_or_default(),
+                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                    pod_ip: pod_ip.filter(|ip| !ip.is_empty()).map(str::to_string),
+                    containers,
+                };
+                if desired.get(&uid).is_some_and(|old| **old == t) {
+                    return;
+                }
+                desired.insert(uid, Arc::new(t));
+            }
+        }
+        let _ = self.wake.try_send(());
+    }
+
+    /// Stops every probe of a pod (it is being killed: upstream stops liveness and
+    /// startup workers as soon as a pod terminates, and nothing probes a dead pod).
+    pub fn remove_pod(&self, uid: &str) {
+        if lock(&self.desired).remove(uid).is_some() {
+            let _ = self.wake.try_send(());
+        }
+    }
+
+    /// Stops the probes of every pod `keep` rejects (upstream `CleanupPods`, from
+    /// housekeeping).
+    pub fn cleanup_pods(&self, keep: &dyn Fn(&str) -> bool) {
+        let removed = {
+            let mut desired = lock(&self.desired);
+            let before = desired.len();
+            desired.retain(|uid, _| keep(uid));
+            before != desired.len()
+        };
+        if removed {
+            let _ = self.wake.try_send(());
+        }
+    }
+
+    /// UIDs of the pods with probes (for tests and debugging).
+    pub fn pods(&self) -> Vec<String> {
+        lock(&self.desired).keys().cloned().collect()
+    }
+}
+
+/// One probe run handed to the pool.
+#[derive(Debug)]
+struct Job {
+    worker: u64,
+    container_id: String,
+    spec: Arc<ProbeSpec>,
+    pod_ip: Option<String>,
+    due: Instant,
+    lane: Lane,
+}
+
+/// A finished probe run.
+#[derive(Debug)]
+struct Done {
+    worker: u64,
+    container_id: String,
+    outcome: Outcome,
+}
+
+/// A `probe-worker-N` thread: runs probes from the queue until shutdown.
+fn run_pool_thread(
+    prober: &Prober,
+    stop: &Stop,
+    handle: &LoopHandle,
+    jobs: &Receiver<Job>,
+    done: &Sender<Done>,
+    metrics: &ProbeMetrics,
+) {
+    loop {
+        crossbeam_channel::select! {
+            recv(stop.receiver()) -> _ => return,
+            recv(jobs) -> job => {
+                let Ok(job) = job else { return };
+                let began = handle.begin_tick();
+                metrics.observe_lateness(job.lane, began.saturating_duration_since(job.due));
+                let outcome = prober.run(
+                    &job.spec.handler,
+                    &job.container_id,
+                    job.pod_ip.as_deref(),
+                    job.spec.timeout,
+                );
+                handle.end_tick(began, None);
+                let d = Done {
+                    worker: job.worker,
+                    container_id: job.container_id,
+                    outcome,
+                };
+                if done.send(d).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// (pod UID, container name, probe type): one probe.
+type Key = (String, String, ProbeType);
+
+/// The prober thread's state of one probe.
+#[derive(Debug)]
+struct ProbeWorker {
+    key: Key,
+    spec: Arc<ProbeSpec>,
+    pod: Arc<PodTargets>,
+    container: Option<ContainerView>,
+    has_startup: bool,
+    state: ProbeState,
+    in_flight: bool,
+    due: Instant,
+    labels: ProbeLabels,
+    warned_unknown: bool,
+}
+
+impl ProbeWorker {
+    fn ty(&self) -> ProbeType {
+        self.key.2
+    }
+}
+
+struct ProberLoop {
+    mgr: Arc<ProbeManager>,
+    workers: HashMap<u64, ProbeWorker>,
+    by_key: HashMap<Key, u64>,
+    heap: DeadlineHeap<u64>,
+    next_id: u64,
+    started: Instant,
+    job_tx: Sender<Job>,
+    exec_tx: Sender<Job>,
+    done_rx: Receiver<Done>,
+    wake_rx: Receiver<()>,
+    events: Sender<ProbeEvent>,
+    /// Newest undelivered event per pod (the sync loop's channel was full).
+    pending: BTreeMap<String, ProbeEvent>,
+    /// Invalid probes already reported.
+    invalid: HashSet<Key>,
+}
+
+impl ProberLoop {
+    fn run(&mut self, stop: &Stop, handle: &LoopHandle) {
+        loop {
+            let now = Instant::now();
+            let wait = if self.pending.is_empty() {
+                self.heap
+                    .next_due()
+                    .map_or(IDLE_WAKE, |d| d.saturating_duration_since(now))
+                    .min(IDLE_WAKE)
+            } else {
+                RETRY_WAKE
+            };
+            let mut reconcile = false;
+            let mut done = Vec::new();
+            crossbeam_channel::select! {
+                recv(stop.receiver()) -> _ => return,
+                recv(self.wake_rx) -> _ => reconcile = true,
+                recv(self.done_rx) -> d => done.extend(d.ok()),
+                default(wait) => {}
+            }
+            let began = handle.begin_tick();
+            done.extend(self.done_rx.try_iter());
+            for d in done {
+                self.finish(d);
+            }
+            if reconcile {
+                self.reconcile();
+            }
+            self.run_due(Instant::now());
+            self.flush_pending();
+            handle.end_tick(began, None);
+        }
+    }
+
+    /// Brings the probes in line with what the pod workers last reported.
+    fn reconcile(&mut self) {
+        let desired: Vec<Arc<PodTargets>> = lock(&self.mgr.desired).values().cloned().collect();
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let mut want: HashSet<Key> = HashSet::new();
+        for pod in &desired {
+            for c in &pod.containers {
+                let has_startup = c
+                    .probes
+                    .iter()
+                    .any(|(ty, s)| *ty == ProbeType::Startup && s.is_ok());
+                for (ty, spec) in &c.probes {
+                    let key: Key = (pod.uid.clone(), c.name.clone(), *ty);
+                    let spec = match spec {
+                        Ok(s) => s.clone(),
+                        Err(e) => {
+                            if self.invalid.insert(key) {
+                                log::warn!(
+                                    "pod {}/{}: container {}: invalid probe, not run: {e}",
+                                    pod.namespace,
+                                    pod.name,
+                                    c.name
+                                );
+                            }
+                            continue;
+                        }
+                    };
+                    want.insert(key.clone());
+                    let id = match self.by_key.get(&key) {
+                        Some(id) if self.workers.get(id).is_some_and(|w| w.spec == spec) => *id,
+                        existing => {
+                            if let Some(old) = existing.copied() {
+                                self.remove_worker(old);
+                            }
+                            self.add_worker(key, spec, pod)
+                        }
+                    };
+                    if let Some(w) = self.workers.get_mut(&id) {
+                        w.pod = pod.clone();
+                        w.has_startup = has_startup;
+                    }
+                    self.set_container(id, c.view.clone(), now, wall);
+                }
+            }
+        }
+        let gone: Vec<u64> = self
+            .by_key
+            .iter()
+            .filter(|(k, _)| !want.contains(*k))
+            .map(|(_, id)| *id)
+            .collect();
+        for id in gone {
+            self.remove_worker(id);
+        }
+        let uids: HashSet<&str> = desired.iter().map(|p| p.uid.as_str()).collect();
+        self.invalid.retain(|k| uids.contains(k.0.as_str()));
+    }
+
+    fn add_worker(&mut self, key: Key, spec: Arc<ProbeSpec>, pod: &Arc<PodTargets>) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        let labels = ProbeLabels {
+            container: key.1.clone(),
+            pod: pod.name.clone(),
+            namespace: pod.namespace.clone(),
+            pod_uid: pod.uid.clone(),
+        };
+        self.by_key.insert(key.clone(), id);
+        self.workers.insert(
+            id,
+            ProbeWorker {
+                key,
+                spec,
+                pod: pod.clone(),
+                container: None,
+                has_startup: false,
+                state: ProbeState::default(),
+                in_flight: false,
+                due: Instant::now(),
+                labels,
+                warned_unknown: false,
+            },
+        );
+        id
+    }
+
+    fn remove_worker(&mut self, id: u64) {
+        let Some(w) = self.workers.remove(&id) else {
+            return;
+        };
+        self.by_key.remove(&w.key);
+        if let Some(c) = &w.container {
+            self.mgr.results.remove(&c.id, w.ty());
+        }
+        self.mgr.metrics.forget(w.ty(), &w.labels);
+    }
+
+    /// Records the probe's newest container instance. A new instance starts from
+    /// scratch: initial result, counters reset, first run `initialDelaySeconds` after
+    /// it started.
+    fn set_container(
+        &mut self,
+        id: u64,
+        view: Option<ContainerView>,
+        now: Instant,
+        wall: SystemTime,
+    ) {
+        let Some(w) = self.workers.get_mut(&id) else {
+            return;
+        };
+        let old = w.container.as_ref().map(|c| c.id.clone());
+        let new = view.as_ref().map(|c| c.id.clone());
+        if old != new {
+            let ty = w.ty();
+            if let Some(old) = &old {
+                self.mgr.results.remove(old, ty);
+            }
+            w.state = ProbeState::default();
+            w.in_flight = false;
+            w.warned_unknown = false;
+            if let Some(v) = &view {
+                if let Some(init) = ty.initial() {
+                    self.mgr.results.set(&v.id, ty, init);
+                }
+                // Right after the prober starts (a kubelet restart), spread the probes
+                // of containers that started long ago over one period.
+                let spread = if now.duration_since(self.started) < w.spec.period {
+                    spread(&w.key, w.spec.period)
+                } else {
+                    Duration::ZERO
+                };
+                let started = v.started_at.filter(|_| v.running);
+                w.due = scheduler::first_due(now, wall, started, w.spec.initial_delay, spread);
+                self.heap.push(w.due, id);
+            }
+        }
+        w.container = view;
+    }
+
+    /// Runs (or skips) every probe that is due.
+    fn run_due(&mut self, now: Instant) {
+        let wall = SystemTime::now();
+        while let Some((due, id)) = self.heap.pop_due(now) {
+            let Some(w) = self.workers.get_mut(&id) else {
+                continue;
+            };
+            if w.due != due {
+                continue; // rescheduled since: a stale entry
+            }
+            w.due = scheduler::next_due(due, w.spec.period, now);
+            self.heap.push(w.due, id);
+            if w.in_flight {
+                // The last run has not finished: this period is skipped, as upstream's
+                // goroutine would skip it.
+                continue;
+            }
+            let Some(c) = w.container.clone() else {
+                continue;
+            };
+            let startup_pending = w.has_startup
+                && self.mgr.results.get(&c.id, ProbeType::Startup) != Some(ProbeResult::Success);
+            match worker::gate(
+                w.ty(),
+                &c,
+                &w.state,
+                startup_pending,
+                w.spec.initial_delay,
+                wall,
+            ) {
+                Gate::Skip => {}
+                Gate::NotRunning => self.publish(id, ProbeResult::Failure),
+                Gate::Run => {
+                    let lane = match w.spec.handler {
+                        spec::Handler::Exec { .. } => Lane::Exec,
+                        _ => Lane::Network,
+                    };
+                    let job = Job {
+                        worker: id,
+                        container_id: c.id.clone(),
+                        spec: w.spec.clone(),
+                        pod_ip: w.pod.pod_ip.clone(),
+                        due,
+                        lane,
+                    };
+                    w.in_flight = true;
+                    self.send(job);
+                }
+            }
+        }
+    }
+
+    /// Hands a run to its pool; a full queue skips the run's period.
+    fn send(&mut self, job: Job) {
+        let id = job.worker;
+        let tx = match job.lane {
+            Lane::Exec => &self.exec_tx,
+            Lane::Network => &self.job_tx,
+        };
+        match tx.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                if let Some(w) = self.workers.get_mut(&id) {
+                    w.in_flight = false;
+                    log::debug!(
+                        "probe queue full: {} probe of {}/{} skips this period",
+                        w.ty(),
+                        w.pod.name,
+                        w.key.1
+                    );
+                }
+            }
+        }
+    }
+
+    /// Takes a finished probe run through the thresholds.
+    fn finish(&mut self, d: Done) {
+        let Some(w) = self.workers.get_mut(&d.worker) else {
+            return;
+        };
+        if w.container.as_ref().map(|c| c.id.as_str()) != Some(d.container_id.as_str()) {
+            return; // a run against an instance that has been replaced
+        }
+        w.in_flight = false;
+        let ty = w.ty();
+        let o = d.outcome;
+        self.mgr.metrics.count(ty, o.result, &w.labels);
+        let who = format!(
+            "pod {}/{} container {}",
+            w.pod.namespace, w.pod.name, w.key.1
+        );
+        match o.result {
+            ProbeResult::Unknown => {
+                if w.warned_unknown {
+                    log::debug!("{ty} probe of {who} errored: {}", o.message);
+                } else {
+                    log::warn!("{ty} probe of {who} errored: {}", o.message);
+                    w.warned_unknown = true;
+                }
+            }
+            ProbeResult::Failure => log::info!("{ty} probe failed: {who}: {}", o.message),
+            ProbeResult::Success if o.warning => {
+                log::warn!(
+                    "{ty} probe of {who} succeeded with a warning: {}",
+                    o.message
+                )
+            }
+            ProbeResult::Success => {}
+        }
+        let (s, f) = (w.spec.success_threshold, w.spec.failure_threshold);
+        if let Some(r) = w.state.record(ty, o.result, s, f) {
+            self.publish(d.worker, r);
+        }
+    }
+
+    /// Publishes a result; a change goes to the sync loop (liveness successes do not:
+    /// upstream acts only on liveness failures).
+    fn publish(&mut self, id: u64, r: ProbeResult) {
+        let Some(w) = self.workers.get(&id) else {
+            return;
+        };
+        let Some(c) = &w.container else {
+            return;
+        };
+        let ty = w.ty();
+        if !self.mgr.results.set(&c.id, ty, r) {
+            return;
+        }
+        log::info!(
+            "{ty} probe of pod {}/{} container {}: {}",
+            w.pod.namespace,
+            w.pod.name,
+            w.key.1,
+            r.metric_label()
+        );
+        if ty == ProbeType::Liveness && r == ProbeResult::Success {
+            return;
+        }
+        let ev = ProbeEvent {
+            pod_uid: w.key.0.clone(),
+            container: w.key.1.clone(),
+            probe_type: ty,
+            result: r,
+        };
+        match self.events.try_send(ev) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Full(ev)) => {
+                self.pending.insert(ev.pod_uid.clone(), ev);
+            }
+        }
+    }
+
+    /// Retries events the sync loop had no room for.
+    fn flush_pending(&mut self) {
+        while let Some((uid, ev)) = self.pending.pop_first() {
+            match self.events.try_send(ev) {
+                Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+                Err(TrySendError::Full(ev)) => {
+                    self.pending.insert(uid, ev);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Debug for ProberLoop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProberLoop")
+            .field("probes", &self.workers.len())
+            .field("scheduled", &self.heap.len())
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
+/// A stable fraction of `period` for one probe, to spread probes after a restart
+/// without a random number generator.
+fn spread(key: &Key, period: Duration) -> Duration {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    period.mul_f64((h.finish() % 1000) as f64 / 1000.0)
+}
