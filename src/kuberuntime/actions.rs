@@ -743,6 +743,76 @@ mod tests {
     }
 
     #[test]
+    fn failed_liveness_kills_and_restarts_only_that_container_then_backs_off() {
+        use crate::prober::ProbeType;
+        let p = pod(&["a", "b"], "Always");
+        let rt = running_pod(vec![
+            ctr(&p, "a", ContainerState::Running, 0, 0, 10),
+            ctr(&p, "b", ContainerState::Running, 0, 0, 10),
+        ]);
+        let b = Backoff::default();
+        let inp = ActionInputs {
+            backoff: &b,
+            now: t(20),
+            terminal: false,
+        };
+        let mut a = compute_pod_actions(&p, &rt, &inp);
+        let failed = |id: &str| (id == "a0").then_some(ProbeType::Liveness);
+        kill_unhealthy(&mut a, &p, &rt, &failed, &inp);
+        assert_eq!(a.kill.len(), 1);
+        assert_eq!(a.kill[0].id, "a0");
+        assert_eq!(a.kill[0].reason, KillReason::LivenessProbe);
+        assert_eq!(
+            a.kill[0].message,
+            "Container a failed liveness probe, will be restarted"
+        );
+        assert_eq!(names(&a.start), ["a"]);
+        assert_eq!(a.start[0].restart_count, 1);
+
+        // The restarted instance fails again while the dead one finished just now:
+        // the restart waits out CrashLoopBackOff like a crash.
+        let mut b = Backoff::default();
+        b.next_at(&backoff_key(&p, spec_of(&p, "a").0), t(20), t(20));
+        let rt = running_pod(vec![
+            ctr(&p, "a", ContainerState::Exited, 137, 0, 20),
+            ctr(&p, "a", ContainerState::Running, 0, 1, 22),
+            ctr(&p, "b", ContainerState::Running, 0, 0, 10),
+        ]);
+        let inp = ActionInputs {
+            backoff: &b,
+            now: t(23),
+            terminal: false,
+        };
+        let mut a = compute_pod_actions(&p, &rt, &inp);
+        let failed = |id: &str| (id == "a1").then_some(ProbeType::Liveness);
+        kill_unhealthy(&mut a, &p, &rt, &failed, &inp);
+        assert_eq!(a.kill.len(), 1);
+        assert!(a.start.is_empty());
+        assert_eq!(
+            a.waiting.get("a").map(|w| w.reason.as_str()),
+            Some("CrashLoopBackOff")
+        );
+    }
+
+    #[test]
+    fn failed_liveness_under_never_kills_without_restart() {
+        use crate::prober::ProbeType;
+        let p = pod(&["a"], "Never");
+        let rt = running_pod(vec![ctr(&p, "a", ContainerState::Running, 0, 0, 10)]);
+        let b = Backoff::default();
+        let inp = ActionInputs {
+            backoff: &b,
+            now: t(20),
+            terminal: false,
+        };
+        let mut a = compute_pod_actions(&p, &rt, &inp);
+        kill_unhealthy(&mut a, &p, &rt, &|_| Some(ProbeType::Startup), &inp);
+        assert_eq!(a.kill[0].message, "Container a failed startup probe");
+        assert_eq!(a.kill[0].reason, KillReason::StartupProbe);
+        assert!(a.start.is_empty());
+    }
+
+    #[test]
     fn new_pod_creates_sandbox_and_starts_all() {
         let p = pod(&["a", "b"], "Always");
         let a = compute(&p, &RuntimePod::default(), &Backoff::default(), t(10));

@@ -917,6 +917,62 @@ mod tests {
             .expect("condition present")
     }
 
+    #[test]
+    fn probe_results_drive_ready_started_and_the_conditions() {
+        use crate::prober::results::ResultsCache;
+        use crate::prober::{ProbeResult, ProbeType};
+        use k8s_openapi::api::core::v1::{ExecAction, Probe};
+        let probe = || {
+            Some(Probe {
+                exec: Some(ExecAction {
+                    command: Some(vec!["true".into()]),
+                }),
+                ..Default::default()
+            })
+        };
+        let mut p = pod(&["a"], "Always");
+        if let Some(s) = p.spec.as_mut() {
+            s.containers[0].readiness_probe = probe();
+            s.containers[0].startup_probe = probe();
+        }
+        let rt = RuntimePod {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr("a", ContainerState::Running, 0, 0, 1)],
+        };
+        let results = ResultsCache::default();
+        let status = |results: &ResultsCache| {
+            generate(
+                &p,
+                &rt,
+                &StatusInputs {
+                    waiting: &BTreeMap::new(),
+                    previous: None,
+                    host_ip: "10.0.0.1",
+                    now: t(100),
+                    pod_is_terminal: false,
+                    probes: Some(results),
+                },
+            )
+        };
+        let flags = |s: &PodStatus| {
+            let c = &s.container_statuses.as_ref().expect("statuses")[0];
+            (c.started, c.ready, cond(s, "Ready").status.clone())
+        };
+        // No startup result yet: not started, not ready.
+        assert_eq!(
+            flags(&status(&results)),
+            (Some(false), false, "False".into())
+        );
+        results.set("a-0", ProbeType::Startup, ProbeResult::Success);
+        results.set("a-0", ProbeType::Readiness, ProbeResult::Failure);
+        assert_eq!(
+            flags(&status(&results)),
+            (Some(true), false, "False".into())
+        );
+        results.set("a-0", ProbeType::Readiness, ProbeResult::Success);
+        assert_eq!(flags(&status(&results)), (Some(true), true, "True".into()));
+    }
+
     fn waiting_reason(s: &ContainerStatus) -> Option<String> {
         s.state
             .as_ref()
