@@ -397,6 +397,36 @@ fn sidecars_start_in_order_run_beside_the_app_and_stop_after_it() {
 }
 
 #[test]
+fn https_post_start_hook_skips_certificate_verification() {
+    // A TLS server with a certificate no root vouches for: upstream's hook client does
+    // not verify, so the hook succeeds and the container keeps running.
+    let tls = crate::util::TlsServer::start();
+    let mut node = Node::new("lc-https");
+    node.write_manifest(
+        "tls.yaml",
+        &manifest(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "tls"},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [
+                {"name": "app", "image": BUSYBOX, "command": sh(SLEEPER),
+                 "lifecycle": {"postStart": {"httpGet": {
+                     "scheme": "HTTPS", "host": "127.0.0.1", "port": tls.port, "path": "/"}}}}
+            ]}
+        })),
+    );
+    node.start(&[]);
+    let st = wait_for("the app to run after its HTTPS hook", LONG, || {
+        container_status(&node, "tls", "app").filter(|c| c["state"]["running"].is_object())
+    });
+    assert_eq!(st["restartCount"].as_i64(), Some(0), "{st}");
+    assert!(
+        !node.log().contains("FailedPostStartHook"),
+        "{}",
+        node.log()
+    );
+}
+
+#[test]
 fn post_start_runs_before_the_app_relies_on_it_and_a_failing_one_kills_the_container() {
     let mut node = Node::new("lc-hook");
     node.write_manifest(

@@ -300,46 +300,10 @@ fn https_probe_skips_certificate_verification() {
     use rkubelet::prober::handlers::Prober;
     use rkubelet::prober::spec::Handler;
     use rkubelet::prober::ProbeResult;
-    use std::process::{Command, Stdio};
 
     // A real TLS server with a self-signed certificate that no root vouches for.
-    let dir = std::env::temp_dir().join(crate::util::unique("rkubelet-it-tls"));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let ok = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args([
-            "-subj",
-            "/CN=probe-test",
-            "-keyout",
-            "key.pem",
-            "-out",
-            "cert.pem",
-        ])
-        .current_dir(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl must be installed (apt-get install -y openssl)");
-    assert!(ok.success(), "openssl req failed");
-    let port = crate::util::free_port();
-    let _server = KillOnDrop(
-        Command::new("openssl")
-            .args([
-                "s_server", "-quiet", "-www", "-cert", "cert.pem", "-key", "key.pem",
-            ])
-            .args(["-accept", &format!("127.0.0.1:{port}")])
-            .current_dir(&dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn openssl s_server"),
-    );
-    wait_for("the TLS server to listen", LONG, || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-    });
+    let server = crate::util::TlsServer::start();
+    let port = server.port;
 
     let prober = Prober::new(std::sync::Arc::new(crate::util::docker()));
     let probe = |https| Handler::Http {
@@ -354,7 +318,6 @@ fn https_probe_skips_certificate_verification() {
     // Plain HTTP to a TLS port is no HTTP answer at all.
     let out = prober.run(&probe(false), "unused", None, Duration::from_secs(10));
     assert_eq!(out.result, ProbeResult::Failure, "{out:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A gRPC health server (Python's grpcio, the reference C-core implementation), with

@@ -322,3 +322,64 @@ pub fn pod_yaml(name: &str, grace: u32, containers: &[(&str, &str)]) -> String {
 
 /// A shell loop that exits at once on SIGTERM (a busybox shell as PID 1 ignores it).
 pub const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done";
+
+/// A real TLS server (`openssl s_server -www`) on 127.0.0.1 with a self-signed
+/// certificate that no root vouches for. Killed, and its directory removed, on drop.
+pub struct TlsServer {
+    child: Child,
+    dir: PathBuf,
+    /// The port it listens on.
+    pub port: u16,
+}
+
+impl TlsServer {
+    /// Makes a certificate with the openssl CLI and starts the server; waits until it
+    /// listens.
+    pub fn start() -> TlsServer {
+        let dir = std::env::temp_dir().join(unique("rkubelet-it-tls"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let ok = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args([
+                "-subj",
+                "/CN=rkubelet-test",
+                "-keyout",
+                "key.pem",
+                "-out",
+                "cert.pem",
+            ])
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl must be installed (apt-get install -y openssl)");
+        assert!(ok.success(), "openssl req failed");
+        let port = free_port();
+        let child = Command::new("openssl")
+            .args([
+                "s_server", "-quiet", "-www", "-cert", "cert.pem", "-key", "key.pem",
+            ])
+            .args(["-accept", &format!("127.0.0.1:{port}")])
+            .current_dir(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn openssl s_server");
+        let server = TlsServer { child, dir, port };
+        wait_for("the TLS server to listen", LONG, || {
+            TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        server
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
