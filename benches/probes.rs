@@ -21,6 +21,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{cpu_ticks, proc_status, verdict, write_manifest};
 use rkubelet::runtime::docker::Docker;
 use rkubelet::runtime::Runtime;
 
@@ -179,14 +183,6 @@ fn main() {
     println!("threads by name: {counts:?}");
 }
 
-fn verdict(ok: bool) -> &'static str {
-    if ok {
-        "(met)"
-    } else {
-        "(MISSED)"
-    }
-}
-
 fn poll(limit: Duration, mut done: impl FnMut() -> bool) {
     let until = Instant::now() + limit;
     while !done() {
@@ -220,12 +216,6 @@ struct Steady {
     rate: f64,
     /// rkubelet CPU, % of one core.
     cpu_pct: f64,
-}
-
-fn write_manifest(dir: &Path, file: &str, body: &str) {
-    let tmp = dir.join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, body).expect("write");
-    std::fs::rename(&tmp, dir.join(file)).expect("rename");
 }
 
 struct Kubelet {
@@ -346,19 +336,6 @@ impl Kubelet {
     }
 }
 
-/// (VmRSS in KiB, Threads) from /proc/<pid>/status.
-fn proc_status(pid: u32) -> (u64, u64) {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |k: &str| {
-        s.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("Threads:"))
-}
-
 fn thread_names(pid: u32) -> Vec<String> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|rd| {
@@ -368,13 +345,4 @@ fn thread_names(pid: u32) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    get(11) + get(12)
 }

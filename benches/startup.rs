@@ -17,6 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{cpu_ticks, proc_status, verdict, write_manifest};
 use rkubelet::runtime::docker::Docker;
 use rkubelet::runtime::{ContainerConfig, ContainerState, NamespaceMode, Runtime};
 
@@ -147,14 +151,6 @@ fn main() {
     );
 }
 
-fn verdict(ok: bool) -> &'static str {
-    if ok {
-        "(met)"
-    } else {
-        "(MISSED)"
-    }
-}
-
 /// Creates and starts `n` pods' containers through the Engine API, sequentially; returns
 /// the time until Docker reports them all running. Removes them afterwards.
 fn raw_pods(docker: &Docker, tag: &str, n: usize) -> Duration {
@@ -253,12 +249,6 @@ fn pod_yaml(name: &str) -> String {
     )
 }
 
-fn write_manifest(dir: &Path, file: &str, body: &str) {
-    let tmp = dir.join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, body).expect("write");
-    std::fs::rename(&tmp, dir.join(file)).expect("rename");
-}
-
 struct Kubelet {
     child: Child,
 }
@@ -296,28 +286,4 @@ impl Kubelet {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();
     }
-}
-
-/// (VmRSS in KiB, Threads) from /proc/<pid>/status.
-fn proc_status(pid: u32) -> (u64, u64) {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |k: &str| {
-        s.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("Threads:"))
-}
-
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command (which may contain spaces) start after the last ')'.
-    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after ')'.
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    get(11) + get(12)
 }

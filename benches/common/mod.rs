@@ -1,0 +1,44 @@
+//! Helpers shared by the benchmark programs: manifests written the way editors write
+//! them, and a process's RSS, thread count and CPU time from /proc.
+
+use std::path::Path;
+
+/// "(met)" or "(MISSED)", for the tables.
+pub fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "(met)"
+    } else {
+        "(MISSED)"
+    }
+}
+
+/// Writes a manifest atomically (a dot-file, then a rename), as editors do.
+pub fn write_manifest(dir: &Path, file: &str, body: &str) {
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, body).expect("write");
+    std::fs::rename(&tmp, dir.join(file)).expect("rename");
+}
+
+/// (VmRSS in KiB, Threads) from /proc/<pid>/status.
+pub fn proc_status(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("Threads:"))
+}
+
+/// utime + stime of a process, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may contain spaces) start after the last ')';
+    // utime and stime are fields 14 and 15 of the line: 11 and 12 after it.
+    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    get(11) + get(12)
+}
