@@ -258,8 +258,24 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill9();
-        for c in self.containers() {
-            let _ = self.docker.remove_container(&c.id);
+        // A create that Docker was still processing when rkubelet died lands after the
+        // first sweep: sweep until the node has stayed empty for a second.
+        let filter = [format!("io.rkubelet.node={}", self.name)];
+        let until = Instant::now() + Duration::from_secs(15);
+        let mut empty_since: Option<Instant> = None;
+        while Instant::now() < until {
+            let found = self.docker.list_containers(&filter).unwrap_or_default();
+            for c in &found {
+                let _ = self.docker.remove_container(&c.id);
+            }
+            if !found.is_empty() {
+                empty_since = None;
+            } else if empty_since.get_or_insert_with(Instant::now).elapsed()
+                >= Duration::from_secs(1)
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
