@@ -17,8 +17,8 @@
 //! Targets (issue 4, 2-core machine): lateness p50 < 50 ms, p99 < 200 ms; threads bounded.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 #[path = "common/mod.rs"]
@@ -225,26 +225,7 @@ struct Kubelet {
 
 impl Kubelet {
     fn start(dir: &Path, node: &str) -> Kubelet {
-        let port = |l: std::net::TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
-        let hz = port(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
-        let ro = port(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
-        let log: PathBuf = dir.join("rkubelet.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
-            .arg(format!("--hostname-override={node}"))
-            .arg(format!(
-                "--pod-manifest-path={}",
-                dir.join("manifests").display()
-            ))
-            .arg(format!("--root-dir={}", dir.join("root").display()))
-            .arg(format!("--pod-infra-container-image={PAUSE}"))
-            .arg(format!("--healthz-port={hz}"))
-            .arg(format!("--read-only-port={ro}"))
-            .arg("--address=127.0.0.1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))
-            .spawn()
-            .expect("spawn rkubelet");
+        let (child, hz, ro) = common::spawn_kubelet(dir, node, PAUSE);
         poll(Duration::from_secs(60), || {
             std::net::TcpStream::connect(("127.0.0.1", hz)).is_ok()
         });

@@ -2,6 +2,7 @@
 //! them, and a process's RSS, thread count and CPU time from /proc.
 
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
 
 /// "(met)" or "(MISSED)", for the tables.
 pub fn verdict(ok: bool) -> &'static str {
@@ -41,4 +42,31 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     get(11) + get(12)
+}
+
+/// A standalone rkubelet on `dir/manifests` with its root in `dir/root`, its log in
+/// `dir/rkubelet.log`, and healthz and read-only ports picked free on 127.0.0.1.
+/// Returns the process and the (healthz, read-only) ports; the caller waits for it.
+pub fn spawn_kubelet(dir: &Path, node: &str, pause: &str) -> (Child, u16, u16) {
+    let port = |l: std::net::TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
+    let hz = port(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
+    let ro = port(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
+    let log = dir.join("rkubelet.log");
+    let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+        .arg(format!("--hostname-override={node}"))
+        .arg(format!(
+            "--pod-manifest-path={}",
+            dir.join("manifests").display()
+        ))
+        .arg(format!("--root-dir={}", dir.join("root").display()))
+        .arg(format!("--pod-infra-container-image={pause}"))
+        .arg(format!("--healthz-port={hz}"))
+        .arg(format!("--read-only-port={ro}"))
+        .arg("--address=127.0.0.1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))
+        .spawn()
+        .expect("spawn rkubelet");
+    (child, hz, ro)
 }
