@@ -9,6 +9,7 @@ pub mod loops;
 pub mod logging;
 pub mod time;
 pub mod quantity;
+pub mod lines;
 pub mod netutil;
 pub mod systemd;
 

@@ -10,7 +10,7 @@
 //! framing.
 
 use std::fmt;
-use std::io::{self, Read};
+use std::io;
 use std::time::Duration;
 
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
@@ -133,68 +133,7 @@ pub fn is_read_timeout(e: &io::Error) -> bool {
     }
 }
 
-/// Reads newline-delimited records from a byte stream (a watch). An error (such as a
-/// per-read timeout) leaves a partial line buffered, so the caller may call again.
-#[derive(Debug)]
-pub struct LineReader<R> {
-    inner: R,
-    buf: Vec<u8>,
-    // Bytes before `scanned` hold no newline; the next search starts there.
-    scanned: usize,
-    max_line: usize,
-    eof: bool,
-}
-
-impl<R: Read> LineReader<R> {
-    /// A reader refusing lines longer than `max_line` bytes.
-    pub fn new(inner: R, max_line: usize) -> LineReader<R> {
-        LineReader {
-            inner,
-            buf: Vec::new(),
-            scanned: 0,
-            max_line,
-            eof: false,
-        }
-    }
-
-    /// The next line without its `\n` (or `\r\n`); Ok(None) at the end of the stream.
-    /// A last line without a newline is still returned.
-    pub fn next_line(&mut self) -> io::Result<Option<Vec<u8>>> {
-        let mut chunk = [0u8; 8192];
-        loop {
-            if let Some(pos) = self.buf[self.scanned..].iter().position(|&c| c == b'\n') {
-                let end = self.scanned + pos;
-                let mut line: Vec<u8> = self.buf.drain(..=end).collect();
-                line.pop();
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                self.scanned = 0;
-                return Ok(Some(line));
-            }
-            self.scanned = self.buf.len();
-            if self.eof {
-                self.scanned = 0;
-                if self.buf.is_empty() {
-                    return Ok(None);
-                }
-                return Ok(Some(std::mem::take(&mut self.buf)));
-            }
-            if self.buf.len() > self.max_line {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("line longer than {} bytes", self.max_line),
-                ));
-            }
-            match self.inner.read(&mut chunk) {
-                Ok(0) => self.eof = true,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
+pub use crate::lines::LineReader;
 
 /// Percent-encodes a query parameter value (RFC 3986 unreserved characters pass).
 pub fn query_escape(s: &str) -> String {
@@ -236,7 +175,7 @@ mod tests {
         timeout_next: bool,
     }
 
-    impl Read for Pieces {
+    impl io::Read for Pieces {
         fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
             if self.timeout_next {
                 self.timeout_next = false;

@@ -38,12 +38,13 @@ use serde::Deserialize;
 
 use self::client::{is_read_timeout, Client, Req};
 use self::reference::ImageRef;
-use self::stream::{append_capped, demux_interleaved, FrameDecoder, LineReader, StreamKind};
+use self::stream::{append_capped, demux_interleaved, FrameDecoder, StreamKind};
 use self::wire::{base64_url, docker_time, percent_encode, unix_nanos, unix_secs};
 use super::{
     ContainerConfig, ContainerDetails, ContainerState, ContainerSummary, ExecResult, ImageDetails,
     NamespaceMode, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion,
 };
+use crate::lines::LineReader;
 
 /// Reads (list, inspect, version): the PLEG relists every second, so a hung engine
 /// must surface quickly as an error rather than stall it.
