@@ -690,7 +690,8 @@ mod tests {
         }
     }
 
-    fn res(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
+    /// A container with these resource limits and requests (shared with the tests of `env`).
+    pub(super) fn res(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
         let m = |kv: &[(&str, &str)]| {
             (!kv.is_empty()).then(|| {
                 kv.iter()

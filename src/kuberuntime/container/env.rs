@@ -341,8 +341,7 @@ pub fn expand_command_and_args(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        ConfigMapKeySelector, EnvFromSource, EnvVarSource, PodSpec, ResourceRequirements,
-        SecretEnvSource,
+        ConfigMapKeySelector, EnvFromSource, EnvVarSource, PodSpec, SecretEnvSource,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -436,24 +435,7 @@ mod tests {
         assert_eq!(v2, Err("unsupported pod version: v2".into()));
     }
 
-    fn with_resources(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
-        let m = |kv: &[(&str, &str)]| {
-            (!kv.is_empty()).then(|| {
-                kv.iter()
-                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                    .collect()
-            })
-        };
-        Container {
-            name: "c".into(),
-            resources: Some(ResourceRequirements {
-                limits: m(limits),
-                requests: m(requests),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
+    use super::super::tests::res as with_resources;
 
     fn res(c: &Container, resource: &str, divisor: Option<&str>) -> Result<String, String> {
         resource_field_value(

@@ -267,47 +267,39 @@ impl Client {
             builder = builder.header("X-Registry-Auth", auth);
         }
         let result = match (&req.json, req.method) {
-            (Some(body), _) => {
-                let request = builder
-                    .header("Content-Type", "application/json")
-                    .body(body.as_slice())
-                    .map_err(|e| self.transport_error(op, req, ureq::Error::Http(e)))?;
-                let request = self
-                    .agent
-                    .configure_request(request)
-                    .timeout_global(req.timeout)
-                    .timeout_per_read(req.per_read)
-                    .build();
-                self.agent.run(request)
-            }
+            (Some(body), _) => self.send_with(
+                op,
+                req,
+                builder.header("Content-Type", "application/json"),
+                body.as_slice(),
+            )?,
             // A POST without a body must still say `Content-Length: 0`: with `()` ureq
             // sends a chunked body, and Docker refuses a start with a request body.
-            (None, Method::Post) => {
-                let request = builder
-                    .body(&b""[..])
-                    .map_err(|e| self.transport_error(op, req, ureq::Error::Http(e)))?;
-                let request = self
-                    .agent
-                    .configure_request(request)
-                    .timeout_global(req.timeout)
-                    .timeout_per_read(req.per_read)
-                    .build();
-                self.agent.run(request)
-            }
-            (None, Method::Get | Method::Delete) => {
-                let request = builder
-                    .body(())
-                    .map_err(|e| self.transport_error(op, req, ureq::Error::Http(e)))?;
-                let request = self
-                    .agent
-                    .configure_request(request)
-                    .timeout_global(req.timeout)
-                    .timeout_per_read(req.per_read)
-                    .build();
-                self.agent.run(request)
-            }
+            (None, Method::Post) => self.send_with(op, req, builder, &b""[..])?,
+            (None, Method::Get | Method::Delete) => self.send_with(op, req, builder, ())?,
         };
         result.map_err(|e| self.transport_error(op, req, e))
+    }
+
+    /// Runs one request with the call's timeouts. The outer error is a request that could
+    /// not be built; the inner one is ureq's outcome, mapped by the caller.
+    fn send_with(
+        &self,
+        op: &str,
+        req: &Req,
+        builder: http::request::Builder,
+        body: impl ureq::AsSendBody,
+    ) -> Result<Result<Response<Body>, ureq::Error>, RuntimeError> {
+        let request = builder
+            .body(body)
+            .map_err(|e| self.transport_error(op, req, ureq::Error::Http(e)))?;
+        let request = self
+            .agent
+            .configure_request(request)
+            .timeout_global(req.timeout)
+            .timeout_per_read(req.per_read)
+            .build();
+        Ok(self.agent.run(request))
     }
 
     /// Maps an answer that is not 2xx (or 304, "nothing to do") to an error carrying
