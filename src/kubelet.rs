@@ -214,9 +214,15 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         match name {
             "healthz" => {
                 let checks = checks.clone();
-                server::serve(&loops, "srv-healthz", listener, &unblockers, move |r| {
-                    server::healthz::handle(&checks, r)
-                })?;
+                let limits = server::Limits::PLAIN;
+                server::serve(
+                    &loops,
+                    "srv-healthz",
+                    listener,
+                    limits,
+                    &unblockers,
+                    move |r| server::healthz::handle(&checks, r),
+                )?;
             }
             _ => {
                 let ro = ReadOnly {
@@ -225,9 +231,15 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     registry: loops.registry(),
                     probe_metrics: probes.metrics().clone(),
                 };
-                server::serve(&loops, "srv-readonly", listener, &unblockers, move |r| {
-                    server::readonly::handle(&ro, r)
-                })?;
+                let limits = server::Limits::PLAIN;
+                server::serve(
+                    &loops,
+                    "srv-readonly",
+                    listener,
+                    limits,
+                    &unblockers,
+                    move |r| server::readonly::handle(&ro, r),
+                )?;
             }
         }
     }

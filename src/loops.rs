@@ -237,6 +237,16 @@ pub struct SpawnError {
     source: std::io::Error,
 }
 
+impl SpawnError {
+    /// A thread (or what it needs before it can start) could not be made.
+    pub fn new(name: &str, source: std::io::Error) -> Self {
+        SpawnError {
+            name: name.to_string(),
+            source,
+        }
+    }
+}
+
 impl fmt::Display for SpawnError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "cannot spawn thread {}", self.name)
@@ -304,6 +314,40 @@ impl Loops {
         let handle = self.handle(name);
         let stop = self.stop.clone();
         self.spawn_thread(name, move || body(stop, handle))
+    }
+
+    /// Spawns an event loop whose body is run again, `backoff` later, whenever it
+    /// returns before shutdown (with an error, or without one): a loop that must never
+    /// end, such as a server's accept loop, survives whatever made it return. Each
+    /// return is recorded as the loop's error.
+    pub fn spawn_supervised<E, F>(
+        &self,
+        name: &str,
+        backoff: Duration,
+        mut body: F,
+    ) -> Result<(), SpawnError>
+    where
+        E: std::error::Error,
+        F: FnMut(&Stop, &LoopHandle) -> Result<(), E> + Send + 'static,
+    {
+        self.spawn(name, move |stop, handle| loop {
+            let result = body(&stop, &handle);
+            if stop.is_stopped() {
+                return;
+            }
+            let began = handle.begin_tick();
+            let why = match result {
+                Ok(()) => "returned".to_string(),
+                Err(e) => error_chain(&e),
+            };
+            handle.end_tick(
+                began,
+                Some(format!("{why}; running it again in {backoff:?}")),
+            );
+            if stop.sleep(backoff) {
+                return;
+            }
+        })
     }
 
     fn handle(&self, name: &str) -> LoopHandle {
@@ -478,6 +522,37 @@ mod tests {
         wait_for(|| loops.registry().get("woken").is_some_and(|s| s.ticks == 2));
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn supervised_loop_runs_again_after_returning() {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        loops
+            .spawn_supervised("supervised", Duration::from_millis(1), move |stop, _h| {
+                if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                    return Err(TestError("poll failed"));
+                }
+                // The second run serves until shutdown.
+                while !stop.sleep(Duration::from_secs(3600)) {}
+                Ok(())
+            })
+            .expect("spawn");
+        wait_for(|| runs.load(Ordering::SeqCst) == 2);
+        let st = loops.registry().get("supervised").expect("registered");
+        assert_eq!(
+            st.last_error.as_deref(),
+            Some("poll failed; running it again in 1ms")
+        );
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            2,
+            "not run again after shutdown"
+        );
     }
 
     #[test]

@@ -59,6 +59,7 @@ fn run() -> Exit {
     };
     logging::init(cfg.verbosity);
     install_panic_hook();
+    raise_nofile_limit();
     cfg.log_unsupported_fields();
     log::info!(
         "rkubelet {} starting: node {}, root dir {}, runtime {}",
@@ -138,6 +139,35 @@ fn run() -> Exit {
     }
     log::info!("rkubelet stopped");
     Exit::Ok
+}
+
+/// Raises the soft limit of open descriptors to the hard limit, as the Go runtime does
+/// for the upstream kubelet at start (since Go 1.19): systemd's default soft limit
+/// (1024) is meant for `select(2)` users, which rkubelet is not. The servers' caps keep
+/// rkubelet well inside 1024 either way.
+fn raise_nofile_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the one valid rlimit struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
+        || lim.rlim_cur >= lim.rlim_max
+    {
+        return;
+    }
+    let wanted = libc::rlimit {
+        rlim_cur: lim.rlim_max,
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: setrlimit reads the one valid rlimit struct it is given.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) } == 0 {
+        log::debug!(
+            "raised the open-descriptor limit from {} to {}",
+            lim.rlim_cur,
+            lim.rlim_max
+        );
+    }
 }
 
 /// Logs a panic with the name of the thread it happened on (so the loop is known)

@@ -41,6 +41,14 @@ pub fn unix_secs(t: SystemTime) -> i64 {
     }
 }
 
+/// An HTTP `Date` header value (RFC 9110 IMF-fixdate), as Go's net/http sends.
+pub fn http_date(t: SystemTime) -> String {
+    let ts = Timestamp::from_second(unix_secs(t)).unwrap_or(Timestamp::UNIX_EPOCH);
+    k8s_openapi::jiff::fmt::rfc2822::DateTimePrinter::new()
+        .timestamp_to_rfc9110_string(&ts)
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +67,11 @@ mod tests {
     fn rfc3339_is_utc() {
         let t = SystemTime::UNIX_EPOCH + Duration::from_secs(86_400);
         assert_eq!(rfc3339_nano(t), "1970-01-02T00:00:00Z");
+    }
+
+    #[test]
+    fn http_date_is_imf_fixdate() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(http_date(t), "Sun, 06 Nov 1994 08:49:37 GMT");
     }
 }

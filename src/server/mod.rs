@@ -1,19 +1,22 @@
-//! The kubelet's HTTP ports, served by `tiny_http` (blocking). Only this module knows
-//! tiny_http. One file per port, one `match` on (method, path segments) per port.
+//! The kubelet's HTTP ports. One file per port, one `match` on (method, path
+//! segments) per port; [`http`] is the bounded transport under all of them and the
+//! only code that knows the wire.
 //!
 //! Ports are bound by [`bind`] during start-up, so a port in use is a start-up error
-//! with the address in it. Each port is then served on its own named thread
-//! (`srv-healthz`, `srv-readonly`); tiny_http's own accept and connection threads are
-//! created from that thread and inherit its name, so `ps -T` shows them as part of the
-//! port they serve. At shutdown [`Unblockers::unblock_all`] wakes every server thread.
+//! with the address in it. Each port is then served by its own named poller thread
+//! (`srv-healthz`, `srv-readonly`) and a fixed pool of workers (`srv-readonly-0` …).
+//! At shutdown [`Unblockers::unblock_all`] wakes every poller.
 
 pub mod healthz;
+pub mod http;
 pub mod readonly;
 
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+pub use http::Limits;
 
 use crate::health::HealthChecks;
 use crate::loops::{lock, Loops, SpawnError};
@@ -60,25 +63,19 @@ pub fn bind(server: &'static str, addr: SocketAddr) -> Result<TcpListener, Serve
 }
 
 /// The servers to wake at shutdown.
-#[derive(Clone, Default)]
-pub struct Unblockers(Arc<Mutex<Vec<Arc<tiny_http::Server>>>>);
-
-impl fmt::Debug for Unblockers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Unblockers({} servers)", lock(&self.0).len())
-    }
-}
+#[derive(Clone, Debug, Default)]
+pub struct Unblockers(Arc<Mutex<Vec<http::Waker>>>);
 
 impl Unblockers {
-    /// Wakes every server thread blocked in `recv`, so it sees shutdown and returns.
+    /// Wakes every server's poller, so it sees shutdown and returns.
     pub fn unblock_all(&self) {
-        for s in lock(&self.0).iter() {
-            s.unblock();
+        for w in lock(&self.0).iter() {
+            w.wake();
         }
     }
 }
 
-/// A request as the handlers see it: method, path segments and query.
+/// A request as the handlers see it: method, path segments, query and headers.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Req {
     /// `GET`, `POST`, …
@@ -87,6 +84,10 @@ pub struct Req {
     pub segments: Vec<String>,
     /// The raw query string (without `?`).
     pub query: String,
+    /// The request headers, in order.
+    pub headers: Vec<(String, String)>,
+    /// The client's address.
+    pub peer: Option<SocketAddr>,
 }
 
 impl Req {
@@ -101,7 +102,26 @@ impl Req {
                 .map(str::to_string)
                 .collect(),
             query: query.to_string(),
+            headers: Vec::new(),
+            peer: None,
         }
+    }
+
+    /// The request of a parsed head.
+    pub fn from_head(head: &http::Head, peer: Option<SocketAddr>) -> Req {
+        Req {
+            headers: head.headers.clone(),
+            peer,
+            ..Req::new(&head.method, &head.target)
+        }
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// The path segments as `&str`s, for matching.
@@ -165,70 +185,22 @@ impl Reply {
     }
 }
 
-/// Serves one port on its own named thread until shutdown.
+/// Serves one port until shutdown: a poller thread called `name` and a fixed pool of
+/// workers, bounded by `limits` ([`http`]).
 pub fn serve<H>(
     loops: &Loops,
     name: &str,
     listener: TcpListener,
+    limits: Limits,
     unblockers: &Unblockers,
     handler: H,
 ) -> Result<(), SpawnError>
 where
-    H: Fn(&Req) -> Reply + Send + 'static,
+    H: Fn(&Req) -> Reply + Send + Sync + 'static,
 {
-    let unblockers = unblockers.clone();
-    loops.spawn(name, move |stop, handle| {
-        // Created here, so tiny_http's threads inherit this thread's name.
-        let server = match tiny_http::Server::from_listener(listener, None) {
-            Ok(s) => Arc::new(s),
-            Err(e) => {
-                log::error!("{}: cannot start serving: {e}", handle.name());
-                return;
-            }
-        };
-        lock(&unblockers.0).push(server.clone());
-        if stop.is_stopped() {
-            return;
-        }
-        loop {
-            let rq = match server.recv() {
-                Ok(rq) => rq,
-                Err(e) => {
-                    if stop.is_stopped() {
-                        return;
-                    }
-                    log::debug!("{}: {e}", handle.name());
-                    continue;
-                }
-            };
-            let began = handle.begin_tick();
-            let req = Req::new(rq.method().as_str(), rq.url());
-            let reply = handler(&req);
-            log::debug!(
-                "{} {} {} -> {}",
-                handle.name(),
-                req.method,
-                rq.url(),
-                reply.status
-            );
-            respond(rq, reply);
-            handle.end_tick(began, None);
-        }
-    })
-}
-
-fn respond(rq: tiny_http::Request, reply: Reply) {
-    let mut resp = tiny_http::Response::from_data(reply.body).with_status_code(reply.status);
-    if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", reply.content_type) {
-        resp.add_header(h);
-    }
-    if let Some(allow) = reply.allow {
-        if let Ok(h) = tiny_http::Header::from_bytes("Allow", allow) {
-            resp.add_header(h);
-        }
-    }
-    // A client that went away is not our error.
-    let _ = rq.respond(resp);
+    let waker = http::serve(loops, name, listener, limits, handler)?;
+    lock(&unblockers.0).push(waker);
+    Ok(())
 }
 
 /// `/healthz` and `/healthz/<check>`, shared by the healthz and read-only ports.

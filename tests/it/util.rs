@@ -170,6 +170,45 @@ impl Node {
         });
     }
 
+    /// Starts rkubelet with at most `nofile` open descriptors (soft and hard, as
+    /// `ulimit -n` sets them) and waits until its healthz port answers.
+    pub fn start_with_nofile(&mut self, extra: &[&str], nofile: u64) {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = self.command(extra);
+        // SAFETY: setrlimit is async-signal-safe; the closure touches no other state.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit {
+                    rlim_cur: nofile,
+                    rlim_max: nofile,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        self.child = Some(cmd.spawn().expect("spawn rkubelet"));
+        let port = self.healthz_port;
+        wait_for("the healthz port to answer", LONG, || {
+            http_get(port, "/healthz/ping").ok().map(|_| ())
+        });
+    }
+
+    /// Whether the rkubelet process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// How many descriptors the rkubelet process holds open.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|rd| rd.count())
+            .unwrap_or(0)
+    }
+
     /// The PID of the running rkubelet.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(Child::id).expect("running")

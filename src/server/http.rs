@@ -1,0 +1,1054 @@
+//! The kubelet ports' HTTP/1.1 transport: a small server on `httparse`, bounded in
+//! every dimension a client controls. It is the only code that reads or writes the
+//! wire of the kubelet's ports; handlers see a parsed [`Req`] and return a [`Reply`].
+//!
+//! Why not tiny_http: it starts a thread per connection with no cap, reads request
+//! bodies of any announced size, has no header or idle timeout, and its accept thread
+//! ends on the first `EMFILE`, after which the port refuses everyone for good. None of
+//! that can be fixed from outside it, because it owns its accept loop.
+//!
+//! The shape, per port:
+//! - one **poller** thread (`srv-readonly`, `srv-healthz`) owns the listening socket and
+//!   every connection that is not inside a handler. It waits in `poll(2)` on all of them
+//!   at once, accepts, reads request heads without blocking, and enforces the header
+//!   timeout, the idle keep-alive timeout, the header size cap and the connection cap.
+//!   A slow or silent client therefore costs one file descriptor and a small buffer,
+//!   never a thread.
+//! - a fixed pool of **worker** threads (`srv-readonly-0` …) runs the handler for one
+//!   complete request head and writes the answer (with a write timeout), then hands a
+//!   keep-alive connection back to the poller.
+//!
+//! Limits: at most [`Limits::max_connections`] connections are open at once; when one
+//! more arrives, the connection that has waited longest without a request in a handler
+//! (idle keep-alive ones first) is closed to make room, so a flood of silent
+//! connections cannot lock a new client out. Request bodies are never read: the
+//! kubelet's read-only and healthz handlers need none, so a request that announces one
+//! is answered and its connection closed. `accept` errors (`EMFILE` included) are
+//! logged, the oldest idle connection is given up, and accepting pauses briefly; the
+//! accept loop never ends on an error. If the poller itself fails, the loop helper runs
+//! it again ([`Loops::spawn_supervised`]).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+
+use super::{Reply, Req};
+use crate::loops::{LoopHandle, Loops, SpawnError, Stop};
+
+/// The bounds of one server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Open connections at most (reading, idle, or inside a handler).
+    pub max_connections: usize,
+    /// Handler threads.
+    pub workers: usize,
+    /// From accept (or from the first byte of a keep-alive connection's next request)
+    /// to a complete request head.
+    pub header_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// How long writing one answer may block.
+    pub write_timeout: Duration,
+    /// The largest request head (request line and headers) read.
+    pub max_header_bytes: usize,
+}
+
+impl Limits {
+    /// The plain ports (healthz, read-only). 256 connections keep the three ports
+    /// together well inside the default 1024 descriptors; 16 KiB heads hold any path
+    /// these ports serve (upstream allows 1 MiB, which times 256 is no budget for a
+    /// small board); 10 s for a head as the issue's slowloris finding asks.
+    pub const PLAIN: Limits = Limits {
+        max_connections: 256,
+        workers: 4,
+        header_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(60),
+        write_timeout: Duration::from_secs(10),
+        max_header_bytes: 16 * 1024,
+    };
+}
+
+/// How many connections one `poll` wake accepts before serving the others, so a flood
+/// of new connections cannot starve the ones already open.
+const ACCEPT_BURST: usize = 64;
+/// How long accepting pauses after an `accept` error (`EMFILE`, `ENFILE`, `ENOMEM` …):
+/// the pending connection stays in the backlog and would wake `poll` at once again.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+/// At most one log line per this per server for repeated accept errors.
+const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
+/// The poller re-checks shutdown at least this often (the waker normally wakes it).
+const MAX_POLL_WAIT: Duration = Duration::from_secs(5);
+/// Requests handed to the workers but not yet taken, per worker.
+const QUEUE_PER_WORKER: usize = 4;
+/// How many headers a request may have.
+const MAX_HEADERS: usize = 64;
+/// The buffer read at a time.
+const READ_CHUNK: usize = 4096;
+/// How long a half-closed connection is drained before it is closed (Go's
+/// `rstAvoidanceDelay`), and how much of an unread body is discarded at most.
+const LINGER: Duration = Duration::from_millis(500);
+const LINGER_MAX_BYTES: usize = 256 * 1024;
+
+/// Wakes a poller from another thread (a worker handing a connection back, shutdown).
+#[derive(Debug, Clone)]
+pub struct Waker(Arc<UnixStream>);
+
+impl Waker {
+    /// Wakes the poller. Never blocks: a full pipe already means "awake".
+    pub fn wake(&self) {
+        let _ = (&*self.0).write(&[1]);
+    }
+}
+
+/// Serves `listener` with `handler` on a poller thread called `name` and
+/// `limits.workers` worker threads called `name-N`, until shutdown. Returns the waker
+/// that shutdown uses to end the poller at once.
+pub fn serve<H>(
+    loops: &Loops,
+    name: &str,
+    listener: TcpListener,
+    limits: Limits,
+    handler: H,
+) -> Result<Waker, SpawnError>
+where
+    H: Fn(&Req) -> Reply + Send + Sync + 'static,
+{
+    let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| spawn_error(name, e))?;
+    for s in [&wake_rx, &wake_tx] {
+        s.set_nonblocking(true).map_err(|e| spawn_error(name, e))?;
+    }
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| spawn_error(name, e))?;
+    let waker = Waker(Arc::new(wake_tx));
+    let workers = limits.workers.max(1);
+    let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(workers * QUEUE_PER_WORKER);
+    let (back_tx, back_rx) = crossbeam_channel::bounded::<Back>(limits.max_connections.max(1));
+    let handler = Arc::new(handler);
+    for i in 0..workers {
+        let jobs = job_rx.clone();
+        let back = back_tx.clone();
+        let waker = waker.clone();
+        let handler = handler.clone();
+        loops.spawn(&format!("{name}-{i}"), move |stop, handle| {
+            worker(&stop, &handle, &jobs, &back, &waker, limits, &*handler)
+        })?;
+    }
+    let mut poller = Poller {
+        name: name.to_string(),
+        listener,
+        wake: wake_rx,
+        limits,
+        jobs: job_tx,
+        back: back_rx,
+        conns: Vec::new(),
+        in_handlers: 0,
+        accept_paused_until: None,
+        last_accept_error_log: None,
+    };
+    loops.spawn_supervised(name, Duration::from_secs(1), move |stop, handle| {
+        poller.run(stop, handle)
+    })?;
+    Ok(waker)
+}
+
+fn spawn_error(name: &str, e: io::Error) -> SpawnError {
+    SpawnError::new(name, e)
+}
+
+/// A complete request head, handed from the poller to a worker with its connection.
+#[derive(Debug)]
+struct Job {
+    conn: Conn,
+    head: Head,
+}
+
+/// What a worker hands back: a connection to keep alive or to linger, or word that it
+/// closed one.
+#[derive(Debug)]
+enum Back {
+    KeepAlive(Conn),
+    Linger(Conn),
+    Closed,
+}
+
+/// An open connection outside a handler.
+#[derive(Debug)]
+struct Conn {
+    stream: TcpStream,
+    peer: Option<SocketAddr>,
+    /// Bytes read and not yet consumed (a partial head, or a pipelined next request).
+    buf: Vec<u8>,
+    /// When the current phase began.
+    since: Instant,
+    phase: Phase,
+    /// Bytes dropped while lingering.
+    discarded: usize,
+}
+
+/// What a connection outside a handler is waiting for. The order is the eviction
+/// order: a lingering connection is given up first, one reading a head last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    /// Answered and half-closed: reading and discarding what the client still sends
+    /// (an unread body), so that closing does not reset the connection before the
+    /// client has read the answer (Go's `closeWriteAndWait`).
+    Linger,
+    /// A keep-alive connection waiting for the first byte of its next request.
+    Idle,
+    /// Reading a request head.
+    Head,
+}
+
+impl Conn {
+    fn new(stream: TcpStream, peer: Option<SocketAddr>, now: Instant) -> Conn {
+        Conn {
+            stream,
+            peer,
+            buf: Vec::new(),
+            since: now,
+            phase: Phase::Head,
+            discarded: 0,
+        }
+    }
+
+    fn deadline(&self, limits: &Limits) -> Instant {
+        let wait = match self.phase {
+            Phase::Linger => LINGER,
+            Phase::Idle => limits.idle_timeout,
+            Phase::Head => limits.header_timeout,
+        };
+        // The limits are constants of ours, far from overflowing an Instant.
+        self.since + wait
+    }
+}
+
+/// A parsed request head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// `GET`, `HEAD` …
+    pub method: String,
+    /// The request target as sent.
+    pub target: String,
+    /// Headers in order, names as sent, values lossily decoded.
+    pub headers: Vec<(String, String)>,
+    /// Whether the connection may serve another request after this one.
+    pub keep_alive: bool,
+    /// Whether a body follows the head (which is never read).
+    pub has_body: bool,
+    /// Length of the head in bytes.
+    pub len: usize,
+}
+
+/// The outcome of parsing the bytes read so far.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// More bytes are needed.
+    Partial,
+    /// A complete head.
+    Complete(Head),
+    /// The head is unusable: answer with this status and close.
+    Invalid(u16),
+}
+
+/// Parses a request head from `buf` (pure, no I/O).
+pub fn parse_head(buf: &[u8], max_header_bytes: usize) -> Parsed {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) if len > max_header_bytes => Parsed::Invalid(431),
+        Ok(httparse::Status::Complete(len)) => {
+            let version = req.version.unwrap_or(1);
+            let mut keep_alive = version >= 1;
+            let mut has_body = false;
+            let mut out = Vec::with_capacity(req.headers.len());
+            for h in req.headers.iter() {
+                let value = String::from_utf8_lossy(h.value).trim().to_string();
+                if h.name.eq_ignore_ascii_case("connection") {
+                    for token in value.split(',').map(str::trim) {
+                        if token.eq_ignore_ascii_case("close") {
+                            keep_alive = false;
+                        } else if token.eq_ignore_ascii_case("keep-alive") {
+                            keep_alive = true;
+                        }
+                    }
+                } else if h.name.eq_ignore_ascii_case("content-length") {
+                    match value.parse::<u64>() {
+                        Ok(0) => {}
+                        Ok(_) => has_body = true,
+                        Err(_) => return Parsed::Invalid(400),
+                    }
+                } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                    has_body = true;
+                }
+                out.push((h.name.to_string(), value));
+            }
+            Parsed::Complete(Head {
+                method: req.method.unwrap_or("").to_string(),
+                target: req.path.unwrap_or("/").to_string(),
+                headers: out,
+                keep_alive,
+                has_body,
+                len,
+            })
+        }
+        Ok(httparse::Status::Partial) if buf.len() >= max_header_bytes => Parsed::Invalid(431),
+        Ok(httparse::Status::Partial) => Parsed::Partial,
+        Err(httparse::Error::TooManyHeaders) => Parsed::Invalid(431),
+        Err(_) => Parsed::Invalid(400),
+    }
+}
+
+/// The poller's state: the listener, the connections outside handlers, and the count
+/// of those inside.
+#[derive(Debug)]
+struct Poller {
+    name: String,
+    listener: TcpListener,
+    wake: UnixStream,
+    limits: Limits,
+    jobs: Sender<Job>,
+    back: Receiver<Back>,
+    conns: Vec<Conn>,
+    /// Connections handed to workers and not yet handed back.
+    in_handlers: usize,
+    accept_paused_until: Option<Instant>,
+    last_accept_error_log: Option<Instant>,
+}
+
+impl Poller {
+    /// Serves until shutdown. Returns an error only if `poll(2)` itself fails; the loop
+    /// helper then runs it again (the connections it held are closed).
+    fn run(&mut self, stop: &Stop, handle: &LoopHandle) -> io::Result<()> {
+        self.conns.clear();
+        loop {
+            if stop.is_stopped() {
+                return Ok(());
+            }
+            let now = Instant::now();
+            let mut fds = self.poll_set(now);
+            let timeout = self.poll_timeout(now);
+            if let Err(e) = poll(&mut fds, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            let began = handle.begin_tick();
+            let now = Instant::now();
+            if fds[0].revents != 0 {
+                self.drain_waker();
+            }
+            self.take_back(now);
+            // Readable connections, by index in `fds` (2.. map to conns 0..).
+            let readable: Vec<bool> = fds[2..].iter().map(|p| p.revents != 0).collect();
+            self.serve_readable(&readable, now);
+            if fds[1].revents != 0 {
+                self.accept(now);
+            }
+            self.expire(now);
+            handle.end_tick(began, None);
+        }
+    }
+
+    /// The descriptors to wait on: the waker, the listener (or -1 while accepting is
+    /// paused), then one per connection.
+    fn poll_set(&mut self, now: Instant) -> Vec<libc::pollfd> {
+        if self.accept_paused_until.is_some_and(|t| now >= t) {
+            self.accept_paused_until = None;
+        }
+        let listener_fd = if self.accept_paused_until.is_some() {
+            -1
+        } else {
+            self.listener.as_raw_fd()
+        };
+        let mut fds = Vec::with_capacity(self.conns.len() + 2);
+        fds.push(pollfd(self.wake.as_raw_fd()));
+        fds.push(pollfd(listener_fd));
+        fds.extend(self.conns.iter().map(|c| pollfd(c.stream.as_raw_fd())));
+        fds
+    }
+
+    /// Until the nearest connection deadline or the end of an accept pause.
+    fn poll_timeout(&self, now: Instant) -> Duration {
+        self.conns
+            .iter()
+            .map(|c| c.deadline(&self.limits))
+            .chain(self.accept_paused_until)
+            .map(|t| t.saturating_duration_since(now))
+            .fold(MAX_POLL_WAIT, Duration::min)
+    }
+
+    fn drain_waker(&mut self) {
+        let mut sink = [0u8; 64];
+        while matches!((&self.wake).read(&mut sink), Ok(n) if n > 0) {}
+    }
+
+    /// Connections the workers are done with.
+    fn take_back(&mut self, now: Instant) {
+        while let Ok(back) = self.back.try_recv() {
+            self.in_handlers = self.in_handlers.saturating_sub(1);
+            match back {
+                Back::KeepAlive(mut conn) => {
+                    conn.since = now;
+                    if conn.buf.is_empty() {
+                        conn.phase = Phase::Idle;
+                        self.conns.push(conn);
+                    } else {
+                        // A pipelined request is already in the buffer.
+                        conn.phase = Phase::Head;
+                        self.advance(conn, now);
+                    }
+                }
+                Back::Linger(conn) => self.linger(conn, now),
+                Back::Closed => {}
+            }
+        }
+    }
+
+    fn serve_readable(&mut self, readable: &[bool], now: Instant) {
+        // Take the readable connections out first (from the back, so indices hold).
+        let mut ready = Vec::new();
+        for i in (0..readable.len().min(self.conns.len())).rev() {
+            if readable[i] {
+                ready.push(self.conns.swap_remove(i));
+            }
+        }
+        for mut conn in ready {
+            if conn.phase == Phase::Linger {
+                if discard_some(&mut conn) {
+                    self.conns.push(conn);
+                }
+                continue;
+            }
+            match read_some(&mut conn, self.limits.max_header_bytes) {
+                ReadOutcome::Closed => continue,
+                ReadOutcome::Data => {
+                    if conn.phase == Phase::Idle {
+                        // The next request has begun: the header timeout starts now.
+                        conn.phase = Phase::Head;
+                        conn.since = now;
+                    }
+                    self.advance(conn, now);
+                }
+                ReadOutcome::Nothing => self.conns.push(conn),
+            }
+        }
+    }
+
+    /// Sends `status` and lingers (or closes at once if the answer cannot be sent).
+    fn answer_and_linger(&mut self, mut conn: Conn, status: u16, now: Instant) {
+        if answer(&mut conn.stream, status).is_ok() {
+            self.linger(conn, now);
+        }
+    }
+
+    /// Half-closes an answered connection and drains it for a moment before closing.
+    fn linger(&mut self, mut conn: Conn, now: Instant) {
+        if conn.stream.shutdown(std::net::Shutdown::Write).is_err() {
+            return;
+        }
+        conn.buf = Vec::new();
+        conn.phase = Phase::Linger;
+        conn.since = now;
+        self.conns.push(conn);
+    }
+
+    /// Parses what `conn` has read: hands a complete head to a worker, answers and
+    /// closes an invalid one, or keeps waiting for more.
+    fn advance(&mut self, mut conn: Conn, now: Instant) {
+        match parse_head(&conn.buf, self.limits.max_header_bytes) {
+            Parsed::Partial => self.conns.push(conn),
+            Parsed::Invalid(status) => {
+                log::debug!("{}: bad request from {:?}: {status}", self.name, conn.peer);
+                self.answer_and_linger(conn, status, now);
+            }
+            Parsed::Complete(head) => {
+                conn.buf.drain(..head.len);
+                match self.jobs.try_send(Job { conn, head }) {
+                    Ok(()) => self.in_handlers += 1,
+                    Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
+                        log::debug!("{}: every worker is busy; 503", self.name);
+                        self.answer_and_linger(job.conn, 503, now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self, now: Instant) {
+        for _ in 0..ACCEPT_BURST {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    if self.conns.len() + self.in_handlers >= self.limits.max_connections
+                        && !self.evict_one()
+                    {
+                        // Every slot is inside a handler: nobody to make room for it.
+                        let mut stream = stream;
+                        let _ = answer(&mut stream, 503);
+                        continue;
+                    }
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    self.conns.push(Conn::new(stream, Some(peer), now));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => {
+                    // EMFILE, ENFILE, ENOBUFS, ENOMEM …: give up the connection that has
+                    // waited longest and try again with the descriptor that frees; with
+                    // none to give up, pause (the pending connection stays in the
+                    // backlog and would wake `poll` at once again).
+                    let due = self
+                        .last_accept_error_log
+                        .is_none_or(|t| now.duration_since(t) >= ACCEPT_ERROR_LOG_EVERY);
+                    if due {
+                        log::warn!(
+                            "{}: accept failed: {e}; closing the oldest waiting connections \
+                             to make room",
+                            self.name
+                        );
+                        self.last_accept_error_log = Some(now);
+                    }
+                    if !self.evict_one() {
+                        self.accept_paused_until = Some(now + ACCEPT_ERROR_PAUSE);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes the connection that has waited longest, lingering and idle keep-alive
+    /// ones first. False if there is none outside the handlers.
+    fn evict_one(&mut self) -> bool {
+        let victim = self
+            .conns
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, c)| (c.phase, c.since))
+            .map(|(i, _)| i);
+        match victim {
+            Some(i) => {
+                let c = self.conns.swap_remove(i);
+                log::debug!(
+                    "{}: connection cap reached; closed {:?} ({:?})",
+                    self.name,
+                    c.peer,
+                    c.phase
+                );
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes connections past their header or idle deadline.
+    fn expire(&mut self, now: Instant) {
+        let limits = self.limits;
+        let (expired, open): (Vec<Conn>, Vec<Conn>) = std::mem::take(&mut self.conns)
+            .into_iter()
+            .partition(|c| now >= c.deadline(&limits));
+        self.conns = open;
+        for c in expired {
+            if c.phase == Phase::Head {
+                log::debug!(
+                    "{}: no complete request from {:?} in time",
+                    self.name,
+                    c.peer
+                );
+                self.answer_and_linger(c, 408, now);
+            }
+        }
+    }
+}
+
+enum ReadOutcome {
+    /// Bytes were added to the buffer.
+    Data,
+    /// Nothing to read after all (a spurious wake).
+    Nothing,
+    /// The peer closed, or the socket failed.
+    Closed,
+}
+
+/// Reads what is available without blocking, up to one byte past the head cap (so
+/// that an oversized head is seen as such).
+fn read_some(conn: &mut Conn, max_header_bytes: usize) -> ReadOutcome {
+    let mut got = false;
+    loop {
+        let room = (max_header_bytes + 1).saturating_sub(conn.buf.len());
+        if room == 0 {
+            return ReadOutcome::Data;
+        }
+        let mut chunk = [0u8; READ_CHUNK];
+        let want = room.min(READ_CHUNK);
+        match conn.stream.read(&mut chunk[..want]) {
+            Ok(0) => return ReadOutcome::Closed,
+            Ok(n) => {
+                conn.buf.extend_from_slice(&chunk[..n]);
+                got = true;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return if got {
+                    ReadOutcome::Data
+                } else {
+                    ReadOutcome::Nothing
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return ReadOutcome::Closed,
+        }
+    }
+}
+
+/// Reads and drops what a lingering connection still sends. False when it is done
+/// (closed by the peer, failed, or sent more than we drain).
+fn discard_some(conn: &mut Conn) -> bool {
+    let mut chunk = [0u8; READ_CHUNK];
+    loop {
+        match conn.stream.read(&mut chunk) {
+            Ok(0) => return false,
+            Ok(n) => {
+                conn.discarded = conn.discarded.saturating_add(n);
+                if conn.discarded > LINGER_MAX_BYTES {
+                    return false;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// A short error answer, written without blocking (it fits any socket buffer).
+fn answer(stream: &mut TcpStream, status: u16) -> io::Result<()> {
+    let body = format!("{}\n", reason(status));
+    let mut out = response_head(status, "text/plain; charset=utf-8", body.len(), None, false);
+    out.push_str(&body);
+    stream.write_all(out.as_bytes())
+}
+
+/// One worker: runs the handler for each request head and writes the answer.
+fn worker<H>(
+    stop: &Stop,
+    handle: &LoopHandle,
+    jobs: &Receiver<Job>,
+    back: &Sender<Back>,
+    waker: &Waker,
+    limits: Limits,
+    handler: &H,
+) where
+    H: Fn(&Req) -> Reply + ?Sized,
+{
+    loop {
+        let job = crossbeam_channel::select! {
+            recv(stop.receiver()) -> _ => return,
+            recv(jobs) -> job => match job {
+                Ok(job) => job,
+                Err(_) => return,
+            },
+        };
+        let began = handle.begin_tick();
+        let Job { mut conn, head } = job;
+        let req = Req::from_head(&head, conn.peer);
+        let reply = handler(&req);
+        log::debug!(
+            "{} {} {} -> {}",
+            handle.name(),
+            head.method,
+            head.target,
+            reply.status
+        );
+        // A body we did not read would be taken for the next request: close instead.
+        let keep_alive = head.keep_alive && !head.has_body;
+        let written = write_reply(&mut conn.stream, &head, &reply, keep_alive, limits);
+        let outcome = match written.and_then(|()| conn.stream.set_nonblocking(true)) {
+            Ok(()) if keep_alive => Back::KeepAlive(conn),
+            Ok(()) => Back::Linger(conn),
+            Err(_) => Back::Closed,
+        };
+        // The channel holds one slot per connection, so this never blocks for long.
+        if back.send(outcome).is_ok() {
+            waker.wake();
+        }
+        handle.end_tick(began, None);
+    }
+}
+
+fn write_reply(
+    stream: &mut TcpStream,
+    head: &Head,
+    reply: &Reply,
+    keep_alive: bool,
+    limits: Limits,
+) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(limits.write_timeout))?;
+    let mut out = response_head(
+        reply.status,
+        reply.content_type,
+        reply.body.len(),
+        reply.allow,
+        keep_alive,
+    )
+    .into_bytes();
+    if head.method != "HEAD" {
+        out.extend_from_slice(&reply.body);
+    }
+    stream.write_all(&out)?;
+    stream.flush()
+}
+
+/// The status line and headers of an answer, as Go's net/http writes them.
+fn response_head(
+    status: u16,
+    content_type: &str,
+    len: usize,
+    allow: Option<&str>,
+    keep_alive: bool,
+) -> String {
+    let mut h = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\n\
+         Date: {}\r\n",
+        reason(status),
+        crate::time::http_date(SystemTime::now())
+    );
+    if status >= 400 {
+        h.push_str("X-Content-Type-Options: nosniff\r\n");
+    }
+    if let Some(allow) = allow {
+        h.push_str(&format!("Allow: {allow}\r\n"));
+    }
+    if !keep_alive {
+        h.push_str("Connection: close\r\n");
+    }
+    h.push_str("\r\n");
+    h
+}
+
+/// The reason phrases of the statuses these ports send.
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "",
+    }
+}
+
+fn pollfd(fd: i32) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// `poll(2)` on `fds` for at most `timeout`.
+fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<()> {
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    let count = libc::nfds_t::try_from(fds.len()).unwrap_or(libc::nfds_t::MAX);
+    // SAFETY: `fds` is a valid, writable slice of pollfd and `count` is its length.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), count, ms) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loops::{shutdown_channel, Shutdown};
+
+    /// A server on a free loopback port whose handler answers `ok`, or for `/wait`
+    /// waits (at most 10 s) for a message on the returned sender first.
+    fn start(limits: Limits) -> (Shutdown, Loops, u16, Sender<()>) {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (gate_tx, gate_rx) = crossbeam_channel::unbounded::<()>();
+        serve(&loops, "srv-test", listener, limits, move |req: &Req| {
+            if req.path() == ["wait"] {
+                let _ = gate_rx.recv_timeout(Duration::from_secs(10));
+            }
+            match req.method.as_str() {
+                "GET" | "HEAD" => Reply::text(200, "ok"),
+                _ => Reply::method_not_allowed("GET"),
+            }
+        })
+        .expect("serve");
+        (shutdown, loops, port, gate_tx)
+    }
+
+    fn connect(port: u16) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        s
+    }
+
+    /// Reads until `n` answers have arrived (or EOF / timeout); returns the text.
+    fn read_answers(s: &mut TcpStream, n: usize) -> String {
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while String::from_utf8_lossy(&got).matches("HTTP/1.1 ").count() < n
+            || !String::from_utf8_lossy(&got).ends_with("ok")
+                && !String::from_utf8_lossy(&got).ends_with('\n')
+        {
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got.extend_from_slice(&chunk[..k]),
+            }
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    /// True if the peer closed the connection (EOF or reset) before `timeout`.
+    fn closed_by_server(s: &mut TcpStream) -> bool {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match s.read(&mut chunk) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) => return e.kind() == io::ErrorKind::ConnectionReset,
+            }
+        }
+    }
+
+    fn stop(shutdown: Shutdown, loops: Loops) {
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn keep_alive_and_pipelined_requests_share_one_connection() {
+        let (shutdown, loops, port, _gate) = start(Limits::PLAIN);
+        let mut s = connect(port);
+        s.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("write");
+        let two = read_answers(&mut s, 2);
+        assert_eq!(two.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{two}");
+        s.write_all(b"HEAD /c HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("write");
+        let mut chunk = [0u8; 1024];
+        let n = s
+            .read(&mut chunk)
+            .expect("third answer on the same connection");
+        let third = String::from_utf8_lossy(&chunk[..n]);
+        assert!(third.starts_with("HTTP/1.1 200 OK\r\n"), "{third}");
+        assert!(third.ends_with("\r\n\r\n"), "HEAD has no body: {third}");
+        stop(shutdown, loops);
+    }
+
+    #[test]
+    fn an_announced_body_is_not_read_and_the_answer_arrives_whole() {
+        let (shutdown, loops, port, _gate) = start(Limits::PLAIN);
+        for method in ["POST", "GET"] {
+            let mut s = connect(port);
+            let req = format!(
+                "{method} /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\nabc"
+            );
+            s.write_all(req.as_bytes()).expect("write");
+            let mut all = String::new();
+            s.read_to_string(&mut all)
+                .expect("answer, then a clean close");
+            let want = if method == "GET" {
+                "200 OK"
+            } else {
+                "405 Method Not Allowed"
+            };
+            assert!(all.starts_with(&format!("HTTP/1.1 {want}\r\n")), "{all}");
+            assert!(all.contains("Connection: close\r\n"), "{all}");
+        }
+        stop(shutdown, loops);
+    }
+
+    #[test]
+    fn a_full_server_gives_up_its_oldest_waiting_connection() {
+        let limits = Limits {
+            max_connections: 4,
+            ..Limits::PLAIN
+        };
+        let (shutdown, loops, port, _gate) = start(limits);
+        let mut silent: Vec<TcpStream> = (0..4).map(|_| connect(port)).collect();
+        // Each new client still gets its answer, however many sit silent.
+        for _ in 0..3 {
+            let mut s = connect(port);
+            s.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("write");
+            let mut all = String::new();
+            s.read_to_string(&mut all).expect("read");
+            assert!(all.starts_with("HTTP/1.1 200 OK\r\n"), "{all}");
+        }
+        assert!(
+            closed_by_server(&mut silent[0]),
+            "the oldest silent connection is closed to make room"
+        );
+        stop(shutdown, loops);
+    }
+
+    #[test]
+    fn slow_heads_get_408_and_idle_connections_are_closed() {
+        let limits = Limits {
+            header_timeout: Duration::from_millis(200),
+            idle_timeout: Duration::from_millis(200),
+            ..Limits::PLAIN
+        };
+        let (shutdown, loops, port, _gate) = start(limits);
+        let mut slow = connect(port);
+        slow.write_all(b"GET /pods HTTP/1.1\r\nHost:")
+            .expect("write");
+        let mut all = String::new();
+        slow.read_to_string(&mut all).expect("read");
+        assert!(all.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{all}");
+
+        let mut idle = connect(port);
+        idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("write");
+        let first = read_answers(&mut idle, 1);
+        assert!(first.starts_with("HTTP/1.1 200 OK"), "{first}");
+        assert!(
+            closed_by_server(&mut idle),
+            "idle keep-alive connection closed"
+        );
+        stop(shutdown, loops);
+    }
+
+    #[test]
+    fn busy_workers_answer_503_instead_of_queueing_without_bound() {
+        let limits = Limits {
+            workers: 1,
+            ..Limits::PLAIN
+        };
+        let (shutdown, loops, port, gate) = start(limits);
+        // One request in the handler and QUEUE_PER_WORKER waiting fill the queue: of
+        // two more than the queue holds, at least one is refused at once (two, if the
+        // worker had not taken the first yet), the others wait and are served.
+        let mut conns: Vec<TcpStream> = Vec::new();
+        for _ in 0..QUEUE_PER_WORKER + 2 {
+            let mut s = connect(port);
+            s.write_all(b"GET /wait HTTP/1.0\r\n\r\n").expect("write");
+            conns.push(s);
+        }
+        let mut answers = vec![String::new(); conns.len()];
+        let until = Instant::now() + Duration::from_secs(20);
+        while answers.iter().all(String::is_empty) && Instant::now() < until {
+            for (s, answer) in conns.iter_mut().zip(answers.iter_mut()) {
+                s.set_nonblocking(true).expect("nonblocking");
+                let mut chunk = [0u8; 512];
+                if let Ok(n) = s.read(&mut chunk) {
+                    answer.push_str(&String::from_utf8_lossy(&chunk[..n]));
+                }
+                s.set_nonblocking(false).expect("blocking");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let refused = answers.iter().filter(|a| !a.is_empty()).count();
+        assert!((1..=2).contains(&refused), "{answers:?}");
+        for a in answers.iter().filter(|a| !a.is_empty()) {
+            assert!(a.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{a}");
+        }
+        for _ in 0..conns.len() {
+            let _ = gate.send(());
+        }
+        for (s, answer) in conns.iter_mut().zip(answers.iter()) {
+            if answer.is_empty() {
+                let mut all = String::new();
+                s.read_to_string(&mut all).expect("read");
+                assert!(all.starts_with("HTTP/1.1 200 OK\r\n"), "{all}");
+            }
+        }
+        stop(shutdown, loops);
+    }
+
+    fn complete(raw: &str) -> Head {
+        match parse_head(raw.as_bytes(), 16 * 1024) {
+            Parsed::Complete(h) => h,
+            other => panic!("{raw:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn heads_are_parsed_with_keep_alive_and_body_flags() {
+        let h = complete("GET /healthz?verbose HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(h.method, "GET");
+        assert_eq!(h.target, "/healthz?verbose");
+        assert!(h.keep_alive);
+        assert!(!h.has_body);
+        assert_eq!(h.headers, vec![("Host".to_string(), "x".to_string())]);
+
+        assert!(!complete("GET / HTTP/1.0\r\n\r\n").keep_alive);
+        assert!(complete("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keep_alive);
+        assert!(!complete("GET / HTTP/1.1\r\nConnection: close\r\n\r\n").keep_alive);
+
+        let h = complete("POST /healthz HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\nabc");
+        assert!(h.has_body, "a huge announced body is noted, never read");
+        assert_eq!(
+            h.len,
+            "POST /healthz HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n".len()
+        );
+        assert!(complete("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").has_body);
+        assert!(!complete("POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n").has_body);
+    }
+
+    #[test]
+    fn partial_oversized_and_malformed_heads() {
+        assert_eq!(
+            parse_head(b"GET /pods HTTP/1.1\r\nHo", 1024),
+            Parsed::Partial
+        );
+        let long = format!("GET /{} HTTP/1.1\r\n", "a".repeat(2000));
+        assert_eq!(parse_head(long.as_bytes(), 1024), Parsed::Invalid(431));
+        let complete_but_big = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(2000));
+        assert_eq!(
+            parse_head(complete_but_big.as_bytes(), 1024),
+            Parsed::Invalid(431)
+        );
+        assert_eq!(
+            parse_head(b"\x00\x01\x02 nonsense\r\n\r\n", 1024),
+            Parsed::Invalid(400)
+        );
+        assert_eq!(
+            parse_head(b"GET / HTTP/1.1\r\nContent-Length: lots\r\n\r\n", 1024),
+            Parsed::Invalid(400)
+        );
+        let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+        let req = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert_eq!(parse_head(req.as_bytes(), 16 * 1024), Parsed::Invalid(431));
+    }
+
+    #[test]
+    fn answers_say_close_when_the_connection_ends() {
+        let h = response_head(405, "text/plain", 3, Some("GET"), false);
+        assert!(h.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"));
+        assert!(h.contains("Content-Length: 3\r\n"));
+        assert!(h.contains("Allow: GET\r\n"));
+        assert!(h.contains("Connection: close\r\n"));
+        assert!(h.ends_with("\r\n\r\n"));
+        assert!(!response_head(200, "text/plain", 2, None, true).contains("Connection"));
+    }
+}
