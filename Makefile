@@ -37,7 +37,8 @@ lint:
 
 # Start latency, RSS, threads and idle CPU against the raw Docker API; change-to-running
 # per pod source (file, URL, etcd, API); the prober under 100 pods x 2 probes at 1 s
-# (threads, lateness). Programs, not tests.
+# (threads, lateness); the plain ports under connection floods (descriptors, threads,
+# RSS, healthz latency). Programs, not tests.
 bench: build images
 	$(CARGO) bench
 

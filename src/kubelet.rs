@@ -210,11 +210,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let unblockers = Unblockers::default();
 
     // Servers first: they answer health questions while everything else starts.
+    let limits = server::Limits::PLAIN.fit_to_descriptors(listeners.len());
     for (name, listener) in listeners {
         match name {
             "healthz" => {
                 let checks = checks.clone();
-                let limits = server::Limits::PLAIN;
                 server::serve(
                     &loops,
                     "srv-healthz",
@@ -231,7 +231,6 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     registry: loops.registry(),
                     probe_metrics: probes.metrics().clone(),
                 };
-                let limits = server::Limits::PLAIN;
                 server::serve(
                     &loops,
                     "srv-readonly",

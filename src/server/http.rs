@@ -71,7 +71,39 @@ impl Limits {
         write_timeout: Duration::from_secs(10),
         max_header_bytes: 16 * 1024,
     };
+
+    /// These limits with the connection cap lowered, if need be, so that `servers`
+    /// servers together stay inside the process's descriptor limit with
+    /// [`RESERVED_FDS`] to spare: a flood on one port must not take the descriptors
+    /// the other ports (and Docker) need.
+    pub fn fit_to_descriptors(self, servers: usize) -> Limits {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the one valid rlimit struct it is given.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+            return self;
+        }
+        self.fit_to(lim.rlim_cur, servers)
+    }
+
+    fn fit_to(self, nofile: u64, servers: usize) -> Limits {
+        let servers = u64::try_from(servers.max(1)).unwrap_or(u64::MAX);
+        let share = nofile.saturating_sub(RESERVED_FDS) / servers;
+        let share = usize::try_from(share).unwrap_or(usize::MAX);
+        Limits {
+            max_connections: self.max_connections.min(share.max(MIN_CONNECTIONS)),
+            ..self
+        }
+    }
 }
+
+/// Descriptors left to the rest of the process (Docker connections, sources, files,
+/// exec probes) when the servers' caps are fitted to the descriptor limit.
+const RESERVED_FDS: u64 = 128;
+/// No server is cut below this many connections, however low the limit.
+const MIN_CONNECTIONS: usize = 8;
 
 /// How many connections one `poll` wake accepts before serving the others, so a flood
 /// of new connections cannot starve the ones already open.
@@ -1039,6 +1071,16 @@ mod tests {
         let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
         let req = format!("GET / HTTP/1.1\r\n{many}\r\n");
         assert_eq!(parse_head(req.as_bytes(), 16 * 1024), Parsed::Invalid(431));
+    }
+
+    #[test]
+    fn caps_fit_inside_the_descriptor_limit() {
+        let plain = Limits::PLAIN;
+        assert_eq!(plain.fit_to(1024, 2).max_connections, 256);
+        assert_eq!(plain.fit_to(1024, 3).max_connections, 256);
+        assert_eq!(plain.fit_to(512, 3).max_connections, 128);
+        assert_eq!(plain.fit_to(160, 2).max_connections, 16);
+        assert_eq!(plain.fit_to(64, 2).max_connections, MIN_CONNECTIONS);
     }
 
     #[test]

@@ -38,6 +38,18 @@ fn silent_connections(port: u16, n: usize) -> Vec<TcpStream> {
         .collect()
 }
 
+/// Starts rkubelet with `nofile` descriptors and waits until `/healthz` passes (the
+/// runtime check needs one tick), so that a failure later is the flood's doing.
+fn start_healthy(node: &mut Node, nofile: u64) {
+    node.start_with_nofile(&[], nofile);
+    let port = node.healthz_port;
+    wait_for("/healthz to pass", LONG, || {
+        http_get(port, "/healthz")
+            .ok()
+            .filter(|(code, _)| *code == 200)
+    });
+}
+
 /// The test process itself needs descriptors for the flood: soft limit up to hard.
 fn raise_own_nofile() {
     let mut lim = libc::rlimit {
@@ -56,7 +68,7 @@ fn raise_own_nofile() {
 #[test]
 fn a_huge_announced_body_is_answered_without_reading_it() {
     let mut node = Node::new("srv-body");
-    node.start_with_nofile(&[], NOFILE);
+    start_healthy(&mut node, NOFILE);
     for port in [node.ro_port, node.healthz_port] {
         for (method, want) in [("POST", "405"), ("GET", "200")] {
             let req = format!(
@@ -77,7 +89,7 @@ fn a_huge_announced_body_is_answered_without_reading_it() {
 #[test]
 fn idle_connections_are_capped_and_healthz_still_answers() {
     let mut node = Node::new("srv-idle");
-    node.start_with_nofile(&[], NOFILE);
+    start_healthy(&mut node, NOFILE);
     let threads_before = thread_names(node.pid()).len();
     let fds_before = node.open_fds();
     // More silent connections than the process has descriptors.
@@ -108,7 +120,7 @@ fn idle_connections_are_capped_and_healthz_still_answers() {
 #[test]
 fn slow_request_heads_are_cut_off_after_the_header_timeout() {
     let mut node = Node::new("srv-slow");
-    node.start_with_nofile(&[], NOFILE);
+    start_healthy(&mut node, NOFILE);
     let mut slow: Vec<TcpStream> = silent_connections(node.ro_port, 50);
     for s in &mut slow {
         s.write_all(b"GET /pods HTTP/1.1\r\nHost: x\r\nX-Slow: ")
@@ -133,14 +145,17 @@ fn slow_request_heads_are_cut_off_after_the_header_timeout() {
 #[test]
 fn the_accept_loop_survives_running_out_of_descriptors() {
     let mut node = Node::new("srv-emfile");
-    // Fewer descriptors than the two ports' connection caps: accept must hit EMFILE.
-    node.start_with_nofile(&[], 160);
+    start_healthy(&mut node, NOFILE);
+    // Fewer descriptors than the ports' connection caps were sized for (as if
+    // something else had taken them): accept must meet EMFILE.
+    node.set_nofile(160);
     let flood = silent_connections(node.ro_port, 300);
     wait_for("the accept error to be logged", LONG, || {
         node.log().contains("accept failed").then_some(())
     });
     assert!(node.log().contains("Too many open files"), "{}", node.log());
-    // Even now a new client is answered: the oldest silent connection made room.
+    // Even now a new client of the flooded port is answered: the oldest silent
+    // connection made room.
     let (code, _) = wait_for("/healthz while out of descriptors", LONG, || {
         http_get(node.ro_port, "/healthz").ok()
     });

@@ -195,6 +195,20 @@ impl Node {
         });
     }
 
+    /// Sets the running rkubelet's descriptor limit (soft and hard), as `prlimit`
+    /// would: below what its servers were sized for, it stands for descriptors that
+    /// something else took.
+    pub fn set_nofile(&self, nofile: u64) {
+        let lim = libc::rlimit {
+            rlim_cur: nofile,
+            rlim_max: nofile,
+        };
+        let pid = libc::pid_t::try_from(self.pid()).expect("pid");
+        // SAFETY: prlimit on our own child with a valid rlimit struct.
+        let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) };
+        assert_eq!(rc, 0, "prlimit({pid}, {nofile})");
+    }
+
     /// Whether the rkubelet process is still running.
     pub fn alive(&mut self) -> bool {
         self.child
