@@ -635,9 +635,10 @@ impl SyncLoop {
                 return;
             }
             self.handle_event(event);
-            // Pods held back by a name conflict between sources stay visible (as this
-            // loop's warning on /healthz?verbose and /debug/loops) while it lasts.
-            let conflicts = self.pod_config.conflicts();
+            // Pods held back by a name conflict between sources or refused as invalid
+            // stay visible (as this loop's warning on /healthz?verbose and
+            // /debug/loops) while it lasts.
+            let conflicts = self.pod_config.held_back();
             handle.end_tick(began, (!conflicts.is_empty()).then(|| conflicts.join("\n")));
         }
     }

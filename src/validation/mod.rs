@@ -293,20 +293,24 @@ fn validate_volumes(volumes: &[Volume], spec_path: &Path) -> (BTreeSet<String>, 
     for (i, vol) in volumes.iter().enumerate() {
         let p = spec_path.child("volumes").index(i);
         let name_path = p.child("name");
-        let mut ok = true;
+        // Upstream's order: the source, the name, then uniqueness.
+        let mut el = validate_volume_source(vol, &p);
         if vol.name.is_empty() {
-            errs.push(FieldError::required(&name_path, ""));
-            ok = false;
+            el.push(FieldError::required(&name_path, ""));
         } else {
             for msg in is_dns1123_label(&vol.name) {
-                errs.push(FieldError::invalid(&name_path, &vol.name, &msg));
-                ok = false;
+                el.push(FieldError::invalid(&name_path, &vol.name, &msg));
             }
         }
-        if ok && !names.insert(vol.name.clone()) {
-            errs.push(FieldError::duplicate(&name_path, &vol.name));
+        if names.contains(&vol.name) {
+            el.push(FieldError::duplicate(&name_path, &vol.name));
         }
-        errs.extend(validate_volume_source(vol, &p));
+        if el.is_empty() {
+            names.insert(vol.name.clone());
+        } else {
+            // As upstream: an invalid volume is no volume, so its mounts are "not found".
+            errs.extend(el);
+        }
     }
     (names, errs)
 }
@@ -973,8 +977,8 @@ spec:
                 format!("{}  volumes: [{{name: v, emptyDir: {{}}}}, {{name: v, emptyDir: {{}}, hostPath: {{path: /x}}}}, {{name: w}}]\n",
                     with_ctr("volumeMounts: [{name: nope, mountPath: ''}, {name: v, mountPath: /a, subPath: ../x}, {name: v, mountPath: /a, subPath: x, subPathExpr: /y}]")),
                 vec![
-                    "spec.volumes[1].name: Duplicate value: \"v\"".into(),
                     "spec.volumes[1].emptyDir: Forbidden: may not specify more than 1 volume type".into(),
+                    "spec.volumes[1].name: Duplicate value: \"v\"".into(),
                     "spec.volumes[2]: Required value: must specify a volume type".into(),
                     "spec.containers[0].volumeMounts[0].name: Not found: \"nope\"".into(),
                     "spec.containers[0].volumeMounts[0].mountPath: Required value".into(),
