@@ -8,6 +8,7 @@
 pub mod loops;
 pub mod logging;
 pub mod time;
+pub mod safepath;
 pub mod quantity;
 pub mod lines;
 pub mod netutil;

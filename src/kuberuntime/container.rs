@@ -186,7 +186,10 @@ pub fn container_config(
         Err(e) => return config_error(e),
     };
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let pod_dir = node.volumes.pod_dir(&uid);
+    let pod_dir = match node.volumes.pod_dir(&uid) {
+        Ok(d) => d,
+        Err(e) => return config_error(e.to_string()),
+    };
     let mounted = |path: &str, mounts: &[Mount]| mounts.iter().any(|m| m.container_path == path);
 
     // The managed /etc/hosts (upstream makeHostsMount), unless the container mounts its own.
@@ -263,7 +266,12 @@ pub fn container_config(
 
     let seccomp_profile = match seccomp_of(&spec.security_context, c) {
         Some((kind, file)) if kind == "Localhost" => {
-            let path = node.root_dir.join("seccomp").join(&file);
+            // The profile name is the pod's: it must stay inside <root>/seccomp.
+            let path =
+                match crate::safepath::safe_join_relative(&node.root_dir.join("seccomp"), &file) {
+                    Ok(p) => p,
+                    Err(e) => return config_error(format!("failed to read seccomp profile: {e}")),
+                };
             match std::fs::read_to_string(&path) {
                 Ok(p) => Some(p),
                 Err(e) => {

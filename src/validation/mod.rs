@@ -271,6 +271,10 @@ pub fn validate_pod_spec(spec: &PodSpec, path: &Path) -> ErrorList {
                 &p.child("supplementalGroups").index(i),
             ));
         }
+        errs.extend(validate_seccomp_profile(
+            sc.seccomp_profile.as_ref(),
+            &p.child("seccompProfile"),
+        ));
     }
     errs
 }
@@ -336,9 +340,9 @@ fn validate_volume_source(vol: &Volume, path: &Path) -> ErrorList {
             ));
         }
     }
-    if count == 0 {
-        errs.push(FieldError::required(path, "must specify a volume type"));
-    }
+    // No type at all is an emptyDir: upstream's decoding defaults it
+    // (`SetDefaults_Volume`) before validation sees it, so "must specify a volume
+    // type" cannot happen for a decoded pod.
     if let Some(hp) = &vol.host_path {
         let p = path.child("hostPath");
         if hp.path.is_empty() {
@@ -656,10 +660,60 @@ fn validate_resource_requirements(r: &ResourceRequirements, path: &Path) -> Erro
     errs
 }
 
-/// The user and group IDs of a container's `securityContext`.
+/// The user and group IDs and the seccomp profile of a container's `securityContext`.
 fn validate_security_context(sc: &SecurityContext, path: &Path) -> ErrorList {
     let mut errs = validate_id(sc.run_as_user, &path.child("runAsUser"));
     errs.extend(validate_id(sc.run_as_group, &path.child("runAsGroup")));
+    errs.extend(validate_seccomp_profile(
+        sc.seccomp_profile.as_ref(),
+        &path.child("seccompProfile"),
+    ));
+    errs
+}
+
+/// `validateSeccompProfileField`: a known type, and a `Localhost` profile is a file
+/// below the kubelet's seccomp directory (relative, no `..`).
+fn validate_seccomp_profile(
+    sp: Option<&k8s_openapi::api::core::v1::SeccompProfile>,
+    path: &Path,
+) -> ErrorList {
+    let mut errs = ErrorList::default();
+    let Some(sp) = sp else { return errs };
+    let valid = ["Localhost", "RuntimeDefault", "Unconfined"];
+    if sp.type_.is_empty() {
+        errs.push(FieldError::required(
+            &path.child("type"),
+            "type is required when seccompProfile is set",
+        ));
+    } else if !valid.contains(&sp.type_.as_str()) {
+        errs.push(FieldError::not_supported(
+            &path.child("type"),
+            &sp.type_,
+            &valid,
+        ));
+    }
+    let lp = path.child("localhostProfile");
+    match sp.localhost_profile.as_deref() {
+        Some(file) if sp.type_ == "Localhost" => {
+            if file.is_empty() {
+                errs.push(FieldError::required(
+                    &lp,
+                    "must be set when seccomp type is Localhost",
+                ));
+            }
+            errs.extend(validate_local_descending_path(file, &lp));
+        }
+        None if sp.type_ == "Localhost" => errs.push(FieldError::required(
+            &lp,
+            "must be set when seccomp type is Localhost",
+        )),
+        Some(file) => errs.push(FieldError::invalid(
+            &lp,
+            file,
+            "can only be set when seccomp type is Localhost",
+        )),
+        None => {}
+    }
     errs
 }
 
@@ -974,12 +1028,12 @@ spec:
                 ],
             ),
             (
-                format!("{}  volumes: [{{name: v, emptyDir: {{}}}}, {{name: v, emptyDir: {{}}, hostPath: {{path: /x}}}}, {{name: w}}]\n",
+                format!("{}  volumes: [{{name: v, emptyDir: {{}}}}, {{name: v, emptyDir: {{}}, hostPath: {{path: /x}}}}, {{name: w}}, {{name: w}}]\n",
                     with_ctr("volumeMounts: [{name: nope, mountPath: ''}, {name: v, mountPath: /a, subPath: ../x}, {name: v, mountPath: /a, subPath: x, subPathExpr: /y}]")),
                 vec![
                     "spec.volumes[1].emptyDir: Forbidden: may not specify more than 1 volume type".into(),
                     "spec.volumes[1].name: Duplicate value: \"v\"".into(),
-                    "spec.volumes[2]: Required value: must specify a volume type".into(),
+                    "spec.volumes[3].name: Duplicate value: \"w\"".into(),
                     "spec.containers[0].volumeMounts[0].name: Not found: \"nope\"".into(),
                     "spec.containers[0].volumeMounts[0].mountPath: Required value".into(),
                     "spec.containers[0].volumeMounts.subPath: Invalid value: \"../x\": must not contain '..'".into(),
@@ -1018,11 +1072,14 @@ spec:
                 ],
             ),
             (
-                with_ctr("imagePullPolicy: Sometimes, terminationMessagePolicy: Log, securityContext: {runAsGroup: -5}"),
+                format!("{}  securityContext: {{seccompProfile: {{type: Localhost, localhostProfile: ../../etc/shadow}}}}\n", with_ctr("imagePullPolicy: Sometimes, terminationMessagePolicy: Log, securityContext: {runAsGroup: -5, seccompProfile: {type: Other, localhostProfile: /x}}")),
                 vec![
                     "spec.containers[0].terminationMessagePolicy: Unsupported value: \"Log\": supported values: \"File\", \"FallbackToLogsOnError\"".into(),
                     "spec.containers[0].imagePullPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"IfNotPresent\", \"Never\"".into(),
                     "spec.containers[0].securityContext.runAsGroup: Invalid value: -5: must be between 0 and 4294967295, inclusive".into(),
+                    "spec.containers[0].securityContext.seccompProfile.type: Unsupported value: \"Other\": supported values: \"Localhost\", \"RuntimeDefault\", \"Unconfined\"".into(),
+                    "spec.containers[0].securityContext.seccompProfile.localhostProfile: Invalid value: \"/x\": can only be set when seccomp type is Localhost".into(),
+                    "spec.securityContext.seccompProfile.localhostProfile: Invalid value: \"../../etc/shadow\": must not contain '..'".into(),
                 ],
             ),
             (
