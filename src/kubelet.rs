@@ -862,7 +862,8 @@ impl SyncLoop {
                 uid,
                 Work::Kill(Kill {
                     pod: None,
-                    grace: Some(Duration::from_secs(info.grace_seconds.unsigned_abs())),
+                    // From a Docker label: any i64, negative or huge.
+                    grace: Some(crate::time::secs(info.grace_seconds)),
                     remove: true,
                 }),
             );

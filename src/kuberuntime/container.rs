@@ -379,7 +379,7 @@ pub fn milli_cpu_to_shares(milli_cpu: i128) -> i64 {
     if milli_cpu <= 0 {
         return MIN_SHARES;
     }
-    let shares = milli_cpu * i128::from(SHARES_PER_CPU) / 1000;
+    let shares = milli_cpu.saturating_mul(i128::from(SHARES_PER_CPU)) / 1000;
     i64::try_from(shares.clamp(i128::from(MIN_SHARES), i128::from(MAX_SHARES)))
         .unwrap_or(MAX_SHARES)
 }
@@ -390,7 +390,7 @@ pub fn milli_cpu_to_quota(milli_cpu: i128, period: i64) -> i64 {
     if milli_cpu <= 0 {
         return 0;
     }
-    let quota = milli_cpu * i128::from(period) / 1000;
+    let quota = milli_cpu.saturating_mul(i128::from(period)) / 1000;
     i64::try_from(quota.max(i128::from(MIN_QUOTA))).unwrap_or(i64::MAX)
 }
 
@@ -407,7 +407,7 @@ pub fn container_resources(c: &Container) -> Resources {
         cpu_quota: milli_cpu_to_quota(cpu_limit, QUOTA_PERIOD),
         cpu_period: QUOTA_PERIOD,
         // Quantities are in milli-units; bytes round up.
-        memory_limit: i64::try_from((memory + 999) / 1000).unwrap_or(i64::MAX),
+        memory_limit: i64::try_from(memory.saturating_add(999) / 1000).unwrap_or(i64::MAX),
     }
 }
 

@@ -554,7 +554,8 @@ impl RuntimeManager {
             }
             None => labels::grace_label(&d.labels),
         };
-        Duration::from_secs(secs.max(0).unsigned_abs())
+        // Any non-negative int64 is a valid grace period: capped, never overflowing.
+        crate::time::secs(secs)
     }
 
     /// Stops one container (upstream `killContainer`): the `Killing` event, the preStop
@@ -616,7 +617,7 @@ impl RuntimeManager {
         }
         if !outlive.is_empty() && !grace.is_zero() {
             let began = Instant::now();
-            let deadline = began + grace;
+            let deadline = crate::time::saturating_deadline(began, grace);
             for rx in outlive {
                 // Disconnected: that container is down. Timeout: the grace is used up.
                 if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =

@@ -277,7 +277,7 @@ impl VolumeManager {
     /// A memory emptyDir's size (upstream `calculateEmptyDirMemorySize`): the smallest
     /// of its sizeLimit and the pod's memory limit, else the node's allocatable memory.
     fn tmpfs_size(&self, pod: &Pod, size_limit: Option<&str>) -> Option<u64> {
-        let bytes = |milli: i128| u64::try_from((milli + 999) / 1000).ok();
+        let bytes = |milli: i128| u64::try_from(milli.saturating_add(999) / 1000).ok();
         let pod_limit = pod_memory_limit(pod).and_then(bytes);
         let limit = size_limit
             .and_then(parse_milli)
@@ -481,7 +481,7 @@ fn pod_memory_limit(pod: &Pod) -> Option<i128> {
     };
     let mut sum = 0i128;
     for c in &spec.containers {
-        sum += limit(c)?;
+        sum = sum.saturating_add(limit(c)?);
     }
     let init = spec
         .init_containers
