@@ -646,9 +646,10 @@ impl SyncLoop {
                 return;
             }
             self.handle_event(event);
-            // Pods held back by a name conflict between sources stay visible (as this
-            // loop's warning on /healthz?verbose and /debug/loops) while it lasts.
-            let conflicts = self.pod_config.conflicts();
+            // Pods held back by a name conflict between sources or refused as invalid
+            // stay visible (as this loop's warning on /healthz?verbose and
+            // /debug/loops) while it lasts.
+            let conflicts = self.pod_config.held_back();
             handle.end_tick(began, (!conflicts.is_empty()).then(|| conflicts.join("\n")));
         }
     }
@@ -872,7 +873,8 @@ impl SyncLoop {
                 uid,
                 Work::Kill(Kill {
                     pod: None,
-                    grace: Some(Duration::from_secs(info.grace_seconds.unsigned_abs())),
+                    // From a Docker label: any i64, negative or huge.
+                    grace: Some(crate::time::secs(info.grace_seconds)),
                     remove: true,
                 }),
             );

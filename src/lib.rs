@@ -8,6 +8,7 @@
 pub mod loops;
 pub mod logging;
 pub mod time;
+pub mod safepath;
 pub mod quantity;
 pub mod lines;
 pub mod netutil;
@@ -19,7 +20,8 @@ pub mod config;
 // The runtime seam and its Docker implementation.
 pub mod runtime;
 
-// Where pods come from: sources and their merge.
+// Where pods come from: sources, pod validation before admission, and their merge.
+pub mod validation;
 pub mod podconfig;
 
 // The API server client (also the TLS and line-stream plumbing of the URL and etcd sources).

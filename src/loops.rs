@@ -385,7 +385,7 @@ impl Loops {
     /// Waits until every thread has returned or `deadline` has passed. Returns the names
     /// of the threads still running (they are left behind; the process is about to exit).
     pub fn join_all(&self, deadline: Duration) -> Vec<String> {
-        let until = Instant::now() + deadline;
+        let until = crate::time::saturating_deadline(Instant::now(), deadline);
         let mut handles = std::mem::take(&mut *lock(&self.handles));
         loop {
             let (done, running): (Vec<_>, Vec<_>) =

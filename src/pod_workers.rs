@@ -255,7 +255,8 @@ pub struct WorkQueue {
 impl WorkQueue {
     /// Schedules `uid` to be synced `after` from now (replacing an earlier schedule).
     pub fn enqueue(&self, uid: &str, after: Duration) {
-        lock(&self.due).insert(uid.to_string(), std::time::Instant::now() + after);
+        let at = crate::time::saturating_deadline(std::time::Instant::now(), after);
+        lock(&self.due).insert(uid.to_string(), at);
     }
 
     /// Takes every pod whose time has come.

@@ -63,7 +63,7 @@ pub fn parse_milli(q: &str) -> Option<i128> {
         .checked_mul(mul)?
         .checked_mul(1000)?;
     let denom = scale.checked_mul(div)?;
-    let v = (numer + denom - 1) / denom;
+    let v = numer.checked_add(denom - 1)? / denom;
     Some(if negative { -v } else { v })
 }
 

@@ -1,7 +1,14 @@
-//! Wall-clock helpers: RFC 3339 stamps for annotations and API times, and the
-//! conversion between `SystemTime` and the Kubernetes `Time` type.
+//! Time helpers: RFC 3339 stamps for annotations and API times, the conversion
+//! between `SystemTime` and the Kubernetes `Time` type, and saturating conversions
+//! from the numbers pods carry (seconds as `i64`/`i32`) to durations and deadlines.
+//!
+//! Pods may say `terminationGracePeriodSeconds: 9223372036854775807` (upstream accepts
+//! any non-negative int64), and `Instant + Duration` panics when it overflows, in our
+//! code and inside ureq alike; with `panic = "abort"` that ends the kubelet. So every
+//! duration from outside goes through [`secs`] / [`clamp_timeout`] (capped at
+//! [`MAX_TIMEOUT`]) and every deadline through [`saturating_deadline`].
 
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -49,10 +56,59 @@ pub fn http_date(t: SystemTime) -> String {
         .unwrap_or_default()
 }
 
+/// The longest wait the kubelet arms (about 68 years, `i32::MAX` seconds): longer
+/// than any node runs, so capping at it changes no behaviour, and small enough that
+/// every clock (`Instant`, `SystemTime`, ureq's timers, Docker's `int` seconds
+/// multiplied into nanoseconds) represents it without overflow.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(i32::MAX as u64);
+
+/// A duration of `n` seconds from a pod field: negative is zero, huge is
+/// [`MAX_TIMEOUT`].
+pub fn secs(n: i64) -> Duration {
+    clamp_timeout(Duration::from_secs(n.max(0).unsigned_abs()))
+}
+
+/// `d`, at most [`MAX_TIMEOUT`]: what every timeout handed to ureq or Docker goes
+/// through.
+pub fn clamp_timeout(d: Duration) -> Duration {
+    d.min(MAX_TIMEOUT)
+}
+
+/// `now + d` that never panics: capped at [`MAX_TIMEOUT`] from now (and, should even
+/// that not fit the clock, `now` itself, i.e. "already due", the safe side for a wait).
+pub fn saturating_deadline(now: Instant, d: Duration) -> Instant {
+    now.checked_add(clamp_timeout(d)).unwrap_or(now)
+}
+
+/// `t + d` for wall-clock times that never panics (saturating at `t`, see above).
+pub fn saturating_system_add(t: SystemTime, d: Duration) -> SystemTime {
+    t.checked_add(clamp_timeout(d)).unwrap_or(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+
+    #[test]
+    fn seconds_from_pods_saturate() {
+        assert_eq!(secs(-5), Duration::ZERO);
+        assert_eq!(secs(30), Duration::from_secs(30));
+        assert_eq!(secs(i64::MAX), MAX_TIMEOUT);
+        assert_eq!(clamp_timeout(Duration::MAX), MAX_TIMEOUT);
+    }
+
+    #[test]
+    fn deadlines_never_overflow() {
+        let now = Instant::now();
+        assert_eq!(
+            saturating_deadline(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
+        // Duration::MAX would panic with `+`.
+        assert_eq!(saturating_deadline(now, Duration::MAX), now + MAX_TIMEOUT);
+        let t = SystemTime::UNIX_EPOCH;
+        assert_eq!(saturating_system_add(t, Duration::MAX), t + MAX_TIMEOUT);
+    }
 
     #[test]
     fn k8s_time_truncates_to_seconds() {

@@ -106,7 +106,7 @@ pub fn agent(tls: TlsConfig, timeout: Duration) -> Agent {
         .max_redirects(0)
         .user_agent(user_agent())
         .tls_config(tls)
-        .timeout_global(Some(timeout))
+        .timeout_global(Some(crate::time::clamp_timeout(timeout)))
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .build();
     Agent::new_with_config(config)

@@ -380,7 +380,8 @@ impl ApiClient {
             query_escape(&format!("spec.nodeName={node}")),
             query_escape(resource_version),
         );
-        let total = Duration::from_secs(timeout_seconds) + WATCH_GRACE;
+        let total = crate::time::clamp_timeout(Duration::from_secs(timeout_seconds))
+            .saturating_add(WATCH_GRACE);
         let (url, resp) = self.get(what, &path, total, Some(WATCH_WAKEUP))?;
         let reader = resp.into_body().into_with_config().limit(u64::MAX).reader();
         Ok(WatchStream {
@@ -413,7 +414,7 @@ impl ApiClient {
         })?;
         let request = agent
             .configure_request(request)
-            .timeout_global(Some(timeout))
+            .timeout_global(Some(crate::time::clamp_timeout(timeout)))
             // The answer's head must come within the request timeout even for a watch.
             .timeout_recv_response(Some(REQUEST_TIMEOUT))
             .timeout_per_read(per_read)

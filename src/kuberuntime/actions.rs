@@ -156,7 +156,7 @@ pub fn sandbox_changed(pod: &Pod, rt: &RuntimePod) -> (bool, u32) {
         || newest.state != ContainerState::Running
         || (newest.network_mode == "host") != host_network
         || (!host_network && newest.ip_address.is_empty());
-    (changed, attempt + 1)
+    (changed, attempt.saturating_add(1))
 }
 
 fn policy(spec: &PodSpec) -> &str {
@@ -196,7 +196,7 @@ fn start_of(c: &Container, index: usize, kind: ContainerKind, rt: &RuntimePod) -
     // status's restartCount + 1).
     let restart_count = rt
         .newest(&c.name, kind)
-        .map_or(0, |d| labels::restart_count(&d.labels) + 1);
+        .map_or(0, |d| labels::restart_count(&d.labels).saturating_add(1));
     StartAction {
         kind,
         index,
@@ -314,7 +314,7 @@ pub fn kill_unhealthy(
             kind: ContainerKind::App,
             index: i,
             name: c.name.clone(),
-            restart_count: labels::restart_count(&d.labels) + 1,
+            restart_count: labels::restart_count(&d.labels).saturating_add(1),
             backoff: None,
         };
         if let Ok(s) = gate(pod, c, s, rt, inp, a) {

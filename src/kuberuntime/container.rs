@@ -186,7 +186,10 @@ pub fn container_config(
         Err(e) => return config_error(e),
     };
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let pod_dir = node.volumes.pod_dir(&uid);
+    let pod_dir = match node.volumes.pod_dir(&uid) {
+        Ok(d) => d,
+        Err(e) => return config_error(e.to_string()),
+    };
     let mounted = |path: &str, mounts: &[Mount]| mounts.iter().any(|m| m.container_path == path);
 
     // The managed /etc/hosts (upstream makeHostsMount), unless the container mounts its own.
@@ -263,7 +266,12 @@ pub fn container_config(
 
     let seccomp_profile = match seccomp_of(&spec.security_context, c) {
         Some((kind, file)) if kind == "Localhost" => {
-            let path = node.root_dir.join("seccomp").join(&file);
+            // The profile name is the pod's: it must stay inside <root>/seccomp.
+            let path =
+                match crate::safepath::safe_join_relative(&node.root_dir.join("seccomp"), &file) {
+                    Ok(p) => p,
+                    Err(e) => return config_error(format!("failed to read seccomp profile: {e}")),
+                };
             match std::fs::read_to_string(&path) {
                 Ok(p) => Some(p),
                 Err(e) => {
@@ -371,7 +379,7 @@ pub fn milli_cpu_to_shares(milli_cpu: i128) -> i64 {
     if milli_cpu <= 0 {
         return MIN_SHARES;
     }
-    let shares = milli_cpu * i128::from(SHARES_PER_CPU) / 1000;
+    let shares = milli_cpu.saturating_mul(i128::from(SHARES_PER_CPU)) / 1000;
     i64::try_from(shares.clamp(i128::from(MIN_SHARES), i128::from(MAX_SHARES)))
         .unwrap_or(MAX_SHARES)
 }
@@ -382,7 +390,7 @@ pub fn milli_cpu_to_quota(milli_cpu: i128, period: i64) -> i64 {
     if milli_cpu <= 0 {
         return 0;
     }
-    let quota = milli_cpu * i128::from(period) / 1000;
+    let quota = milli_cpu.saturating_mul(i128::from(period)) / 1000;
     i64::try_from(quota.max(i128::from(MIN_QUOTA))).unwrap_or(i64::MAX)
 }
 
@@ -399,7 +407,7 @@ pub fn container_resources(c: &Container) -> Resources {
         cpu_quota: milli_cpu_to_quota(cpu_limit, QUOTA_PERIOD),
         cpu_period: QUOTA_PERIOD,
         // Quantities are in milli-units; bytes round up.
-        memory_limit: i64::try_from((memory + 999) / 1000).unwrap_or(i64::MAX),
+        memory_limit: i64::try_from(memory.saturating_add(999) / 1000).unwrap_or(i64::MAX),
     }
 }
 

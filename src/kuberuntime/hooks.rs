@@ -75,8 +75,11 @@ pub fn run(
         });
     }
     if let Some(sleep) = &handler.sleep {
-        let want = Duration::from_secs(sleep.seconds.max(0).unsigned_abs());
-        sleep_until(Instant::now() + want.min(timeout));
+        let want = crate::time::secs(sleep.seconds);
+        sleep_until(crate::time::saturating_deadline(
+            Instant::now(),
+            want.min(timeout),
+        ));
         return Ok(());
     }
     Err(format!(
@@ -153,7 +156,7 @@ fn http_get(
         .build();
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .tls_config(tls)
-        .timeout_global(Some(timeout))
+        .timeout_global(Some(crate::time::clamp_timeout(timeout)))
         // Upstream's hook succeeds on any answer, whatever its status code.
         .http_status_as_error(false)
         .user_agent(USER_AGENT)

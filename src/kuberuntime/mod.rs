@@ -14,6 +14,7 @@ pub mod container;
 pub mod hooks;
 pub mod labels;
 
+use crate::safepath::{safe_join, UnsafePathError};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{Read, Seek, SeekFrom};
@@ -223,14 +224,11 @@ pub fn record_event(pod: &Pod, container: Option<&str>, warning: bool, reason: &
 }
 
 /// The per-container directory of a pod (upstream `getPodContainerDir`):
-/// `<root>/pods/<uid>/containers/<name>`.
-pub fn pod_container_dir(root: &Path, uid: &str, name: &str) -> PathBuf {
-    root.join("pods").join(uid).join("containers").join(name)
-}
-
-/// A path component we put under the root dir: no separators, no `..`.
-fn safe_component(s: &str) -> bool {
-    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
+/// `<root>/pods/<uid>/containers/<name>`; a UID or name that is not one plain name is
+/// refused.
+pub fn pod_container_dir(root: &Path, uid: &str, name: &str) -> Result<PathBuf, UnsafePathError> {
+    let pod = safe_join(&root.join("pods"), uid)?;
+    safe_join(&pod.join("containers"), name)
 }
 
 impl RuntimeManager {
@@ -295,9 +293,9 @@ impl RuntimeManager {
 
     /// The termination-message file of one container instance.
     fn message_file(&self, uid: &str, name: &str, restart_count: u32) -> Option<PathBuf> {
-        (safe_component(uid) && safe_component(name)).then(|| {
-            pod_container_dir(&self.cfg.node.root_dir, uid, name).join(restart_count.to_string())
-        })
+        pod_container_dir(&self.cfg.node.root_dir, uid, name)
+            .map(|d| d.join(restart_count.to_string()))
+            .ok()
     }
 
     /// Upstream `getTerminationMessage` + `readLastStringFromContainerLogs`: the last
@@ -556,7 +554,8 @@ impl RuntimeManager {
             }
             None => labels::grace_label(&d.labels),
         };
-        Duration::from_secs(secs.max(0).unsigned_abs())
+        // Any non-negative int64 is a valid grace period: capped, never overflowing.
+        crate::time::secs(secs)
     }
 
     /// Stops one container (upstream `killContainer`): the `Killing` event, the preStop
@@ -618,7 +617,7 @@ impl RuntimeManager {
         }
         if !outlive.is_empty() && !grace.is_zero() {
             let began = Instant::now();
-            let deadline = began + grace;
+            let deadline = crate::time::saturating_deadline(began, grace);
             for rx in outlive {
                 // Disconnected: that container is down. Timeout: the grace is used up.
                 if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
@@ -1154,9 +1153,14 @@ mod tests {
 
     #[test]
     fn path_components_are_checked() {
-        assert!(safe_component("abc-1"));
-        for bad in ["", ".", "..", "a/b"] {
-            assert!(!safe_component(bad), "{bad}");
+        let root = Path::new("/r");
+        assert_eq!(
+            pod_container_dir(root, "abc-1", "c"),
+            Ok(PathBuf::from("/r/pods/abc-1/containers/c"))
+        );
+        for bad in ["", ".", "..", "a/b", "../../etc"] {
+            assert!(pod_container_dir(root, bad, "c").is_err(), "{bad}");
+            assert!(pod_container_dir(root, "u", bad).is_err(), "{bad}");
         }
     }
 }

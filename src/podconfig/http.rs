@@ -294,13 +294,15 @@ mod tests {
 
     #[test]
     fn the_url_is_in_the_uid_and_in_errors() {
-        let a = pods_from_body(POD_JSON.as_bytes(), "http://h/a", "n").expect("valid");
-        let b = pods_from_body(POD_JSON.as_bytes(), "http://h/b", "n").expect("valid");
+        // A valid name: "NAME" is only the placeholder, and uppercase is invalid.
+        let pod = POD_JSON.replace("NAME", "p");
+        let a = pods_from_body(pod.as_bytes(), "http://h/a", "n").expect("valid");
+        let b = pods_from_body(pod.as_bytes(), "http://h/b", "n").expect("valid");
         assert_ne!(a[0].metadata.uid, b[0].metadata.uid);
-        let again = pods_from_body(POD_JSON.as_bytes(), "http://h/a", "n").expect("valid");
+        let again = pods_from_body(pod.as_bytes(), "http://h/a", "n").expect("valid");
         assert_eq!(a[0].metadata.uid, again[0].metadata.uid);
         let e = pods_from_body(
-            format!("{POD_JSON}\n{{\"kind\":\"Pod\"}}").as_bytes(),
+            format!("{pod}\n{{\"kind\":\"Pod\"}}").as_bytes(),
             "http://h/a",
             "n",
         )

@@ -1,5 +1,5 @@
-//! Static pod manifests: decoding, minimal validation and the defaulting every static
-//! pod gets, as upstream's `pkg/kubelet/config/common.go` (`tryDecodeSinglePod`,
+//! Static pod manifests: decoding, the defaulting every static pod gets and its
+//! validation (by [`crate::validation`]), as upstream's `pkg/kubelet/config/common.go` (`tryDecodeSinglePod`,
 //! `tryDecodePodList`, `applyDefaults`). The file source uses it today; the HTTP source
 //! will too ([`Origin::Url`]).
 //!
@@ -315,58 +315,23 @@ fn describe(v: &Value) -> &'static str {
     }
 }
 
-/// Validates a decoded pod and applies the static pod defaults. The error is the
-/// reason only.
+/// Applies the static pod defaults to a decoded pod, then validates it with
+/// upstream's rules (upstream's `tryDecodeSinglePod`: defaults first, so the name
+/// checked is the one the pod runs under). The error is the reason only: every field
+/// error, as upstream prints a `field.ErrorList`.
 pub fn prepare(mut pod: Pod, node_name: &str, origin: Origin<'_>) -> Result<Pod, String> {
-    validate(&pod)?;
+    // Before the defaults: they turn an empty name into "-<node>", whose error would
+    // hide the real one.
+    if pod.metadata.name.as_deref().unwrap_or("").is_empty() {
+        return Err("name is needed for the pod".into());
+    }
     let uid = match pod.metadata.uid.as_deref() {
         Some(u) if !u.is_empty() => u.to_string(),
         _ => static_pod_uid(&pod, node_name, origin)?,
     };
     apply_defaults(&mut pod, node_name, uid, matches!(origin, Origin::File(_)));
+    crate::validation::validate_pod_create(&pod).map_err(|errs| errs.to_string())?;
     Ok(pod)
-}
-
-/// The checks a static pod must pass before the kubelet tries to run it: the ones
-/// whose failure would otherwise surface later as a confusing runtime error.
-fn validate(pod: &Pod) -> Result<(), String> {
-    if pod.metadata.name.as_deref().unwrap_or("").is_empty() {
-        return Err("name is needed for the pod".into());
-    }
-    let spec = pod.spec.as_ref();
-    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
-    if containers.is_empty() {
-        return Err("spec.containers: at least one container is required".into());
-    }
-    let init = spec
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or(&[]);
-    let mut seen = std::collections::BTreeSet::new();
-    let all = init
-        .iter()
-        .enumerate()
-        .map(|(i, c)| ("spec.initContainers", i, c))
-        .chain(
-            containers
-                .iter()
-                .enumerate()
-                .map(|(i, c)| ("spec.containers", i, c)),
-        );
-    for (field, i, c) in all {
-        if c.name.is_empty() {
-            return Err(format!("{field}[{i}].name: a container name is required"));
-        }
-        if !seen.insert(c.name.as_str()) {
-            return Err(format!(
-                "{field}[{i}].name: duplicate container name {:?}",
-                c.name
-            ));
-        }
-        if c.image.as_deref().unwrap_or("").is_empty() {
-            return Err(format!("{field}[{i}].image: an image is required"));
-        }
-    }
-    Ok(())
 }
 
 /// The derived UID of a static pod without one (see the module docs for why
@@ -646,27 +611,31 @@ mod tests {
             ),
             (
                 "kind: Pod\nmetadata: {name: a}\n".into(),
-                format!("{o}: document 0: invalid pod: spec.containers: at least one container is required"),
+                format!("{o}: document 0: invalid pod: spec.containers: Required value"),
             ),
             (
                 "kind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: '', image: i}]}\n".into(),
-                format!("{o}: document 0: invalid pod: spec.containers[0].name: a container name is required"),
+                format!("{o}: document 0: invalid pod: spec.containers[0].name: Required value"),
             ),
             (
                 "kind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: i}, {name: c, image: i}]}\n".into(),
-                format!("{o}: document 0: invalid pod: spec.containers[1].name: duplicate container name \"c\""),
+                format!("{o}: document 0: invalid pod: spec.containers[1].name: Duplicate value: \"c\""),
             ),
             (
                 "kind: Pod\nmetadata: {name: a}\nspec: {initContainers: [{name: c, image: i}], containers: [{name: c, image: i}]}\n".into(),
-                format!("{o}: document 0: invalid pod: spec.containers[0].name: duplicate container name \"c\""),
+                format!("{o}: document 0: invalid pod: spec.initContainers[0].name: Duplicate value: \"c\""),
             ),
             (
                 "kind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n".into(),
-                format!("{o}: document 0: invalid pod: spec.containers[0].image: an image is required"),
+                format!("{o}: document 0: invalid pod: spec.containers[0].image: Required value"),
             ),
             (
                 "kind: PodList\nitems:\n- metadata: {name: a}\n  spec: {containers: [{name: c, image: i}]}\n- spec: {containers: [{name: c, image: i}]}\n".into(),
                 format!("{o}: document 0: item 1: invalid pod: name is needed for the pod"),
+            ),
+            (
+                "kind: Pod\nmetadata: {name: a}\nspec:\n  volumes: [{name: '../../../../../hostsecret', emptyDir: {}}]\n  containers: [{name: c, image: i, volumeMounts: [{name: '../../../../../hostsecret', mountPath: /v}]}]\n".into(),
+                format!("{o}: document 0: invalid pod: [spec.volumes[0].name: Invalid value: \"../../../../../hostsecret\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?'), spec.containers[0].volumeMounts[0].name: Not found: \"../../../../../hostsecret\"]"),
             ),
             (
                 "kind: Deployment\n".into(),

@@ -104,6 +104,8 @@ pub struct PodConfig {
     last: std::collections::BTreeMap<Source, Vec<Pod>>,
     /// Per source: the conflicts its last snapshot met, one message each.
     conflicts: std::collections::BTreeMap<Source, Vec<String>>,
+    /// Per source: its pods refused by validation, one message each (pod and errors).
+    invalid: std::collections::BTreeMap<Source, Vec<String>>,
 }
 
 impl PodConfig {
@@ -114,6 +116,7 @@ impl PodConfig {
             pods: Default::default(),
             last: Default::default(),
             conflicts: Default::default(),
+            invalid: Default::default(),
         }
     }
 
@@ -136,6 +139,14 @@ impl PodConfig {
     /// same name. One line each, naming the pod and both sources; empty when none.
     pub fn conflicts(&self) -> Vec<String> {
         self.conflicts.values().flatten().cloned().collect()
+    }
+
+    /// Everything held back: the conflicts and the pods refused by validation, one
+    /// line each; what the sync loop keeps visible as its warning.
+    pub fn held_back(&self) -> Vec<String> {
+        let mut out = self.conflicts();
+        out.extend(self.invalid.values().flatten().cloned());
+        out
     }
 
     /// Every pod of every source, in source then UID order.
@@ -248,15 +259,29 @@ impl PodConfig {
         out
     }
 
-    /// Drops pods that would run twice: a full name (`name_namespace`) repeated inside
-    /// one snapshot (the later one is dropped, as upstream) or already held by another
-    /// source (a conflict: the pod keeps running from the source that had it first).
+    /// Drops the pods that must not run: an invalid pod (upstream's rules, see
+    /// [`crate::validation`]: the one gate every pod of every source passes before
+    /// admission), a full name (`name_namespace`) repeated inside one snapshot (the
+    /// later one is dropped, as upstream) or already held by another source (a
+    /// conflict: the pod keeps running from the source that had it first). The source's
+    /// other pods are unaffected.
     fn validate(&mut self, source: Source, pods: Vec<Pod>) -> Vec<Pod> {
         let mut conflicts = Vec::new();
+        let mut invalid = Vec::new();
         let mut names = std::collections::BTreeSet::new();
         let mut out = Vec::with_capacity(pods.len());
         for pod in pods {
             let full = full_name(&pod);
+            if let Err(errs) = crate::validation::validate_pod_create(&pod) {
+                let msg = format!("invalid pod {full} from source {source}, ignoring it: {errs}");
+                // Said once when it begins; the sync loop's warning keeps it visible.
+                let known = self.invalid.get(&source).is_some_and(|m| m.contains(&msg));
+                if !known {
+                    log::warn!("{msg}");
+                }
+                invalid.push(msg);
+                continue;
+            }
             if !names.insert(full.clone()) {
                 log::warn!(
                     "Error validating pod {full} from {source} due to duplicate pod name {}, ignoring",
@@ -291,6 +316,11 @@ impl PodConfig {
             }
         } else {
             self.conflicts.insert(source, conflicts);
+        }
+        if invalid.is_empty() {
+            self.invalid.remove(&source);
+        } else {
+            self.invalid.insert(source, invalid);
         }
         out
     }
@@ -531,5 +561,36 @@ mod tests {
             annotation(&pc.all_pods()[0], CONFIG_SOURCE_ANNOTATION).as_deref(),
             Some("api")
         );
+    }
+
+    #[test]
+    fn an_invalid_pod_is_refused_and_the_sources_other_pods_run() {
+        let mut pc = PodConfig::new(&[Source::Api]);
+        let mut bad = pod("bad", "2", "x");
+        if let Some(spec) = bad.spec.as_mut() {
+            spec.volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
+                name: "../../x".into(),
+                empty_dir: Some(Default::default()),
+                ..Default::default()
+            }]);
+        }
+        let out = pc.merge(
+            set(Source::Api, vec![pod("a", "1", "x"), bad.clone()]),
+            "T0",
+        );
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec!["1".to_string()])]);
+        let held = pc.held_back();
+        assert_eq!(held.len(), 1);
+        assert!(
+            held[0].starts_with("invalid pod bad_default from source api, ignoring it: spec.volumes[0].name: Invalid value: \"../../x\": a lowercase RFC 1123 label"),
+            "{held:?}"
+        );
+        // Fixed at the source: admitted, and the warning ends.
+        let out = pc.merge(
+            set(Source::Api, vec![pod("a", "1", "x"), pod("bad", "2", "x")]),
+            "T1",
+        );
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec!["2".to_string()])]);
+        assert!(pc.held_back().is_empty());
     }
 }

@@ -40,7 +40,7 @@ const PADDED: u8 = 0x8;
 /// Runs one health check against `host:port` for `service`, within `timeout`.
 pub fn check(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome {
     let addr = join_host_port(host, port);
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::time::saturating_deadline(Instant::now(), timeout);
     let connect_failed = |e: &dyn std::fmt::Display| Outcome {
         result: ProbeResult::Failure,
         message: format!("timeout: failed to connect service {addr:?} within {timeout:?}: {e}"),

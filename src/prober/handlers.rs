@@ -141,7 +141,7 @@ impl Prober {
     }
 
     fn http(&self, url: &str, headers: &[(String, String)], timeout: Duration) -> Outcome {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::saturating_deadline(Instant::now(), timeout);
         let first = url.to_string();
         let mut url = first.clone();
         for hop in 0..=MAX_REDIRECTS {

@@ -71,28 +71,27 @@ pub fn first_due(
     spread: Duration,
 ) -> Instant {
     let wait = started_at
-        .map(|s| s + initial_delay)
+        .map(|s| crate::time::saturating_system_add(s, initial_delay))
         .and_then(|at| at.duration_since(now_wall).ok())
         .unwrap_or(Duration::ZERO);
-    if wait.is_zero() {
-        now + spread
-    } else {
-        now + wait
-    }
+    crate::time::saturating_deadline(now, if wait.is_zero() { spread } else { wait })
 }
 
 /// The next due time after a probe due at `due` ran (or was skipped): one period on,
 /// skipping whole periods that already passed, so a late prober does not fire a burst
 /// of catch-up probes (upstream's ticker drops missed ticks the same way).
 pub fn next_due(due: Instant, period: Duration, now: Instant) -> Instant {
-    let next = due + period;
+    let next = crate::time::saturating_deadline(due, period);
     if next > now || period.is_zero() {
         return next.max(now);
     }
     let behind = now.duration_since(next).as_nanos();
     let missed = behind / period.as_nanos() + 1;
     let missed = u32::try_from(missed).unwrap_or(u32::MAX);
-    next + period * missed
+    let skip = period
+        .checked_mul(missed)
+        .unwrap_or(crate::time::MAX_TIMEOUT);
+    crate::time::saturating_deadline(next, skip)
 }
 
 #[cfg(test)]

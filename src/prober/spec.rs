@@ -153,7 +153,7 @@ pub fn resolve(p: &Probe, ty: ProbeType, c: &Container) -> Result<ProbeSpec, Pro
                 format!("{n}: must be greater than 0"),
             ))
         }
-        Some(n) => Some(Duration::from_secs(n.unsigned_abs())),
+        Some(n) => Some(crate::time::secs(n)),
     };
 
     let mut handlers = Vec::new();
@@ -222,7 +222,7 @@ pub fn resolve(p: &Probe, ty: ProbeType, c: &Container) -> Result<ProbeSpec, Pro
     let handler = handlers
         .pop()
         .ok_or_else(|| err("", "must specify a handler type".into()))?;
-    let s = |n: i32| Duration::from_secs(u64::from(n.unsigned_abs()));
+    let s = |n: i32| crate::time::secs(i64::from(n));
     Ok(ProbeSpec {
         handler,
         initial_delay: s(initial_delay),

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
@@ -104,7 +104,7 @@ pub fn past_active_deadline(pod: &Pod, start: Option<SystemTime>, now: SystemTim
         return false;
     };
     let Some(start) = start else { return false };
-    let deadline = Duration::from_secs(deadline.max(0).unsigned_abs());
+    let deadline = crate::time::secs(deadline);
     now.duration_since(start).is_ok_and(|ran| ran >= deadline)
 }
 
@@ -433,7 +433,7 @@ fn container_statuses(
                          The container used to be Running",
                     ));
                     if pod.metadata.deletion_timestamp.is_none() {
-                        st.restart_count += 1;
+                        st.restart_count = st.restart_count.saturating_add(1);
                     }
                 }
             }
@@ -516,7 +516,7 @@ fn convert(c: &Container, d: &ContainerDetails, old: Option<&ContainerStatus>) -
         ContainerState::Created => waiting_state(None, None),
         ContainerState::Exited => terminated(d),
         ContainerState::Unknown if old.is_some_and(|o| is_running(o.state.as_ref())) => {
-            restart_count = old.map_or(0, |o| o.restart_count) + 1;
+            restart_count = old.map_or(0, |o| o.restart_count).saturating_add(1);
             unknown_terminated("The container could not be located when the pod was terminated")
         }
         ContainerState::Unknown => waiting_state(None, None),

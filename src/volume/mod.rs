@@ -21,6 +21,7 @@
 pub mod hostpath;
 pub mod mount;
 
+use crate::safepath::{safe_join, UnsafePathError};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::io;
@@ -148,9 +149,10 @@ impl VolumeManager {
         self.root_dir.join("pods")
     }
 
-    /// `<root>/pods/<uid>`.
-    pub fn pod_dir(&self, uid: &str) -> PathBuf {
-        self.pods_dir().join(uid)
+    /// `<root>/pods/<uid>`; a UID that is not one plain name is refused (it comes
+    /// from the pod, or from a directory listing).
+    pub fn pod_dir(&self, uid: &str) -> Result<PathBuf, UnsafePathError> {
+        safe_join(&self.pods_dir(), uid)
     }
 
     /// Sets up every volume of `pod` that is not set up yet (upstream
@@ -208,7 +210,7 @@ impl VolumeManager {
 
     fn make_pod_dirs(&self, uid: &str) -> io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
-        let dir = self.pod_dir(uid);
+        let dir = self.pod_dir(uid)?;
         for d in [dir.clone(), dir.join("volumes"), dir.join("plugins")] {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -234,11 +236,12 @@ impl VolumeManager {
             }
         }
         let ed = v.empty_dir.clone().unwrap_or_default();
-        let dir = self
+        let plugin_dir = self
             .pod_dir(uid)
+            .map_err(|e| e.to_string())?
             .join("volumes")
-            .join(EMPTY_DIR_PLUGIN)
-            .join(&v.name);
+            .join(EMPTY_DIR_PLUGIN);
+        let dir = safe_join(&plugin_dir, &v.name).map_err(|e| e.to_string())?;
         make_world_writable_dir(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         match ed.medium.as_deref().unwrap_or("") {
@@ -274,7 +277,7 @@ impl VolumeManager {
     /// A memory emptyDir's size (upstream `calculateEmptyDirMemorySize`): the smallest
     /// of its sizeLimit and the pod's memory limit, else the node's allocatable memory.
     fn tmpfs_size(&self, pod: &Pod, size_limit: Option<&str>) -> Option<u64> {
-        let bytes = |milli: i128| u64::try_from((milli + 999) / 1000).ok();
+        let bytes = |milli: i128| u64::try_from(milli.saturating_add(999) / 1000).ok();
         let pod_limit = pod_memory_limit(pod).and_then(bytes);
         let limit = size_limit
             .and_then(parse_milli)
@@ -354,8 +357,14 @@ impl VolumeManager {
             );
             return Ok(());
         }
-        let dir = self.pod_dir(uid);
-        let trash = self.pods_dir().join(format!("{DELETING_PREFIX}{uid}"));
+        let refused = |e: UnsafePathError| VolumeError::Io {
+            what: "refusing orphaned pod directory".into(),
+            path: self.pods_dir(),
+            source: e.into(),
+        };
+        let dir = self.pod_dir(uid).map_err(refused)?;
+        let trash =
+            safe_join(&self.pods_dir(), &format!("{DELETING_PREFIX}{uid}")).map_err(refused)?;
         {
             let mut st = lock(&self.state);
             // A sync may have set the pod up again since the check above.
@@ -472,7 +481,7 @@ fn pod_memory_limit(pod: &Pod) -> Option<i128> {
     };
     let mut sum = 0i128;
     for c in &spec.containers {
-        sum += limit(c)?;
+        sum = sum.saturating_add(limit(c)?);
     }
     let init = spec
         .init_containers
@@ -627,7 +636,7 @@ fn prepare_sub_path(
     let escaped = || {
         format!("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")
     };
-    let path = base.join(sub);
+    let path = crate::safepath::safe_join_relative(base, sub).map_err(|e| e.to_string())?;
     if std::fs::symlink_metadata(&path).is_err() {
         let mode = std::fs::metadata(base)
             .map(|m| m.permissions().mode() & 0o7777)

@@ -15,3 +15,4 @@ mod spec;
 mod volumes;
 mod probes;
 mod servers;
+mod admission;

@@ -390,13 +390,28 @@ spec:
     command: ["sleep", "3600"]
     volumeMounts:
     - {{name: scratch, mountPath: /x, subPathExpr: "$(NOT_SET)"}}
+"#,
+            host = host.display().to_string()
+        ),
+    );
+    // A subPath climbing out of its volume is refused at admission now (upstream's
+    // validateLocalDescendingPath): the whole pod, so it lives in its own manifest.
+    node.write_manifest(
+        "escape.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: escape}}
+spec:
+  volumes:
+  - {{name: scratch, emptyDir: {{}}}}
+  containers:
   - name: escape
     image: {BUSYBOX}
     command: ["sleep", "3600"]
     volumeMounts:
     - {{name: scratch, mountPath: /x, subPath: "../../etc"}}
-"#,
-            host = host.display().to_string()
+"#
         ),
     );
     node.start(&[]);
@@ -413,11 +428,16 @@ spec:
     });
     let msg = wait_waiting(&node, "sub", "missing-var", "CreateContainerConfigError");
     assert_eq!(msg, "missing value for NOT_SET");
-    let msg = wait_waiting(&node, "sub", "escape", "CreateContainerConfigError");
-    assert_eq!(
-        msg,
-        "unable to provision SubPath `../../etc`: must not contain '..'"
-    );
+    let escape = node.manifests().join("escape.yaml").display().to_string();
+    wait_for("the escaping subPath to be refused", LONG, || {
+        node.log()
+            .lines()
+            .any(|l| {
+                l.contains(&format!("{escape}: document 0: invalid pod: spec.containers[0].volumeMounts.subPath: Invalid value: \"../../etc\": must not contain '..'"))
+            })
+            .then_some(())
+    });
+    assert!(node.containers_named("escape").is_empty());
 }
 
 #[test]
@@ -439,13 +459,26 @@ spec:
     image: {BUSYBOX}
     command: ["sleep", "3600"]
     volumeMounts: [{{name: cfg, mountPath: /cfg}}]
+  - name: fine
+    image: {BUSYBOX}
+    command: ["sh", "-c", {SLEEPER:?}]
+"#
+        ),
+    );
+    // A mount of a volume the pod does not declare is refused at admission now
+    // (upstream's ValidateVolumeMounts): the whole pod, so it has its own manifest.
+    node.write_manifest(
+        "m.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: m}}
+spec:
+  containers:
   - name: uses-missing
     image: {BUSYBOX}
     command: ["sleep", "3600"]
     volumeMounts: [{{name: not-declared, mountPath: /x}}]
-  - name: fine
-    image: {BUSYBOX}
-    command: ["sh", "-c", {SLEEPER:?}]
 "#
         ),
     );
@@ -456,11 +489,14 @@ spec:
         msg,
         "MountVolume.SetUp failed for volume \"cfg\" : unsupported volume type configMap (rkubelet supports emptyDir and hostPath)"
     );
-    let msg = wait_waiting(&node, "u", "uses-missing", "CreateContainerConfigError");
-    assert_eq!(
-        msg,
-        "cannot find volume \"not-declared\" to mount into container \"uses-missing\""
+    let refused = format!(
+        "{}: document 0: invalid pod: spec.containers[0].volumeMounts[0].name: Not found: \"not-declared\"",
+        node.manifests().join("m.yaml").display()
     );
+    wait_for("the undeclared volume to be refused", LONG, || {
+        node.log().contains(&refused).then_some(())
+    });
+    assert!(node.containers_named("uses-missing").is_empty());
     let log = node.log();
     assert!(
         log.contains("unsupported volume type persistentVolumeClaim"),

@@ -296,7 +296,8 @@ impl Client {
         let request = self
             .agent
             .configure_request(request)
-            .timeout_global(req.timeout)
+            // ureq adds the timeout to an Instant: an unbounded one would panic there.
+            .timeout_global(req.timeout.map(crate::time::clamp_timeout))
             .timeout_per_read(req.per_read)
             .build();
         Ok(self.agent.run(request))

@@ -192,10 +192,12 @@ impl Runtime for Docker {
 
     fn stop_container(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
         let op = format!("stop container {id}");
-        // Docker takes whole seconds; round up so a grace period is never cut short.
+        // Docker takes whole seconds, as an int it multiplies into nanoseconds: round
+        // up so a grace period is never cut short, and cap it so that never overflows.
+        let grace = crate::time::clamp_timeout(grace);
         let secs = grace.as_millis().div_ceil(1000);
         let path = format!("/containers/{}/stop?t={secs}", percent_encode(id));
-        let req = Req::post(path).timeout(Some(grace + STOP_EXTRA));
+        let req = Req::post(path).timeout(Some(grace.saturating_add(STOP_EXTRA)));
         // 304: already stopped; 404: already gone. Both are the state the caller wants.
         self.client.call_allowing(&op, req, &[304, 404]).map(|_| ())
     }
@@ -323,7 +325,7 @@ impl Runtime for Docker {
         timeout: Duration,
     ) -> Result<ExecResult, RuntimeError> {
         let op = format!("exec {:?} in container {id}", cmd.join(" "));
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::saturating_deadline(Instant::now(), timeout);
         let timed_out = || RuntimeError::Timeout {
             op: op.clone(),
             after: timeout,
