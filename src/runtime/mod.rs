@@ -11,6 +11,8 @@
 //! "runtime down": report, leave pods alone, retry later.
 
 pub mod docker;
+#[cfg(test)]
+pub mod fake;
 
 use std::collections::BTreeMap;
 use std::fmt;

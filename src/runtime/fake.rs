@@ -1,0 +1,582 @@
+//! `FakeRuntime`: an in-memory [`Runtime`] for unit tests of the logic above the
+//! runtime seam (the sync loop, the syncer, the pod killer, the prober loop). It keeps
+//! containers and images in a map, reads time from an injected [`FakeClock`], records
+//! every call, and lets a test script what Docker would do: a container that exits as
+//! soon as it starts, an error or a delay on the next calls of one operation.
+//!
+//! It is deliberately simple: no namespaces, no logs beyond what a test sets, no event
+//! stream (the PLEG's relist is what the logic relies on). The Docker client itself is
+//! tested against the real engine in `tests/it`; this fake is for logic only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use super::{
+    ContainerConfig, ContainerDetails, ContainerSettings, ContainerState, ContainerSummary,
+    ExecResult, ImageDetails, NamespaceMode, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
+    RuntimeVersion,
+};
+use crate::loops::lock;
+
+/// The label that names a Kubernetes container (as `kuberuntime` writes it).
+const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+
+/// A wall clock the test moves by hand.
+#[derive(Clone, Debug)]
+pub struct FakeClock(Arc<Mutex<SystemTime>>);
+
+impl Default for FakeClock {
+    fn default() -> Self {
+        // A fixed, recognisable start: 2026-01-01T00:00:00Z.
+        FakeClock(Arc::new(Mutex::new(
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600),
+        )))
+    }
+}
+
+impl FakeClock {
+    /// The current fake time.
+    pub fn now(&self) -> SystemTime {
+        *lock(&self.0)
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, d: Duration) {
+        let mut t = lock(&self.0);
+        *t += d;
+    }
+}
+
+/// The runtime's operations, for scripting faults and counting calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Op {
+    /// `version`
+    Version,
+    /// `list_containers`
+    List,
+    /// `inspect_container`
+    Inspect,
+    /// `create_container`
+    Create,
+    /// `start_container`
+    Start,
+    /// `stop_container`
+    Stop,
+    /// `remove_container`
+    Remove,
+    /// `inspect_image`
+    InspectImage,
+    /// `pull_image`
+    Pull,
+    /// `list_images`
+    ListImages,
+    /// `remove_image`
+    RemoveImage,
+    /// `logs`
+    Logs,
+    /// `exec`
+    Exec,
+    /// `events`
+    Events,
+}
+
+/// One recorded call: the operation and what it was about (a container ID or name,
+/// an image, or "").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// The operation.
+    pub op: Op,
+    /// Its subject.
+    pub target: String,
+}
+
+/// An error a scripted fault answers with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The runtime cannot be reached.
+    Unavailable,
+    /// The call timed out.
+    Timeout,
+    /// The runtime answered with an error status and message.
+    Api(u16, String),
+}
+
+impl Fault {
+    fn error(&self, op: Op, target: &str) -> RuntimeError {
+        let op = format!("{op:?} {target}");
+        match self {
+            Fault::Unavailable => RuntimeError::Unavailable {
+                endpoint: "fake://".into(),
+                source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            },
+            Fault::Timeout => RuntimeError::Timeout {
+                op,
+                after: Duration::from_secs(1),
+            },
+            Fault::Api(status, message) => RuntimeError::Api {
+                op,
+                status: *status,
+                message: message.clone(),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    containers: BTreeMap<String, ContainerDetails>,
+    images: BTreeMap<String, ImageDetails>,
+    /// Images a pull can fetch.
+    registry: BTreeSet<String>,
+    next_id: u64,
+    calls: Vec<Call>,
+    /// Per operation: errors for its next calls, in order.
+    faults: BTreeMap<Op, Vec<Fault>>,
+    /// Per operation: how long each call blocks before it acts.
+    delays: BTreeMap<Op, Duration>,
+    /// Kubernetes container name → exit code it exits with as soon as it starts.
+    exit_on_start: BTreeMap<String, i64>,
+    /// Answers of `exec`, by container ID.
+    exec_results: BTreeMap<String, ExecResult>,
+}
+
+/// The in-memory runtime.
+#[derive(Debug, Default)]
+pub struct FakeRuntime {
+    state: Mutex<State>,
+    clock: FakeClock,
+}
+
+impl FakeRuntime {
+    /// An empty runtime on `clock`.
+    pub fn new(clock: FakeClock) -> Self {
+        FakeRuntime {
+            state: Mutex::default(),
+            clock,
+        }
+    }
+
+    /// Makes `image` present on the node.
+    pub fn with_image(self, image: &str) -> Self {
+        let id = format!("sha256:{:064x}", lock(&self.state).images.len() + 1);
+        lock(&self.state)
+            .images
+            .insert(image.to_string(), image_details(image, &id));
+        self
+    }
+
+    /// Makes `image` pullable (absent until pulled).
+    pub fn with_pullable(self, image: &str) -> Self {
+        lock(&self.state).registry.insert(image.to_string());
+        self
+    }
+
+    /// The next `times` calls of `op` fail with `fault`.
+    pub fn fail(&self, op: Op, times: usize, fault: Fault) {
+        let mut st = lock(&self.state);
+        let queue = st.faults.entry(op).or_default();
+        queue.extend(std::iter::repeat_n(fault, times));
+    }
+
+    /// Every call of `op` blocks for `d` before it acts (a slow runtime).
+    pub fn delay(&self, op: Op, d: Duration) {
+        lock(&self.state).delays.insert(op, d);
+    }
+
+    /// Containers named `name` (the Kubernetes container name) exit with `code` as
+    /// soon as they start.
+    pub fn exit_on_start(&self, name: &str, code: i64) {
+        lock(&self.state)
+            .exit_on_start
+            .insert(name.to_string(), code);
+    }
+
+    /// What `exec` in container `id` answers.
+    pub fn set_exec_result(&self, id: &str, result: ExecResult) {
+        lock(&self.state)
+            .exec_results
+            .insert(id.to_string(), result);
+    }
+
+    /// A running container exits now with `code`.
+    pub fn exit(&self, id: &str, code: i64) {
+        let now = self.clock.now();
+        if let Some(c) = lock(&self.state).containers.get_mut(id) {
+            finish(c, code, now);
+        }
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        lock(&self.state).calls.clone()
+    }
+
+    /// How many calls of `op` were made.
+    pub fn count(&self, op: Op) -> usize {
+        lock(&self.state)
+            .calls
+            .iter()
+            .filter(|c| c.op == op)
+            .count()
+    }
+
+    /// Every container, in detail.
+    pub fn containers(&self) -> Vec<ContainerDetails> {
+        lock(&self.state).containers.values().cloned().collect()
+    }
+
+    /// Records the call, waits out its delay (without the lock), then answers its
+    /// scripted fault, if any.
+    fn enter(&self, op: Op, target: &str) -> Result<(), RuntimeError> {
+        let delay = {
+            let mut st = lock(&self.state);
+            st.calls.push(Call {
+                op,
+                target: target.to_string(),
+            });
+            st.delays.get(&op).copied()
+        };
+        if let Some(d) = delay {
+            std::thread::sleep(d);
+        }
+        let mut st = lock(&self.state);
+        match st.faults.get_mut(&op) {
+            Some(queue) if !queue.is_empty() => Err(queue.remove(0).error(op, target)),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn image_details(reference: &str, id: &str) -> ImageDetails {
+    ImageDetails {
+        id: id.to_string(),
+        repo_tags: vec![reference.to_string()],
+        repo_digests: Vec::new(),
+        size: 1 << 20,
+        entrypoint: Vec::new(),
+        cmd: vec!["/bin/sh".into()],
+        user: String::new(),
+        stop_signal: String::new(),
+    }
+}
+
+fn finish(c: &mut ContainerDetails, code: i64, now: SystemTime) {
+    if c.state == ContainerState::Running {
+        c.state = ContainerState::Exited;
+        c.exit_code = code;
+        c.finished_at = Some(now);
+        c.pid = 0;
+        c.ip_address.clear();
+    }
+}
+
+fn not_found(op: Op, target: &str) -> RuntimeError {
+    RuntimeError::NotFound {
+        op: format!("{op:?} {target}"),
+        message: format!("No such object: {target}"),
+    }
+}
+
+fn matches(labels: &BTreeMap<String, String>, filter: &[String]) -> bool {
+    filter.iter().all(|f| match f.split_once('=') {
+        Some((k, v)) => labels.get(k).is_some_and(|x| x == v),
+        None => labels.contains_key(f.as_str()),
+    })
+}
+
+fn mode(m: &Option<NamespaceMode>) -> String {
+    match m {
+        Some(NamespaceMode::Host) => "host".into(),
+        Some(NamespaceMode::Container(id)) => format!("container:{id}"),
+        Some(NamespaceMode::Shareable) => "shareable".into(),
+        Some(NamespaceMode::Private) | None => "default".into(),
+    }
+}
+
+impl Runtime for FakeRuntime {
+    fn version(&self) -> Result<RuntimeVersion, RuntimeError> {
+        self.enter(Op::Version, "")?;
+        Ok(RuntimeVersion {
+            runtime_name: "fake".into(),
+            runtime_version: "0.0.0".into(),
+            api_version: "1.41".into(),
+        })
+    }
+
+    fn list_containers(
+        &self,
+        label_filter: &[String],
+    ) -> Result<Vec<ContainerSummary>, RuntimeError> {
+        self.enter(Op::List, "")?;
+        let st = lock(&self.state);
+        Ok(st
+            .containers
+            .values()
+            .filter(|c| matches(&c.labels, label_filter))
+            .map(|c| ContainerSummary {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                labels: c.labels.clone(),
+                state: c.state,
+                image: c.image.clone(),
+                image_id: c.image_id.clone(),
+                created: c.created,
+            })
+            .collect())
+    }
+
+    fn inspect_container(&self, id: &str) -> Result<ContainerDetails, RuntimeError> {
+        self.enter(Op::Inspect, id)?;
+        lock(&self.state)
+            .containers
+            .get(id)
+            .cloned()
+            .ok_or_else(|| not_found(Op::Inspect, id))
+    }
+
+    fn create_container(&self, config: &ContainerConfig) -> Result<String, RuntimeError> {
+        self.enter(Op::Create, &config.name)?;
+        let now = self.clock.now();
+        let mut st = lock(&self.state);
+        if st.containers.values().any(|c| c.name == config.name) {
+            return Err(RuntimeError::Conflict {
+                op: format!("create container {}", config.name),
+                message: format!("the container name {:?} is already in use", config.name),
+            });
+        }
+        let image_id = match st.images.get(&config.image) {
+            Some(i) => i.id.clone(),
+            None => return Err(not_found(Op::Create, &config.image)),
+        };
+        st.next_id += 1;
+        let id = format!("{:064x}", st.next_id);
+        let details = ContainerDetails {
+            id: id.clone(),
+            name: config.name.clone(),
+            labels: config.labels.clone(),
+            state: ContainerState::Created,
+            image: config.image.clone(),
+            image_id,
+            created: now,
+            started_at: None,
+            finished_at: None,
+            exit_code: 0,
+            oom_killed: false,
+            error: String::new(),
+            pid: 0,
+            ip_address: String::new(),
+            network_mode: mode(&config.network),
+            settings: ContainerSettings {
+                env: config.env.clone(),
+                hostname: config.hostname.clone(),
+                ..ContainerSettings::default()
+            },
+        };
+        st.containers.insert(id.clone(), details);
+        Ok(id)
+    }
+
+    fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
+        self.enter(Op::Start, id)?;
+        let now = self.clock.now();
+        let mut st = lock(&self.state);
+        let exit_code = {
+            let c = st
+                .containers
+                .get(id)
+                .ok_or_else(|| not_found(Op::Start, id))?;
+            c.labels
+                .get(CONTAINER_NAME_LABEL)
+                .and_then(|n| st.exit_on_start.get(n))
+                .copied()
+        };
+        let n = st.next_id;
+        let c = st
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| not_found(Op::Start, id))?;
+        c.state = ContainerState::Running;
+        c.started_at = Some(now);
+        c.finished_at = None;
+        c.pid = 1000 + u32::try_from(n % 60_000).unwrap_or(0);
+        if c.network_mode == "default" {
+            c.ip_address = format!("10.88.{}.{}", (n / 250) % 250, n % 250 + 2);
+        }
+        if let Some(code) = exit_code {
+            finish(c, code, now);
+        }
+        Ok(())
+    }
+
+    fn stop_container(&self, id: &str, _grace: Duration) -> Result<(), RuntimeError> {
+        self.enter(Op::Stop, id)?;
+        let now = self.clock.now();
+        if let Some(c) = lock(&self.state).containers.get_mut(id) {
+            // As if the process honoured its stop signal.
+            finish(c, 0, now);
+        }
+        Ok(())
+    }
+
+    fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        self.enter(Op::Remove, id)?;
+        lock(&self.state).containers.remove(id);
+        Ok(())
+    }
+
+    fn inspect_image(&self, image: &str) -> Result<Option<ImageDetails>, RuntimeError> {
+        self.enter(Op::InspectImage, image)?;
+        Ok(lock(&self.state).images.get(image).cloned())
+    }
+
+    fn pull_image(&self, image: &str, _auth: Option<&RegistryAuth>) -> Result<(), RuntimeError> {
+        self.enter(Op::Pull, image)?;
+        let mut st = lock(&self.state);
+        if !st.registry.contains(image) {
+            return Err(RuntimeError::Api {
+                op: format!("pull {image}"),
+                status: 404,
+                message: format!("manifest for {image} not found"),
+            });
+        }
+        let id = format!("sha256:{:064x}", st.images.len() + 1);
+        st.images
+            .insert(image.to_string(), image_details(image, &id));
+        Ok(())
+    }
+
+    fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
+        self.enter(Op::ListImages, "")?;
+        Ok(lock(&self.state).images.values().cloned().collect())
+    }
+
+    fn remove_image(&self, image: &str) -> Result<(), RuntimeError> {
+        self.enter(Op::RemoveImage, image)?;
+        lock(&self.state)
+            .images
+            .remove(image)
+            .map(|_| ())
+            .ok_or_else(|| not_found(Op::RemoveImage, image))
+    }
+
+    fn logs(&self, id: &str, _tail: Option<u64>) -> Result<Vec<u8>, RuntimeError> {
+        self.enter(Op::Logs, id)?;
+        if lock(&self.state).containers.contains_key(id) {
+            Ok(Vec::new())
+        } else {
+            Err(not_found(Op::Logs, id))
+        }
+    }
+
+    fn exec(
+        &self,
+        id: &str,
+        _cmd: &[String],
+        _timeout: Duration,
+    ) -> Result<ExecResult, RuntimeError> {
+        self.enter(Op::Exec, id)?;
+        let st = lock(&self.state);
+        match st.containers.get(id) {
+            Some(c) if c.state == ContainerState::Running => {
+                Ok(st.exec_results.get(id).cloned().unwrap_or(ExecResult {
+                    exit_code: 0,
+                    stdout: Vec::new(),
+                    stderr: Vec::new(),
+                }))
+            }
+            Some(_) => Err(RuntimeError::Conflict {
+                op: format!("exec in {id}"),
+                message: "container is not running".into(),
+            }),
+            None => Err(not_found(Op::Exec, id)),
+        }
+    }
+
+    fn events(
+        &self,
+        _label_filter: &[String],
+        _on_event: &mut dyn FnMut(RuntimeEvent) -> bool,
+        should_stop: &dyn Fn() -> bool,
+    ) -> Result<(), RuntimeError> {
+        self.enter(Op::Events, "")?;
+        // No event stream: wait, as the real one does, until told to stop.
+        while !should_stop() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IMAGE: &str = "busybox:1";
+
+    fn config(name: &str, k8s_name: &str) -> ContainerConfig {
+        ContainerConfig {
+            name: name.into(),
+            image: IMAGE.into(),
+            labels: [(CONTAINER_NAME_LABEL.to_string(), k8s_name.to_string())].into(),
+            ..ContainerConfig::default()
+        }
+    }
+
+    #[test]
+    fn containers_live_and_die_on_the_fake_clock() {
+        let clock = FakeClock::default();
+        let rt = FakeRuntime::new(clock.clone()).with_image(IMAGE);
+        let id = rt.create_container(&config("k8s_a", "a")).expect("create");
+        assert!(matches!(
+            rt.create_container(&config("k8s_a", "a")),
+            Err(RuntimeError::Conflict { .. })
+        ));
+        clock.advance(Duration::from_secs(5));
+        rt.start_container(&id).expect("start");
+        let c = rt.inspect_container(&id).expect("inspect");
+        assert_eq!(c.state, ContainerState::Running);
+        assert_eq!(c.started_at, Some(clock.now()));
+        clock.advance(Duration::from_secs(7));
+        rt.exit(&id, 3);
+        let c = rt.inspect_container(&id).expect("inspect");
+        assert_eq!((c.state, c.exit_code), (ContainerState::Exited, 3));
+        assert_eq!(c.finished_at, Some(clock.now()));
+        let listed = rt
+            .list_containers(&[format!("{CONTAINER_NAME_LABEL}=a")])
+            .expect("list");
+        assert_eq!(listed.len(), 1);
+        assert!(rt
+            .list_containers(&[format!("{CONTAINER_NAME_LABEL}=b")])
+            .expect("list")
+            .is_empty());
+        rt.remove_container(&id).expect("remove");
+        assert!(rt.inspect_container(&id).is_err_and(|e| e.is_not_found()));
+    }
+
+    #[test]
+    fn scripted_exits_faults_and_pulls() {
+        let rt = FakeRuntime::new(FakeClock::default())
+            .with_image(IMAGE)
+            .with_pullable("app:2");
+        rt.exit_on_start("crasher", 1);
+        let id = rt
+            .create_container(&config("k8s_c", "crasher"))
+            .expect("create");
+        rt.start_container(&id).expect("start");
+        assert_eq!(
+            rt.inspect_container(&id).expect("inspect").state,
+            ContainerState::Exited
+        );
+
+        rt.fail(Op::Start, 1, Fault::Unavailable);
+        assert!(rt.start_container(&id).is_err_and(|e| e.is_unavailable()));
+        rt.start_container(&id).expect("the fault was used up");
+
+        assert!(rt.pull_image("nope:1", None).is_err());
+        rt.pull_image("app:2", None).expect("pull");
+        assert!(rt.inspect_image("app:2").expect("inspect").is_some());
+        assert_eq!(rt.count(Op::Start), 3);
+        assert_eq!(rt.count(Op::Pull), 2);
+    }
+}
