@@ -1,0 +1,124 @@
+//! The pod sources the kubelet is configured with: their settings checked and their
+//! files read before anything starts ([`PreparedSources::prepare`]), then each one
+//! started on its own loop and registered with the merge ([`PreparedSources::start`]).
+
+use std::sync::Arc;
+
+use crate::config::KubeletConfig;
+use crate::loops::Loops;
+use crate::podconfig::{Source, SourceUpdate};
+
+use super::StartError;
+
+/// The sources beyond the directory, with their settings checked and their files
+/// read, ready to start.
+pub(super) struct PreparedSources {
+    etcd: Option<crate::podconfig::etcd::EtcdConfig>,
+    api: Option<Arc<crate::apiclient::ApiClient>>,
+}
+
+impl PreparedSources {
+    pub(super) fn prepare(cfg: &KubeletConfig) -> Result<PreparedSources, StartError> {
+        let boxed = |e: Box<dyn std::error::Error + Send + Sync>| StartError::Source(e);
+        let api = match &cfg.kubeconfig {
+            Some(path) => {
+                let rest =
+                    crate::apiclient::kubeconfig::load(path).map_err(|e| boxed(Box::new(e)))?;
+                let client =
+                    crate::apiclient::ApiClient::new(rest).map_err(|e| boxed(Box::new(e)))?;
+                Some(Arc::new(client))
+            }
+            None => None,
+        };
+        let mut prepared = PreparedSources { etcd: None, api };
+        if !cfg.etcd_servers.is_empty() {
+            let read = |flag: &str,
+                        p: &Option<std::path::PathBuf>|
+             -> Result<Option<Vec<u8>>, StartError> {
+                p.as_ref()
+                    .map(|p| {
+                        std::fs::read(p).map_err(|e| {
+                            boxed(format!("{flag} {}: cannot read it: {e}", p.display()).into())
+                        })
+                    })
+                    .transpose()
+            };
+            let tls = crate::apiclient::http::TlsSettings {
+                ca_pem: read("--etcd-cafile", &cfg.etcd_cafile)?,
+                cert_pem: read("--etcd-certfile", &cfg.etcd_certfile)?,
+                key_pem: read("--etcd-keyfile", &cfg.etcd_keyfile)?,
+                insecure: false,
+            };
+            crate::apiclient::http::tls_config(&tls)
+                .map_err(|r| boxed(format!("etcd TLS files: {r}").into()))?;
+            prepared.etcd = Some(crate::podconfig::etcd::EtcdConfig {
+                servers: cfg.etcd_servers.clone(),
+                prefix: cfg.etcd_prefix.clone(),
+                tls,
+            });
+        }
+        Ok(prepared)
+    }
+
+    /// Starts every configured source; returns them, for the merge to wait for.
+    pub(super) fn start(
+        self,
+        loops: &Loops,
+        cfg: &KubeletConfig,
+        tx: &crossbeam_channel::Sender<SourceUpdate>,
+    ) -> Result<Vec<Source>, StartError> {
+        let mut sources = Vec::new();
+        if let Some(path) = &cfg.static_pod_path {
+            crate::podconfig::file::start(
+                loops,
+                path.clone(),
+                cfg.node_name.clone(),
+                cfg.file_check_frequency,
+                tx.clone(),
+            )?;
+            sources.push(Source::File);
+        }
+        if let Some(url) = &cfg.manifest_url {
+            crate::podconfig::http::start(
+                loops,
+                url.clone(),
+                cfg.manifest_url_headers.clone(),
+                cfg.node_name.clone(),
+                cfg.http_check_frequency,
+                tx.clone(),
+            )?;
+            sources.push(Source::Http);
+        }
+        if let Some(etcd_cfg) = self.etcd {
+            let etcd = crate::podconfig::etcd::EtcdSource::new(
+                etcd_cfg,
+                cfg.node_name.clone(),
+                tx.clone(),
+            )
+            .map_err(|e| StartError::Source(Box::new(e)))?;
+            crate::podconfig::etcd::start(loops, etcd)?;
+            sources.push(Source::Etcd);
+        }
+        match self.api {
+            Some(client) => {
+                let source = crate::podconfig::apiserver::ApiSource::new(
+                    client,
+                    cfg.node_name.clone(),
+                    tx.clone(),
+                );
+                crate::podconfig::apiserver::start(loops, source)?;
+                sources.push(Source::Api);
+            }
+            None => log::info!("Kubelet is running in standalone mode, will skip API server sync"),
+        }
+        log::info!(
+            "pod sources: {}",
+            sources
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        Ok(sources)
+    }
+}

@@ -1,0 +1,337 @@
+//! The `sync-loop` thread (upstream `syncLoop` / `syncLoopIteration`, the `Handle*`
+//! functions and `HandlePodCleanups`): one closed [`Event`] enum, one `next_event()`
+//! over a `select!`, one `handle_event()`. It owns the pod manager and the PodConfig
+//! merge and never calls the runtime itself: every pod's work goes to the pod workers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use crossbeam_channel::Receiver;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::health::RuntimeHealth;
+use crate::kuberuntime::RuntimeManager;
+use crate::loops::{LoopHandle, Stop};
+use crate::pleg::{PlegEvent, PlegEventType, PlegShared};
+use crate::pod_workers::{Kill, PodWorkers, Work, WorkQueue};
+use crate::podconfig::{PodConfig, PodOp, PodUpdate, SourceUpdate};
+use crate::prober::{ProbeEvent, ProbeManager, ProbeResult, ProbeType};
+use crate::server::readonly::PodsView;
+use crate::status::{self, StatusCache};
+use crate::volume::VolumeManager;
+
+use super::{HOUSEKEEPING_PERIOD, HOUSEKEEPING_WARNING, SYNC_TICK};
+
+/// What woke the sync loop (upstream `syncLoopIteration`'s channels).
+#[derive(Debug)]
+pub(super) enum Event {
+    Config(SourceUpdate),
+    Pleg(PlegEvent),
+    Probe(ProbeEvent),
+    RuntimeUp,
+    SyncTick,
+    Housekeeping,
+    Shutdown,
+}
+
+pub(super) struct SyncLoop {
+    pub(super) pod_config: PodConfig,
+    /// The pod manager: desired pods by UID. Owned here only.
+    pub(super) pods: HashMap<String, Arc<Pod>>,
+    pub(super) view: Arc<PodsView>,
+    pub(super) workers: Arc<PodWorkers>,
+    pub(super) queue: Arc<WorkQueue>,
+    pub(super) pleg: Arc<PlegShared>,
+    pub(super) runtime_health: Arc<RuntimeHealth>,
+    pub(super) statuses: Arc<StatusCache>,
+    pub(super) manager: Arc<RuntimeManager>,
+    pub(super) volumes: Arc<VolumeManager>,
+    pub(super) sources_rx: Receiver<SourceUpdate>,
+    pub(super) pleg_rx: Receiver<PlegEvent>,
+    pub(super) probe_rx: Receiver<ProbeEvent>,
+    pub(super) probes: Arc<ProbeManager>,
+    pub(super) up_rx: Receiver<()>,
+    pub(super) last_status_line: String,
+}
+
+impl SyncLoop {
+    pub(super) fn run(mut self, stop: &Stop, handle: &LoopHandle) {
+        let sync_tick = crossbeam_channel::tick(SYNC_TICK);
+        let housekeeping = crossbeam_channel::tick(HOUSEKEEPING_PERIOD);
+        log::info!("Starting kubelet main sync loop");
+        loop {
+            let event = self.next_event(stop, &sync_tick, &housekeeping);
+            let began = handle.begin_tick();
+            if matches!(event, Event::Shutdown) {
+                handle.end_tick(began, None);
+                return;
+            }
+            self.handle_event(event);
+            // Pods held back by a name conflict between sources or refused as invalid
+            // stay visible (as this loop's warning on /healthz?verbose and
+            // /debug/loops) while it lasts.
+            let conflicts = self.pod_config.held_back();
+            handle.end_tick(began, (!conflicts.is_empty()).then(|| conflicts.join("\n")));
+        }
+    }
+
+    pub(super) fn next_event(
+        &self,
+        stop: &Stop,
+        sync_tick: &Receiver<Instant>,
+        housekeeping: &Receiver<Instant>,
+    ) -> Event {
+        // select! picks among ready arms at random; nothing here depends on the order.
+        crossbeam_channel::select! {
+            recv(stop.receiver()) -> _ => Event::Shutdown,
+            recv(self.sources_rx) -> u => match u {
+                Ok(u) => Event::Config(u),
+                // Every source has stopped: only shutdown does that.
+                Err(_) => Event::Shutdown,
+            },
+            recv(self.pleg_rx) -> e => match e {
+                Ok(e) => Event::Pleg(e),
+                Err(_) => Event::Shutdown,
+            },
+            recv(self.probe_rx) -> e => match e {
+                Ok(e) => Event::Probe(e),
+                Err(_) => Event::Shutdown,
+            },
+            recv(self.up_rx) -> _ => Event::RuntimeUp,
+            recv(sync_tick) -> _ => Event::SyncTick,
+            recv(housekeeping) -> _ => Event::Housekeeping,
+        }
+    }
+
+    pub(super) fn handle_event(&mut self, event: Event) {
+        match event {
+            Event::Config(u) => {
+                let now = crate::time::rfc3339_nano(SystemTime::now());
+                let mut updates = self.pod_config.merge(u, &now);
+                // Drain a burst of snapshots in one iteration.
+                while let Ok(u) = self.sources_rx.try_recv() {
+                    updates.extend(self.pod_config.merge(u, &now));
+                }
+                for u in updates {
+                    self.handle_update(u);
+                }
+                self.publish();
+            }
+            Event::Pleg(e) => {
+                let mut events = vec![e];
+                events.extend(self.pleg_rx.try_iter());
+                for e in events {
+                    if e.kind == PlegEventType::ContainerRemoved {
+                        continue;
+                    }
+                    if let Some(pod) = self.pods.get(&e.pod_uid) {
+                        self.workers.update_pod(&e.pod_uid, Work::Sync(pod.clone()));
+                    }
+                }
+            }
+            Event::Probe(e) => {
+                // A changed result syncs its pod at once (upstream: liveness failures,
+                // readiness and startup changes; the prober sends only those).
+                let mut uids = std::collections::BTreeSet::new();
+                for e in std::iter::once(e).chain(self.probe_rx.try_iter()) {
+                    if e.probe_type == ProbeType::Liveness && e.result == ProbeResult::Failure {
+                        log::info!(
+                            "SyncLoop (probe) probe=liveness status=unhealthy pod={} container={}",
+                            e.pod_uid,
+                            e.container
+                        );
+                    }
+                    uids.insert(e.pod_uid);
+                }
+                for uid in uids {
+                    if let Some(pod) = self.pods.get(&uid) {
+                        self.workers.update_pod(&uid, Work::Sync(pod.clone()));
+                    }
+                }
+            }
+            Event::RuntimeUp => {
+                for (uid, pod) in &self.pods {
+                    self.workers.update_pod(uid, Work::Sync(pod.clone()));
+                }
+            }
+            Event::SyncTick => {
+                if self.runtime_health.healthy(Instant::now()).is_err() {
+                    log::debug!("Skipping pod synchronization: container runtime is not up");
+                    return;
+                }
+                let mut due = self.queue.take_due(Instant::now());
+                due.extend(self.past_deadline(SystemTime::now()));
+                due.sort();
+                due.dedup();
+                for uid in due {
+                    if let Some(pod) = self.pods.get(&uid) {
+                        self.workers.update_pod(&uid, Work::Sync(pod.clone()));
+                    }
+                }
+                self.workers.requeue_stranded();
+            }
+            Event::Housekeeping => self.housekeeping(),
+            Event::Shutdown => {}
+        }
+    }
+
+    pub(super) fn handle_update(&mut self, u: PodUpdate) {
+        match u.op {
+            PodOp::Add | PodOp::Update | PodOp::Delete => {
+                for pod in u.pods {
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    let pod = Arc::new(pod);
+                    if u.op == PodOp::Add {
+                        log::info!(
+                            "SyncLoop ADD source={} pod={}",
+                            u.source,
+                            crate::kuberuntime::actions::format_pod(&pod)
+                        );
+                    } else {
+                        log::info!(
+                            "SyncLoop UPDATE source={} pod={}",
+                            u.source,
+                            crate::kuberuntime::actions::format_pod(&pod)
+                        );
+                    }
+                    self.pods.insert(uid.clone(), pod.clone());
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        // Gracefully deleted at its source: stop it with its grace
+                        // (each container's: the deletion grace, else its spec's).
+                        self.workers.update_pod(
+                            &uid,
+                            Work::Kill(Kill {
+                                pod: Some(pod),
+                                grace: None,
+                                remove: false,
+                            }),
+                        );
+                    } else {
+                        self.workers.update_pod(&uid, Work::Sync(pod));
+                    }
+                }
+            }
+            PodOp::Remove => {
+                for pod in u.pods {
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    log::info!(
+                        "SyncLoop REMOVE source={} pod={}",
+                        u.source,
+                        crate::kuberuntime::actions::format_pod(&pod)
+                    );
+                    self.pods.remove(&uid);
+                    self.queue.remove(&uid);
+                    if self.pod_config.seen_all_sources() {
+                        self.workers.update_pod(
+                            &uid,
+                            Work::Kill(Kill {
+                                pod: Some(Arc::new(pod)),
+                                grace: None,
+                                remove: true,
+                            }),
+                        );
+                    } else {
+                        // Upstream refuses deletes until every source is ready;
+                        // housekeeping kills the pod as an orphan once they are.
+                        log::info!("skipping delete of {uid}: sources are not ready yet");
+                    }
+                }
+            }
+            PodOp::Reconcile => {
+                for pod in u.pods {
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    self.pods.insert(uid, Arc::new(pod));
+                }
+            }
+        }
+    }
+
+    /// Pods whose `activeDeadlineSeconds` has passed and that are not failed yet: the
+    /// sync tick syncs them, which fails and stops them (upstream: the
+    /// `activeDeadlineHandler`'s `ShouldSync` in `getPodsToSync`).
+    pub(super) fn past_deadline(&self, now: SystemTime) -> Vec<String> {
+        self.pods
+            .iter()
+            .filter(|(uid, pod)| {
+                let Some(st) = self.statuses.get(uid) else {
+                    return false;
+                };
+                !status::is_terminal_phase(st.phase.as_deref())
+                    && status::past_active_deadline(pod, status::start_time(&st), now)
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect()
+    }
+
+    pub(super) fn publish(&self) {
+        let mut pods: Vec<Arc<Pod>> = self.pods.values().cloned().collect();
+        pods.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        self.view.publish(pods);
+    }
+
+    /// Upstream `HandlePodCleanups`: kill runtime pods that no source wants (orphans),
+    /// forget statuses of pods that are gone, expire backoff entries. Skipped until
+    /// every source has sent its first snapshot, so a restart never kills pods whose
+    /// source has not spoken yet.
+    pub(super) fn housekeeping(&mut self) {
+        if !self.pod_config.seen_all_sources() {
+            log::debug!(
+                "housekeeping skipped: sources not ready: {:?}",
+                self.pod_config.sources_not_ready()
+            );
+            return;
+        }
+        let began = Instant::now();
+        for (uid, info) in self.pleg.runtime_pods().iter() {
+            if self.pods.contains_key(uid) || self.workers.is_active(uid) {
+                continue;
+            }
+            log::info!("killing orphaned pod {} ({uid})", info.full_name);
+            self.workers.update_pod(
+                uid,
+                Work::Kill(Kill {
+                    pod: None,
+                    // From a Docker label: any i64, negative or huge.
+                    grace: Some(crate::time::secs(info.grace_seconds)),
+                    remove: true,
+                }),
+            );
+        }
+        self.probes
+            .cleanup_pods(&|uid| self.pods.contains_key(uid) || self.workers.is_active(uid));
+        for uid in self.statuses.uids() {
+            if !self.pods.contains_key(&uid) && !self.workers.is_active(&uid) {
+                self.statuses.remove(&uid);
+            }
+        }
+        self.manager.gc_backoff();
+        // Only now (every source seen) may pod directories of other pods go.
+        self.volumes.set_desired_pods(self.pods.keys().cloned());
+        self.status_line();
+        if began.elapsed() > HOUSEKEEPING_WARNING {
+            log::warn!(
+                "Housekeeping took longer than expected: {:?}",
+                began.elapsed()
+            );
+        }
+    }
+
+    /// Tells systemd (if it is listening) how many pods run, when that changes.
+    pub(super) fn status_line(&mut self) {
+        let running = self
+            .pods
+            .keys()
+            .filter_map(|u| self.statuses.get(u))
+            .filter(|s| s.phase.as_deref() == Some("Running"))
+            .count();
+        let line = format!("{} pods, {} running", self.pods.len(), running);
+        if line != self.last_status_line {
+            crate::systemd::notify(&format!("STATUS={line}"));
+            self.last_status_line = line;
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The pod workers' syncer (upstream `Kubelet.SyncPod` / `SyncTerminatingPod` as the
+//! pod workers call them): runs the runtime manager for one pod, publishes the status
+//! it computes, keeps the prober's view of the pod current, and hands whole-pod kills
+//! to the pod killer so no worker waits out a grace period.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::kuberuntime::{KillPodRequest, RuntimeManager, SyncInputs};
+use crate::pod_killer::PodKiller;
+use crate::pod_workers::{Kill, Outcome, PodSyncer, PodWorkers, WorkQueue};
+use crate::prober::ProbeManager;
+use crate::status::{self, StatusCache, StatusInputs};
+
+use super::SYNC_ERROR_REQUEUE;
+
+/// The pod workers' syncer: runs the runtime manager, publishes the status, and hands
+/// whole-pod kills to the pod killer.
+pub(super) struct SyncHandler {
+    pub(super) manager: Arc<RuntimeManager>,
+    pub(super) statuses: Arc<StatusCache>,
+    pub(super) queue: Arc<WorkQueue>,
+    pub(super) probes: Arc<ProbeManager>,
+    pub(super) host_ip: String,
+    pub(super) resync: Duration,
+    pub(super) killer: PodKiller,
+    pub(super) workers: Arc<PodWorkers>,
+}
+
+impl SyncHandler {
+    /// Hands a kill to the pod killer; when it ends, `after` runs and the pod's slot is
+    /// released.
+    pub(super) fn hand_over(
+        &self,
+        req: KillPodRequest,
+        was_kill: bool,
+        after: impl FnOnce(Result<(), crate::runtime::RuntimeError>) + Send + 'static,
+    ) -> Outcome {
+        let workers = self.workers.clone();
+        let uid = req.uid.clone();
+        self.killer.submit(
+            req,
+            Box::new(move |r| {
+                after(r);
+                workers.finish(&uid, was_kill);
+            }),
+        );
+        Outcome::Continues
+    }
+}
+
+impl PodSyncer for SyncHandler {
+    fn sync_pod(&self, pod: &Arc<Pod>) -> Outcome {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let previous = self.statuses.get(&uid);
+        let now = SystemTime::now();
+        // A pod that is done only stops: its phase is terminal, its active deadline
+        // passed (upstream's activeDeadlineHandler), or it is being deleted.
+        let terminal = previous
+            .as_deref()
+            .is_some_and(|p| status::is_terminal_phase(p.phase.as_deref()))
+            || status::past_active_deadline(
+                pod,
+                previous.as_deref().and_then(status::start_time),
+                now,
+            )
+            || pod.metadata.deletion_timestamp.is_some();
+        match self.manager.sync_pod(pod, &SyncInputs { terminal }) {
+            Ok(r) => {
+                let st = status::generate(
+                    pod,
+                    &r.runtime_pod,
+                    &StatusInputs {
+                        waiting: &r.waiting,
+                        previous: previous.as_deref(),
+                        host_ip: &self.host_ip,
+                        now,
+                        pod_is_terminal: pod.metadata.deletion_timestamp.is_some(),
+                        probes: Some(self.probes.results()),
+                    },
+                );
+                // The prober follows the containers this sync left running.
+                self.probes
+                    .update_pod(pod, &r.runtime_pod, st.pod_ip.as_deref());
+                if st.phase != previous.as_deref().and_then(|p| p.phase.clone()) {
+                    log::info!(
+                        "pod {}: phase {}{}",
+                        crate::kuberuntime::actions::format_pod(pod),
+                        st.phase.as_deref().unwrap_or_default(),
+                        st.reason
+                            .as_deref()
+                            .map(|r| format!(" ({r})"))
+                            .unwrap_or_default()
+                    );
+                }
+                self.statuses.set(&uid, st);
+                if r.kill_pod {
+                    // Sync again once it is down: a new sandbox, or the final status.
+                    let queue = self.queue.clone();
+                    let u = uid.clone();
+                    let req = KillPodRequest {
+                        uid,
+                        pod: Some(pod.clone()),
+                        grace_override: None,
+                        remove: false,
+                    };
+                    return self.hand_over(req, false, move |res| {
+                        if let Err(e) = res {
+                            log::warn!("killing pod {u}: {}", crate::loops::error_chain(&e));
+                        }
+                        queue.enqueue(&u, Duration::ZERO);
+                    });
+                }
+                let after = r.requeue_after.map_or(self.resync, |d| d.min(self.resync));
+                self.queue.enqueue(&uid, after);
+            }
+            Err(e) => {
+                if e.runtime_unavailable() {
+                    log::debug!("{}", crate::loops::error_chain(&e));
+                } else {
+                    log::warn!("{}", crate::loops::error_chain(&e));
+                }
+                self.queue.enqueue(&uid, SYNC_ERROR_REQUEUE);
+            }
+        }
+        Outcome::Done
+    }
+
+    fn kill_pod(&self, uid: &str, kill: &Kill) -> Outcome {
+        // Nothing probes a pod that is going away.
+        self.probes.remove_pod(uid);
+        let req = KillPodRequest {
+            uid: uid.to_string(),
+            pod: kill.pod.clone(),
+            grace_override: kill.grace,
+            remove: kill.remove,
+        };
+        let statuses = self.statuses.clone();
+        let queue = self.queue.clone();
+        let u = uid.to_string();
+        let remove = kill.remove;
+        self.hand_over(req, true, move |res| match res {
+            Ok(()) if remove => {
+                statuses.remove(&u);
+                queue.remove(&u);
+            }
+            Ok(()) => {
+                // Upstream `TerminatePod`: what did not end visibly ended unknown.
+                if let Some(prev) = statuses.get(&u) {
+                    statuses.set(&u, status::terminate(&prev));
+                }
+            }
+            Err(e) => log::warn!(
+                "killing pod {u}: {} (housekeeping retries)",
+                crate::loops::error_chain(&e)
+            ),
+        })
+    }
+}
