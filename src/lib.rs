@@ -31,6 +31,7 @@ pub mod apiclient;
 pub mod kubelet;
 pub mod pod_workers;
 pub mod pod_killer;
+pub mod container;
 pub mod kuberuntime;
 pub mod images;
 pub mod volume;

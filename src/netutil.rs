@@ -59,6 +59,15 @@ fn interface_addrs() -> Vec<(String, Ipv4Addr)> {
     out
 }
 
+/// `host:port`, with brackets around an IPv6 address (Go's `net.JoinHostPort`).
+pub fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +76,12 @@ mod tests {
     fn node_ip_is_an_ipv4_address() {
         let ip: Ipv4Addr = node_ip().parse().expect("an IPv4 address");
         assert!(!ip.is_unspecified());
+    }
+
+    #[test]
+    fn join_host_port_brackets_ipv6() {
+        assert_eq!(join_host_port("10.0.0.1", 80), "10.0.0.1:80");
+        assert_eq!(join_host_port("::1", 80), "[::1]:80");
+        assert_eq!(join_host_port("[::1]", 80), "[::1]:80");
     }
 }

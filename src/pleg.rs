@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
 
-use crate::kuberuntime::labels;
+use crate::container::labels;
 use crate::loops::lock;
 use crate::runtime::{ContainerState, Runtime, RuntimeError};
 
@@ -228,7 +228,7 @@ impl Pleg {
             log::debug!(
                 "pleg: {:?} {} in pod {}",
                 ev.kind,
-                crate::kuberuntime::short(&ev.container_id),
+                crate::container::short(&ev.container_id),
                 ev.pod_uid
             );
             if ev.kind == PlegEventType::ContainerChanged {

@@ -26,10 +26,10 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::kuberuntime::backoff::Backoff;
+use crate::container::backoff::Backoff;
+use crate::container::Waiting;
 use crate::loops::lock;
 use crate::runtime::{Runtime, RuntimeError};
-use crate::status::Waiting;
 
 /// Pulls images as pods need them. Shared by all pod workers.
 #[derive(Debug)]

@@ -186,13 +186,13 @@ impl SyncLoop {
                         log::info!(
                             "SyncLoop ADD source={} pod={}",
                             u.source,
-                            crate::kuberuntime::actions::format_pod(&pod)
+                            crate::container::format_pod(&pod)
                         );
                     } else {
                         log::info!(
                             "SyncLoop UPDATE source={} pod={}",
                             u.source,
-                            crate::kuberuntime::actions::format_pod(&pod)
+                            crate::container::format_pod(&pod)
                         );
                     }
                     self.pods.insert(uid.clone(), pod.clone());
@@ -218,7 +218,7 @@ impl SyncLoop {
                     log::info!(
                         "SyncLoop REMOVE source={} pod={}",
                         u.source,
-                        crate::kuberuntime::actions::format_pod(&pod)
+                        crate::container::format_pod(&pod)
                     );
                     self.pods.remove(&uid);
                     self.queue.remove(&uid);

@@ -87,7 +87,7 @@ impl PodSyncer for SyncHandler {
                 if st.phase != previous.as_deref().and_then(|p| p.phase.clone()) {
                     log::info!(
                         "pod {}: phase {}{}",
-                        crate::kuberuntime::actions::format_pod(pod),
+                        crate::container::format_pod(pod),
                         st.phase.as_deref().unwrap_or_default(),
                         st.reason
                             .as_deref()

@@ -14,9 +14,9 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 use super::backoff::Backoff;
 use super::labels::{self, ContainerKind};
-use super::RuntimePod;
+use crate::container::Waiting;
+use crate::container::{format_pod, RuntimePod};
 use crate::runtime::{ContainerDetails, ContainerState};
-use crate::status::Waiting;
 
 /// Start one container of the spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,16 +108,6 @@ pub fn backoff_key(pod: &Pod, c: &Container) -> String {
         pod.metadata.uid.as_deref().unwrap_or_default(),
         c.name,
         labels::container_hash(c)
-    )
-}
-
-/// `name_namespace(uid)`, upstream's `format.Pod`.
-pub fn format_pod(pod: &Pod) -> String {
-    format!(
-        "{}_{}({})",
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.uid.as_deref().unwrap_or_default()
     )
 }
 
@@ -270,7 +260,7 @@ pub fn kill_unhealthy(
     a: &mut PodActions,
     pod: &Pod,
     rt: &RuntimePod,
-    failed_probe: &dyn Fn(&str) -> Option<crate::prober::ProbeType>,
+    failed_probe: &dyn Fn(&str) -> Option<crate::container::ProbeType>,
     inp: &ActionInputs<'_>,
 ) {
     let Some(spec) = &pod.spec else {
@@ -303,7 +293,7 @@ pub fn kill_unhealthy(
             kind: ContainerKind::App,
             message,
             reason: match ty {
-                crate::prober::ProbeType::Startup => KillReason::StartupProbe,
+                crate::container::ProbeType::Startup => KillReason::StartupProbe,
                 _ => KillReason::LivenessProbe,
             },
         });
@@ -434,7 +424,7 @@ pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, inp: &ActionInputs<'_>) -
         if d.state != ContainerState::Running {
             continue;
         }
-        let kind = crate::status::kind_of(d);
+        let kind = crate::container::kind_of(d);
         let known = match kind {
             ContainerKind::App => spec.containers.iter().any(|c| c.name == name),
             ContainerKind::Init => inits.iter().any(|c| c.name == name),
@@ -744,7 +734,7 @@ mod tests {
 
     #[test]
     fn failed_liveness_kills_and_restarts_only_that_container_then_backs_off() {
-        use crate::prober::ProbeType;
+        use crate::container::ProbeType;
         let p = pod(&["a", "b"], "Always");
         let rt = running_pod(vec![
             ctr(&p, "a", ContainerState::Running, 0, 0, 10),
@@ -796,7 +786,7 @@ mod tests {
 
     #[test]
     fn failed_liveness_under_never_kills_without_restart() {
-        use crate::prober::ProbeType;
+        use crate::container::ProbeType;
         let p = pod(&["a"], "Never");
         let rt = running_pod(vec![ctr(&p, "a", ContainerState::Running, 0, 0, 10)]);
         let b = Backoff::default();

@@ -13,21 +13,21 @@
 
 pub mod dns;
 pub mod env;
-pub mod expansion;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSecurityContext, SecurityContext};
 
-use super::actions::{format_pod, StartAction};
+use super::actions::StartAction;
 use super::labels;
 use super::ManagerConfig;
+use crate::container::format_pod;
+use crate::container::Waiting;
 use crate::images::normalize_image;
 use crate::runtime::{
     ContainerConfig, Mount, NamespaceMode, PortBinding, Resources, Runtime, RuntimeError,
 };
-use crate::status::Waiting;
 use crate::volume::VolumeManager;
 use dns::DnsSettings;
 use env::NodeFacts;
@@ -663,7 +663,7 @@ pub fn host_ports(pod: &Pod) -> Vec<PortBinding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kuberuntime::labels::ContainerKind;
+    use crate::container::labels::ContainerKind;
     use k8s_openapi::api::core::v1::{
         Capabilities, ContainerPort, PodSpec, ResourceRequirements, SeccompProfile,
     };

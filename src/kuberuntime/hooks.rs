@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::actions::format_pod;
+use crate::container::format_pod;
 use crate::runtime::Runtime;
 
 /// Upstream runs postStart without a timeout, so a hung hook holds the pod's sync for

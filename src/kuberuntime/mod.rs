@@ -9,10 +9,8 @@
 //! blocks freely. The sync loop never calls it.
 
 pub mod actions;
-pub mod backoff;
 pub mod container;
 pub mod hooks;
-pub mod labels;
 
 use crate::safepath::{safe_join, UnsafePathError};
 use std::collections::{BTreeMap, HashMap};
@@ -25,10 +23,10 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::Receiver;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
+use crate::container::{backoff, format_pod, labels, short, RuntimePod, Waiting};
 use crate::images::ImageManager;
 use crate::loops::{lock, Never};
 use crate::runtime::{ContainerConfig, ContainerDetails, ContainerState, Runtime, RuntimeError};
-use crate::status::Waiting;
 use actions::{ActionInputs, KillAction, KillReason, PodActions, StartAction};
 use backoff::Backoff;
 use labels::ContainerKind;
@@ -49,54 +47,6 @@ pub const TERMINATION_MESSAGE_LOG_BYTES: usize = 2048;
 const MESSAGE_CACHE_ENTRIES: usize = 4096;
 /// The sandbox holds only namespaces: no grace needed beyond a moment.
 const SANDBOX_STOP_GRACE: Duration = Duration::from_secs(2);
-
-/// A pod as the runtime holds it: its sandboxes and containers, newest first.
-#[derive(Clone, Debug, Default)]
-pub struct RuntimePod {
-    /// Sandbox containers, newest first.
-    pub sandboxes: Vec<ContainerDetails>,
-    /// App and init containers, newest first.
-    pub containers: Vec<ContainerDetails>,
-}
-
-impl RuntimePod {
-    /// The newest sandbox, if it is running.
-    pub fn running_sandbox(&self) -> Option<&ContainerDetails> {
-        self.sandboxes
-            .first()
-            .filter(|s| s.state == ContainerState::Running)
-    }
-
-    /// Every instance of one container, newest first.
-    pub fn instances(&self, name: &str, kind: ContainerKind) -> Vec<&ContainerDetails> {
-        self.containers
-            .iter()
-            .filter(|c| {
-                c.labels.get(labels::CONTAINER_NAME).map(String::as_str) == Some(name)
-                    && crate::status::kind_of(c) == kind
-            })
-            .collect()
-    }
-
-    /// The newest instance of one container.
-    pub fn newest(&self, name: &str, kind: ContainerKind) -> Option<&ContainerDetails> {
-        self.instances(name, kind).into_iter().next()
-    }
-
-    /// True if anything of the pod is running.
-    pub fn any_running(&self) -> bool {
-        self.sandboxes
-            .iter()
-            .chain(&self.containers)
-            .any(|c| c.state == ContainerState::Running)
-    }
-
-    fn sort(&mut self) {
-        let key = |c: &ContainerDetails| (c.created, labels::restart_count(&c.labels));
-        self.sandboxes.sort_by_key(|c| std::cmp::Reverse(key(c)));
-        self.containers.sort_by_key(|c| std::cmp::Reverse(key(c)));
-    }
-}
 
 /// Errors of one pod sync, with the pod (and container) they concern.
 #[derive(Debug)]
@@ -366,7 +316,7 @@ impl RuntimeManager {
     /// for the pod killer.
     pub fn sync_pod(&self, pod: &Pod, inp: &SyncInputs) -> Result<SyncResult, SyncError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let fmt_pod = actions::format_pod(pod);
+        let fmt_pod = format_pod(pod);
         let rt_err = |what: &'static str| {
             let pod = fmt_pod.clone();
             move |source| SyncError::Runtime { pod, what, source }
@@ -430,7 +380,7 @@ impl RuntimeManager {
         acts: &PodActions,
         result: &mut SyncResult,
     ) -> Result<(), RuntimeError> {
-        let name = actions::format_pod(pod);
+        let name = format_pod(pod);
         for k in &acts.kill {
             log::info!("pod {name}: killing container {}: {}", k.name, k.message);
             if let Some(d) = rp.containers.iter().find(|d| d.id == k.id) {
@@ -442,7 +392,7 @@ impl RuntimeManager {
                 // A new sandbox runs the init containers again: their old records would
                 // say they are done (upstream `purgeInitContainers`).
                 for d in &rp.containers {
-                    if crate::status::kind_of(d) == ContainerKind::Init
+                    if crate::container::kind_of(d) == ContainerKind::Init
                         && d.state != ContainerState::Running
                     {
                         let _ = self.runtime.remove_container(&d.id);
@@ -516,7 +466,7 @@ impl RuntimeManager {
         };
         log::warn!(
             "pod {}: container {}: {}: {}",
-            actions::format_pod(pod),
+            format_pod(pod),
             c.name,
             w.reason,
             w.message
@@ -687,7 +637,7 @@ impl RuntimeManager {
                 let k = KillAction {
                     id: c.id.clone(),
                     name,
-                    kind: crate::status::kind_of(c),
+                    kind: crate::container::kind_of(c),
                     message: String::new(),
                     reason: KillReason::Other,
                 };
@@ -751,7 +701,7 @@ impl RuntimeManager {
         self.runtime.start_container(&id)?;
         log::info!(
             "pod {}: started sandbox {} (attempt {attempt})",
-            actions::format_pod(pod),
+            format_pod(pod),
             short(&id)
         );
         Ok(id)
@@ -866,7 +816,7 @@ impl RuntimeManager {
                 cfg.stop_signal = sig;
             }
         }
-        let fmt_pod = actions::format_pod(pod);
+        let fmt_pod = format_pod(pod);
         // A create or start the runtime refused: a Warning `Failed` event and the
         // waiting reason upstream gives it.
         let refused = |reason: &str, e: &RuntimeError| {
@@ -1030,7 +980,7 @@ fn termination_order<'a>(
             .unwrap_or_default()
     };
     let sidecar_rank = |c: &ContainerDetails| {
-        (crate::status::kind_of(c) == ContainerKind::Init)
+        (crate::container::kind_of(c) == ContainerKind::Init)
             .then(|| sidecars.iter().position(|s| *s == name_of(c)))
             .flatten()
     };
@@ -1057,11 +1007,6 @@ fn termination_order<'a>(
             (*c, outlive, tx.clone())
         })
         .collect()
-}
-
-/// The first 12 characters of an ID, as `docker ps` shows it.
-pub fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
 }
 
 #[cfg(test)]

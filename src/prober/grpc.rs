@@ -14,8 +14,8 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use super::handlers::{join_host_port, Outcome, USER_AGENT};
-use super::ProbeResult;
+use super::{Outcome, ProbeResult, USER_AGENT};
+use crate::netutil::join_host_port;
 
 /// HTTP/2's connection preface.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

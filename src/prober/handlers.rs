@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use ureq::http::Uri;
 
 use super::spec::Handler;
-use super::ProbeResult;
+use super::{Outcome, ProbeResult, USER_AGENT};
+use crate::netutil::join_host_port;
 use crate::runtime::{Runtime, RuntimeError};
 
 /// Upstream reads at most 10 KiB of a probe's HTTP body (`maxRespBodyLength`).
@@ -20,29 +21,6 @@ pub const MAX_BODY: u64 = 10 * 1024;
 pub const MAX_OUTPUT: usize = 10 * 1024;
 /// Upstream (Go's client default) stops after 10 same-host redirects.
 pub const MAX_REDIRECTS: usize = 10;
-/// Upstream's `User-Agent`: `kube-probe/<major>.<minor>` of the API rkubelet speaks.
-pub const USER_AGENT: &str = "kube-probe/1.33";
-
-/// The result of one probe run and its message (output, body, or error).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Outcome {
-    /// Success, Failure, or Unknown when the probe could not be run.
-    pub result: ProbeResult,
-    /// Output or reason, for logs.
-    pub message: String,
-    /// Success that upstream reports as a warning (a redirect to another host).
-    pub warning: bool,
-}
-
-impl Outcome {
-    fn new(result: ProbeResult, message: impl Into<String>) -> Self {
-        Outcome {
-            result,
-            message: message.into(),
-            warning: false,
-        }
-    }
-}
 
 /// Runs probes. One per `probe-worker-N` thread.
 #[derive(Debug)]
@@ -263,15 +241,6 @@ pub fn redirect(first: &str, current: &str, location: &str) -> Redirect {
     }
 }
 
-/// `host:port`, with brackets around an IPv6 address (Go's `net.JoinHostPort`).
-pub fn join_host_port(host: &str, port: u16) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
 /// Upstream `tcp.DoTCPProbe`: a connection within the timeout is success.
 fn tcp(host: &str, port: u16, timeout: Duration) -> Outcome {
     let target = join_host_port(host, port);
@@ -353,13 +322,6 @@ mod tests {
             http_verdict(404, String::new()).result,
             ProbeResult::Failure
         );
-    }
-
-    #[test]
-    fn join_host_port_brackets_ipv6() {
-        assert_eq!(join_host_port("10.0.0.1", 80), "10.0.0.1:80");
-        assert_eq!(join_host_port("::1", 80), "[::1]:80");
-        assert_eq!(join_host_port("[::1]", 80), "[::1]:80");
     }
 
     /// A tiny one-shot HTTP server on loopback for the client side of the probe: a

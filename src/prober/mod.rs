@@ -39,16 +39,41 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::kuberuntime::labels::ContainerKind;
-use crate::kuberuntime::RuntimePod;
+use crate::container::labels::ContainerKind;
+use crate::container::RuntimePod;
+pub use crate::container::{ProbeResult, ProbeType};
 use crate::loops::{lock, LoopHandle, Loops, SpawnError, Stop};
 use crate::runtime::{ContainerState, Runtime};
-use handlers::{Outcome, Prober};
+use handlers::Prober;
 use metrics::{Lane, ProbeLabels, ProbeMetrics};
 use results::ResultsCache;
 use scheduler::DeadlineHeap;
 use spec::{ProbeError, ProbeSpec};
 use worker::{ContainerView, Gate, ProbeState};
+
+/// Upstream's `User-Agent`: `kube-probe/<major>.<minor>` of the API rkubelet speaks.
+pub const USER_AGENT: &str = "kube-probe/1.33";
+
+/// The result of one probe run and its message (output, body, or error).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Success, Failure, or Unknown when the probe could not be run.
+    pub result: ProbeResult,
+    /// Output or reason, for logs.
+    pub message: String,
+    /// Success that upstream reports as a warning (a redirect to another host).
+    pub warning: bool,
+}
+
+impl Outcome {
+    fn new(result: ProbeResult, message: impl Into<String>) -> Self {
+        Outcome {
+            result,
+            message: message.into(),
+            warning: false,
+        }
+    }
+}
 
 /// Threads for HTTP and TCP probes (`probe-worker-N`). A probe takes a few ms against
 /// a healthy container and holds its thread for at most its timeout; four keep 200
@@ -71,88 +96,9 @@ const IDLE_WAKE: Duration = Duration::from_secs(1);
 /// Retry delay for results the sync loop's channel had no room for.
 const RETRY_WAKE: Duration = Duration::from_millis(50);
 
-/// The three probe kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ProbeType {
-    /// Kills and restarts a container that fails it.
-    Liveness,
-    /// Gates the container's `ready`.
-    Readiness,
-    /// Gates liveness and readiness until it succeeds; kills like liveness.
-    Startup,
-}
-
-impl ProbeType {
-    /// All three, in upstream's order.
-    pub const ALL: [ProbeType; 3] = [
-        ProbeType::Liveness,
-        ProbeType::Readiness,
-        ProbeType::Startup,
-    ];
-
-    /// The container field (`livenessProbe`), for error messages.
-    pub fn field(self) -> &'static str {
-        match self {
-            ProbeType::Liveness => "livenessProbe",
-            ProbeType::Readiness => "readinessProbe",
-            ProbeType::Startup => "startupProbe",
-        }
-    }
-
-    /// Upstream's `probe_type` label value.
-    pub fn metric_label(self) -> &'static str {
-        match self {
-            ProbeType::Liveness => "Liveness",
-            ProbeType::Readiness => "Readiness",
-            ProbeType::Startup => "Startup",
-        }
-    }
-
-    /// The lowercase word of upstream's messages (`failed liveness probe`).
-    pub fn word(self) -> &'static str {
-        match self {
-            ProbeType::Liveness => "liveness",
-            ProbeType::Readiness => "readiness",
-            ProbeType::Startup => "startup",
-        }
-    }
-
-    /// The result a new container instance starts with (upstream: readiness Failure,
-    /// liveness Success, startup none, i.e. Unknown).
-    pub fn initial(self) -> Option<ProbeResult> {
-        match self {
-            ProbeType::Liveness => Some(ProbeResult::Success),
-            ProbeType::Readiness => Some(ProbeResult::Failure),
-            ProbeType::Startup => None,
-        }
-    }
-}
-
 impl fmt::Display for ProbeType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.metric_label())
-    }
-}
-
-/// The result of a probe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ProbeResult {
-    /// Passed.
-    Success,
-    /// Failed.
-    Failure,
-    /// Could not be run (not counted, not published).
-    Unknown,
-}
-
-impl ProbeResult {
-    /// Upstream's `result` label value.
-    pub fn metric_label(self) -> &'static str {
-        match self {
-            ProbeResult::Success => "successful",
-            ProbeResult::Failure => "failed",
-            ProbeResult::Unknown => "unknown",
-        }
     }
 }
 

@@ -18,9 +18,10 @@ use k8s_openapi::api::core::v1::{
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 
+use crate::container::labels::{self, ContainerKind};
+use crate::container::RuntimePod;
+use crate::container::{kind_of, Waiting};
 use crate::kuberuntime::actions::{sandbox_changed, should_restart};
-use crate::kuberuntime::labels::{self, ContainerKind};
-use crate::kuberuntime::RuntimePod;
 use crate::loops::lock;
 use crate::runtime::{ContainerDetails, ContainerState};
 use crate::time::k8s_time;
@@ -37,15 +38,6 @@ pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 /// Its message, as upstream words it.
 pub const MESSAGE_DEADLINE_EXCEEDED: &str =
     "Pod was active on the node longer than the specified deadline";
-
-/// Why a container was not started in the last sync, shown as its waiting state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Waiting {
-    /// Upstream's reason: `CrashLoopBackOff`, `ErrImagePull`, `ImagePullBackOff`, …
-    pub reason: String,
-    /// Human-readable detail.
-    pub message: String,
-}
 
 /// The computed statuses of every pod the kubelet runs, by UID. Written by pod workers,
 /// read by the servers. One small lock.
@@ -339,14 +331,6 @@ fn has_active_regular_container(pod: &Pod, rt: &RuntimePod) -> bool {
                 .get(labels::CONTAINER_NAME)
                 .is_some_and(|n| names.contains(&n.as_str()))
     })
-}
-
-/// Whether a runtime container is an init or app container (by its label).
-pub fn kind_of(c: &ContainerDetails) -> ContainerKind {
-    match c.labels.get(labels::CONTAINER_TYPE).map(String::as_str) {
-        Some("init") => ContainerKind::Init,
-        _ => ContainerKind::App,
-    }
 }
 
 fn waiting_state(reason: Option<&str>, message: Option<&str>) -> ApiState {

@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Volume};
 
-use crate::kuberuntime::container::expansion::expand;
-use crate::kuberuntime::labels;
+use crate::container::expansion::expand;
+use crate::container::labels;
 use crate::loops::lock;
 use crate::quantity::parse_milli;
 use crate::runtime::{Mount, Runtime, RuntimeError};
@@ -161,7 +161,7 @@ impl VolumeManager {
     /// the others are still set up.
     pub fn setup_pod(&self, pod: &Pod) -> PodVolumes {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let pod_name = crate::kuberuntime::actions::format_pod(pod);
+        let pod_name = crate::container::format_pod(pod);
         let mut st = lock(&self.state);
         st.keep.insert(uid.clone());
         let mut out = PodVolumes::default();

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
     Container, EnvVar, ObjectFieldSelector, Pod, ResourceFieldSelector,
 };
 
-use super::expansion::{expand, mapping_for};
+use crate::container::expansion::{expand, mapping_for};
 use crate::quantity::parse_milli;
 
 /// What the node contributes to the downward API.

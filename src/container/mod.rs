@@ -1,0 +1,175 @@
+//! Runtime-neutral kubelet types, below everything that syncs, probes, reports or
+//! mounts (upstream `pkg/kubelet/container`): a pod as the runtime holds it, the
+//! container names and labels that carry a pod's identity through a restart, the
+//! restart and pull backoff, waiting reasons, probe kinds, `$(VAR)` expansion and how
+//! pods are named in messages. `kuberuntime`, `prober`, `status`, `images`, `volume`
+//! and `pleg` depend on this module; it depends on none of them.
+
+pub mod backoff;
+pub mod expansion;
+pub mod labels;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::runtime::{ContainerDetails, ContainerState};
+use labels::ContainerKind;
+
+/// A pod as the runtime holds it: its sandboxes and containers, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct RuntimePod {
+    /// Sandbox containers, newest first.
+    pub sandboxes: Vec<ContainerDetails>,
+    /// App and init containers, newest first.
+    pub containers: Vec<ContainerDetails>,
+}
+
+impl RuntimePod {
+    /// The newest sandbox, if it is running.
+    pub fn running_sandbox(&self) -> Option<&ContainerDetails> {
+        self.sandboxes
+            .first()
+            .filter(|s| s.state == ContainerState::Running)
+    }
+
+    /// Every instance of one container, newest first.
+    pub fn instances(&self, name: &str, kind: ContainerKind) -> Vec<&ContainerDetails> {
+        self.containers
+            .iter()
+            .filter(|c| {
+                c.labels.get(labels::CONTAINER_NAME).map(String::as_str) == Some(name)
+                    && crate::container::kind_of(c) == kind
+            })
+            .collect()
+    }
+
+    /// The newest instance of one container.
+    pub fn newest(&self, name: &str, kind: ContainerKind) -> Option<&ContainerDetails> {
+        self.instances(name, kind).into_iter().next()
+    }
+
+    /// True if anything of the pod is running.
+    pub fn any_running(&self) -> bool {
+        self.sandboxes
+            .iter()
+            .chain(&self.containers)
+            .any(|c| c.state == ContainerState::Running)
+    }
+
+    /// Orders sandboxes and containers newest first (creation time, restart count).
+    pub fn sort(&mut self) {
+        let key = |c: &ContainerDetails| (c.created, labels::restart_count(&c.labels));
+        self.sandboxes.sort_by_key(|c| std::cmp::Reverse(key(c)));
+        self.containers.sort_by_key(|c| std::cmp::Reverse(key(c)));
+    }
+}
+
+/// The first 12 characters of an ID, as `docker ps` shows it.
+pub fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
+
+/// `name_namespace(uid)`, upstream's `format.Pod`.
+pub fn format_pod(pod: &Pod) -> String {
+    format!(
+        "{}_{}({})",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.uid.as_deref().unwrap_or_default()
+    )
+}
+
+/// Why a container was not started in the last sync, shown as its waiting state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    /// Upstream's reason: `CrashLoopBackOff`, `ErrImagePull`, `ImagePullBackOff`, …
+    pub reason: String,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+/// Whether a runtime container is an init or app container (by its label).
+pub fn kind_of(c: &ContainerDetails) -> ContainerKind {
+    match c.labels.get(labels::CONTAINER_TYPE).map(String::as_str) {
+        Some("init") => ContainerKind::Init,
+        _ => ContainerKind::App,
+    }
+}
+
+/// The three probe kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProbeType {
+    /// Kills and restarts a container that fails it.
+    Liveness,
+    /// Gates the container's `ready`.
+    Readiness,
+    /// Gates liveness and readiness until it succeeds; kills like liveness.
+    Startup,
+}
+
+impl ProbeType {
+    /// All three, in upstream's order.
+    pub const ALL: [ProbeType; 3] = [
+        ProbeType::Liveness,
+        ProbeType::Readiness,
+        ProbeType::Startup,
+    ];
+
+    /// The container field (`livenessProbe`), for error messages.
+    pub fn field(self) -> &'static str {
+        match self {
+            ProbeType::Liveness => "livenessProbe",
+            ProbeType::Readiness => "readinessProbe",
+            ProbeType::Startup => "startupProbe",
+        }
+    }
+
+    /// Upstream's `probe_type` label value.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            ProbeType::Liveness => "Liveness",
+            ProbeType::Readiness => "Readiness",
+            ProbeType::Startup => "Startup",
+        }
+    }
+
+    /// The lowercase word of upstream's messages (`failed liveness probe`).
+    pub fn word(self) -> &'static str {
+        match self {
+            ProbeType::Liveness => "liveness",
+            ProbeType::Readiness => "readiness",
+            ProbeType::Startup => "startup",
+        }
+    }
+
+    /// The result a new container instance starts with (upstream: readiness Failure,
+    /// liveness Success, startup none, i.e. Unknown).
+    pub fn initial(self) -> Option<ProbeResult> {
+        match self {
+            ProbeType::Liveness => Some(ProbeResult::Success),
+            ProbeType::Readiness => Some(ProbeResult::Failure),
+            ProbeType::Startup => None,
+        }
+    }
+}
+
+/// The result of a probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProbeResult {
+    /// Passed.
+    Success,
+    /// Failed.
+    Failure,
+    /// Could not be run (not counted, not published).
+    Unknown,
+}
+
+impl ProbeResult {
+    /// Upstream's `result` label value.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            ProbeResult::Success => "successful",
+            ProbeResult::Failure => "failed",
+            ProbeResult::Unknown => "unknown",
+        }
+    }
+}
