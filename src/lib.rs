@@ -10,6 +10,7 @@ pub mod logging;
 pub mod time;
 pub mod quantity;
 pub mod lines;
+pub mod fsutil;
 pub mod netutil;
 pub mod systemd;
 

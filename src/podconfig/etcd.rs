@@ -33,6 +33,7 @@ use ureq::Agent;
 use super::manifest::{self, Format, ManifestError, Origin, MAX_MANIFEST_BYTES};
 use super::{Source, SourceUpdate};
 use crate::apiclient::http::{self as client, LineReader, TlsSettings};
+use crate::fsutil;
 use crate::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
 
 /// A range read (the whole prefix) must finish within this.
@@ -620,7 +621,11 @@ pub fn pods_from_value(
     let text =
         std::str::from_utf8(value).map_err(|_| fail(manifest::ManifestErrorKind::NotUtf8))?;
     // JSON is YAML: one parser reads both, and multi-document YAML too.
-    manifest::pods_from_str(text, Format::Yaml, origin, node_name)
+    let pods = manifest::pods_from_str(text, Format::Yaml, origin, node_name);
+    if value.len() >= fsutil::TRIM_AFTER_BYTES {
+        fsutil::release_freed_memory();
+    }
+    pods
 }
 
 /// Starts the `src-etcd` thread.
