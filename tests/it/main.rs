@@ -14,3 +14,4 @@ mod images;
 mod spec;
 mod volumes;
 mod probes;
+mod inputs;
