@@ -112,6 +112,8 @@ struct Seen {
     /// be trusted ([`Fingerprint::settled`]); if not, the bytes are hashed again.
     settled: bool,
     hash: u64,
+    /// Their length.
+    size: u64,
     /// The decode error of those bytes, reported again while they are unchanged.
     error: Option<Arc<ManifestError>>,
 }
@@ -128,6 +130,10 @@ pub struct FileSource {
     missing_logged: bool,
     /// Manifests decoded so far (a changed file counts once), for tests and debugging.
     decodes: u64,
+    /// A large manifest was decoded, changed or removed: its pods (and the copies
+    /// the sync loop and pod workers make) are freed on other threads over the next
+    /// seconds, so freed memory is handed back again at the next tick.
+    trim_next_tick: bool,
 }
 
 impl FileSource {
@@ -141,12 +147,16 @@ impl FileSource {
             files: BTreeMap::new(),
             missing_logged: false,
             decodes: 0,
+            trim_next_tick: false,
         }
     }
 
     /// Re-reads every manifest and sends one snapshot of all pods. Err lists every bad
     /// manifest (the snapshot was sent all the same).
     pub fn tick(&mut self) -> Result<(), FileSourceError> {
+        if std::mem::take(&mut self.trim_next_tick) {
+            fsutil::release_freed_memory();
+        }
         let refreshed = self.refresh();
         let update = SourceUpdate {
             source: Source::File,
@@ -199,6 +209,12 @@ impl FileSource {
                 Load::Bad(e) => errors.push(e),
             }
             files.insert(file, entry);
+        }
+        // Large manifests gone since the last tick (removed, or unreadable now that
+        // their pods were dropped): their memory is freed over the next seconds.
+        let large = |m: &Manifest| m.seen.as_ref().is_some_and(|s| s.size >= TRIM_AFTER);
+        if self.files.values().any(large) {
+            self.trim_next_tick = true;
         }
         self.files = files;
         if errors.is_empty() {
@@ -283,8 +299,13 @@ impl FileSource {
             fingerprint,
             settled,
             hash,
+            size: size as u64,
             error: error.clone(),
         });
+        if size >= fsutil::TRIM_AFTER_BYTES {
+            // The pods it replaced are freed on other threads over the next seconds.
+            self.trim_next_tick = true;
+        }
         error.map_or(Load::Ok, Load::Bad)
     }
 
@@ -338,6 +359,9 @@ impl FileSource {
         Ok(Some(files))
     }
 }
+
+/// [`fsutil::TRIM_AFTER_BYTES`] as a file size.
+const TRIM_AFTER: u64 = fsutil::TRIM_AFTER_BYTES as u64;
 
 /// The outcome of [`FileSource::load`] for one file.
 #[derive(Debug)]
