@@ -682,6 +682,15 @@ mod tests {
     }
 
     #[test]
+    fn a_value_over_the_manifest_cap_is_refused_undecoded() {
+        let cap = usize::try_from(MAX_MANIFEST_BYTES).expect("fits");
+        let e = pods_from_value("/k", &vec![b' '; cap + 1], "n").expect_err("too big");
+        assert_eq!(e.to_string(), "etcd:/k: larger than 3 MiB, not read");
+        // At the cap it is read (and empty, so no pods).
+        assert!(pods_from_value("/k", &vec![b' '; cap], "n").is_ok_and(|p| p.is_empty()));
+    }
+
+    #[test]
     fn watch_lines_decode() {
         let put: WatchLine = serde_json::from_str(
             r#"{"result":{"header":{"revision":"7"},"events":[{"kv":{"key":"L2E=","value":"eA==","mod_revision":"7"}},{"type":"DELETE","kv":{"key":"L2I=","mod_revision":"7"}}]}}"#,
