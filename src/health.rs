@@ -2,6 +2,13 @@
 //! `updateRuntimeUp`), and the set of named checks the healthz endpoints report
 //! (`ping`, `syncloop`, `pleg`, `runtime`), each with upstream's wording.
 //!
+//! Every periodic loop (one spawned with a period: `src-file`, `src-http`,
+//! `runtime-up`, `volume-mgr`, …) is also a check of its own name: it fails when the
+//! loop's current tick has run for longer than [`loop_stall_window`], i.e. the loop is
+//! blocked inside a tick (a read that never returns) and has stopped doing its job.
+//! Loops registered without a period (the sync loop, stream readers, pod workers) may
+//! block legitimately and are not judged this way; `pleg` keeps its own upstream check.
+//!
 //! Loops that keep failing (a manifest that does not parse, a source that cannot be
 //! reached) are not health failures: they are reported as warnings beside the checks,
 //! so `/healthz?verbose` names the file and the reason without failing the kubelet.
@@ -11,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use crate::loops::{lock, LoopRegistry};
+use crate::config::duration::format_duration;
+use crate::loops::{lock, LoopRegistry, LoopState};
 use crate::pleg::PlegShared;
 use crate::runtime::{Runtime, RuntimeError, RuntimeVersion};
 
@@ -21,6 +29,52 @@ pub const RUNTIME_UP_PERIOD: Duration = Duration::from_secs(5);
 pub const MAX_WAIT_FOR_RUNTIME: Duration = Duration::from_secs(30);
 /// The sync loop is stuck after max(2 × syncFrequency, this) without an iteration.
 pub const MIN_SYNC_LOOP_WINDOW: Duration = Duration::from_secs(300);
+
+/// A periodic loop is stuck when one tick has run for this many periods…
+pub const LOOP_STALL_PERIODS: u32 = 3;
+/// …and for at least this long. Every outside call a tick makes has a timeout of 30 s
+/// or less (Docker calls, a URL 10 s, etcd 10 s), so a tick running for two minutes is
+/// blocked, not slow; the floor keeps 1 s loops (PLEG-like relists on a busy Docker)
+/// from being called stuck by a few slow calls in a row.
+pub const MIN_LOOP_STALL_WINDOW: Duration = Duration::from_secs(120);
+/// The first tick may do start-up work (the first list of every container on a
+/// loaded node, a runtime still starting): it gets the sync loop's window.
+pub const FIRST_TICK_STALL_WINDOW: Duration = MIN_SYNC_LOOP_WINDOW;
+
+/// How long one tick of a loop with `period` may run before the loop is unhealthy:
+/// max(3 × period, 2 min), and at least 5 min for the first tick.
+pub fn loop_stall_window(period: Duration, first_tick: bool) -> Duration {
+    let window = period
+        .saturating_mul(LOOP_STALL_PERIODS)
+        .max(MIN_LOOP_STALL_WINDOW);
+    if first_tick {
+        window.max(FIRST_TICK_STALL_WINDOW)
+    } else {
+        window
+    }
+}
+
+/// The stall check of one loop: Err (upstream's PLEG wording) when its current tick
+/// has run longer than its window. Loops without a period, and finished ones (shutdown)
+/// always pass.
+pub fn loop_stall(name: &str, st: &LoopState, now: Instant) -> Result<(), String> {
+    let (Some(period), Some(since)) = (st.period, st.busy_since) else {
+        return Ok(());
+    };
+    if st.finished {
+        return Ok(());
+    }
+    let threshold = loop_stall_window(period, st.ticks == 0);
+    let busy = now.saturating_duration_since(since);
+    if busy > threshold {
+        return Err(format!(
+            "{name} was last seen active {} ago; threshold is {}",
+            format_duration(busy),
+            format_duration(threshold)
+        ));
+    }
+    Ok(())
+}
 
 /// The runtime's liveness, written by the `runtime-up` loop.
 #[derive(Debug, Default)]
@@ -84,7 +138,8 @@ pub struct HealthChecks {
 pub const CHECKS: [&str; 4] = ["ping", "syncloop", "pleg", "runtime"];
 
 impl HealthChecks {
-    /// Runs one named check. None if there is no such check.
+    /// Runs one named check (a fixed one, or a periodic loop's stall check). None if
+    /// there is no such check.
     pub fn check(&self, name: &str, now: Instant) -> Option<Result<(), String>> {
         Some(match name {
             "ping" => Ok(()),
@@ -94,7 +149,11 @@ impl HealthChecks {
                 .healthy(now)
                 .map_err(|e| format!("PLEG is not healthy: {e}")),
             "runtime" => self.runtime.healthy(now),
-            _ => return None,
+            _ => {
+                let st = self.registry.get(name)?;
+                st.period?;
+                loop_stall(name, &st, now)
+            }
         })
     }
 
@@ -118,12 +177,23 @@ impl HealthChecks {
         Ok(())
     }
 
-    /// Every check's result, in order.
-    pub fn all(&self, now: Instant) -> Vec<(&'static str, Result<(), String>)> {
-        CHECKS
+    /// Every check's result, in order: the fixed checks, then one per periodic loop
+    /// (by name; a loop named like a fixed check is covered by that check).
+    pub fn all(&self, now: Instant) -> Vec<(String, Result<(), String>)> {
+        let fixed = CHECKS
             .iter()
-            .filter_map(|n| self.check(n, now).map(|r| (*n, r)))
-            .collect()
+            .filter_map(|n| self.check(n, now).map(|r| (n.to_string(), r)));
+        let loops = self
+            .registry
+            .snapshot()
+            .into_iter()
+            .filter(|(name, st)| st.period.is_some() && !CHECKS.contains(&name.as_str()))
+            .map(|(name, st)| {
+                let r = loop_stall(&name, &st, now);
+                (name, r)
+            })
+            .collect::<Vec<_>>();
+        fixed.chain(loops).collect()
     }
 
     /// Loops whose last tick failed, with the error (e.g. a bad manifest).
@@ -154,5 +224,126 @@ mod tests {
             h.healthy(now + Duration::from_secs(31)),
             Err("container runtime is down".into())
         );
+    }
+
+    fn state(period: Option<Duration>, ticks: u64, busy_since: Option<Instant>) -> LoopState {
+        let t0 = busy_since.unwrap_or_else(Instant::now);
+        LoopState {
+            period,
+            started: t0,
+            last_tick: Some(t0),
+            last_tick_wall: None,
+            last_duration: None,
+            busy_since,
+            last_error: None,
+            ticks,
+            finished: false,
+        }
+    }
+
+    #[test]
+    fn healthz_lists_periodic_loops_and_fails_the_one_blocked_in_a_tick() {
+        use crate::loops::{shutdown_channel, Loops, Periodic};
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);
+        let spec = |name: &str| Periodic {
+            name: name.into(),
+            period: Duration::from_secs(1),
+            wake: None,
+        };
+        // One tick that blocks until released, as src-file did on a FIFO.
+        loops
+            .spawn_periodic(spec("blocked"), move || {
+                let _ = release_rx.recv();
+                Ok::<(), std::io::Error>(())
+            })
+            .expect("spawn");
+        loops
+            .spawn_periodic(spec("fine"), || Ok::<(), std::io::Error>(()))
+            .expect("spawn");
+        loops
+            .spawn(
+                "events",
+                |stop, _| while !stop.sleep(Duration::from_millis(5)) {},
+            )
+            .expect("spawn");
+        let checks = HealthChecks {
+            registry: loops.registry(),
+            pleg: Arc::new(PlegShared::default()),
+            runtime: Arc::new(RuntimeHealth::default()),
+            sync_frequency: Duration::from_secs(1),
+        };
+        let until = Instant::now() + Duration::from_secs(10);
+        while checks
+            .registry
+            .get("blocked")
+            .is_none_or(|s| s.busy_since.is_none())
+            || checks.registry.get("fine").is_none_or(|s| s.ticks == 0)
+        {
+            assert!(Instant::now() < until, "loops never ticked");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let later = Instant::now() + Duration::from_secs(301);
+        let all = checks.all(later);
+        let names: Vec<_> = all.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["ping", "syncloop", "pleg", "runtime", "blocked", "fine"]
+        );
+        let blocked = checks.check("blocked", later).expect("a check");
+        assert!(
+            blocked
+                .as_ref()
+                .is_err_and(|e| e.starts_with("blocked was last seen active ")),
+            "{blocked:?}"
+        );
+        assert_eq!(all[4].1, blocked);
+        assert_eq!(checks.check("fine", later), Some(Ok(())));
+        assert_eq!(checks.check("events", later), None, "no period: no check");
+        drop(release_tx);
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn loop_stall_window_is_three_periods_with_a_floor_and_a_longer_first_tick() {
+        let s = Duration::from_secs;
+        assert_eq!(loop_stall_window(s(1), false), s(120), "the floor");
+        assert_eq!(loop_stall_window(s(20), false), s(120));
+        assert_eq!(loop_stall_window(s(60), false), s(180), "3 periods");
+        assert_eq!(loop_stall_window(s(300), false), s(900));
+        assert_eq!(loop_stall_window(s(20), true), s(300), "first tick");
+        assert_eq!(loop_stall_window(s(300), true), s(900));
+        assert_eq!(loop_stall_window(Duration::MAX, false), Duration::MAX);
+    }
+
+    #[test]
+    fn a_periodic_loop_stuck_in_a_tick_fails_its_check() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let period = Some(s(20));
+        // In its 10th tick for 2 min: at the threshold, not over it.
+        let st = state(period, 9, Some(t0));
+        assert_eq!(loop_stall("src-file", &st, t0 + s(120)), Ok(()));
+        assert_eq!(
+            loop_stall("src-file", &st, t0 + s(121)),
+            Err("src-file was last seen active 2m1s ago; threshold is 2m0s".into())
+        );
+        // Between ticks (sleeping out its period): never stuck, however long ago.
+        let idle = state(period, 9, None);
+        assert_eq!(loop_stall("src-file", &idle, t0 + s(3600)), Ok(()));
+        // A slow first tick gets 5 min.
+        let first = state(period, 0, Some(t0));
+        assert_eq!(loop_stall("src-file", &first, t0 + s(200)), Ok(()));
+        assert!(loop_stall("src-file", &first, t0 + s(301)).is_err());
+        // Event loops (no period) may block for good; finished loops are shut down.
+        let event = state(None, 3, Some(t0));
+        assert_eq!(loop_stall("src-etcd", &event, t0 + s(3600)), Ok(()));
+        let done = LoopState {
+            finished: true,
+            ..state(period, 9, Some(t0))
+        };
+        assert_eq!(loop_stall("src-file", &done, t0 + s(3600)), Ok(()));
     }
 }

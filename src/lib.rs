@@ -11,6 +11,8 @@ pub mod time;
 pub mod safepath;
 pub mod quantity;
 pub mod lines;
+pub mod fsutil;
+pub mod record;
 pub mod netutil;
 pub mod systemd;
 

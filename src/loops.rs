@@ -108,6 +108,9 @@ pub struct LoopState {
     pub last_tick_wall: Option<SystemTime>,
     /// How long the last tick took.
     pub last_duration: Option<Duration>,
+    /// Start of the tick in progress, None between ticks: how the health checks tell a
+    /// loop stuck inside a tick (blocked in a read) from one waiting for its period.
+    pub busy_since: Option<Instant>,
     /// The last tick's error, cleared by a tick that succeeds.
     pub last_error: Option<String>,
     /// Ticks so far.
@@ -124,6 +127,7 @@ impl LoopState {
             last_tick: None,
             last_tick_wall: None,
             last_duration: None,
+            busy_since: None,
             last_error: None,
             ticks: 0,
             finished: false,
@@ -177,6 +181,7 @@ impl LoopHandle {
         self.registry.update(&self.name, |st| {
             st.last_tick = Some(now);
             st.last_tick_wall = Some(wall);
+            st.busy_since = Some(now);
         });
         now
     }
@@ -189,6 +194,7 @@ impl LoopHandle {
         self.registry.update(name, |st| {
             st.ticks += 1;
             st.last_duration = Some(took);
+            st.busy_since = None;
             match &error {
                 Some(e) if st.last_error.as_deref() != Some(e.as_str()) => {
                     log::warn!("{name}: {e}");

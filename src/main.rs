@@ -44,14 +44,17 @@ fn run() -> Exit {
     let args: Vec<String> = std::env::args().collect();
     let cfg = match config::load(args) {
         Ok(Loaded::Run(cfg)) => cfg,
-        Ok(Loaded::Help(text)) => {
-            println!("{text}");
-            return Exit::Ok;
+        Ok(Loaded::Help(text)) => return print_out(&text),
+        Ok(Loaded::Version(v)) => return print_out(&v),
+        Err(e) => {
+            eprintln!("rkubelet: {}", error_chain(&e));
+            return Exit::Usage;
         }
-        Ok(Loaded::Version(v)) => {
-            println!("{v}");
-            return Exit::Ok;
-        }
+    };
+    // The endpoint is checked (not dialled) before logging starts, so a bad one is one
+    // line on stderr like every other bad flag, not a start-up log followed by an error.
+    let runtime = match Docker::connect(&cfg.container_runtime_endpoint) {
+        Ok(d) => Arc::new(d),
         Err(e) => {
             eprintln!("rkubelet: {}", error_chain(&e));
             return Exit::Usage;
@@ -68,13 +71,6 @@ fn run() -> Exit {
         cfg.root_dir.display(),
         cfg.container_runtime_endpoint
     );
-    let runtime = match Docker::connect(&cfg.container_runtime_endpoint) {
-        Ok(d) => Arc::new(d),
-        Err(e) => {
-            log::error!("{}", error_chain(&e));
-            return Exit::Usage;
-        }
-    };
 
     let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
         Ok(s) => s,
@@ -168,6 +164,15 @@ fn raise_nofile_limit() {
             lim.rlim_max
         );
     }
+}
+
+/// Prints `--help`/`--version` text. A closed stdout (`rkubelet --help | head`) is not
+/// a failure: `println!` would panic on it.
+fn print_out(text: &str) -> Exit {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+    Exit::Ok
 }
 
 /// Logs a panic with the name of the thread it happened on (so the loop is known)

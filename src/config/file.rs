@@ -25,6 +25,7 @@ use serde_yaml::Value;
 
 use super::duration::parse_duration;
 use super::{ConfigError, MAX_VERBOSITY};
+use crate::fsutil::{self, ReadError};
 
 /// The only `apiVersion` upstream's kubelet reads today.
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -299,11 +300,27 @@ pub struct FileSettings {
     pub unsupported: Vec<String>,
 }
 
-/// Reads and validates the config file at `path`.
+/// The largest config file read. A `KubeletConfiguration` is a few KiB; a bigger file
+/// (or `/dev/zero`) is a mistake that must not eat the node's memory before start-up.
+pub const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Reads and validates the config file at `path`. Only a regular file is read (a FIFO
+/// would block start-up for good, a device would never end), at most
+/// [`MAX_CONFIG_FILE_BYTES`].
 pub fn read(path: &Path) -> Result<FileSettings, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+    let fail = |source| ConfigError::ReadFile {
         path: path.to_path_buf(),
         source,
+    };
+    let (bytes, _) = fsutil::read_regular(path, MAX_CONFIG_FILE_BYTES).map_err(|e| match e {
+        ReadError::Io(e) => fail(e),
+        other => fail(std::io::Error::other(other.to_string())),
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        fail(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        ))
     })?;
     parse(path, &text)
 }

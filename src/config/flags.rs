@@ -535,24 +535,58 @@ pub fn help() -> String {
         "rkubelet: a Kubernetes node agent that runs pods through Docker.\n\n\
          Usage:\n  rkubelet [flags]\n\nFlags:\n",
     );
-    for s in SPECS {
-        let mut head = String::from("  ");
-        if let Some(c) = s.short {
-            head.push_str(&format!("-{c}, "));
+    let rows: Vec<(String, String)> = SPECS
+        .iter()
+        .map(|s| {
+            let mut head = String::from("  ");
+            if let Some(c) = s.short {
+                head.push_str(&format!("-{c}, "));
+            } else {
+                head.push_str("    ");
+            }
+            head.push_str("--");
+            head.push_str(s.name);
+            if let Some(v) = s.value {
+                head.push(' ');
+                head.push_str(v);
+            }
+            let mut text = s.help.to_string();
+            if let Some(d) = default_of(s.name) {
+                text.push_str(&format!(" (default {d})"));
+            }
+            (head, text)
+        })
+        .collect();
+    out.push_str(&help_rows(&rows));
+    out
+}
+
+/// A flag whose name and value type are longer than this gets its description on the
+/// next line, so one long name does not push every description to the right.
+const HELP_MAX_HEAD: usize = 40;
+/// Spaces between the longest name and the descriptions, as pflag.
+const HELP_GAP: usize = 3;
+
+/// Lays out `(name and type, description)` rows as pflag does: descriptions start in one
+/// column after the longest name (at most [`HELP_MAX_HEAD`]) and [`HELP_GAP`] spaces;
+/// a longer name is followed by its description on the next line, in that column.
+fn help_rows(rows: &[(String, String)]) -> String {
+    let width = |s: &str| s.chars().count();
+    let column = rows
+        .iter()
+        .map(|(h, _)| width(h))
+        .filter(|w| *w <= HELP_MAX_HEAD)
+        .max()
+        .unwrap_or(0)
+        + HELP_GAP;
+    let mut out = String::new();
+    for (head, text) in rows {
+        let w = width(head);
+        if w + HELP_GAP <= column {
+            out.push_str(&format!("{head}{}{text}\n", " ".repeat(column - w)));
         } else {
-            head.push_str("    ");
+            out.push_str(&format!("{head}\n{}{text}\n", " ".repeat(column)));
         }
-        head.push_str("--");
-        head.push_str(s.name);
-        if let Some(v) = s.value {
-            head.push(' ');
-            head.push_str(v);
-        }
-        let mut text = s.help.to_string();
-        if let Some(d) = default_of(s.name) {
-            text.push_str(&format!(" (default {d})"));
-        }
-        out.push_str(&format!("{head:<42}{text}\n"));
     }
     out
 }
@@ -665,6 +699,71 @@ mod tests {
                 .as_deref(),
             Some("-odd-")
         );
+    }
+
+    #[test]
+    fn help_puts_a_gap_between_every_flag_and_its_description() {
+        let rows = vec![
+            (
+                "  -v, --v level".to_string(),
+                "Verbosity. (default 0)".to_string(),
+            ),
+            ("      --short".to_string(), "A.".to_string()),
+            (format!("      --{} x", "y".repeat(50)), "Long.".to_string()),
+        ];
+        assert_eq!(
+            help_rows(&rows),
+            format!(
+                "  -v, --v level   Verbosity. (default 0)\n      --short     A.\n      --{} x\n                  Long.\n",
+                "y".repeat(50)
+            )
+        );
+        // The real text: every flag's description follows its name and type after at
+        // least two spaces, or starts the next line, indented.
+        let h = help();
+        let lines: Vec<&str> = h.lines().collect();
+        for s in SPECS {
+            let head = format!(
+                "--{}{}",
+                s.name,
+                s.value.map(|v| format!(" {v}")).unwrap_or_default()
+            );
+            let flag_part = |l: &str| {
+                let l = l.trim_start();
+                let l = match s.short {
+                    Some(c) => l.strip_prefix(&format!("-{c}, ")).unwrap_or(l),
+                    None => l,
+                };
+                l.strip_prefix(&head)
+                    .filter(|rest| rest.is_empty() || rest.starts_with(' '))
+                    .map(str::to_string)
+            };
+            let (i, after) = lines
+                .iter()
+                .enumerate()
+                .find_map(|(i, l)| flag_part(l).map(|a| (i, a)))
+                .unwrap_or_else(|| panic!("help lists {head}:\n{h}"));
+            let first = s.help.split_whitespace().next().unwrap_or("");
+            if after.is_empty() {
+                assert!(
+                    lines[i + 1].starts_with("    ")
+                        && lines[i + 1].trim_start().starts_with(first),
+                    "{head}:\n{h}"
+                );
+            } else {
+                assert!(
+                    after.starts_with("  ") && after.trim_start().starts_with(first),
+                    "{head}: {:?}",
+                    lines[i]
+                );
+            }
+            if let Some(d) = default_of(s.name) {
+                assert!(
+                    h.contains(&format!("(default {d})")),
+                    "{head} lists its default"
+                );
+            }
+        }
     }
 
     #[test]

@@ -211,6 +211,13 @@ pub enum ConfigError {
     },
     /// The node name came out empty.
     EmptyNodeName,
+    /// The host name (no `--hostname-override`) is not a valid node name.
+    InvalidNodeName {
+        /// The lowercased host name.
+        name: String,
+        /// Why, in upstream's words.
+        reason: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -257,6 +264,10 @@ impl fmt::Display for ConfigError {
             ConfigError::EmptyNodeName => {
                 f.write_str("the node name is empty; set --hostname-override")
             }
+            ConfigError::InvalidNodeName { name, reason } => write!(
+                f,
+                "the host name {name:?} is not a valid node name: {reason}; set --hostname-override"
+            ),
         }
     }
 }
@@ -411,12 +422,18 @@ fn merge(
 }
 
 /// `--hostname-override`, else the kernel's host name; trimmed and lowercased, as
-/// upstream's `nodeutil.GetHostname`.
+/// upstream's `nodeutil.GetHostname`, then checked to be a DNS-1123 subdomain (a Node's
+/// name must be one, and it ends up in every static pod's name).
 fn node_name(hostname_override: Option<&str>, hostname_file: &Path) -> Result<String, ConfigError> {
     let given = hostname_override
         .map(|h| h.trim().to_lowercase())
         .unwrap_or_default();
     if !given.is_empty() {
+        dns1123_subdomain(&given).map_err(|reason| ConfigError::InvalidFlag {
+            flag: "--hostname-override".into(),
+            value: hostname_override.unwrap_or_default().to_string(),
+            reason,
+        })?;
         return Ok(given);
     }
     let host = std::fs::read_to_string(hostname_file).map_err(|source| ConfigError::HostName {
@@ -427,7 +444,41 @@ fn node_name(hostname_override: Option<&str>, hostname_file: &Path) -> Result<St
     if host.is_empty() {
         return Err(ConfigError::EmptyNodeName);
     }
+    dns1123_subdomain(&host).map_err(|reason| ConfigError::InvalidNodeName {
+        name: host.clone(),
+        reason,
+    })?;
     Ok(host)
+}
+
+/// Upstream's `validation.IsDNS1123Subdomain`, with its messages.
+fn dns1123_subdomain(s: &str) -> Result<(), String> {
+    const MAX_LEN: usize = 253;
+    let mut errors = Vec::new();
+    if s.len() > MAX_LEN {
+        errors.push(format!("must be no more than {MAX_LEN} characters"));
+    }
+    let label_ok = |l: &str| {
+        let b = l.as_bytes();
+        let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        b.first().is_some_and(alnum)
+            && b.last().is_some_and(alnum)
+            && b.iter().all(|c| alnum(c) || *c == b'-')
+    };
+    if !s.split('.').all(label_ok) {
+        errors.push(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
+             characters, '-' or '.', and must start and end with an alphanumeric character \
+             (e.g. 'example.com', regex used for validation is \
+             '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+                .to_string(),
+        );
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join(", "))
+    }
 }
 
 #[cfg(test)]
@@ -748,6 +799,46 @@ mod tests {
                 ),
             ),
         ];
+        let fifo = dir.0.join("fifo.yaml");
+        let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("no NUL");
+        // SAFETY: `c` is a valid NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
+        let fifo = fifo.to_str().expect("utf-8");
+        let huge = dir.write("huge.yaml", &format!("{HEAD}#{}\n", "x".repeat(1 << 20)));
+        let huge = huge.to_str().expect("utf-8");
+        let cases = cases.into_iter().chain([
+            (
+                vec!["--config", fifo],
+                format!("config file {fifo}: cannot read it: is a FIFO, not a regular file"),
+            ),
+            (
+                vec!["--config", "/dev/zero"],
+                "config file /dev/zero: cannot read it: is a character device, not a regular file"
+                    .to_string(),
+            ),
+            (
+                vec!["--config", dir.0.to_str().expect("utf-8")],
+                format!(
+                    "config file {}: cannot read it: is a directory, not a regular file",
+                    dir.0.display()
+                ),
+            ),
+            (
+                vec!["--config", huge],
+                format!(
+                    "config file {huge}: cannot read it: is {} bytes, more than the 1048576 bytes allowed",
+                    HEAD.len() + 2 + (1 << 20)
+                ),
+            ),
+            (
+                vec!["--hostname-override", "Bad Name!/x"],
+                "invalid value \"Bad Name!/x\" for flag --hostname-override: a lowercase RFC 1123 \
+                 subdomain must consist of lower case alphanumeric characters, '-' or '.', and \
+                 must start and end with an alphanumeric character (e.g. 'example.com', regex \
+                 used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+                    .to_string(),
+            ),
+        ]);
         for (a, want) in cases {
             let e = run_with(&dir, &a).expect_err(&want);
             let msg = crate::loops::error_chain(&e);
@@ -772,6 +863,21 @@ mod tests {
         assert_eq!(
             node_name(Some("X"), &dir.0.join("nope")).expect("override"),
             "x"
+        );
+        assert_eq!(
+            node_name(Some(" Node-1.Example.COM "), &empty).expect("lowercased first"),
+            "node-1.example.com"
+        );
+        for bad in ["a..b", "-a", "a-", "a_b", ".a", "a/b", &"a".repeat(254)] {
+            assert!(node_name(Some(bad), &empty).is_err(), "{bad:?}");
+        }
+        let odd = dir.write("odd", "my_host\n");
+        let e = node_name(None, &odd).expect_err("underscore");
+        assert!(
+            e.to_string().starts_with(
+                "the host name \"my_host\" is not a valid node name: a lowercase RFC 1123"
+            ),
+            "{e}"
         );
         // The real one, on Linux.
         assert!(!node_name(None, Path::new(defaults::HOSTNAME_FILE))

@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::container::backoff::Backoff;
 use crate::container::Waiting;
 use crate::loops::lock;
+use crate::record;
 use crate::runtime::{Runtime, RuntimeError};
 
 /// Pulls images as pods need them. Shared by all pod workers.
@@ -46,18 +47,10 @@ pub struct ImageManager {
     credential_paths: Vec<(PathBuf, bool)>,
 }
 
-/// Logs what upstream records as a pod event.
+/// Records what upstream records as a pod event, through the one rate-limited
+/// recorder (a pull failure repeats every sync of every container of the pod).
 fn event(pod: &Pod, warning: bool, reason: &str, message: &str) {
-    let who = format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    );
-    if warning {
-        log::warn!("pod {who}: Warning {reason}: {message}");
-    } else {
-        log::info!("pod {who}: Normal {reason}: {message}");
-    }
+    record::event(pod, None, warning, reason, message);
 }
 
 fn waiting(reason: &str, message: String) -> Option<Waiting> {

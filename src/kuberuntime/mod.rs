@@ -151,27 +151,9 @@ pub struct RuntimeManager {
     probes: Option<Arc<crate::prober::results::ResultsCache>>,
 }
 
-/// Logs a Kubernetes event (there is no API server to record it in yet): the type, the
-/// reason and the message exactly as upstream records them, so they can be grepped.
-pub fn record_event(pod: &Pod, container: Option<&str>, warning: bool, reason: &str, msg: &str) {
-    let object = match container {
-        Some(c) => format!(
-            "pod/{}/{} container {c}",
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        ),
-        None => format!(
-            "pod/{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        ),
-    };
-    if warning {
-        log::warn!("event: Warning {reason} {object}: {msg}");
-    } else {
-        log::info!("event: Normal {reason} {object}: {msg}");
-    }
-}
+/// Records a Kubernetes event (a log line, there is no API server to record it in
+/// yet) through the one rate-limited recorder.
+pub use crate::record::event as record_event;
 
 /// The per-container directory of a pod (upstream `getPodContainerDir`):
 /// `<root>/pods/<uid>/containers/<name>`; a UID or name that is not one plain name is
@@ -464,13 +446,17 @@ impl RuntimeManager {
         let Some(w) = self.start_container(pod, c, s, sandbox_id, pod_ip, rp)? else {
             return Ok(false);
         };
-        log::warn!(
-            "pod {}: container {}: {}: {}",
-            format_pod(pod),
-            c.name,
-            w.reason,
-            w.message
-        );
+        // Repeats every sync of every waiting container: rate limited per pod and
+        // reason, as events are.
+        crate::record::warn_limited(pod, &w.reason, || {
+            format!(
+                "pod {}: container {}: {}: {}",
+                format_pod(pod),
+                c.name,
+                w.reason,
+                w.message
+            )
+        });
         result.waiting.insert(c.name.clone(), w);
         let again = backoff::INITIAL;
         result.requeue_after = Some(result.requeue_after.map_or(again, |r| r.min(again)));

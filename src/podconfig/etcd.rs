@@ -33,6 +33,7 @@ use ureq::Agent;
 use super::manifest::{self, Format, ManifestError, Origin, MAX_MANIFEST_BYTES};
 use super::{Source, SourceUpdate};
 use crate::apiclient::http::{self as client, LineReader, TlsSettings};
+use crate::fsutil;
 use crate::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
 
 /// A range read (the whole prefix) must finish within this.
@@ -620,7 +621,11 @@ pub fn pods_from_value(
     let text =
         std::str::from_utf8(value).map_err(|_| fail(manifest::ManifestErrorKind::NotUtf8))?;
     // JSON is YAML: one parser reads both, and multi-document YAML too.
-    manifest::pods_from_str(text, Format::Yaml, origin, node_name)
+    let pods = manifest::pods_from_str(text, Format::Yaml, origin, node_name);
+    if value.len() >= fsutil::TRIM_AFTER_BYTES {
+        fsutil::release_freed_memory();
+    }
+    pods
 }
 
 /// Starts the `src-etcd` thread.
@@ -674,6 +679,15 @@ mod tests {
             e.to_string(),
             "etcd:/k: document 0: invalid pod: name is needed for the pod"
         );
+    }
+
+    #[test]
+    fn a_value_over_the_manifest_cap_is_refused_undecoded() {
+        let cap = usize::try_from(MAX_MANIFEST_BYTES).expect("fits");
+        let e = pods_from_value("/k", &vec![b' '; cap + 1], "n").expect_err("too big");
+        assert_eq!(e.to_string(), "etcd:/k: larger than 3 MiB, not read");
+        // At the cap it is read (and empty, so no pods).
+        assert!(pods_from_value("/k", &vec![b' '; cap], "n").is_ok_and(|p| p.is_empty()));
     }
 
     #[test]

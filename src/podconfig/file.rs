@@ -13,23 +13,35 @@
 //! and `*.json` are read, in name order. A path given as one file is read whatever its
 //! name. Decoding and defaulting live in [`super::manifest`].
 //!
+//! Only regular files are read (after following links), never more than
+//! [`MAX_MANIFEST_BYTES`], and without blocking: a FIFO or a device named `*.yaml` is
+//! reported as a bad manifest, never opened for a blocking read ([`crate::fsutil`]).
+//! A file is decoded only when it changed: a tick first compares its inode, size and
+//! times with the last read, then (if they differ, or were too fresh to trust) a hash
+//! of its bytes; the last decoded result per file is kept, so an unchanged manifest
+//! costs one `stat` per tick, not a parse.
+//!
 //! A manifest that stops parsing keeps the pods it last had (a half-written file must
 //! not stop a running static pod); its error is returned by the tick, so the loop
 //! registry shows it until the file is fixed. A deleted manifest's pods leave the
 //! snapshot, and the merge removes them. A missing path gives an empty snapshot (the
 //! source still counts as ready), logged once.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::hash::Hasher;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{Sender, TrySendError};
 use k8s_openapi::api::core::v1::Pod;
 
-use super::manifest::{self, ManifestError};
+use super::manifest::{self, Format, ManifestError, ManifestErrorKind, Origin, MAX_MANIFEST_BYTES};
 use super::{Source, SourceUpdate};
+use crate::fsutil::{self, Fingerprint, ReadError};
 use crate::loops::{Loops, Periodic, SpawnError};
 
 /// The file extensions read from a manifest directory.
@@ -39,8 +51,9 @@ const MANIFEST_EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
 /// merge is gone), holding every good pod.
 #[derive(Debug)]
 pub enum FileSourceError {
-    /// These manifests cannot be used; each keeps the pods it last had.
-    Manifests(Vec<ManifestError>),
+    /// These manifests cannot be used; each keeps the pods it last had. Shared with
+    /// the cache, which reports an unchanged bad file again without decoding it.
+    Manifests(Vec<Arc<ManifestError>>),
     /// The path exists but cannot be listed; the last pods are kept.
     List {
         /// The path.
@@ -82,16 +95,45 @@ impl std::error::Error for FileSourceError {
     }
 }
 
-/// The file source's state between ticks: the pods each manifest last gave.
+/// What the source knows of one manifest file between ticks.
+#[derive(Debug, Default)]
+struct Manifest {
+    /// The pods of its last good read; kept while the file is bad.
+    pods: Option<Vec<Pod>>,
+    /// What its bytes looked like when last read, and how they decoded.
+    seen: Option<Seen>,
+}
+
+/// The last bytes read from a manifest, by fingerprint and hash.
+#[derive(Debug)]
+struct Seen {
+    fingerprint: Fingerprint,
+    /// Whether the fingerprint was taken long enough after the file's last change to
+    /// be trusted ([`Fingerprint::settled`]); if not, the bytes are hashed again.
+    settled: bool,
+    hash: u64,
+    /// Their length.
+    size: u64,
+    /// The decode error of those bytes, reported again while they are unchanged.
+    error: Option<Arc<ManifestError>>,
+}
+
+/// The file source's state between ticks: what each manifest last gave.
 #[derive(Debug)]
 pub struct FileSource {
     path: PathBuf,
     node_name: String,
     updates: Sender<SourceUpdate>,
-    /// Last good pods per manifest file; ordered by path, so by file name.
-    files: BTreeMap<PathBuf, Vec<Pod>>,
+    /// Per manifest file; ordered by path, so by file name.
+    files: BTreeMap<PathBuf, Manifest>,
     /// Whether "path does not exist" was logged since the path was last seen.
     missing_logged: bool,
+    /// Manifests decoded so far (a changed file counts once), for tests and debugging.
+    decodes: u64,
+    /// A large manifest was decoded, changed or removed: its pods (and the copies
+    /// the sync loop and pod workers make) are freed on other threads over the next
+    /// seconds, so freed memory is handed back again at the next tick.
+    trim_next_tick: bool,
 }
 
 impl FileSource {
@@ -104,12 +146,17 @@ impl FileSource {
             updates,
             files: BTreeMap::new(),
             missing_logged: false,
+            decodes: 0,
+            trim_next_tick: false,
         }
     }
 
     /// Re-reads every manifest and sends one snapshot of all pods. Err lists every bad
     /// manifest (the snapshot was sent all the same).
     pub fn tick(&mut self) -> Result<(), FileSourceError> {
+        if std::mem::take(&mut self.trim_next_tick) {
+            fsutil::release_freed_memory();
+        }
         let refreshed = self.refresh();
         let update = SourceUpdate {
             source: Source::File,
@@ -123,7 +170,17 @@ impl FileSource {
 
     /// Every pod of every manifest, by file name then document order.
     pub fn pods(&self) -> Vec<Pod> {
-        self.files.values().flatten().cloned().collect()
+        self.files
+            .values()
+            .filter_map(|m| m.pods.as_ref())
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// How many times a manifest's bytes were decoded (unchanged files are not).
+    pub fn decodes(&self) -> u64 {
+        self.decodes
     }
 
     /// Brings the per-file cache up to date with the disk.
@@ -144,19 +201,20 @@ impl FileSource {
         let mut errors = Vec::new();
         let mut files = BTreeMap::new();
         for file in listed {
-            match manifest::read_file(&file, &self.node_name) {
-                Ok(pods) => {
-                    files.insert(file, pods);
-                }
+            let mut entry = self.files.remove(&file).unwrap_or_default();
+            match self.load(&file, &mut entry) {
                 // Deleted between the listing and the read: gone, not broken.
-                Err(e) if e.is_not_found() => {}
-                Err(e) => {
-                    if let Some(last_good) = self.files.remove(&file) {
-                        files.insert(file, last_good);
-                    }
-                    errors.push(e);
-                }
+                Load::Gone => continue,
+                Load::Ok => {}
+                Load::Bad(e) => errors.push(e),
             }
+            files.insert(file, entry);
+        }
+        // Large manifests gone since the last tick (removed, or unreadable now that
+        // their pods were dropped): their memory is freed over the next seconds.
+        let large = |m: &Manifest| m.seen.as_ref().is_some_and(|s| s.size >= TRIM_AFTER);
+        if self.files.values().any(large) {
+            self.trim_next_tick = true;
         }
         self.files = files;
         if errors.is_empty() {
@@ -164,6 +222,91 @@ impl FileSource {
         } else {
             Err(FileSourceError::Manifests(errors))
         }
+    }
+
+    /// Brings one file's entry up to date: decodes it only if its bytes changed.
+    fn load(&mut self, file: &Path, entry: &mut Manifest) -> Load {
+        let fail = |kind| {
+            Load::Bad(Arc::new(ManifestError {
+                origin: file.display().to_string(),
+                document: None,
+                item: None,
+                kind,
+            }))
+        };
+        let read_failed = |e: ReadError| match e {
+            _ if e.is_not_found() => Load::Gone,
+            ReadError::TooLarge { .. } => fail(ManifestErrorKind::TooLarge),
+            ReadError::Io(e) => fail(ManifestErrorKind::Read(e)),
+            other => fail(ManifestErrorKind::Read(io::Error::other(other.to_string()))),
+        };
+        // A stat first: an unchanged file is not even opened.
+        let meta = match fsutil::stat_regular(file) {
+            Ok(m) => m,
+            Err(e) => return read_failed(e),
+        };
+        if let Some(seen) = &entry.seen {
+            if seen.settled && seen.fingerprint == Fingerprint::of(&meta) {
+                return seen.error.clone().map_or(Load::Ok, Load::Bad);
+            }
+        }
+        let (bytes, fingerprint) = match fsutil::read_regular(file, MAX_MANIFEST_BYTES) {
+            Ok(read) => read,
+            Err(e) => return read_failed(e),
+        };
+        let settled = fingerprint.settled(SystemTime::now());
+        let hash = hash_bytes(&bytes);
+        if let Some(seen) = &mut entry.seen {
+            if seen.hash == hash {
+                seen.fingerprint = fingerprint;
+                seen.settled = settled;
+                return seen.error.clone().map_or(Load::Ok, Load::Bad);
+            }
+        }
+        self.decodes += 1;
+        let size = bytes.len();
+        let started = std::time::Instant::now();
+        let decoded = match String::from_utf8(bytes) {
+            Ok(text) => manifest::pods_from_str(
+                &text,
+                Format::of(file),
+                Origin::File(file),
+                &self.node_name,
+            ),
+            Err(_) => Err(ManifestError {
+                origin: file.display().to_string(),
+                document: None,
+                item: None,
+                kind: ManifestErrorKind::NotUtf8,
+            }),
+        };
+        log::debug!(
+            "decoded manifest path={file:?} bytes={size} took={:?}",
+            started.elapsed()
+        );
+        if size >= fsutil::TRIM_AFTER_BYTES {
+            // The text and its YAML tree are dropped by now.
+            fsutil::release_freed_memory();
+        }
+        let error = match decoded {
+            Ok(pods) => {
+                entry.pods = Some(pods);
+                None
+            }
+            Err(e) => Some(Arc::new(e)),
+        };
+        entry.seen = Some(Seen {
+            fingerprint,
+            settled,
+            hash,
+            size: size as u64,
+            error: error.clone(),
+        });
+        if size >= fsutil::TRIM_AFTER_BYTES {
+            // The pods it replaced are freed on other threads over the next seconds.
+            self.trim_next_tick = true;
+        }
+        error.map_or(Load::Ok, Load::Bad)
     }
 
     /// The manifest files under the path, sorted; None when the path does not exist.
@@ -215,6 +358,29 @@ impl FileSource {
         files.sort();
         Ok(Some(files))
     }
+}
+
+/// [`fsutil::TRIM_AFTER_BYTES`] as a file size.
+const TRIM_AFTER: u64 = fsutil::TRIM_AFTER_BYTES as u64;
+
+/// The outcome of [`FileSource::load`] for one file.
+#[derive(Debug)]
+enum Load {
+    /// Its pods are current (or it has none).
+    Ok,
+    /// It vanished: drop it.
+    Gone,
+    /// It cannot be used; its last good pods (if any) are kept.
+    Bad(Arc<ManifestError>),
+}
+
+/// A hash of a manifest's bytes, to tell a rewrite with the same content (a `touch`,
+/// a config manager writing the same file again) from a change. SipHash with fixed
+/// keys: stable within the process, which is all the cache needs.
+fn hash_bytes(bytes: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    h.write(bytes);
+    h.finish()
 }
 
 fn is_manifest_name(path: &Path) -> bool {
@@ -789,6 +955,106 @@ mod tests {
         let (mut src, rx) = source(&dir.0, "n");
         drop(rx);
         assert!(matches!(src.tick(), Err(FileSourceError::Disconnected)));
+    }
+
+    fn mkfifo(path: &Path) {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL");
+        // SAFETY: `c` is a valid NUL-terminated path that lives across the call.
+        let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+        assert_eq!(rc, 0, "mkfifo: {}", io::Error::last_os_error());
+    }
+
+    /// Runs `f` on another thread and fails (rather than hangs) if it blocks.
+    fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{what} blocked"))
+    }
+
+    #[test]
+    fn a_fifo_in_the_directory_is_reported_and_never_blocks_the_others() {
+        let dir = TempDir::new("fifo");
+        dir.write("a.yaml", &pod("a", "i"));
+        let fifo = dir.0.join("zz.yaml");
+        mkfifo(&fifo);
+        let path = dir.0.clone();
+        let (r, pods, src) = within("a tick over a FIFO", move || {
+            let (mut src, rx) = source(&path, "n");
+            let (r, pods) = tick(&mut src, &rx);
+            (r, pods, src)
+        });
+        assert_eq!(names(&pods), ["a-n"]);
+        assert_eq!(
+            r,
+            Err(format!(
+                "{}: cannot read: is a FIFO, not a regular file",
+                fifo.display()
+            ))
+        );
+        drop(src);
+        // The file itself as the path: refused the same way, without blocking.
+        let (r, pods) = within("a FIFO as the path", move || {
+            let (mut src, rx) = source(&fifo, "n");
+            tick(&mut src, &rx)
+        });
+        assert!(pods.is_empty());
+        assert!(r
+            .expect_err("a FIFO")
+            .ends_with("is a FIFO, not a regular file"));
+    }
+
+    #[test]
+    fn a_manifest_over_the_cap_is_refused_before_it_is_read() {
+        let dir = TempDir::new("big");
+        let mut text = pod("big", "i");
+        let pad = usize::try_from(MAX_MANIFEST_BYTES).expect("fits") + 1 - text.len();
+        text.push_str(&format!("# {}\n", "x".repeat(pad)));
+        let big = dir.write("big.yaml", &text);
+        let (mut src, rx) = source(&dir.0, "n");
+        let (r, pods) = tick(&mut src, &rx);
+        assert!(pods.is_empty());
+        assert_eq!(
+            r,
+            Err(format!("{}: larger than 3 MiB, not read", big.display()))
+        );
+        assert_eq!(src.decodes(), 0, "never decoded");
+    }
+
+    #[test]
+    fn an_unchanged_manifest_is_decoded_once() {
+        let dir = TempDir::new("cache");
+        let web = dir.write("web.yaml", &pod("web", "i:1"));
+        dir.write("bad.yaml", "kind: Pod\n");
+        let (mut src, rx) = source(&dir.0, "n");
+        let (r1, first) = tick(&mut src, &rx);
+        assert_eq!(src.decodes(), 2);
+        for _ in 0..5 {
+            let (r, pods) = tick(&mut src, &rx);
+            assert_eq!(pods, first, "the cached pods");
+            assert_eq!(r, r1, "a bad file is still reported");
+        }
+        assert_eq!(src.decodes(), 2, "nothing decoded again");
+
+        // The same bytes written again (a new mtime, maybe a new inode): hashed, not
+        // decoded.
+        dir.write("web.yaml", &pod("web", "i:1"));
+        assert_eq!(tick(&mut src, &rx).1, first);
+        assert_eq!(src.decodes(), 2);
+
+        // Same size, written at once (possibly the same mtime tick): still seen.
+        dir.write("web.yaml", &pod("web", "i:2"));
+        let (_, pods) = tick(&mut src, &rx);
+        assert_eq!(src.decodes(), 3);
+        let image = pods[0].spec.as_ref().map(|s| s.containers[0].image.clone());
+        assert_eq!(image, Some(Some("i:2".to_string())));
+        assert_eq!(
+            std::fs::metadata(&web).expect("stat").len() as usize,
+            pod("web", "i:2").len()
+        );
     }
 
     fn wait_for_pods(rx: &Receiver<SourceUpdate>, want: &[&str], deadline: Duration) -> Duration {

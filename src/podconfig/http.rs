@@ -26,6 +26,7 @@ use ureq::Agent;
 use super::manifest::{self, Format, ManifestError, Origin, MAX_MANIFEST_BYTES};
 use super::{Source, SourceUpdate};
 use crate::apiclient::http as client;
+use crate::fsutil;
 use crate::loops::{Loops, Periodic, SpawnError};
 
 /// Upstream's client timeout for the manifest URL.
@@ -74,7 +75,7 @@ impl fmt::Display for HttpSourceError {
             }
             HttpSourceError::TooLarge { url } => write!(
                 f,
-                "{url}: the body is larger than {} MB, not read",
+                "{url}: the body is larger than {} MiB, not read",
                 MAX_MANIFEST_BYTES >> 20
             ),
             HttpSourceError::Empty { url } => write!(f, "zero-length data received from {url}"),
@@ -156,9 +157,11 @@ impl HttpSource {
         if self.last_body.as_deref() == Some(&body[..]) {
             return Ok(());
         }
-        let pods =
-            pods_from_body(&body, &self.url, &self.node_name).map_err(HttpSourceError::Manifest)?;
-        self.send(pods)?;
+        let decoded = pods_from_body(&body, &self.url, &self.node_name);
+        if body.len() >= fsutil::TRIM_AFTER_BYTES {
+            fsutil::release_freed_memory();
+        }
+        self.send(decoded.map_err(HttpSourceError::Manifest)?)?;
         self.last_body = Some(body);
         Ok(())
     }

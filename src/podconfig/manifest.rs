@@ -27,7 +27,6 @@
 //! under two names, or on two nodes, two different pods.
 
 use std::fmt;
-use std::io::Read;
 use std::path::Path;
 
 use super::CONFIG_HASH_ANNOTATION;
@@ -35,9 +34,12 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus, Toleration};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The largest manifest read, as upstream's `maxConfigLength`: a bigger file is a
-/// mistake (a log, an image) rather than pods.
-pub const MAX_MANIFEST_BYTES: u64 = 10 * 1024 * 1024;
+/// The largest manifest read from a file, a URL body or an etcd value. The API server
+/// takes at most 3 MB in one request, so no pod (nor a list of the few pods a node
+/// runs) is bigger; anything larger is a mistake (a log, an image, a generated file)
+/// whose decoding would cost the node hundreds of MB. Upstream's `maxConfigLength`
+/// (10 MB) predates that bound.
+pub const MAX_MANIFEST_BYTES: u64 = 3 * 1024 * 1024;
 
 /// Where a manifest came from; it is part of the UID and of every error.
 #[derive(Clone, Copy, Debug)]
@@ -132,7 +134,7 @@ impl fmt::Display for ManifestError {
         match &self.kind {
             ManifestErrorKind::Read(e) => write!(f, "cannot read: {e}"),
             ManifestErrorKind::TooLarge => {
-                write!(f, "larger than {} MB, not read", MAX_MANIFEST_BYTES >> 20)
+                write!(f, "larger than {} MiB, not read", MAX_MANIFEST_BYTES >> 20)
             }
             ManifestErrorKind::NotUtf8 => f.write_str("not UTF-8 text"),
             ManifestErrorKind::Yaml(e) => write!(f, "invalid YAML: {e}"),
@@ -178,27 +180,6 @@ impl Problem {
             kind,
         }
     }
-}
-
-/// Reads one manifest file: every pod in it, validated and defaulted for `node_name`.
-pub fn read_file(path: &Path, node_name: &str) -> Result<Vec<Pod>, ManifestError> {
-    let origin = Origin::File(path);
-    let fail = |kind| ManifestError {
-        origin: origin.to_string(),
-        document: None,
-        item: None,
-        kind,
-    };
-    let file = std::fs::File::open(path).map_err(|e| fail(ManifestErrorKind::Read(e)))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_MANIFEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| fail(ManifestErrorKind::Read(e)))?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(fail(ManifestErrorKind::TooLarge));
-    }
-    let text = String::from_utf8(bytes).map_err(|_| fail(ManifestErrorKind::NotUtf8))?;
-    pods_from_str(&text, Format::of(path), origin, node_name)
 }
 
 /// Decodes, validates and defaults every pod of a manifest's text, in document order.

@@ -1,5 +1,7 @@
 //! The read-only port (`--read-only-port`, default 10255; 0 disables): no
-//! authentication, so nothing secret and nothing that acts. `/pods` (the pods this
+//! authentication and nothing that acts, but not free of secrets: `/pods` serves every
+//! pod spec with its `env` values, as upstream's does, so anyone who can reach the port
+//! reads them; disable it (`--read-only-port=0`) wherever that matters. `/pods` (the pods this
 //! kubelet runs, with the status it computed), `/healthz` and its sub-checks, and
 //! `/debug/loops` (every loop's last tick, to tell which one is stuck), and
 //! `/metrics/probes` (probe results and lateness, Prometheus text).

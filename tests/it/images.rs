@@ -97,12 +97,19 @@ fn pull_without_or_with_wrong_credentials_is_err_image_pull_then_back_off() {
             "{msg}"
         );
         let log = n.log();
+        // Events are logged in the one recorder's layout (src/record.rs).
         assert!(
-            log.contains("Warning Failed: Failed to pull image"),
+            log.contains(&format!(
+                "event: Warning Failed pod/default/p-{}: Failed to pull image",
+                n.name
+            )),
             "{log}"
         );
         assert!(
-            log.contains("Normal BackOff: Back-off pulling image"),
+            log.contains(&format!(
+                "event: Normal BackOff pod/default/p-{}: Back-off pulling image",
+                n.name
+            )),
             "{log}"
         );
         assert!(

@@ -16,3 +16,4 @@ mod volumes;
 mod probes;
 mod servers;
 mod admission;
+mod inputs;

@@ -1,0 +1,308 @@
+//! The event recorder: what upstream records as a Kubernetes Event (`Pulling`,
+//! `Failed`, `BackOff`, `Killing` …) is a log line here, `event: <Type> <reason>
+//! pod/<ns>/<name>[ container <c>]: <message>`, and every such line goes through one
+//! rate limiter, upstream's `EventSourceObjectSpamFilter`
+//! (client-go `tools/record/events_cache.go`).
+//!
+//! Why: a pod whose 1000 containers wait for an absent image logged two lines per
+//! container per sync (34,004 lines, 6.4 MB in under three minutes). Upstream bounds
+//! the events of one object with a token bucket (burst 25, one more every 5 minutes)
+//! and folds similar events into one. Here the bucket is per pod UID, type and reason
+//! (not per message: the messages of a flood differ by container and image, and one
+//! bucket per message would let 1000 containers through 25 times each; upstream gets
+//! the same bound by aggregating similar messages first). When a bucket runs dry the
+//! recorder says so once; the next line it lets through says how many it held back.
+//! Decisions are pure ([`EventCorrelator::observe`], `now` passed in) and table-tested;
+//! the process-wide recorder ([`event`]) wraps one correlator in a mutex held for
+//! microseconds, never across I/O.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::loops::lock;
+
+/// Upstream's `defaultSpamBurst`: events of one kind an object may log at once.
+pub const SPAM_BURST: u32 = 25;
+/// Upstream's `defaultSpamQPS` (1/300): one more event every 5 minutes after the burst.
+pub const SPAM_REFILL: Duration = Duration::from_secs(300);
+/// Upstream's `maxLruCacheEntries`: the most buckets kept; a full bucket carries no
+/// state, so the idlest ones are dropped first.
+pub const MAX_BUCKETS: usize = 4096;
+
+/// What the recorder does with one event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Log it; `suppressed` events of the same key were held back before it.
+    Log {
+        /// Held back since the last line of this key.
+        suppressed: u64,
+    },
+    /// Drop it, and say once that this key is now being suppressed.
+    StartSuppressing,
+    /// Drop it silently (counted).
+    Suppress,
+}
+
+/// One token bucket and its suppressed count.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    last_refill: Instant,
+    last_seen: Instant,
+    suppressed: u64,
+}
+
+impl Bucket {
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.last_refill);
+        let added = elapsed.as_secs_f64() / SPAM_REFILL.as_secs_f64();
+        self.tokens = (self.tokens + added).min(f64::from(SPAM_BURST));
+        self.last_refill = now;
+    }
+
+    /// Full and owing no "suppressed" note: the same as no bucket at all.
+    fn idle(&self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last_refill);
+        let tokens = self.tokens + elapsed.as_secs_f64() / SPAM_REFILL.as_secs_f64();
+        self.suppressed == 0 && tokens >= f64::from(SPAM_BURST)
+    }
+}
+
+/// Token buckets per event key (pod UID, type, reason): upstream's
+/// `EventSourceObjectSpamFilter` with the same burst and refill.
+#[derive(Debug, Default)]
+pub struct EventCorrelator {
+    buckets: BTreeMap<String, Bucket>,
+}
+
+impl EventCorrelator {
+    /// An empty correlator.
+    pub const fn new() -> Self {
+        EventCorrelator {
+            buckets: BTreeMap::new(),
+        }
+    }
+
+    /// Decides whether an event with this key, seen at `now`, is logged.
+    pub fn observe(&mut self, key: &str, now: Instant) -> Decision {
+        if !self.buckets.contains_key(key) {
+            self.make_room(now);
+        }
+        let b = self
+            .buckets
+            .entry(key.to_string())
+            .or_insert_with(|| Bucket {
+                tokens: f64::from(SPAM_BURST),
+                last_refill: now,
+                last_seen: now,
+                suppressed: 0,
+            });
+        b.last_seen = now;
+        b.refill(now);
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            let suppressed = std::mem::take(&mut b.suppressed);
+            return Decision::Log { suppressed };
+        }
+        b.suppressed = b.suppressed.saturating_add(1);
+        if b.suppressed == 1 {
+            Decision::StartSuppressing
+        } else {
+            Decision::Suppress
+        }
+    }
+
+    /// Keeps the map under [`MAX_BUCKETS`]: drops idle buckets, then the least
+    /// recently seen one (its pending count is lost, as in upstream's LRU).
+    fn make_room(&mut self, now: Instant) {
+        if self.buckets.len() < MAX_BUCKETS {
+            return;
+        }
+        self.buckets.retain(|_, b| !b.idle(now));
+        if self.buckets.len() < MAX_BUCKETS {
+            return;
+        }
+        let oldest = self
+            .buckets
+            .iter()
+            .min_by_key(|(_, b)| b.last_seen)
+            .map(|(k, _)| k.clone());
+        if let Some(k) = oldest {
+            self.buckets.remove(&k);
+        }
+    }
+
+    /// Buckets held (for tests).
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// True when no bucket is held.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+}
+
+/// The process-wide correlator every event goes through.
+static RECORDER: Mutex<EventCorrelator> = Mutex::new(EventCorrelator::new());
+
+/// Records an event about `pod` (and one of its containers): logs it as upstream
+/// would record it, unless its pod has logged too many of this type and reason.
+pub fn event(pod: &Pod, container: Option<&str>, warning: bool, reason: &str, message: &str) {
+    let (ns, name) = pod_names(pod);
+    let object = match container {
+        Some(c) => format!("pod/{ns}/{name} container {c}"),
+        None => format!("pod/{ns}/{name}"),
+    };
+    let kind = if warning { "Warning" } else { "Normal" };
+    emit(pod, warning, &format!("{kind} {reason}"), || {
+        format!("event: {kind} {reason} {object}: {message}")
+    });
+}
+
+/// Logs a warning about `pod` that repeats every sync while a condition lasts (a
+/// container waiting in `ImagePullBackOff`, say), through the same limiter as events,
+/// keyed by the pod and `reason`. `line` is only formatted when it is logged.
+pub fn warn_limited(pod: &Pod, reason: &str, line: impl FnOnce() -> String) {
+    emit(pod, true, reason, line);
+}
+
+fn pod_names(pod: &Pod) -> (&str, &str) {
+    (
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// The one path every limited line takes: the pod's bucket for `what`, then the line.
+fn emit(pod: &Pod, warning: bool, what: &str, line: impl FnOnce() -> String) {
+    let (ns, name) = pod_names(pod);
+    // The UID names the pod across renames; ns/name for a pod without one.
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let key = format!("{uid}\u{0}{ns}/{name}\u{0}{what}");
+    let decision = lock(&RECORDER).observe(&key, Instant::now());
+    let text = match decision {
+        Decision::Log { suppressed: 0 } => line(),
+        Decision::Log { suppressed } => format!(
+            "{} ({suppressed} more {what} lines of pod/{ns}/{name} were suppressed before this one)",
+            line()
+        ),
+        Decision::StartSuppressing => format!(
+            "too many {what} lines for pod/{ns}/{name}; suppressing them \
+             (at most {SPAM_BURST} at once, then 1 every {}s)",
+            SPAM_REFILL.as_secs()
+        ),
+        Decision::Suppress => return,
+    };
+    if warning {
+        log::warn!("{text}");
+    } else {
+        log::info!("{text}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_passes_then_one_per_refill_and_the_next_line_counts_the_rest() {
+        let mut c = EventCorrelator::new();
+        let t0 = Instant::now();
+        for i in 0..SPAM_BURST {
+            assert_eq!(
+                c.observe("pod-a/BackOff", t0),
+                Decision::Log { suppressed: 0 },
+                "event {i} of the burst"
+            );
+        }
+        assert_eq!(c.observe("pod-a/BackOff", t0), Decision::StartSuppressing);
+        for _ in 0..99 {
+            assert_eq!(
+                c.observe("pod-a/BackOff", t0 + Duration::from_secs(10)),
+                Decision::Suppress
+            );
+        }
+        // Another pod, or another reason of the same pod, has its own bucket.
+        assert_eq!(
+            c.observe("pod-b/BackOff", t0),
+            Decision::Log { suppressed: 0 }
+        );
+        assert_eq!(
+            c.observe("pod-a/Failed", t0),
+            Decision::Log { suppressed: 0 }
+        );
+        // Not quite a refill period later: still dry.
+        assert_eq!(
+            c.observe("pod-a/BackOff", t0 + SPAM_REFILL - Duration::from_secs(1)),
+            Decision::Suppress
+        );
+        // One token back: one line, which says how many were held back.
+        assert_eq!(
+            c.observe("pod-a/BackOff", t0 + SPAM_REFILL),
+            Decision::Log { suppressed: 101 }
+        );
+        assert_eq!(
+            c.observe("pod-a/BackOff", t0 + SPAM_REFILL),
+            Decision::StartSuppressing
+        );
+        // Long quiet: the whole burst is back, capped.
+        let later = t0 + SPAM_REFILL * 1000;
+        for _ in 0..SPAM_BURST {
+            assert!(matches!(
+                c.observe("pod-a/BackOff", later),
+                Decision::Log { .. }
+            ));
+        }
+        assert_eq!(
+            c.observe("pod-a/BackOff", later),
+            Decision::StartSuppressing
+        );
+    }
+
+    #[test]
+    fn lines_per_key_are_bounded_by_burst_plus_elapsed_refills() {
+        // 1000 events a second for 20 minutes: at most burst + 4 refills logged, plus
+        // one "suppressing" note per dry spell.
+        let mut c = EventCorrelator::new();
+        let t0 = Instant::now();
+        let (mut logged, mut notes) = (0u64, 0u64);
+        for ms in 0..1_200_000u64 {
+            match c.observe("k", t0 + Duration::from_millis(ms)) {
+                Decision::Log { .. } => logged += 1,
+                Decision::StartSuppressing => notes += 1,
+                Decision::Suppress => {}
+            }
+        }
+        assert_eq!(
+            logged,
+            u64::from(SPAM_BURST) + 3,
+            "refills at 300, 600, 900 s"
+        );
+        assert_eq!(notes, 4);
+    }
+
+    #[test]
+    fn the_map_is_bounded_and_drops_idle_buckets_first() {
+        let mut c = EventCorrelator::new();
+        let t0 = Instant::now();
+        for i in 0..MAX_BUCKETS {
+            c.observe(&format!("k{i}"), t0);
+        }
+        assert_eq!(c.len(), MAX_BUCKETS);
+        // Long after, every bucket is full again: all dropped to make room.
+        c.observe("new", t0 + SPAM_REFILL * 2);
+        assert_eq!(c.len(), 1);
+        for i in 0..MAX_BUCKETS + 10 {
+            c.observe(&format!("j{i}"), t0 + SPAM_REFILL * 2);
+        }
+        assert_eq!(
+            c.len(),
+            MAX_BUCKETS,
+            "busy buckets: the least recently seen go"
+        );
+    }
+}
