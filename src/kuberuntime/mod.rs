@@ -143,7 +143,9 @@ pub struct ManagerConfig {
 pub struct RuntimeManager {
     runtime: Arc<dyn Runtime>,
     cfg: ManagerConfig,
-    backoff: Mutex<Backoff<SystemTime>>,
+    /// Shared with the sync loop's housekeeping (through [`BackoffGc`]) so that it can
+    /// expire entries without holding the whole manager.
+    backoff: Arc<Mutex<Backoff<SystemTime>>>,
     images: ImageManager,
     /// Termination messages of exited containers by container ID.
     messages: Mutex<HashMap<String, String>>,
@@ -170,7 +172,7 @@ impl RuntimeManager {
             images: ImageManager::new(runtime.clone(), &cfg.node.root_dir),
             runtime,
             cfg,
-            backoff: Mutex::new(Backoff::default()),
+            backoff: Arc::new(Mutex::new(Backoff::default())),
             messages: Mutex::new(HashMap::new()),
             probes: None,
         }
@@ -447,16 +449,18 @@ impl RuntimeManager {
             return Ok(false);
         };
         // Repeats every sync of every waiting container: rate limited per pod and
-        // reason, as events are.
-        crate::record::warn_limited(pod, &w.reason, || {
-            format!(
-                "pod {}: container {}: {}: {}",
-                format_pod(pod),
-                c.name,
-                w.reason,
-                w.message
-            )
-        });
+        // reason, as events are. A pull in progress is no warning (its events say it).
+        if w.reason != crate::images::PULLING_REASON {
+            crate::record::warn_limited(pod, &w.reason, || {
+                format!(
+                    "pod {}: container {}: {}: {}",
+                    format_pod(pod),
+                    c.name,
+                    w.reason,
+                    w.message
+                )
+            });
+        }
         result.waiting.insert(c.name.clone(), w);
         let again = backoff::INITIAL;
         result.requeue_after = Some(result.requeue_after.map_or(again, |r| r.min(again)));
@@ -896,9 +900,32 @@ impl RuntimeManager {
         Ok(None)
     }
 
-    /// Forgets backoff entries that expired (housekeeping).
-    pub fn gc_backoff(&self) {
-        lock(&self.backoff).gc(SystemTime::now());
+    /// The image manager (its pullers are started by the kubelet's wiring).
+    pub fn images(&self) -> &ImageManager {
+        &self.images
+    }
+
+    /// What housekeeping needs to expire backoff entries, and nothing more.
+    pub fn backoff_gc(&self) -> BackoffGc {
+        BackoffGc {
+            restart: self.backoff.clone(),
+            images: self.images.clone(),
+        }
+    }
+}
+
+/// The restart and pull backoff tables, for the sync loop's housekeeping: it expires
+/// their entries without holding the runtime manager (which it must never call).
+#[derive(Clone, Debug)]
+pub struct BackoffGc {
+    restart: Arc<Mutex<Backoff<SystemTime>>>,
+    images: ImageManager,
+}
+
+impl BackoffGc {
+    /// Forgets backoff entries that expired. Microseconds: two small tables.
+    pub fn gc(&self) {
+        lock(&self.restart).gc(SystemTime::now());
         self.images.gc();
     }
 }
