@@ -305,7 +305,12 @@ mod tests {
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
         for req in kill_all(&uids, true) {
             let tx = done_tx.clone();
-            killer.submit(req, Box::new(move |r| drop(tx.send(r.is_ok()))));
+            killer.submit(
+                req,
+                Box::new(move |r| {
+                    let _ = tx.send(r.is_ok());
+                }),
+            );
         }
         let mut most = 0;
         let mut done = 0;
@@ -361,7 +366,9 @@ mod tests {
                 grace_override: Some(Duration::from_secs(30)),
                 remove: false,
             },
-            Box::new(move |r| drop(done_tx.send(r.is_ok()))),
+            Box::new(move |r| {
+                let _ = done_tx.send(r.is_ok());
+            }),
         );
         assert_eq!(done_rx.recv_timeout(Duration::from_secs(30)), Ok(true));
         let took = began.elapsed();

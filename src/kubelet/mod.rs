@@ -124,6 +124,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// The loop helper, for threads main starts beside the kubelet's (`signals`).
+    pub fn loops(&self) -> &Loops {
+        &self.loops
+    }
+
     /// Stops every loop and waits for them at most `deadline`; returns the names of the
     /// threads that did not finish in time. Containers keep running.
     pub fn stop(self, deadline: Duration) -> Vec<String> {
