@@ -202,7 +202,7 @@ pub fn run_with_timeout(cfg: &ExecConfig, timeout: Duration) -> Result<Credentia
 /// [`MAX_OUTPUT`]; more is read and dropped). Err(None) when the deadline passes,
 /// Err(Some(reason)) when reading fails.
 fn read_until(child: &mut Child, deadline: Instant) -> Result<(Vec<u8>, Vec<u8>), Option<String>> {
-    let mut pipes: [(Option<Box<dyn ReadFd>>, Vec<u8>); 2] = [
+    let mut pipes: [(Option<Pipe>, Vec<u8>); 2] = [
         (
             child.stdout.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
             Vec::new(),
@@ -259,6 +259,9 @@ fn read_until(child: &mut Child, deadline: Instant) -> Result<(Vec<u8>, Vec<u8>)
     let [(_, out), (_, err)] = pipes;
     Ok((out, err))
 }
+
+/// A child's open pipe (None once it has ended).
+type Pipe = Box<dyn ReadFd>;
 
 /// A child's pipe: readable, with its descriptor for poll(2).
 trait ReadFd: Read {
