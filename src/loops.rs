@@ -191,20 +191,28 @@ impl LoopHandle {
     pub fn end_tick(&self, began: Instant, error: Option<String>) {
         let took = began.elapsed();
         let name = &self.name;
+        // Decided under the registry's lock, logged after it: a write to a slow
+        // stderr must not hold every loop and the health checks.
+        let mut say: Option<(log::Level, String)> = None;
         self.registry.update(name, |st| {
             st.ticks += 1;
             st.last_duration = Some(took);
             st.busy_since = None;
-            match &error {
+            say = match &error {
                 Some(e) if st.last_error.as_deref() != Some(e.as_str()) => {
-                    log::warn!("{name}: {e}");
+                    Some((log::Level::Warn, format!("{name}: {e}")))
                 }
-                Some(e) => log::debug!("{name}: still failing: {e}"),
-                None if st.last_error.is_some() => log::info!("{name}: recovered"),
-                None => {}
-            }
+                Some(e) => Some((log::Level::Debug, format!("{name}: still failing: {e}"))),
+                None if st.last_error.is_some() => {
+                    Some((log::Level::Info, format!("{name}: recovered")))
+                }
+                None => None,
+            };
             st.last_error = error;
         });
+        if let Some((level, line)) = say {
+            log::log!(level, "{line}");
+        }
     }
 
     /// The loop's name (also its thread's name).

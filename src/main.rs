@@ -81,20 +81,6 @@ fn run() -> Exit {
     };
     let signals_handle = signals.handle();
     let (sig_tx, sig_rx) = crossbeam_channel::bounded(4);
-    // The signal thread only forwards signals to the main thread; it ends when closed.
-    let spawned = std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            for s in signals.forever() {
-                if sig_tx.send(s).is_err() {
-                    return;
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        log::error!("cannot spawn the signal thread: {e}");
-        return Exit::Failure;
-    }
 
     let running = match kubelet::start(cfg, runtime) {
         Ok(r) => r,
@@ -103,6 +89,23 @@ fn run() -> Exit {
             return Exit::Failure;
         }
     };
+    // The signal thread only forwards signals to the main thread; it ends when the
+    // handle is closed. Signals that arrive before it runs wait in signal-hook.
+    let spawned = running.loops().spawn("signals", move |_stop, handle| {
+        for s in signals.forever() {
+            let began = handle.begin_tick();
+            let sent = sig_tx.send(s);
+            handle.end_tick(began, None);
+            if sent.is_err() {
+                return;
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        log::error!("{}", error_chain(&e));
+        running.stop(SHUTDOWN_DEADLINE);
+        return Exit::Failure;
+    }
     for (name, addr) in &running.bound {
         log::info!("Starting to listen ({name}) on {addr}");
     }
@@ -128,8 +131,9 @@ fn run() -> Exit {
         }
     }
     systemd::notify("STOPPING=1");
-    let lingering = running.stop(SHUTDOWN_DEADLINE);
+    // Closed first, so that the signal thread ends with the others.
     signals_handle.close();
+    let lingering = running.stop(SHUTDOWN_DEADLINE);
     if !lingering.is_empty() {
         log::warn!("threads still busy at exit: {}", lingering.join(", "));
     }
@@ -182,10 +186,7 @@ fn install_panic_hook() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let thread = std::thread::current();
-        log::error!(
-            "thread {} panicked: {info}",
-            thread.name().unwrap_or("<unnamed>")
-        );
+        log::error!("{}", logging::panic_line(thread.name(), info));
         default(info);
     }));
 }

@@ -141,8 +141,10 @@ impl PodWorkers {
             }
             Work::Sync(pod) => slot.pending_sync = Some(pod),
         }
-        if !slot.busy && !slot.queued {
-            self.enqueue(uid, slot);
+        let full = !slot.busy && !slot.queued && !self.enqueue(uid, slot);
+        drop(slots);
+        if full {
+            queue_full(uid);
         }
     }
 
@@ -156,22 +158,33 @@ impl PodWorkers {
     /// Pods with work waiting that could not be queued (the queue was full); the sync
     /// loop's tick calls this to queue them again.
     pub fn requeue_stranded(&self) {
+        let mut stranded = Vec::new();
         let mut slots = lock(&self.slots);
         for (uid, slot) in slots.iter_mut() {
             if !slot.busy && !slot.queued && slot.has_pending() {
                 let uid = uid.clone();
-                self.enqueue(&uid, slot);
+                if !self.enqueue(&uid, slot) {
+                    stranded.push(uid);
+                }
             }
+        }
+        drop(slots);
+        for uid in stranded {
+            queue_full(&uid);
         }
     }
 
-    fn enqueue(&self, uid: &str, slot: &mut Slot) {
+    /// Queues the pod for a worker; false when the queue is full (the caller logs it
+    /// once its lock is released, and the next sync tick tries again).
+    #[must_use]
+    fn enqueue(&self, uid: &str, slot: &mut Slot) -> bool {
         match self.ready_tx.try_send(uid.to_string()) {
-            Ok(()) => slot.queued = true,
-            Err(TrySendError::Full(_)) => {
-                log::warn!("pod worker queue is full; pod {uid} waits for the next sync tick");
+            Ok(()) => {
+                slot.queued = true;
+                true
             }
-            Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Full(_)) => false,
+            Err(TrySendError::Disconnected(_)) => true,
         }
     }
 
@@ -234,14 +247,24 @@ impl PodWorkers {
             return;
         };
         slot.busy = false;
+        let mut full = false;
         if slot.has_pending() {
             if !slot.queued {
-                self.enqueue(uid, slot);
+                full = !self.enqueue(uid, slot);
             }
         } else if was_kill {
             slots.remove(uid);
         }
+        drop(slots);
+        if full {
+            queue_full(uid);
+        }
     }
+}
+
+/// Said outside the slots' lock (a log write may block on a slow stderr).
+fn queue_full(uid: &str) {
+    log::warn!("pod worker queue is full; pod {uid} waits for the next sync tick");
 }
 
 /// When each pod is next due for a sync without events (upstream's work queue): after

@@ -6,13 +6,19 @@
 //! stderr goes to our log, and the answer is cached until its `expirationTimestamp`
 //! (or until the server answers 401).
 //!
-//! The plugin runs with a deadline ([`EXEC_TIMEOUT`]): its output is collected on a
-//! short-lived named thread (`exec-cred`) and a plugin that overstays is killed.
+//! The plugin runs with a deadline ([`EXEC_TIMEOUT`]) in a process group of its own:
+//! its stdout and stderr are read on the calling thread with `poll(2)` until both end
+//! or the deadline passes, and then the whole group is killed. A plugin that exits
+//! while something it started (`sleep 1000 &`) keeps its stdout open therefore costs
+//! the caller at most the deadline, and that something is killed too. No thread is
+//! started for it.
 
 use std::fmt;
 use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Deserialize;
 
@@ -123,6 +129,11 @@ struct ExecStatus {
 
 /// Runs the plugin once and reads its credential.
 pub fn run(cfg: &ExecConfig) -> Result<Credential, ExecError> {
+    run_with_timeout(cfg, EXEC_TIMEOUT)
+}
+
+/// [`run`] with its deadline given.
+pub fn run_with_timeout(cfg: &ExecConfig, timeout: Duration) -> Result<Credential, ExecError> {
     let fail = |reason: String| ExecError {
         command: cfg.command.clone(),
         reason,
@@ -147,7 +158,9 @@ pub fn run(cfg: &ExecConfig) -> Result<Credential, ExecError> {
         .env("KUBERNETES_EXEC_INFO", info.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::piped())
+        // Its own process group, so that a timeout kills what it started too.
+        .process_group(0);
     for e in &cfg.env {
         cmd.env(&e.name, &e.value);
     }
@@ -159,38 +172,18 @@ pub fn run(cfg: &ExecConfig) -> Result<Credential, ExecError> {
             .unwrap_or_default();
         fail(format!("cannot run it: {e}{hint}"))
     })?;
-    let pid = child.id();
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    // Reading the pipes blocks until the plugin closes them; a short-lived thread does
-    // it, so this thread can enforce the deadline.
-    let reader = std::thread::Builder::new()
-        .name("exec-cred".into())
-        .spawn(move || {
-            let mut out = Vec::new();
-            let mut err = Vec::new();
-            if let Some(s) = stdout.as_mut() {
-                let _ = s.take(MAX_OUTPUT).read_to_end(&mut out);
-            }
-            if let Some(s) = stderr.as_mut() {
-                let _ = s.take(MAX_OUTPUT).read_to_end(&mut err);
-            }
-            let status = child.wait();
-            let _ = tx.send((out, err, status));
-        })
-        .map_err(|e| fail(format!("cannot spawn its reader thread: {e}")))?;
-    let (out, err, status) = match rx.recv_timeout(EXEC_TIMEOUT) {
+    let deadline = crate::time::saturating_deadline(Instant::now(), timeout);
+    let outcome = read_until(&mut child, deadline)
+        .and_then(|(out, err)| wait_until(&mut child, deadline).map(|st| (out, err, st)));
+    let (out, err, status) = match outcome {
         Ok(r) => r,
-        Err(_) => {
-            // SAFETY: kill(2) on the PID of a child we spawned and that the reader
-            // thread has not reaped (it has not sent, so `wait` has not returned).
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            let _ = reader.join();
-            return Err(fail(format!("did not finish within {EXEC_TIMEOUT:?}")));
+        Err(reason) => {
+            kill_group(&mut child);
+            return Err(fail(reason.unwrap_or_else(|| {
+                format!("did not finish within {timeout:?} (killed with what it started)")
+            })));
         }
     };
-    let _ = reader.join();
     let err_text = String::from_utf8_lossy(&err);
     if !err_text.trim().is_empty() {
         log::info!(
@@ -199,11 +192,114 @@ pub fn run(cfg: &ExecConfig) -> Result<Credential, ExecError> {
             err_text.trim()
         );
     }
-    let status = status.map_err(|e| fail(format!("cannot wait for it: {e}")))?;
     if !status.success() {
         return Err(fail(format!("exited with {status}")));
     }
     parse(&out, &api_version).map_err(fail)
+}
+
+/// Reads the child's stdout and stderr until both end (the most of each is
+/// [`MAX_OUTPUT`]; more is read and dropped). Err(None) when the deadline passes,
+/// Err(Some(reason)) when reading fails.
+fn read_until(child: &mut Child, deadline: Instant) -> Result<(Vec<u8>, Vec<u8>), Option<String>> {
+    let mut pipes: [(Option<Pipe>, Vec<u8>); 2] = [
+        (
+            child.stdout.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
+            Vec::new(),
+        ),
+        (
+            child.stderr.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
+            Vec::new(),
+        ),
+    ];
+    let mut chunk = [0u8; 8192];
+    while pipes.iter().any(|(p, _)| p.is_some()) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(None);
+        }
+        let mut fds: Vec<libc::pollfd> = pipes
+            .iter()
+            .map(|(p, _)| libc::pollfd {
+                fd: p.as_ref().map_or(-1, |p| p.raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the call's
+        // duration; negative fds are ignored by poll(2).
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Some(format!("cannot wait for its output: {e}")));
+        }
+        for (pfd, (pipe, buf)) in fds.iter().zip(pipes.iter_mut()) {
+            if pfd.revents == 0 {
+                continue;
+            }
+            let Some(p) = pipe.as_mut() else { continue };
+            // poll said it is readable (or closed): this read does not block.
+            match p.read(&mut chunk) {
+                Ok(0) => *pipe = None,
+                Ok(k) => {
+                    let room = usize::try_from(MAX_OUTPUT)
+                        .unwrap_or(usize::MAX)
+                        .saturating_sub(buf.len());
+                    buf.extend_from_slice(&chunk[..k.min(room)]);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Some(format!("cannot read its output: {e}"))),
+            }
+        }
+    }
+    let [(_, out), (_, err)] = pipes;
+    Ok((out, err))
+}
+
+/// A child's open pipe (None once it has ended).
+type Pipe = Box<dyn ReadFd>;
+
+/// A child's pipe: readable, with its descriptor for poll(2).
+trait ReadFd: Read {
+    fn raw_fd(&self) -> std::os::fd::RawFd;
+}
+
+impl<T: Read + AsRawFd> ReadFd for T {
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.as_raw_fd()
+    }
+}
+
+/// Waits for the child to exit, until the deadline. std has no timed wait, so this
+/// polls; it only runs after the child closed its output, when it is exiting.
+fn wait_until(
+    child: &mut Child,
+    deadline: Instant,
+) -> Result<std::process::ExitStatus, Option<String>> {
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return Ok(st),
+            Ok(None) if Instant::now() >= deadline => return Err(None),
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(Some(format!("cannot wait for it: {e}"))),
+        }
+    }
+}
+
+/// Kills the plugin's process group (it and whatever it started) and reaps it.
+fn kill_group(child: &mut Child) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) with a negative PID signals the process group the child
+        // leads (it was spawned with process_group(0), so its PGID is its PID); the
+        // child is not reaped yet, so that PID is still ours.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Reads a plugin's stdout. The error is the reason only.
@@ -315,5 +411,50 @@ mod tests {
             e.contains("cannot run it") && e.ends_with("(install it)"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_plugin_whose_child_keeps_stdout_open_times_out_and_its_group_is_killed() {
+        let dir = crate::testutil::TempDir::new("exec-cred");
+        let pid_file = dir.0.join("pid");
+        let cfg = ExecConfig {
+            api_version: V1.into(),
+            command: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                format!(
+                    r#"sleep 1000 & echo $! > {}; echo '{{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{{"token":"t"}}}}'"#,
+                    pid_file.display()
+                ),
+            ],
+            env: vec![],
+            install_hint: None,
+        };
+        let began = Instant::now();
+        let e = run_with_timeout(&cfg, Duration::from_secs(1))
+            .expect_err("times out")
+            .to_string();
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            began.elapsed()
+        );
+        assert!(e.contains("did not finish within 1s"), "{e}");
+        let pid = std::fs::read_to_string(&pid_file).expect("pid file");
+        let stat = format!("/proc/{}/stat", pid.trim());
+        // Killed: gone, or a zombie until its new parent reaps it.
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let state = std::fs::read_to_string(&stat)
+                .ok()
+                .and_then(|s| s.rsplit(") ").next().map(|r| r.chars().next()));
+            match state {
+                None | Some(Some('Z')) => break,
+                _ => {
+                    assert!(Instant::now() < until, "the plugin's child still runs");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
     }
 }

@@ -21,7 +21,7 @@ pub mod kubeconfig;
 
 use std::fmt;
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -270,7 +270,10 @@ impl WatchStream {
 /// A client of one API server, shared by the threads that call it.
 pub struct ApiClient {
     config: RestConfig,
+    /// Held for microseconds, never across a plugin run, a file read or a request.
     state: Mutex<ClientState>,
+    /// Signalled when a plugin run ends (`refreshing` went false).
+    refreshed: Condvar,
 }
 
 struct ClientState {
@@ -279,6 +282,9 @@ struct ClientState {
     agent_cert: Option<Vec<u8>>,
     /// The exec plugin's last credential.
     exec_cred: Option<Credential>,
+    /// A caller is running the plugin: others that need a new credential wait for
+    /// its answer rather than run it again; callers with a fresh one never wait.
+    refreshing: bool,
 }
 
 impl fmt::Debug for ApiClient {
@@ -302,7 +308,9 @@ impl ApiClient {
                 agent,
                 agent_cert: None,
                 exec_cred: None,
+                refreshing: false,
             }),
+            refreshed: Condvar::new(),
         })
     }
 
@@ -453,31 +461,14 @@ impl ApiClient {
     }
 
     /// The agent to use and the bearer token to send, refreshing an exec credential
-    /// when it has expired. The plugin runs under the state lock: a second caller waits
-    /// for the same fresh credential rather than run it twice.
+    /// when it has expired. No lock is held while the plugin runs or the token file is
+    /// read.
     fn prepare(&self) -> Result<(Agent, Option<String>), ApiError> {
         let auth = &self.config.auth;
-        let mut st = lock(&self.state);
         if let Some(e) = &auth.exec {
-            let now = SystemTime::now();
-            if !st.exec_cred.as_ref().is_some_and(|c| c.fresh(now)) {
-                let cred = exec::run(e).map_err(ApiError::Credential)?;
-                if cred.cert_pem != st.agent_cert {
-                    let tls = TlsSettings {
-                        cert_pem: cred.cert_pem.clone(),
-                        key_pem: cred.key_pem.clone(),
-                        ..self.config.tls.clone()
-                    };
-                    let tls = http::tls_config(&tls)
-                        .map_err(|r| ApiError::Tls(format!("exec plugin credential: {r}")))?;
-                    st.agent = http::agent(tls, REQUEST_TIMEOUT);
-                    st.agent_cert = cred.cert_pem.clone();
-                }
-                st.exec_cred = Some(cred);
-            }
-            let token = st.exec_cred.as_ref().and_then(|c| c.token.clone());
+            let (agent, token) = self.exec_credential(e)?;
             if token.is_some() {
-                return Ok((st.agent.clone(), token));
+                return Ok((agent, token));
             }
         }
         let from_file = auth
@@ -491,7 +482,59 @@ impl ApiClient {
                     None
                 }
             });
-        Ok((st.agent.clone(), from_file.or_else(|| auth.token.clone())))
+        let agent = lock(&self.state).agent.clone();
+        Ok((agent, from_file.or_else(|| auth.token.clone())))
+    }
+
+    /// The exec plugin's credential (its token, and the agent carrying its client
+    /// certificate), running the plugin once at a time when it has expired: a caller
+    /// that finds another one running it waits for that answer (the run is bounded by
+    /// the plugin's deadline).
+    fn exec_credential(&self, e: &exec::ExecConfig) -> Result<(Agent, Option<String>), ApiError> {
+        let mut st = lock(&self.state);
+        loop {
+            if let Some(c) = st.exec_cred.as_ref().filter(|c| c.fresh(SystemTime::now())) {
+                return Ok((st.agent.clone(), c.token.clone()));
+            }
+            if !st.refreshing {
+                break;
+            }
+            st = self
+                .refreshed
+                .wait_timeout(st, exec::EXEC_TIMEOUT)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        st.refreshing = true;
+        let agent_cert = st.agent_cert.clone();
+        drop(st);
+        let fetched = exec::run(e).map_err(ApiError::Credential).and_then(|cred| {
+            // A new client certificate needs a new agent (built outside the lock).
+            let agent = if cred.cert_pem != agent_cert {
+                let tls = TlsSettings {
+                    cert_pem: cred.cert_pem.clone(),
+                    key_pem: cred.key_pem.clone(),
+                    ..self.config.tls.clone()
+                };
+                let tls = http::tls_config(&tls)
+                    .map_err(|r| ApiError::Tls(format!("exec plugin credential: {r}")))?;
+                Some(http::agent(tls, REQUEST_TIMEOUT))
+            } else {
+                None
+            };
+            Ok((cred, agent))
+        });
+        let mut st = lock(&self.state);
+        st.refreshing = false;
+        self.refreshed.notify_all();
+        let (cred, agent) = fetched?;
+        if let Some(agent) = agent {
+            st.agent = agent;
+            st.agent_cert = cred.cert_pem.clone();
+        }
+        let token = cred.token.clone();
+        st.exec_cred = Some(cred);
+        Ok((st.agent.clone(), token))
     }
 }
 

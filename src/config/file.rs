@@ -95,6 +95,12 @@ macro_rules! kubelet_configuration {
             /// The resolver file `Default` pods get.
             #[serde(rename = "resolvConf")]
             pub resolv_conf: Option<Value>,
+            /// One image pull at a time (default true).
+            #[serde(rename = "serializeImagePulls")]
+            pub serialize_image_pulls: Option<Value>,
+            /// With `serializeImagePulls: false`, how many pulls at once.
+            #[serde(rename = "maxParallelImagePulls")]
+            pub max_parallel_image_pulls: Option<Value>,
             $(
                 #[doc = concat!("`", $name, "`: accepted, not implemented.")]
                 #[serde(rename = $name)]
@@ -171,8 +177,6 @@ kubelet_configuration! {
     content_type = "contentType",
     kube_api_qps = "kubeAPIQPS",
     kube_api_burst = "kubeAPIBurst",
-    serialize_image_pulls = "serializeImagePulls",
-    max_parallel_image_pulls = "maxParallelImagePulls",
     eviction_hard = "evictionHard",
     eviction_soft = "evictionSoft",
     eviction_soft_grace_period = "evictionSoftGracePeriod",
@@ -296,6 +300,10 @@ pub struct FileSettings {
     pub cluster_domain: Option<String>,
     /// `resolvConf`, resolved against the file's directory; `Some("")` disables it.
     pub resolv_conf: Option<String>,
+    /// `serializeImagePulls`.
+    pub serialize_image_pulls: Option<bool>,
+    /// `maxParallelImagePulls` (at least 1; more only without serialized pulls).
+    pub max_parallel_image_pulls: Option<u32>,
     /// Upstream fields present in the file that rkubelet ignores.
     pub unsupported: Vec<String>,
 }
@@ -398,6 +406,16 @@ fn settings(path: &Path, cfg: KubeletConfiguration) -> Result<FileSettings, Conf
             .transpose()
     };
 
+    let serialize_image_pulls = cfg
+        .serialize_image_pulls
+        .as_ref()
+        .map(|v| v.as_bool().ok_or_else(|| invalid(v, "not a boolean")))
+        .transpose()
+        .map_err(|r| field("serializeImagePulls", r))?;
+    let max_parallel_image_pulls =
+        image_pulls(serialize_image_pulls, cfg.max_parallel_image_pulls.as_ref())
+            .map_err(|r| field("maxParallelImagePulls", r))?;
+
     Ok(FileSettings {
         enable_server: cfg
             .enable_server
@@ -442,8 +460,27 @@ fn settings(path: &Path, cfg: KubeletConfiguration) -> Result<FileSettings, Conf
             Some(Value::String(s)) if s.is_empty() => Some(String::new()),
             v => string("resolvConf", v)?.map(|p| base.join(p).display().to_string()),
         },
+        serialize_image_pulls,
+        max_parallel_image_pulls,
         unsupported,
     })
+}
+
+/// `maxParallelImagePulls`, checked as upstream's `ValidateKubeletConfiguration`: a
+/// positive number, and more than 1 only when `serializeImagePulls` is false.
+fn image_pulls(serialize: Option<bool>, v: Option<&Value>) -> Result<Option<u32>, String> {
+    let Some(v) = v.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let n = v.as_i64().ok_or_else(|| invalid(v, "not an integer"))?;
+    if n < 1 {
+        return Err(format!("{n} must be a positive number"));
+    }
+    let n = u32::try_from(n).map_err(|_| invalid(v, "too large"))?;
+    if n > 1 && serialize.unwrap_or(super::defaults::SERIALIZE_IMAGE_PULLS) {
+        return Err("cannot be larger than 1 unless serializeImagePulls is set to false".into());
+    }
+    Ok(Some(n))
 }
 
 /// `staticPodURLHeader`: a map of header name to a list of values (Go's
@@ -792,6 +829,8 @@ mod tests {
                 "clusterDNS" => "[\"10.96.0.10\"]",
                 "clusterDomain" => "cluster.local",
                 "resolvConf" => "/etc/resolv.conf",
+                "serializeImagePulls" => "false",
+                "maxParallelImagePulls" => "3",
                 _ => "{}",
             };
             body.push_str(&format!("{f}: {value}\n"));
@@ -803,9 +842,11 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 16 implemented fields and `logging`, plus
+        // All but the type meta, the 18 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 19 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 21 + 1);
+        assert_eq!(s.serialize_image_pulls, Some(false));
+        assert_eq!(s.max_parallel_image_pulls, Some(3));
         assert_eq!(s.cluster_dns, Some(vec!["10.96.0.10".to_string()]));
         assert_eq!(s.resolv_conf.as_deref(), Some("/etc/resolv.conf"));
     }
@@ -844,6 +885,38 @@ mod tests {
                 ..FileSettings::default()
             }
         );
+    }
+
+    #[test]
+    fn image_pull_settings_are_checked_as_upstream() {
+        let s =
+            parse_body("serializeImagePulls: false\nmaxParallelImagePulls: 4\n").expect("valid");
+        assert_eq!(
+            (s.serialize_image_pulls, s.max_parallel_image_pulls),
+            (Some(false), Some(4))
+        );
+        let s = parse_body("maxParallelImagePulls: 1\n").expect("1 with serialized pulls");
+        assert_eq!(s.max_parallel_image_pulls, Some(1));
+        let bad = [
+            (
+                "maxParallelImagePulls: 2\n",
+                "config file /etc/x.yaml: field maxParallelImagePulls: cannot be larger \
+                 than 1 unless serializeImagePulls is set to false",
+            ),
+            (
+                "serializeImagePulls: false\nmaxParallelImagePulls: 0\n",
+                "config file /etc/x.yaml: field maxParallelImagePulls: 0 must be a positive number",
+            ),
+            (
+                "serializeImagePulls: \"no\"\n",
+                "config file /etc/x.yaml: field serializeImagePulls: invalid value \"no\": \
+                 not a boolean",
+            ),
+        ];
+        for (body, want) in bad {
+            let e = parse_body(body).expect_err(body);
+            assert_eq!(crate::loops::error_chain(&e), want, "{body}");
+        }
     }
 
     #[test]

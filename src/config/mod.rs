@@ -52,6 +52,8 @@ pub mod defaults {
     pub const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
     /// Upstream's `resolvConf` default: the node's own resolver.
     pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+    /// Upstream's `serializeImagePulls` default: one pull at a time.
+    pub const SERIALIZE_IMAGE_PULLS: bool = true;
 }
 
 /// klog's useful range of `-v`: above 10 nothing more is logged anywhere.
@@ -111,6 +113,10 @@ pub struct KubeletConfig {
     pub etcd_keyfile: Option<PathBuf>,
     /// `--kubeconfig`. None: standalone, no API source.
     pub kubeconfig: Option<PathBuf>,
+    /// `serializeImagePulls` (config file only).
+    pub serialize_image_pulls: bool,
+    /// `maxParallelImagePulls` (config file only); None: unset.
+    pub max_parallel_image_pulls: Option<u32>,
     /// `--config`: the file that was read, if any.
     pub config_file: Option<PathBuf>,
     /// Fields of the config file that upstream knows and rkubelet ignores, e.g.
@@ -416,6 +422,10 @@ fn merge(
         etcd_certfile: flags.etcd_certfile,
         etcd_keyfile: flags.etcd_keyfile,
         kubeconfig: flags.kubeconfig.filter(|p| !p.as_os_str().is_empty()),
+        serialize_image_pulls: file
+            .serialize_image_pulls
+            .unwrap_or(defaults::SERIALIZE_IMAGE_PULLS),
+        max_parallel_image_pulls: file.max_parallel_image_pulls,
         config_file,
         unsupported_fields: file.unsupported,
     }
@@ -540,6 +550,8 @@ mod tests {
                 etcd_certfile: None,
                 etcd_keyfile: None,
                 kubeconfig: None,
+                serialize_image_pulls: true,
+                max_parallel_image_pulls: None,
                 config_file: None,
                 unsupported_fields: vec![],
             }

@@ -1,29 +1,38 @@
-//! Image management (upstream `pkg/kubelet/images`: `EnsureImageExists`, the serial
-//! puller, the pull backoff; and `kuberuntime_image.go`'s `PullImage` with the
-//! credential keyring). Called by pod workers before a container is created.
+//! Image management (upstream `pkg/kubelet/images`: `EnsureImageExists`, the
+//! serial and parallel pullers, the pull backoff; and `kuberuntime_image.go`'s
+//! `PullImage` with the credential keyring). Called by pod workers before a container
+//! is created.
 //!
 //! - The reference is checked first: one Docker cannot parse is `InvalidImageName`.
 //! - The pull policy decides (`Always`; `IfNotPresent`; `Never`, which gives
 //!   `ErrImageNeverPull` for an absent image; the API's default is `Always` for
 //!   `:latest` or untagged images, else `IfNotPresent`).
+//! - A pod worker never waits for a pull: it hands the pull to the `image-puller`
+//!   loop(s) ([`puller`]) and the container waits in `ContainerCreating`; when the
+//!   pull ends, the puller names the waiting pods on a channel the sync loop selects
+//!   on, and their next sync picks up the outcome. Pulls of one image are one pull,
+//!   whoever asks (credentials are the node's, so the image decides them).
 //! - A failed pull is `ErrImagePull` and starts a backoff per pod and image (10 s
 //!   doubling to 300 s); while it lasts the container waits in `ImagePullBackOff`.
 //! - Credentials come from a Docker config file (see [`credentials`]) and go to the
 //!   engine as `X-Registry-Auth`; each matching entry is tried in turn.
-//! - Pulls are serialized (upstream `serializeImagePulls: true`); a pull that waited
-//!   for another pull of the same image finds it present and does not pull again
-//!   (unless the policy is `Always`).
+//! - Pulls are serialized by default (upstream `serializeImagePulls: true`); a pull
+//!   queued behind another of the same image finds it present and does not pull again
+//!   (unless a waiter's policy is `Always`).
 //!
 //! Upstream records its messages as pod events; without an API server they are log
 //! lines with the event's type and reason.
 
 pub mod credentials;
+pub mod puller;
 pub mod reference;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crossbeam_channel::{Receiver, Sender};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::container::backoff::Backoff;
@@ -31,18 +40,34 @@ use crate::container::Waiting;
 use crate::loops::lock;
 use crate::record;
 use crate::runtime::{Runtime, RuntimeError};
+use puller::{Outcome, PullTable};
 
-/// Pulls images as pods need them. Shared by all pod workers.
-#[derive(Debug)]
+pub use puller::{PullSettings, PULLING_REASON, QUEUE_CAPACITY};
+
+/// Pulls images as pods need them. Shared (cloned) by all pod workers, the pullers
+/// and housekeeping; every lock inside is held for microseconds, never across a
+/// runtime call.
+#[derive(Clone, Debug)]
 pub struct ImageManager {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     runtime: Arc<dyn Runtime>,
     /// Pull backoff by `<podUID>_<image>` (upstream: 10 s doubling to 300 s), with the
     /// message of the failure that started it.
     backoff: Mutex<Backoff>,
-    last_error: Mutex<std::collections::HashMap<String, String>>,
-    /// Pulls are serialized (upstream `serializeImagePulls: true`). Held across the
-    /// pull on purpose.
-    pull_lock: Mutex<()>,
+    last_error: Mutex<HashMap<String, String>>,
+    /// Pulls queued or running (by image), and finished outcomes waiting for their
+    /// pod's next sync.
+    pulls: Mutex<PullTable>,
+    /// Images to pull, in order; bounded ([`QUEUE_CAPACITY`]): a full queue is a
+    /// waiting message, never a block.
+    queue_tx: Sender<String>,
+    queue_rx: Receiver<String>,
+    /// Where a finished pull names the pods waiting for it (the sync loop syncs them).
+    notify: Mutex<Option<Sender<String>>>,
     /// Where registry credentials are looked for, in order.
     credential_paths: Vec<(PathBuf, bool)>,
 }
@@ -60,6 +85,15 @@ fn waiting(reason: &str, message: String) -> Option<Waiting> {
     })
 }
 
+/// The pull backoff's key: per pod and image, as upstream.
+fn backoff_key(pod: &Pod, image: &str) -> String {
+    format!(
+        "{}_{}",
+        pod.metadata.uid.as_deref().unwrap_or_default(),
+        image
+    )
+}
+
 impl ImageManager {
     /// A manager pulling through `runtime`, with credentials searched from `root_dir`
     /// (`--root-dir`) on, as upstream.
@@ -70,18 +104,25 @@ impl ImageManager {
     /// A manager reading credentials from exactly these files (`true`: legacy
     /// `.dockercfg` format).
     pub fn with_credential_paths(runtime: Arc<dyn Runtime>, paths: Vec<(PathBuf, bool)>) -> Self {
+        let (queue_tx, queue_rx) = crossbeam_channel::bounded(QUEUE_CAPACITY);
         ImageManager {
-            runtime,
-            backoff: Mutex::new(Backoff::default()),
-            last_error: Mutex::new(Default::default()),
-            pull_lock: Mutex::new(()),
-            credential_paths: paths,
+            inner: Arc::new(Inner {
+                runtime,
+                backoff: Mutex::new(Backoff::default()),
+                last_error: Mutex::new(HashMap::new()),
+                pulls: Mutex::new(PullTable::default()),
+                queue_tx,
+                queue_rx,
+                notify: Mutex::new(None),
+                credential_paths: paths,
+            }),
         }
     }
 
     /// Makes sure an image is present per the pull policy (upstream
-    /// `EnsureImageExists`). Ok(Some(waiting)) when the container must wait;
-    /// Err only when the runtime is unreachable.
+    /// `EnsureImageExists`), without waiting for a pull: Ok(Some(waiting)) when the
+    /// container must wait (a pull is queued or running: [`PULLING_REASON`]); Err only
+    /// when the runtime is unreachable.
     pub fn ensure_image(
         &self,
         pod: &Pod,
@@ -102,7 +143,21 @@ impl ImageManager {
         let policy = policy
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| default_pull_policy(&tagged));
-        let present = match self.runtime.inspect_image(&tagged) {
+        let key = backoff_key(pod, image);
+        // A pull this pod waited for has ended: its outcome is this sync's answer (the
+        // puller already recorded its events and, on failure, the backoff).
+        match self.inner.take_outcome(&key, &tagged) {
+            Some(Outcome::Pulled) => return Ok(None),
+            Some(Outcome::Failed(err)) => {
+                return Ok(waiting(
+                    "ErrImagePull",
+                    format!("Failed to pull image {image:?}: {err}"),
+                ))
+            }
+            Some(Outcome::Waiting) => return Ok(puller::pulling(image)),
+            None => {}
+        }
+        let present = match self.inner.runtime.inspect_image(&tagged) {
             Ok(i) => i.is_some(),
             Err(e) if e.is_unavailable() => return Err(e),
             Err(e) => {
@@ -125,66 +180,59 @@ impl ImageManager {
             event(pod, true, "ErrImageNeverPull", &msg);
             return Ok(waiting("ErrImageNeverPull", msg));
         }
-        let key = format!(
-            "{}_{}",
-            pod.metadata.uid.as_deref().unwrap_or_default(),
-            image
-        );
-        if lock(&self.backoff).is_in_backoff_since_update(&key, Instant::now()) {
+        if lock(&self.inner.backoff).is_in_backoff_since_update(&key, Instant::now()) {
             let mut msg = format!("Back-off pulling image {image:?}");
             event(pod, false, "BackOff", &msg);
-            if let Some(last) = lock(&self.last_error).get(&key) {
+            if let Some(last) = lock(&self.inner.last_error).get(&key) {
                 msg.push_str(": ErrImagePull: ");
                 msg.push_str(last);
             }
             return Ok(waiting("ImagePullBackOff", msg));
         }
-
-        let _serial = lock(&self.pull_lock);
-        // Another worker may have pulled it while this one waited for the lock.
-        if policy == "IfNotPresent"
-            && self
-                .runtime
-                .inspect_image(&tagged)
-                .is_ok_and(|i| i.is_some())
-        {
-            return Ok(None);
-        }
-        event(pod, false, "Pulling", &format!("Pulling image {image:?}"));
-        let started = Instant::now();
-        match self.pull(&tagged, &parsed.repository()) {
-            Ok(()) => {
-                event(
-                    pod,
-                    false,
-                    "Pulled",
-                    &format!(
-                        "Successfully pulled image {image:?} in {:?}",
-                        started.elapsed()
-                    ),
-                );
-                lock(&self.last_error).remove(&key);
-                Ok(None)
-            }
-            Err(e) if e.is_unavailable() => Err(e),
-            Err(e) => {
-                let err = crate::loops::error_chain(&e);
-                event(
-                    pod,
-                    true,
-                    "Failed",
-                    &format!("Failed to pull image {image:?}: {err}"),
-                );
-                lock(&self.backoff).next(&key, Instant::now());
-                lock(&self.last_error).insert(key, err.clone());
-                Ok(waiting(
-                    "ErrImagePull",
-                    format!("Failed to pull image {image:?}: {err}"),
-                ))
-            }
-        }
+        Ok(self.inner.request_pull(
+            pod,
+            image,
+            &tagged,
+            parsed.repository(),
+            key,
+            policy == "Always",
+        ))
     }
 
+    /// Starts the pullers: one `image-puller` thread, or with `serialize: false`
+    /// `image-puller-0..N-1`. A finished pull sends the UIDs of the pods waiting for
+    /// it on `notify` (never blocking: when that channel is full, the pod's own
+    /// requeue syncs it a little later).
+    pub fn start(
+        &self,
+        loops: &crate::loops::Loops,
+        settings: PullSettings,
+        notify: Sender<String>,
+    ) -> Result<(), crate::loops::SpawnError> {
+        *lock(&self.inner.notify) = Some(notify);
+        for name in settings.thread_names() {
+            let inner = self.inner.clone();
+            loops.spawn(&name, move |stop, handle| {
+                puller::run(&inner, &stop, &handle);
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Forgets expired backoff entries and outcomes no pod came back for
+    /// (housekeeping). Microseconds: only the manager's own tables.
+    pub fn gc(&self) {
+        let now = Instant::now();
+        {
+            let mut b = lock(&self.inner.backoff);
+            b.gc(now);
+            lock(&self.inner.last_error).retain(|k, _| b.get(k, now).is_some());
+        }
+        lock(&self.inner.pulls).gc(now);
+    }
+}
+
+impl Inner {
     /// Pulls with each matching credential in turn, or anonymously when none matches
     /// (upstream `PullImage`). The last error is returned if every attempt fails.
     fn pull(&self, image: &str, repository: &str) -> Result<(), RuntimeError> {
@@ -213,14 +261,6 @@ impl ImageManager {
             status: 0,
             message: "no credentials tried".into(),
         }))
-    }
-
-    /// Forgets expired backoff entries (housekeeping).
-    pub fn gc(&self) {
-        let now = Instant::now();
-        let mut b = lock(&self.backoff);
-        b.gc(now);
-        lock(&self.last_error).retain(|k, _| b.get(k, now).is_some());
     }
 }
 

@@ -49,6 +49,9 @@ pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 pub const SOURCE_CHANNEL_CAPACITY: usize = 50;
 /// Requeue after a failed sync (upstream `backOffPeriod` 10 s).
 pub const SYNC_ERROR_REQUEUE: Duration = Duration::from_secs(10);
+/// Pods named by finished image pulls, waiting for the sync loop. A burst beyond this
+/// is synced by each pod's own requeue instead.
+pub const PULLED_CHANNEL_CAPACITY: usize = 256;
 /// A housekeeping run slower than this is worth a warning (upstream value).
 pub const HOUSEKEEPING_WARNING: Duration = Duration::from_secs(1);
 
@@ -121,6 +124,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// The loop helper, for threads main starts beside the kubelet's (`signals`).
+    pub fn loops(&self) -> &Loops {
+        &self.loops
+    }
+
     /// Stops every loop and waits for them at most `deadline`; returns the names of the
     /// threads that did not finish in time. Containers keep running.
     pub fn stop(self, deadline: Duration) -> Vec<String> {
@@ -290,6 +298,18 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         move || pleg.relist(),
     )?;
 
+    // Image pullers: pulls never run on a pod worker; a finished pull names its
+    // waiting pods to the sync loop.
+    let (pulled_tx, pulled_rx) = crossbeam_channel::bounded(PULLED_CHANNEL_CAPACITY);
+    manager.images().start(
+        &loops,
+        crate::images::PullSettings {
+            serialize: cfg.serialize_image_pulls,
+            max_parallel: cfg.max_parallel_image_pulls,
+        },
+        pulled_tx,
+    )?;
+
     // Pod killer and pod workers.
     let killer = PodKiller::start(&loops, manager.clone())?;
     // Volume manager: removes the directories of pods that are gone.
@@ -328,11 +348,12 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         pleg: pleg_shared,
         runtime_health,
         statuses,
-        manager,
+        backoff: manager.backoff_gc(),
         volumes,
         sources_rx: source_rx,
         pleg_rx,
         probe_rx,
+        pulled_rx,
         probes,
         up_rx,
         last_status_line: String::new(),

@@ -11,7 +11,7 @@ use crossbeam_channel::Receiver;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::health::RuntimeHealth;
-use crate::kuberuntime::RuntimeManager;
+use crate::kuberuntime::BackoffGc;
 use crate::loops::{LoopHandle, Stop};
 use crate::pleg::{PlegEvent, PlegEventType, PlegShared};
 use crate::pod_workers::{Kill, PodWorkers, Work, WorkQueue};
@@ -29,6 +29,8 @@ pub(super) enum Event {
     Config(SourceUpdate),
     Pleg(PlegEvent),
     Probe(ProbeEvent),
+    /// A pull the pod waited for has ended (the image puller names the pod).
+    ImagePulled(String),
     RuntimeUp,
     SyncTick,
     Housekeeping,
@@ -45,11 +47,13 @@ pub(super) struct SyncLoop {
     pub(super) pleg: Arc<PlegShared>,
     pub(super) runtime_health: Arc<RuntimeHealth>,
     pub(super) statuses: Arc<StatusCache>,
-    pub(super) manager: Arc<RuntimeManager>,
+    /// Only the backoff tables: housekeeping expires their entries.
+    pub(super) backoff: BackoffGc,
     pub(super) volumes: Arc<VolumeManager>,
     pub(super) sources_rx: Receiver<SourceUpdate>,
     pub(super) pleg_rx: Receiver<PlegEvent>,
     pub(super) probe_rx: Receiver<ProbeEvent>,
+    pub(super) pulled_rx: Receiver<String>,
     pub(super) probes: Arc<ProbeManager>,
     pub(super) up_rx: Receiver<()>,
     pub(super) last_status_line: String,
@@ -98,6 +102,10 @@ impl SyncLoop {
                 Ok(e) => Event::Probe(e),
                 Err(_) => Event::Shutdown,
             },
+            recv(self.pulled_rx) -> uid => match uid {
+                Ok(uid) => Event::ImagePulled(uid),
+                Err(_) => Event::Shutdown,
+            },
             recv(self.up_rx) -> _ => Event::RuntimeUp,
             recv(sync_tick) -> _ => Event::SyncTick,
             recv(housekeeping) -> _ => Event::Housekeeping,
@@ -144,6 +152,18 @@ impl SyncLoop {
                     }
                     uids.insert(e.pod_uid);
                 }
+                for uid in uids {
+                    if let Some(pod) = self.pods.get(&uid) {
+                        self.workers.update_pod(&uid, Work::Sync(pod.clone()));
+                    }
+                }
+            }
+            Event::ImagePulled(uid) => {
+                // Synced with the pod's current spec; a worker busy with the pod runs
+                // it next, so an outcome is never missed.
+                let uids: std::collections::BTreeSet<String> = std::iter::once(uid)
+                    .chain(self.pulled_rx.try_iter())
+                    .collect();
                 for uid in uids {
                     if let Some(pod) = self.pods.get(&uid) {
                         self.workers.update_pod(&uid, Work::Sync(pod.clone()));
@@ -308,7 +328,7 @@ impl SyncLoop {
                 self.statuses.remove(&uid);
             }
         }
-        self.manager.gc_backoff();
+        self.backoff.gc();
         // Only now (every source seen) may pod directories of other pods go.
         self.volumes.set_desired_pods(self.pods.keys().cloned());
         self.status_line();

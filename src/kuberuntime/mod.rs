@@ -111,6 +111,45 @@ pub struct SyncResult {
     pub kill_pod: bool,
 }
 
+/// One container's stop within a pod kill, owned so that it can be carried out on
+/// another thread (the pod killer's container-stop workers).
+#[derive(Debug)]
+pub struct ContainerStop {
+    container: ContainerDetails,
+    kill: KillAction,
+    /// Closed when the containers this one must outlive (a sidecar's) are down.
+    outlive: Vec<Receiver<Never>>,
+    /// Dropped when this stop ends: the stops waiting on it go on.
+    done: crossbeam_channel::Sender<Never>,
+}
+
+impl ContainerStop {
+    /// The container's name (for logs and tests).
+    pub fn name(&self) -> &str {
+        &self.kill.name
+    }
+}
+
+/// A pod kill, planned (upstream `killContainersWithSyncResult` with
+/// `newTerminationOrdering`): the running containers' stops in an order a pool can
+/// take them in — every stop that waits for nobody first, then the sidecars from the
+/// last to the first — and the pod's containers as they were.
+#[derive(Debug)]
+pub struct KillPlan {
+    /// Carry these out, in parallel as far as the caller can; any stop waits only for
+    /// stops before it in the list.
+    pub stops: Vec<ContainerStop>,
+    runtime_pod: RuntimePod,
+}
+
+impl KillPlan {
+    /// The stops, and the pod's containers to hand to
+    /// [`RuntimeManager::finish_kill`].
+    pub fn into_parts(self) -> (Vec<ContainerStop>, RuntimePod) {
+        (self.stops, self.runtime_pod)
+    }
+}
+
 /// A whole-pod kill (upstream `KillPod`): what the pod killer carries out.
 #[derive(Clone, Debug)]
 pub struct KillPodRequest {
@@ -143,7 +182,9 @@ pub struct ManagerConfig {
 pub struct RuntimeManager {
     runtime: Arc<dyn Runtime>,
     cfg: ManagerConfig,
-    backoff: Mutex<Backoff<SystemTime>>,
+    /// Shared with the sync loop's housekeeping (through [`BackoffGc`]) so that it can
+    /// expire entries without holding the whole manager.
+    backoff: Arc<Mutex<Backoff<SystemTime>>>,
     images: ImageManager,
     /// Termination messages of exited containers by container ID.
     messages: Mutex<HashMap<String, String>>,
@@ -170,7 +211,7 @@ impl RuntimeManager {
             images: ImageManager::new(runtime.clone(), &cfg.node.root_dir),
             runtime,
             cfg,
-            backoff: Mutex::new(Backoff::default()),
+            backoff: Arc::new(Mutex::new(Backoff::default())),
             messages: Mutex::new(HashMap::new()),
             probes: None,
         }
@@ -447,16 +488,18 @@ impl RuntimeManager {
             return Ok(false);
         };
         // Repeats every sync of every waiting container: rate limited per pod and
-        // reason, as events are.
-        crate::record::warn_limited(pod, &w.reason, || {
-            format!(
-                "pod {}: container {}: {}: {}",
-                format_pod(pod),
-                c.name,
-                w.reason,
-                w.message
-            )
-        });
+        // reason, as events are. A pull in progress is no warning (its events say it).
+        if w.reason != crate::images::PULLING_REASON {
+            crate::record::warn_limited(pod, &w.reason, || {
+                format!(
+                    "pod {}: container {}: {}: {}",
+                    format_pod(pod),
+                    c.name,
+                    w.reason,
+                    w.message
+                )
+            });
+        }
         result.waiting.insert(c.name.clone(), w);
         let again = backoff::INITIAL;
         result.requeue_after = Some(result.requeue_after.map_or(again, |r| r.min(again)));
@@ -586,70 +629,89 @@ impl RuntimeManager {
         }
     }
 
-    /// Kills a pod (upstream `KillPod` / `killContainersWithSyncResult`): stops every
-    /// running container in parallel, each with its preStop hook and grace; sidecars
-    /// wait (within their grace) until the app containers and the sidecars after them
-    /// have stopped, so they stop last, in reverse order. Then stops the sandboxes.
-    /// With `remove`, removes the containers afterwards.
+    /// Kills a pod on this thread (upstream `KillPod`), one container after another in
+    /// the plan's order: the pod killer's fallback when it cannot take the kill.
     pub fn kill_pod(&self, req: &KillPodRequest) -> Result<(), RuntimeError> {
-        let rp = self.get_pod_status(&req.uid)?;
-        let pod = req.pod.as_deref();
-        self.stop_all(pod, &rp, req.grace_override);
-        if req.remove {
-            for c in rp.containers.iter().chain(&rp.sandboxes) {
-                self.runtime.remove_container(&c.id)?;
-            }
-            // The pod's directory (volumes, termination messages) is the volume
-            // manager's to remove: it unmounts tmpfs volumes first, and waits until
-            // Docker lists no container of the pod.
+        let (stops, runtime_pod) = self.plan_kill(req)?.into_parts();
+        for s in stops {
+            self.stop_in_kill(req, s);
         }
-        Ok(())
+        self.finish_kill(req, &runtime_pod)
     }
 
-    fn stop_all(&self, pod: Option<&Pod>, rp: &RuntimePod, grace_override: Option<Duration>) {
+    /// Reads the pod's containers and plans the stops of the running ones: each stops
+    /// with its preStop hook and grace; a sidecar waits (within its grace) until the
+    /// app containers and the sidecars after it have stopped, so sidecars stop last,
+    /// in reverse order. Carry the stops out with [`RuntimeManager::stop_in_kill`],
+    /// then call [`RuntimeManager::finish_kill`].
+    pub fn plan_kill(&self, req: &KillPodRequest) -> Result<KillPlan, RuntimeError> {
+        let rp = self.get_pod_status(&req.uid)?;
         let running: Vec<&ContainerDetails> = rp
             .containers
             .iter()
             .filter(|c| c.state == ContainerState::Running)
             .collect();
-        let plan = termination_order(pod, &running);
-        std::thread::scope(|scope| {
-            for (c, outlive, done) in plan {
+        let mut stops: Vec<ContainerStop> = termination_order(req.pod.as_deref(), &running)
+            .into_iter()
+            .map(|(c, outlive, done)| {
                 let name = c
                     .labels
                     .get(labels::CONTAINER_NAME)
                     .cloned()
                     .unwrap_or_default();
-                let k = KillAction {
-                    id: c.id.clone(),
-                    name,
-                    kind: crate::container::kind_of(c),
-                    message: String::new(),
-                    reason: KillReason::Other,
-                };
-                let work = move || {
-                    // Dropped when this stop ends: the containers waiting on it go on.
-                    let _done = done;
-                    if let Err(e) = self.kill_container(pod, c, &k, grace_override, &outlive) {
-                        log::warn!(
-                            "stopping container {}: {}",
-                            k.name,
-                            crate::loops::error_chain(&e)
-                        );
-                    }
-                };
-                // One short-lived thread per container: stops run in parallel as
-                // upstream's goroutines do. If no thread can be made, stop inline.
-                let spawned = std::thread::Builder::new()
-                    .name("pod-stop".into())
-                    .spawn_scoped(scope, work.clone());
-                if let Err(e) = spawned {
-                    log::warn!("cannot spawn a stop thread ({e}); stopping inline");
-                    work();
+                ContainerStop {
+                    container: c.clone(),
+                    kill: KillAction {
+                        id: c.id.clone(),
+                        name,
+                        kind: crate::container::kind_of(c),
+                        message: String::new(),
+                        reason: KillReason::Other,
+                    },
+                    outlive,
+                    done,
                 }
-            }
-        });
-        for s in rp
+            })
+            .collect();
+        // A sidecar outlives every stop with fewer waits than its own (the apps, the
+        // later sidecars): ordering by that count puts every stop after the ones it
+        // waits for, so a pool taking them in order never waits on one it has not
+        // started.
+        stops.sort_by_key(|s| s.outlive.len());
+        Ok(KillPlan {
+            stops,
+            runtime_pod: rp,
+        })
+    }
+
+    /// Carries out one stop of a planned kill (upstream `killContainer`); its failure
+    /// is logged (the pod's other stops go on, as upstream's).
+    pub fn stop_in_kill(&self, req: &KillPodRequest, s: ContainerStop) {
+        let ContainerStop {
+            container,
+            kill,
+            outlive,
+            done,
+        } = s;
+        let pod = req.pod.as_deref();
+        if let Err(e) = self.kill_container(pod, &container, &kill, req.grace_override, &outlive) {
+            log::warn!(
+                "stopping container {}: {}",
+                kill.name,
+                crate::loops::error_chain(&e)
+            );
+        }
+        drop(done);
+    }
+
+    /// Ends a planned kill once its stops are done: stops the sandboxes, and with
+    /// `remove`, removes the containers.
+    pub fn finish_kill(
+        &self,
+        req: &KillPodRequest,
+        plan_pod: &RuntimePod,
+    ) -> Result<(), RuntimeError> {
+        for s in plan_pod
             .sandboxes
             .iter()
             .filter(|s| s.state == ContainerState::Running)
@@ -662,6 +724,15 @@ impl RuntimeManager {
                 );
             }
         }
+        if req.remove {
+            for c in plan_pod.containers.iter().chain(&plan_pod.sandboxes) {
+                self.runtime.remove_container(&c.id)?;
+            }
+            // The pod's directory (volumes, termination messages) is the volume
+            // manager's to remove: it unmounts tmpfs volumes first, and waits until
+            // Docker lists no container of the pod.
+        }
+        Ok(())
     }
 
     /// Creates and starts a pod's sandbox; returns its ID.
@@ -896,9 +967,32 @@ impl RuntimeManager {
         Ok(None)
     }
 
-    /// Forgets backoff entries that expired (housekeeping).
-    pub fn gc_backoff(&self) {
-        lock(&self.backoff).gc(SystemTime::now());
+    /// The image manager (its pullers are started by the kubelet's wiring).
+    pub fn images(&self) -> &ImageManager {
+        &self.images
+    }
+
+    /// What housekeeping needs to expire backoff entries, and nothing more.
+    pub fn backoff_gc(&self) -> BackoffGc {
+        BackoffGc {
+            restart: self.backoff.clone(),
+            images: self.images.clone(),
+        }
+    }
+}
+
+/// The restart and pull backoff tables, for the sync loop's housekeeping: it expires
+/// their entries without holding the runtime manager (which it must never call).
+#[derive(Clone, Debug)]
+pub struct BackoffGc {
+    restart: Arc<Mutex<Backoff<SystemTime>>>,
+    images: ImageManager,
+}
+
+impl BackoffGc {
+    /// Forgets backoff entries that expired. Microseconds: two small tables.
+    pub fn gc(&self) {
+        lock(&self.restart).gc(SystemTime::now());
         self.images.gc();
     }
 }

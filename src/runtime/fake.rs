@@ -135,6 +135,9 @@ struct State {
     faults: BTreeMap<Op, Vec<Fault>>,
     /// Per operation: how long each call blocks before it acts.
     delays: BTreeMap<Op, Duration>,
+    /// Per operation: calls inside their delay now, and the most ever at once.
+    in_flight: BTreeMap<Op, usize>,
+    max_in_flight: BTreeMap<Op, usize>,
     /// Kubernetes container name → exit code it exits with as soon as it starts.
     exit_on_start: BTreeMap<String, i64>,
     /// Answers of `exec`, by container ID.
@@ -221,6 +224,16 @@ impl FakeRuntime {
             .count()
     }
 
+    /// The most calls of `op` that were ever inside their delay at once (how far the
+    /// caller ran them in parallel).
+    pub fn max_in_flight(&self, op: Op) -> usize {
+        lock(&self.state)
+            .max_in_flight
+            .get(&op)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Every container, in detail.
     pub fn containers(&self) -> Vec<ContainerDetails> {
         lock(&self.state).containers.values().cloned().collect()
@@ -235,12 +248,26 @@ impl FakeRuntime {
                 op,
                 target: target.to_string(),
             });
-            st.delays.get(&op).copied()
+            let delay = st.delays.get(&op).copied();
+            if delay.is_some() {
+                let n = st.in_flight.entry(op).or_default();
+                *n += 1;
+                let n = *n;
+                let max = st.max_in_flight.entry(op).or_default();
+                *max = (*max).max(n);
+            }
+            delay
         };
         if let Some(d) = delay {
+            // The fake's stand-in for a slow runtime call, not a wait for a condition.
             std::thread::sleep(d);
         }
         let mut st = lock(&self.state);
+        if delay.is_some() {
+            if let Some(n) = st.in_flight.get_mut(&op) {
+                *n = n.saturating_sub(1);
+            }
+        }
         match st.faults.get_mut(&op) {
             Some(queue) if !queue.is_empty() => Err(queue.remove(0).error(op, target)),
             _ => Ok(()),

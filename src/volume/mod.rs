@@ -18,6 +18,7 @@
 //! Other volume types (configMap, secret, projected, PVC, …) are refused with a clear
 //! reason on the containers that mount them; the pod's other containers still run.
 
+mod cleanup;
 pub mod hostpath;
 pub mod mount;
 
@@ -33,7 +34,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod, Volume};
 
 use crate::container::expansion::expand;
-use crate::container::labels;
 use crate::loops::lock;
 use crate::quantity::parse_milli;
 use crate::runtime::{Mount, Runtime, RuntimeError};
@@ -98,19 +98,27 @@ pub struct PodVolumes {
     volumes: BTreeMap<String, Result<PathBuf, String>>,
 }
 
+/// Which pods' directories must stay. The sync loop's housekeeping writes it; held for
+/// microseconds, never across a filesystem call.
 #[derive(Debug, Default)]
-struct State {
+struct Desired {
     /// Pods whose directory must stay: wanted by a source, or set up since the last
     /// list of wanted pods.
     keep: HashSet<String>,
     /// False until housekeeping first said which pods are wanted: before that, no
     /// directory is removed.
-    desired_known: bool,
-    /// Volumes set up successfully, by pod UID, volume name → (source fingerprint, host
-    /// path): not set up again (upstream: a mounted volume stays mounted).
-    ready: HashMap<String, HashMap<String, (String, PathBuf)>>,
-    /// The last failure per pod and volume, so that each new failure is logged once.
-    failed: HashMap<String, HashMap<String, String>>,
+    known: bool,
+}
+
+/// One pod's volume state, behind the pod's own lock: the only lock held across the
+/// filesystem calls that make, mount, unmount or move that pod's directory.
+#[derive(Debug, Default)]
+struct PodState {
+    /// Volumes set up successfully, volume name → (source fingerprint, host path): not
+    /// set up again (upstream: a mounted volume stays mounted).
+    ready: HashMap<String, (String, PathBuf)>,
+    /// The last failure per volume, so that each new failure is logged once.
+    failed: HashMap<String, String>,
 }
 
 /// Sets up pod volumes and cleans up after pods. Shared by the pod workers and the
@@ -122,9 +130,12 @@ pub struct VolumeManager {
     node_name: String,
     /// Node allocatable memory in bytes: the size of a memory emptyDir with no limit.
     allocatable_memory: u64,
-    /// Held while a pod's directories are made or removed (filesystem calls only, no
-    /// runtime call), so a set-up never races the removal of the same pod's directory.
-    state: Mutex<State>,
+    /// What housekeeping says must stay (a small lock the sync loop takes).
+    desired: Mutex<Desired>,
+    /// Each pod's own lock. The map's lock is held only to find or insert an entry;
+    /// a pod's lock is taken after the map's is released, so a slow filesystem call
+    /// (a hung hostPath) holds one pod and nothing else.
+    pods: Mutex<HashMap<String, Arc<Mutex<PodState>>>>,
 }
 
 impl VolumeManager {
@@ -140,7 +151,24 @@ impl VolumeManager {
             runtime,
             node_name,
             allocatable_memory,
-            state: Mutex::new(State::default()),
+            desired: Mutex::new(Desired::default()),
+            pods: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Runs `f` under the pod's own lock. The entry is looked up again once the lock
+    /// is held: a removal that dropped it meanwhile (under that same lock) sends us
+    /// round again, so two holders of different locks for one pod never overlap.
+    fn with_pod<R>(&self, uid: &str, f: impl FnOnce(&mut PodState) -> R) -> R {
+        loop {
+            let cell = lock(&self.pods).entry(uid.to_string()).or_default().clone();
+            let mut st = lock(&cell);
+            let current = lock(&self.pods)
+                .get(uid)
+                .is_some_and(|c| Arc::ptr_eq(c, &cell));
+            if current {
+                return f(&mut st);
+            }
         }
     }
 
@@ -161,11 +189,16 @@ impl VolumeManager {
     /// the others are still set up.
     pub fn setup_pod(&self, pod: &Pod) -> PodVolumes {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        // Kept from now on, so a removal that has not taken the pod's lock yet backs
+        // off (it checks again under that lock).
+        lock(&self.desired).keep.insert(uid.clone());
+        self.with_pod(&uid, |st| self.setup_locked(pod, &uid, st))
+    }
+
+    fn setup_locked(&self, pod: &Pod, uid: &str, st: &mut PodState) -> PodVolumes {
         let pod_name = crate::container::format_pod(pod);
-        let mut st = lock(&self.state);
-        st.keep.insert(uid.clone());
         let mut out = PodVolumes::default();
-        if let Err(e) = self.make_pod_dirs(&uid) {
+        if let Err(e) = self.make_pod_dirs(uid) {
             let msg = format!("cannot create the pod directory: {e}");
             for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
                 out.volumes.insert(v.name.clone(), Err(msg.clone()));
@@ -177,29 +210,24 @@ impl VolumeManager {
             let fingerprint = serde_json::to_string(v).unwrap_or_default();
             let ready = st
                 .ready
-                .get(&uid)
-                .and_then(|m| m.get(&v.name))
+                .get(&v.name)
                 .filter(|(f, _)| *f == fingerprint)
                 .map(|(_, p)| p.clone());
             let result = match ready {
                 Some(p) => Ok(p),
                 None => self
-                    .set_up_volume(pod, &uid, v)
+                    .set_up_volume(pod, uid, v)
                     .map_err(|e| format!("MountVolume.SetUp failed for volume {:?} : {e}", v.name)),
             };
             match &result {
                 Ok(p) => {
-                    st.ready
-                        .entry(uid.clone())
-                        .or_default()
-                        .insert(v.name.clone(), (fingerprint, p.clone()));
-                    st.failed.entry(uid.clone()).or_default().remove(&v.name);
+                    st.ready.insert(v.name.clone(), (fingerprint, p.clone()));
+                    st.failed.remove(&v.name);
                 }
                 Err(msg) => {
-                    let last = st.failed.entry(uid.clone()).or_default();
-                    if last.get(&v.name) != Some(msg) {
+                    if st.failed.get(&v.name) != Some(msg) {
                         log::warn!("pod {pod_name}: {msg}");
-                        last.insert(v.name.clone(), msg.clone());
+                        st.failed.insert(v.name.clone(), msg.clone());
                     }
                 }
             }
@@ -289,142 +317,17 @@ impl VolumeManager {
 
     /// Says which pods the sources want (called by housekeeping, only once every source
     /// has been seen). Directories of other pods become candidates for removal.
+    /// Never blocks on a filesystem call: it takes only the small `desired` lock.
     pub fn set_desired_pods(&self, uids: impl IntoIterator<Item = String>) {
-        let mut st = lock(&self.state);
-        st.keep = uids.into_iter().collect();
-        st.desired_known = true;
+        let keep: HashSet<String> = uids.into_iter().collect();
+        let mut d = lock(&self.desired);
+        d.keep = keep;
+        d.known = true;
     }
 
-    /// One pass of the `volume-mgr` loop (upstream `cleanupOrphanedPodDirs`): removes
-    /// the directory of every pod that is not wanted and has no container left in the
-    /// runtime.
-    pub fn cleanup_orphans(&self) -> Result<(), VolumeError> {
-        if !lock(&self.state).desired_known {
-            return Ok(());
-        }
-        let pods_dir = self.pods_dir();
-        let entries = match std::fs::read_dir(&pods_dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(source) => {
-                return Err(VolumeError::Io {
-                    what: "cannot read".into(),
-                    path: pods_dir,
-                    source,
-                })
-            }
-        };
-        let mut first_err = None;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            let res = if name.starts_with(DELETING_PREFIX) {
-                remove_pod_tree(&entry.path())
-            } else if lock(&self.state).keep.contains(&name) {
-                Ok(())
-            } else {
-                self.remove_orphan(&name)
-            };
-            if let Err(e) = res {
-                // The loop logs the returned error when it changes; the others of this
-                // pass only at debug, so a stuck directory does not flood the log.
-                log::debug!("{}", crate::loops::error_chain(&e));
-                first_err.get_or_insert(e);
-            }
-        }
-        first_err.map_or(Ok(()), Err)
+    fn is_kept(&self, uid: &str) -> bool {
+        lock(&self.desired).keep.contains(uid)
     }
-
-    fn remove_orphan(&self, uid: &str) -> Result<(), VolumeError> {
-        // Never while a container of the pod exists: it may still use the volumes.
-        let filter = [
-            format!("{}={}", labels::MANAGED_BY_NODE, self.node_name),
-            format!("{}={uid}", labels::POD_UID),
-        ];
-        let containers =
-            self.runtime
-                .list_containers(&filter)
-                .map_err(|source| VolumeError::Runtime {
-                    uid: uid.to_string(),
-                    source,
-                })?;
-        if !containers.is_empty() {
-            log::debug!(
-                "orphaned pod {uid}: {} container(s) left; keeping its directory",
-                containers.len()
-            );
-            return Ok(());
-        }
-        let refused = |e: UnsafePathError| VolumeError::Io {
-            what: "refusing orphaned pod directory".into(),
-            path: self.pods_dir(),
-            source: e.into(),
-        };
-        let dir = self.pod_dir(uid).map_err(refused)?;
-        let trash =
-            safe_join(&self.pods_dir(), &format!("{DELETING_PREFIX}{uid}")).map_err(refused)?;
-        {
-            let mut st = lock(&self.state);
-            // A sync may have set the pod up again since the check above.
-            if st.keep.contains(uid) {
-                return Ok(());
-            }
-            unmount_all(&dir)?;
-            std::fs::rename(&dir, &trash).map_err(|source| VolumeError::Io {
-                what: "cannot move away orphaned pod directory".into(),
-                path: dir.clone(),
-                source,
-            })?;
-            st.ready.remove(uid);
-            st.failed.remove(uid);
-        }
-        remove_pod_tree(&trash)?;
-        log::info!("Cleaned up orphaned pod directory {}", dir.display());
-        Ok(())
-    }
-}
-
-/// Unmounts every mount below `dir`: the tmpfs volumes rkubelet made. Any other
-/// mount is left alone and stops the removal (deleting through it would delete the
-/// mounted filesystem's files).
-fn unmount_all(dir: &Path) -> Result<(), VolumeError> {
-    let io_err = |what: &str, path: &Path| {
-        let what = what.to_string();
-        let path = path.to_path_buf();
-        move |source| VolumeError::Io { what, path, source }
-    };
-    for m in mount::mounts_under(dir).map_err(io_err("cannot read the mount table for", dir))? {
-        let ours = m.fs_type == "tmpfs"
-            && m.mount_point
-                .parent()
-                .and_then(Path::file_name)
-                .is_some_and(|p| p == EMPTY_DIR_PLUGIN);
-        if !ours {
-            return Err(VolumeError::Io {
-                what: format!(
-                    "refusing to remove pod directory: a {} filesystem is mounted at",
-                    m.fs_type
-                ),
-                path: m.mount_point,
-                source: io::Error::from(io::ErrorKind::ResourceBusy),
-            });
-        }
-        mount::unmount(&m.mount_point).map_err(io_err("cannot unmount", &m.mount_point))?;
-    }
-    Ok(())
-}
-
-/// Removes a pod directory that no longer has mounts below it (checked again: a
-/// leftover from a crash may still have one). Symlinks are removed, never followed.
-fn remove_pod_tree(dir: &Path) -> Result<(), VolumeError> {
-    unmount_all(dir)?;
-    std::fs::remove_dir_all(dir).map_err(|source| VolumeError::Io {
-        what: "cannot remove pod directory".into(),
-        path: dir.to_path_buf(),
-        source,
-    })
 }
 
 /// The API name of a volume's type ("" when no source is set).
@@ -694,6 +597,82 @@ fn safe_make_dir(base: &Path, sub: &str, mode: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::fake::{FakeClock, FakeRuntime};
+    use crate::testutil::TempDir;
+    use std::time::Instant;
+
+    fn manager(root: &TempDir) -> Arc<VolumeManager> {
+        Arc::new(VolumeManager::new(
+            root.0.clone(),
+            Arc::new(FakeRuntime::new(FakeClock::default())),
+            "node".into(),
+            0,
+        ))
+    }
+
+    fn pod_with_uid(uid: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(uid.into());
+        p
+    }
+
+    #[test]
+    fn a_stuck_filesystem_call_holds_only_its_own_pod() {
+        let root = TempDir::new("vol-locks");
+        let vm = manager(&root);
+        let (entered_tx, entered) = crossbeam_channel::bounded(1);
+        let (release, released) = crossbeam_channel::bounded::<()>(1);
+        // A set-up stuck in a filesystem call (a hung hostPath) holds its pod's lock.
+        let stuck = {
+            let vm = vm.clone();
+            std::thread::spawn(move || {
+                vm.with_pod("slow", |_| {
+                    let _ = entered_tx.send(());
+                    let _ = released.recv_timeout(Duration::from_secs(30));
+                })
+            })
+        };
+        entered
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the slow set-up runs");
+        // Meanwhile the sync loop's housekeeping, another pod's set-up and the cleanup
+        // pass all finish without waiting for it.
+        let (done_tx, done) = crossbeam_channel::bounded(1);
+        let other = {
+            let vm = vm.clone();
+            std::thread::spawn(move || {
+                let began = Instant::now();
+                vm.set_desired_pods(["slow".to_string(), "fast".to_string()]);
+                let v = vm.setup_pod(&pod_with_uid("fast"));
+                vm.cleanup_orphans().expect("cleanup");
+                let _ = done_tx.send((began.elapsed(), v));
+            })
+        };
+        let (took, v) = done
+            .recv_timeout(Duration::from_secs(5))
+            .expect("housekeeping and other pods do not wait for a stuck pod");
+        assert!(took < Duration::from_secs(5));
+        assert_eq!(v, PodVolumes::default());
+        assert!(root.0.join("pods/fast/volumes").is_dir());
+        release.send(()).expect("release");
+        stuck.join().expect("stuck thread");
+        other.join().expect("other thread");
+    }
+
+    #[test]
+    fn an_orphaned_pod_directory_goes_and_a_wanted_one_stays() {
+        let root = TempDir::new("vol-orphans");
+        let vm = manager(&root);
+        vm.setup_pod(&pod_with_uid("gone"));
+        vm.setup_pod(&pod_with_uid("kept"));
+        vm.set_desired_pods(["kept".to_string()]);
+        vm.cleanup_orphans().expect("cleanup");
+        assert!(!root.0.join("pods/gone").exists());
+        assert!(root.0.join("pods/kept").is_dir());
+        // Set up again after its removal: a fresh directory and state.
+        vm.setup_pod(&pod_with_uid("gone"));
+        assert!(root.0.join("pods/gone/volumes").is_dir());
+    }
 
     #[test]
     fn sub_path_expr_needs_every_variable() {

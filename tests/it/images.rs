@@ -185,3 +185,109 @@ fn pull_policies_never_if_not_present_always_and_invalid_names() {
             .then_some(())
     });
 }
+
+/// A TCP proxy in front of the registry that holds every connection until released:
+/// a pull through it hangs as on a slow link, then goes on.
+struct HeldProxy {
+    port: u16,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+impl HeldProxy {
+    fn start(target: &str) -> HeldProxy {
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let port = listener.local_addr().expect("addr").port();
+        let target = target.to_string();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let mut held: Vec<TcpStream> = Vec::new();
+            let mut open = false;
+            listener.set_nonblocking(true).expect("nonblocking");
+            loop {
+                if !open {
+                    match released.try_recv() {
+                        Ok(()) => open = true,
+                        Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+                        Err(std::sync::mpsc::TryRecvError::Empty) => {}
+                    }
+                }
+                if open {
+                    for c in held.drain(..) {
+                        forward(c, &target);
+                    }
+                }
+                match listener.accept() {
+                    Ok((c, _)) => {
+                        c.set_nonblocking(false).expect("blocking");
+                        held.push(c);
+                    }
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                }
+            }
+        });
+        HeldProxy { port, release }
+    }
+}
+
+/// Copies both ways between `client` and a new connection to `target`.
+fn forward(client: std::net::TcpStream, target: &str) {
+    let Ok(server) = std::net::TcpStream::connect(target) else {
+        return;
+    };
+    for (mut from, mut to) in [
+        (
+            client.try_clone().expect("clone"),
+            server.try_clone().expect("clone"),
+        ),
+        (server, client),
+    ] {
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    }
+}
+
+#[test]
+fn a_held_pull_holds_no_pod_worker_and_its_pods_start_when_it_ends() {
+    let reg = Registry::start();
+    let repo = format!("rk/{}", unique("held"));
+    reg.push(BUSYBOX, &repo, "v1", true);
+    let proxy = HeldProxy::start(&reg.host);
+    let image = format!("127.0.0.1:{}/{repo}:v1", proxy.port);
+    let mut node = node("img-held");
+    let auth = base64(format!("{USER}:{PASSWORD}").as_bytes(), false);
+    write_config(
+        &node,
+        &format!(
+            "{{\"auths\": {{\"127.0.0.1:{}\": {{\"auth\": \"{auth}\"}}}}}}",
+            proxy.port
+        ),
+    );
+    // More pods waiting for the held image than there are pod workers (4), and one
+    // whose image is present.
+    for i in 0..5 {
+        node.write_manifest(
+            &format!("a{i}.yaml"),
+            &pod(&format!("a{i}"), &[("c", &image, None)]),
+        );
+    }
+    node.write_manifest("b.yaml", &pod("b", &[("c", BUSYBOX, None)]));
+    let began = std::time::Instant::now();
+    node.start(&[]);
+    wait_running_id(&node, "b", "c");
+    let b_latency = began.elapsed();
+    eprintln!("pod b running {b_latency:?} after start while the pull is held");
+    let msg = wait_waiting(&node, "a0", "c", "ContainerCreating");
+    assert_eq!(msg, format!("Pulling image \"{image}\""));
+    assert!(node.containers_named("c").len() == 1, "only b runs");
+
+    proxy.release.send(()).expect("release");
+    for i in 0..5 {
+        wait_running_id(&node, &format!("a{i}"), "c");
+    }
+    let log = node.log();
+    let pulls = log.matches(&format!("Pulling image \"{image}\"")).count();
+    assert_eq!(pulls, 1, "one pull for five pods: {log}");
+}

@@ -1,0 +1,154 @@
+//! The `volume-mgr` loop's half of the volume manager (upstream
+//! `cleanupOrphanedPodDirs` in `kubelet_volumes.go`): removes the directory of every
+//! pod that no source wants and that has no container left, unmounting the tmpfs
+//! volumes rkubelet made and refusing to delete through any other mount. A pod's
+//! directory is unmounted and moved away under that pod's own lock only; the tree is
+//! deleted with no lock held.
+
+use std::io;
+use std::path::Path;
+
+use super::{mount, VolumeError, VolumeManager, DELETING_PREFIX, EMPTY_DIR_PLUGIN};
+use crate::container::labels;
+use crate::loops::lock;
+use crate::safepath::{safe_join, UnsafePathError};
+
+impl VolumeManager {
+    /// One pass of the `volume-mgr` loop (upstream `cleanupOrphanedPodDirs`): removes
+    /// the directory of every pod that is not wanted and has no container left in the
+    /// runtime.
+    pub fn cleanup_orphans(&self) -> Result<(), VolumeError> {
+        if !lock(&self.desired).known {
+            return Ok(());
+        }
+        let pods_dir = self.pods_dir();
+        let entries = match std::fs::read_dir(&pods_dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(VolumeError::Io {
+                    what: "cannot read".into(),
+                    path: pods_dir,
+                    source,
+                })
+            }
+        };
+        let mut first_err = None;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let res = if name.starts_with(DELETING_PREFIX) {
+                remove_pod_tree(&entry.path())
+            } else if self.is_kept(&name) {
+                Ok(())
+            } else {
+                self.remove_orphan(&name)
+            };
+            if let Err(e) = res {
+                // The loop logs the returned error when it changes; the others of this
+                // pass only at debug, so a stuck directory does not flood the log.
+                log::debug!("{}", crate::loops::error_chain(&e));
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn remove_orphan(&self, uid: &str) -> Result<(), VolumeError> {
+        // Never while a container of the pod exists: it may still use the volumes.
+        let filter = [
+            format!("{}={}", labels::MANAGED_BY_NODE, self.node_name),
+            format!("{}={uid}", labels::POD_UID),
+        ];
+        let containers =
+            self.runtime
+                .list_containers(&filter)
+                .map_err(|source| VolumeError::Runtime {
+                    uid: uid.to_string(),
+                    source,
+                })?;
+        if !containers.is_empty() {
+            log::debug!(
+                "orphaned pod {uid}: {} container(s) left; keeping its directory",
+                containers.len()
+            );
+            return Ok(());
+        }
+        let refused = |e: UnsafePathError| VolumeError::Io {
+            what: "refusing orphaned pod directory".into(),
+            path: self.pods_dir(),
+            source: e.into(),
+        };
+        let dir = self.pod_dir(uid).map_err(refused)?;
+        let trash =
+            safe_join(&self.pods_dir(), &format!("{DELETING_PREFIX}{uid}")).map_err(refused)?;
+        let moved = self.with_pod(uid, |st| -> Result<bool, VolumeError> {
+            // A sync may have set the pod up again since the check above; it marks the
+            // pod kept before it takes this lock.
+            if self.is_kept(uid) {
+                return Ok(false);
+            }
+            unmount_all(&dir)?;
+            std::fs::rename(&dir, &trash).map_err(|source| VolumeError::Io {
+                what: "cannot move away orphaned pod directory".into(),
+                path: dir.clone(),
+                source,
+            })?;
+            st.ready.clear();
+            st.failed.clear();
+            // Still under the pod's lock: a set-up waiting for it finds its entry gone
+            // and starts over on a fresh one, after the move.
+            lock(&self.pods).remove(uid);
+            Ok(true)
+        })?;
+        if !moved {
+            return Ok(());
+        }
+        remove_pod_tree(&trash)?;
+        log::info!("Cleaned up orphaned pod directory {}", dir.display());
+        Ok(())
+    }
+}
+
+/// Unmounts every mount below `dir`: the tmpfs volumes rkubelet made. Any other
+/// mount is left alone and stops the removal (deleting through it would delete the
+/// mounted filesystem's files).
+fn unmount_all(dir: &Path) -> Result<(), VolumeError> {
+    let io_err = |what: &str, path: &Path| {
+        let what = what.to_string();
+        let path = path.to_path_buf();
+        move |source| VolumeError::Io { what, path, source }
+    };
+    for m in mount::mounts_under(dir).map_err(io_err("cannot read the mount table for", dir))? {
+        let ours = m.fs_type == "tmpfs"
+            && m.mount_point
+                .parent()
+                .and_then(Path::file_name)
+                .is_some_and(|p| p == EMPTY_DIR_PLUGIN);
+        if !ours {
+            return Err(VolumeError::Io {
+                what: format!(
+                    "refusing to remove pod directory: a {} filesystem is mounted at",
+                    m.fs_type
+                ),
+                path: m.mount_point,
+                source: io::Error::from(io::ErrorKind::ResourceBusy),
+            });
+        }
+        mount::unmount(&m.mount_point).map_err(io_err("cannot unmount", &m.mount_point))?;
+    }
+    Ok(())
+}
+
+/// Removes a pod directory that no longer has mounts below it (checked again: a
+/// leftover from a crash may still have one). Symlinks are removed, never followed.
+fn remove_pod_tree(dir: &Path) -> Result<(), VolumeError> {
+    unmount_all(dir)?;
+    std::fs::remove_dir_all(dir).map_err(|source| VolumeError::Io {
+        what: "cannot remove pod directory".into(),
+        path: dir.to_path_buf(),
+        source,
+    })
+}
