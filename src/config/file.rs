@@ -39,155 +39,57 @@ pub const KIND: &str = "KubeletConfiguration";
 /// that rkubelet ignores in `unsupported`.
 pub type FileSettings = Layer;
 
-/// Declares [`KubeletConfiguration`] from upstream's field names.
+/// Declares [`KubeletConfiguration`] from upstream's field names, spelled as in the
+/// file (serde reads a field by its Rust name).
 macro_rules! kubelet_configuration {
-    ($($field:ident = $name:literal,)*) => {
+    ($($field:ident)*) => {
         /// Upstream's v1beta1 `KubeletConfiguration`, field by field, in types.go's
         /// order: the names a file may use. Values stay untyped; the settings table
         /// reads the implemented ones.
+        #[allow(non_snake_case)]
         #[derive(Debug, Default, Deserialize)]
         #[serde(deny_unknown_fields)]
         pub struct KubeletConfiguration {
             /// component-base's logging options.
             pub logging: Option<Logging>,
-            $(
-                #[doc = concat!("`", $name, "`.")]
-                #[serde(rename = $name)]
-                pub $field: Option<Value>,
-            )*
+            $(#[doc = concat!("`", stringify!($field), "`.")] pub $field: Option<Value>,)*
         }
     };
 }
 
+// Every field but `logging`, in types.go's order (plus `podHousekeepingPeriod` from the
+// newest tree).
 kubelet_configuration! {
-    api_version = "apiVersion",
-    kind = "kind",
-    enable_server = "enableServer",
-    static_pod_path = "staticPodPath",
-    pod_logs_dir = "podLogsDir",
-    sync_frequency = "syncFrequency",
-    file_check_frequency = "fileCheckFrequency",
-    http_check_frequency = "httpCheckFrequency",
-    static_pod_url = "staticPodURL",
-    static_pod_url_header = "staticPodURLHeader",
-    address = "address",
-    port = "port",
-    read_only_port = "readOnlyPort",
-    tls_cert_file = "tlsCertFile",
-    tls_private_key_file = "tlsPrivateKeyFile",
-    tls_cipher_suites = "tlsCipherSuites",
-    tls_curve_preferences = "tlsCurvePreferences",
-    tls_min_version = "tlsMinVersion",
-    rotate_certificates = "rotateCertificates",
-    server_tls_bootstrap = "serverTLSBootstrap",
-    authentication = "authentication",
-    authorization = "authorization",
-    registry_pull_qps = "registryPullQPS",
-    registry_burst = "registryBurst",
-    image_pull_credentials_verification_policy = "imagePullCredentialsVerificationPolicy",
-    preloaded_images_verification_allowlist = "preloadedImagesVerificationAllowlist",
-    event_record_qps = "eventRecordQPS",
-    event_burst = "eventBurst",
-    enable_debugging_handlers = "enableDebuggingHandlers",
-    enable_contention_profiling = "enableContentionProfiling",
-    healthz_port = "healthzPort",
-    healthz_bind_address = "healthzBindAddress",
-    oom_score_adj = "oomScoreAdj",
-    cluster_domain = "clusterDomain",
-    cluster_dns = "clusterDNS",
-    streaming_connection_idle_timeout = "streamingConnectionIdleTimeout",
-    node_status_update_frequency = "nodeStatusUpdateFrequency",
-    node_status_report_frequency = "nodeStatusReportFrequency",
-    node_lease_duration_seconds = "nodeLeaseDurationSeconds",
-    image_minimum_gc_age = "imageMinimumGCAge",
-    image_maximum_gc_age = "imageMaximumGCAge",
-    image_gc_high_threshold_percent = "imageGCHighThresholdPercent",
-    image_gc_low_threshold_percent = "imageGCLowThresholdPercent",
-    volume_stats_agg_period = "volumeStatsAggPeriod",
-    kubelet_cgroups = "kubeletCgroups",
-    system_cgroups = "systemCgroups",
-    cgroup_root = "cgroupRoot",
-    cgroups_per_qos = "cgroupsPerQOS",
-    cgroup_driver = "cgroupDriver",
-    cpu_manager_policy = "cpuManagerPolicy",
-    single_process_oom_kill = "singleProcessOOMKill",
-    cpu_manager_policy_options = "cpuManagerPolicyOptions",
-    cpu_manager_reconcile_period = "cpuManagerReconcilePeriod",
-    dra_manager_reconcile_period = "draManagerReconcilePeriod",
-    memory_manager_policy = "memoryManagerPolicy",
-    topology_manager_policy = "topologyManagerPolicy",
-    topology_manager_scope = "topologyManagerScope",
-    topology_manager_policy_options = "topologyManagerPolicyOptions",
-    qos_reserved = "qosReserved",
-    runtime_request_timeout = "runtimeRequestTimeout",
-    hairpin_mode = "hairpinMode",
-    max_pods = "maxPods",
-    pod_cidr = "podCIDR",
-    pod_pids_limit = "podPidsLimit",
-    resolv_conf = "resolvConf",
-    run_once = "runOnce",
-    cpu_cfs_quota = "cpuCFSQuota",
-    cpu_cfs_quota_period = "cpuCFSQuotaPeriod",
-    node_status_max_images = "nodeStatusMaxImages",
-    max_open_files = "maxOpenFiles",
-    content_type = "contentType",
-    kube_api_qps = "kubeAPIQPS",
-    kube_api_burst = "kubeAPIBurst",
-    serialize_image_pulls = "serializeImagePulls",
-    max_parallel_image_pulls = "maxParallelImagePulls",
-    eviction_hard = "evictionHard",
-    eviction_soft = "evictionSoft",
-    eviction_soft_grace_period = "evictionSoftGracePeriod",
-    eviction_pressure_transition_period = "evictionPressureTransitionPeriod",
-    eviction_max_pod_grace_period = "evictionMaxPodGracePeriod",
-    eviction_minimum_reclaim = "evictionMinimumReclaim",
-    merge_default_eviction_settings = "mergeDefaultEvictionSettings",
-    pods_per_core = "podsPerCore",
-    enable_controller_attach_detach = "enableControllerAttachDetach",
-    protect_kernel_defaults = "protectKernelDefaults",
-    make_iptables_util_chains = "makeIPTablesUtilChains",
-    iptables_masquerade_bit = "iptablesMasqueradeBit",
-    iptables_drop_bit = "iptablesDropBit",
-    feature_gates = "featureGates",
-    fail_swap_on = "failSwapOn",
-    memory_swap = "memorySwap",
-    container_log_max_size = "containerLogMaxSize",
-    container_log_max_files = "containerLogMaxFiles",
-    container_log_max_workers = "containerLogMaxWorkers",
-    container_log_monitor_interval = "containerLogMonitorInterval",
-    config_map_and_secret_change_detection_strategy = "configMapAndSecretChangeDetectionStrategy",
-    system_reserved = "systemReserved",
-    kube_reserved = "kubeReserved",
-    reserved_system_cpus = "reservedSystemCPUs",
-    show_hidden_metrics_for_version = "showHiddenMetricsForVersion",
-    system_reserved_cgroup = "systemReservedCgroup",
-    kube_reserved_cgroup = "kubeReservedCgroup",
-    enforce_node_allocatable = "enforceNodeAllocatable",
-    allowed_unsafe_sysctls = "allowedUnsafeSysctls",
-    volume_plugin_dir = "volumePluginDir",
-    provider_id = "providerID",
-    kernel_memcg_notification = "kernelMemcgNotification",
-    enable_system_log_handler = "enableSystemLogHandler",
-    enable_system_log_query = "enableSystemLogQuery",
-    shutdown_grace_period = "shutdownGracePeriod",
-    shutdown_grace_period_critical_pods = "shutdownGracePeriodCriticalPods",
-    shutdown_grace_period_by_pod_priority = "shutdownGracePeriodByPodPriority",
-    crash_loop_back_off = "crashLoopBackOff",
-    reserved_memory = "reservedMemory",
-    enable_profiling_handler = "enableProfilingHandler",
-    enable_debug_flags_handler = "enableDebugFlagsHandler",
-    seccomp_default = "seccompDefault",
-    memory_throttling_factor = "memoryThrottlingFactor",
-    memory_reservation_policy = "memoryReservationPolicy",
-    register_with_taints = "registerWithTaints",
-    register_node = "registerNode",
-    tracing = "tracing",
-    local_storage_capacity_isolation = "localStorageCapacityIsolation",
-    container_runtime_endpoint = "containerRuntimeEndpoint",
-    image_service_endpoint = "imageServiceEndpoint",
-    fail_cgroup_v1 = "failCgroupV1",
-    user_namespaces = "userNamespaces",
-    pod_housekeeping_period = "podHousekeepingPeriod",
+    apiVersion kind enableServer staticPodPath podLogsDir syncFrequency fileCheckFrequency
+    httpCheckFrequency staticPodURL staticPodURLHeader address port readOnlyPort tlsCertFile
+    tlsPrivateKeyFile tlsCipherSuites tlsCurvePreferences tlsMinVersion rotateCertificates
+    serverTLSBootstrap authentication authorization registryPullQPS registryBurst
+    imagePullCredentialsVerificationPolicy preloadedImagesVerificationAllowlist
+    eventRecordQPS eventBurst enableDebuggingHandlers enableContentionProfiling healthzPort
+    healthzBindAddress oomScoreAdj clusterDomain clusterDNS streamingConnectionIdleTimeout
+    nodeStatusUpdateFrequency nodeStatusReportFrequency nodeLeaseDurationSeconds
+    imageMinimumGCAge imageMaximumGCAge imageGCHighThresholdPercent
+    imageGCLowThresholdPercent volumeStatsAggPeriod kubeletCgroups systemCgroups cgroupRoot
+    cgroupsPerQOS cgroupDriver cpuManagerPolicy singleProcessOOMKill cpuManagerPolicyOptions
+    cpuManagerReconcilePeriod draManagerReconcilePeriod memoryManagerPolicy
+    topologyManagerPolicy topologyManagerScope topologyManagerPolicyOptions qosReserved
+    runtimeRequestTimeout hairpinMode maxPods podCIDR podPidsLimit resolvConf runOnce
+    cpuCFSQuota cpuCFSQuotaPeriod nodeStatusMaxImages maxOpenFiles contentType kubeAPIQPS
+    kubeAPIBurst serializeImagePulls maxParallelImagePulls evictionHard evictionSoft
+    evictionSoftGracePeriod evictionPressureTransitionPeriod evictionMaxPodGracePeriod
+    evictionMinimumReclaim mergeDefaultEvictionSettings podsPerCore
+    enableControllerAttachDetach protectKernelDefaults makeIPTablesUtilChains
+    iptablesMasqueradeBit iptablesDropBit featureGates failSwapOn memorySwap
+    containerLogMaxSize containerLogMaxFiles containerLogMaxWorkers
+    containerLogMonitorInterval configMapAndSecretChangeDetectionStrategy systemReserved
+    kubeReserved reservedSystemCPUs showHiddenMetricsForVersion systemReservedCgroup
+    kubeReservedCgroup enforceNodeAllocatable allowedUnsafeSysctls volumePluginDir
+    providerID kernelMemcgNotification enableSystemLogHandler enableSystemLogQuery
+    shutdownGracePeriod shutdownGracePeriodCriticalPods shutdownGracePeriodByPodPriority
+    crashLoopBackOff reservedMemory enableProfilingHandler enableDebugFlagsHandler
+    seccompDefault memoryThrottlingFactor memoryReservationPolicy registerWithTaints
+    registerNode tracing localStorageCapacityIsolation containerRuntimeEndpoint
+    imageServiceEndpoint failCgroupV1 userNamespaces podHousekeepingPeriod
 }
 
 /// component-base's `LoggingConfiguration` (`logging:` in the file).

@@ -249,3 +249,214 @@ settings_table! {
         pub const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_yaml::{Mapping, Value};
+
+    use super::*;
+    use crate::config::{flags, load_with, Loaded};
+    use crate::testutil::TempDir;
+
+    /// A config file setting `field` (`logging.verbosity` nests) to the YAML `value`.
+    fn config_file(field: Option<(&str, &str)>) -> String {
+        let mut doc = Mapping::new();
+        doc.insert("apiVersion".into(), crate::config::file::API_VERSION.into());
+        doc.insert("kind".into(), crate::config::file::KIND.into());
+        if let Some((field, value)) = field {
+            let mut v: Value = serde_yaml::from_str(value).expect("example is YAML");
+            let mut parts: Vec<&str> = field.split('.').collect();
+            let top = parts.remove(0);
+            for p in parts.into_iter().rev() {
+                v = Value::Mapping(Mapping::from_iter([(p.into(), v)]));
+            }
+            doc.insert(top.into(), v);
+        }
+        serde_yaml::to_string(&doc).expect("serialize")
+    }
+
+    /// A YAML example as the flag spells it: scalars as they are, lists joined with
+    /// commas, a map of name to values as `name:value` pairs.
+    fn flag_form(example: &str) -> String {
+        let scalar = |v: &Value| match v {
+            Value::String(s) => s.clone(),
+            other => serde_yaml::to_string(other)
+                .expect("scalar")
+                .trim()
+                .to_string(),
+        };
+        match serde_yaml::from_str::<Value>(example).expect("example is YAML") {
+            Value::Sequence(items) => items.iter().map(scalar).collect::<Vec<_>>().join(","),
+            Value::Mapping(m) => m
+                .iter()
+                .flat_map(|(k, vs)| {
+                    let vs = vs.as_sequence().cloned().unwrap_or_default();
+                    let k = scalar(k);
+                    vs.into_iter().map(move |v| format!("{k}:{}", scalar(&v)))
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+            other => scalar(&other),
+        }
+    }
+
+    /// The configuration from these flags and config file text.
+    fn load(dir: &TempDir, file: Option<&str>, flags: &[String]) -> KubeletConfig {
+        let host = dir.write("hostname", "my-host\n");
+        let mut args = vec!["rkubelet".to_string()];
+        if let Some(text) = file {
+            let cfg = dir.write("config.yaml", text);
+            args.push(format!("--config={}", cfg.display()));
+        }
+        args.extend_from_slice(flags);
+        match load_with(&args, &host) {
+            Ok(Loaded::Run(c)) => c,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_flag_is_in_help_with_its_default() {
+        let help = flags::help();
+        for e in ENTRIES {
+            let Some(flag) = e.flag else { continue };
+            // The flag's row: its name, then its description on the same line or the next.
+            let lines: Vec<&str> = help.lines().collect();
+            let at = lines
+                .iter()
+                .position(|l| {
+                    let l = l.trim_start().trim_start_matches("-v, ");
+                    l.strip_prefix(&format!("--{flag}"))
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+                })
+                .unwrap_or_else(|| panic!("--help lists --{flag}:\n{help}"));
+            let row = format!("{} {}", lines[at], lines.get(at + 1).unwrap_or(&""));
+            assert!(row.contains(e.help), "--{flag}'s help text:\n{help}");
+            match e.default.filter(|d| !d.is_empty()) {
+                Some(d) => assert!(row.contains(&format!("(default {d})")), "--{flag}: {row}"),
+                None => assert!(!lines[at].contains("(default"), "--{flag}: {row}"),
+            }
+        }
+    }
+
+    #[test]
+    fn every_file_field_reads_what_its_flag_reads() {
+        let path = std::path::Path::new("/etc/rk/config.yaml");
+        for e in ENTRIES {
+            let (Some(field), Some([example, _])) = (e.file, e.examples) else {
+                assert!(e.file.is_none(), "{}: a file field needs examples", e.name);
+                continue;
+            };
+            let from_file = crate::config::file::parse(path, &config_file(Some((field, example))))
+                .unwrap_or_else(|err| panic!("{field}: {example}: {err}"));
+            let got = from_file.debug_of(e.name);
+            assert_ne!(got, "None", "{field}: {example} is read");
+            if let Some(flag) = e.flag {
+                let args = [format!("--{flag}={}", flag_form(example))];
+                let Ok(flags::Parsed::Run(from_flag)) = flags::parse(&args) else {
+                    panic!("{args:?}")
+                };
+                assert_eq!(got, from_flag.debug_of(e.name), "{field} reads as --{flag}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_file_field_takes_effect_and_every_flag_wins_over_it() {
+        let dir = TempDir::new("table");
+        let bare = load(&dir, Some(&config_file(None)), &[]);
+        for e in ENTRIES.iter().filter(|e| !e.input) {
+            let (Some(field), Some([a, b])) = (e.file, e.examples) else {
+                continue;
+            };
+            let value = |c: &KubeletConfig| c.debug_of(e.name);
+            let from_file = load(&dir, Some(&config_file(Some((field, a)))), &[]);
+            assert_ne!(value(&from_file), value(&bare), "{field}: {a} takes effect");
+            let b_file = load(&dir, Some(&config_file(Some((field, b)))), &[]);
+            assert_ne!(
+                value(&b_file),
+                value(&from_file),
+                "{field}: examples differ"
+            );
+            let Some(flag) = e.flag else { continue };
+            let flag_b = [format!("--{flag}={}", flag_form(b))];
+            let both = load(&dir, Some(&config_file(Some((field, a)))), &flag_b);
+            assert_eq!(value(&both), value(&b_file), "--{flag} wins over {field}");
+        }
+    }
+
+    #[test]
+    fn every_default_means_what_its_flag_would() {
+        let dir = TempDir::new("defaults");
+        let defaults = load(&dir, None, &[]);
+        for e in ENTRIES {
+            let (Some(flag), Some(default)) = (e.flag, e.default) else {
+                continue;
+            };
+            let given = [format!(
+                "--{flag}={}",
+                default.replace("<node name>", "my-host")
+            )];
+            let c = load(&dir, None, &given);
+            assert_eq!(c.debug_of(e.name), defaults.debug_of(e.name), "--{flag}");
+        }
+    }
+
+    /// README's flag table, from the table: one row per flag.
+    fn readme_table() -> String {
+        let mut out =
+            String::from("| flag | config file field | default | meaning |\n|---|---|---|---|\n");
+        let code = |s: &str| format!("`{s}`");
+        for e in ENTRIES {
+            let Some(spec) = e.flag.and_then(|f| SPECS.iter().find(|s| s.name == f)) else {
+                continue;
+            };
+            let mut flag = format!("--{}", spec.name);
+            if let Some(v) = spec.value {
+                flag = format!("{flag} {v}");
+            }
+            let mut flag = code(&flag);
+            if let Some(c) = spec.short {
+                flag.push_str(&format!(", `-{c}`"));
+            }
+            let field = e.file.map(code).unwrap_or_default();
+            let default = e
+                .default
+                .filter(|d| !d.is_empty())
+                .map(code)
+                .unwrap_or_default();
+            // Markdown would take `<pod name>` for a tag and `|` for a column.
+            let help = e.help.replace('<', "\\<").replace('|', "\\|");
+            out.push_str(&format!("| {flag} | {field} | {default} | {help} |\n"));
+        }
+        out
+    }
+
+    const README_BEGIN: &str = "<!-- flags: generated from src/config/settings.rs by its test \
+                                readme_flag_table_is_the_settings_table; \
+                                UPDATE_README=1 rewrites it -->\n";
+    const README_END: &str = "<!-- end of flags -->\n";
+
+    #[test]
+    fn readme_flag_table_is_the_settings_table() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+        let readme = std::fs::read_to_string(&path).expect("README.md");
+        let (Some(begin), Some(end)) = (readme.find(README_BEGIN), readme.find(README_END)) else {
+            panic!("README.md lacks the flag table's markers:\n{README_BEGIN}{README_END}");
+        };
+        let begin = begin + README_BEGIN.len();
+        let want = readme_table();
+        if readme[begin..end] == want {
+            return;
+        }
+        if std::env::var_os("UPDATE_README").is_some() {
+            let updated = format!("{}{want}{}", &readme[..begin], &readme[end..]);
+            std::fs::write(&path, updated).expect("write README.md");
+            return;
+        }
+        panic!(
+            "README.md's flag table is not the settings table; run \
+             UPDATE_README=1 cargo test --lib readme_flag_table. It should be:\n{want}"
+        );
+    }
+}
