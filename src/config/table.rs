@@ -1,24 +1,16 @@
-//! The machinery behind the settings table in [`super::settings`]: the `settings_table!`
-//! macro, which turns one entry per setting into every place that handles it, and the
-//! few plain types and functions the expansion uses.
+//! The machinery behind the settings table in [`super::settings`]: the
+//! `settings_table!` macro and the plain types and functions its expansion uses.
 //!
 //! Why a `macro_rules!` and not a static table of entries with parse/apply functions: a
-//! setting needs a typed field in two structs ([`super::Layer`], one per source, and
-//! [`super::KubeletConfig`]). A static table can describe a flag, but it cannot declare
-//! struct fields, so a new setting would still be written in three places. The macro
+//! setting needs a typed field in two structs ([`super::Layer`], what one source says,
+//! and [`super::KubeletConfig`]). A static table can describe a flag but cannot declare
+//! a struct field, so a new setting would still be written in three places. The macro
 //! writes the fields, the flag dispatch, the file decoding, the layering and `--help`'s
-//! list from one entry, and stays declarative: it has one rule and no recursion.
-//!
-//! What it generates from the entries (see the table for their shape):
-//! - `Layer`: one `Option` per entry, what one source (the command line, the config
-//!   file) says; `Layer::over` layers one source over another, `Layer::set` reads one
-//!   flag, `Layer::from_file` reads the config file's fields.
-//! - `KubeletConfig`: one field per setting (not per input), plus the three fields
-//!   `load` derives itself (`node_name`, `config_file`, `unsupported_fields`), and
-//!   `resolve`, which fills it from a merged `Layer` and the defaults.
-//! - `defaults`: a `const` for each named default, plus the extra items given.
-//! - `SPECS` (every flag, for the parser and `--help`) and `ENTRIES` (every entry, for
-//!   `--help`'s defaults, README's flag table and the table's own tests).
+//! list from one entry, and stays declarative: one rule, no recursion. It generates
+//! `Layer` (with `over`, `set`, `from_file`), `KubeletConfig` (every setting, plus the
+//! `node_name`, `config_file` and `unsupported_fields` that `load` derives) with
+//! `resolve`, the `defaults` consts, `SPECS` (every flag) and `ENTRIES` (the table as
+//! data, for `--help`'s defaults, README and the table's tests).
 
 use super::ConfigError;
 
@@ -73,6 +65,7 @@ impl Unset for String {
     }
 }
 
+/// A verbosity is never "none": `-v 0` is a level.
 impl Unset for u8 {
     fn is_unset(&self) -> bool {
         false
@@ -232,16 +225,6 @@ macro_rules! settings_table {
                 })?)*
                 Ok(layer)
             }
-
-            /// One entry's value, for the table's tests.
-            #[cfg(test)]
-            pub fn debug_of(&self, name: &str) -> String {
-                match name {
-                    $(stringify!($i_name) => format!("{:?}", self.$i_name),)*
-                    $(stringify!($s_name) => format!("{:?}", self.$s_name),)*
-                    other => panic!("no entry {other}"),
-                }
-            }
         }
 
         /// The validated, effective configuration of one kubelet process: one field per
@@ -256,17 +239,6 @@ macro_rules! settings_table {
             /// `tlsCertFile`, `logging.format`. See [`KubeletConfig::log_unsupported_fields`].
             pub unsupported_fields: Vec<String>,
             $(#[doc = $s_help] pub $s_name: config_type!($s_ty $(, $s_default)?),)*
-        }
-
-        impl KubeletConfig {
-            /// One setting's value, for the table's tests.
-            #[cfg(test)]
-            pub fn debug_of(&self, name: &str) -> String {
-                match name {
-                    $(stringify!($s_name) => format!("{:?}", self.$s_name),)*
-                    other => panic!("no setting {other}"),
-                }
-            }
         }
 
         /// The effective configuration: what `layer` (the flags over the file) gives,
