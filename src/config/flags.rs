@@ -510,4 +510,28 @@ mod tests {
             assert_eq!(e.to_string(), *want, "args {a:?}");
         }
     }
+
+    #[test]
+    fn every_flag_is_in_help_with_its_default() {
+        let help = help();
+        for e in ENTRIES {
+            let Some(flag) = e.flag else { continue };
+            // The flag's row: its name, then its description on the same line or the next.
+            let lines: Vec<&str> = help.lines().collect();
+            let at = lines
+                .iter()
+                .position(|l| {
+                    let l = l.trim_start().trim_start_matches("-v, ");
+                    l.strip_prefix(&format!("--{flag}"))
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+                })
+                .unwrap_or_else(|| panic!("--help lists --{flag}:\n{help}"));
+            let row = format!("{} {}", lines[at], lines.get(at + 1).unwrap_or(&""));
+            assert!(row.contains(e.help), "--{flag}'s help text:\n{help}");
+            match e.default.filter(|d| !d.is_empty()) {
+                Some(d) => assert!(row.contains(&format!("(default {d})")), "--{flag}: {row}"),
+                None => assert!(!lines[at].contains("(default"), "--{flag}: {row}"),
+            }
+        }
+    }
 }
