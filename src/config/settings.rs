@@ -49,8 +49,8 @@ settings_table! {
             flag: "config" <"file">,
         }
         hostname_override: String {
-            help: "Use this as the node name instead of the host name. The name is lowercased; \
-                   static pods are named <pod name>-<node name>.",
+            help: "Use this as the node name instead of the host name. It is lowercased, and \
+                   each static pod's name ends in a dash and it.",
             parse: text::any_string,
             flag: "hostname-override" <"name">,
         }
