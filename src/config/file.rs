@@ -1,12 +1,13 @@
 //! The `--config` file: a `KubeletConfiguration` (`kubelet.config.k8s.io/v1beta1`) read
-//! from YAML (or JSON) into the settings rkubelet implements.
+//! from YAML (or JSON) into a [`Layer`] of the settings rkubelet implements.
 //!
 //! [`KubeletConfiguration`] names every field of upstream's v1beta1 type
 //! (`staging/src/k8s.io/kubelet/config/v1beta1/types.go`), so a kubeadm-written file is
 //! accepted as it is; a name that upstream does not know is a typo and is refused
 //! (serde's `deny_unknown_fields`, checked first by hand so the error names the field
-//! plainly). Fields rkubelet does not implement yet are accepted and reported by name so
-//! the caller can log them once.
+//! plainly). Which fields are implemented, and how each is read, is the settings table's
+//! business ([`super::settings`]); the others are accepted and reported by name so the
+//! caller can log them once.
 //!
 //! Zero and empty values mean "unset", as in upstream's defaulting
 //! (`pkg/kubelet/apis/config/v1beta1/defaults.go`): `port: 0` gives the default 10250,
@@ -15,297 +16,97 @@
 //! disable their server. Relative paths are resolved against the file's directory, as
 //! upstream's `resolveRelativePaths` does.
 
-use std::net::IpAddr;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use serde::de::{self, Visitor};
 use serde::Deserialize;
-use serde_yaml::Value;
+use serde_yaml::{Mapping, Value};
 
-use super::duration::parse_duration;
-use super::{ConfigError, MAX_VERBOSITY};
+use super::settings::{Layer, ENTRIES};
+use super::values::yaml::{describe, lookup};
+use super::ConfigError;
 use crate::fsutil::{self, ReadError};
+// The tests below name these through `use super::*`.
+#[cfg(test)]
+use std::{path::PathBuf, time::Duration};
 
 /// The only `apiVersion` upstream's kubelet reads today.
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 /// The `kind` of the file.
 pub const KIND: &str = "KubeletConfiguration";
 
-/// Declares [`KubeletConfiguration`]: the fields rkubelet reads, then every other
-/// upstream field, accepted as an untyped value so that its presence can be reported.
+/// What a config file sets: the settings [`Layer`], with the upstream fields present
+/// that rkubelet ignores in `unsupported`.
+pub type FileSettings = Layer;
+
+/// Declares [`KubeletConfiguration`] from upstream's field names, spelled as in the
+/// file (serde reads a field by its Rust name).
 macro_rules! kubelet_configuration {
-    ($($field:ident = $name:literal,)*) => {
-        /// Upstream's v1beta1 `KubeletConfiguration`, field by field. Values stay
-        /// untyped here; [`read`] converts the implemented ones with errors that name
-        /// the field.
+    ($($field:ident)*) => {
+        /// Upstream's v1beta1 `KubeletConfiguration`, field by field, in types.go's
+        /// order: the names a file may use. Values stay untyped; the settings table
+        /// reads the implemented ones.
+        #[allow(non_snake_case)]
         #[derive(Debug, Default, Deserialize)]
         #[serde(deny_unknown_fields)]
         pub struct KubeletConfiguration {
-            /// Must be [`API_VERSION`].
-            #[serde(rename = "apiVersion")]
-            pub api_version: Option<Value>,
-            /// Must be [`KIND`].
-            pub kind: Option<Value>,
-            /// `false`: no authenticated (10250) server; rkubelet sets the port to 0.
-            #[serde(rename = "enableServer")]
-            pub enable_server: Option<Value>,
-            /// A directory of manifests or one manifest file.
-            #[serde(rename = "staticPodPath")]
-            pub static_pod_path: Option<Value>,
-            /// Pod resync period.
-            #[serde(rename = "syncFrequency")]
-            pub sync_frequency: Option<Value>,
-            /// Full re-list period of `staticPodPath`.
-            #[serde(rename = "fileCheckFrequency")]
-            pub file_check_frequency: Option<Value>,
-            /// Poll period of `staticPodURL`.
-            #[serde(rename = "httpCheckFrequency")]
-            pub http_check_frequency: Option<Value>,
-            /// A URL of static pod manifests.
-            #[serde(rename = "staticPodURL")]
-            pub static_pod_url: Option<Value>,
-            /// Headers sent to `staticPodURL`: a map of name to a list of values.
-            #[serde(rename = "staticPodURLHeader")]
-            pub static_pod_url_header: Option<Value>,
-            /// Where the read-only and authenticated servers listen.
-            pub address: Option<Value>,
-            /// The authenticated server's port.
-            pub port: Option<Value>,
-            /// The read-only server's port; 0 disables it.
-            #[serde(rename = "readOnlyPort")]
-            pub read_only_port: Option<Value>,
-            /// The healthz server's port; 0 disables it.
-            #[serde(rename = "healthzPort")]
-            pub healthz_port: Option<Value>,
-            /// The healthz server's address.
-            #[serde(rename = "healthzBindAddress")]
-            pub healthz_bind_address: Option<Value>,
-            /// The container runtime's endpoint.
-            #[serde(rename = "containerRuntimeEndpoint")]
-            pub container_runtime_endpoint: Option<Value>,
-            /// component-base's logging options; `verbosity` is implemented.
+            /// component-base's logging options.
             pub logging: Option<Logging>,
-            /// The nameservers of `ClusterFirst` pods.
-            #[serde(rename = "clusterDNS")]
-            pub cluster_dns: Option<Value>,
-            /// The cluster's DNS domain.
-            #[serde(rename = "clusterDomain")]
-            pub cluster_domain: Option<Value>,
-            /// The resolver file `Default` pods get.
-            #[serde(rename = "resolvConf")]
-            pub resolv_conf: Option<Value>,
-            /// One image pull at a time (default true).
-            #[serde(rename = "serializeImagePulls")]
-            pub serialize_image_pulls: Option<Value>,
-            /// With `serializeImagePulls: false`, how many pulls at once.
-            #[serde(rename = "maxParallelImagePulls")]
-            pub max_parallel_image_pulls: Option<Value>,
-            $(
-                #[doc = concat!("`", $name, "`: accepted, not implemented.")]
-                #[serde(rename = $name)]
-                pub $field: Option<Value>,
-            )*
-        }
-
-        impl KubeletConfiguration {
-            /// The names of the upstream fields present in the file that rkubelet does
-            /// not implement, in declaration order.
-            fn unimplemented_present(&self) -> Vec<String> {
-                let mut present = Vec::new();
-                $( if self.$field.is_some() { present.push($name.to_string()); } )*
-                present
-            }
+            $(#[doc = concat!("`", stringify!($field), "`.")] pub $field: Option<Value>,)*
         }
     };
 }
 
+// Every field but `logging`, in types.go's order (plus `podHousekeepingPeriod` from the
+// newest tree).
 kubelet_configuration! {
-    pod_logs_dir = "podLogsDir",
-    tls_cert_file = "tlsCertFile",
-    tls_private_key_file = "tlsPrivateKeyFile",
-    tls_cipher_suites = "tlsCipherSuites",
-    tls_curve_preferences = "tlsCurvePreferences",
-    tls_min_version = "tlsMinVersion",
-    rotate_certificates = "rotateCertificates",
-    server_tls_bootstrap = "serverTLSBootstrap",
-    authentication = "authentication",
-    authorization = "authorization",
-    registry_pull_qps = "registryPullQPS",
-    registry_burst = "registryBurst",
-    image_pull_credentials_verification_policy = "imagePullCredentialsVerificationPolicy",
-    preloaded_images_verification_allowlist = "preloadedImagesVerificationAllowlist",
-    event_record_qps = "eventRecordQPS",
-    event_burst = "eventBurst",
-    enable_debugging_handlers = "enableDebuggingHandlers",
-    enable_contention_profiling = "enableContentionProfiling",
-    oom_score_adj = "oomScoreAdj",
-    streaming_connection_idle_timeout = "streamingConnectionIdleTimeout",
-    node_status_update_frequency = "nodeStatusUpdateFrequency",
-    node_status_report_frequency = "nodeStatusReportFrequency",
-    node_lease_duration_seconds = "nodeLeaseDurationSeconds",
-    image_minimum_gc_age = "imageMinimumGCAge",
-    image_maximum_gc_age = "imageMaximumGCAge",
-    image_gc_high_threshold_percent = "imageGCHighThresholdPercent",
-    image_gc_low_threshold_percent = "imageGCLowThresholdPercent",
-    volume_stats_agg_period = "volumeStatsAggPeriod",
-    kubelet_cgroups = "kubeletCgroups",
-    system_cgroups = "systemCgroups",
-    cgroup_root = "cgroupRoot",
-    cgroups_per_qos = "cgroupsPerQOS",
-    cgroup_driver = "cgroupDriver",
-    cpu_manager_policy = "cpuManagerPolicy",
-    single_process_oom_kill = "singleProcessOOMKill",
-    cpu_manager_policy_options = "cpuManagerPolicyOptions",
-    cpu_manager_reconcile_period = "cpuManagerReconcilePeriod",
-    dra_manager_reconcile_period = "draManagerReconcilePeriod",
-    memory_manager_policy = "memoryManagerPolicy",
-    topology_manager_policy = "topologyManagerPolicy",
-    topology_manager_scope = "topologyManagerScope",
-    topology_manager_policy_options = "topologyManagerPolicyOptions",
-    qos_reserved = "qosReserved",
-    runtime_request_timeout = "runtimeRequestTimeout",
-    hairpin_mode = "hairpinMode",
-    max_pods = "maxPods",
-    pod_cidr = "podCIDR",
-    pod_pids_limit = "podPidsLimit",
-    run_once = "runOnce",
-    cpu_cfs_quota = "cpuCFSQuota",
-    cpu_cfs_quota_period = "cpuCFSQuotaPeriod",
-    node_status_max_images = "nodeStatusMaxImages",
-    max_open_files = "maxOpenFiles",
-    content_type = "contentType",
-    kube_api_qps = "kubeAPIQPS",
-    kube_api_burst = "kubeAPIBurst",
-    eviction_hard = "evictionHard",
-    eviction_soft = "evictionSoft",
-    eviction_soft_grace_period = "evictionSoftGracePeriod",
-    eviction_pressure_transition_period = "evictionPressureTransitionPeriod",
-    eviction_max_pod_grace_period = "evictionMaxPodGracePeriod",
-    eviction_minimum_reclaim = "evictionMinimumReclaim",
-    merge_default_eviction_settings = "mergeDefaultEvictionSettings",
-    pods_per_core = "podsPerCore",
-    enable_controller_attach_detach = "enableControllerAttachDetach",
-    protect_kernel_defaults = "protectKernelDefaults",
-    make_iptables_util_chains = "makeIPTablesUtilChains",
-    iptables_masquerade_bit = "iptablesMasqueradeBit",
-    iptables_drop_bit = "iptablesDropBit",
-    feature_gates = "featureGates",
-    fail_swap_on = "failSwapOn",
-    memory_swap = "memorySwap",
-    container_log_max_size = "containerLogMaxSize",
-    container_log_max_files = "containerLogMaxFiles",
-    container_log_max_workers = "containerLogMaxWorkers",
-    container_log_monitor_interval = "containerLogMonitorInterval",
-    config_map_and_secret_change_detection_strategy = "configMapAndSecretChangeDetectionStrategy",
-    system_reserved = "systemReserved",
-    kube_reserved = "kubeReserved",
-    reserved_system_cpus = "reservedSystemCPUs",
-    show_hidden_metrics_for_version = "showHiddenMetricsForVersion",
-    system_reserved_cgroup = "systemReservedCgroup",
-    kube_reserved_cgroup = "kubeReservedCgroup",
-    enforce_node_allocatable = "enforceNodeAllocatable",
-    allowed_unsafe_sysctls = "allowedUnsafeSysctls",
-    volume_plugin_dir = "volumePluginDir",
-    provider_id = "providerID",
-    kernel_memcg_notification = "kernelMemcgNotification",
-    enable_system_log_handler = "enableSystemLogHandler",
-    enable_system_log_query = "enableSystemLogQuery",
-    shutdown_grace_period = "shutdownGracePeriod",
-    shutdown_grace_period_critical_pods = "shutdownGracePeriodCriticalPods",
-    shutdown_grace_period_by_pod_priority = "shutdownGracePeriodByPodPriority",
-    crash_loop_back_off = "crashLoopBackOff",
-    reserved_memory = "reservedMemory",
-    enable_profiling_handler = "enableProfilingHandler",
-    enable_debug_flags_handler = "enableDebugFlagsHandler",
-    seccomp_default = "seccompDefault",
-    memory_throttling_factor = "memoryThrottlingFactor",
-    memory_reservation_policy = "memoryReservationPolicy",
-    register_with_taints = "registerWithTaints",
-    register_node = "registerNode",
-    tracing = "tracing",
-    local_storage_capacity_isolation = "localStorageCapacityIsolation",
-    image_service_endpoint = "imageServiceEndpoint",
-    fail_cgroup_v1 = "failCgroupV1",
-    user_namespaces = "userNamespaces",
-    pod_housekeeping_period = "podHousekeepingPeriod",
+    apiVersion kind enableServer staticPodPath podLogsDir syncFrequency fileCheckFrequency
+    httpCheckFrequency staticPodURL staticPodURLHeader address port readOnlyPort tlsCertFile
+    tlsPrivateKeyFile tlsCipherSuites tlsCurvePreferences tlsMinVersion rotateCertificates
+    serverTLSBootstrap authentication authorization registryPullQPS registryBurst
+    imagePullCredentialsVerificationPolicy preloadedImagesVerificationAllowlist
+    eventRecordQPS eventBurst enableDebuggingHandlers enableContentionProfiling healthzPort
+    healthzBindAddress oomScoreAdj clusterDomain clusterDNS streamingConnectionIdleTimeout
+    nodeStatusUpdateFrequency nodeStatusReportFrequency nodeLeaseDurationSeconds
+    imageMinimumGCAge imageMaximumGCAge imageGCHighThresholdPercent
+    imageGCLowThresholdPercent volumeStatsAggPeriod kubeletCgroups systemCgroups cgroupRoot
+    cgroupsPerQOS cgroupDriver cpuManagerPolicy singleProcessOOMKill cpuManagerPolicyOptions
+    cpuManagerReconcilePeriod draManagerReconcilePeriod memoryManagerPolicy
+    topologyManagerPolicy topologyManagerScope topologyManagerPolicyOptions qosReserved
+    runtimeRequestTimeout hairpinMode maxPods podCIDR podPidsLimit resolvConf runOnce
+    cpuCFSQuota cpuCFSQuotaPeriod nodeStatusMaxImages maxOpenFiles contentType kubeAPIQPS
+    kubeAPIBurst serializeImagePulls maxParallelImagePulls evictionHard evictionSoft
+    evictionSoftGracePeriod evictionPressureTransitionPeriod evictionMaxPodGracePeriod
+    evictionMinimumReclaim mergeDefaultEvictionSettings podsPerCore
+    enableControllerAttachDetach protectKernelDefaults makeIPTablesUtilChains
+    iptablesMasqueradeBit iptablesDropBit featureGates failSwapOn memorySwap
+    containerLogMaxSize containerLogMaxFiles containerLogMaxWorkers
+    containerLogMonitorInterval configMapAndSecretChangeDetectionStrategy systemReserved
+    kubeReserved reservedSystemCPUs showHiddenMetricsForVersion systemReservedCgroup
+    kubeReservedCgroup enforceNodeAllocatable allowedUnsafeSysctls volumePluginDir
+    providerID kernelMemcgNotification enableSystemLogHandler enableSystemLogQuery
+    shutdownGracePeriod shutdownGracePeriodCriticalPods shutdownGracePeriodByPodPriority
+    crashLoopBackOff reservedMemory enableProfilingHandler enableDebugFlagsHandler
+    seccompDefault memoryThrottlingFactor memoryReservationPolicy registerWithTaints
+    registerNode tracing localStorageCapacityIsolation containerRuntimeEndpoint
+    imageServiceEndpoint failCgroupV1 userNamespaces podHousekeepingPeriod
 }
 
 /// component-base's `LoggingConfiguration` (`logging:` in the file).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Logging {
-    /// klog's `-v`: 0 (info) to 10 (trace everything). Implemented.
+    /// klog's `-v`: 0 (info) to 10 (trace everything).
     pub verbosity: Option<Value>,
-    /// `text` or `json`: accepted, not implemented.
+    /// `text` or `json`.
     pub format: Option<Value>,
-    /// Log flush period: accepted, not implemented.
+    /// Log flush period.
     #[serde(rename = "flushFrequency")]
     pub flush_frequency: Option<Value>,
-    /// Per-file verbosity: accepted, not implemented.
+    /// Per-file verbosity.
     pub vmodule: Option<Value>,
-    /// Format-specific options: accepted, not implemented.
+    /// Format-specific options.
     pub options: Option<Value>,
-}
-
-impl Logging {
-    fn unimplemented_present(&self) -> Vec<String> {
-        [
-            ("logging.format", &self.format),
-            ("logging.flushFrequency", &self.flush_frequency),
-            ("logging.vmodule", &self.vmodule),
-            ("logging.options", &self.options),
-        ]
-        .into_iter()
-        .filter(|(_, v)| v.is_some())
-        .map(|(n, _)| n.to_string())
-        .collect()
-    }
-}
-
-/// What a config file sets, typed and validated. `None`: the file leaves it unset.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct FileSettings {
-    /// `enableServer`.
-    pub enable_server: Option<bool>,
-    /// `staticPodPath`, resolved against the file's directory.
-    pub static_pod_path: Option<PathBuf>,
-    /// `syncFrequency`.
-    pub sync_frequency: Option<Duration>,
-    /// `fileCheckFrequency`.
-    pub file_check_frequency: Option<Duration>,
-    /// `httpCheckFrequency`.
-    pub http_check_frequency: Option<Duration>,
-    /// `staticPodURL`.
-    pub static_pod_url: Option<String>,
-    /// `staticPodURLHeader`, flattened to (name, value) in order.
-    pub static_pod_url_headers: Vec<(String, String)>,
-    /// `address`.
-    pub address: Option<IpAddr>,
-    /// `port`.
-    pub port: Option<u16>,
-    /// `readOnlyPort`.
-    pub read_only_port: Option<u16>,
-    /// `healthzPort`.
-    pub healthz_port: Option<u16>,
-    /// `healthzBindAddress`.
-    pub healthz_bind_address: Option<IpAddr>,
-    /// `containerRuntimeEndpoint`.
-    pub container_runtime_endpoint: Option<String>,
-    /// `logging.verbosity`.
-    pub verbosity: Option<u8>,
-    /// `clusterDNS`.
-    pub cluster_dns: Option<Vec<String>>,
-    /// `clusterDomain`.
-    pub cluster_domain: Option<String>,
-    /// `resolvConf`, resolved against the file's directory; `Some("")` disables it.
-    pub resolv_conf: Option<String>,
-    /// `serializeImagePulls`.
-    pub serialize_image_pulls: Option<bool>,
-    /// `maxParallelImagePulls` (at least 1; more only without serialized pulls).
-    pub max_parallel_image_pulls: Option<u32>,
-    /// Upstream fields present in the file that rkubelet ignores.
-    pub unsupported: Vec<String>,
 }
 
 /// The largest config file read. A `KubeletConfiguration` is a few KiB; a bigger file
@@ -357,171 +158,50 @@ pub fn parse(path: &Path, text: &str) -> Result<FileSettings, ConfigError> {
     }
     // Every key is known and every value untyped, so this only fails on a `logging`
     // that is not a mapping.
-    let cfg: KubeletConfiguration =
-        serde_yaml::from_value(doc.clone()).map_err(|e| ConfigError::InvalidField {
+    serde_yaml::from_value::<KubeletConfiguration>(doc.clone()).map_err(|e| {
+        ConfigError::InvalidField {
             path: path.to_path_buf(),
             field: "logging".into(),
             reason: e.to_string(),
-        })?;
-    settings(path, cfg)
-}
-
-fn settings(path: &Path, cfg: KubeletConfiguration) -> Result<FileSettings, ConfigError> {
-    let field = |name: &str, reason: String| ConfigError::InvalidField {
-        path: path.to_path_buf(),
-        field: name.into(),
-        reason,
-    };
+        }
+    })?;
     let base = path.parent().unwrap_or(Path::new(""));
-    let mut unsupported = cfg.unimplemented_present();
-    let logging = cfg.logging.unwrap_or_default();
-    unsupported.extend(logging.unimplemented_present());
-
-    let string = |name: &str, v: &Option<Value>| string_field(v).map_err(|r| field(name, r));
-    let port = |name: &str, v: &Option<Value>| -> Result<Option<u16>, ConfigError> {
-        v.as_ref()
-            .map(as_port)
-            .transpose()
-            .map_err(|r| field(name, r))
-    };
-    let duration = |name: &str, v: &Option<Value>| -> Result<Option<Duration>, ConfigError> {
-        let d = v
-            .as_ref()
-            .map(as_duration)
-            .transpose()
-            .map_err(|r| field(name, r))?;
-        // Upstream defaulting treats a zero duration as unset.
-        Ok(d.filter(|d| !d.is_zero()))
-    };
-    let ip = |name: &str, v: &Option<Value>| -> Result<Option<IpAddr>, ConfigError> {
-        string(name, v)?
-            .map(|s| {
-                s.parse::<IpAddr>().map_err(|_| {
-                    field(
-                        name,
-                        invalid(&Value::String(s.clone()), "not an IP address"),
-                    )
-                })
-            })
-            .transpose()
-    };
-
-    let serialize_image_pulls = cfg
-        .serialize_image_pulls
-        .as_ref()
-        .map(|v| v.as_bool().ok_or_else(|| invalid(v, "not a boolean")))
-        .transpose()
-        .map_err(|r| field("serializeImagePulls", r))?;
-    let max_parallel_image_pulls =
-        image_pulls(serialize_image_pulls, cfg.max_parallel_image_pulls.as_ref())
-            .map_err(|r| field("maxParallelImagePulls", r))?;
-
-    Ok(FileSettings {
-        enable_server: cfg
-            .enable_server
-            .as_ref()
-            .map(|v| v.as_bool().ok_or_else(|| invalid(v, "not a boolean")))
-            .transpose()
-            .map_err(|r| field("enableServer", r))?,
-        static_pod_path: string("staticPodPath", &cfg.static_pod_path)?.map(|p| base.join(p)),
-        sync_frequency: duration("syncFrequency", &cfg.sync_frequency)?,
-        file_check_frequency: duration("fileCheckFrequency", &cfg.file_check_frequency)?,
-        http_check_frequency: duration("httpCheckFrequency", &cfg.http_check_frequency)?,
-        static_pod_url: string("staticPodURL", &cfg.static_pod_url)?
-            .map(|u| super::flags::url_or_empty(&u).map_err(|r| field("staticPodURL", r)))
-            .transpose()?,
-        static_pod_url_headers: header_map(&cfg.static_pod_url_header)
-            .map_err(|r| field("staticPodURLHeader", r))?,
-        address: ip("address", &cfg.address)?,
-        // Upstream defaulting treats `port: 0` as unset (10250).
-        port: port("port", &cfg.port)?.filter(|p| *p != 0),
-        read_only_port: port("readOnlyPort", &cfg.read_only_port)?,
-        healthz_port: port("healthzPort", &cfg.healthz_port)?,
-        healthz_bind_address: ip("healthzBindAddress", &cfg.healthz_bind_address)?,
-        container_runtime_endpoint: string(
-            "containerRuntimeEndpoint",
-            &cfg.container_runtime_endpoint,
-        )?,
-        verbosity: logging
-            .verbosity
-            .as_ref()
-            .map(as_verbosity)
-            .transpose()
-            .map_err(|r| field("logging.verbosity", r))?,
-        cluster_dns: cfg
-            .cluster_dns
-            .as_ref()
-            .map(as_ip_list)
-            .transpose()
-            .map_err(|r| field("clusterDNS", r))?,
-        cluster_domain: string("clusterDomain", &cfg.cluster_domain)?,
-        // An explicit "" turns the node's resolver file off, so it is kept.
-        resolv_conf: match &cfg.resolv_conf {
-            Some(Value::String(s)) if s.is_empty() => Some(String::new()),
-            v => string("resolvConf", v)?.map(|p| base.join(p).display().to_string()),
-        },
-        serialize_image_pulls,
-        max_parallel_image_pulls,
-        unsupported,
-    })
+    let mut settings =
+        Layer::from_file(map, base).map_err(|(field, reason)| ConfigError::InvalidField {
+            path: path.to_path_buf(),
+            field: field.into(),
+            reason,
+        })?;
+    settings.unsupported = unsupported(map);
+    Ok(settings)
 }
 
-/// `maxParallelImagePulls`, checked as upstream's `ValidateKubeletConfiguration`: a
-/// positive number, and more than 1 only when `serializeImagePulls` is false.
-fn image_pulls(serialize: Option<bool>, v: Option<&Value>) -> Result<Option<u32>, String> {
-    let Some(v) = v.filter(|v| !v.is_null()) else {
-        return Ok(None);
-    };
-    let n = v.as_i64().ok_or_else(|| invalid(v, "not an integer"))?;
-    if n < 1 {
-        return Err(format!("{n} must be a positive number"));
-    }
-    let n = u32::try_from(n).map_err(|_| invalid(v, "too large"))?;
-    if n > 1 && serialize.unwrap_or(super::defaults::SERIALIZE_IMAGE_PULLS) {
-        return Err("cannot be larger than 1 unless serializeImagePulls is set to false".into());
-    }
-    Ok(Some(n))
-}
-
-/// `staticPodURLHeader`: a map of header name to a list of values (Go's
-/// `map[string][]string`), flattened in the file's order.
-fn header_map(v: &Option<Value>) -> Result<Vec<(String, String)>, String> {
-    let map = match v {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Mapping(m)) => m,
-        Some(other) => return Err(invalid(other, "not a map of header name to values")),
+/// The upstream fields present in the file that the settings table does not read, in
+/// types.go's order, then those inside `logging`.
+fn unsupported(map: &Mapping) -> Vec<String> {
+    // A field is read if the table names it, or names a field inside it.
+    let read = |name: &str| {
+        ENTRIES.iter().filter_map(|e| e.file).any(|f| {
+            f == name
+                || f.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('.'))
+        })
     };
     let mut out = Vec::new();
-    for (name, values) in map {
-        let Value::String(name) = name else {
-            return Err(invalid(name, "not a header name"));
-        };
-        let values = match values {
-            Value::Sequence(s) => s.clone(),
-            Value::String(s) => vec![Value::String(s.clone())],
-            other => return Err(invalid(other, "not a list of header values")),
-        };
-        for value in values {
-            let Value::String(value) = value else {
-                return Err(invalid(&value, "not a header value"));
-            };
-            // The name is checked as the flag checks it; the value is taken whole
-            // (commas included: only the flag's syntax splits on them).
-            super::flags::headers(&format!("{name}:"))?;
-            out.push((name.clone(), value));
+    for name in struct_fields::<KubeletConfiguration>() {
+        if !["apiVersion", "kind"].contains(name) && lookup(map, name).is_some() && !read(name) {
+            out.push(name.to_string());
         }
     }
-    Ok(out)
-}
-
-/// A string field; empty means unset, as in upstream's defaulting.
-fn string_field(v: &Option<Value>) -> Result<Option<String>, String> {
-    match v {
-        None => Ok(None),
-        Some(Value::String(s)) if s.is_empty() => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(invalid(other, "not a string")),
+    if read("logging") {
+        for name in struct_fields::<Logging>() {
+            let name = format!("logging.{name}");
+            if lookup(map, &name).is_some() && !read(&name) {
+                out.push(name);
+            }
+        }
     }
+    out
 }
 
 /// Checks `apiVersion` or `kind`.
@@ -545,7 +225,7 @@ fn check_type_meta(
 /// Refuses the first key that is not among `known`, naming it with `prefix`.
 fn check_known_fields(
     path: &Path,
-    map: &serde_yaml::Mapping,
+    map: &Mapping,
     prefix: &str,
     known: &[&str],
 ) -> Result<(), ConfigError> {
@@ -563,60 +243,6 @@ fn check_known_fields(
         }
     }
     Ok(())
-}
-
-/// A port number, 0..=65535. Upstream's fields are int32, so only YAML integers count.
-fn as_port(v: &Value) -> Result<u16, String> {
-    v.as_u64()
-        .and_then(|n| u16::try_from(n).ok())
-        .ok_or_else(|| invalid(v, "not a port number (0-65535)"))
-}
-
-/// A Go duration string, as `metav1.Duration` reads it.
-fn as_duration(v: &Value) -> Result<Duration, String> {
-    match v {
-        Value::String(s) => parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}")),
-        other => Err(invalid(other, "not a duration string such as \"20s\"")),
-    }
-}
-
-/// A list of IP addresses (`clusterDNS`).
-fn as_ip_list(v: &Value) -> Result<Vec<String>, String> {
-    let Value::Sequence(items) = v else {
-        return Err(invalid(v, "not a list of IP addresses"));
-    };
-    items
-        .iter()
-        .map(|i| match i {
-            Value::String(s) if s.parse::<IpAddr>().is_ok() => Ok(s.clone()),
-            other => Err(invalid(other, "not an IP address")),
-        })
-        .collect()
-}
-
-/// A klog verbosity level.
-fn as_verbosity(v: &Value) -> Result<u8, String> {
-    v.as_u64()
-        .and_then(|n| u8::try_from(n).ok())
-        .filter(|n| *n <= MAX_VERBOSITY)
-        .ok_or_else(|| invalid(v, &format!("not a verbosity level (0-{MAX_VERBOSITY})")))
-}
-
-fn invalid(v: &Value, reason: &str) -> String {
-    format!("invalid value {}: {reason}", describe(v))
-}
-
-/// A value, short enough for a one-line message.
-fn describe(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => format!("{s:?}"),
-        Value::Sequence(_) => "a list".into(),
-        Value::Mapping(_) => "a mapping".into(),
-        Value::Tagged(t) => format!("a value tagged {}", t.tag),
-    }
 }
 
 /// The field names a derived `Deserialize` of a struct knows (after renames). serde
@@ -885,38 +511,6 @@ mod tests {
                 ..FileSettings::default()
             }
         );
-    }
-
-    #[test]
-    fn image_pull_settings_are_checked_as_upstream() {
-        let s =
-            parse_body("serializeImagePulls: false\nmaxParallelImagePulls: 4\n").expect("valid");
-        assert_eq!(
-            (s.serialize_image_pulls, s.max_parallel_image_pulls),
-            (Some(false), Some(4))
-        );
-        let s = parse_body("maxParallelImagePulls: 1\n").expect("1 with serialized pulls");
-        assert_eq!(s.max_parallel_image_pulls, Some(1));
-        let bad = [
-            (
-                "maxParallelImagePulls: 2\n",
-                "config file /etc/x.yaml: field maxParallelImagePulls: cannot be larger \
-                 than 1 unless serializeImagePulls is set to false",
-            ),
-            (
-                "serializeImagePulls: false\nmaxParallelImagePulls: 0\n",
-                "config file /etc/x.yaml: field maxParallelImagePulls: 0 must be a positive number",
-            ),
-            (
-                "serializeImagePulls: \"no\"\n",
-                "config file /etc/x.yaml: field serializeImagePulls: invalid value \"no\": \
-                 not a boolean",
-            ),
-        ];
-        for (body, want) in bad {
-            let e = parse_body(body).expect_err(body);
-            assert_eq!(crate::loops::error_chain(&e), want, "{body}");
-        }
     }
 
     #[test]

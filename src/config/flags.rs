@@ -1,74 +1,23 @@
 //! The command line: upstream kubelet's flags, spelled as pflag spells them.
 //!
 //! `--flag=value` and `--flag value` both work, and so do the shorthands `-v` and `-h`
-//! (`-v 4`, `-v=4`, `-v4`). The last occurrence of a flag wins. Values are checked here,
-//! once, so an error names the flag; layering over the config file happens in the
-//! parent module. As with pflag, `--help` ends parsing where it stands, while
-//! `--version` is honoured after every flag parsed.
+//! (`-v 4`, `-v=4`, `-v4`). The last occurrence of a flag wins, except for a
+//! repeatable one, which adds to its list. Which flags exist and how each value is
+//! checked is the settings table's ([`super::settings`]); values are checked here, once,
+//! so an error names the flag; layering over the config file happens in the parent
+//! module. As with pflag, `--help` ends parsing where it stands, while `--version` is
+//! honoured after every flag parsed.
 
-use std::net::IpAddr;
-use std::path::PathBuf;
+use super::settings::{Layer, ENTRIES, SPECS};
+use super::table::Spec;
+use super::values::text;
+use super::ConfigError;
+// The tests below name it through `use super::*`.
+#[cfg(test)]
 use std::time::Duration;
 
-use super::duration::{format_duration, parse_duration};
-use super::{defaults, ConfigError, MAX_VERBOSITY};
-
-/// Flags as given; `None`: not on the command line.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Flags {
-    /// `--config`.
-    pub config: Option<PathBuf>,
-    /// `--pod-manifest-path`; an empty value means "no file source".
-    pub pod_manifest_path: Option<PathBuf>,
-    /// `--hostname-override`.
-    pub hostname_override: Option<String>,
-    /// `--root-dir`.
-    pub root_dir: Option<PathBuf>,
-    /// `--container-runtime-endpoint`.
-    pub container_runtime_endpoint: Option<String>,
-    /// `--pod-infra-container-image`.
-    pub pod_infra_container_image: Option<String>,
-    /// `--healthz-port`.
-    pub healthz_port: Option<u16>,
-    /// `--healthz-bind-address`.
-    pub healthz_bind_address: Option<IpAddr>,
-    /// `--read-only-port`.
-    pub read_only_port: Option<u16>,
-    /// `--address`.
-    pub address: Option<IpAddr>,
-    /// `--port`.
-    pub port: Option<u16>,
-    /// `--sync-frequency`.
-    pub sync_frequency: Option<Duration>,
-    /// `--file-check-frequency`.
-    pub file_check_frequency: Option<Duration>,
-    /// `--v` / `-v`.
-    pub verbosity: Option<u8>,
-    /// `--manifest-url`; an empty value means "no HTTP source".
-    pub manifest_url: Option<String>,
-    /// `--manifest-url-header`, every occurrence in order (name, value).
-    pub manifest_url_headers: Vec<(String, String)>,
-    /// `--http-check-frequency`.
-    pub http_check_frequency: Option<Duration>,
-    /// `--etcd-servers`, split on commas; empty: no etcd source.
-    pub etcd_servers: Option<Vec<String>>,
-    /// `--etcd-prefix`.
-    pub etcd_prefix: Option<String>,
-    /// `--etcd-cafile`.
-    pub etcd_cafile: Option<PathBuf>,
-    /// `--etcd-certfile`.
-    pub etcd_certfile: Option<PathBuf>,
-    /// `--etcd-keyfile`.
-    pub etcd_keyfile: Option<PathBuf>,
-    /// `--kubeconfig`; an empty value means "no API server" (standalone).
-    pub kubeconfig: Option<PathBuf>,
-    /// `--cluster-dns` (repeatable, comma-separated).
-    pub cluster_dns: Option<Vec<String>>,
-    /// `--cluster-domain`.
-    pub cluster_domain: Option<String>,
-    /// `--resolv-conf`; "" disables it.
-    pub resolv_conf: Option<String>,
-}
+/// The flags given: the settings [`Layer`] of the command line.
+pub type Flags = Layer;
 
 /// What the command line asks for.
 // Built once at startup and matched at once: the size of `Run` costs nothing.
@@ -82,196 +31,6 @@ pub enum Parsed {
     /// `--version`.
     Version,
 }
-
-/// One flag: its long name, shorthand, value placeholder (None for booleans) and help.
-struct Spec {
-    name: &'static str,
-    short: Option<char>,
-    value: Option<&'static str>,
-    help: &'static str,
-}
-
-/// Every flag, in the order `--help` lists them.
-const SPECS: &[Spec] = &[
-    Spec {
-        name: "config",
-        short: None,
-        value: Some("file"),
-        help: "Read a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) from this file. \
-               Flags given on the command line override its values.",
-    },
-    Spec {
-        name: "pod-manifest-path",
-        short: None,
-        value: Some("path"),
-        help: "Directory (or single file) of static pod manifests to run. Empty: none.",
-    },
-    Spec {
-        name: "hostname-override",
-        short: None,
-        value: Some("name"),
-        help: "Use this as the node name instead of the host name.",
-    },
-    Spec {
-        name: "root-dir",
-        short: None,
-        value: Some("path"),
-        help: "Directory for the kubelet's own files (volume mounts, plugins, checkpoints).",
-    },
-    Spec {
-        name: "container-runtime-endpoint",
-        short: None,
-        value: Some("endpoint"),
-        help: "The Docker engine's endpoint.",
-    },
-    Spec {
-        name: "pod-infra-container-image",
-        short: None,
-        value: Some("image"),
-        help: "Image of each pod's sandbox (\"pause\") container.",
-    },
-    Spec {
-        name: "healthz-port",
-        short: None,
-        value: Some("port"),
-        help: "Port of the localhost healthz endpoint; 0 disables it.",
-    },
-    Spec {
-        name: "healthz-bind-address",
-        short: None,
-        value: Some("ip"),
-        help: "IP address the healthz server listens on.",
-    },
-    Spec {
-        name: "read-only-port",
-        short: None,
-        value: Some("port"),
-        help: "Port of the unauthenticated read-only server; 0 disables it. \
-               Default 10255, or 0 when --config is given.",
-    },
-    Spec {
-        name: "address",
-        short: None,
-        value: Some("ip"),
-        help: "IP address the kubelet servers listen on.",
-    },
-    Spec {
-        name: "port",
-        short: None,
-        value: Some("port"),
-        help: "Port of the authenticated kubelet server; 0 disables it.",
-    },
-    Spec {
-        name: "sync-frequency",
-        short: None,
-        value: Some("duration"),
-        help: "Longest time between two syncs of a pod.",
-    },
-    Spec {
-        name: "file-check-frequency",
-        short: None,
-        value: Some("duration"),
-        help: "Time between two full reads of --pod-manifest-path (changes are also \
-               picked up at once through inotify).",
-    },
-    Spec {
-        name: "manifest-url",
-        short: None,
-        value: Some("url"),
-        help: "URL of static pod manifests to run (one Pod, a PodList, or several \
-               YAML/JSON documents), polled every --http-check-frequency. Empty: none.",
-    },
-    Spec {
-        name: "manifest-url-header",
-        short: None,
-        value: Some("'Name:Value,…'"),
-        help: "HTTP headers sent with --manifest-url, comma-separated Name:Value pairs. \
-               Repeatable; a name given twice is sent twice, in order.",
-    },
-    Spec {
-        name: "http-check-frequency",
-        short: None,
-        value: Some("duration"),
-        help: "Time between two fetches of --manifest-url.",
-    },
-    Spec {
-        name: "etcd-servers",
-        short: None,
-        value: Some("urls"),
-        help: "Comma-separated etcd client URLs to read pods from (failed over in \
-               order). Empty: no etcd source.",
-    },
-    Spec {
-        name: "etcd-prefix",
-        short: None,
-        value: Some("prefix"),
-        help: "Key prefix of this node's pods in etcd; each key holds a Pod or a PodList. \
-               Default /registry/hosts/<node name>/.",
-    },
-    Spec {
-        name: "etcd-cafile",
-        short: None,
-        value: Some("file"),
-        help: "CA bundle to verify the etcd servers with.",
-    },
-    Spec {
-        name: "etcd-certfile",
-        short: None,
-        value: Some("file"),
-        help: "Client certificate for etcd (with --etcd-keyfile).",
-    },
-    Spec {
-        name: "etcd-keyfile",
-        short: None,
-        value: Some("file"),
-        help: "Client key for etcd (with --etcd-certfile).",
-    },
-    Spec {
-        name: "kubeconfig",
-        short: None,
-        value: Some("file"),
-        help: "kubeconfig of the API server to take this node's pods from. Empty: \
-               standalone (no API server).",
-    },
-    Spec {
-        name: "cluster-dns",
-        short: None,
-        value: Some("ips"),
-        help: "Comma-separated nameserver IPs of pods with dnsPolicy ClusterFirst. Without \
-               it such pods get the node's resolver (the Default policy).",
-    },
-    Spec {
-        name: "cluster-domain",
-        short: None,
-        value: Some("domain"),
-        help: "The cluster's DNS domain, e.g. cluster.local: search paths and pod FQDNs.",
-    },
-    Spec {
-        name: "resolv-conf",
-        short: None,
-        value: Some("file"),
-        help: "Resolver file that pods with dnsPolicy Default get (default /etc/resolv.conf); \
-               empty: none.",
-    },
-    Spec {
-        name: "v",
-        short: Some('v'),
-        value: Some("level"),
-        help: "Log verbosity, 0 to 10: 0-1 info, 2-4 debug, 5 and up trace.",
-    },
-    Spec {
-        name: "help",
-        short: Some('h'),
-        value: None,
-        help: "Print this help and exit.",
-    },
-    Spec {
-        name: "version",
-        short: None,
-        value: None,
-        help: "Print the version and exit.",
-    },
-];
 
 fn spec_by_name(name: &str) -> Option<&'static Spec> {
     SPECS.iter().find(|s| s.name == name)
@@ -320,40 +79,43 @@ pub fn parse(args: &[String]) -> Result<Parsed, ConfigError> {
         } else {
             return Err(ConfigError::UnexpectedArgument(arg.clone()));
         };
+        let invalid = |value: String, reason| ConfigError::InvalidFlag {
+            flag: shown.clone(),
+            value,
+            reason,
+        };
 
-        if spec.value.is_none() {
-            let on = match inline.as_deref() {
+        let value = if spec.value.is_none() {
+            // A boolean: pflag takes `--flag` for true and only `--flag=value` besides.
+            let on = match inline {
                 None => true,
-                Some(v) => parse_bool(spec.name, v).map_err(|reason| ConfigError::InvalidFlag {
-                    flag: shown.clone(),
-                    value: v.to_string(),
-                    reason,
-                })?,
+                Some(v) => parse_bool(spec.name, &v).map_err(|reason| invalid(v, reason))?,
             };
             match spec.name {
                 "help" if on => return Ok(Parsed::Help),
-                "version" => version = on,
-                _ => {}
+                "help" => continue,
+                "version" => {
+                    version = on;
+                    continue;
+                }
+                _ => on.to_string(),
             }
-            continue;
-        }
-
-        let value = match inline {
-            Some(v) => v,
-            None => {
-                // pflag takes the next argument as the value, whatever it looks like.
-                let v = args.get(i).ok_or_else(|| ConfigError::MissingValue {
-                    flag: shown.clone(),
-                })?;
-                i += 1;
-                v.clone()
+        } else {
+            match inline {
+                Some(v) => v,
+                None => {
+                    // pflag takes the next argument as the value, whatever it looks like.
+                    let v = args.get(i).ok_or_else(|| ConfigError::MissingValue {
+                        flag: shown.clone(),
+                    })?;
+                    i += 1;
+                    v.clone()
+                }
             }
         };
-        set(&mut flags, spec.name, &value).map_err(|reason| ConfigError::InvalidFlag {
-            flag: shown,
-            value,
-            reason,
-        })?;
+        flags
+            .set(spec.name, &value)
+            .map_err(|reason| invalid(value, reason))?;
     }
     Ok(finish(flags, version))
 }
@@ -366,167 +128,22 @@ fn finish(flags: Flags, version: bool) -> Parsed {
     }
 }
 
-/// A boolean flag's value, as Go's `strconv.ParseBool` reads it; `--version` also
-/// takes upstream's `raw`.
+/// A boolean flag's value; `--version` also takes upstream's `raw`.
 fn parse_bool(name: &str, v: &str) -> Result<bool, String> {
     match v {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
         "raw" if name == "version" => Ok(true),
-        _ => Err("not a boolean (true or false)".into()),
+        v => text::boolean(v),
     }
 }
 
-/// Checks one flag's value and stores it. The error is the reason only; the caller
-/// names the flag and the value.
-fn set(f: &mut Flags, name: &str, v: &str) -> Result<(), String> {
-    match name {
-        "config" => f.config = Some(non_empty(v)?.into()),
-        "pod-manifest-path" => f.pod_manifest_path = Some(v.into()),
-        "hostname-override" => f.hostname_override = Some(v.into()),
-        "root-dir" => f.root_dir = Some(non_empty(v)?.into()),
-        "container-runtime-endpoint" => f.container_runtime_endpoint = Some(non_empty(v)?.into()),
-        "pod-infra-container-image" => f.pod_infra_container_image = Some(non_empty(v)?.into()),
-        "healthz-port" => f.healthz_port = Some(port(v)?),
-        "healthz-bind-address" => f.healthz_bind_address = Some(ip(v)?),
-        "read-only-port" => f.read_only_port = Some(port(v)?),
-        "address" => f.address = Some(ip(v)?),
-        "port" => f.port = Some(port(v)?),
-        "sync-frequency" => f.sync_frequency = Some(period(v)?),
-        "file-check-frequency" => f.file_check_frequency = Some(period(v)?),
-        "v" => f.verbosity = Some(verbosity(v)?),
-        "manifest-url" => f.manifest_url = Some(url_or_empty(v)?),
-        "manifest-url-header" => f.manifest_url_headers.extend(headers(v)?),
-        "http-check-frequency" => f.http_check_frequency = Some(period(v)?),
-        "etcd-servers" => f.etcd_servers = Some(url_list(v)?),
-        "etcd-prefix" => f.etcd_prefix = Some(etcd_prefix(v)?),
-        "etcd-cafile" => f.etcd_cafile = Some(non_empty(v)?.into()),
-        "etcd-certfile" => f.etcd_certfile = Some(non_empty(v)?.into()),
-        "etcd-keyfile" => f.etcd_keyfile = Some(non_empty(v)?.into()),
-        "kubeconfig" => f.kubeconfig = Some(v.into()),
-        "cluster-dns" => {
-            // pflag's string slice: comma-separated, and a repeated flag adds to it.
-            let list = f.cluster_dns.get_or_insert_with(Vec::new);
-            for part in v.split(',').filter(|p| !p.is_empty()) {
-                list.push(ip(part)?.to_string());
-            }
-        }
-        "cluster-domain" => f.cluster_domain = Some(v.into()),
-        "resolv-conf" => f.resolv_conf = Some(v.into()),
-        // Every name with a value is listed above; SPECS and this match move together.
-        other => return Err(format!("flag {other} is not handled")),
-    }
-    Ok(())
-}
-
-fn non_empty(v: &str) -> Result<&str, String> {
-    if v.is_empty() {
-        Err("must not be empty".into())
-    } else {
-        Ok(v)
-    }
-}
-
-/// An http:// or https:// URL with a host, or empty ("none").
-pub(crate) fn url_or_empty(v: &str) -> Result<String, String> {
-    if v.is_empty() {
-        return Ok(String::new());
-    }
-    let rest = v
-        .strip_prefix("http://")
-        .or_else(|| v.strip_prefix("https://"))
-        .ok_or_else(|| "not an http:// or https:// URL".to_string())?;
-    if rest.is_empty() || rest.starts_with('/') {
-        return Err("the URL has no host".into());
-    }
-    if v.chars().any(char::is_whitespace) {
-        return Err("the URL has a space in it".into());
-    }
-    Ok(v.to_string())
-}
-
-/// Comma-separated URLs (empty entries dropped); none at all means "no etcd".
-fn url_list(v: &str) -> Result<Vec<String>, String> {
-    v.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| url_or_empty(s).map_err(|r| format!("{s:?}: {r}")))
-        .map(|r| r.map(|u| u.trim_end_matches('/').to_string()))
-        .collect()
-}
-
-/// An etcd key prefix: absolute, as every kubelet key is.
-fn etcd_prefix(v: &str) -> Result<String, String> {
-    if !v.starts_with('/') {
-        return Err("must start with /".into());
-    }
-    Ok(v.to_string())
-}
-
-/// Upstream's `colonSeparatedMultimapStringString`: `Name:Value` pairs separated by
-/// commas; the value may hold colons, not commas.
-pub(crate) fn headers(v: &str) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
-    for pair in v.split(',') {
-        if pair.trim().is_empty() {
-            continue;
-        }
-        let (name, value) = pair
-            .split_once(':')
-            .ok_or_else(|| format!("{pair:?} is not Name:Value"))?;
-        let name = name.trim();
-        if name.is_empty()
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-        {
-            return Err(format!("{name:?} is not an HTTP header name"));
-        }
-        out.push((name.to_string(), value.trim().to_string()));
-    }
-    Ok(out)
-}
-
-fn port(v: &str) -> Result<u16, String> {
-    v.parse::<u16>()
-        .map_err(|_| "not a port number (0-65535)".into())
-}
-
-fn ip(v: &str) -> Result<IpAddr, String> {
-    v.parse::<IpAddr>().map_err(|_| "not an IP address".into())
-}
-
-/// A loop period: a Go duration above zero (a zero period would spin).
-fn period(v: &str) -> Result<Duration, String> {
-    match parse_duration(v) {
-        Ok(d) if d.is_zero() => Err("must be greater than 0".into()),
-        Ok(d) => Ok(d),
-        Err(e) => Err(format!("invalid duration: {e}")),
-    }
-}
-
-fn verbosity(v: &str) -> Result<u8, String> {
-    v.parse::<u8>()
-        .ok()
-        .filter(|n| *n <= MAX_VERBOSITY)
-        .ok_or_else(|| format!("not a verbosity level (0-{MAX_VERBOSITY})"))
-}
-
-/// The default shown in `--help`, if the flag has one worth showing.
+/// The default `--help` shows for a flag: the table's, unless it is empty.
 fn default_of(name: &str) -> Option<String> {
-    Some(match name {
-        "root-dir" => defaults::ROOT_DIR.into(),
-        "container-runtime-endpoint" => defaults::CONTAINER_RUNTIME_ENDPOINT.into(),
-        "pod-infra-container-image" => defaults::POD_INFRA_CONTAINER_IMAGE.into(),
-        "healthz-port" => defaults::HEALTHZ_PORT.to_string(),
-        "healthz-bind-address" => defaults::HEALTHZ_BIND_ADDRESS.into(),
-        "address" => defaults::ADDRESS.into(),
-        "port" => defaults::PORT.to_string(),
-        "sync-frequency" => format_duration(defaults::SYNC_FREQUENCY),
-        "file-check-frequency" => format_duration(defaults::FILE_CHECK_FREQUENCY),
-        "http-check-frequency" => format_duration(defaults::HTTP_CHECK_FREQUENCY),
-        _ => return None,
-    })
+    ENTRIES
+        .iter()
+        .find(|e| e.flag == Some(name))
+        .and_then(|e| e.default)
+        .filter(|d| !d.is_empty())
+        .map(str::to_string)
 }
 
 /// The text `--help` prints.
@@ -659,7 +276,7 @@ mod tests {
             f,
             Flags {
                 config: Some("/etc/rk.yaml".into()),
-                pod_manifest_path: Some("/etc/kubernetes/manifests".into()),
+                static_pod_path: Some("/etc/kubernetes/manifests".into()),
                 hostname_override: Some("Node-1".into()),
                 root_dir: Some("/var/lib/rk".into()),
                 container_runtime_endpoint: Some("unix:///run/docker.sock".into()),
@@ -673,11 +290,11 @@ mod tests {
                 file_check_frequency: Some(Duration::from_millis(500)),
                 verbosity: Some(10),
                 manifest_url: Some("http://h/pods".into()),
-                manifest_url_headers: vec![
+                manifest_url_headers: Some(vec![
                     ("A".into(), "1".into()),
                     ("B".into(), "x:y".into()),
                     ("A".into(), "2".into()),
-                ],
+                ]),
                 http_check_frequency: Some(Duration::from_secs(2)),
                 etcd_servers: Some(vec!["http://e1:2379".into(), "https://e2:2379".into()]),
                 etcd_prefix: Some("/p/".into()),
@@ -891,6 +508,30 @@ mod tests {
         for (a, want) in cases {
             let e = parse(&args(a)).expect_err(&format!("{a:?}"));
             assert_eq!(e.to_string(), *want, "args {a:?}");
+        }
+    }
+
+    #[test]
+    fn every_flag_is_in_help_with_its_default() {
+        let help = help();
+        for e in ENTRIES {
+            let Some(flag) = e.flag else { continue };
+            // The flag's row: its name, then its description on the same line or the next.
+            let lines: Vec<&str> = help.lines().collect();
+            let at = lines
+                .iter()
+                .position(|l| {
+                    let l = l.trim_start().trim_start_matches("-v, ");
+                    l.strip_prefix(&format!("--{flag}"))
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+                })
+                .unwrap_or_else(|| panic!("--help lists --{flag}:\n{help}"));
+            let row = format!("{} {}", lines[at], lines.get(at + 1).unwrap_or(&""));
+            assert!(row.contains(e.help), "--{flag}'s help text:\n{help}");
+            match e.default.filter(|d| !d.is_empty()) {
+                Some(d) => assert!(row.contains(&format!("(default {d})")), "--{flag}: {row}"),
+                None => assert!(!lines[at].contains("(default"), "--{flag}: {row}"),
+            }
         }
     }
 }

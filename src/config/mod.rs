@@ -5,124 +5,33 @@
 //! kubelet parses flags or the config file. Precedence, as upstream: defaults, then the
 //! file given by `--config`, then flags given on the command line.
 //!
-//! One default depends on the style, as upstream's does (`applyLegacyDefaults` against
-//! the v1beta1 defaults): the read-only port is 10255 when only flags are used and 0
-//! (disabled) when a config file is given. The parts: [`flags`] reads the command line,
-//! [`mod@file`] the `KubeletConfiguration`, [`duration`] Go durations; [`load`] layers them.
+//! Every setting is one entry of the table in [`settings`], from which [`table`]'s
+//! macro generates the rest. [`flags`] reads the command line and [`mod@file`] the
+//! `KubeletConfiguration`, each into a [`Layer`]; [`values`] reads each kind of value
+//! (flag text, YAML), [`duration`] Go durations; [`load`] layers them. Two rules are
+//! upstream's special cases and live in `merge`: the read-only port is 10255 when only
+//! flags are used and 0 (disabled) when a config file is given (`applyLegacyDefaults`
+//! against the v1beta1 defaults), and `enableServer: false` sets the port to 0.
+
+#[macro_use]
+pub mod table;
 
 pub mod duration;
 pub mod file;
 pub mod flags;
+pub mod settings;
+pub mod values;
 
 use std::fmt;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-/// Defaults, each with its reason. Upstream's flag defaults unless said otherwise.
-pub mod defaults {
-    use std::time::Duration;
-    /// Our own state directory; upstream's is /var/lib/kubelet, and both may run on one host.
-    pub const ROOT_DIR: &str = "/var/lib/rkubelet";
-    /// Docker's default socket: rkubelet drives Docker directly (the dockershim era's default).
-    pub const CONTAINER_RUNTIME_ENDPOINT: &str = "unix:///var/run/docker.sock";
-    /// Upstream's current sandbox image.
-    pub const POD_INFRA_CONTAINER_IMAGE: &str = "registry.k8s.io/pause:3.10";
-    /// `pkg/cluster/ports`: KubeletHealthzPort.
-    pub const HEALTHZ_PORT: u16 = 10248;
-    /// Health is a local concern; upstream binds it to loopback.
-    pub const HEALTHZ_BIND_ADDRESS: &str = "127.0.0.1";
-    /// `pkg/cluster/ports`: KubeletReadOnlyPort (the flag default; a config file's default is 0).
-    pub const READ_ONLY_PORT: u16 = 10255;
-    /// `pkg/cluster/ports`: KubeletPort.
-    pub const PORT: u16 = 10250;
-    /// Upstream's `address` default.
-    pub const ADDRESS: &str = "0.0.0.0";
-    /// Pod resync period (`syncFrequency`): each pod is re-synced this often without events.
-    pub const SYNC_FREQUENCY: Duration = Duration::from_secs(60);
-    /// Full re-list of the static pod path (`fileCheckFrequency`), beside inotify.
-    pub const FILE_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
-    /// Poll period of the manifest URL (`httpCheckFrequency`).
-    pub const HTTP_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
-    /// v1beta1's `readOnlyPort` default: a config file opts into the secure defaults,
-    /// where the unauthenticated port is off.
-    pub const READ_ONLY_PORT_WITH_CONFIG_FILE: u16 = 0;
-    /// Where Linux keeps the host name, used as the node name without
-    /// `--hostname-override` (what Go's `os.Hostname` reads).
-    pub const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
-    /// Upstream's `resolvConf` default: the node's own resolver.
-    pub const RESOLV_CONF: &str = "/etc/resolv.conf";
-    /// Upstream's `serializeImagePulls` default: one pull at a time.
-    pub const SERIALIZE_IMAGE_PULLS: bool = true;
-}
+pub use settings::{defaults, KubeletConfig, Layer};
+// The tests below name these through `use super::*`.
+#[cfg(test)]
+use std::{net::IpAddr, time::Duration};
 
 /// klog's useful range of `-v`: above 10 nothing more is logged anywhere.
 pub const MAX_VERBOSITY: u8 = 10;
-
-/// The validated, effective configuration of one kubelet process.
-#[derive(Clone, Debug, PartialEq)]
-pub struct KubeletConfig {
-    /// The node's name: `--hostname-override`, else the host name, lowercased.
-    pub node_name: String,
-    /// `--pod-manifest-path` / `staticPodPath`: a directory or one file. None: no file source.
-    pub static_pod_path: Option<PathBuf>,
-    /// `--root-dir`.
-    pub root_dir: PathBuf,
-    /// `--container-runtime-endpoint`, e.g. `unix:///var/run/docker.sock`.
-    pub container_runtime_endpoint: String,
-    /// `--pod-infra-container-image`.
-    pub pod_infra_container_image: String,
-    /// `--healthz-port` / `healthzPort`; 0 disables.
-    pub healthz_port: u16,
-    /// `--healthz-bind-address` / `healthzBindAddress`.
-    pub healthz_bind_address: IpAddr,
-    /// `--read-only-port` / `readOnlyPort`; 0 disables.
-    pub read_only_port: u16,
-    /// `--address` / `address`: where the read-only and authenticated ports listen.
-    pub address: IpAddr,
-    /// `--port` / `port`; 0 disables.
-    pub port: u16,
-    /// `--sync-frequency` / `syncFrequency`.
-    pub sync_frequency: Duration,
-    /// `--file-check-frequency` / `fileCheckFrequency`.
-    pub file_check_frequency: Duration,
-    /// `--cluster-dns` / `clusterDNS`: nameservers of `ClusterFirst` pods.
-    pub cluster_dns: Vec<String>,
-    /// `--cluster-domain` / `clusterDomain`; "" if unset.
-    pub cluster_domain: String,
-    /// `--resolv-conf` / `resolvConf`: the resolver file of `Default` pods; "" for none.
-    pub resolv_conf: String,
-    /// `--v` / `-v` (0..10); None leaves RUST_LOG (or the default info level) in charge.
-    pub verbosity: Option<u8>,
-    /// `--manifest-url` / `staticPodURL`. None: no HTTP source.
-    pub manifest_url: Option<String>,
-    /// `--manifest-url-header` / `staticPodURLHeader`: (name, value), in order; a name
-    /// may repeat.
-    pub manifest_url_headers: Vec<(String, String)>,
-    /// `--http-check-frequency` / `httpCheckFrequency`.
-    pub http_check_frequency: Duration,
-    /// `--etcd-servers`. Empty: no etcd source.
-    pub etcd_servers: Vec<String>,
-    /// `--etcd-prefix`, default `/registry/hosts/<nodeName>/`.
-    pub etcd_prefix: String,
-    /// `--etcd-cafile`.
-    pub etcd_cafile: Option<PathBuf>,
-    /// `--etcd-certfile`.
-    pub etcd_certfile: Option<PathBuf>,
-    /// `--etcd-keyfile`.
-    pub etcd_keyfile: Option<PathBuf>,
-    /// `--kubeconfig`. None: standalone, no API source.
-    pub kubeconfig: Option<PathBuf>,
-    /// `serializeImagePulls` (config file only).
-    pub serialize_image_pulls: bool,
-    /// `maxParallelImagePulls` (config file only); None: unset.
-    pub max_parallel_image_pulls: Option<u32>,
-    /// `--config`: the file that was read, if any.
-    pub config_file: Option<PathBuf>,
-    /// Fields of the config file that upstream knows and rkubelet ignores, e.g.
-    /// `tlsCertFile`, `logging.format`. See [`KubeletConfig::log_unsupported_fields`].
-    pub unsupported_fields: Vec<String>,
-}
 
 impl KubeletConfig {
     /// Logs, once at info, each config-file field that is accepted but not
@@ -307,7 +216,7 @@ fn load_with(args: &[String], hostname_file: &Path) -> Result<Loaded, ConfigErro
     let file = flags.config.as_deref().map(file::read).transpose()?;
     check_pairs(&flags)?;
     let node_name = node_name(flags.hostname_override.as_deref(), hostname_file)?;
-    Ok(Loaded::Run(merge(flags, file, node_name)))
+    merge(flags, file, node_name).map(Loaded::Run)
 }
 
 /// Flags that only make sense together.
@@ -337,98 +246,30 @@ fn merge(
     flags: flags::Flags,
     file: Option<file::FileSettings>,
     node_name: String,
-) -> KubeletConfig {
-    let config_file = flags.config.clone();
-    let read_only_default = if file.is_some() {
-        defaults::READ_ONLY_PORT_WITH_CONFIG_FILE
-    } else {
-        defaults::READ_ONLY_PORT
-    };
-    let file = file.unwrap_or_default();
-    // `enableServer: false` turns the authenticated server off: rkubelet says that
-    // with port 0. An explicit `--port` still wins, as every flag does.
-    let file_port = match file.enable_server {
-        Some(false) => Some(0),
-        _ => file.port,
-    };
-    let parse_ip = |s: &str| s.parse::<IpAddr>().unwrap_or(IpAddr::from([0, 0, 0, 0]));
-    KubeletConfig {
-        node_name: node_name.clone(),
-        static_pod_path: flags
-            .pod_manifest_path
-            .or(file.static_pod_path)
-            .filter(|p| !p.as_os_str().is_empty()),
-        root_dir: flags.root_dir.unwrap_or_else(|| defaults::ROOT_DIR.into()),
-        container_runtime_endpoint: flags
-            .container_runtime_endpoint
-            .or(file.container_runtime_endpoint)
-            .unwrap_or_else(|| defaults::CONTAINER_RUNTIME_ENDPOINT.into()),
-        pod_infra_container_image: flags
-            .pod_infra_container_image
-            .unwrap_or_else(|| defaults::POD_INFRA_CONTAINER_IMAGE.into()),
-        healthz_port: flags
-            .healthz_port
-            .or(file.healthz_port)
-            .unwrap_or(defaults::HEALTHZ_PORT),
-        healthz_bind_address: flags
-            .healthz_bind_address
-            .or(file.healthz_bind_address)
-            .unwrap_or_else(|| parse_ip(defaults::HEALTHZ_BIND_ADDRESS)),
-        read_only_port: flags
-            .read_only_port
-            .or(file.read_only_port)
-            .unwrap_or(read_only_default),
-        address: flags
-            .address
-            .or(file.address)
-            .unwrap_or_else(|| parse_ip(defaults::ADDRESS)),
-        port: flags.port.or(file_port).unwrap_or(defaults::PORT),
-        sync_frequency: flags
-            .sync_frequency
-            .or(file.sync_frequency)
-            .unwrap_or(defaults::SYNC_FREQUENCY),
-        file_check_frequency: flags
-            .file_check_frequency
-            .or(file.file_check_frequency)
-            .unwrap_or(defaults::FILE_CHECK_FREQUENCY),
-        cluster_dns: flags.cluster_dns.or(file.cluster_dns).unwrap_or_default(),
-        cluster_domain: flags
-            .cluster_domain
-            .or(file.cluster_domain)
-            .unwrap_or_default(),
-        resolv_conf: flags
-            .resolv_conf
-            .or(file.resolv_conf)
-            .unwrap_or_else(|| defaults::RESOLV_CONF.into()),
-        verbosity: flags.verbosity.or(file.verbosity),
-        manifest_url: flags
-            .manifest_url
-            .or(file.static_pod_url)
-            .filter(|u| !u.is_empty()),
-        manifest_url_headers: if flags.manifest_url_headers.is_empty() {
-            file.static_pod_url_headers
-        } else {
-            flags.manifest_url_headers
-        },
-        http_check_frequency: flags
-            .http_check_frequency
-            .or(file.http_check_frequency)
-            .unwrap_or(defaults::HTTP_CHECK_FREQUENCY),
-        etcd_servers: flags.etcd_servers.unwrap_or_default(),
-        etcd_prefix: flags
-            .etcd_prefix
-            .unwrap_or_else(|| format!("/registry/hosts/{node_name}/")),
-        etcd_cafile: flags.etcd_cafile,
-        etcd_certfile: flags.etcd_certfile,
-        etcd_keyfile: flags.etcd_keyfile,
-        kubeconfig: flags.kubeconfig.filter(|p| !p.as_os_str().is_empty()),
-        serialize_image_pulls: file
-            .serialize_image_pulls
-            .unwrap_or(defaults::SERIALIZE_IMAGE_PULLS),
-        max_parallel_image_pulls: file.max_parallel_image_pulls,
-        config_file,
-        unsupported_fields: file.unsupported,
+) -> Result<KubeletConfig, ConfigError> {
+    let file = file.map(|mut file| {
+        // A config file brings v1beta1's defaults, where the read-only port is off;
+        // upstream's `applyLegacyDefaults` gives 10255 only to a kubelet without one.
+        file.read_only_port
+            .get_or_insert(defaults::READ_ONLY_PORT_WITH_CONFIG_FILE);
+        // `enableServer: false` turns the authenticated server off: rkubelet says that
+        // with port 0. An explicit `--port` still wins, as every flag does.
+        if file.enable_server == Some(false) {
+            file.port = Some(0);
+        }
+        file
+    });
+    let cfg = settings::resolve(flags.over(file.unwrap_or_default()), node_name)?;
+    // Upstream's `ValidateKubeletConfiguration`: parallel pulls need serializeImagePulls
+    // off.
+    if cfg.serialize_image_pulls && cfg.max_parallel_image_pulls.is_some_and(|n| n > 1) {
+        return Err(ConfigError::InvalidField {
+            path: cfg.config_file.clone().unwrap_or_default(),
+            field: "maxParallelImagePulls".into(),
+            reason: "cannot be larger than 1 unless serializeImagePulls is set to false".into(),
+        });
     }
+    Ok(cfg)
 }
 
 /// `--hostname-override`, else the kernel's host name; trimmed and lowercased, as
@@ -556,6 +397,41 @@ mod tests {
                 unsupported_fields: vec![],
             }
         );
+    }
+
+    #[test]
+    fn image_pull_settings_are_checked_as_upstream() {
+        let dir = TempDir::new("pulls");
+        let run = |body: &str| {
+            let cfg = dir.write("pulls.yaml", &format!("{HEAD}{body}"));
+            run_with(&dir, &[&format!("--config={}", cfg.display())])
+        };
+        let c = run("serializeImagePulls: false\nmaxParallelImagePulls: 4\n").expect("valid");
+        assert_eq!(
+            (c.serialize_image_pulls, c.max_parallel_image_pulls),
+            (false, Some(4))
+        );
+        let c = run("maxParallelImagePulls: 1\n").expect("1 with serialized pulls");
+        assert_eq!(c.max_parallel_image_pulls, Some(1));
+        let cfg = dir.0.join("pulls.yaml").display().to_string();
+        for (body, want) in [
+            (
+                "maxParallelImagePulls: 2\n",
+                "field maxParallelImagePulls: cannot be larger than 1 unless \
+                 serializeImagePulls is set to false",
+            ),
+            (
+                "serializeImagePulls: false\nmaxParallelImagePulls: 0\n",
+                "field maxParallelImagePulls: 0 must be a positive number",
+            ),
+        ] {
+            let e = run(body).expect_err(body);
+            assert_eq!(
+                crate::loops::error_chain(&e),
+                format!("config file {cfg}: {want}"),
+                "{body}"
+            );
+        }
     }
 
     #[test]

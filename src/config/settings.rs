@@ -1,0 +1,440 @@
+//! The settings table: every flag and `KubeletConfiguration` field rkubelet reads, one
+//! entry each. It is the one place a setting is declared; `settings_table!` (in
+//! [`super::table`]) generates from it the `Layer` each source fills, the
+//! `KubeletConfig` the kubelet reads, the flag parser's list, the file's decoding and
+//! `--help`, and README's flag table is checked against it.
+//!
+//! Adding a setting is one entry here (then using its `KubeletConfig` field): its help
+//! text; its flag parser (`parse:` replaces, `append:` adds, for repeatable list flags);
+//! the flag, spelled as upstream's, with the placeholder `--help` shows; the
+//! `KubeletConfiguration` v1beta1 field (its JSON name), its reader and two example
+//! values (the tests below read each one from a file and check the flag wins over it);
+//! and the default, spelled as the flag would be, with a one-line reason where it is
+//! not upstream's or not obvious. A setting without a default is an `Option` in
+//! `KubeletConfig`, `None` when unset or empty. Precedence is upstream's: flags over the
+//! file over defaults; the two special cases (`readOnlyPort`, `enableServer`) are in
+//! `merge`, in the parent module.
+//!
+//! Inputs are entries that `load` consumes itself rather than passing on: the config
+//! file's path, the host name override (which becomes the checked node name) and
+//! `enableServer` (which becomes `port: 0`).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::table::Spec;
+use super::values::{text, yaml};
+
+settings_table! {
+    builtin_flags {
+        Spec {
+            name: "help",
+            short: Some('h'),
+            value: None,
+            help: "Print this help and exit.",
+        },
+        Spec {
+            name: "version",
+            short: None,
+            value: None,
+            help: "Print the version and exit.",
+        },
+    }
+    inputs {
+        config: PathBuf {
+            help: "Read a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) from this file. \
+                   Flags given on the command line override its values.",
+            parse: text::path,
+            flag: "config" <"file">,
+        }
+        hostname_override: String {
+            help: "Use this as the node name instead of the host name. It is lowercased, and \
+                   each static pod's name ends in a dash and it.",
+            parse: text::any_string,
+            flag: "hostname-override" <"name">,
+        }
+        enable_server: bool {
+            help: "false: no authenticated server (rkubelet sets the port to 0).",
+            parse: text::boolean,
+            file: "enableServer", decode: yaml::boolean, examples: ["false", "true"],
+        }
+    }
+    settings {
+        static_pod_path: PathBuf {
+            help: "Directory of static pod manifests to run (its .yaml, .yml and .json files, \
+                   not hidden ones), or one manifest file. Empty: none.",
+            parse: text::any_path,
+            flag: "pod-manifest-path" <"path">,
+            file: "staticPodPath", decode: yaml::path,
+            examples: ["/etc/kubernetes/manifests", "/srv/pods"],
+        }
+        root_dir: PathBuf {
+            help: "Directory for the kubelet's own files (volume mounts, plugins, checkpoints).",
+            parse: text::path,
+            flag: "root-dir" <"path">,
+            // Upstream's is /var/lib/kubelet; ours differs so both may run on one host.
+            default: ROOT_DIR = "/var/lib/rkubelet",
+        }
+        container_runtime_endpoint: String {
+            help: "The Docker engine's endpoint.",
+            parse: text::string,
+            flag: "container-runtime-endpoint" <"endpoint">,
+            file: "containerRuntimeEndpoint", decode: yaml::string,
+            examples: ["unix:///run/a.sock", "unix:///run/b.sock"],
+            // Docker's socket: rkubelet drives Docker directly (the dockershim era's default).
+            default: CONTAINER_RUNTIME_ENDPOINT = "unix:///var/run/docker.sock",
+        }
+        pod_infra_container_image: String {
+            help: "Image of each pod's sandbox (\"pause\") container.",
+            parse: text::string,
+            flag: "pod-infra-container-image" <"image">,
+            // Upstream's current sandbox image.
+            default: POD_INFRA_CONTAINER_IMAGE = "registry.k8s.io/pause:3.10",
+        }
+        healthz_port: u16 {
+            help: "Port of the localhost healthz endpoint; 0 disables it.",
+            parse: text::port,
+            flag: "healthz-port" <"port">,
+            file: "healthzPort", decode: yaml::port, examples: ["1234", "4321"],
+            // pkg/cluster/ports: KubeletHealthzPort.
+            default: HEALTHZ_PORT = "10248",
+        }
+        healthz_bind_address: IpAddr {
+            help: "IP address the healthz server listens on.",
+            parse: text::ip,
+            flag: "healthz-bind-address" <"ip">,
+            file: "healthzBindAddress", decode: yaml::ip, examples: ["10.0.0.2", "'::1'"],
+            // Health is a local concern; upstream binds it to loopback.
+            default: HEALTHZ_BIND_ADDRESS = "127.0.0.1",
+        }
+        read_only_port: u16 {
+            help: "Port of the unauthenticated read-only server; 0 disables it. The default \
+                   is 0 when --config is given, as upstream's.",
+            parse: text::port,
+            flag: "read-only-port" <"port">,
+            file: "readOnlyPort", decode: yaml::port, examples: ["10256", "10257"],
+            // pkg/cluster/ports: KubeletReadOnlyPort; a config file's default is 0 (`merge`).
+            default: READ_ONLY_PORT = "10255",
+        }
+        address: IpAddr {
+            help: "IP address the kubelet servers listen on.",
+            parse: text::ip,
+            flag: "address" <"ip">,
+            file: "address", decode: yaml::ip, examples: ["10.0.0.1", "127.0.0.1"],
+            default: ADDRESS = "0.0.0.0",
+        }
+        port: u16 {
+            help: "Port of the authenticated kubelet server (not served yet); 0 disables it.",
+            parse: text::port,
+            flag: "port" <"port">,
+            file: "port", decode: yaml::nonzero_port, examples: ["10251", "10252"],
+            // pkg/cluster/ports: KubeletPort.
+            default: PORT = "10250",
+        }
+        sync_frequency: Duration {
+            help: "Longest time between two syncs of a pod.",
+            parse: text::period,
+            flag: "sync-frequency" <"duration">,
+            file: "syncFrequency", decode: yaml::duration, examples: ["2m", "10s"],
+            default: SYNC_FREQUENCY = "1m0s",
+        }
+        file_check_frequency: Duration {
+            help: "Time between two full reads of --pod-manifest-path (changes are also \
+                   picked up at once through inotify).",
+            parse: text::period,
+            flag: "file-check-frequency" <"duration">,
+            file: "fileCheckFrequency", decode: yaml::duration, examples: ["5s", "1s"],
+            default: FILE_CHECK_FREQUENCY = "20s",
+        }
+        manifest_url: String {
+            help: "URL of static pod manifests to run (one Pod, a PodList, or several \
+                   YAML/JSON documents), polled every --http-check-frequency. Empty: none.",
+            parse: text::url,
+            flag: "manifest-url" <"url">,
+            file: "staticPodURL", decode: yaml::url,
+            examples: ["http://a/pods", "https://b/pods"],
+        }
+        manifest_url_headers: Vec<(String, String)> {
+            help: "HTTP headers sent with --manifest-url, comma-separated Name:Value pairs. \
+                   Repeatable; a name given twice is sent twice, in order.",
+            append: text::headers,
+            flag: "manifest-url-header" <"'Name:Value,…'">,
+            file: "staticPodURLHeader", decode: yaml::headers,
+            examples: ["{X-A: [one, two]}", "{X-B: [three]}"],
+            default: "",
+        }
+        http_check_frequency: Duration {
+            help: "Time between two fetches of --manifest-url (each has a 10 s timeout).",
+            parse: text::period,
+            flag: "http-check-frequency" <"duration">,
+            file: "httpCheckFrequency", decode: yaml::duration, examples: ["7s", "3s"],
+            default: HTTP_CHECK_FREQUENCY = "20s",
+        }
+        etcd_servers: Vec<String> {
+            help: "Comma-separated etcd client URLs to read pods from (failed over in \
+                   order). Empty: no etcd source.",
+            parse: text::urls,
+            flag: "etcd-servers" <"urls">,
+            default: "",
+        }
+        etcd_prefix: String {
+            help: "Key prefix of this node's pods in etcd; each key holds a Pod or a PodList \
+                   (JSON or YAML).",
+            parse: text::etcd_prefix,
+            flag: "etcd-prefix" <"prefix">,
+            // The layout of the 1.x kubelet's etcd source, one prefix per node.
+            default: "/registry/hosts/<node name>/",
+        }
+        etcd_cafile: PathBuf {
+            help: "CA bundle to verify the etcd servers with.",
+            parse: text::path,
+            flag: "etcd-cafile" <"file">,
+        }
+        etcd_certfile: PathBuf {
+            help: "Client certificate for etcd (with --etcd-keyfile).",
+            parse: text::path,
+            flag: "etcd-certfile" <"file">,
+        }
+        etcd_keyfile: PathBuf {
+            help: "Client key for etcd (with --etcd-certfile).",
+            parse: text::path,
+            flag: "etcd-keyfile" <"file">,
+        }
+        kubeconfig: PathBuf {
+            help: "kubeconfig of the API server to take this node's pods from (list and \
+                   watch). Empty: standalone (no API server).",
+            parse: text::any_path,
+            flag: "kubeconfig" <"file">,
+        }
+        cluster_dns: Vec<String> {
+            help: "Comma-separated nameserver IPs of pods with dnsPolicy ClusterFirst; \
+                   repeatable. Without it such pods get the node's resolver (the Default \
+                   policy), as upstream's.",
+            append: text::ips,
+            flag: "cluster-dns" <"ips">,
+            file: "clusterDNS", decode: yaml::ips,
+            examples: ["[10.0.0.10]", "[10.0.0.11, 10.0.0.12]"],
+            default: "",
+        }
+        cluster_domain: String {
+            help: "The cluster's DNS domain, e.g. cluster.local: search paths and pod FQDNs.",
+            parse: text::any_string,
+            flag: "cluster-domain" <"domain">,
+            file: "clusterDomain", decode: yaml::string, examples: ["cluster.local", "example.org"],
+            default: "",
+        }
+        resolv_conf: String {
+            help: "Resolver file that pods with dnsPolicy Default get; empty: none.",
+            parse: text::any_string,
+            flag: "resolv-conf" <"file">,
+            file: "resolvConf", decode: yaml::resolv_conf, examples: ["/etc/r1.conf", "/etc/r2.conf"],
+            // The node's own resolver.
+            default: RESOLV_CONF = "/etc/resolv.conf",
+        }
+        serialize_image_pulls: bool {
+            help: "Pull one image at a time (config file only).",
+            parse: text::boolean,
+            file: "serializeImagePulls", decode: yaml::boolean, examples: ["false", "true"],
+            // Upstream's: one pull at a time.
+            default: SERIALIZE_IMAGE_PULLS = "true",
+        }
+        max_parallel_image_pulls: u32 {
+            help: "With serializeImagePulls false, how many pulls may run at once (config \
+                   file only; at most 10 here).",
+            parse: text::positive_int,
+            file: "maxParallelImagePulls", decode: yaml::positive_int, examples: ["1", "~"],
+        }
+        verbosity: u8 {
+            help: "Log verbosity, 0 to 10: 0-1 info, 2-4 debug, 5 and up trace. Without it, \
+                   RUST_LOG (else info) decides.",
+            parse: text::verbosity,
+            flag: "v" <"level"> short 'v',
+            file: "logging.verbosity", decode: yaml::verbosity, examples: ["3", "5"],
+        }
+    }
+    more_defaults {
+        /// v1beta1's `readOnlyPort` default: a config file opts into the secure defaults,
+        /// where the unauthenticated port is off.
+        pub const READ_ONLY_PORT_WITH_CONFIG_FILE: u16 = 0;
+        /// Where Linux keeps the host name, used as the node name without
+        /// `--hostname-override` (what Go's `os.Hostname` reads).
+        pub const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_yaml::{Mapping, Value};
+
+    use super::*;
+    use crate::config::{load_with, Loaded};
+    use crate::testutil::TempDir;
+
+    /// A config file setting `field` (`logging.verbosity` nests) to the YAML `value`.
+    fn config_file(field: Option<(&str, &str)>) -> String {
+        let mut doc = Mapping::new();
+        doc.insert("apiVersion".into(), "kubelet.config.k8s.io/v1beta1".into());
+        doc.insert("kind".into(), "KubeletConfiguration".into());
+        if let Some((field, value)) = field {
+            let mut v: Value = serde_yaml::from_str(value).expect("example is YAML");
+            let mut parts: Vec<&str> = field.split('.').collect();
+            let top = parts.remove(0);
+            for p in parts.into_iter().rev() {
+                v = Value::Mapping(Mapping::from_iter([(p.into(), v)]));
+            }
+            doc.insert(top.into(), v);
+        }
+        serde_yaml::to_string(&doc).expect("serialize")
+    }
+
+    /// A YAML example as the flag spells it: scalars as they are, lists joined with
+    /// commas, a map of name to values as `name:value` pairs.
+    fn flag_form(example: &str) -> String {
+        let scalar = |v: &Value| match v {
+            Value::String(s) => s.clone(),
+            other => serde_yaml::to_string(other)
+                .expect("scalar")
+                .trim()
+                .to_string(),
+        };
+        match serde_yaml::from_str::<Value>(example).expect("example is YAML") {
+            Value::Sequence(items) => items.iter().map(scalar).collect::<Vec<_>>().join(","),
+            Value::Mapping(m) => m
+                .iter()
+                .flat_map(|(k, vs)| {
+                    let vs = vs.as_sequence().cloned().unwrap_or_default();
+                    let k = scalar(k);
+                    vs.into_iter().map(move |v| format!("{k}:{}", scalar(&v)))
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+            other => scalar(&other),
+        }
+    }
+
+    /// The configuration from these flags and config file text.
+    fn load(dir: &TempDir, file: Option<&str>, flags: &[String]) -> KubeletConfig {
+        let host = dir.write("hostname", "my-host\n");
+        let mut args = vec!["rkubelet".to_string()];
+        if let Some(text) = file {
+            let cfg = dir.write("config.yaml", text);
+            args.push(format!("--config={}", cfg.display()));
+        }
+        args.extend_from_slice(flags);
+        match load_with(&args, &host) {
+            Ok(Loaded::Run(c)) => c,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_file_field_reads_what_its_flag_reads() {
+        let dir = TempDir::new("roundtrip");
+        let bare = config_file(None);
+        for e in ENTRIES {
+            let (Some(field), Some([example, _])) = (e.file, e.examples) else {
+                assert!(e.file.is_none(), "{}: a file field needs examples", e.name);
+                continue;
+            };
+            let Some(flag) = e.flag else { continue };
+            let from_file = load(&dir, Some(&config_file(Some((field, example)))), &[]);
+            let from_flag = [format!("--{flag}={}", flag_form(example))];
+            let from_flag = load(&dir, Some(&bare), &from_flag);
+            assert_eq!(from_file, from_flag, "{field}: {example} reads as --{flag}");
+        }
+    }
+
+    #[test]
+    fn every_file_field_takes_effect_and_every_flag_wins_over_it() {
+        let dir = TempDir::new("precedence");
+        let bare = load(&dir, Some(&config_file(None)), &[]);
+        for e in ENTRIES {
+            let (Some(field), Some([a, b])) = (e.file, e.examples) else {
+                continue;
+            };
+            let from_file = load(&dir, Some(&config_file(Some((field, a)))), &[]);
+            assert_ne!(from_file, bare, "{field}: {a} takes effect");
+            let b_file = load(&dir, Some(&config_file(Some((field, b)))), &[]);
+            assert_ne!(b_file, from_file, "{field}: the examples differ");
+            let Some(flag) = e.flag else { continue };
+            let flag_b = [format!("--{flag}={}", flag_form(b))];
+            let both = load(&dir, Some(&config_file(Some((field, a)))), &flag_b);
+            assert_eq!(both, b_file, "--{flag} wins over {field}");
+        }
+    }
+
+    #[test]
+    fn every_default_means_what_its_flag_would() {
+        let dir = TempDir::new("defaults");
+        let defaults = load(&dir, None, &[]);
+        for e in ENTRIES {
+            let (Some(flag), Some(default)) = (e.flag, e.default) else {
+                continue;
+            };
+            let given = [format!(
+                "--{flag}={}",
+                default.replace("<node name>", "my-host")
+            )];
+            assert_eq!(load(&dir, None, &given), defaults, "--{flag}");
+        }
+    }
+
+    /// README's flag table, from the table: one row per flag.
+    fn readme_table() -> String {
+        let mut out =
+            String::from("| flag | config file field | default | meaning |\n|---|---|---|---|\n");
+        let code = |s: &str| format!("`{s}`");
+        for e in ENTRIES {
+            let Some(spec) = e.flag.and_then(|f| SPECS.iter().find(|s| s.name == f)) else {
+                continue;
+            };
+            let mut flag = format!("--{}", spec.name);
+            if let Some(v) = spec.value {
+                flag = format!("{flag} {v}");
+            }
+            let mut flag = code(&flag);
+            if let Some(c) = spec.short {
+                flag.push_str(&format!(", `-{c}`"));
+            }
+            let field = e.file.map(code).unwrap_or_default();
+            let default = e
+                .default
+                .filter(|d| !d.is_empty())
+                .map(code)
+                .unwrap_or_default();
+            // Markdown would take `<pod name>` for a tag and `|` for a column.
+            let help = e.help.replace('<', "\\<").replace('|', "\\|");
+            out.push_str(&format!("| {flag} | {field} | {default} | {help} |\n"));
+        }
+        out
+    }
+
+    const README_BEGIN: &str = "<!-- flags: generated from src/config/settings.rs by its test \
+                                readme_flag_table_is_the_settings_table; \
+                                UPDATE_README=1 rewrites it -->\n";
+    const README_END: &str = "<!-- end of flags -->\n";
+
+    #[test]
+    fn readme_flag_table_is_the_settings_table() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+        let readme = std::fs::read_to_string(&path).expect("README.md");
+        let (Some(begin), Some(end)) = (readme.find(README_BEGIN), readme.find(README_END)) else {
+            panic!("README.md lacks the flag table's markers:\n{README_BEGIN}{README_END}");
+        };
+        let begin = begin + README_BEGIN.len();
+        let want = readme_table();
+        if readme[begin..end] == want {
+            return;
+        }
+        if std::env::var_os("UPDATE_README").is_some() {
+            let updated = format!("{}{want}{}", &readme[..begin], &readme[end..]);
+            std::fs::write(&path, updated).expect("write README.md");
+            return;
+        }
+        panic!(
+            "README.md's flag table is not the settings table; run \
+             UPDATE_README=1 cargo test --lib readme_flag_table. It should be:\n{want}"
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! How each kind of setting value is read, once per spelling: [`text`] from a flag (and
+//! from a default, which is spelled as the flag would be), [`yaml`] from a
+//! `KubeletConfiguration` field. The settings table names one of each per setting.
+//!
+//! Errors are the reason only ("not a port number (0-65535)"); the caller names the flag
+//! or the field and the value, so every message is one line that says which input is
+//! wrong, in the upstream kubelet's words where it has them.
+
+/// Flag values: pflag's spellings.
+pub mod text {
+    use std::net::IpAddr;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use crate::config::duration::parse_duration;
+    use crate::config::MAX_VERBOSITY;
+
+    /// Any path; an empty one means "none" where the setting is optional.
+    pub fn any_path(v: &str) -> Result<PathBuf, String> {
+        Ok(v.into())
+    }
+
+    /// A path that must be given.
+    pub fn path(v: &str) -> Result<PathBuf, String> {
+        string(v).map(PathBuf::from)
+    }
+
+    /// Any string, empty included.
+    pub fn any_string(v: &str) -> Result<String, String> {
+        Ok(v.to_string())
+    }
+
+    /// A string that must not be empty.
+    pub fn string(v: &str) -> Result<String, String> {
+        if v.is_empty() {
+            Err("must not be empty".into())
+        } else {
+            Ok(v.to_string())
+        }
+    }
+
+    /// A port number.
+    pub fn port(v: &str) -> Result<u16, String> {
+        v.parse::<u16>()
+            .map_err(|_| "not a port number (0-65535)".into())
+    }
+
+    /// An IP address.
+    pub fn ip(v: &str) -> Result<IpAddr, String> {
+        v.parse::<IpAddr>().map_err(|_| "not an IP address".into())
+    }
+
+    /// Comma-separated IP addresses (pflag's string slice), kept in their canonical
+    /// spelling; empty parts are dropped.
+    pub fn ips(v: &str) -> Result<Vec<String>, String> {
+        v.split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| ip(p).map(|a| a.to_string()))
+            .collect()
+    }
+
+    /// A loop period: a Go duration above zero (a zero period would spin).
+    pub fn period(v: &str) -> Result<Duration, String> {
+        match parse_duration(v) {
+            Ok(d) if d.is_zero() => Err("must be greater than 0".into()),
+            Ok(d) => Ok(d),
+            Err(e) => Err(format!("invalid duration: {e}")),
+        }
+    }
+
+    /// klog's `-v`.
+    pub fn verbosity(v: &str) -> Result<u8, String> {
+        v.parse::<u8>()
+            .ok()
+            .filter(|n| *n <= MAX_VERBOSITY)
+            .ok_or_else(|| format!("not a verbosity level (0-{MAX_VERBOSITY})"))
+    }
+
+    /// A whole number of at least 1 (upstream's wording for less).
+    pub fn positive_int(v: &str) -> Result<u32, String> {
+        match v.parse::<i64>() {
+            Ok(n) if n < 1 => Err(format!("{n} must be a positive number")),
+            Ok(n) => u32::try_from(n).map_err(|_| format!("{n} is too large")),
+            Err(_) => Err("not a whole number".into()),
+        }
+    }
+
+    /// A boolean, as Go's `strconv.ParseBool` reads it.
+    pub fn boolean(v: &str) -> Result<bool, String> {
+        match v {
+            "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+            "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+            _ => Err("not a boolean (true or false)".into()),
+        }
+    }
+
+    /// An http:// or https:// URL with a host, or empty ("none").
+    pub fn url(v: &str) -> Result<String, String> {
+        if v.is_empty() {
+            return Ok(String::new());
+        }
+        let rest = v
+            .strip_prefix("http://")
+            .or_else(|| v.strip_prefix("https://"))
+            .ok_or_else(|| "not an http:// or https:// URL".to_string())?;
+        if rest.is_empty() || rest.starts_with('/') {
+            return Err("the URL has no host".into());
+        }
+        if v.chars().any(char::is_whitespace) {
+            return Err("the URL has a space in it".into());
+        }
+        Ok(v.to_string())
+    }
+
+    /// Comma-separated URLs (empty entries dropped, trailing slashes trimmed); none at
+    /// all means "no etcd".
+    pub fn urls(v: &str) -> Result<Vec<String>, String> {
+        v.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| url(s).map_err(|r| format!("{s:?}: {r}")))
+            .map(|r| r.map(|u| u.trim_end_matches('/').to_string()))
+            .collect()
+    }
+
+    /// An etcd key prefix: absolute, as every kubelet key is.
+    pub fn etcd_prefix(v: &str) -> Result<String, String> {
+        if !v.starts_with('/') {
+            return Err("must start with /".into());
+        }
+        Ok(v.to_string())
+    }
+
+    /// Upstream's `colonSeparatedMultimapStringString`: `Name:Value` pairs separated by
+    /// commas; the value may hold colons, not commas.
+    pub fn headers(v: &str) -> Result<Vec<(String, String)>, String> {
+        let mut out = Vec::new();
+        for pair in v.split(',') {
+            if pair.trim().is_empty() {
+                continue;
+            }
+            let (name, value) = pair
+                .split_once(':')
+                .ok_or_else(|| format!("{pair:?} is not Name:Value"))?;
+            let name = name.trim();
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            {
+                return Err(format!("{name:?} is not an HTTP header name"));
+            }
+            out.push((name.to_string(), value.trim().to_string()));
+        }
+        Ok(out)
+    }
+}
+
+/// `KubeletConfiguration` fields. Each reader gets a present, non-null value and the
+/// file's directory, and returns `None` where upstream's defaulting treats the value
+/// as unset (`""`, `0s`, `port: 0`).
+pub mod yaml {
+    use std::net::IpAddr;
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use serde_yaml::{Mapping, Value};
+
+    use super::text;
+    use crate::config::duration::parse_duration;
+    use crate::config::MAX_VERBOSITY;
+
+    /// The value of a field, `logging.verbosity` naming one inside `logging`; a null
+    /// value is no value, as `Option` fields read it.
+    pub fn lookup<'a>(map: &'a Mapping, field: &str) -> Option<&'a Value> {
+        let (head, rest) = match field.split_once('.') {
+            Some((h, r)) => (h, Some(r)),
+            None => (field, None),
+        };
+        match (map.get(head)?, rest) {
+            (Value::Null, _) => None,
+            (v, None) => Some(v),
+            (Value::Mapping(inner), Some(rest)) => lookup(inner, rest),
+            (_, Some(_)) => None,
+        }
+    }
+
+    /// A string; empty means unset, as in upstream's defaulting.
+    pub fn string(v: &Value, _: &Path) -> Result<Option<String>, String> {
+        match v {
+            Value::String(s) if s.is_empty() => Ok(None),
+            Value::String(s) => Ok(Some(s.clone())),
+            other => Err(invalid(other, "not a string")),
+        }
+    }
+
+    /// A path, resolved against the file's directory as upstream's
+    /// `resolveRelativePaths` does.
+    pub fn path(v: &Value, base: &Path) -> Result<Option<PathBuf>, String> {
+        Ok(string(v, base)?.map(|p| base.join(p)))
+    }
+
+    /// `resolvConf`: a path, where an explicit "" turns the node's resolver file off
+    /// (and so is kept, not taken for unset).
+    pub fn resolv_conf(v: &Value, base: &Path) -> Result<Option<String>, String> {
+        match v {
+            Value::String(s) if s.is_empty() => Ok(Some(String::new())),
+            v => Ok(path(v, base)?.map(|p| p.display().to_string())),
+        }
+    }
+
+    /// An http:// or https:// URL.
+    pub fn url(v: &Value, base: &Path) -> Result<Option<String>, String> {
+        string(v, base)?.map(|u| text::url(&u)).transpose()
+    }
+
+    /// An IP address.
+    pub fn ip(v: &Value, base: &Path) -> Result<Option<IpAddr>, String> {
+        string(v, base)?
+            .map(|s| {
+                s.parse::<IpAddr>()
+                    .map_err(|_| invalid(&Value::String(s.clone()), "not an IP address"))
+            })
+            .transpose()
+    }
+
+    /// A list of IP addresses (`clusterDNS`).
+    pub fn ips(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
+        let Value::Sequence(items) = v else {
+            return Err(invalid(v, "not a list of IP addresses"));
+        };
+        items
+            .iter()
+            .map(|i| match i {
+                Value::String(s) if s.parse::<IpAddr>().is_ok() => Ok(s.clone()),
+                other => Err(invalid(other, "not an IP address")),
+            })
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+
+    /// A port number, 0..=65535; 0 is a value (it disables the server). Upstream's
+    /// fields are int32, so only YAML integers count.
+    pub fn port(v: &Value, _: &Path) -> Result<Option<u16>, String> {
+        v.as_u64()
+            .and_then(|n| u16::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| invalid(v, "not a port number (0-65535)"))
+    }
+
+    /// A port number where 0 means unset: upstream defaulting gives `port: 0` 10250.
+    pub fn nonzero_port(v: &Value, base: &Path) -> Result<Option<u16>, String> {
+        Ok(port(v, base)?.filter(|p| *p != 0))
+    }
+
+    /// A Go duration string, as `metav1.Duration` reads it; zero means unset.
+    pub fn duration(v: &Value, _: &Path) -> Result<Option<Duration>, String> {
+        match v {
+            Value::String(s) => parse_duration(s)
+                .map(|d| Some(d).filter(|d| !d.is_zero()))
+                .map_err(|e| format!("invalid duration {s:?}: {e}")),
+            other => Err(invalid(other, "not a duration string such as \"20s\"")),
+        }
+    }
+
+    /// A klog verbosity level.
+    pub fn verbosity(v: &Value, _: &Path) -> Result<Option<u8>, String> {
+        v.as_u64()
+            .and_then(|n| u8::try_from(n).ok())
+            .filter(|n| *n <= MAX_VERBOSITY)
+            .map(Some)
+            .ok_or_else(|| invalid(v, &format!("not a verbosity level (0-{MAX_VERBOSITY})")))
+    }
+
+    /// A whole number of at least 1; null is unset (a Go `*int32` left nil).
+    pub fn positive_int(v: &Value, _: &Path) -> Result<Option<u32>, String> {
+        if v.is_null() {
+            return Ok(None);
+        }
+        let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
+        if n < 1 {
+            return Err(format!("{n} must be a positive number"));
+        }
+        u32::try_from(n)
+            .map(Some)
+            .map_err(|_| invalid(v, "too large"))
+    }
+
+    /// A boolean.
+    pub fn boolean(v: &Value, _: &Path) -> Result<Option<bool>, String> {
+        v.as_bool()
+            .map(Some)
+            .ok_or_else(|| invalid(v, "not a boolean"))
+    }
+
+    /// `staticPodURLHeader`: a map of header name to a list of values (Go's
+    /// `map[string][]string`), flattened in the file's order.
+    pub fn headers(v: &Value, _: &Path) -> Result<Option<Vec<(String, String)>>, String> {
+        let Value::Mapping(map) = v else {
+            return Err(invalid(v, "not a map of header name to values"));
+        };
+        let mut out = Vec::new();
+        for (name, values) in map {
+            let Value::String(name) = name else {
+                return Err(invalid(name, "not a header name"));
+            };
+            let values = match values {
+                Value::Sequence(s) => s.clone(),
+                Value::String(s) => vec![Value::String(s.clone())],
+                other => return Err(invalid(other, "not a list of header values")),
+            };
+            for value in values {
+                let Value::String(value) = value else {
+                    return Err(invalid(&value, "not a header value"));
+                };
+                // The name is checked as the flag checks it; the value is taken whole
+                // (commas included: only the flag's syntax splits on them).
+                text::headers(&format!("{name}:"))?;
+                out.push((name.clone(), value));
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// "invalid value X: reason".
+    pub fn invalid(v: &Value, reason: &str) -> String {
+        format!("invalid value {}: {reason}", describe(v))
+    }
+
+    /// A value, short enough for a one-line message.
+    pub fn describe(v: &Value) -> String {
+        match v {
+            Value::Null => "null".into(),
+            Value::Bool(b) => b.to_string(),
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => format!("{s:?}"),
+            Value::Sequence(_) => "a list".into(),
+            Value::Mapping(_) => "a mapping".into(),
+            Value::Tagged(t) => format!("a value tagged {}", t.tag),
+        }
+    }
+}
