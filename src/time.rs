@@ -1,4 +1,6 @@
-//! Time helpers: RFC 3339 stamps for annotations and API times, the conversion
+//! Time helpers: RFC 3339 stamps for annotations and API times (printed and parsed,
+//! through `jiff` as k8s-openapi re-exports it, so there is one calendar in the tree),
+//! Go's duration format, the conversion
 //! between `SystemTime` and the Kubernetes `Time` type, and saturating conversions
 //! from the numbers pods carry (seconds as `i64`/`i32`) to durations and deadlines.
 //!
@@ -38,6 +40,48 @@ pub fn rfc3339_nano(t: SystemTime) -> String {
     Timestamp::from_nanosecond(nanos)
         .unwrap_or(Timestamp::UNIX_EPOCH)
         .to_string()
+}
+
+/// Parses an RFC 3339 timestamp (`2024-05-01T12:34:56.123456789Z`, or with a `+02:00`
+/// offset), as Docker and the API write them, into a [`SystemTime`]. None for anything
+/// else.
+///
+/// RFC 3339's grammar is checked here, since jiff's parser takes all of ISO 8601 (it
+/// would take `+0200`); and fractions finer than nanoseconds, which Go's parser accepts,
+/// are cut to nine digits first, as Go does. jiff does the calendar.
+pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    // `date "T" hh:mm:ss`: fixed positions before any fraction and the offset.
+    if b.len() < 20 || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let offset_len = match b[b.len() - 1] {
+        b'Z' | b'z' => 1,
+        _ if b.len() >= 25 && matches!(b[b.len() - 6], b'+' | b'-') && b[b.len() - 3] == b':' => 6,
+        _ => return None,
+    };
+    let (head, offset) = s.split_at(s.len() - offset_len);
+    let (whole, fraction) = match head.get(19..)? {
+        "" => (head, ""),
+        f => (&head[..19], f.strip_prefix('.')?),
+    };
+    if fraction.is_empty() != (head.len() == 19) || !fraction.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let fraction = &fraction[..fraction.len().min(9)];
+    let dot = if fraction.is_empty() { "" } else { "." };
+    let ts: Timestamp = format!("{whole}{dot}{fraction}{offset}").parse().ok()?;
+    let nanos = ts.as_nanosecond();
+    let abs = nanos.unsigned_abs();
+    let since = Duration::new(
+        u64::try_from(abs / 1_000_000_000).ok()?,
+        u32::try_from(abs % 1_000_000_000).ok()?,
+    );
+    if nanos >= 0 {
+        SystemTime::UNIX_EPOCH.checked_add(since)
+    } else {
+        SystemTime::UNIX_EPOCH.checked_sub(since)
+    }
 }
 
 /// Whole seconds since the Unix epoch (negative before it).
@@ -123,6 +167,14 @@ mod tests {
     fn rfc3339_is_utc() {
         let t = SystemTime::UNIX_EPOCH + Duration::from_secs(86_400);
         assert_eq!(rfc3339_nano(t), "1970-01-02T00:00:00Z");
+    }
+
+    #[test]
+    fn rfc3339_keeps_fractions_before_the_epoch() {
+        assert_eq!(
+            parse_rfc3339("1969-12-31T23:59:59.5Z"),
+            SystemTime::UNIX_EPOCH.checked_sub(Duration::from_millis(500))
+        );
     }
 
     #[test]

@@ -135,19 +135,7 @@ pub fn is_read_timeout(e: &io::Error) -> bool {
 
 pub use crate::lines::LineReader;
 
-/// Percent-encodes a query parameter value (RFC 3986 unreserved characters pass).
-pub fn query_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
+pub use crate::netutil::query_escape;
 
 /// A small pseudo-random number for jitter (xorshift over the clock and a counter):
 /// spreading retries needs no cryptographic randomness, and no crate.

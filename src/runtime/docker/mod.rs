@@ -39,12 +39,13 @@ use serde::Deserialize;
 use self::client::{is_read_timeout, Client, Req};
 use self::reference::ImageRef;
 use self::stream::{append_capped, demux_interleaved, FrameDecoder, StreamKind};
-use self::wire::{base64_url, docker_time, percent_encode, unix_nanos, unix_secs};
+use self::wire::{docker_time, unix_nanos, unix_secs, REGISTRY_AUTH_BASE64};
 use super::{
     ContainerConfig, ContainerDetails, ContainerState, ContainerSummary, ExecResult, ImageDetails,
     NamespaceMode, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion,
 };
 use crate::lines::LineReader;
+use crate::netutil::query_escape as percent_encode;
 
 /// Reads (list, inspect, version): the PLEG relists every second, so a hung engine
 /// must surface quickly as an error rather than stall it.
@@ -576,7 +577,7 @@ fn registry_auth_header(auth: &RegistryAuth) -> String {
         "password": auth.password,
         "serveraddress": auth.server_address,
     });
-    base64_url(json.to_string().as_bytes())
+    base64::Engine::encode(&REGISTRY_AUTH_BASE64, json.to_string().as_bytes())
 }
 
 fn labels_from(labels: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
