@@ -14,6 +14,7 @@ pub mod lines;
 pub mod fsutil;
 pub mod record;
 pub mod netutil;
+pub mod httpclient;
 pub mod systemd;
 
 // Configuration: flags and the KubeletConfiguration file.
