@@ -97,24 +97,13 @@ fn sleep_until(t: Instant) {
     }
 }
 
-/// The port of an `httpGet` handler: a number, or the name of a container port
-/// (upstream `resolvePort`).
+/// The port of an `httpGet` handler: an empty name means 80 (upstream
+/// `runHTTPHandler`), anything else resolves as a probe's port does.
 pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
-    let n = match port {
-        IntOrString::Int(n) => i64::from(*n),
-        IntOrString::String(s) if s.is_empty() => 80,
-        IntOrString::String(s) => match s.parse::<i64>() {
-            Ok(n) => n,
-            Err(_) => c
-                .ports
-                .iter()
-                .flatten()
-                .find(|p| p.name.as_deref() == Some(s.as_str()))
-                .map(|p| i64::from(p.container_port))
-                .ok_or_else(|| format!("couldn't find port: {s} in container {}", c.name))?,
-        },
-    };
-    u16::try_from(n).map_err(|_| format!("invalid port {n}"))
+    match port {
+        IntOrString::String(s) if s.is_empty() => Ok(80),
+        port => crate::container::resolve_port(port, c),
+    }
 }
 
 /// The URL of an `httpGet` handler (upstream `NewRequestForHTTPGetAction`).
