@@ -100,6 +100,39 @@ pub fn http_date(t: SystemTime) -> String {
         .unwrap_or_default()
 }
 
+/// A duration as Go's `time.Duration.String` prints it (`20s`, `1m0s`, `5m0s`, `1.5s`,
+/// `500ms`, `1h0m0s`), for messages users compare with upstream's and for help text.
+pub fn go_duration(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".into();
+    }
+    if d < Duration::from_secs(1) {
+        let n = d.as_nanos();
+        return if n % 1_000_000 == 0 {
+            format!("{}ms", n / 1_000_000)
+        } else if n % 1_000 == 0 {
+            format!("{}\u{b5}s", n / 1_000)
+        } else {
+            format!("{n}ns")
+        };
+    }
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut sec = s.to_string();
+    if d.subsec_nanos() != 0 {
+        let f = format!("{:09}", d.subsec_nanos());
+        sec.push('.');
+        sec.push_str(f.trim_end_matches('0'));
+    }
+    if h > 0 {
+        format!("{h}h{m}m{sec}s")
+    } else if m > 0 {
+        format!("{m}m{sec}s")
+    } else {
+        format!("{sec}s")
+    }
+}
+
 /// The longest wait the kubelet arms (about 68 years, `i32::MAX` seconds): longer
 /// than any node runs, so capping at it changes no behaviour, and small enough that
 /// every clock (`Instant`, `SystemTime`, ureq's timers, Docker's `int` seconds
@@ -175,6 +208,24 @@ mod tests {
             parse_rfc3339("1969-12-31T23:59:59.5Z"),
             SystemTime::UNIX_EPOCH.checked_sub(Duration::from_millis(500))
         );
+    }
+
+    #[test]
+    fn durations_print_as_go_prints_them() {
+        for (d, want) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_secs(10), "10s"),
+            (Duration::from_secs(80), "1m20s"),
+            (Duration::from_secs(300), "5m0s"),
+            (Duration::from_secs(3600), "1h0m0s"),
+            (Duration::from_secs(3661), "1h1m1s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_millis(500), "500ms"),
+            (Duration::from_micros(3), "3\u{b5}s"),
+            (Duration::from_nanos(7), "7ns"),
+        ] {
+            assert_eq!(go_duration(d), want);
+        }
     }
 
     #[test]
