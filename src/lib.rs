@@ -15,6 +15,7 @@ pub mod fsutil;
 pub mod record;
 pub mod netutil;
 pub mod httpclient;
+pub mod wait;
 pub mod systemd;
 
 // Configuration: flags and the KubeletConfiguration file.

@@ -137,22 +137,6 @@ pub use crate::lines::LineReader;
 
 pub use crate::netutil::query_escape;
 
-/// A small pseudo-random number for jitter (xorshift over the clock and a counter):
-/// spreading retries needs no cryptographic randomness, and no crate.
-pub fn jitter_fraction() -> f64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let mut x = nanos ^ COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    (x >> 11) as f64 / (1u64 << 53) as f64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,13 +230,5 @@ mod tests {
             }
         );
         assert!(!shown.contains("SECRET"), "{shown}");
-    }
-
-    #[test]
-    fn jitter_is_a_fraction() {
-        for _ in 0..100 {
-            let j = jitter_fraction();
-            assert!((0.0..1.0).contains(&j), "{j}");
-        }
     }
 }
