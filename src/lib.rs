@@ -16,6 +16,7 @@ pub mod record;
 pub mod netutil;
 pub mod httpclient;
 pub mod wait;
+pub mod reference;
 pub mod systemd;
 
 // Configuration: flags and the KubeletConfiguration file.

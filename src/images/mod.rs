@@ -18,7 +18,7 @@
 //! lines with the event's type and reason.
 
 pub mod credentials;
-pub mod reference;
+use crate::reference;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
