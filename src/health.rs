@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use crate::config::duration::format_duration;
 use crate::loops::{lock, LoopRegistry, LoopState};
 use crate::pleg::PlegShared;
 use crate::runtime::{Runtime, RuntimeError, RuntimeVersion};
+use crate::time::go_duration;
 
 /// Upstream's `updateRuntimeUp` period.
 pub const RUNTIME_UP_PERIOD: Duration = Duration::from_secs(5);
@@ -69,8 +69,8 @@ pub fn loop_stall(name: &str, st: &LoopState, now: Instant) -> Result<(), String
     if busy > threshold {
         return Err(format!(
             "{name} was last seen active {} ago; threshold is {}",
-            format_duration(busy),
-            format_duration(threshold)
+            go_duration(busy),
+            go_duration(threshold)
         ));
     }
     Ok(())

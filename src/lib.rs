@@ -14,6 +14,9 @@ pub mod lines;
 pub mod fsutil;
 pub mod record;
 pub mod netutil;
+pub mod httpclient;
+pub mod wait;
+pub mod reference;
 pub mod systemd;
 
 // Configuration: flags and the KubeletConfiguration file.

@@ -30,31 +30,20 @@ fn severity(l: log::Level) -> char {
 
 /// `MMDD HH:MM:SS.uuuuuu` in UTC.
 pub fn klog_time(t: SystemTime) -> String {
+    use k8s_openapi::jiff::{tz::Offset, Timestamp};
     let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (_, month, day) = civil_from_days(i64::try_from(secs / 86_400).unwrap_or(0));
-    let rem = secs % 86_400;
+    let secs = i64::try_from(d.as_secs()).unwrap_or(0);
+    let ts = Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH);
+    let dt = Offset::UTC.to_datetime(ts);
     format!(
-        "{month:02}{day:02} {:02}:{:02}:{:02}.{:06}",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60,
+        "{:02}{:02} {:02}:{:02}:{:02}.{:06}",
+        dt.month(),
+        dt.day(),
+        dt.hour(),
+        dt.minute(),
+        dt.second(),
         d.subsec_micros()
     )
-}
-
-/// Days since 1970-01-01 to (year, month, day), Howard Hinnant's algorithm.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
-    let month = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 /// Installs the logger. `verbosity` from `--v`, if given.

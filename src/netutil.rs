@@ -68,9 +68,35 @@ pub fn join_host_port(host: &str, port: u16) -> String {
     }
 }
 
+/// What [`query_escape`] leaves alone: RFC 3986's unreserved characters.
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Percent-encodes a query value or path segment (Docker's API paths, the API server's
+/// query values): everything but RFC 3986's unreserved characters is escaped, so JSON
+/// filters, selectors and image names survive intact.
+pub fn query_escape(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percent_encode_escapes_json_filters() {
+        // Moved from runtime/docker/wire.rs with the one escaping helper.
+        let percent_encode = query_escape;
+        assert_eq!(
+            percent_encode(r#"{"label":["a=b"]}"#),
+            "%7B%22label%22%3A%5B%22a%3Db%22%5D%7D"
+        );
+        assert_eq!(percent_encode("k8s_app-1.x~y"), "k8s_app-1.x~y");
+        assert_eq!(percent_encode("127.0.0.1:5000/x"), "127.0.0.1%3A5000%2Fx");
+    }
 
     #[test]
     fn node_ip_is_an_ipv4_address() {

@@ -1,4 +1,6 @@
-//! Time helpers: RFC 3339 stamps for annotations and API times, the conversion
+//! Time helpers: RFC 3339 stamps for annotations and API times (printed and parsed,
+//! through `jiff` as k8s-openapi re-exports it, so there is one calendar in the tree),
+//! Go's duration format, the conversion
 //! between `SystemTime` and the Kubernetes `Time` type, and saturating conversions
 //! from the numbers pods carry (seconds as `i64`/`i32`) to durations and deadlines.
 //!
@@ -40,6 +42,48 @@ pub fn rfc3339_nano(t: SystemTime) -> String {
         .to_string()
 }
 
+/// Parses an RFC 3339 timestamp (`2024-05-01T12:34:56.123456789Z`, or with a `+02:00`
+/// offset), as Docker and the API write them, into a [`SystemTime`]. None for anything
+/// else.
+///
+/// RFC 3339's grammar is checked here, since jiff's parser takes all of ISO 8601 (it
+/// would take `+0200`); and fractions finer than nanoseconds, which Go's parser accepts,
+/// are cut to nine digits first, as Go does. jiff does the calendar.
+pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    // `date "T" hh:mm:ss`: fixed positions before any fraction and the offset.
+    if b.len() < 20 || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let offset_len = match b[b.len() - 1] {
+        b'Z' | b'z' => 1,
+        _ if b.len() >= 25 && matches!(b[b.len() - 6], b'+' | b'-') && b[b.len() - 3] == b':' => 6,
+        _ => return None,
+    };
+    let (head, offset) = s.split_at(s.len() - offset_len);
+    let (whole, fraction) = match head.get(19..)? {
+        "" => (head, ""),
+        f => (&head[..19], f.strip_prefix('.')?),
+    };
+    if fraction.is_empty() != (head.len() == 19) || !fraction.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let fraction = &fraction[..fraction.len().min(9)];
+    let dot = if fraction.is_empty() { "" } else { "." };
+    let ts: Timestamp = format!("{whole}{dot}{fraction}{offset}").parse().ok()?;
+    let nanos = ts.as_nanosecond();
+    let abs = nanos.unsigned_abs();
+    let since = Duration::new(
+        u64::try_from(abs / 1_000_000_000).ok()?,
+        u32::try_from(abs % 1_000_000_000).ok()?,
+    );
+    if nanos >= 0 {
+        SystemTime::UNIX_EPOCH.checked_add(since)
+    } else {
+        SystemTime::UNIX_EPOCH.checked_sub(since)
+    }
+}
+
 /// Whole seconds since the Unix epoch (negative before it).
 pub fn unix_secs(t: SystemTime) -> i64 {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
@@ -54,6 +98,39 @@ pub fn http_date(t: SystemTime) -> String {
     k8s_openapi::jiff::fmt::rfc2822::DateTimePrinter::new()
         .timestamp_to_rfc9110_string(&ts)
         .unwrap_or_default()
+}
+
+/// A duration as Go's `time.Duration.String` prints it (`20s`, `1m0s`, `5m0s`, `1.5s`,
+/// `500ms`, `1h0m0s`), for messages users compare with upstream's and for help text.
+pub fn go_duration(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".into();
+    }
+    if d < Duration::from_secs(1) {
+        let n = d.as_nanos();
+        return if n % 1_000_000 == 0 {
+            format!("{}ms", n / 1_000_000)
+        } else if n % 1_000 == 0 {
+            format!("{}\u{b5}s", n / 1_000)
+        } else {
+            format!("{n}ns")
+        };
+    }
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut sec = s.to_string();
+    if d.subsec_nanos() != 0 {
+        let f = format!("{:09}", d.subsec_nanos());
+        sec.push('.');
+        sec.push_str(f.trim_end_matches('0'));
+    }
+    if h > 0 {
+        format!("{h}h{m}m{sec}s")
+    } else if m > 0 {
+        format!("{m}m{sec}s")
+    } else {
+        format!("{sec}s")
+    }
 }
 
 /// The longest wait the kubelet arms (about 68 years, `i32::MAX` seconds): longer
@@ -123,6 +200,32 @@ mod tests {
     fn rfc3339_is_utc() {
         let t = SystemTime::UNIX_EPOCH + Duration::from_secs(86_400);
         assert_eq!(rfc3339_nano(t), "1970-01-02T00:00:00Z");
+    }
+
+    #[test]
+    fn rfc3339_keeps_fractions_before_the_epoch() {
+        assert_eq!(
+            parse_rfc3339("1969-12-31T23:59:59.5Z"),
+            SystemTime::UNIX_EPOCH.checked_sub(Duration::from_millis(500))
+        );
+    }
+
+    #[test]
+    fn durations_print_as_go_prints_them() {
+        for (d, want) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_secs(10), "10s"),
+            (Duration::from_secs(80), "1m20s"),
+            (Duration::from_secs(300), "5m0s"),
+            (Duration::from_secs(3600), "1h0m0s"),
+            (Duration::from_secs(3661), "1h1m1s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_millis(500), "500ms"),
+            (Duration::from_micros(3), "3\u{b5}s"),
+            (Duration::from_nanos(7), "7ns"),
+        ] {
+            assert_eq!(go_duration(d), want);
+        }
     }
 
     #[test]

@@ -135,35 +135,7 @@ pub fn is_read_timeout(e: &io::Error) -> bool {
 
 pub use crate::lines::LineReader;
 
-/// Percent-encodes a query parameter value (RFC 3986 unreserved characters pass).
-pub fn query_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
-/// A small pseudo-random number for jitter (xorshift over the clock and a counter):
-/// spreading retries needs no cryptographic randomness, and no crate.
-pub fn jitter_fraction() -> f64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let mut x = nanos ^ COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    (x >> 11) as f64 / (1u64 << 53) as f64
-}
+pub use crate::netutil::query_escape;
 
 #[cfg(test)]
 mod tests {
@@ -258,13 +230,5 @@ mod tests {
             }
         );
         assert!(!shown.contains("SECRET"), "{shown}");
-    }
-
-    #[test]
-    fn jitter_is_a_fraction() {
-        for _ in 0..100 {
-            let j = jitter_fraction();
-            assert!((0.0..1.0).contains(&j), "{j}");
-        }
     }
 }

@@ -9,7 +9,8 @@ pub mod backoff;
 pub mod expansion;
 pub mod labels;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::runtime::{ContainerDetails, ContainerState};
 use labels::ContainerKind;
@@ -76,6 +77,27 @@ pub fn format_pod(pod: &Pod) -> String {
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.uid.as_deref().unwrap_or_default()
     )
+}
+
+/// A probe's or hook's port (upstream `probe.ResolveContainerPort`): a number, or the
+/// name of one of the container's ports (and, as a last resort, a number written as a
+/// string). Err is the reason, worded as a field error's detail.
+pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+    let n = match port {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(name) => c
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .map(|p| p.container_port)
+            .or_else(|| name.parse().ok())
+            .ok_or_else(|| format!("{name:?}: no container port with this name"))?,
+    };
+    u16::try_from(n)
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("{n}: must be between 1 and 65535, inclusive"))
 }
 
 /// Why a container was not started in the last sync, shown as its waiting state.
@@ -171,5 +193,36 @@ impl ProbeResult {
             ProbeResult::Failure => "failed",
             ProbeResult::Unknown => "unknown",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ContainerPort;
+
+    #[test]
+    fn ports_resolve_by_name_then_number_and_zero_is_refused() {
+        let c = Container {
+            name: "c".into(),
+            ports: Some(vec![ContainerPort {
+                name: Some("http".into()),
+                container_port: 8080,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let s = |v: &str| IntOrString::String(v.into());
+        assert_eq!(resolve_port(&s("http"), &c), Ok(8080));
+        assert_eq!(resolve_port(&s("81"), &c), Ok(81));
+        assert_eq!(resolve_port(&IntOrString::Int(82), &c), Ok(82));
+        assert_eq!(
+            resolve_port(&IntOrString::Int(0), &c),
+            Err("0: must be between 1 and 65535, inclusive".into())
+        );
+        assert_eq!(
+            resolve_port(&s("web"), &c),
+            Err("\"web\": no container port with this name".into())
+        );
     }
 }

@@ -258,36 +258,31 @@ fn glob(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|c| *c == '*')
 }
 
-/// Standard base64 (with or without padding).
+/// Docker config's `auth` decoder: standard base64, padded or not (Docker writes it
+/// padded; hand-made files often are not), lenient about unused trailing bits.
+const AUTH_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// The same with the URL-safe alphabet (`-` and `_`), which some tools write.
+const AUTH_BASE64_URL: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::URL_SAFE,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// An `auth` field's bytes: standard base64, or its URL-safe variant.
 fn decode_base64(s: &str) -> Option<Vec<u8>> {
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let bytes: Vec<u8> = s.trim().bytes().filter(|b| *b != b'=').collect();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
-        let mut acc = 0u32;
-        for (i, c) in chunk.iter().enumerate() {
-            acc |= val(*c)? << (18 - 6 * i);
-        }
-        let n = match chunk.len() {
-            4 => 3,
-            3 => 2,
-            2 => 1,
-            _ => return None,
-        };
-        for i in 0..n {
-            out.push((acc >> (16 - 8 * i)) as u8);
-        }
-    }
-    Some(out)
+    use base64::Engine as _;
+    let s = s.trim();
+    AUTH_BASE64
+        .decode(s)
+        .or_else(|_| AUTH_BASE64_URL.decode(s))
+        .ok()
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@
 
 pub mod credentials;
 pub mod puller;
-pub mod reference;
+use crate::reference;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -17,6 +17,7 @@ use super::labels::{self, ContainerKind};
 use crate::container::Waiting;
 use crate::container::{format_pod, RuntimePod};
 use crate::runtime::{ContainerDetails, ContainerState};
+use crate::time::go_duration;
 
 /// Start one container of the spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,18 +110,6 @@ pub fn backoff_key(pod: &Pod, c: &Container) -> String {
         c.name,
         labels::container_hash(c)
     )
-}
-
-/// A duration as Go prints it (`10s`, `1m20s`, `5m0s`), for messages users compare.
-pub fn go_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    if s < 60 {
-        format!("{s}s")
-    } else if s < 3600 {
-        format!("{}m{}s", s / 60, s % 60)
-    } else {
-        format!("{}h{}m{}s", s / 3600, (s % 3600) / 60, s % 60)
-    }
 }
 
 /// Whether a new sandbox is needed (upstream `PodSandboxChanged`), and its attempt:

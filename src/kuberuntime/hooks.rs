@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::container::format_pod;
+use crate::httpclient::{pod_agent, resolve_location, MAX_REDIRECTS};
 use crate::runtime::Runtime;
 
 /// Upstream runs postStart without a timeout, so a hung hook holds the pod's sync for
@@ -96,24 +97,13 @@ fn sleep_until(t: Instant) {
     }
 }
 
-/// The port of an `httpGet` handler: a number, or the name of a container port
-/// (upstream `resolvePort`).
+/// The port of an `httpGet` handler: an empty name means 80 (upstream
+/// `runHTTPHandler`), anything else resolves as a probe's port does.
 pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
-    let n = match port {
-        IntOrString::Int(n) => i64::from(*n),
-        IntOrString::String(s) if s.is_empty() => 80,
-        IntOrString::String(s) => match s.parse::<i64>() {
-            Ok(n) => n,
-            Err(_) => c
-                .ports
-                .iter()
-                .flatten()
-                .find(|p| p.name.as_deref() == Some(s.as_str()))
-                .map(|p| i64::from(p.container_port))
-                .ok_or_else(|| format!("couldn't find port: {s} in container {}", c.name))?,
-        },
-    };
-    u16::try_from(n).map_err(|_| format!("invalid port {n}"))
+    match port {
+        IntOrString::String(s) if s.is_empty() => Ok(80),
+        port => crate::container::resolve_port(port, c),
+    }
 }
 
 /// The URL of an `httpGet` handler (upstream `NewRequestForHTTPGetAction`).
@@ -142,38 +132,51 @@ pub fn http_url(
     Ok(format!("{scheme}://{host}:{port}/{path}"))
 }
 
+/// The hook's GET, following redirects to any host as Go's default client does (up to
+/// [`MAX_REDIRECTS`]), all within `timeout`. Any answer is success.
 fn http_get(
     c: &Container,
     get: &k8s_openapi::api::core::v1::HTTPGetAction,
     target: &HookTarget<'_>,
     timeout: Duration,
 ) -> Result<(), String> {
-    let url = http_url(c, get, target.pod_ip)?;
-    let tls = ureq::tls::TlsConfig::builder()
-        .provider(ureq::tls::TlsProvider::Rustls)
-        // Upstream's hook client skips certificate verification, as probes do.
-        .disable_verification(true)
-        .build();
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .tls_config(tls)
-        .timeout_global(Some(crate::time::clamp_timeout(timeout)))
-        // Upstream's hook succeeds on any answer, whatever its status code.
-        .http_status_as_error(false)
-        .user_agent(USER_AGENT)
-        .build()
-        .into();
-    let mut req = agent.get(&url).header("Accept", "*/*");
-    for h in get.http_headers.iter().flatten() {
-        req = req.header(h.name.as_str(), h.value.as_str());
-    }
-    match req.call() {
-        Ok(mut resp) => {
-            // Read (a bounded amount of) the body so the server sees a complete exchange.
-            let _ = resp.body_mut().with_config().limit(10 * 1024).read_to_vec();
-            Ok(())
+    let mut url = http_url(c, get, target.pod_ip)?;
+    let deadline = crate::time::saturating_deadline(Instant::now(), timeout);
+    let agent = pod_agent(USER_AGENT);
+    for hop in 0..=MAX_REDIRECTS {
+        let mut req = agent.get(&url);
+        for h in get.http_headers.iter().flatten() {
+            // Credentials are not carried across a redirect (what ureq's own redirect
+            // handling did for this hook before).
+            if hop > 0 && h.name.eq_ignore_ascii_case("authorization") {
+                continue;
+            }
+            req = req.header(h.name.as_str(), h.value.as_str());
         }
-        Err(e) => Err(e.to_string()),
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut resp = req
+            .config()
+            .timeout_global(Some(left))
+            .build()
+            .call()
+            .map_err(|e| e.to_string())?;
+        // Read (a bounded amount of) the body so the server sees a complete exchange.
+        let _ = resp.body_mut().with_config().limit(10 * 1024).read_to_vec();
+        let next = matches!(resp.status().as_u16(), 301 | 302 | 303 | 307 | 308)
+            .then(|| resp.headers().get("location")?.to_str().ok())
+            .flatten()
+            .and_then(|loc| resolve_location(&url, loc));
+        match next {
+            Some(_) if hop == MAX_REDIRECTS => {
+                return Err(format!(
+                    "Get {url:?}: stopped after {MAX_REDIRECTS} redirects"
+                ))
+            }
+            Some(next) => url = next,
+            None => return Ok(()),
+        }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -231,5 +234,74 @@ mod tests {
         assert_eq!(http_url(&c, &get, "").as_deref(), Ok("https://[::1]:443/"));
         let get = HTTPGetAction::default();
         assert!(http_url(&c, &get, "").is_err());
+    }
+
+    /// Serves one connection on `l` with `reply`; sends back the request head.
+    fn serve_once(l: std::net::TcpListener, reply: String) -> crossbeam_channel::Receiver<String> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let Ok((mut s, _)) = l.accept() else { return };
+            let mut head = Vec::new();
+            let mut b = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut b) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&b[..n]),
+                }
+            }
+            let _ = s.write_all(reply.as_bytes());
+            let _ = tx.send(String::from_utf8_lossy(&head).to_string());
+        });
+        rx
+    }
+
+    #[test]
+    fn http_hook_follows_a_redirect_to_another_host_without_its_credentials() {
+        let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let (first, second) = (bind(), bind());
+        let second_port = second.local_addr().expect("addr").port();
+        // "localhost" is another host name than "127.0.0.1" for the redirect rule.
+        let moved = format!(
+            "HTTP/1.1 302 Found\r\nLocation: http://localhost:{second_port}/next\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let first_port = first.local_addr().expect("addr").port();
+        let first_rx = serve_once(first, moved);
+        let second_rx = serve_once(
+            second,
+            "HTTP/1.1 500 Oops\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
+        );
+        let get = HTTPGetAction {
+            host: Some("127.0.0.1".into()),
+            path: Some("/hook".into()),
+            port: IntOrString::Int(i32::from(first_port)),
+            http_headers: Some(vec![k8s_openapi::api::core::v1::HTTPHeader {
+                name: "Authorization".into(),
+                value: "Bearer t".into(),
+            }]),
+            ..Default::default()
+        };
+        let target = HookTarget {
+            container_id: "",
+            pod_ip: "",
+        };
+        // Any answer, a 500 included, is success for a hook (upstream).
+        assert_eq!(
+            http_get(&container(), &get, &target, Duration::from_secs(10)),
+            Ok(())
+        );
+        let wait = Duration::from_secs(10);
+        let head = first_rx.recv_timeout(wait).expect("the first request");
+        assert!(head.starts_with("GET /hook "), "{head}");
+        assert!(head.contains("kube-lifecycle/"), "{head}");
+        let head = second_rx
+            .recv_timeout(wait)
+            .expect("the redirected request");
+        assert!(head.starts_with("GET /next "), "{head}");
+        assert!(
+            !head.to_ascii_lowercase().contains("authorization"),
+            "{head}"
+        );
     }
 }

@@ -28,9 +28,9 @@ use crossbeam_channel::Sender;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{Source, SourceUpdate};
-use crate::apiclient::http::jitter_fraction;
 use crate::apiclient::{ApiClient, ApiError, StreamItem, WatchEvent};
 use crate::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
+use crate::wait::{jitter_fraction, Backoff};
 
 /// Upstream's reflector backoff: 800 ms …
 pub const BACKOFF_MIN: Duration = Duration::from_millis(800);
@@ -43,14 +43,21 @@ pub const BACKOFF_RESET: Duration = Duration::from_secs(120);
 /// that many kubelets do not reconnect in step.
 pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Upstream's reflector backoff manager: 800 ms doubling to 30 s, jitter 1.0.
+pub const BACKOFF: Backoff = Backoff {
+    initial: BACKOFF_MIN,
+    cap: BACKOFF_MAX,
+    jitter: 1.0,
+};
+
 /// The next backoff after `current` failed: doubled, capped.
 pub fn next_backoff(current: Duration) -> Duration {
-    (current * 2).clamp(BACKOFF_MIN, BACKOFF_MAX)
+    BACKOFF.next(current)
 }
 
 /// `d` stretched by `1 + fraction` (fraction in [0, 1)): the wait actually slept.
 pub fn with_jitter(d: Duration, fraction: f64) -> Duration {
-    d.mul_f64(1.0 + fraction.clamp(0.0, 1.0))
+    BACKOFF.jittered(d, fraction)
 }
 
 /// The `timeoutSeconds` of one watch: [5 min, 10 min) from `fraction` in [0, 1).

@@ -35,6 +35,7 @@ use super::{Source, SourceUpdate};
 use crate::apiclient::http::{self as client, LineReader, TlsSettings};
 use crate::fsutil;
 use crate::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
+use crate::wait::{jitter_fraction, Backoff};
 
 /// A range read (the whole prefix) must finish within this.
 pub const RANGE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,6 +48,12 @@ pub const WATCH_MAX: Duration = Duration::from_secs(300);
 pub const BACKOFF_MIN: Duration = Duration::from_millis(800);
 /// See [`BACKOFF_MIN`].
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The retry backoff: [`BACKOFF_MIN`] doubling to [`BACKOFF_MAX`], jitter 0.5.
+pub const BACKOFF: Backoff = Backoff {
+    initial: BACKOFF_MIN,
+    cap: BACKOFF_MAX,
+    jitter: 0.5,
+};
 
 /// The settings of the etcd source.
 #[derive(Clone, Debug, PartialEq)]
@@ -546,7 +553,7 @@ impl EtcdSource {
                         if stop.sleep(jittered(backoff)) {
                             return;
                         }
-                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                        backoff = BACKOFF.next(backoff);
                         continue;
                     }
                 }
@@ -569,7 +576,7 @@ impl EtcdSource {
                     if stop.sleep(jittered(backoff)) {
                         return;
                     }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    backoff = BACKOFF.next(backoff);
                 }
                 Ok(WatchEnd::Relist(why)) => {
                     log::info!(
@@ -588,7 +595,7 @@ impl EtcdSource {
                     if stop.sleep(jittered(backoff)) {
                         return;
                     }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    backoff = BACKOFF.next(backoff);
                 }
             }
         }
@@ -598,7 +605,7 @@ impl EtcdSource {
 /// A backoff stretched by a random factor in [1, 1.5) (upstream's jitter 0.5), so that
 /// many kubelets do not retry in step.
 pub fn jittered(d: Duration) -> Duration {
-    d.mul_f64(1.0 + 0.5 * client::jitter_fraction())
+    BACKOFF.jittered(d, jitter_fraction())
 }
 
 /// Decodes one key's value into static pods.

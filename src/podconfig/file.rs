@@ -486,7 +486,7 @@ mod watch {
         let mut backoff = RETRY_MIN;
         let mut watch: Option<Watch> = None;
         while !stop.is_stopped() {
-            let Some(w) = &watch else {
+            let Some(w) = &mut watch else {
                 let began = handle.begin_tick();
                 match establish(path) {
                     Ok(w) => {
@@ -512,7 +512,7 @@ mod watch {
                 }
                 continue;
             };
-            let events = match next_batch(&w.inotify) {
+            let events = match next_batch(&mut w.inotify) {
                 Ok(None) => continue,
                 Ok(Some(events)) => events,
                 Err(e) => {
@@ -564,7 +564,7 @@ mod watch {
     }
 
     /// Waits up to [`POLL_TIMEOUT`] for events, then gathers the rest of their burst.
-    fn next_batch(inotify: &Inotify) -> io::Result<Option<Vec<Event>>> {
+    fn next_batch(inotify: &mut Inotify) -> io::Result<Option<Vec<Event>>> {
         if !inotify.wait(POLL_TIMEOUT)? {
             return Ok(None);
         }

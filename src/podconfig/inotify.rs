@@ -1,15 +1,15 @@
-//! A minimal inotify(7) binding over `libc`: one non-blocking instance, watches, a
-//! bounded wait with `poll(2)`, and the parsing of the kernel's event records.
+//! The file source's inotify(7) watch, on the `inotify` crate (without its `stream`
+//! feature, so no tokio): one non-blocking instance, watches, a bounded wait with
+//! `poll(2)` on its descriptor, and the kernel's event records turned into plain values.
 //!
 //! The file source uses it to hear about manifest changes at once instead of at the
 //! next full re-list. The wait is bounded so the watching thread can notice shutdown;
 //! the instance's descriptor is closed when the value is dropped (which also removes
 //! every watch).
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -24,9 +24,6 @@ pub const WATCH_MASK: u32 = libc::IN_CREATE
     | libc::IN_ATTRIB
     | libc::IN_DELETE_SELF
     | libc::IN_MOVE_SELF;
-
-/// The fixed part of a `struct inotify_event`; the name (NUL-padded) follows it.
-const EVENT_HEADER: usize = std::mem::size_of::<libc::inotify_event>();
 
 /// Room for many events per read; the kernel needs at least one header plus
 /// NAME_MAX + 1 bytes or `read` fails with EINVAL.
@@ -63,45 +60,39 @@ impl Event {
 /// An inotify instance.
 #[derive(Debug)]
 pub struct Inotify {
-    fd: OwnedFd,
+    inner: inotify::Inotify,
+    /// Room for many events per read, kept between reads.
+    buf: Vec<u8>,
 }
 
 impl Inotify {
     /// A new non-blocking, close-on-exec instance.
     pub fn new() -> io::Result<Self> {
-        // SAFETY: inotify_init1 takes only flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by inotify_init1, is open, and nothing else
-        // owns it; OwnedFd closes it exactly once.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Inotify { fd })
+        Ok(Inotify {
+            inner: inotify::Inotify::init()?,
+            buf: vec![0u8; READ_BUFFER],
+        })
     }
 
-    /// Watches `path` for the events in `mask`.
+    /// Watches `path` for the events in `mask` (`IN_*` bits).
     pub fn add_watch(&self, path: &Path, mask: u32) -> io::Result<WatchDescriptor> {
-        let c_path = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
-        // SAFETY: the descriptor is open for the life of `self`; `c_path` is a valid
-        // NUL-terminated string that outlives the call.
-        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c_path.as_ptr(), mask) };
-        if wd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(WatchDescriptor(wd))
+        let wd = self
+            .inner
+            .watches()
+            .add(path, inotify::WatchMask::from_bits_retain(mask))?;
+        Ok(WatchDescriptor(wd.get_watch_descriptor_id()))
     }
 
     /// Waits up to `timeout` for events. True when some can be read.
     pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
         let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
+            fd: self.inner.as_fd().as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
         let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `pfd` is one valid, writable pollfd and the count says 1.
+        // SAFETY: `pfd` is one valid, writable pollfd and the count says 1; the
+        // descriptor stays open for the life of `self`.
         let n = unsafe { libc::poll(&mut pfd, 1, ms) };
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -116,118 +107,36 @@ impl Inotify {
     }
 
     /// Reads every event available now, without blocking.
-    pub fn read_events(&self) -> io::Result<Vec<Event>> {
-        let mut buf = vec![0u8; READ_BUFFER];
+    pub fn read_events(&mut self) -> io::Result<Vec<Event>> {
         let mut events = Vec::new();
         for _ in 0..MAX_READS_PER_DRAIN {
-            // SAFETY: `buf` is valid, writable memory of `buf.len()` bytes, and the
-            // descriptor is open for the life of `self`.
-            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
+            match self.inner.read_events(&mut self.buf) {
+                Ok(batch) => events.extend(batch.map(|e| Event {
+                    wd: WatchDescriptor(e.wd.get_watch_descriptor_id()),
+                    mask: e.mask.bits(),
+                    cookie: e.cookie,
+                    name: e.name.map(|n| n.to_os_string()),
+                })),
+                Err(e) => match e.kind() {
                     io::ErrorKind::WouldBlock => break,
                     io::ErrorKind::Interrupted => continue,
                     _ => return Err(e),
-                }
+                },
             }
-            let n = usize::try_from(n).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            events.extend(parse_events(&buf[..n]));
         }
         Ok(events)
     }
-}
-
-/// Parses the records the kernel wrote: each a `struct inotify_event` header
-/// (wd, mask, cookie, len) followed by `len` bytes of NUL-padded name. A truncated
-/// record at the end is dropped.
-pub fn parse_events(buf: &[u8]) -> Vec<Event> {
-    let word = |at: usize| -> [u8; 4] {
-        let mut w = [0u8; 4];
-        w.copy_from_slice(&buf[at..at + 4]);
-        w
-    };
-    let mut events = Vec::new();
-    let mut off = 0;
-    while off + EVENT_HEADER <= buf.len() {
-        let wd = i32::from_ne_bytes(word(off));
-        let mask = u32::from_ne_bytes(word(off + 4));
-        let cookie = u32::from_ne_bytes(word(off + 8));
-        let len = u32::from_ne_bytes(word(off + 12)) as usize;
-        let name_start = off + EVENT_HEADER;
-        let Some(raw) = buf.get(name_start..name_start + len) else {
-            break;
-        };
-        let name_len = raw.iter().position(|b| *b == 0).unwrap_or(raw.len());
-        let name = (name_len > 0).then(|| OsString::from_vec(raw[..name_len].to_vec()));
-        events.push(Event {
-            wd: WatchDescriptor(wd),
-            mask,
-            cookie,
-            name,
-        });
-        off = name_start + len;
-    }
-    events
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn record(wd: i32, mask: u32, cookie: u32, name: &str, padded: usize) -> Vec<u8> {
-        let mut v = Vec::new();
-        v.extend_from_slice(&wd.to_ne_bytes());
-        v.extend_from_slice(&mask.to_ne_bytes());
-        v.extend_from_slice(&cookie.to_ne_bytes());
-        v.extend_from_slice(&(padded as u32).to_ne_bytes());
-        let mut n = name.as_bytes().to_vec();
-        n.resize(padded, 0);
-        v.extend_from_slice(&n);
-        v
-    }
-
-    #[test]
-    fn parses_records_with_and_without_names() {
-        let mut buf = record(1, libc::IN_CREATE, 0, "web.yaml", 16);
-        buf.extend(record(1, libc::IN_DELETE_SELF, 0, "", 0));
-        buf.extend(record(2, libc::IN_MOVED_TO, 7, "a", 4));
-        // A truncated trailing record is ignored.
-        buf.extend(&record(3, libc::IN_CREATE, 0, "cut", 16)[..20]);
-        let ev = parse_events(&buf);
-        assert_eq!(
-            ev,
-            vec![
-                Event {
-                    wd: WatchDescriptor(1),
-                    mask: libc::IN_CREATE,
-                    cookie: 0,
-                    name: Some("web.yaml".into())
-                },
-                Event {
-                    wd: WatchDescriptor(1),
-                    mask: libc::IN_DELETE_SELF,
-                    cookie: 0,
-                    name: None
-                },
-                Event {
-                    wd: WatchDescriptor(2),
-                    mask: libc::IN_MOVED_TO,
-                    cookie: 7,
-                    name: Some("a".into())
-                },
-            ]
-        );
-    }
-
     #[test]
     fn a_real_watch_reports_a_created_file() {
         let dir = std::env::temp_dir().join(format!("rkubelet-inotify-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("mkdir");
-        let ino = Inotify::new().expect("inotify");
+        let mut ino = Inotify::new().expect("inotify");
         let wd = ino.add_watch(&dir, WATCH_MASK).expect("watch");
         assert!(
             !ino.wait(Duration::from_millis(1)).expect("poll"),

@@ -6,9 +6,10 @@
 //! SETTINGS frame, one HEADERS frame (HPACK literals, no Huffman, no dynamic table),
 //! one DATA frame, then reading frames until the stream ends — answering the server's
 //! SETTINGS and PINGs on the way. The answer is in the DATA frame
-//! (`HealthCheckResponse.status`); response headers and trailers are not decoded (that
-//! would need HPACK's Huffman table), so a call the server refuses (unknown service,
-//! not a health server) reads as "ended without a response".
+//! (`HealthCheckResponse.status`); the response's headers and trailers (HPACK with
+//! Huffman strings and a dynamic table, decoded by `loona-hpack`) carry `grpc-status`
+//! and `grpc-message`, so a call the server refuses reads as upstream words it:
+//! `rpc error: code = NotFound desc = unknown service`.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -25,17 +26,32 @@ const PATH: &str = "/grpc.health.v1.Health/Check";
 /// a health answer is a few bytes).
 const MAX_FRAME: usize = 1 << 20;
 
+/// The most header-block bytes (headers and trailers, all frames) a reply may send.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// HPACK's dynamic table size: HTTP/2's default `SETTINGS_HEADER_TABLE_SIZE`, which
+/// our SETTINGS leave as it is, so a server may not ask for more.
+const HEADER_TABLE_SIZE: usize = 4096;
+
 const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
+const CONTINUATION: u8 = 0x9;
 
 const END_STREAM: u8 = 0x1;
 const ACK: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
 const PADDED: u8 = 0x8;
+const PRIORITY: u8 = 0x20;
+
+/// gRPC's `Unimplemented`, which upstream words on its own.
+const UNIMPLEMENTED: u32 = 12;
+/// gRPC's `DeadlineExceeded`, which upstream reports as a timeout.
+const DEADLINE_EXCEEDED: u32 = 4;
+/// gRPC's `Internal`.
+const INTERNAL: u32 = 13;
 
 /// Runs one health check against `host:port` for `service`, within `timeout`.
 pub fn check(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome {
@@ -57,12 +73,7 @@ pub fn check(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome
     };
     let _ = s.set_nodelay(true);
     match call(&mut s, &addr, service, deadline, timeout) {
-        Ok(Some(status)) => verdict(status),
-        Ok(None) => failure(
-            "error: health rpc probe failed: the call ended without a response \
-             (an unknown service, or not a grpc.health.v1 server)"
-                .into(),
-        ),
+        Ok(reply) => judge(&reply, timeout),
         Err(e)
             if matches!(
                 e.kind(),
@@ -70,10 +81,101 @@ pub fn check(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome
             ) =>
         {
             failure(format!(
-                "timeout: health rpc did not complete within {timeout:?}"
+                "timeout: health rpc did not complete within {}",
+                crate::time::go_duration(timeout)
             ))
         }
         Err(e) => failure(format!("error: health rpc probe failed: {e}")),
+    }
+}
+
+/// What came back on the call's stream.
+#[derive(Debug, Default, PartialEq)]
+struct Reply {
+    /// `HealthCheckResponse.status`, if a message came.
+    status: Option<u64>,
+    /// The response's `:status`.
+    http_status: Option<u16>,
+    /// `grpc-status`, from the trailers (or a trailers-only response).
+    grpc_status: Option<u32>,
+    /// `grpc-message`, percent-decoded.
+    grpc_message: String,
+}
+
+/// Upstream's verdict (`pkg/probe/grpc` `Probe`) on a finished call.
+fn judge(r: &Reply, timeout: Duration) -> Outcome {
+    let (code, desc) = match (r.grpc_status, r.http_status) {
+        (Some(0), _) => match r.status {
+            Some(status) => return verdict(status),
+            None => (
+                INTERNAL,
+                "cardinality violation: received no response message from non-streaming RPC"
+                    .to_string(),
+            ),
+        },
+        (Some(code), _) => (code, r.grpc_message.clone()),
+        // No gRPC status: grpc-go judges by the HTTP status (`HTTPStatusConvTab`).
+        (None, Some(http)) if http != 200 => (
+            code_of_http_status(http),
+            format!("unexpected HTTP status code received from server: {http}"),
+        ),
+        (None, _) => (
+            INTERNAL,
+            "server closed the stream without sending trailers".to_string(),
+        ),
+    };
+    match code {
+        UNIMPLEMENTED => failure(format!(
+            "error: this server does not implement the grpc health protocol \
+             (grpc.health.v1.Health): {desc}"
+        )),
+        DEADLINE_EXCEEDED => failure(format!(
+            "timeout: health rpc did not complete within {}",
+            crate::time::go_duration(timeout)
+        )),
+        _ => failure(format!(
+            "error: health rpc probe failed: rpc error: code = {} desc = {desc}",
+            code_name(code)
+        )),
+    }
+}
+
+/// grpc-go's `codes.Code.String()`.
+fn code_name(code: u32) -> String {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "Canceled",
+        "Unknown",
+        "InvalidArgument",
+        "DeadlineExceeded",
+        "NotFound",
+        "AlreadyExists",
+        "PermissionDenied",
+        "ResourceExhausted",
+        "FailedPrecondition",
+        "Aborted",
+        "OutOfRange",
+        "Unimplemented",
+        "Internal",
+        "Unavailable",
+        "DataLoss",
+        "Unauthenticated",
+    ];
+    usize::try_from(code)
+        .ok()
+        .and_then(|i| NAMES.get(i))
+        .map_or_else(|| format!("Code({code})"), |n| (*n).to_string())
+}
+
+/// grpc-go's code for a reply without `grpc-status` (`HTTPStatusConvTab`).
+fn code_of_http_status(http: u16) -> u32 {
+    match http {
+        400 => INTERNAL,
+        401 => 16, // Unauthenticated
+        403 => 7,  // PermissionDenied
+        404 => UNIMPLEMENTED,
+        429 | 502..=504 => 14, // Unavailable
+        _ => 2,                // Unknown
     }
 }
 
@@ -111,7 +213,7 @@ fn call(
     service: &str,
     deadline: Instant,
     timeout: Duration,
-) -> std::io::Result<Option<u64>> {
+) -> std::io::Result<Reply> {
     let mut out = PREFACE.to_vec();
     frame(&mut out, SETTINGS, 0, 0, &[]);
     frame(
@@ -131,6 +233,13 @@ fn call(
     write(s, &out, deadline)?;
 
     let mut data = Vec::new();
+    let mut reply = Reply::default();
+    let mut hpack = loona_hpack::Decoder::new();
+    hpack.set_max_allowed_table_size(HEADER_TABLE_SIZE);
+    // A header block being gathered (HEADERS then CONTINUATION frames), and whether
+    // it ends the stream.
+    let mut block: Option<(Vec<u8>, bool)> = None;
+    let mut header_bytes = 0usize;
     loop {
         let mut head = [0u8; 9];
         read_exact(s, &mut head, deadline)?;
@@ -142,12 +251,19 @@ fn call(
         }
         let mut payload = vec![0u8; len];
         read_exact(s, &mut payload, deadline)?;
-        match ty {
+        if block.is_some() && ty != CONTINUATION {
+            return Err(std::io::Error::other("a header block was cut off"));
+        }
+        let fragment = match ty {
             SETTINGS if flags & ACK == 0 => {
-                write(s, &frame_bytes(SETTINGS, ACK, 0, &[]), deadline)?
+                write(s, &frame_bytes(SETTINGS, ACK, 0, &[]), deadline)?;
+                None
             }
-            PING if flags & ACK == 0 => write(s, &frame_bytes(PING, ACK, 0, &payload), deadline)?,
-            GOAWAY if data.is_empty() => {
+            PING if flags & ACK == 0 => {
+                write(s, &frame_bytes(PING, ACK, 0, &payload), deadline)?;
+                None
+            }
+            GOAWAY if data.is_empty() && reply.grpc_status.is_none() => {
                 return Err(std::io::Error::other(
                     "the server closed the connection (GOAWAY)",
                 ))
@@ -165,9 +281,42 @@ fn call(
                 if flags & END_STREAM != 0 {
                     break;
                 }
+                None
             }
-            HEADERS if stream == 1 && flags & END_STREAM != 0 => break,
-            _ => {}
+            HEADERS => {
+                let end_stream = stream == 1 && flags & END_STREAM != 0;
+                let fragment = header_fragment(&payload, flags).to_vec();
+                block = Some((Vec::new(), end_stream));
+                Some((fragment, flags & END_HEADERS != 0))
+            }
+            CONTINUATION => Some((payload, flags & END_HEADERS != 0)),
+            _ => None,
+        };
+        // Every header block on the connection goes through the decoder, in order:
+        // HPACK's dynamic table is per connection.
+        let Some((fragment, end_headers)) = fragment else {
+            continue;
+        };
+        let Some((mut bytes, end_stream)) = block.take() else {
+            return Err(std::io::Error::other("a CONTINUATION without HEADERS"));
+        };
+        header_bytes = header_bytes.saturating_add(fragment.len());
+        if header_bytes > MAX_HEADER_BYTES {
+            return Err(std::io::Error::other("response headers too large"));
+        }
+        bytes.extend_from_slice(&fragment);
+        if !end_headers {
+            block = Some((bytes, end_stream));
+            continue;
+        }
+        let headers = hpack
+            .decode(&bytes)
+            .map_err(|e| std::io::Error::other(format!("undecodable response headers: {e}")))?;
+        if stream == 1 || end_stream {
+            read_headers(&mut reply, &headers);
+        }
+        if end_stream {
+            break;
         }
     }
     // Tell the server we are done; it may close first, so errors do not matter.
@@ -175,7 +324,36 @@ fn call(
     goaway.extend_from_slice(&1u32.to_be_bytes());
     goaway.extend_from_slice(&0u32.to_be_bytes());
     let _ = s.write_all(&frame_bytes(GOAWAY, 0, 0, &goaway));
-    Ok(response_status(&data))
+    reply.status = response_status(&data);
+    Ok(reply)
+}
+
+/// Takes `:status`, `grpc-status` and `grpc-message` from decoded headers or trailers.
+fn read_headers(reply: &mut Reply, headers: &[(Vec<u8>, Vec<u8>)]) {
+    for (name, value) in headers {
+        let value = String::from_utf8_lossy(value);
+        match name.as_slice() {
+            b":status" => reply.http_status = value.trim().parse().ok(),
+            b"grpc-status" => reply.grpc_status = value.trim().parse().ok(),
+            // gRPC percent-encodes the message (PROTOCOL-HTTP2.md).
+            b"grpc-message" => {
+                reply.grpc_message = percent_encoding::percent_decode_str(&value)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A HEADERS frame's header block fragment: without padding and priority fields.
+fn header_fragment(p: &[u8], flags: u8) -> &[u8] {
+    let p = unpad(p, flags);
+    if flags & PRIORITY != 0 {
+        p.get(5..).unwrap_or_default()
+    } else {
+        p
+    }
 }
 
 /// A DATA frame's payload without its padding.
@@ -386,6 +564,72 @@ mod tests {
             verdict(2).message,
             "service unhealthy (responded with \"NOT_SERVING\")"
         );
+    }
+
+    #[test]
+    fn refused_calls_read_as_upstream_words_them() {
+        let t = Duration::from_secs(1);
+        let refused = |code: u32, message: &str| Reply {
+            http_status: Some(200),
+            grpc_status: Some(code),
+            grpc_message: message.into(),
+            ..Reply::default()
+        };
+        assert_eq!(
+            judge(&refused(5, "unknown service"), t).message,
+            "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service"
+        );
+        assert_eq!(
+            judge(&refused(UNIMPLEMENTED, "Method not found!"), t).message,
+            "error: this server does not implement the grpc health protocol \
+             (grpc.health.v1.Health): Method not found!"
+        );
+        assert_eq!(
+            judge(&refused(DEADLINE_EXCEEDED, "Deadline Exceeded"), t).message,
+            "timeout: health rpc did not complete within 1s"
+        );
+        assert_eq!(
+            judge(&refused(99, "x"), t).message,
+            "error: health rpc probe failed: rpc error: code = Code(99) desc = x"
+        );
+        let served = Reply {
+            status: Some(1),
+            ..refused(0, "")
+        };
+        assert_eq!(judge(&served, t).result, ProbeResult::Success);
+        let not_grpc = Reply {
+            http_status: Some(404),
+            ..Reply::default()
+        };
+        assert!(judge(&not_grpc, t)
+            .message
+            .starts_with("error: this server does not implement the grpc health protocol"));
+    }
+
+    #[test]
+    fn trailers_decode_with_huffman_and_percent_encoding() {
+        // RFC 7541 C.4.1's Huffman-coded ":authority: www.example.com" first, then a
+        // literal grpc-status and a percent-encoded grpc-message.
+        let mut block = vec![0x82, 0x86, 0x84, 0x41, 0x8c];
+        block.extend_from_slice(&[
+            0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab, 0x90, 0xf4, 0xff,
+        ]);
+        for (name, value) in [
+            ("grpc-status", "5"),
+            ("grpc-message", "no%20such%20service"),
+        ] {
+            block.push(0);
+            hpack_str(&mut block, name);
+            hpack_str(&mut block, value);
+        }
+        let headers = loona_hpack::Decoder::new().decode(&block).expect("decodes");
+        let mut reply = Reply::default();
+        read_headers(&mut reply, &headers);
+        assert_eq!(reply.grpc_status, Some(5));
+        assert_eq!(reply.grpc_message, "no such service");
+        assert!(headers
+            .iter()
+            .any(|(n, v)| n == b":authority" && v == b"www.example.com"));
     }
 
     #[test]

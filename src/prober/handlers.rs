@@ -8,10 +8,9 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ureq::http::Uri;
-
 use super::spec::Handler;
 use super::{Outcome, ProbeResult, USER_AGENT};
+use crate::httpclient::{host_of, resolve_location};
 use crate::netutil::join_host_port;
 use crate::runtime::{Runtime, RuntimeError};
 
@@ -20,7 +19,7 @@ pub const MAX_BODY: u64 = 10 * 1024;
 /// Exec output kept for the message: the same cap as the HTTP body.
 pub const MAX_OUTPUT: usize = 10 * 1024;
 /// Upstream (Go's client default) stops after 10 same-host redirects.
-pub const MAX_REDIRECTS: usize = 10;
+pub use crate::httpclient::MAX_REDIRECTS;
 
 /// Runs probes. One per `probe-worker-N` thread.
 #[derive(Debug)]
@@ -32,25 +31,8 @@ pub struct Prober {
 impl Prober {
     /// A prober that execs through `runtime`.
     pub fn new(runtime: Arc<dyn Runtime>) -> Self {
-        let tls = ureq::tls::TlsConfig::builder()
-            .provider(ureq::tls::TlsProvider::Rustls)
-            // Upstream: probes skip certificate verification.
-            .disable_verification(true)
-            .build();
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            // Redirects are followed by hand: only to the same host.
-            .max_redirects(0)
-            // Upstream: no proxy, no keep-alive, no compression.
-            .proxy(None)
-            .max_idle_connections(0)
-            .max_idle_connections_per_host(0)
-            .accept_encoding(ureq::config::AutoHeaderValue::None)
-            .user_agent(USER_AGENT)
-            .accept("*/*")
-            .tls_config(tls)
-            .build()
-            .new_agent();
+        // Redirects are followed by hand below: only to the same host.
+        let agent = crate::httpclient::pod_agent(USER_AGENT);
         Prober { runtime, agent }
     }
 
@@ -218,25 +200,13 @@ pub enum Redirect {
 /// redirect is followed only when its target has the same host name as the probe's
 /// first request. `location` may be absolute, scheme-relative or relative to `current`.
 pub fn redirect(first: &str, current: &str, location: &str) -> Redirect {
-    let (Ok(first), Ok(cur)) = (first.parse::<Uri>(), current.parse::<Uri>()) else {
+    let Some(first_host) = host_of(first) else {
         return Redirect::OtherHost;
     };
-    let scheme = cur.scheme_str().unwrap_or("http");
-    let authority = cur.authority().map(|a| a.as_str()).unwrap_or_default();
-    let next = if location.contains("://") {
-        location.to_string()
-    } else if let Some(rest) = location.strip_prefix("//") {
-        format!("{scheme}://{rest}")
-    } else if location.starts_with('/') {
-        format!("{scheme}://{authority}{location}")
-    } else {
-        let path = cur.path();
-        let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-        let dir = if dir.is_empty() { "/" } else { dir };
-        format!("{scheme}://{authority}{dir}{location}")
-    };
-    match next.parse::<Uri>() {
-        Ok(u) if u.host().is_some() && u.host() == first.host() => Redirect::Follow(next),
+    match resolve_location(current, location) {
+        Some(next) if host_of(&next).as_deref() == Some(first_host.as_str()) => {
+            Redirect::Follow(next)
+        }
         _ => Redirect::OtherHost,
     }
 }

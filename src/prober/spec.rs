@@ -11,9 +11,9 @@ use std::fmt;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Probe};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::ProbeType;
+use crate::container::resolve_port;
 
 /// Upstream default `periodSeconds`.
 pub const DEFAULT_PERIOD_SECONDS: i32 = 10;
@@ -234,32 +234,13 @@ pub fn resolve(p: &Probe, ty: ProbeType, c: &Container) -> Result<ProbeSpec, Pro
     })
 }
 
-/// Upstream `extractPort`: a number, or the name of one of the container's ports (and,
-/// as a last resort, a number written as a string).
-fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
-    let n = match port {
-        IntOrString::Int(n) => *n,
-        IntOrString::String(name) => c
-            .ports
-            .iter()
-            .flatten()
-            .find(|p| p.name.as_deref() == Some(name.as_str()))
-            .map(|p| p.container_port)
-            .or_else(|| name.parse().ok())
-            .ok_or_else(|| format!("{name:?}: no container port with this name"))?,
-    };
-    u16::try_from(n)
-        .ok()
-        .filter(|p| *p != 0)
-        .ok_or_else(|| format!("{n}: must be between 1 and 65535, inclusive"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
         ContainerPort, ExecAction, GRPCAction, HTTPGetAction, TCPSocketAction,
     };
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn ctr() -> Container {
         Container {

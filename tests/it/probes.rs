@@ -323,7 +323,8 @@ fn https_probe_skips_certificate_verification() {
 /// A gRPC health server (Python's grpcio, the reference C-core implementation), with
 /// the health service written by hand over raw bytes so that only `grpcio` is needed:
 /// "" and "up" serve, "down" does not, "slow" answers after 3 s, anything else is
-/// NOT_FOUND. Arguments: bind address, port.
+/// NOT_FOUND. Arguments: bind address, port, and optionally `nohealth` to serve some
+/// other service instead (every health call is then Unimplemented).
 const GRPC_HEALTH_SERVER: &str = r#"
 import sys, time
 from concurrent import futures
@@ -340,8 +341,9 @@ def check(req, ctx):
         return b"\x08\x01"
     ctx.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
 
+name = "other.v1.Other" if sys.argv[3:] == ["nohealth"] else "grpc.health.v1.Health"
 handler = grpc.method_handlers_generic_handler(
-    "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(check)})
+    name, {"Check": grpc.unary_unary_rpc_method_handler(check)})
 server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
 server.add_generic_rpc_handlers((handler,))
 server.add_insecure_port(sys.argv[1] + ":" + sys.argv[2])
@@ -351,6 +353,11 @@ server.wait_for_termination()
 
 /// Starts [`GRPC_HEALTH_SERVER`] on `bind` and a free port; stops it when dropped.
 fn grpc_health_server(bind: &str) -> (KillOnDrop, u16) {
+    grpc_server(bind, &[])
+}
+
+/// [`GRPC_HEALTH_SERVER`] with extra arguments.
+fn grpc_server(bind: &str, extra: &[&str]) -> (KillOnDrop, u16) {
     use std::process::{Command, Stdio};
     let ok = Command::new("python3")
         .args(["-c", "import grpc"])
@@ -369,6 +376,7 @@ fn grpc_health_server(bind: &str) -> (KillOnDrop, u16) {
             .arg(&script)
             .arg(bind)
             .arg(port.to_string())
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -420,6 +428,42 @@ fn grpc_probe_speaks_the_health_protocol_to_a_real_grpc_server() {
     assert!(
         out.message
             .starts_with("timeout: health rpc did not complete within"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn grpc_probe_reports_a_refused_call_in_upstreams_words() {
+    use rkubelet::prober::handlers::Prober;
+    use rkubelet::prober::spec::Handler;
+    use rkubelet::prober::ProbeResult;
+
+    let prober = Prober::new(std::sync::Arc::new(crate::util::docker()));
+    let run = |port: u16, service: &str| {
+        let h = Handler::Grpc {
+            port,
+            service: service.into(),
+        };
+        prober.run(&h, "unused", Some("127.0.0.1"), Duration::from_secs(10))
+    };
+    // A health server that does not know the service: its status and message.
+    let (_health, port) = grpc_health_server("127.0.0.1");
+    let out = run(port, "nope");
+    assert_eq!(out.result, ProbeResult::Failure, "{out:?}");
+    assert_eq!(
+        out.message,
+        "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service"
+    );
+    // A gRPC server without the health service at all: Unimplemented, which upstream
+    // words on its own.
+    let (_other, port) = grpc_server("127.0.0.1", &["nohealth"]);
+    let out = run(port, "");
+    assert_eq!(out.result, ProbeResult::Failure, "{out:?}");
+    assert!(
+        out.message.starts_with(
+            "error: this server does not implement the grpc health protocol \
+             (grpc.health.v1.Health): "
+        ),
         "{out:?}"
     );
 }

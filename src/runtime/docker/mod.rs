@@ -10,7 +10,7 @@
 //! - `transport`: ureq's transport API aimed at the Unix socket, no DNS.
 //! - `client`: the agent, lazy API version negotiation, timeouts, error mapping.
 //! - `stream`: multiplexed stdout/stderr frames and JSON-lines decoding.
-//! - `reference`: image references split like Docker (`repo`, `tag`, `digest`).
+//! - `reference`: a pull's `fromImage` and `tag` from an image reference.
 //! - `wire`: timestamps, query escaping, base64 of registry credentials.
 //!
 //! Every call is bounded by a timeout, and a socket that is absent or refuses
@@ -37,14 +37,15 @@ use bollard_stubs::models as api;
 use serde::Deserialize;
 
 use self::client::{is_read_timeout, Client, Req};
-use self::reference::ImageRef;
+use self::reference::pull_params;
 use self::stream::{append_capped, demux_interleaved, FrameDecoder, StreamKind};
-use self::wire::{base64_url, docker_time, percent_encode, unix_nanos, unix_secs};
+use self::wire::{docker_time, unix_nanos, unix_secs, REGISTRY_AUTH_BASE64};
 use super::{
     ContainerConfig, ContainerDetails, ContainerState, ContainerSummary, ExecResult, ImageDetails,
     NamespaceMode, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion,
 };
 use crate::lines::LineReader;
+use crate::netutil::query_escape as percent_encode;
 
 /// Reads (list, inspect, version): the PLEG relists every second, so a hung engine
 /// must surface quickly as an error rather than stall it.
@@ -220,12 +221,12 @@ impl Runtime for Docker {
     }
 
     fn pull_image(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<(), RuntimeError> {
-        let reference = ImageRef::parse(image);
+        let reference = crate::reference::split(image.trim());
         let op = format!("pull image {reference}");
-        let (repo, tag) = reference.pull_params();
+        let (repo, tag) = pull_params(&reference);
         let path = format!(
             "/images/create?fromImage={}&tag={}",
-            percent_encode(repo),
+            percent_encode(&repo),
             percent_encode(tag)
         );
         let mut req = Req::post(path)
@@ -576,7 +577,7 @@ fn registry_auth_header(auth: &RegistryAuth) -> String {
         "password": auth.password,
         "serveraddress": auth.server_address,
     });
-    base64_url(json.to_string().as_bytes())
+    base64::Engine::encode(&REGISTRY_AUTH_BASE64, json.to_string().as_bytes())
 }
 
 fn labels_from(labels: Option<HashMap<String, String>>) -> BTreeMap<String, String> {

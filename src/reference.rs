@@ -1,7 +1,17 @@
-//! Image references checked against Docker's grammar (the `distribution/reference`
-//! package that upstream's `applyDefaultImageTag` parses with), so that a reference
-//! the registry could never serve is reported as `InvalidImageName` instead of a pull
-//! error, and the registry host is known for credential lookup.
+//! Image references (`[registry[:port]/]path[:tag][@digest]`), the one parser of them:
+//! [`parse`] checks Docker's grammar (the `distribution/reference` package that
+//! upstream's `applyDefaultImageTag` parses with), so that a reference the registry
+//! could never serve is reported as `InvalidImageName` instead of a pull error, and the
+//! registry host is known for credential lookup; [`split`] only takes a reference
+//! apart, for the runtime, whose engine validates what it receives. The subtle part is
+//! the colon: in `127.0.0.1:5000/x/y` it belongs to the registry's port, and only a
+//! colon after the last `/` starts a tag.
+//!
+//! A module of its own, below both `images` (which checks references) and `runtime`
+//! (which pulls them), as upstream's is a library of its own.
+
+/// The tag Docker assumes when a reference names none.
+pub const DEFAULT_TAG: &str = "latest";
 
 /// Upstream `NameTotalLengthMax`.
 const NAME_TOTAL_LENGTH_MAX: usize = 255;
@@ -29,6 +39,16 @@ impl Reference {
         }
     }
 
+    /// The name as written, registry included (`127.0.0.1:5000/x/y`, `busybox`): what
+    /// Docker pulls as `fromImage`.
+    pub fn name(&self) -> String {
+        if self.domain.is_empty() {
+            self.path.clone()
+        } else {
+            format!("{}/{}", self.domain, self.path)
+        }
+    }
+
     /// The fully qualified repository (`docker.io/library/busybox`), upstream's
     /// `named.Name()`, which the credential keyring is matched against.
     pub fn repository(&self) -> String {
@@ -37,6 +57,19 @@ impl Reference {
             format!("docker.io/library/{}", self.path)
         } else {
             format!("{registry}/{}", self.path)
+        }
+    }
+}
+
+impl std::fmt::Display for Reference {
+    /// The reference with Docker's default tag: `busybox` prints as `busybox:latest`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self.name();
+        match (&self.tag, &self.digest) {
+            (Some(tag), Some(digest)) => write!(f, "{name}:{tag}@{digest}"),
+            (None, Some(digest)) => write!(f, "{name}@{digest}"),
+            (Some(tag), None) => write!(f, "{name}:{tag}"),
+            (None, None) => write!(f, "{name}:{DEFAULT_TAG}"),
         }
     }
 }
@@ -76,30 +109,49 @@ fn is_hex64(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// `name [":" tag] ["@" digest]`, None if it does not match the grammar.
-fn parse_exact(s: &str) -> Option<Reference> {
+/// Takes `s` apart as Docker does, without checking the grammar: the digest after
+/// `@`, the tag after a colon past the last `/`, and the registry (`splitDockerDomain`:
+/// a first component with a `.` or `:`, `localhost`, or capitals names one).
+pub fn split(s: &str) -> Reference {
     let (name_tag, digest) = match s.split_once('@') {
-        Some((n, d)) => (n, Some(d)),
+        Some((n, d)) => (n, Some(d.to_string())),
         None => (s, None),
     };
-    if let Some(d) = digest {
-        if !is_digest(d) {
-            return None;
-        }
-    }
     let last_slash = name_tag.rfind('/').map_or(0, |i| i + 1);
     let (name, tag) = match name_tag[last_slash..].rfind(':') {
         Some(i) => {
             let at = last_slash + i;
-            (&name_tag[..at], Some(&name_tag[at + 1..]))
+            (&name_tag[..at], Some(name_tag[at + 1..].to_string()))
         }
         None => (name_tag, None),
     };
-    if let Some(t) = tag {
-        if !is_tag(t) {
-            return None;
+    let (domain, path) = match name.split_once('/') {
+        Some((first, rest))
+            if first.contains(['.', ':'])
+                || first == "localhost"
+                || first.to_ascii_lowercase() != first =>
+        {
+            (first.to_string(), rest.to_string())
         }
+        _ => (String::new(), name.to_string()),
+    };
+    Reference {
+        domain,
+        path,
+        tag,
+        digest,
     }
+}
+
+/// `name [":" tag] ["@" digest]`, None if it does not match the grammar.
+fn parse_exact(s: &str) -> Option<Reference> {
+    let r = split(s);
+    if r.digest.as_deref().is_some_and(|d| !is_digest(d))
+        || r.tag.as_deref().is_some_and(|t| !is_tag(t))
+    {
+        return None;
+    }
+    let name = r.name();
     let comps: Vec<&str> = name.split('/').collect();
     // Valid if the first component reads as a registry host followed by path
     // components, or if every component is a path component.
@@ -108,24 +160,7 @@ fn parse_exact(s: &str) -> Option<Reference> {
     if !as_domain && !comps.iter().all(|c| is_path_component(c)) {
         return None;
     }
-    // Which it is, as Docker's `splitDockerDomain` decides: a first component with a
-    // `.` or `:`, `localhost`, or capitals names a registry.
-    let first = comps[0];
-    let names_registry = comps.len() > 1
-        && (first.contains(['.', ':'])
-            || first == "localhost"
-            || first.to_ascii_lowercase() != first);
-    let (domain, path) = if names_registry {
-        (first.to_string(), comps[1..].join("/"))
-    } else {
-        (String::new(), name.to_string())
-    };
-    Some(Reference {
-        domain,
-        path,
-        tag: tag.map(str::to_string),
-        digest: digest.map(str::to_string),
-    })
+    Some(r)
 }
 
 /// `[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*`
