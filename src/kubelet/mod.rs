@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::KubeletConfig;
 use crate::health::{HealthChecks, RuntimeHealth, RUNTIME_UP_PERIOD};
@@ -30,11 +30,11 @@ use crate::kuberuntime::container::dns::DnsSettings;
 use crate::kuberuntime::container::NodeContext;
 use crate::kuberuntime::{ManagerConfig, RuntimeManager};
 use crate::loops::{shutdown_channel, Loops, Periodic, Shutdown, SpawnError};
-use crate::pleg::{Pleg, PlegShared, CHANNEL_CAPACITY, RELIST_PERIOD};
+use crate::pleg::{Pleg, PlegEvent, PlegShared, CHANNEL_CAPACITY, RELIST_PERIOD};
 use crate::pod_killer::PodKiller;
 use crate::pod_workers::{PodWorkers, WorkQueue, DEFAULT_WORKERS};
-use crate::podconfig::PodConfig;
-use crate::prober::ProbeManager;
+use crate::podconfig::{PodConfig, SourceUpdate};
+use crate::prober::{ProbeEvent, ProbeManager};
 use crate::runtime::Runtime;
 use crate::server::readonly::{PodsView, ReadOnly};
 use crate::server::{self, ServerError, Unblockers};
@@ -167,51 +167,12 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let loops = Loops::new(stop.clone());
     // The prober: changed results reach the sync loop over a bounded channel.
     let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
-    let probes = ProbeManager::start(
-        &loops,
-        runtime.clone(),
-        crate::prober::PROBE_WORKERS,
-        probe_tx,
-    )?;
-    let statuses = Arc::new(StatusCache::default());
-    let pods_view = Arc::new(PodsView::new(statuses.clone()));
-    let pleg_shared = Arc::new(PlegShared::default());
-    let runtime_health = Arc::new(RuntimeHealth::default());
-    let work_queue = Arc::new(WorkQueue::default());
-    let workers = Arc::new(PodWorkers::default());
-    let host_ip = crate::netutil::node_ip();
-    let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
-    let volumes = Arc::new(VolumeManager::new(
-        cfg.root_dir.clone(),
-        runtime.clone(),
-        cfg.node_name.clone(),
-        u64::try_from(allocatable.memory).unwrap_or(0),
-    ));
-    let manager = Arc::new(
-        RuntimeManager::new(
-            runtime.clone(),
-            ManagerConfig {
-                node_name: cfg.node_name.clone(),
-                pod_infra_image: cfg.pod_infra_container_image.clone(),
-                node: NodeContext {
-                    root_dir: cfg.root_dir.clone(),
-                    host_ips: vec![host_ip.clone()],
-                    dns: DnsSettings {
-                        cluster_dns: cfg.cluster_dns.clone(),
-                        cluster_domain: cfg.cluster_domain.clone(),
-                        resolv_conf: cfg.resolv_conf.clone(),
-                    },
-                    allocatable,
-                    volumes: volumes.clone(),
-                },
-            },
-        )
-        .with_probe_results(probes.results().clone()),
-    );
+    let parts = Components::new(&cfg, &runtime, &loops, probe_tx)?;
+    let pods_view = parts.pods_view.clone();
     let checks = HealthChecks {
         registry: loops.registry(),
-        pleg: pleg_shared.clone(),
-        runtime: runtime_health.clone(),
+        pleg: parts.pleg_shared.clone(),
+        runtime: parts.runtime_health.clone(),
         sync_frequency: cfg.sync_frequency,
     };
     let unblockers = Unblockers::default();
@@ -236,7 +197,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     checks: checks.clone(),
                     pods: pods_view.clone(),
                     registry: loops.registry(),
-                    probe_metrics: probes.metrics().clone(),
+                    probe_metrics: parts.probes.metrics().clone(),
                 };
                 server::serve(
                     &loops,
@@ -259,7 +220,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // Runtime liveness.
     let (up_tx, up_rx) = crossbeam_channel::bounded(1);
     {
-        let health = runtime_health.clone();
+        let health = parts.runtime_health.clone();
         let runtime = runtime.clone();
         loops.spawn_periodic(
             Periodic {
@@ -278,7 +239,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         runtime.clone(),
         &cfg.node_name,
         pleg_tx,
-        pleg_shared.clone(),
+        parts.pleg_shared.clone(),
         Some(first_tx),
     );
     loops.spawn_periodic(
@@ -291,10 +252,10 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     )?;
 
     // Pod killer and pod workers.
-    let killer = PodKiller::start(&loops, manager.clone())?;
+    let handler = parts.syncer(&loops, &cfg)?;
     // Volume manager: removes the directories of pods that are gone.
     {
-        let volumes = volumes.clone();
+        let volumes = parts.volumes.clone();
         loops.spawn_periodic(
             Periodic {
                 name: "volume-mgr".into(),
@@ -306,37 +267,18 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     }
 
     // Pod workers.
-    let handler = Arc::new(SyncHandler {
-        manager: manager.clone(),
-        statuses: statuses.clone(),
-        queue: work_queue.clone(),
-        probes: probes.clone(),
-        host_ip,
-        resync: cfg.sync_frequency,
-        killer,
-        workers: workers.clone(),
-    });
-    workers.start(&loops, DEFAULT_WORKERS, handler)?;
+    parts.workers.start(&loops, DEFAULT_WORKERS, handler)?;
 
     // The sync loop.
-    let sync_loop = SyncLoop {
-        pod_config: PodConfig::new(&sources),
-        pods: HashMap::new(),
-        view: pods_view.clone(),
-        workers,
-        queue: work_queue,
-        pleg: pleg_shared,
-        runtime_health,
-        statuses,
-        manager,
-        volumes,
-        sources_rx: source_rx,
-        pleg_rx,
-        probe_rx,
-        probes,
-        up_rx,
-        last_status_line: String::new(),
-    };
+    let sync_loop = parts.sync_loop(
+        PodConfig::new(&sources),
+        LoopInputs {
+            sources: source_rx,
+            pleg: pleg_rx,
+            probes: probe_rx,
+            runtime_up: up_rx,
+        },
+    );
     loops.spawn("sync-loop", move |stop, handle| {
         sync_loop.run(&stop, &handle)
     })?;
@@ -349,4 +291,129 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         bound,
         pods: pods_view,
     })
+}
+
+/// What the sync loop receives from the loops around it.
+#[derive(Debug)]
+struct LoopInputs {
+    sources: Receiver<SourceUpdate>,
+    pleg: Receiver<PlegEvent>,
+    probes: Receiver<ProbeEvent>,
+    runtime_up: Receiver<()>,
+}
+
+/// The components the sync loop, the pod workers and the servers share. [`start`]
+/// builds them; so do the sync loop's and the syncer's unit tests, over a
+/// `FakeRuntime` and without ports or source threads, so that the tests drive the
+/// same graph the daemon runs.
+#[derive(Debug)]
+struct Components {
+    probes: Arc<ProbeManager>,
+    statuses: Arc<StatusCache>,
+    pods_view: Arc<PodsView>,
+    pleg_shared: Arc<PlegShared>,
+    runtime_health: Arc<RuntimeHealth>,
+    work_queue: Arc<WorkQueue>,
+    workers: Arc<PodWorkers>,
+    volumes: Arc<VolumeManager>,
+    manager: Arc<RuntimeManager>,
+    host_ip: String,
+}
+
+impl Components {
+    /// Builds the shared state and starts the prober's threads; changed probe results
+    /// go to `probe_tx`.
+    fn new(
+        cfg: &KubeletConfig,
+        runtime: &Arc<dyn Runtime>,
+        loops: &Loops,
+        probe_tx: Sender<ProbeEvent>,
+    ) -> Result<Components, SpawnError> {
+        let probes = ProbeManager::start(
+            loops,
+            runtime.clone(),
+            crate::prober::PROBE_WORKERS,
+            probe_tx,
+        )?;
+        let statuses = Arc::new(StatusCache::default());
+        let pods_view = Arc::new(PodsView::new(statuses.clone()));
+        let host_ip = crate::netutil::node_ip();
+        let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
+        let volumes = Arc::new(VolumeManager::new(
+            cfg.root_dir.clone(),
+            runtime.clone(),
+            cfg.node_name.clone(),
+            u64::try_from(allocatable.memory).unwrap_or(0),
+        ));
+        let manager = Arc::new(
+            RuntimeManager::new(
+                runtime.clone(),
+                ManagerConfig {
+                    node_name: cfg.node_name.clone(),
+                    pod_infra_image: cfg.pod_infra_container_image.clone(),
+                    node: NodeContext {
+                        root_dir: cfg.root_dir.clone(),
+                        host_ips: vec![host_ip.clone()],
+                        dns: DnsSettings {
+                            cluster_dns: cfg.cluster_dns.clone(),
+                            cluster_domain: cfg.cluster_domain.clone(),
+                            resolv_conf: cfg.resolv_conf.clone(),
+                        },
+                        allocatable,
+                        volumes: volumes.clone(),
+                    },
+                },
+            )
+            .with_probe_results(probes.results().clone()),
+        );
+        Ok(Components {
+            probes,
+            statuses,
+            pods_view,
+            pleg_shared: Arc::new(PlegShared::default()),
+            runtime_health: Arc::new(RuntimeHealth::default()),
+            work_queue: Arc::new(WorkQueue::default()),
+            workers: Arc::new(PodWorkers::default()),
+            volumes,
+            manager,
+            host_ip,
+        })
+    }
+
+    /// Starts the pod killer and returns the pod workers' syncer.
+    fn syncer(&self, loops: &Loops, cfg: &KubeletConfig) -> Result<Arc<SyncHandler>, SpawnError> {
+        let killer = PodKiller::start(loops, self.manager.clone())?;
+        Ok(Arc::new(SyncHandler {
+            manager: self.manager.clone(),
+            statuses: self.statuses.clone(),
+            queue: self.work_queue.clone(),
+            probes: self.probes.clone(),
+            host_ip: self.host_ip.clone(),
+            resync: cfg.sync_frequency,
+            killer,
+            workers: self.workers.clone(),
+        }))
+    }
+
+    /// The sync loop over these components, fed by `inputs`.
+    fn sync_loop(self, pod_config: PodConfig, inputs: LoopInputs) -> SyncLoop {
+        SyncLoop {
+            pod_config,
+            pods: HashMap::new(),
+            view: self.pods_view,
+            workers: self.workers,
+            queue: self.work_queue,
+            pleg: self.pleg_shared,
+            runtime_health: self.runtime_health,
+            statuses: self.statuses,
+            manager: self.manager,
+            volumes: self.volumes,
+            sources_rx: inputs.sources,
+            pleg_rx: inputs.pleg,
+            probe_rx: inputs.probes,
+            probes: self.probes,
+            up_rx: inputs.runtime_up,
+            last_status_line: String::new(),
+        }
+    }
 }
