@@ -11,6 +11,8 @@
 mod sources;
 mod sync_loop;
 mod syncer;
+#[cfg(test)]
+mod testing;
 
 use sources::PreparedSources;
 use sync_loop::SyncLoop;

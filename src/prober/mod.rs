@@ -20,6 +20,8 @@
 //! for `ready`/`started`, and by the runtime manager to kill a container whose liveness
 //! or startup probe failed), and a changed result is sent to the sync loop as a
 //! [`ProbeEvent`] over a bounded channel, which syncs the pod at once.
+//!
+//! Over 800 lines: the prober loop's unit tests sit at its bottom, beside what they drive.
 
 pub mod grpc;
 pub mod handlers;
@@ -945,10 +947,7 @@ mod tests {
     fn first_probe_runs_initial_delay_after_start_then_every_period() {
         let mut b = Bench::new();
         b.start_container();
-        let pod = pod(
-            "livenessProbe",
-            "initialDelaySeconds: 5, periodSeconds: 10",
-        );
+        let pod = pod("livenessProbe", "initialDelaySeconds: 5, periodSeconds: 10");
         b.sync(&pod, s(0));
         let mut runs = Vec::new();
         for at in [1, 4, 5, 6, 14, 15, 16, 24, 25] {
@@ -967,10 +966,7 @@ mod tests {
         b.start_container();
         // The prober first hears of the container 3 s after it started.
         b.clock.advance(s(3));
-        let pod = pod(
-            "livenessProbe",
-            "initialDelaySeconds: 5, periodSeconds: 10",
-        );
+        let pod = pod("livenessProbe", "initialDelaySeconds: 5, periodSeconds: 10");
         b.sync(&pod, s(3));
         assert!(b.tick(s(4)).is_empty());
         assert_eq!(b.rt.count(Op::Exec), 0);
