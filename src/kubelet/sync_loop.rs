@@ -409,11 +409,12 @@ mod tests {
 
     #[test]
     fn a_dead_container_restarts_at_once_then_only_after_its_backoff() {
-        // The first death restarts at once. The second is judged by its finishedAt on
-        // the fake clock: 15 s after the first restart the 10 s backoff has passed, 5 s
-        // before now it has not (the pod is requeued for when it ends).
+        // The first death restarts at once (no backoff yet) and starts a 10 s backoff.
+        // The second is judged by its finishedAt on the fake clock: one 15 s before
+        // now is out of it and restarts; one 5 s before now is not, and the pod is
+        // requeued for when the backoff ends.
         for (second_death_ago, restarts) in [(15, true), (5, false)] {
-            let clock = testing::clock(); // 60 s ago
+            let clock = testing::clock(); // 60 s behind the real clock
             let rt = testing::runtime(&clock);
             let mut n = Node::new(&rt, &[Source::File]);
             n.snapshot(Source::File, vec![pod("web", "u1", ONE)]);
@@ -423,7 +424,10 @@ mod tests {
             n.relist();
             let second = n.running("u1", "a").expect("restarted at once");
             assert_ne!(second.id, first.id);
-            clock.advance(s(60 - second_death_ago));
+            // Measured from the real clock at the death, so a slow machine cannot
+            // eat the margin before the sync looks at it.
+            let ago = SystemTime::now() - s(second_death_ago);
+            clock.advance(ago.duration_since(clock.now()).unwrap_or_default());
             rt.exit(&second.id, 1);
             n.relist();
             let creates = rt.count(Op::Create);
