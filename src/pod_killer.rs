@@ -264,16 +264,16 @@ mod tests {
         rt.start_container(&id).expect("start");
     }
 
-    /// Threads of this process whose name starts with one of `prefixes`.
-    fn threads_named(prefixes: &[&str]) -> usize {
-        std::fs::read_dir("/proc/self/task")
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
-                    .filter(|n| prefixes.iter().any(|p| n.trim_end().starts_with(p)))
-                    .count()
-            })
-            .unwrap_or(0)
+    /// Running threads of `loops` whose name starts with one of `prefixes`. Every
+    /// thread goes through the loop helper (tests/tidy.rs), so its registry is the
+    /// count; /proc would also count the killers other tests run at the same time.
+    fn threads_named(loops: &Loops, prefixes: &[&str]) -> usize {
+        loops
+            .registry()
+            .snapshot()
+            .iter()
+            .filter(|(n, st)| !st.finished && prefixes.iter().any(|p| n.starts_with(p)))
+            .count()
     }
 
     fn kill_all(uids: &[String], remove: bool) -> Vec<KillPodRequest> {
@@ -317,7 +317,7 @@ mod tests {
         let until = Instant::now() + Duration::from_secs(60);
         while done < uids.len() {
             assert!(Instant::now() < until, "only {done} kills ended");
-            most = most.max(threads_named(&["pod-kill", "pod-stop"]));
+            most = most.max(threads_named(&loops, &["pod-kill", "pod-stop"]));
             if let Ok(ok) = done_rx.recv_timeout(Duration::from_millis(1)) {
                 assert!(ok, "a kill failed");
                 done += 1;

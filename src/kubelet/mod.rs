@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::KubeletConfig;
 use crate::health::{HealthChecks, RuntimeHealth, RUNTIME_UP_PERIOD};
@@ -30,11 +30,11 @@ use crate::kuberuntime::container::dns::DnsSettings;
 use crate::kuberuntime::container::NodeContext;
 use crate::kuberuntime::{ManagerConfig, RuntimeManager};
 use crate::loops::{shutdown_channel, Loops, Periodic, Shutdown, SpawnError};
-use crate::pleg::{Pleg, PlegShared, CHANNEL_CAPACITY, RELIST_PERIOD};
+use crate::pleg::{Pleg, PlegEvent, PlegShared, CHANNEL_CAPACITY, RELIST_PERIOD};
 use crate::pod_killer::PodKiller;
 use crate::pod_workers::{PodWorkers, WorkQueue, DEFAULT_WORKERS};
-use crate::podconfig::PodConfig;
-use crate::prober::ProbeManager;
+use crate::podconfig::{PodConfig, SourceUpdate};
+use crate::prober::{ProbeEvent, ProbeManager};
 use crate::runtime::Runtime;
 use crate::server::readonly::{PodsView, ReadOnly};
 use crate::server::{self, ServerError, Unblockers};
@@ -175,51 +175,12 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let loops = Loops::new(stop.clone());
     // The prober: changed results reach the sync loop over a bounded channel.
     let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
-    let probes = ProbeManager::start(
-        &loops,
-        runtime.clone(),
-        crate::prober::PROBE_WORKERS,
-        probe_tx,
-    )?;
-    let statuses = Arc::new(StatusCache::default());
-    let pods_view = Arc::new(PodsView::new(statuses.clone()));
-    let pleg_shared = Arc::new(PlegShared::default());
-    let runtime_health = Arc::new(RuntimeHealth::default());
-    let work_queue = Arc::new(WorkQueue::default());
-    let workers = Arc::new(PodWorkers::default());
-    let host_ip = crate::netutil::node_ip();
-    let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
-    let volumes = Arc::new(VolumeManager::new(
-        cfg.root_dir.clone(),
-        runtime.clone(),
-        cfg.node_name.clone(),
-        u64::try_from(allocatable.memory).unwrap_or(0),
-    ));
-    let manager = Arc::new(
-        RuntimeManager::new(
-            runtime.clone(),
-            ManagerConfig {
-                node_name: cfg.node_name.clone(),
-                pod_infra_image: cfg.pod_infra_container_image.clone(),
-                node: NodeContext {
-                    root_dir: cfg.root_dir.clone(),
-                    host_ips: vec![host_ip.clone()],
-                    dns: DnsSettings {
-                        cluster_dns: cfg.cluster_dns.clone(),
-                        cluster_domain: cfg.cluster_domain.clone(),
-                        resolv_conf: cfg.resolv_conf.clone(),
-                    },
-                    allocatable,
-                    volumes: volumes.clone(),
-                },
-            },
-        )
-        .with_probe_results(probes.results().clone()),
-    );
+    let parts = Components::new(&cfg, &runtime, &loops, probe_tx)?;
+    let pods_view = parts.pods_view.clone();
     let checks = HealthChecks {
         registry: loops.registry(),
-        pleg: pleg_shared.clone(),
-        runtime: runtime_health.clone(),
+        pleg: parts.pleg_shared.clone(),
+        runtime: parts.runtime_health.clone(),
         sync_frequency: cfg.sync_frequency,
     };
     let unblockers = Unblockers::default();
@@ -244,7 +205,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     checks: checks.clone(),
                     pods: pods_view.clone(),
                     registry: loops.registry(),
-                    probe_metrics: probes.metrics().clone(),
+                    probe_metrics: parts.probes.metrics().clone(),
                 };
                 server::serve(
                     &loops,
@@ -267,7 +228,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // Runtime liveness.
     let (up_tx, up_rx) = crossbeam_channel::bounded(1);
     {
-        let health = runtime_health.clone();
+        let health = parts.runtime_health.clone();
         let runtime = runtime.clone();
         loops.spawn_periodic(
             Periodic {
@@ -286,7 +247,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         runtime.clone(),
         &cfg.node_name,
         pleg_tx,
-        pleg_shared.clone(),
+        parts.pleg_shared.clone(),
         Some(first_tx),
     );
     loops.spawn_periodic(
@@ -301,7 +262,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // Image pullers: pulls never run on a pod worker; a finished pull names its
     // waiting pods to the sync loop.
     let (pulled_tx, pulled_rx) = crossbeam_channel::bounded(PULLED_CHANNEL_CAPACITY);
-    manager.images().start(
+    parts.manager.images().start(
         &loops,
         crate::images::PullSettings {
             serialize: cfg.serialize_image_pulls,
@@ -311,10 +272,10 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     )?;
 
     // Pod killer and pod workers.
-    let killer = PodKiller::start(&loops, manager.clone())?;
+    let handler = parts.syncer(&loops, &cfg)?;
     // Volume manager: removes the directories of pods that are gone.
     {
-        let volumes = volumes.clone();
+        let volumes = parts.volumes.clone();
         loops.spawn_periodic(
             Periodic {
                 name: "volume-mgr".into(),
@@ -326,38 +287,19 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     }
 
     // Pod workers.
-    let handler = Arc::new(SyncHandler {
-        manager: manager.clone(),
-        statuses: statuses.clone(),
-        queue: work_queue.clone(),
-        probes: probes.clone(),
-        host_ip,
-        resync: cfg.sync_frequency,
-        killer,
-        workers: workers.clone(),
-    });
-    workers.start(&loops, DEFAULT_WORKERS, handler)?;
+    parts.workers.start(&loops, DEFAULT_WORKERS, handler)?;
 
     // The sync loop.
-    let sync_loop = SyncLoop {
-        pod_config: PodConfig::new(&sources),
-        pods: HashMap::new(),
-        view: pods_view.clone(),
-        workers,
-        queue: work_queue,
-        pleg: pleg_shared,
-        runtime_health,
-        statuses,
-        backoff: manager.backoff_gc(),
-        volumes,
-        sources_rx: source_rx,
-        pleg_rx,
-        probe_rx,
-        pulled_rx,
-        probes,
-        up_rx,
-        last_status_line: String::new(),
-    };
+    let sync_loop = parts.sync_loop(
+        PodConfig::new(&sources),
+        LoopInputs {
+            sources: source_rx,
+            pleg: pleg_rx,
+            probes: probe_rx,
+            runtime_up: up_rx,
+            pulled: pulled_rx,
+        },
+    );
     loops.spawn("sync-loop", move |stop, handle| {
         sync_loop.run(&stop, &handle)
     })?;
@@ -370,4 +312,354 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         bound,
         pods: pods_view,
     })
+}
+
+/// What the sync loop receives from the loops around it.
+#[derive(Debug)]
+struct LoopInputs {
+    sources: Receiver<SourceUpdate>,
+    pleg: Receiver<PlegEvent>,
+    probes: Receiver<ProbeEvent>,
+    runtime_up: Receiver<()>,
+    /// Pods whose image pull ended, from the image pullers.
+    pulled: Receiver<String>,
+}
+
+/// The components the sync loop, the pod workers and the servers share. [`start`]
+/// builds them; so do the sync loop's and the syncer's unit tests, over a
+/// `FakeRuntime` and without ports or source threads, so that the tests drive the
+/// same graph the daemon runs.
+#[derive(Debug)]
+struct Components {
+    probes: Arc<ProbeManager>,
+    statuses: Arc<StatusCache>,
+    pods_view: Arc<PodsView>,
+    pleg_shared: Arc<PlegShared>,
+    runtime_health: Arc<RuntimeHealth>,
+    work_queue: Arc<WorkQueue>,
+    workers: Arc<PodWorkers>,
+    volumes: Arc<VolumeManager>,
+    manager: Arc<RuntimeManager>,
+    host_ip: String,
+}
+
+impl Components {
+    /// Builds the shared state and starts the prober's threads; changed probe results
+    /// go to `probe_tx`.
+    fn new(
+        cfg: &KubeletConfig,
+        runtime: &Arc<dyn Runtime>,
+        loops: &Loops,
+        probe_tx: Sender<ProbeEvent>,
+    ) -> Result<Components, SpawnError> {
+        let probes = ProbeManager::start(
+            loops,
+            runtime.clone(),
+            crate::prober::PROBE_WORKERS,
+            probe_tx,
+        )?;
+        let statuses = Arc::new(StatusCache::default());
+        let pods_view = Arc::new(PodsView::new(statuses.clone()));
+        let host_ip = crate::netutil::node_ip();
+        let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
+        let volumes = Arc::new(VolumeManager::new(
+            cfg.root_dir.clone(),
+            runtime.clone(),
+            cfg.node_name.clone(),
+            u64::try_from(allocatable.memory).unwrap_or(0),
+        ));
+        let manager = Arc::new(
+            RuntimeManager::new(
+                runtime.clone(),
+                ManagerConfig {
+                    node_name: cfg.node_name.clone(),
+                    pod_infra_image: cfg.pod_infra_container_image.clone(),
+                    node: NodeContext {
+                        root_dir: cfg.root_dir.clone(),
+                        host_ips: vec![host_ip.clone()],
+                        dns: DnsSettings {
+                            cluster_dns: cfg.cluster_dns.clone(),
+                            cluster_domain: cfg.cluster_domain.clone(),
+                            resolv_conf: cfg.resolv_conf.clone(),
+                        },
+                        allocatable,
+                        volumes: volumes.clone(),
+                    },
+                },
+            )
+            .with_probe_results(probes.results().clone()),
+        );
+        Ok(Components {
+            probes,
+            statuses,
+            pods_view,
+            pleg_shared: Arc::new(PlegShared::default()),
+            runtime_health: Arc::new(RuntimeHealth::default()),
+            work_queue: Arc::new(WorkQueue::default()),
+            workers: Arc::new(PodWorkers::default()),
+            volumes,
+            manager,
+            host_ip,
+        })
+    }
+
+    /// Starts the pod killer and returns the pod workers' syncer.
+    fn syncer(&self, loops: &Loops, cfg: &KubeletConfig) -> Result<Arc<SyncHandler>, SpawnError> {
+        let killer = PodKiller::start(loops, self.manager.clone())?;
+        Ok(Arc::new(SyncHandler {
+            manager: self.manager.clone(),
+            statuses: self.statuses.clone(),
+            queue: self.work_queue.clone(),
+            probes: self.probes.clone(),
+            host_ip: self.host_ip.clone(),
+            resync: cfg.sync_frequency,
+            killer,
+            workers: self.workers.clone(),
+        }))
+    }
+
+    /// The sync loop over these components, fed by `inputs`.
+    fn sync_loop(self, pod_config: PodConfig, inputs: LoopInputs) -> SyncLoop {
+        SyncLoop {
+            pod_config,
+            pods: HashMap::new(),
+            view: self.pods_view,
+            workers: self.workers,
+            queue: self.work_queue,
+            pleg: self.pleg_shared,
+            runtime_health: self.runtime_health,
+            statuses: self.statuses,
+            backoff: self.manager.backoff_gc(),
+            volumes: self.volumes,
+            sources_rx: inputs.sources,
+            pleg_rx: inputs.pleg,
+            probe_rx: inputs.probes,
+            pulled_rx: inputs.pulled,
+            probes: self.probes,
+            up_rx: inputs.runtime_up,
+            last_status_line: String::new(),
+        }
+    }
+}
+
+// The test kubelet lives here, in the parent of `sync_loop` and `syncer`, because it
+// uses both and both tests use it: as a sibling file it would be an import cycle.
+#[cfg(test)]
+mod testing {
+    //! A kubelet over a `FakeRuntime`, for the sync loop's and the syncer's unit tests:
+    //! the same [`Components`] `start` wires, without ports, source threads or the
+    //! `pleg`, `runtime-up` and `pod-worker-N` threads. The test steps each of those by
+    //! hand: it hands events to [`SyncLoop::handle_event`], relists the PLEG itself, and
+    //! runs the pod workers' queue on its own thread ([`Node::settle`]), so "nothing was
+    //! done" can be asserted without waiting. The prober's threads and the `pod-killer` run
+    //! as in the daemon (a kill is handed over and finishes on its own thread).
+
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant, SystemTime};
+
+    use crossbeam_channel::Sender;
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::sync_loop::{Event, SyncLoop};
+    use super::syncer::SyncHandler;
+    use super::{Components, LoopInputs};
+    use crate::config::{KubeletConfig, Loaded};
+    use crate::container::labels;
+    use crate::loops::{shutdown_channel, Loops, Shutdown};
+    use crate::pleg::Pleg;
+    use crate::podconfig::manifest::{prepare, Origin};
+    use crate::podconfig::{PodConfig, Source, SourceUpdate};
+    use crate::runtime::fake::{FakeClock, FakeRuntime};
+    use crate::runtime::{ContainerDetails, ContainerState, Runtime};
+    use crate::testutil::TempDir;
+
+    /// The node's name.
+    pub(super) const NODE: &str = "node1";
+    /// The one app image the fake runtime holds.
+    pub(super) const IMAGE: &str = "busybox:1";
+    /// How long a test waits for work handed to another thread (the pod killer, the
+    /// prober) before it fails.
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    /// A clock 60 s behind the real one: the runtime manager's backoff reads the real
+    /// clock, so container times must be near it (see [`FakeClock::starting_at`]).
+    pub(super) fn clock() -> FakeClock {
+        FakeClock::starting_at(SystemTime::now() - Duration::from_secs(60))
+    }
+
+    /// A runtime holding the app and pause images.
+    pub(super) fn runtime(clock: &FakeClock) -> Arc<FakeRuntime> {
+        Arc::new(
+            FakeRuntime::new(clock.clone())
+                .with_image(IMAGE)
+                .with_image(crate::config::defaults::POD_INFRA_CONTAINER_IMAGE),
+        )
+    }
+
+    /// A static pod (defaulted and validated as the file source does) from a YAML flow
+    /// mapping of its spec, with a fixed UID.
+    pub(super) fn pod(name: &str, uid: &str, spec: &str) -> Pod {
+        let yaml = format!("{{metadata: {{name: {name}, uid: {uid}}}, spec: {spec}}}");
+        let pod: Pod = serde_yaml::from_str(&yaml).expect("pod yaml");
+        prepare(
+            pod,
+            NODE,
+            Origin::File(Path::new("/etc/kubernetes/manifests/p.yaml")),
+        )
+        .expect("valid pod")
+    }
+
+    /// A kubelet over a fake runtime.
+    pub(super) struct Node {
+        pub(super) rt: Arc<FakeRuntime>,
+        pub(super) sl: SyncLoop,
+        pub(super) handler: Arc<SyncHandler>,
+        pub(super) pleg: Pleg,
+        pub(super) cfg: KubeletConfig,
+        _up_tx: Sender<()>,
+        shutdown: Option<(Shutdown, Loops)>,
+        _dir: TempDir,
+    }
+
+    impl Node {
+        /// A kubelet expecting snapshots from `sources`, over `rt`, with the runtime known
+        /// to be up.
+        pub(super) fn new(rt: &Arc<FakeRuntime>, sources: &[Source]) -> Node {
+            let dir = TempDir::new("kubelet");
+            let args = [
+                "rkubelet".to_string(),
+                format!("--hostname-override={NODE}"),
+                format!("--root-dir={}", dir.0.display()),
+            ];
+            let cfg = match crate::config::load(args.to_vec()) {
+                Ok(Loaded::Run(cfg)) => cfg,
+                other => panic!("config: {other:?}"),
+            };
+            let (shutdown, stop) = shutdown_channel();
+            let loops = Loops::new(stop);
+            let runtime: Arc<dyn Runtime> = rt.clone();
+            let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
+            let parts = Components::new(&cfg, &runtime, &loops, probe_tx).expect("components");
+            let handler = parts.syncer(&loops, &cfg).expect("syncer");
+            let (pleg_tx, pleg_rx) = crossbeam_channel::bounded(crate::pleg::CHANNEL_CAPACITY);
+            let pleg = Pleg::new(
+                runtime.clone(),
+                NODE,
+                pleg_tx,
+                parts.pleg_shared.clone(),
+                None,
+            );
+            let (up_tx, up_rx) = crossbeam_channel::bounded(1);
+            parts
+                .runtime_health
+                .tick(runtime.as_ref(), &up_tx)
+                .expect("runtime up");
+            let (_source_tx, source_rx) = crossbeam_channel::bounded::<SourceUpdate>(1);
+            // No image pullers: the tests' images are present.
+            let (_pulled_tx, pulled_rx) = crossbeam_channel::bounded::<String>(1);
+            let sl = parts.sync_loop(
+                PodConfig::new(sources),
+                LoopInputs {
+                    sources: source_rx,
+                    pleg: pleg_rx,
+                    probes: probe_rx,
+                    runtime_up: up_rx,
+                    pulled: pulled_rx,
+                },
+            );
+            Node {
+                rt: rt.clone(),
+                sl,
+                handler,
+                pleg,
+                cfg,
+                _up_tx: up_tx,
+                shutdown: Some((shutdown, loops)),
+                _dir: dir,
+            }
+        }
+
+        /// Hands the sync loop one event, then lets the pod workers finish.
+        pub(super) fn handle(&mut self, e: Event) {
+            self.sl.handle_event(e);
+            self.settle();
+        }
+
+        /// A source's full snapshot.
+        pub(super) fn snapshot(&mut self, source: Source, pods: Vec<Pod>) {
+            self.handle(Event::Config(SourceUpdate { source, pods }));
+        }
+
+        /// One PLEG relist; its events go to the sync loop.
+        pub(super) fn relist(&mut self) {
+            self.pleg.relist().expect("relist");
+            if let Ok(e) = self.sl.pleg_rx.try_recv() {
+                self.handle(Event::Pleg(e));
+            }
+        }
+
+        /// Runs the pod workers' queue on this thread until no pod has work left (kills
+        /// handed to the pod killer finish on its thread; polled with a deadline).
+        pub(super) fn settle(&self) {
+            let until = Instant::now() + DEADLINE;
+            loop {
+                self.sl.workers.run_queued(self.handler.as_ref());
+                if self.sl.workers.idle() {
+                    return;
+                }
+                assert!(Instant::now() < until, "pod work not done in {DEADLINE:?}");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+
+        /// The instances of container `name` of pod `uid`, newest first (the sandbox is
+        /// `POD`).
+        pub(super) fn instances(&self, uid: &str, name: &str) -> Vec<ContainerDetails> {
+            let mut v: Vec<ContainerDetails> = self
+                .rt
+                .containers()
+                .into_iter()
+                .filter(|c| {
+                    c.labels.get(labels::POD_UID).map(String::as_str) == Some(uid)
+                        && c.labels.get(labels::CONTAINER_NAME).map(String::as_str) == Some(name)
+                })
+                .collect();
+            v.sort_by_key(|c| std::cmp::Reverse((c.created, labels::restart_count(&c.labels))));
+            v
+        }
+
+        /// The running instance of container `name` of pod `uid`.
+        pub(super) fn running(&self, uid: &str, name: &str) -> Option<ContainerDetails> {
+            self.instances(uid, name)
+                .into_iter()
+                .find(|c| c.state == ContainerState::Running)
+        }
+
+        /// Every container of pod `uid`, any state.
+        pub(super) fn containers_of(&self, uid: &str) -> Vec<ContainerDetails> {
+            self.rt
+                .containers()
+                .into_iter()
+                .filter(|c| c.labels.get(labels::POD_UID).map(String::as_str) == Some(uid))
+                .collect()
+        }
+
+        /// The pod's phase in the status cache.
+        pub(super) fn phase(&self, uid: &str) -> Option<String> {
+            self.sl.statuses.get(uid).and_then(|s| s.phase.clone())
+        }
+    }
+
+    impl Drop for Node {
+        fn drop(&mut self) {
+            if let Some((shutdown, loops)) = self.shutdown.take() {
+                shutdown.trigger();
+                let left = loops.join_all(DEADLINE);
+                if !std::thread::panicking() {
+                    assert!(left.is_empty(), "threads still running: {left:?}");
+                }
+            }
+        }
+    }
 }

@@ -355,3 +355,216 @@ impl SyncLoop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::testing::{self, pod, Node};
+    use super::*;
+    use crate::podconfig::Source;
+    use crate::runtime::fake::{Fault, Op};
+    use crate::runtime::ContainerState;
+
+    const TWO: &str =
+        "{containers: [{name: a, image: 'busybox:1'}, {name: b, image: 'busybox:1'}]}";
+    const ONE: &str = "{containers: [{name: a, image: 'busybox:1'}]}";
+
+    fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn a_source_add_reaches_the_pod_workers_and_the_pod_runs() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        n.snapshot(Source::File, vec![pod("web", "u1", TWO)]);
+        for name in ["POD", "a", "b"] {
+            assert!(n.running("u1", name).is_some(), "{name} runs");
+        }
+        assert_eq!(rt.count(Op::Create), 3);
+        assert_eq!(n.phase("u1").as_deref(), Some("Running"));
+    }
+
+    #[test]
+    fn an_update_of_one_container_replaces_only_that_container() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        n.snapshot(Source::File, vec![pod("web", "u1", TWO)]);
+        let before: Vec<_> = ["POD", "a", "b"]
+            .map(|c| n.running("u1", c).expect("running").id)
+            .into();
+        let changed = "{containers: [{name: a, image: 'busybox:1'}, \
+                       {name: b, image: 'busybox:1', command: [sleep, '3600']}]}";
+        n.snapshot(Source::File, vec![pod("web", "u1", changed)]);
+        n.relist();
+        assert_eq!(
+            n.running("u1", "POD").map(|c| c.id).as_ref(),
+            Some(&before[0])
+        );
+        assert_eq!(
+            n.running("u1", "a").map(|c| c.id).as_ref(),
+            Some(&before[1])
+        );
+        let b = n.running("u1", "b").expect("b runs again");
+        assert_ne!(b.id, before[2], "b was replaced");
+        assert_eq!(rt.count(Op::Create), 4, "one new container, nothing else");
+        assert_eq!(rt.count(Op::Stop), 1, "only the old b was stopped");
+    }
+
+    #[test]
+    fn a_remove_kills_the_pod_and_forgets_it() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        n.snapshot(
+            Source::File,
+            vec![pod("web", "u1", TWO), pod("db", "u2", ONE)],
+        );
+        assert_eq!(rt.containers().len(), 5);
+        n.snapshot(Source::File, vec![pod("db", "u2", ONE)]);
+        assert!(n.containers_of("u1").is_empty(), "u1's containers removed");
+        assert_eq!(n.phase("u1"), None, "u1's status forgotten");
+        assert!(n.running("u2", "a").is_some(), "u2 untouched");
+    }
+
+    #[test]
+    fn a_dead_container_restarts_at_once_then_only_after_its_backoff() {
+        // The first death restarts at once (no backoff yet) and starts a 10 s backoff.
+        // The second is judged by its finishedAt on the fake clock: one 15 s before
+        // now is out of it and restarts; one 5 s before now is not, and the pod is
+        // requeued for when the backoff ends.
+        for (second_death_ago, restarts) in [(15, true), (5, false)] {
+            let clock = testing::clock(); // 60 s behind the real clock
+            let rt = testing::runtime(&clock);
+            let mut n = Node::new(&rt, &[Source::File]);
+            n.snapshot(Source::File, vec![pod("web", "u1", ONE)]);
+            n.relist();
+            let first = n.running("u1", "a").expect("a runs");
+            rt.exit(&first.id, 1);
+            n.relist();
+            let second = n.running("u1", "a").expect("restarted at once");
+            assert_ne!(second.id, first.id);
+            // Measured from the real clock at the death, so a slow machine cannot
+            // eat the margin before the sync looks at it.
+            let ago = SystemTime::now() - s(second_death_ago);
+            clock.advance(ago.duration_since(clock.now()).unwrap_or_default());
+            rt.exit(&second.id, 1);
+            n.relist();
+            let creates = rt.count(Op::Create);
+            match n.running("u1", "a") {
+                Some(third) => {
+                    assert!(restarts, "restarted inside its backoff");
+                    assert_ne!(third.id, second.id);
+                    assert_eq!(creates, 4);
+                }
+                None => {
+                    assert!(!restarts, "not restarted after its backoff");
+                    assert_eq!(creates, 3);
+                    let st = n.sl.statuses.get("u1").expect("status");
+                    let waiting = st
+                        .container_statuses
+                        .as_ref()
+                        .and_then(|cs| cs[0].state.as_ref()?.waiting.as_ref()?.reason.clone());
+                    assert_eq!(waiting.as_deref(), Some("CrashLoopBackOff"));
+                    // Requeued for when the backoff ends (~5 s), not the resync period.
+                    let now = Instant::now();
+                    assert!(n.sl.queue.take_due(now + s(3)).is_empty());
+                    assert_eq!(n.sl.queue.take_due(now + s(7)), ["u1"]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_liveness_failure_from_the_prober_restarts_the_container() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        let spec = "{containers: [{name: a, image: 'busybox:1', livenessProbe: \
+                    {exec: {command: [check]}, periodSeconds: 1, failureThreshold: 1}}]}";
+        n.snapshot(Source::File, vec![pod("web", "u1", spec)]);
+        let first = n.running("u1", "a").expect("a runs");
+        rt.set_exec_result(
+            &first.id,
+            crate::runtime::ExecResult {
+                exit_code: 1,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+            },
+        );
+        // The prober thread probes, fails, and tells the sync loop.
+        let e =
+            n.sl.probe_rx
+                .recv_timeout(s(10))
+                .expect("a probe event within 10 s");
+        assert_eq!(
+            (e.probe_type, e.result),
+            (ProbeType::Liveness, ProbeResult::Failure)
+        );
+        n.handle(Event::Probe(e));
+        let old = rt.containers().into_iter().find(|c| c.id == first.id);
+        assert_eq!(old.map(|c| c.state), Some(ContainerState::Exited));
+        let second = n.running("u1", "a").expect("a restarted");
+        assert_ne!(second.id, first.id);
+    }
+
+    #[test]
+    fn a_pod_past_its_active_deadline_is_killed_and_fails() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        let spec = "{activeDeadlineSeconds: 30, containers: [{name: a, image: 'busybox:1'}]}";
+        n.snapshot(Source::File, vec![pod("job", "u1", spec)]);
+        assert!(n.running("u1", "a").is_some());
+        // It started an hour ago (as a kubelet restart would find it).
+        let mut st = (*n.sl.statuses.get("u1").expect("status")).clone();
+        st.start_time = Some(crate::time::k8s_time(SystemTime::now() - s(3600)));
+        n.sl.statuses.set("u1", st);
+        n.handle(Event::SyncTick);
+        assert!(n.running("u1", "a").is_none(), "a stopped");
+        assert!(n.running("u1", "POD").is_none(), "sandbox stopped");
+        // The pod killer requeued it: the next tick writes the final status.
+        n.handle(Event::SyncTick);
+        let st = n.sl.statuses.get("u1").expect("status");
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some("DeadlineExceeded"));
+        assert!(n.running("u1", "a").is_none(), "not started again");
+    }
+
+    #[test]
+    fn housekeeping_kills_orphans_only_after_every_source_is_ready() {
+        let rt = testing::runtime(&testing::clock());
+        // A kubelet ran pod u-old from its file source, then stopped.
+        {
+            let mut first = Node::new(&rt, &[Source::File]);
+            first.snapshot(Source::File, vec![pod("old", "u-old", ONE)]);
+        }
+        assert_eq!(rt.containers().len(), 2);
+        // The new one has two sources; the file no longer holds the pod.
+        let mut n = Node::new(&rt, &[Source::File, Source::Api]);
+        n.relist();
+        n.snapshot(Source::File, vec![]);
+        n.handle(Event::Housekeeping);
+        assert!(n.sl.workers.idle());
+        assert_eq!(rt.count(Op::Stop), 0, "the api source has not spoken yet");
+        assert!(n.running("u-old", "a").is_some());
+        n.snapshot(Source::Api, vec![]);
+        n.handle(Event::Housekeeping);
+        assert!(n.containers_of("u-old").is_empty(), "the orphan is gone");
+    }
+
+    #[test]
+    fn runtime_up_resyncs_every_pod() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        // The runtime goes away just as two pods arrive: each sync fails.
+        rt.fail(Op::List, 2, Fault::Unavailable);
+        n.snapshot(
+            Source::File,
+            vec![pod("web", "u1", ONE), pod("db", "u2", ONE)],
+        );
+        assert_eq!(rt.count(Op::Create), 0);
+        // It is back: both pods start now, not after the error requeue.
+        n.handle(Event::RuntimeUp);
+        assert!(n.running("u1", "a").is_some());
+        assert!(n.running("u2", "a").is_some());
+    }
+}

@@ -159,3 +159,96 @@ impl PodSyncer for SyncHandler {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::super::testing::{self, pod, Node};
+    use super::*;
+    use crate::pod_workers::Work;
+    use crate::podconfig::Source;
+    use crate::runtime::fake::{Fault, Op};
+
+    const PROBED: &str = "{containers: [{name: a, image: 'busybox:1', \
+                          readinessProbe: {exec: {command: [check]}}}]}";
+
+    fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn sync_pod_publishes_the_status_and_probes_and_requeues_at_the_resync_period() {
+        let rt = testing::runtime(&testing::clock());
+        let n = Node::new(&rt, &[Source::File]);
+        let p = Arc::new(pod("web", "u1", PROBED));
+        assert_eq!(n.handler.sync_pod(&p), Outcome::Done);
+        assert_eq!(n.phase("u1").as_deref(), Some("Running"));
+        assert_eq!(n.sl.probes.pods(), ["u1"], "the prober follows the pod");
+        let resync = n.cfg.sync_frequency;
+        let now = Instant::now();
+        assert!(n.sl.queue.take_due(now + resync - s(1)).is_empty());
+        assert_eq!(n.sl.queue.take_due(now + resync + s(1)), ["u1"]);
+    }
+
+    #[test]
+    fn a_failed_sync_requeues_after_the_error_period() {
+        for fault in [Fault::Unavailable, Fault::Api(500, "boom".into())] {
+            let rt = testing::runtime(&testing::clock());
+            let n = Node::new(&rt, &[Source::File]);
+            rt.fail(Op::List, 1, fault.clone());
+            let p = Arc::new(pod("web", "u1", PROBED));
+            assert_eq!(n.handler.sync_pod(&p), Outcome::Done, "{fault:?}");
+            assert_eq!(rt.count(Op::Create), 0, "{fault:?}");
+            assert_eq!(
+                n.phase("u1"),
+                None,
+                "{fault:?}: no status from a failed sync"
+            );
+            let now = Instant::now();
+            assert!(
+                n.sl.queue
+                    .take_due(now + SYNC_ERROR_REQUEUE - s(1))
+                    .is_empty(),
+                "{fault:?}"
+            );
+            assert_eq!(
+                n.sl.queue.take_due(now + SYNC_ERROR_REQUEUE + s(1)),
+                ["u1"],
+                "{fault:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn kill_pod_hands_over_to_the_pod_killer_and_releases_the_slot_when_done() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        n.snapshot(Source::File, vec![pod("web", "u1", PROBED)]);
+        assert_eq!(n.sl.probes.pods(), ["u1"]);
+        // Each stop takes 2 s: the kill is still under way when the worker returns.
+        rt.delay(Op::Stop, s(2));
+        n.sl.workers.update_pod(
+            "u1",
+            Work::Kill(Kill {
+                pod: None,
+                grace: None,
+                remove: true,
+            }),
+        );
+        n.sl.workers.run_queued(n.handler.as_ref());
+        assert!(
+            n.sl.workers.is_active("u1"),
+            "the slot is held while it dies"
+        );
+        assert!(
+            n.running("u1", "a").is_some(),
+            "the worker did not wait for it"
+        );
+        assert!(n.sl.probes.pods().is_empty(), "nothing probes a dying pod");
+        n.settle();
+        assert!(!n.sl.workers.is_active("u1"), "the slot is released");
+        assert!(n.containers_of("u1").is_empty());
+        assert_eq!(n.phase("u1"), None);
+    }
+}

@@ -20,6 +20,8 @@
 //! for `ready`/`started`, and by the runtime manager to kill a container whose liveness
 //! or startup probe failed), and a changed result is sent to the sync loop as a
 //! [`ProbeEvent`] over a bounded channel, which syncs the pod at once.
+//!
+//! Over 800 lines: the prober loop's unit tests sit at its bottom, beside what they drive.
 
 pub mod grpc;
 pub mod handlers;
@@ -158,12 +160,7 @@ impl ProbeManager {
         let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(JOB_CAPACITY);
         let (exec_tx, exec_rx) = crossbeam_channel::bounded::<Job>(JOB_CAPACITY);
         let (done_tx, done_rx) = crossbeam_channel::bounded::<Done>(2 * JOB_CAPACITY);
-        let mgr = Arc::new(ProbeManager {
-            desired: Mutex::new(HashMap::new()),
-            wake: wake_tx,
-            results: Arc::new(ResultsCache::default()),
-            metrics: Arc::new(ProbeMetrics::default()),
-        });
+        let mgr = Arc::new(ProbeManager::new(wake_tx));
         let pools = [
             ("probe-worker", workers, &job_rx),
             ("probe-exec", EXEC_WORKERS, &exec_rx),
@@ -179,25 +176,31 @@ impl ProbeManager {
                 })?;
             }
         }
-        let mut prober_loop = ProberLoop {
-            mgr: mgr.clone(),
-            workers: HashMap::new(),
-            by_key: HashMap::new(),
-            heap: DeadlineHeap::default(),
-            next_id: 0,
-            started: Instant::now(),
-            job_tx,
-            exec_tx,
+        let mut prober_loop = ProberLoop::new(
+            mgr.clone(),
+            Lanes {
+                network: job_tx,
+                exec: exec_tx,
+            },
             done_rx,
             wake_rx,
             events,
-            pending: BTreeMap::new(),
-            invalid: HashSet::new(),
-        };
+            Instant::now(),
+        );
         loops.spawn("prober", move |stop, handle| {
             prober_loop.run(&stop, &handle)
         })?;
         Ok(mgr)
+    }
+
+    /// A manager with no probes; `wake` tells the prober thread that they changed.
+    fn new(wake: Sender<()>) -> ProbeManager {
+        ProbeManager {
+            desired: Mutex::new(HashMap::new()),
+            wake,
+            results: Arc::new(ResultsCache::default()),
+            metrics: Arc::new(ProbeMetrics::default()),
+        }
     }
 
     /// The published results (status generation and pod actions read them).
@@ -391,7 +394,41 @@ struct ProberLoop {
     invalid: HashSet<Key>,
 }
 
+/// The queues of the two pools a probe run goes to.
+#[derive(Debug)]
+struct Lanes {
+    network: Sender<Job>,
+    exec: Sender<Job>,
+}
+
 impl ProberLoop {
+    /// The prober thread's state: no probes yet; `started` is when the prober started
+    /// (probes of old containers are spread over one period after it).
+    fn new(
+        mgr: Arc<ProbeManager>,
+        lanes: Lanes,
+        done_rx: Receiver<Done>,
+        wake_rx: Receiver<()>,
+        events: Sender<ProbeEvent>,
+        started: Instant,
+    ) -> ProberLoop {
+        ProberLoop {
+            mgr,
+            workers: HashMap::new(),
+            by_key: HashMap::new(),
+            heap: DeadlineHeap::default(),
+            next_id: 0,
+            started,
+            job_tx: lanes.network,
+            exec_tx: lanes.exec,
+            done_rx,
+            wake_rx,
+            events,
+            pending: BTreeMap::new(),
+            invalid: HashSet::new(),
+        }
+    }
+
     fn run(&mut self, stop: &Stop, handle: &LoopHandle) {
         loop {
             let now = Instant::now();
@@ -417,19 +454,18 @@ impl ProberLoop {
                 self.finish(d);
             }
             if reconcile {
-                self.reconcile();
+                self.reconcile(Instant::now(), SystemTime::now());
             }
-            self.run_due(Instant::now());
+            self.run_due(Instant::now(), SystemTime::now());
             self.flush_pending();
             handle.end_tick(began, None);
         }
     }
 
-    /// Brings the probes in line with what the pod workers last reported.
-    fn reconcile(&mut self) {
+    /// Brings the probes in line with what the pod workers last reported; `now` and
+    /// `wall` are the same moment on both clocks.
+    fn reconcile(&mut self, now: Instant, wall: SystemTime) {
         let desired: Vec<Arc<PodTargets>> = lock(&self.mgr.desired).values().cloned().collect();
-        let now = Instant::now();
-        let wall = SystemTime::now();
         let mut want: HashSet<Key> = HashSet::new();
         for pod in &desired {
             for c in &pod.containers {
@@ -565,9 +601,8 @@ impl ProberLoop {
         w.container = view;
     }
 
-    /// Runs (or skips) every probe that is due.
-    fn run_due(&mut self, now: Instant) {
-        let wall = SystemTime::now();
+    /// Runs (or skips) every probe that is due at `now` (`wall` on the wall clock).
+    fn run_due(&mut self, now: Instant, wall: SystemTime) {
         while let Some((due, id)) = self.heap.pop_due(now) {
             let Some(w) = self.workers.get_mut(&id) else {
                 continue;
@@ -747,4 +782,276 @@ fn spread(key: &Key, period: Duration) -> Duration {
     let mut h = DefaultHasher::new();
     key.hash(&mut h);
     period.mul_f64((h.finish() % 1000) as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The prober loop driven by hand: no threads, time passed in, probe runs carried
+    //! out through a `FakeRuntime`'s scripted exec results.
+
+    use super::*;
+    use crate::container::labels;
+    use crate::runtime::fake::{FakeClock, FakeRuntime, Op};
+    use crate::runtime::{ContainerConfig, ExecResult};
+
+    const UID: &str = "uid-1";
+
+    fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    /// A prober loop and what surrounds it, on two clocks that move together: `t0`
+    /// (monotonic) and the fake runtime's wall clock.
+    struct Bench {
+        clock: FakeClock,
+        rt: Arc<FakeRuntime>,
+        prober: Prober,
+        mgr: Arc<ProbeManager>,
+        pl: ProberLoop,
+        net_rx: Receiver<Job>,
+        exec_rx: Receiver<Job>,
+        events: Receiver<ProbeEvent>,
+        t0: Instant,
+        wall0: SystemTime,
+    }
+
+    impl Bench {
+        fn new() -> Bench {
+            let clock = FakeClock::default();
+            let rt = Arc::new(FakeRuntime::new(clock.clone()).with_image("busybox:1"));
+            let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
+            let (net_tx, net_rx) = crossbeam_channel::bounded(JOB_CAPACITY);
+            let (exec_tx, exec_rx) = crossbeam_channel::bounded(JOB_CAPACITY);
+            let (_done_tx, done_rx) = crossbeam_channel::bounded(1);
+            let (ev_tx, events) = crossbeam_channel::bounded(EVENT_CAPACITY);
+            let mgr = Arc::new(ProbeManager::new(wake_tx));
+            let started = Instant::now();
+            let pl = ProberLoop::new(
+                mgr.clone(),
+                Lanes {
+                    network: net_tx,
+                    exec: exec_tx,
+                },
+                done_rx,
+                wake_rx,
+                ev_tx,
+                started,
+            );
+            Bench {
+                wall0: clock.now(),
+                clock,
+                prober: Prober::new(rt.clone()),
+                rt,
+                mgr,
+                pl,
+                net_rx,
+                exec_rx,
+                events,
+                // Long after the prober started: no start-up spread.
+                t0: started + s(3600),
+            }
+        }
+
+        /// Creates and starts container `app` of the pod in the fake runtime.
+        fn start_container(&self) -> String {
+            let cfg = ContainerConfig {
+                name: format!("k8s_app_{}", self.rt.count(Op::Create)),
+                image: "busybox:1".into(),
+                labels: [
+                    (labels::POD_UID.to_string(), UID.to_string()),
+                    (labels::CONTAINER_NAME.to_string(), "app".to_string()),
+                ]
+                .into(),
+                ..ContainerConfig::default()
+            };
+            let id = self.rt.create_container(&cfg).expect("create");
+            self.rt.start_container(&id).expect("start");
+            id
+        }
+
+        /// What a pod sync tells the manager, then the prober thread's reaction to the
+        /// wake, at `at` after the start.
+        fn sync(&mut self, pod: &Pod, at: Duration) {
+            let mut rp = RuntimePod {
+                sandboxes: Vec::new(),
+                containers: self.rt.containers(),
+            };
+            rp.sort();
+            self.mgr.update_pod(pod, &rp, Some("10.88.0.2"));
+            if self.pl.wake_rx.try_recv().is_ok() {
+                self.pl.reconcile(self.t0 + at, self.wall0 + at);
+            }
+        }
+
+        /// Wakes the prober loop at `at` after the start: runs what is due (through the
+        /// fake runtime, as a pool thread would) and returns the events delivered.
+        fn tick(&mut self, at: Duration) -> Vec<ProbeEvent> {
+            if self.pl.wake_rx.try_recv().is_ok() {
+                self.pl.reconcile(self.t0 + at, self.wall0 + at);
+            }
+            self.pl.run_due(self.t0 + at, self.wall0 + at);
+            let jobs: Vec<Job> = self
+                .exec_rx
+                .try_iter()
+                .chain(self.net_rx.try_iter())
+                .collect();
+            for job in jobs {
+                let outcome = self.prober.run(
+                    &job.spec.handler,
+                    &job.container_id,
+                    job.pod_ip.as_deref(),
+                    job.spec.timeout,
+                );
+                self.pl.finish(Done {
+                    worker: job.worker,
+                    container_id: job.container_id,
+                    outcome,
+                });
+            }
+            self.pl.flush_pending();
+            self.events.try_iter().collect()
+        }
+
+        fn exit_code(&self, id: &str, code: i64) {
+            self.rt.set_exec_result(
+                id,
+                ExecResult {
+                    exit_code: code,
+                    stdout: Vec::new(),
+                    stderr: Vec::new(),
+                },
+            );
+        }
+    }
+
+    /// A pod whose container `app` has one exec probe in `probe_field`
+    /// (`livenessProbe` …) with the given settings (`periodSeconds: 10, …`).
+    fn pod(probe_field: &str, fields: &str) -> Pod {
+        let yaml = format!(
+            "{{metadata: {{name: p, namespace: default, uid: {UID}}}, spec: {{containers: [\
+             {{name: app, image: 'busybox:1', {probe_field}: {{exec: {{command: [check]}}, {fields}}}}}]}}}}"
+        );
+        serde_yaml::from_str(&yaml).expect("pod yaml")
+    }
+
+    fn event(ty: ProbeType, result: ProbeResult) -> ProbeEvent {
+        ProbeEvent {
+            pod_uid: UID.into(),
+            container: "app".into(),
+            probe_type: ty,
+            result,
+        }
+    }
+
+    #[test]
+    fn first_probe_runs_initial_delay_after_start_then_every_period() {
+        let mut b = Bench::new();
+        b.start_container();
+        let pod = pod("livenessProbe", "initialDelaySeconds: 5, periodSeconds: 10");
+        b.sync(&pod, s(0));
+        let mut runs = Vec::new();
+        for at in [1, 4, 5, 6, 14, 15, 16, 24, 25] {
+            let before = b.rt.count(Op::Exec);
+            b.tick(s(at));
+            if b.rt.count(Op::Exec) > before {
+                runs.push(at);
+            }
+        }
+        assert_eq!(runs, [5, 15, 25], "runs at startedAt+5 s, then every 10 s");
+    }
+
+    #[test]
+    fn the_initial_delay_counts_from_the_container_start_not_the_sync() {
+        let mut b = Bench::new();
+        b.start_container();
+        // The prober first hears of the container 3 s after it started.
+        b.clock.advance(s(3));
+        let pod = pod("livenessProbe", "initialDelaySeconds: 5, periodSeconds: 10");
+        b.sync(&pod, s(3));
+        assert!(b.tick(s(4)).is_empty());
+        assert_eq!(b.rt.count(Op::Exec), 0);
+        b.tick(s(5));
+        assert_eq!(b.rt.count(Op::Exec), 1, "due at startedAt + 5 s");
+    }
+
+    #[test]
+    fn failure_threshold_publishes_one_liveness_failure_then_holds() {
+        let mut b = Bench::new();
+        let id = b.start_container();
+        b.exit_code(&id, 1);
+        let pod = pod(
+            "livenessProbe",
+            "initialDelaySeconds: 5, periodSeconds: 10, failureThreshold: 3",
+        );
+        b.sync(&pod, s(0));
+        assert_eq!(
+            b.mgr.results().get(&id, ProbeType::Liveness),
+            Some(ProbeResult::Success),
+            "liveness starts out successful"
+        );
+        assert!(b.tick(s(5)).is_empty(), "1 failure of 3");
+        assert!(b.tick(s(15)).is_empty(), "2 failures of 3");
+        assert_eq!(
+            b.tick(s(25)),
+            [event(ProbeType::Liveness, ProbeResult::Failure)]
+        );
+        assert_eq!(
+            b.mgr.results().get(&id, ProbeType::Liveness),
+            Some(ProbeResult::Failure)
+        );
+        // On hold until a new instance: no more runs, nothing more delivered.
+        assert!(b.tick(s(35)).is_empty());
+        assert!(b.tick(s(45)).is_empty());
+        assert_eq!(b.rt.count(Op::Exec), 3);
+    }
+
+    #[test]
+    fn a_changed_result_is_delivered_once_and_an_unchanged_one_never() {
+        let mut b = Bench::new();
+        let id = b.start_container();
+        let pod = pod(
+            "readinessProbe",
+            "initialDelaySeconds: 5, periodSeconds: 10, successThreshold: 2, failureThreshold: 1",
+        );
+        b.sync(&pod, s(0));
+        assert!(b.tick(s(5)).is_empty(), "1 success of 2");
+        assert_eq!(
+            b.tick(s(15)),
+            [event(ProbeType::Readiness, ProbeResult::Success)]
+        );
+        assert!(b.tick(s(25)).is_empty(), "still ready: nothing to deliver");
+        b.exit_code(&id, 1);
+        assert_eq!(
+            b.tick(s(35)),
+            [event(ProbeType::Readiness, ProbeResult::Failure)]
+        );
+        assert!(b.tick(s(45)).is_empty(), "still not ready");
+        assert_eq!(b.rt.count(Op::Exec), 5, "readiness keeps probing");
+        assert_eq!(
+            b.mgr.results().get(&id, ProbeType::Readiness),
+            Some(ProbeResult::Failure)
+        );
+    }
+
+    #[test]
+    fn a_removed_pod_is_no_longer_probed() {
+        let mut b = Bench::new();
+        let id = b.start_container();
+        let pod = pod(
+            "readinessProbe",
+            "initialDelaySeconds: 5, periodSeconds: 10",
+        );
+        b.sync(&pod, s(0));
+        assert_eq!(
+            b.tick(s(5)),
+            [event(ProbeType::Readiness, ProbeResult::Success)]
+        );
+        b.mgr.remove_pod(UID);
+        for at in [15, 25, 35] {
+            assert!(b.tick(s(at)).is_empty());
+        }
+        assert_eq!(b.rt.count(Op::Exec), 1);
+        assert_eq!(b.mgr.results().get(&id, ProbeType::Readiness), None);
+        assert!(b.mgr.pods().is_empty());
+    }
 }

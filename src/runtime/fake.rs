@@ -36,6 +36,14 @@ impl Default for FakeClock {
 }
 
 impl FakeClock {
+    /// A clock that starts at `t`. Code above the seam that still reads the real
+    /// clock (the runtime manager's restart backoff compares `finishedAt` with
+    /// `SystemTime::now()`) needs a fake clock near the real time: a test starts it a
+    /// little in the past and moves it toward now.
+    pub fn starting_at(t: SystemTime) -> Self {
+        FakeClock(Arc::new(Mutex::new(t)))
+    }
+
     /// The current fake time.
     pub fn now(&self) -> SystemTime {
         *lock(&self.0)
