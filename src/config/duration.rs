@@ -135,40 +135,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     Ok(Duration::new(secs, nanos))
 }
 
-/// Formats a duration the way Go prints one for the values the kubelet uses
-/// (`20s`, `1m0s`, `500ms`, `1h0m0s`), for help text and logs.
-pub fn format_duration(d: Duration) -> String {
-    if d.is_zero() {
-        return "0s".into();
-    }
-    if d < Duration::from_secs(1) {
-        let n = d.as_nanos();
-        return if n % 1_000_000 == 0 {
-            format!("{}ms", n / 1_000_000)
-        } else if n % 1_000 == 0 {
-            format!("{}\u{b5}s", n / 1_000)
-        } else {
-            format!("{n}ns")
-        };
-    }
-    let secs = d.as_secs();
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    let frac = d.subsec_nanos();
-    let mut sec = s.to_string();
-    if frac != 0 {
-        let f = format!("{frac:09}");
-        sec.push('.');
-        sec.push_str(f.trim_end_matches('0'));
-    }
-    if h > 0 {
-        format!("{h}h{m}m{sec}s")
-    } else if m > 0 {
-        format!("{m}m{sec}s")
-    } else {
-        format!("{sec}s")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,7 +197,7 @@ mod tests {
     }
 
     #[test]
-    fn formats_like_go() {
+    fn go_printed_durations_parse_back() {
         let cases: &[(Duration, &str)] = &[
             (Duration::ZERO, "0s"),
             (Duration::from_secs(20), "20s"),
@@ -242,7 +208,7 @@ mod tests {
             (Duration::from_millis(1500), "1.5s"),
         ];
         for (d, want) in cases {
-            assert_eq!(format_duration(*d), *want);
+            assert_eq!(crate::time::go_duration(*d), *want);
             assert_eq!(parse_duration(want), Ok(*d), "round trip of {want}");
         }
     }

@@ -178,34 +178,9 @@ fn split_subscript(path: &str) -> Option<(&str, &str)> {
 fn format_map(m: Option<&BTreeMap<String, String>>) -> String {
     m.into_iter()
         .flatten()
-        .map(|(k, v)| format!("{k}={}", go_quote(v)))
+        .map(|(k, v)| format!("{k}={}", crate::validation::field::go_quote(v)))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// Go's `strconv.Quote` for the characters a label or annotation can hold.
-fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// A container's requests with the API's defaulting applied: a resource with a limit
