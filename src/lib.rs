@@ -14,6 +14,7 @@ pub mod lines;
 pub mod fsutil;
 pub mod record;
 pub mod netutil;
+// Outgoing HTTP: agents for the servers pods come from, and for requests to pods.
 pub mod httpclient;
 pub mod wait;
 pub mod reference;
@@ -22,21 +23,22 @@ pub mod systemd;
 // Configuration: flags and the KubeletConfiguration file.
 pub mod config;
 
-// The runtime seam and its Docker implementation.
+// The runtime seam and its Docker implementation, and the runtime-neutral kubelet
+// types every part of the kubelet core builds on.
 pub mod runtime;
+pub mod container;
 
 // Where pods come from: sources, pod validation before admission, and their merge.
 pub mod validation;
 pub mod podconfig;
 
-// The API server client (also the TLS and line-stream plumbing of the URL and etcd sources).
+// The API server client.
 pub mod apiclient;
 
 // The kubelet core: the sync loop and what it drives.
 pub mod kubelet;
 pub mod pod_workers;
 pub mod pod_killer;
-pub mod container;
 pub mod kuberuntime;
 pub mod images;
 pub mod volume;

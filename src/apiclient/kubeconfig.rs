@@ -18,7 +18,7 @@ use k8s_openapi::ByteString;
 use serde::Deserialize;
 
 use super::exec::ExecConfig;
-use super::http::TlsSettings;
+use crate::httpclient::servers::TlsSettings;
 
 /// Why the kubeconfig cannot be used. Every message names the file.
 #[derive(Debug)]
@@ -285,7 +285,7 @@ fn resolve(raw: RawConfig, base: &Path) -> Result<RestConfig, KubeconfigErrorKin
         key_pem: pick(user.client_key_data, user.client_key)?,
         insecure: cluster.insecure_skip_tls_verify,
     };
-    super::http::tls_config(&tls).map_err(invalid)?;
+    crate::httpclient::servers::tls_config(&tls).map_err(invalid)?;
     let auth = Auth {
         token: user.token.filter(|t| !t.is_empty()),
         token_file: user

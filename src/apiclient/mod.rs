@@ -16,7 +16,6 @@
 //! line-stream plumbing that the etcd and URL sources share.
 
 pub mod exec;
-pub mod http;
 pub mod kubeconfig;
 
 use std::fmt;
@@ -30,8 +29,8 @@ use ureq::http::Response;
 use ureq::{Agent, Body};
 
 use self::exec::{Credential, ExecError};
-use self::http::{query_escape, LineReader, TlsSettings};
 use self::kubeconfig::RestConfig;
+use crate::httpclient::servers::{self as http, query_escape, LineReader, TlsSettings};
 use crate::loops::lock;
 
 /// One list call (all its pages) and the setup of a watch must finish within this.

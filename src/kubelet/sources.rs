@@ -43,13 +43,13 @@ impl PreparedSources {
                     })
                     .transpose()
             };
-            let tls = crate::apiclient::http::TlsSettings {
+            let tls = crate::httpclient::servers::TlsSettings {
                 ca_pem: read("--etcd-cafile", &cfg.etcd_cafile)?,
                 cert_pem: read("--etcd-certfile", &cfg.etcd_certfile)?,
                 key_pem: read("--etcd-keyfile", &cfg.etcd_keyfile)?,
                 insecure: false,
             };
-            crate::apiclient::http::tls_config(&tls)
+            crate::httpclient::servers::tls_config(&tls)
                 .map_err(|r| boxed(format!("etcd TLS files: {r}").into()))?;
             prepared.etcd = Some(crate::podconfig::etcd::EtcdConfig {
                 servers: cfg.etcd_servers.clone(),

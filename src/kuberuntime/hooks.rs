@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::container::format_pod;
-use crate::httpclient::{pod_agent, resolve_location, MAX_REDIRECTS};
+use crate::httpclient::pods::{pod_agent, resolve_location, MAX_REDIRECTS};
 use crate::runtime::Runtime;
 
 /// Upstream runs postStart without a timeout, so a hung hook holds the pod's sync for

@@ -32,8 +32,8 @@ use ureq::Agent;
 
 use super::manifest::{self, Format, ManifestError, Origin, MAX_MANIFEST_BYTES};
 use super::{Source, SourceUpdate};
-use crate::apiclient::http::{self as client, LineReader, TlsSettings};
 use crate::fsutil;
+use crate::httpclient::servers::{self as client, LineReader, TlsSettings};
 use crate::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
 use crate::wait::{jitter_fraction, Backoff};
 

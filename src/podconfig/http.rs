@@ -25,8 +25,8 @@ use ureq::Agent;
 
 use super::manifest::{self, Format, ManifestError, Origin, MAX_MANIFEST_BYTES};
 use super::{Source, SourceUpdate};
-use crate::apiclient::http as client;
 use crate::fsutil;
+use crate::httpclient::servers as client;
 use crate::loops::{Loops, Periodic, SpawnError};
 
 /// Upstream's client timeout for the manifest URL.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::spec::Handler;
 use super::{Outcome, ProbeResult, USER_AGENT};
-use crate::httpclient::{host_of, resolve_location};
+use crate::httpclient::pods::{host_of, resolve_location};
 use crate::netutil::join_host_port;
 use crate::runtime::{Runtime, RuntimeError};
 
@@ -19,7 +19,7 @@ pub const MAX_BODY: u64 = 10 * 1024;
 /// Exec output kept for the message: the same cap as the HTTP body.
 pub const MAX_OUTPUT: usize = 10 * 1024;
 /// Upstream (Go's client default) stops after 10 same-host redirects.
-pub use crate::httpclient::MAX_REDIRECTS;
+pub use crate::httpclient::pods::MAX_REDIRECTS;
 
 /// Runs probes. One per `probe-worker-N` thread.
 #[derive(Debug)]
@@ -32,7 +32,7 @@ impl Prober {
     /// A prober that execs through `runtime`.
     pub fn new(runtime: Arc<dyn Runtime>) -> Self {
         // Redirects are followed by hand below: only to the same host.
-        let agent = crate::httpclient::pod_agent(USER_AGENT);
+        let agent = crate::httpclient::pods::pod_agent(USER_AGENT);
         Prober { runtime, agent }
     }
 

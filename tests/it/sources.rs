@@ -535,7 +535,7 @@ fn etcd_source_speaks_tls_with_a_client_certificate() {
     let prefix = "/registry/hosts/n/";
     etcd.put(&format!("{prefix}a"), &etcd_pod("a"));
     let read = |p: &std::path::Path| Some(std::fs::read(p).expect("pem"));
-    let tls = rkubelet::apiclient::http::TlsSettings {
+    let tls = rkubelet::httpclient::servers::TlsSettings {
         ca_pem: read(&pki.ca),
         cert_pem: read(&pki.client_cert),
         key_pem: read(&pki.client_key),
@@ -562,7 +562,7 @@ fn etcd_source_speaks_tls_with_a_client_certificate() {
     let cfg = EtcdConfig {
         servers: vec![etcd.url.clone()],
         prefix: prefix.into(),
-        tls: rkubelet::apiclient::http::TlsSettings {
+        tls: rkubelet::httpclient::servers::TlsSettings {
             cert_pem: None,
             key_pem: None,
             ..tls

@@ -1,5 +1,5 @@
-//! The HTTP plumbing shared by every client rkubelet has outside Docker: the API
-//! server client ([`super::ApiClient`]), the etcd source and the manifest-URL source.
+//! The client plumbing for the servers rkubelet reads pods from: the API server client
+//! ([`crate::apiclient::ApiClient`]), the etcd source and the manifest-URL source.
 //!
 //! One place builds a ureq `Agent` (blocking, no async runtime) with rustls from PEM
 //! bytes (a CA bundle, a client certificate and key, or "skip verification"), with a
