@@ -10,6 +10,9 @@
 //! the runtime config as a pure function. Anything the spec asks for that cannot be
 //! honoured is a `CreateContainerConfigError` for that container, with upstream's
 //! message; it never fails the pod's other containers.
+//!
+//! Over 800 lines: a third of it is its unit tests; the mapping itself is one pass over
+//! the container spec and reads best in one place.
 
 pub mod dns;
 pub mod env;

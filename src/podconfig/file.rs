@@ -26,6 +26,9 @@
 //! registry shows it until the file is fixed. A deleted manifest's pods leave the
 //! snapshot, and the merge removes them. A missing path gives an empty snapshot (the
 //! source still counts as ready), logged once.
+//!
+//! Over 800 lines: 480 of them are its unit tests (FIFOs, caps, changes, inotify),
+//! beside the reading rules they check.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;

@@ -24,9 +24,13 @@
 //! connections cannot lock a new client out. Request bodies are never read: the
 //! kubelet's read-only and healthz handlers need none, so a request that announces one
 //! is answered and its connection closed. `accept` errors (`EMFILE` included) are
-//! logged, the oldest idle connection is given up, and accepting pauses briefly; the
+//! logged and the connection that has waited longest is given up so the next accept
+//! has a descriptor (accepting pauses briefly only when there is none to give up); the
 //! accept loop never ends on an error. If the poller itself fails, the loop helper runs
 //! it again ([`Loops::spawn_supervised`]).
+//!
+//! Over 800 lines: the poller is one state machine (accept, heads, caps, timeouts,
+//! linger) whose bounds are easier to check in one file; its unit tests follow it.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -8,6 +8,9 @@
 //! reason cache), the previous status (for transition times, restart counts of vanished
 //! containers and sticky terminal phases) and `now` go in; a `PodStatus` comes out. Pod
 //! workers write the result into [`StatusCache`]; the HTTP servers read it.
+//!
+//! Over 800 lines: nearly half of it is the table tests of phases, conditions and
+//! container statuses, beside the pure functions they pin down.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
