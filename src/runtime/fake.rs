@@ -224,6 +224,14 @@ impl FakeRuntime {
             .insert(name.to_string());
     }
 
+    /// Container `id` was configured with stop signal `signal` (as an image's
+    /// STOPSIGNAL or `lifecycle.stopSignal` configures it).
+    pub fn set_stop_signal(&self, id: &str, signal: &str) {
+        if let Some(c) = lock(&self.state).containers.get_mut(id) {
+            c.settings.stop_signal = signal.to_string();
+        }
+    }
+
     /// Every signal sent with `kill_container`, in order.
     pub fn signals(&self) -> Vec<Signal> {
         lock(&self.state).signals.clone()
@@ -482,7 +490,11 @@ impl Runtime for FakeRuntime {
     }
 
     fn kill_container(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
-        let op = if signal == SIGKILL { Op::Kill } else { Op::Stop };
+        let op = if signal == SIGKILL {
+            Op::Kill
+        } else {
+            Op::Stop
+        };
         lock(&self.state).signals.push(Signal {
             id: id.to_string(),
             signal: signal.to_string(),
