@@ -11,10 +11,12 @@
 //! `Killing` event and preStop hook ([`RuntimeManager::pre_stop_in_kill`], bounded by
 //! the grace period; most containers have no hook) followed, when it is already its
 //! turn, by its stop signal ([`RuntimeManager::signal_in_kill`], which returns at
-//! once), and the removal at the end ([`RuntimeManager::remove_killed`]). After its
-//! signal a container is "terminating until its deadline": the supervisor polls the
-//! node's containers with one filtered list per tick and, for each terminating one,
-//! either sees it exited (its stop is done) or reaches its deadline and sends SIGKILL.
+//! once), a sidecar's or a sandbox's signal and SIGKILL, and the removal at the end
+//! ([`RuntimeManager::remove_killed`]). The supervisor itself makes one runtime call,
+//! the poll, so a slow engine never serializes the kills behind it. After its signal
+//! a container is "terminating until its deadline": the supervisor polls the node's
+//! containers with one filtered list per tick and, for each terminating one, either
+//! sees it exited (its stop is done) or reaches its deadline and has SIGKILL sent.
 //! A sidecar waits for its turn (upstream `waitForTurn`: the app containers and the
 //! later sidecars have exited, or its grace is used up) as state in the supervisor
 //! too. When a pod's container stops are done its sandboxes are signalled and
@@ -89,6 +91,21 @@ enum Step {
         /// Boxed: a stop is large beside the other steps.
         stop: Box<ContainerStop>,
     },
+    /// A stop whose turn came while it waited (a sidecar): its signal.
+    Signal {
+        kill: u64,
+        stop: Box<ContainerStop>,
+    },
+    /// The kill's containers are down: the sandboxes' signals.
+    SignalSandboxes {
+        kill: u64,
+        pod: RuntimePod,
+    },
+    /// A grace period has passed.
+    Sigkill {
+        id: String,
+        name: String,
+    },
     Remove {
         kill: u64,
         req: KillPodRequest,
@@ -110,6 +127,13 @@ enum Outcome {
         signalled: Option<Result<Duration, RuntimeError>>,
         at: Instant,
     },
+    SandboxesSignalled {
+        kill: u64,
+        pod: RuntimePod,
+        signalled: Vec<(String, Duration)>,
+        at: Instant,
+    },
+    Sigkilled,
     Removed {
         kill: u64,
         result: Result<(), RuntimeError>,
@@ -219,6 +243,33 @@ fn run_step(manager: &RuntimeManager, step: Step) -> Outcome {
                 signalled,
                 at,
             }
+        }
+        Step::Signal { kill, stop } => {
+            let result = manager.signal_in_kill(&stop, Instant::now());
+            Outcome::PreStopped {
+                kill,
+                stop,
+                signalled: Some(result),
+                at: Instant::now(),
+            }
+        }
+        Step::SignalSandboxes { kill, pod } => {
+            let signalled = manager.signal_sandboxes(&pod);
+            Outcome::SandboxesSignalled {
+                kill,
+                pod,
+                signalled,
+                at: Instant::now(),
+            }
+        }
+        Step::Sigkill { id, name } => {
+            if let Err(e) = manager.sigkill(&id, &name) {
+                log::warn!(
+                    "killing container {name}: {}",
+                    crate::loops::error_chain(&e)
+                );
+            }
+            Outcome::Sigkilled
         }
         Step::Remove { kill, req, pod } => Outcome::Removed {
             kill,
@@ -405,6 +456,14 @@ impl<'a> Supervisor<'a> {
                 None => self.waiting.push((kill, *stop)),
                 Some(result) => self.signalled(kill, *stop, result, at),
             },
+            Outcome::SandboxesSignalled {
+                kill,
+                pod,
+                signalled,
+                at,
+            } => self.sandboxes_signalled(kill, pod, signalled, at),
+            // Exits after SIGKILL come at once: poll fast.
+            Outcome::Sigkilled => self.last_signal = Some(Instant::now()),
             Outcome::Removed { kill, result } => self.complete(kill, result),
         }
     }
@@ -462,32 +521,46 @@ impl<'a> Supervisor<'a> {
         match k.phase {
             Phase::Planning | Phase::Removing => {}
             Phase::Containers => {
-                let signalled = self.manager.signal_sandboxes(&k.pod);
-                let now = Instant::now();
                 k.phase = Phase::Sandboxes;
-                k.pending = signalled.len();
-                if !signalled.is_empty() {
-                    self.last_signal = Some(now);
-                }
-                for (id, grace) in signalled {
-                    self.terminating.push(Terminating {
-                        kill,
-                        name: format!("sandbox {}", short(&id)),
-                        id,
-                        _stop: None,
-                        deadline: crate::time::saturating_deadline(now, grace),
-                        sigkilled: false,
-                    });
-                }
-                if k.pending == 0 {
-                    self.advance(kill);
-                }
+                let pod = std::mem::take(&mut k.pod);
+                self.step(Step::SignalSandboxes { kill, pod });
             }
             Phase::Sandboxes => {
                 k.phase = Phase::Removing;
                 let (req, pod) = (k.req.clone(), std::mem::take(&mut k.pod));
                 self.step(Step::Remove { kill, req, pod });
             }
+        }
+    }
+
+    /// The kill's sandboxes were signalled by `at`: they are terminating.
+    fn sandboxes_signalled(
+        &mut self,
+        kill: u64,
+        pod: RuntimePod,
+        signalled: Vec<(String, Duration)>,
+        at: Instant,
+    ) {
+        let Some(k) = self.kills.get_mut(&kill) else {
+            return;
+        };
+        k.pod = pod;
+        k.pending = signalled.len();
+        if !signalled.is_empty() {
+            self.last_signal = Some(at);
+        }
+        for (id, grace) in signalled {
+            self.terminating.push(Terminating {
+                kill,
+                name: format!("sandbox {}", short(&id)),
+                id,
+                _stop: None,
+                deadline: crate::time::saturating_deadline(at, grace),
+                sigkilled: false,
+            });
+        }
+        if k.pending == 0 {
+            self.advance(kill);
         }
     }
 
@@ -534,12 +607,13 @@ impl<'a> Supervisor<'a> {
             .partition(|(turn, _)| *turn);
         self.waiting = waiting.into_iter().map(|(_, w)| w).collect();
         for (_, (kill, stop)) in ready {
-            let result = self.manager.signal_in_kill(&stop, now);
-            self.signalled(kill, stop, result, Instant::now());
+            let stop = Box::new(stop);
+            self.step(Step::Signal { kill, stop });
         }
         // Deadlines: SIGKILL after the grace; after SIGKILL, give up in the end.
         let now = Instant::now();
         let mut given_up = Vec::new();
+        let mut sigkills = Vec::new();
         for t in self.terminating.iter_mut().filter(|t| now >= t.deadline) {
             if t.sigkilled {
                 log::warn!(
@@ -550,18 +624,15 @@ impl<'a> Supervisor<'a> {
                 given_up.push(t.id.clone());
                 continue;
             }
-            let killed = self.manager.sigkill(&t.id, &t.name);
-            let now = Instant::now();
-            if let Err(e) = killed {
-                log::warn!(
-                    "killing container {}: {}",
-                    t.name,
-                    crate::loops::error_chain(&e)
-                );
-            }
             t.sigkilled = true;
             t.deadline = crate::time::saturating_deadline(now, KILL_WAIT);
-            self.last_signal = Some(now);
+            sigkills.push(Step::Sigkill {
+                id: t.id.clone(),
+                name: t.name.clone(),
+            });
+        }
+        for step in sigkills {
+            self.step(step);
         }
         for id in given_up {
             if let Some(i) = self.terminating.iter().position(|t| t.id == id) {
