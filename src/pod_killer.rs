@@ -4,6 +4,8 @@
 //! by a fixed set of threads, so a 30 s grace period never holds a pod worker (of
 //! which there are only a few) or the sync loop, nor the kills of other pods.
 //!
+//! (Over 800 lines: more than half is tests, each driving a whole killer on the fake.)
+//!
 //! A container stop is a state, not a blocked thread. One `pod-killer` thread (the
 //! supervisor) owns every kill in flight; [`STEP_THREADS`] `pod-kill-N` threads run
 //! the steps that block on the runtime: planning a kill

@@ -5,6 +5,9 @@
 //! file), `killContainer` (preStop hook, grace period, sidecar termination order) and
 //! `KillPod`.
 //!
+//! (Over 800 lines: sync, start and kill share the manager's private helpers; the kill
+//! steps are the part to move out next, into a `kill.rs`.)
+//!
 //! It is called only from pod workers and the pod killer, one pod at a time, so it
 //! blocks freely. The sync loop never calls it.
 
