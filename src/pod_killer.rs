@@ -1,45 +1,79 @@
 //! The pod killer (upstream `podKiller`, `pkg/kubelet/pod_workers.go` before 1.22):
 //! whole-pod kills — a pod removed from its source, deleted, orphaned, finished, or
-//! whose sandbox must be replaced — are taken off a bounded channel by a fixed pool of
-//! `pod-kill-N` threads, so a 30 s grace period never holds a pod worker (of which
-//! there are only a few) or the sync loop.
+//! whose sandbox must be replaced — are taken off a bounded channel and carried out
+//! by a fixed set of threads, so a 30 s grace period never holds a pod worker (of
+//! which there are only a few) or the sync loop, nor the kills of other pods.
 //!
-//! The thread count is fixed whatever the number of pods and containers:
-//! [`KILL_WORKERS`] kill workers, each with [`STOPS_PER_KILL`] container-stop threads
-//! (`pod-stop-N-M`) of its own. A kill worker plans its pod's stops
-//! ([`RuntimeManager::plan_kill`]) and hands them, in order, to its stop threads:
-//! the app containers of a pod stop in parallel (their grace periods overlap, as
-//! upstream's goroutines do), then the sidecars in reverse order. A pod with more
-//! running containers than [`STOPS_PER_KILL`] stops in waves; the order still holds,
-//! because a stop only ever waits for stops handed out before it.
+//! (Over 800 lines: more than half is tests, each driving a whole killer on the fake.)
+//!
+//! A container stop is a state, not a blocked thread. One `pod-killer` thread (the
+//! supervisor) owns every kill in flight; [`STEP_THREADS`] `pod-kill-N` threads run
+//! the steps that block on the runtime: planning a kill
+//! ([`RuntimeManager::plan_kill`]: one list, an inspect per container), a stop's
+//! `Killing` event and preStop hook ([`RuntimeManager::pre_stop_in_kill`], bounded by
+//! the grace period; most containers have no hook) followed, when it is already its
+//! turn, by its stop signal ([`RuntimeManager::signal_in_kill`], which returns at
+//! once), a sidecar's or a sandbox's signal and SIGKILL, and the removal at the end
+//! ([`RuntimeManager::remove_killed`]). The supervisor itself makes one runtime call,
+//! the poll, so a slow engine never serializes the kills behind it. After its signal
+//! a container is "terminating until its deadline": the supervisor polls the node's
+//! containers with one filtered list per tick and, for each terminating one, either
+//! sees it exited (its stop is done) or reaches its deadline and has SIGKILL sent.
+//! A sidecar waits for its turn (upstream `waitForTurn`: the app containers and the
+//! later sidecars have exited, or its grace is used up) as state in the supervisor
+//! too. When a pod's container stops are done its sandboxes are signalled and
+//! watched the same way, then its containers removed and its completion callback
+//! run. So 100 pods that ignore SIGTERM are all stopped in about one grace period,
+//! with [`THREADS`] threads whatever the number of pods and containers.
 //!
 //! Ordering stays per pod: the pod worker that hands a kill over keeps the pod's slot
 //! busy until the kill's completion callback runs (which calls
 //! [`crate::pod_workers::PodWorkers::finish`]), so nothing else of that pod runs while
-//! it is being stopped, and at most one kill per pod is in flight.
+//! it is being stopped, and at most one kill per pod is in flight. That also bounds
+//! the kills the supervisor holds: at most one per pod the kubelet knows.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::kuberuntime::{ContainerStop, KillPodRequest, RuntimeManager};
+use crate::container::{short, RuntimePod};
+use crate::kuberuntime::{ContainerStop, KillPlan, KillPodRequest, RuntimeManager};
 use crate::loops::{LoopHandle, Loops, SpawnError, Stop};
 use crate::runtime::RuntimeError;
 
-/// Kills carried out at once. Each mostly waits out grace periods in `docker stop`;
-/// four keep a mass removal moving without hundreds of threads against dockerd.
-pub const KILL_WORKERS: usize = 4;
-/// Container stops of one pod carried out at once: most pods have fewer running
-/// containers, so their grace periods all overlap.
-pub const STOPS_PER_KILL: usize = 4;
-/// Every thread the pod killer runs, whatever it is asked.
-pub const THREADS: usize = KILL_WORKERS * (1 + STOPS_PER_KILL);
-/// Kill requests waiting for a kill worker. A request is small; the queue holds a
+/// Threads that run the blocking steps of kills. Only a preStop hook is long (it is
+/// bounded by the grace period, and few containers have one); the other steps are
+/// short runtime calls, which this many at once already keep dockerd busy.
+pub const STEP_THREADS: usize = 16;
+/// Every thread the pod killer runs, whatever it is asked: the supervisor and the
+/// step threads.
+pub const THREADS: usize = 1 + STEP_THREADS;
+/// Kill requests waiting for the supervisor. A request is small; the queue holds a
 /// mass removal of every pod a node can run, so a pod worker hands kills over rather
 /// than carry them out itself (which it does only when the queue is full).
 pub const CHANNEL_CAPACITY: usize = 1024;
+/// How often the terminating containers are polled while none was signalled
+/// recently: a container still running a second after its signal is using its grace
+/// period (seconds), so noticing its exit a little late costs nothing, and one list
+/// per tick serves every terminating container of the node.
+const POLL: Duration = Duration::from_millis(200);
+/// How often they are polled within [`FAST_WINDOW`] of a signal: a container that
+/// honours its stop signal exits within milliseconds, and the sidecars and the
+/// sandbox that wait for it (and the pod's end) should not wait a whole tick more.
+const POLL_FAST: Duration = Duration::from_millis(20);
+/// See [`POLL_FAST`].
+const FAST_WINDOW: Duration = Duration::from_secs(1);
+/// How long a container may take to exit after SIGKILL before its stop is given up
+/// (logged) so that its pod's kill can end: the engine still has to reap the process
+/// and tear down its network, which on a loaded board takes seconds.
+const KILL_WAIT: Duration = Duration::from_secs(30);
+/// How long the supervisor sleeps when nothing is due: it is woken by every job and
+/// every step's outcome anyway.
+const IDLE: Duration = Duration::from_secs(60);
 
-/// What runs when a kill has finished (on a kill worker's thread).
+/// What runs when a kill has finished (on the supervisor's thread: keep it short).
 pub type Done = Box<dyn FnOnce(Result<(), RuntimeError>) + Send + 'static>;
 
 struct Job {
@@ -47,12 +81,65 @@ struct Job {
     done: Done,
 }
 
-/// One container stop, handed by a kill worker to its stop threads.
-struct StopTask {
-    req: KillPodRequest,
-    stop: ContainerStop,
-    /// Dropped when the stop has ended: the kill worker counts these.
-    finished: Sender<()>,
+/// Blocking work handed by the supervisor to the step threads.
+enum Step {
+    Plan {
+        kill: u64,
+        req: KillPodRequest,
+    },
+    PreStop {
+        kill: u64,
+        req: KillPodRequest,
+        /// Boxed: a stop is large beside the other steps.
+        stop: Box<ContainerStop>,
+    },
+    /// A stop whose turn came while it waited (a sidecar): its signal.
+    Signal {
+        kill: u64,
+        stop: Box<ContainerStop>,
+    },
+    /// The kill's containers are down: the sandboxes' signals.
+    SignalSandboxes {
+        kill: u64,
+        pod: RuntimePod,
+    },
+    /// A grace period has passed.
+    Sigkill {
+        id: String,
+        name: String,
+    },
+    Remove {
+        kill: u64,
+        req: KillPodRequest,
+        pod: RuntimePod,
+    },
+}
+
+/// What a step thread hands back.
+enum Outcome {
+    Planned {
+        kill: u64,
+        result: Result<KillPlan, RuntimeError>,
+    },
+    /// The hook has run; when it was already the stop's turn, its signal was sent
+    /// too (by `at`), with this outcome.
+    PreStopped {
+        kill: u64,
+        stop: Box<ContainerStop>,
+        signalled: Option<Result<Duration, RuntimeError>>,
+        at: Instant,
+    },
+    SandboxesSignalled {
+        kill: u64,
+        pod: RuntimePod,
+        signalled: Vec<(String, Duration)>,
+        at: Instant,
+    },
+    Sigkilled,
+    Removed {
+        kill: u64,
+        result: Result<(), RuntimeError>,
+    },
 }
 
 /// The sending side: pod workers submit kills through it.
@@ -71,26 +158,24 @@ impl std::fmt::Debug for PodKiller {
 }
 
 impl PodKiller {
-    /// Starts the kill workers `pod-kill-0..` and their stop threads `pod-stop-N-M`.
+    /// Starts the supervisor `pod-killer` and the step threads `pod-kill-N`.
     pub fn start(loops: &Loops, manager: Arc<RuntimeManager>) -> Result<PodKiller, SpawnError> {
         let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
-        for k in 0..KILL_WORKERS {
-            // Each stop is taken by the first free stop thread; the kill worker never
-            // hands out more than it waits for, so the channel needs no more room.
-            let (stop_tx, stop_rx) = crossbeam_channel::bounded::<StopTask>(STOPS_PER_KILL);
-            for m in 0..STOPS_PER_KILL {
-                let m_rx = stop_rx.clone();
-                let m_manager = manager.clone();
-                loops.spawn(&format!("pod-stop-{k}-{m}"), move |stop, handle| {
-                    run_stops(&m_manager, &m_rx, &stop, &handle);
-                })?;
-            }
-            let rx: Receiver<Job> = rx.clone();
-            let k_manager = manager.clone();
-            loops.spawn(&format!("pod-kill-{k}"), move |stop, handle| {
-                run_kills(&k_manager, &rx, &stop_tx, &stop, &handle);
+        // Unbounded both ways, so that neither side ever blocks on the other: what is
+        // in them is bounded by the kills in flight (one per pod) and their containers.
+        let (step_tx, step_rx) = crossbeam_channel::unbounded::<Step>();
+        let (out_tx, out_rx) = crossbeam_channel::unbounded::<Outcome>();
+        for n in 0..STEP_THREADS {
+            let (rx, out, m) = (step_rx.clone(), out_tx.clone(), manager.clone());
+            loops.spawn(&format!("pod-kill-{n}"), move |stop, handle| {
+                run_steps(&m, &rx, &out, &stop, &handle);
             })?;
         }
+        let m = manager.clone();
+        loops.spawn("pod-killer", move |stop, handle| {
+            let mut sup = Supervisor::new(&m, step_tx);
+            sup.run(rx, &out_rx, &stop, &handle);
+        })?;
         Ok(PodKiller { tx, manager })
     }
 
@@ -111,88 +196,478 @@ impl PodKiller {
     }
 }
 
-/// A kill worker: one pod at a time, its stops on its own stop threads.
-fn run_kills(
+/// A step thread: one blocking step at a time, its outcome back to the supervisor.
+fn run_steps(
     manager: &RuntimeManager,
-    rx: &Receiver<Job>,
-    stops: &Sender<StopTask>,
+    rx: &Receiver<Step>,
+    out: &Sender<Outcome>,
     stop: &Stop,
     handle: &LoopHandle,
 ) {
     loop {
         crossbeam_channel::select! {
             recv(stop.receiver()) -> _ => return,
-            recv(rx) -> job => {
-                let Ok(job) = job else { return };
+            recv(rx) -> step => {
+                let Ok(step) = step else { return };
                 let began = handle.begin_tick();
-                log::info!("{}: killing pod {}", handle.name(), job.req.uid);
-                let Some(result) = kill(manager, &job.req, stops, stop) else {
-                    // Shutdown: the kill is left where it stands (containers are never
-                    // stopped by a kubelet exit anyway).
-                    handle.end_tick(began, None);
-                    return;
-                };
-                (job.done)(result);
+                let outcome = run_step(manager, step);
                 handle.end_tick(began, None);
-            }
-        }
-    }
-}
-
-/// Carries out one pod kill with the stop threads. None when shutdown began first.
-fn kill(
-    manager: &RuntimeManager,
-    req: &KillPodRequest,
-    stops: &Sender<StopTask>,
-    stop: &Stop,
-) -> Option<Result<(), RuntimeError>> {
-    let plan = match manager.plan_kill(req) {
-        Ok(p) => p,
-        Err(e) => return Some(Err(e)),
-    };
-    let (finished_tx, finished_rx) = crossbeam_channel::bounded::<()>(0);
-    let (planned, runtime_pod) = plan.into_parts();
-    for s in planned {
-        let task = StopTask {
-            req: req.clone(),
-            stop: s,
-            finished: finished_tx.clone(),
-        };
-        // Blocks while every stop thread is busy: a wave ends, the next begins.
-        crossbeam_channel::select! {
-            send(stops, task) -> sent => {
-                if let Err(crossbeam_channel::SendError(task)) = sent {
-                    // The stop threads are gone: stop it here.
-                    manager.stop_in_kill(&task.req, task.stop);
+                if out.send(outcome).is_err() {
+                    // The supervisor has returned: shutdown.
+                    return;
                 }
             }
-            recv(stop.receiver()) -> _ => return None,
         }
     }
-    drop(finished_tx);
-    // Every task drops its `finished` sender when its stop ends (nothing is ever
-    // sent): the channel closes when the last one has.
-    crossbeam_channel::select! {
-        recv(finished_rx) -> _ => {},
-        recv(stop.receiver()) -> _ => return None,
-    }
-    Some(manager.finish_kill(req, &runtime_pod))
 }
 
-/// A container-stop thread of one kill worker.
-fn run_stops(manager: &RuntimeManager, rx: &Receiver<StopTask>, stop: &Stop, handle: &LoopHandle) {
-    loop {
-        crossbeam_channel::select! {
-            recv(stop.receiver()) -> _ => return,
-            recv(rx) -> task => {
-                let Ok(task) = task else { return };
-                let began = handle.begin_tick();
-                let StopTask { req, stop: s, finished } = task;
-                manager.stop_in_kill(&req, s);
-                drop(finished);
-                handle.end_tick(began, None);
+fn run_step(manager: &RuntimeManager, step: Step) -> Outcome {
+    match step {
+        Step::Plan { kill, req } => Outcome::Planned {
+            kill,
+            result: manager.plan_kill(&req),
+        },
+        Step::PreStop {
+            kill,
+            req,
+            mut stop,
+        } => {
+            manager.pre_stop_in_kill(&req, &mut stop);
+            let now = Instant::now();
+            let signalled = stop
+                .is_turn(now)
+                .then(|| manager.signal_in_kill(&stop, now));
+            // The grace runs from when the signal has surely been delivered.
+            let at = Instant::now();
+            Outcome::PreStopped {
+                kill,
+                stop,
+                signalled,
+                at,
             }
         }
+        Step::Signal { kill, stop } => {
+            let result = manager.signal_in_kill(&stop, Instant::now());
+            Outcome::PreStopped {
+                kill,
+                stop,
+                signalled: Some(result),
+                at: Instant::now(),
+            }
+        }
+        Step::SignalSandboxes { kill, pod } => {
+            let signalled = manager.signal_sandboxes(&pod);
+            Outcome::SandboxesSignalled {
+                kill,
+                pod,
+                signalled,
+                at: Instant::now(),
+            }
+        }
+        Step::Sigkill { id, name } => {
+            if let Err(e) = manager.sigkill(&id, &name) {
+                log::warn!(
+                    "killing container {name}: {}",
+                    crate::loops::error_chain(&e)
+                );
+            }
+            Outcome::Sigkilled
+        }
+        Step::Remove { kill, req, pod } => Outcome::Removed {
+            kill,
+            result: manager.remove_killed(&req, &pod),
+        },
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// A step thread reads the pod's containers.
+    Planning,
+    /// The containers are stopping.
+    Containers,
+    /// The containers are down; the sandboxes are stopping.
+    Sandboxes,
+    /// Everything is down; a step thread removes it (with `remove`).
+    Removing,
+}
+
+/// One pod kill in flight.
+struct Kill {
+    req: KillPodRequest,
+    done: Option<Done>,
+    /// The pod's containers as planned (for the sandboxes and the removal).
+    pod: RuntimePod,
+    phase: Phase,
+    /// Stops of the current phase not yet done.
+    pending: usize,
+}
+
+/// A container (or sandbox) that was sent its stop signal and has not been seen
+/// exited yet.
+struct Terminating {
+    kill: u64,
+    id: String,
+    name: String,
+    /// Held (never read) until the container has exited: dropping it lets the
+    /// sidecars waiting on this container take their turn. None for a sandbox.
+    _stop: Option<ContainerStop>,
+    /// SIGKILL is due then; after SIGKILL, the stop is given up then.
+    deadline: Instant,
+    sigkilled: bool,
+}
+
+/// The supervisor's state: every kill in flight, the stops waiting for their turn,
+/// the terminating containers. Owned by the `pod-killer` thread alone.
+struct Supervisor<'a> {
+    manager: &'a RuntimeManager,
+    steps: Sender<Step>,
+    kills: HashMap<u64, Kill>,
+    /// Stops whose hook has run, waiting for their turn (sidecars).
+    waiting: Vec<(u64, ContainerStop)>,
+    terminating: Vec<Terminating>,
+    next_kill: u64,
+    last_poll: Option<Instant>,
+    last_signal: Option<Instant>,
+}
+
+impl<'a> Supervisor<'a> {
+    fn new(manager: &'a RuntimeManager, steps: Sender<Step>) -> Self {
+        Supervisor {
+            manager,
+            steps,
+            kills: HashMap::new(),
+            waiting: Vec::new(),
+            terminating: Vec::new(),
+            next_kill: 0,
+            last_poll: None,
+            last_signal: None,
+        }
+    }
+
+    /// Takes jobs and step outcomes, and in between polls the terminating containers
+    /// and keeps their deadlines, until shutdown (kills in flight are left where they
+    /// stand: a kubelet exit never stops containers) or until every `PodKiller` is
+    /// gone and no kill is left.
+    fn run(
+        &mut self,
+        jobs: Receiver<Job>,
+        outcomes: &Receiver<Outcome>,
+        stop: &Stop,
+        handle: &LoopHandle,
+    ) {
+        let mut jobs = jobs;
+        let mut closed = false;
+        loop {
+            let now = Instant::now();
+            let wait = self
+                .next_wake(now)
+                .map_or(IDLE, |t| t.saturating_duration_since(now));
+            crossbeam_channel::select! {
+                recv(stop.receiver()) -> _ => return,
+                recv(jobs) -> job => {
+                    let began = handle.begin_tick();
+                    match job {
+                        Ok(job) => self.accept(job),
+                        Err(_) => {
+                            // Every sender is gone: finish what is in flight, then return.
+                            jobs = crossbeam_channel::never();
+                            closed = true;
+                        }
+                    }
+                    let error = self.tick(Instant::now());
+                    handle.end_tick(began, error);
+                }
+                recv(outcomes) -> outcome => {
+                    let began = handle.begin_tick();
+                    if let Ok(outcome) = outcome {
+                        self.outcome(outcome);
+                    }
+                    let error = self.tick(Instant::now());
+                    handle.end_tick(began, error);
+                }
+                default(wait) => {
+                    let began = handle.begin_tick();
+                    let error = self.tick(Instant::now());
+                    handle.end_tick(began, error);
+                }
+            }
+            if closed && self.kills.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// A new kill: planned on a step thread.
+    fn accept(&mut self, job: Job) {
+        let kill = self.next_kill;
+        self.next_kill = self.next_kill.wrapping_add(1);
+        log::info!("pod-killer: killing pod {}", job.req.uid);
+        let req = job.req.clone();
+        self.kills.insert(
+            kill,
+            Kill {
+                req: job.req,
+                done: Some(job.done),
+                pod: RuntimePod::default(),
+                phase: Phase::Planning,
+                pending: 0,
+            },
+        );
+        self.step(Step::Plan { kill, req });
+    }
+
+    /// Hands a step to the step threads; when they are gone (shutdown under way),
+    /// runs it here.
+    fn step(&mut self, step: Step) {
+        if let Err(crossbeam_channel::SendError(step)) = self.steps.send(step) {
+            let outcome = run_step(self.manager, step);
+            self.outcome(outcome);
+        }
+    }
+
+    fn outcome(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Planned { kill, result } => match result {
+                Err(e) => self.complete(kill, Err(e)),
+                Ok(plan) => {
+                    let (stops, pod) = plan.into_parts();
+                    let Some(k) = self.kills.get_mut(&kill) else {
+                        return;
+                    };
+                    k.pod = pod;
+                    k.phase = Phase::Containers;
+                    k.pending = stops.len();
+                    let req = k.req.clone();
+                    if stops.is_empty() {
+                        self.advance(kill);
+                    }
+                    for stop in stops {
+                        let req = req.clone();
+                        let stop = Box::new(stop);
+                        self.step(Step::PreStop { kill, req, stop });
+                    }
+                }
+            },
+            Outcome::PreStopped {
+                kill,
+                stop,
+                signalled,
+                at,
+            } => match signalled {
+                None => self.waiting.push((kill, *stop)),
+                Some(result) => self.signalled(kill, *stop, result, at),
+            },
+            Outcome::SandboxesSignalled {
+                kill,
+                pod,
+                signalled,
+                at,
+            } => self.sandboxes_signalled(kill, pod, signalled, at),
+            // Exits after SIGKILL come at once: poll fast.
+            Outcome::Sigkilled => self.last_signal = Some(Instant::now()),
+            Outcome::Removed { kill, result } => self.complete(kill, result),
+        }
+    }
+
+    /// A container stop's signal was sent by `at` (or failed): it is terminating
+    /// until its grace has passed, or done.
+    fn signalled(
+        &mut self,
+        kill: u64,
+        stop: ContainerStop,
+        result: Result<Duration, RuntimeError>,
+        at: Instant,
+    ) {
+        match result {
+            Ok(grace) => {
+                self.last_signal = Some(at);
+                self.terminating.push(Terminating {
+                    kill,
+                    id: stop.id().to_string(),
+                    name: stop.name().to_string(),
+                    deadline: crate::time::saturating_deadline(at, grace),
+                    _stop: Some(stop),
+                    sigkilled: false,
+                });
+            }
+            Err(e) => {
+                // As upstream: a failed stop is logged, and the pod's other stops go on.
+                log::warn!(
+                    "stopping container {}: {}",
+                    stop.name(),
+                    crate::loops::error_chain(&e)
+                );
+                drop(stop);
+                self.stop_done(kill);
+            }
+        }
+    }
+
+    /// One stop of the kill's current phase is done.
+    fn stop_done(&mut self, kill: u64) {
+        let Some(k) = self.kills.get_mut(&kill) else {
+            return;
+        };
+        k.pending = k.pending.saturating_sub(1);
+        if k.pending == 0 {
+            self.advance(kill);
+        }
+    }
+
+    /// Every stop of the kill's current phase is done: the next phase.
+    fn advance(&mut self, kill: u64) {
+        let Some(k) = self.kills.get_mut(&kill) else {
+            return;
+        };
+        match k.phase {
+            Phase::Planning | Phase::Removing => {}
+            Phase::Containers => {
+                k.phase = Phase::Sandboxes;
+                let pod = std::mem::take(&mut k.pod);
+                self.step(Step::SignalSandboxes { kill, pod });
+            }
+            Phase::Sandboxes => {
+                k.phase = Phase::Removing;
+                let (req, pod) = (k.req.clone(), std::mem::take(&mut k.pod));
+                self.step(Step::Remove { kill, req, pod });
+            }
+        }
+    }
+
+    /// The kill's sandboxes were signalled by `at`: they are terminating.
+    fn sandboxes_signalled(
+        &mut self,
+        kill: u64,
+        pod: RuntimePod,
+        signalled: Vec<(String, Duration)>,
+        at: Instant,
+    ) {
+        let Some(k) = self.kills.get_mut(&kill) else {
+            return;
+        };
+        k.pod = pod;
+        k.pending = signalled.len();
+        if !signalled.is_empty() {
+            self.last_signal = Some(at);
+        }
+        for (id, grace) in signalled {
+            self.terminating.push(Terminating {
+                kill,
+                name: format!("sandbox {}", short(&id)),
+                id,
+                _stop: None,
+                deadline: crate::time::saturating_deadline(at, grace),
+                sigkilled: false,
+            });
+        }
+        if k.pending == 0 {
+            self.advance(kill);
+        }
+    }
+
+    /// The kill has ended: its callback runs.
+    fn complete(&mut self, kill: u64, result: Result<(), RuntimeError>) {
+        if let Some(done) = self.kills.remove(&kill).and_then(|k| k.done) {
+            done(result);
+        }
+    }
+
+    /// Polls the terminating containers when due, ends the stops whose containers
+    /// exited, signals the stops whose turn came, and keeps the deadlines. Returns the
+    /// poll's error, for the loop registry.
+    fn tick(&mut self, now: Instant) -> Option<String> {
+        let mut error = None;
+        if self.poll_due(now) {
+            self.last_poll = Some(now);
+            match self.manager.running_container_ids() {
+                Ok(running) => {
+                    let (exited, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.terminating)
+                        .into_iter()
+                        .partition(|t| !running.contains(&t.id));
+                    self.terminating = still;
+                    for t in exited {
+                        // Dropping its stop lets the sidecars waiting on it go on.
+                        let kill = t.kill;
+                        drop(t);
+                        self.stop_done(kill);
+                    }
+                }
+                Err(e) => {
+                    error = Some(format!(
+                        "listing containers: {}",
+                        crate::loops::error_chain(&e)
+                    ))
+                }
+            }
+        }
+        // Turns: a sidecar whose containers to outlive are down (perhaps just now).
+        let now = Instant::now();
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .map(|(kill, mut stop)| (stop.is_turn(now), (kill, stop)))
+            .partition(|(turn, _)| *turn);
+        self.waiting = waiting.into_iter().map(|(_, w)| w).collect();
+        for (_, (kill, stop)) in ready {
+            let stop = Box::new(stop);
+            self.step(Step::Signal { kill, stop });
+        }
+        // Deadlines: SIGKILL after the grace; after SIGKILL, give up in the end.
+        let now = Instant::now();
+        let mut given_up = Vec::new();
+        let mut sigkills = Vec::new();
+        for t in self.terminating.iter_mut().filter(|t| now >= t.deadline) {
+            if t.sigkilled {
+                log::warn!(
+                    "container {} ({}) has not exited {KILL_WAIT:?} after SIGKILL; going on",
+                    t.name,
+                    short(&t.id)
+                );
+                given_up.push(t.id.clone());
+                continue;
+            }
+            t.sigkilled = true;
+            t.deadline = crate::time::saturating_deadline(now, KILL_WAIT);
+            sigkills.push(Step::Sigkill {
+                id: t.id.clone(),
+                name: t.name.clone(),
+            });
+        }
+        for step in sigkills {
+            self.step(step);
+        }
+        for id in given_up {
+            if let Some(i) = self.terminating.iter().position(|t| t.id == id) {
+                let t = self.terminating.swap_remove(i);
+                let kill = t.kill;
+                drop(t);
+                self.stop_done(kill);
+            }
+        }
+        error
+    }
+
+    fn poll_interval(&self, now: Instant) -> Duration {
+        match self.last_signal {
+            Some(s) if now.saturating_duration_since(s) < FAST_WINDOW => POLL_FAST,
+            _ => POLL,
+        }
+    }
+
+    fn poll_due(&self, now: Instant) -> bool {
+        !self.terminating.is_empty()
+            && self
+                .last_poll
+                .is_none_or(|p| now >= p + self.poll_interval(now))
+    }
+
+    /// When something is next due: a poll, a SIGKILL, a sidecar's turn by its grace.
+    fn next_wake(&self, now: Instant) -> Option<Instant> {
+        let poll = (!self.terminating.is_empty())
+            .then(|| self.last_poll.map_or(now, |p| p + self.poll_interval(now)));
+        let deadlines = self.terminating.iter().map(|t| t.deadline);
+        let turns = self.waiting.iter().filter_map(|(_, s)| s.turn_deadline());
+        poll.into_iter().chain(deadlines).chain(turns).min()
     }
 }
 
@@ -398,5 +873,208 @@ mod tests {
             .all(|c| c.state == ContainerState::Exited));
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    /// A running container as [`run`] makes it, with its configured stop signal.
+    fn run_with_signal(rt: &FakeRuntime, uid: &str, name: &str, kind: &str, signal: &str) {
+        run(rt, uid, name, kind);
+        let id = rt
+            .containers()
+            .into_iter()
+            .find(|c| c.name == format!("k8s_{name}_{uid}"))
+            .map(|c| c.id)
+            .expect("created");
+        rt.set_stop_signal(&id, signal);
+    }
+
+    /// Runs `reqs` through a fresh pod killer; returns how long until every kill
+    /// ended and the most killer threads seen meanwhile.
+    fn kill_and_wait(
+        rt: &Arc<FakeRuntime>,
+        root: &TempDir,
+        reqs: Vec<KillPodRequest>,
+        mut during: impl FnMut(),
+    ) -> (Duration, usize) {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let killer = PodKiller::start(&loops, manager(rt, root)).expect("start");
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        let n = reqs.len();
+        let began = Instant::now();
+        for req in reqs {
+            let tx = done_tx.clone();
+            killer.submit(
+                req,
+                Box::new(move |r| {
+                    let _ = tx.send(r.is_ok());
+                }),
+            );
+        }
+        let mut most = 0;
+        let mut done = 0;
+        let until = Instant::now() + Duration::from_secs(60);
+        while done < n {
+            assert!(Instant::now() < until, "only {done} kills ended");
+            most = most.max(threads_named(&["pod-kill", "pod-stop"]));
+            during();
+            if let Ok(ok) = done_rx.recv_timeout(Duration::from_millis(1)) {
+                assert!(ok, "a kill failed");
+                done += 1;
+            }
+        }
+        let took = began.elapsed();
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+        (took, most)
+    }
+
+    #[test]
+    fn pods_ignoring_their_stop_signal_are_all_killed_in_about_one_grace_period() {
+        let _turn = crate::loops::lock(&ONE_KILLER);
+        let root = TempDir::new("killer-grace");
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
+        let uids: Vec<String> = (0..100).map(|i| format!("pod-{i}")).collect();
+        for u in &uids {
+            run(&rt, u, "POD", "");
+            run(&rt, u, "a", "container");
+            run(&rt, u, "b", "container");
+        }
+        // Neither app container reacts to SIGTERM: each stop lasts its whole grace.
+        rt.ignore_stop_signal("a");
+        rt.ignore_stop_signal("b");
+        let grace = Duration::from_secs(2);
+        let reqs = uids
+            .iter()
+            .map(|u| KillPodRequest {
+                uid: u.clone(),
+                pod: None,
+                grace_override: Some(grace),
+                remove: true,
+            })
+            .collect();
+        let began = Instant::now();
+        let (took, most) = kill_and_wait(&rt, &root, reqs, || {});
+        // Grace periods overlap across pods (as upstream's goroutines): a fixed pool
+        // waiting them out in turn would take 100 x 2 s / its size.
+        assert!(took < grace * 3, "100 pods took {took:?}");
+        assert!(most <= THREADS, "{most} kill threads, more than {THREADS}");
+        let signals = rt.signals();
+        let first = |id: &str, sig: &str| {
+            signals
+                .iter()
+                .find(|s| s.id == id && s.signal == sig)
+                .map(|s| s.at)
+        };
+        let mut sigkills = 0;
+        for s in signals
+            .iter()
+            .filter(|s| s.signal == crate::runtime::SIGKILL)
+        {
+            sigkills += 1;
+            let term = first(&s.id, "SIGTERM").expect("SIGTERM before SIGKILL");
+            let after = s.at.duration_since(term);
+            assert!(
+                after >= grace,
+                "SIGKILL {after:?} after SIGTERM, before the grace"
+            );
+            assert!(
+                s.at.duration_since(began) < grace * 2,
+                "every SIGKILL is sent about one grace period after the removal"
+            );
+        }
+        assert_eq!(sigkills, 200, "each app container was SIGKILLed once");
+        assert!(rt.containers().is_empty(), "every container was removed");
+    }
+
+    #[test]
+    fn a_sidecar_is_signalled_only_after_the_app_containers_exited() {
+        let _turn = crate::loops::lock(&ONE_KILLER);
+        let root = TempDir::new("killer-sidecar");
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
+        run(&rt, "p", "POD", "");
+        run(&rt, "p", "slow", "container");
+        run(&rt, "p", "quick", "container");
+        run(&rt, "p", "side", "init");
+        rt.ignore_stop_signal("slow");
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"uid": "p", "name": "p", "namespace": "default"},
+            "spec": {
+                "initContainers": [{"name": "side", "restartPolicy": "Always"}],
+                "containers": [{"name": "slow"}, {"name": "quick"}]
+            }
+        }))
+        .expect("pod");
+        // A long grace: nothing ends by its grace period in this test.
+        let grace = Duration::from_secs(30);
+        let req = KillPodRequest {
+            uid: "p".into(),
+            pod: Some(Arc::new(pod)),
+            grace_override: Some(grace),
+            remove: false,
+        };
+        let id_of = |name: &str| {
+            rt.containers()
+                .into_iter()
+                .find(|c| c.labels.get(labels::CONTAINER_NAME).map(String::as_str) == Some(name))
+                .map(|c| c.id)
+                .expect("container")
+        };
+        let (slow, side) = (id_of("slow"), id_of("side"));
+        // `slow` ignores its SIGTERM; once it has it, the test makes it exit (as a
+        // process finishing its shutdown would), and notes when.
+        let mut slow_exited: Option<Instant> = None;
+        kill_and_wait(&rt, &root, vec![req], || {
+            if slow_exited.is_none() && rt.signals().iter().any(|s| s.id == slow) {
+                slow_exited = Some(Instant::now());
+                rt.exit(&slow, 0);
+            }
+        });
+        let slow_exited = slow_exited.expect("slow was signalled");
+        let signals = rt.signals();
+        let side_signal = signals
+            .iter()
+            .find(|s| s.id == side)
+            .unwrap_or_else(|| panic!("side got no signal: {signals:?}"));
+        assert!(
+            side_signal.at >= slow_exited,
+            "the sidecar is signalled after the app exited: {signals:?}"
+        );
+        assert_eq!(side_signal.signal, "SIGTERM");
+        assert!(
+            signals.iter().all(|s| s.signal != crate::runtime::SIGKILL),
+            "every container exited within its grace: {signals:?}"
+        );
+        assert!(rt
+            .containers()
+            .iter()
+            .all(|c| c.state == ContainerState::Exited));
+    }
+
+    #[test]
+    fn each_container_is_sent_its_own_stop_signal() {
+        let _turn = crate::loops::lock(&ONE_KILLER);
+        let root = TempDir::new("killer-signal");
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
+        run(&rt, "p", "POD", "");
+        run(&rt, "p", "plain", "container");
+        run_with_signal(&rt, "p", "usr1", "container", "SIGUSR1");
+        kill_and_wait(&rt, &root, kill_all(&["p".to_string()], false), || {});
+        let mut sent: Vec<(String, String)> = rt
+            .signals()
+            .into_iter()
+            .filter_map(|s| {
+                let c = rt.containers().into_iter().find(|c| c.id == s.id)?;
+                Some((c.labels.get(labels::CONTAINER_NAME)?.clone(), s.signal))
+            })
+            .collect();
+        sent.sort();
+        assert_eq!(
+            sent,
+            [
+                ("POD".to_string(), "SIGTERM".to_string()),
+                ("plain".to_string(), "SIGTERM".to_string()),
+                ("usr1".to_string(), "SIGUSR1".to_string())
+            ]
+        );
     }
 }

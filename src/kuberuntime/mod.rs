@@ -5,6 +5,9 @@
 //! file), `killContainer` (preStop hook, grace period, sidecar termination order) and
 //! `KillPod`.
 //!
+//! (Over 800 lines: sync, start and kill share the manager's private helpers; the kill
+//! steps are the part to move out next, into a `kill.rs`.)
+//!
 //! It is called only from pod workers and the pod killer, one pod at a time, so it
 //! blocks freely. The sync loop never calls it.
 
@@ -13,7 +16,7 @@ pub mod container;
 pub mod hooks;
 
 use crate::safepath::{safe_join, UnsafePathError};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -112,11 +115,20 @@ pub struct SyncResult {
 }
 
 /// One container's stop within a pod kill, owned so that it can be carried out on
-/// another thread (the pod killer's container-stop workers).
+/// another thread, and in steps: the preStop hook
+/// ([`RuntimeManager::pre_stop_in_kill`]), its turn ([`ContainerStop::is_turn`]),
+/// the stop signal ([`RuntimeManager::signal_in_kill`]), and SIGKILL when the grace
+/// it returns has passed without an exit. Dropping it ends the stop for the stops
+/// waiting on it (the sidecars it outlives).
 #[derive(Debug)]
 pub struct ContainerStop {
     container: ContainerDetails,
     kill: KillAction,
+    /// The grace period left: the whole one until the preStop hook took its time.
+    grace: Duration,
+    /// When the wait for its turn began (after the hook): a sidecar's wait is taken
+    /// off its grace in whole seconds, as upstream's `waitForTurn`.
+    waiting_since: Option<Instant>,
     /// Closed when the containers this one must outlive (a sidecar's) are down.
     outlive: Vec<Receiver<Never>>,
     /// Dropped when this stop ends: the stops waiting on it go on.
@@ -127,6 +139,35 @@ impl ContainerStop {
     /// The container's name (for logs and tests).
     pub fn name(&self) -> &str {
         &self.kill.name
+    }
+
+    /// The container's ID.
+    pub fn id(&self) -> &str {
+        &self.container.id
+    }
+
+    /// Whether this stop may send its signal now (upstream `waitForTurn` returns):
+    /// every container it must outlive is down, or its grace is used up waiting, or
+    /// it has no grace left. The first call starts the wait; it never blocks.
+    pub fn is_turn(&mut self, now: Instant) -> bool {
+        if self.grace.is_zero() {
+            return true;
+        }
+        let outlived = self.outlive.iter().all(|rx| {
+            matches!(
+                rx.try_recv(),
+                Err(crossbeam_channel::TryRecvError::Disconnected)
+            )
+        });
+        let since = *self.waiting_since.get_or_insert(now);
+        outlived || now >= crate::time::saturating_deadline(since, self.grace)
+    }
+
+    /// When a stop that is not yet its turn becomes so anyway (its grace used up
+    /// waiting); None before the wait began.
+    pub fn turn_deadline(&self) -> Option<Instant> {
+        self.waiting_since
+            .map(|since| crate::time::saturating_deadline(since, self.grace))
     }
 }
 
@@ -537,10 +578,13 @@ impl RuntimeManager {
         crate::time::secs(secs)
     }
 
-    /// Stops one container (upstream `killContainer`): the `Killing` event, the preStop
-    /// hook within the grace period (its time taken off the grace), the wait for the
-    /// containers this one must outlive (sidecars), then the stop signal and SIGKILL
-    /// after what is left of the grace, at least [`MIN_GRACE`].
+    /// Stops one container on this thread (upstream `killContainer`): the `Killing`
+    /// event, the preStop hook within the grace period (its time taken off the grace),
+    /// the wait for the containers this one must outlive (sidecars), then the stop
+    /// signal and SIGKILL after what is left of the grace, at least [`MIN_GRACE`], in
+    /// one blocking runtime stop. Used inside one pod's own sync (as upstream's
+    /// `SyncPod` blocks on it) and by the pod killer's inline fallback; the pod killer
+    /// itself carries stops out in steps.
     fn kill_container(
         &self,
         pod: Option<&Pod>,
@@ -550,7 +594,42 @@ impl RuntimeManager {
         outlive: &[Receiver<Never>],
     ) -> Result<(), RuntimeError> {
         let spec = pod.and_then(|p| find_container(p, &k.name, k.kind));
-        let mut grace = Self::grace_of(pod, spec, d, k.reason, grace_override);
+        let grace = Self::grace_of(pod, spec, d, k.reason, grace_override);
+        let mut grace = self.pre_stop(pod, d, k, grace);
+        if !outlive.is_empty() && !grace.is_zero() {
+            let began = Instant::now();
+            let deadline = crate::time::saturating_deadline(began, grace);
+            for rx in outlive {
+                // Disconnected: that container is down. Timeout: the grace is used up.
+                if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    rx.recv_deadline(deadline)
+                {
+                    break;
+                }
+            }
+            grace = grace.saturating_sub(Duration::from_secs(began.elapsed().as_secs()));
+        }
+        let grace = grace.max(MIN_GRACE);
+        log::info!(
+            "Killing container with a grace period: container {} ({}) grace {}s",
+            k.name,
+            short(&d.id),
+            grace.as_secs()
+        );
+        self.runtime.stop_container(&d.id, grace)
+    }
+
+    /// The first part of a container stop (upstream `killContainer` up to
+    /// `waitForTurn`): the `Killing` event and the preStop hook, run within `grace`
+    /// and its whole seconds taken off. Returns the grace left. Blocks for the hook.
+    fn pre_stop(
+        &self,
+        pod: Option<&Pod>,
+        d: &ContainerDetails,
+        k: &KillAction,
+        mut grace: Duration,
+    ) -> Duration {
+        let spec = pod.and_then(|p| find_container(p, &k.name, k.kind));
         let message = if k.message.is_empty() {
             format!("Stopping container {}", k.name)
         } else {
@@ -594,27 +673,7 @@ impl RuntimeManager {
             // Upstream counts whole seconds taken (rounding down).
             grace = grace.saturating_sub(Duration::from_secs(began.elapsed().as_secs()));
         }
-        if !outlive.is_empty() && !grace.is_zero() {
-            let began = Instant::now();
-            let deadline = crate::time::saturating_deadline(began, grace);
-            for rx in outlive {
-                // Disconnected: that container is down. Timeout: the grace is used up.
-                if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-                    rx.recv_deadline(deadline)
-                {
-                    break;
-                }
-            }
-            grace = grace.saturating_sub(Duration::from_secs(began.elapsed().as_secs()));
-        }
-        let grace = grace.max(MIN_GRACE);
-        log::info!(
-            "Killing container with a grace period: container {} ({}) grace {}s",
-            k.name,
-            short(&d.id),
-            grace.as_secs()
-        );
-        self.runtime.stop_container(&d.id, grace)
+        grace
     }
 
     /// The IP of the pod a container belongs to, for an `httpGet` preStop hook.
@@ -651,7 +710,8 @@ impl RuntimeManager {
             .iter()
             .filter(|c| c.state == ContainerState::Running)
             .collect();
-        let mut stops: Vec<ContainerStop> = termination_order(req.pod.as_deref(), &running)
+        let pod = req.pod.as_deref();
+        let mut stops: Vec<ContainerStop> = termination_order(pod, &running)
             .into_iter()
             .map(|(c, outlive, done)| {
                 let name = c
@@ -659,15 +719,20 @@ impl RuntimeManager {
                     .get(labels::CONTAINER_NAME)
                     .cloned()
                     .unwrap_or_default();
+                let kill = KillAction {
+                    id: c.id.clone(),
+                    name,
+                    kind: crate::container::kind_of(c),
+                    message: String::new(),
+                    reason: KillReason::Other,
+                };
+                let spec = pod.and_then(|p| find_container(p, &kill.name, kill.kind));
+                let grace = Self::grace_of(pod, spec, c, kill.reason, req.grace_override);
                 ContainerStop {
                     container: c.clone(),
-                    kill: KillAction {
-                        id: c.id.clone(),
-                        name,
-                        kind: crate::container::kind_of(c),
-                        message: String::new(),
-                        reason: KillReason::Other,
-                    },
+                    kill,
+                    grace,
+                    waiting_since: None,
                     outlive,
                     done,
                 }
@@ -684,14 +749,16 @@ impl RuntimeManager {
         })
     }
 
-    /// Carries out one stop of a planned kill (upstream `killContainer`); its failure
-    /// is logged (the pod's other stops go on, as upstream's).
+    /// Carries out one stop of a planned kill on this thread, blocking for its hook,
+    /// its turn and its grace (upstream `killContainer`); its failure is logged (the
+    /// pod's other stops go on, as upstream's). The pod killer's inline fallback.
     pub fn stop_in_kill(&self, req: &KillPodRequest, s: ContainerStop) {
         let ContainerStop {
             container,
             kill,
             outlive,
             done,
+            ..
         } = s;
         let pod = req.pod.as_deref();
         if let Err(e) = self.kill_container(pod, &container, &kill, req.grace_override, &outlive) {
@@ -704,8 +771,93 @@ impl RuntimeManager {
         drop(done);
     }
 
-    /// Ends a planned kill once its stops are done: stops the sandboxes, and with
-    /// `remove`, removes the containers.
+    /// The first step of a planned stop, which blocks for the preStop hook (bounded
+    /// by the grace period; most containers have none): the `Killing` event and the
+    /// hook, whose whole seconds are taken off the stop's grace.
+    pub fn pre_stop_in_kill(&self, req: &KillPodRequest, s: &mut ContainerStop) {
+        s.grace = self.pre_stop(req.pod.as_deref(), &s.container, &s.kill, s.grace);
+    }
+
+    /// Sends a planned stop's stop signal once it is its turn
+    /// ([`ContainerStop::is_turn`]) and returns at once with the grace period after
+    /// which SIGKILL is due ([`RuntimeManager::sigkill`]): what is left after the hook
+    /// and the wait for its turn (whole seconds), at least [`MIN_GRACE`].
+    pub fn signal_in_kill(
+        &self,
+        s: &ContainerStop,
+        now: Instant,
+    ) -> Result<Duration, RuntimeError> {
+        let waited = s
+            .waiting_since
+            .map_or(Duration::ZERO, |w| now.saturating_duration_since(w));
+        let grace = s
+            .grace
+            .saturating_sub(Duration::from_secs(waited.as_secs()))
+            .max(MIN_GRACE);
+        log::info!(
+            "Killing container with a grace period: container {} ({}) grace {}s",
+            s.kill.name,
+            short(&s.container.id),
+            grace.as_secs()
+        );
+        self.runtime
+            .kill_container(&s.container.id, s.container.stop_signal())
+            .map(|()| grace)
+    }
+
+    /// Ends a stop whose grace period has passed without an exit.
+    pub fn sigkill(&self, id: &str, name: &str) -> Result<(), RuntimeError> {
+        log::info!(
+            "container {name} ({}) outlived its grace period: SIGKILL",
+            short(id)
+        );
+        self.runtime.kill_container(id, crate::runtime::SIGKILL)
+    }
+
+    /// The second step of a planned kill, once every container stop is done: sends
+    /// each running sandbox its stop signal. Returns the sandboxes signalled, each with
+    /// the grace after which SIGKILL is due; a failure is logged and that sandbox left
+    /// to the removal.
+    pub fn signal_sandboxes(&self, plan_pod: &RuntimePod) -> Vec<(String, Duration)> {
+        plan_pod
+            .sandboxes
+            .iter()
+            .filter(|s| s.state == ContainerState::Running)
+            .filter_map(
+                |s| match self.runtime.kill_container(&s.id, s.stop_signal()) {
+                    Ok(()) => Some((s.id.clone(), SANDBOX_STOP_GRACE)),
+                    Err(e) => {
+                        log::warn!(
+                            "stopping sandbox {}: {}",
+                            s.name,
+                            crate::loops::error_chain(&e)
+                        );
+                        None
+                    }
+                },
+            )
+            .collect()
+    }
+
+    /// The IDs of this node's running containers, from one filtered list: how the pod
+    /// killer tells which signalled containers have exited.
+    pub fn running_container_ids(&self) -> Result<HashSet<String>, RuntimeError> {
+        let filter = [format!(
+            "{}={}",
+            labels::MANAGED_BY_NODE,
+            self.cfg.node_name
+        )];
+        Ok(self
+            .runtime
+            .list_containers(&filter)?
+            .into_iter()
+            .filter(|c| c.state == ContainerState::Running)
+            .map(|c| c.id)
+            .collect())
+    }
+
+    /// Ends a planned kill on this thread once its stops are done: stops the
+    /// sandboxes (blocking for their grace), then [`RuntimeManager::remove_killed`].
     pub fn finish_kill(
         &self,
         req: &KillPodRequest,
@@ -724,6 +876,16 @@ impl RuntimeManager {
                 );
             }
         }
+        self.remove_killed(req, plan_pod)
+    }
+
+    /// The last step of a planned kill, once its containers and sandboxes are down:
+    /// with `remove`, removes them.
+    pub fn remove_killed(
+        &self,
+        req: &KillPodRequest,
+        plan_pod: &RuntimePod,
+    ) -> Result<(), RuntimeError> {
         if req.remove {
             for c in plan_pod.containers.iter().chain(&plan_pod.sandboxes) {
                 self.runtime.remove_container(&c.id)?;

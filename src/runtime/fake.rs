@@ -2,7 +2,8 @@
 //! runtime seam (the sync loop, the syncer, the pod killer, the prober loop). It keeps
 //! containers and images in a map, reads time from an injected [`FakeClock`], records
 //! every call, and lets a test script what Docker would do: a container that exits as
-//! soon as it starts, an error or a delay on the next calls of one operation.
+//! soon as it starts, one that ignores its stop signal (so that only SIGKILL ends it),
+//! an error or a delay on the next calls of one operation.
 //!
 //! It is deliberately simple: no namespaces, no logs beyond what a test sets, no event
 //! stream (the PLEG's relist is what the logic relies on). The Docker client itself is
@@ -10,12 +11,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{
     ContainerConfig, ContainerDetails, ContainerSettings, ContainerState, ContainerSummary,
     ExecResult, ImageDetails, NamespaceMode, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
-    RuntimeVersion,
+    RuntimeVersion, SIGKILL,
 };
 use crate::loops::lock;
 
@@ -69,8 +70,12 @@ pub enum Op {
     Create,
     /// `start_container`
     Start,
-    /// `stop_container`
+    /// A graceful stop: `stop_container`, or `kill_container` with any signal but
+    /// SIGKILL (the stop signal a graceful stop begins with). Scripting a delay or a
+    /// fault on `Stop` scripts it on stops however the kubelet carries them out.
     Stop,
+    /// `kill_container` with SIGKILL: the end of a grace period.
+    Kill,
     /// `remove_container`
     Remove,
     /// `inspect_image`
@@ -97,6 +102,18 @@ pub struct Call {
     pub op: Op,
     /// Its subject.
     pub target: String,
+}
+
+/// One signal sent with `kill_container`, with the real time it was sent (the fake
+/// clock does not move by itself; tests of grace periods measure real time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signal {
+    /// The container's ID.
+    pub id: String,
+    /// The signal as sent.
+    pub signal: String,
+    /// When the call was made.
+    pub at: Instant,
 }
 
 /// An error a scripted fault answers with.
@@ -150,6 +167,10 @@ struct State {
     exit_on_start: BTreeMap<String, i64>,
     /// Answers of `exec`, by container ID.
     exec_results: BTreeMap<String, ExecResult>,
+    /// Kubernetes container names whose containers ignore every signal but SIGKILL.
+    ignore_stop_signal: BTreeSet<String>,
+    /// Every `kill_container` call, in order.
+    signals: Vec<Signal>,
 }
 
 /// The in-memory runtime.
@@ -201,6 +222,27 @@ impl FakeRuntime {
         lock(&self.state)
             .exit_on_start
             .insert(name.to_string(), code);
+    }
+
+    /// Containers named `name` (the Kubernetes container name) ignore their stop
+    /// signal: a graceful stop ends only with SIGKILL, when the grace period is over.
+    pub fn ignore_stop_signal(&self, name: &str) {
+        lock(&self.state)
+            .ignore_stop_signal
+            .insert(name.to_string());
+    }
+
+    /// Container `id` was configured with stop signal `signal` (as an image's
+    /// STOPSIGNAL or `lifecycle.stopSignal` configures it).
+    pub fn set_stop_signal(&self, id: &str, signal: &str) {
+        if let Some(c) = lock(&self.state).containers.get_mut(id) {
+            c.settings.stop_signal = signal.to_string();
+        }
+    }
+
+    /// Every signal sent with `kill_container`, in order.
+    pub fn signals(&self) -> Vec<Signal> {
+        lock(&self.state).signals.clone()
     }
 
     /// What `exec` in container `id` answers.
@@ -405,6 +447,7 @@ impl Runtime for FakeRuntime {
             settings: ContainerSettings {
                 env: config.env.clone(),
                 hostname: config.hostname.clone(),
+                stop_signal: config.stop_signal.clone(),
                 ..ContainerSettings::default()
             },
         };
@@ -451,6 +494,38 @@ impl Runtime for FakeRuntime {
             // As if the process honoured its stop signal.
             finish(c, 0, now);
         }
+        Ok(())
+    }
+
+    fn kill_container(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+        let op = if signal == SIGKILL {
+            Op::Kill
+        } else {
+            Op::Stop
+        };
+        lock(&self.state).signals.push(Signal {
+            id: id.to_string(),
+            signal: signal.to_string(),
+            at: Instant::now(),
+        });
+        self.enter(op, id)?;
+        let now = self.clock.now();
+        let mut st = lock(&self.state);
+        let ignores = st
+            .containers
+            .get(id)
+            .and_then(|c| c.labels.get(CONTAINER_NAME_LABEL))
+            .is_some_and(|n| st.ignore_stop_signal.contains(n));
+        if let Some(c) = st.containers.get_mut(id) {
+            if op == Op::Kill {
+                // 128 + 9, as a shell reports a SIGKILLed process.
+                finish(c, 137, now);
+            } else if !ignores {
+                // As if the process honoured its stop signal.
+                finish(c, 0, now);
+            }
+        }
+        // Stopped or gone is no error, as Docker's 409 "is not running" and 404.
         Ok(())
     }
 

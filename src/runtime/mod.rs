@@ -203,6 +203,24 @@ pub struct ContainerDetails {
     pub settings: ContainerSettings,
 }
 
+/// The signal that kills a process outright: what a stop ends with when the grace
+/// period runs out.
+pub const SIGKILL: &str = "SIGKILL";
+
+/// The stop signal of a container that configures none (Docker's and CRI's default).
+pub const DEFAULT_STOP_SIGNAL: &str = "SIGTERM";
+
+impl ContainerDetails {
+    /// The signal that begins this container's stop: its configured stop signal, else
+    /// SIGTERM, as the runtime's own stop would send.
+    pub fn stop_signal(&self) -> &str {
+        match self.settings.stop_signal.as_str() {
+            "" => DEFAULT_STOP_SIGNAL,
+            s => s,
+        }
+    }
+}
+
 /// A created container's configuration as the runtime reports it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerSettings {
@@ -244,6 +262,10 @@ pub struct ContainerSettings {
     pub stdin: bool,
     /// A TTY allocated.
     pub tty: bool,
+    /// The signal a stop begins with, as configured (`lifecycle.stopSignal` at create,
+    /// else the image's STOPSIGNAL); "" when neither set one. Read it through
+    /// [`ContainerDetails::stop_signal`], which supplies the default.
+    pub stop_signal: String,
 }
 
 /// Which network namespace a new container uses.
@@ -449,6 +471,12 @@ pub trait Runtime: Send + Sync + fmt::Debug {
     /// Stops a container: its stop signal, then SIGKILL after `grace`. A container that
     /// is already stopped or gone is not an error.
     fn stop_container(&self, id: &str, grace: Duration) -> Result<(), RuntimeError>;
+
+    /// Sends `signal` (a name such as `SIGTERM`, or a number) to a container's main
+    /// process and returns at once: the caller watches for the exit itself, so that
+    /// a grace period holds no thread. A container that is already stopped or gone
+    /// is not an error.
+    fn kill_container(&self, id: &str, signal: &str) -> Result<(), RuntimeError>;
 
     /// Removes a container (forcibly, with its anonymous volumes). Gone is not an error.
     fn remove_container(&self, id: &str) -> Result<(), RuntimeError>;

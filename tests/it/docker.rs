@@ -331,6 +331,55 @@ fn stop_lets_a_process_that_handles_sigterm_exit_cleanly() {
 }
 
 #[test]
+fn kill_sends_the_signal_and_returns_at_once() {
+    let f = Fixture::new("kill");
+    // Ignores SIGTERM (traps it and goes on); USR1 is its configured stop signal.
+    let script =
+        "trap 'echo term' TERM; trap 'exit 3' USR1; echo ready; while true; do sleep 0.1; done";
+    let mut cfg = f.config("kill", BUSYBOX, &["sh", "-c", script]);
+    cfg.stop_signal = "SIGUSR1".into();
+    let id = f.run(&cfg);
+    poll("the traps to be installed", DEADLINE, || {
+        let logs = f.docker.logs(&id, None).expect("logs");
+        String::from_utf8_lossy(&logs)
+            .contains("ready")
+            .then_some(())
+    });
+    let d = f.docker.inspect_container(&id).expect("inspect");
+    assert_eq!(d.stop_signal(), "SIGUSR1", "the configured stop signal");
+    let t = Instant::now();
+    f.docker.kill_container(&id, "SIGTERM").expect("signal");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    poll("the trap to run", DEADLINE, || {
+        let logs = f.docker.logs(&id, None).expect("logs");
+        String::from_utf8_lossy(&logs)
+            .contains("term")
+            .then_some(())
+    });
+    let d = f.docker.inspect_container(&id).expect("inspect");
+    assert_eq!(d.state, ContainerState::Running, "SIGTERM is ignored");
+    f.docker
+        .kill_container(&id, d.stop_signal())
+        .expect("stop signal");
+    let d = poll("the stop signal to end it", DEADLINE, || {
+        let d = f.docker.inspect_container(&id).expect("inspect");
+        (d.state == ContainerState::Exited).then_some(d)
+    });
+    assert_eq!(d.exit_code, 3, "exited by its USR1 trap");
+    // A stopped container (409 "is not running") and a gone one (404) are no errors.
+    f.docker
+        .kill_container(&id, "SIGKILL")
+        .expect("signalling a stopped container");
+    f.docker
+        .kill_container("rkubelet-no-such-container-4c1d", "SIGKILL")
+        .expect("signalling a missing container");
+    // An image without STOPSIGNAL and no stop_signal: SIGTERM, as Docker's own stop.
+    let plain = f.run(&f.config("plain", BUSYBOX, &["sleep", "60"]));
+    let d = f.docker.inspect_container(&plain).expect("inspect");
+    assert_eq!(d.stop_signal(), "SIGTERM");
+}
+
+#[test]
 fn missing_containers_are_gone_not_errors() {
     let d = docker();
     let ghost = "rkubelet-no-such-container-4c1d";

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::util::{label, wait_for, Node, BUSYBOX, LONG, SLEEPER};
+use crate::util::{label, thread_names, wait_for, Node, BUSYBOX, LONG, SLEEPER};
 use rkubelet::runtime::{ContainerState, Runtime, RuntimeEvent};
 use serde_json::Value;
 
@@ -617,6 +617,61 @@ fn grace_period_is_honoured_then_sigkill_and_the_stop_signal_is_used() {
     assert_eq!(kills["polite"], 1, "{kills:?}");
     assert_eq!(kills["usr1"], 1, "{kills:?}");
     assert_eq!(kills["stubborn"], 2, "{kills:?}");
+}
+
+#[test]
+fn pods_ignoring_sigterm_are_stopped_together_in_about_one_grace_period() {
+    const PODS: usize = 11;
+    const GRACE: u64 = 3;
+    let mut node = Node::new("lc-many");
+    for i in 0..PODS {
+        node.write_manifest(
+            &format!("deaf-{i}.yaml"),
+            &manifest(&serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("deaf-{i}")},
+                "spec": {"terminationGracePeriodSeconds": GRACE, "containers": [
+                    // Traps SIGTERM and goes on: only SIGKILL ends it.
+                    {"name": "app", "image": BUSYBOX,
+                     "command": sh("trap 'echo ignored' TERM; while true; do sleep 1 & wait $!; done")}
+                ]}
+            })),
+        );
+    }
+    node.start(&[]);
+    wait_for("every pod running", LONG, || {
+        (node
+            .running()
+            .keys()
+            .filter(|k| k.ends_with("/app"))
+            .count()
+            == PODS)
+            .then_some(())
+    });
+    let threads_before = thread_names(node.pid()).len();
+    let removed = std::time::Instant::now();
+    for i in 0..PODS {
+        std::fs::remove_file(node.manifests().join(format!("deaf-{i}.yaml")))
+            .expect("remove manifest");
+    }
+    let mut most = threads_before;
+    wait_for("every container to be gone", LONG, || {
+        most = most.max(thread_names(node.pid()).len());
+        node.containers().is_empty().then_some(())
+    });
+    let took = removed.elapsed();
+    // Every pod's grace runs at once: about one grace period plus the engine's work
+    // (4.5 s measured here), not PODS x GRACE (33 s) as when each grace held a
+    // thread, nor the 9 s at least of a pool of four threads waiting out graces.
+    assert!(
+        took >= Duration::from_secs(GRACE) && took < Duration::from_secs(8),
+        "{PODS} pods ignoring SIGTERM with a {GRACE} s grace took {took:?}"
+    );
+    assert!(
+        most <= threads_before,
+        "threads grew from {threads_before} to {most}: {:?}",
+        thread_names(node.pid())
+    );
 }
 
 #[test]
