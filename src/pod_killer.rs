@@ -915,7 +915,7 @@ mod tests {
         let until = Instant::now() + Duration::from_secs(60);
         while done < n {
             assert!(Instant::now() < until, "only {done} kills ended");
-            most = most.max(threads_named(&["pod-kill", "pod-stop"]));
+            most = most.max(threads_named(&loops, &["pod-kill", "pod-stop"]));
             during();
             if let Ok(ok) = done_rx.recv_timeout(Duration::from_millis(1)) {
                 assert!(ok, "a kill failed");
