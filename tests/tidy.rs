@@ -226,3 +226,156 @@ fn no_import_cycles_between_modules() {
         cycles.join("\n")
     );
 }
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The text of a file before its unit tests (`#[cfg(test)] mod tests`), i.e. the
+/// code that ships.
+fn shipped(text: &str) -> &str {
+    match text.find("#[cfg(test)]\nmod tests") {
+        Some(i) => &text[..i],
+        None => text,
+    }
+}
+
+/// A file's path relative to the package, with `/` separators.
+fn rel(p: &Path) -> String {
+    p.strip_prefix(root())
+        .unwrap_or(p)
+        .to_string_lossy()
+        .replace('\\', "/")
+}
+
+/// ARCHITECTURE.md's section `title` (from its `## ` heading to the next one).
+fn architecture_section(title: &str) -> String {
+    let text = read(&root().join("ARCHITECTURE.md"));
+    let start = text
+        .find(&format!("\n## {title}\n"))
+        .unwrap_or_else(|| panic!("ARCHITECTURE.md has no `## {title}` section"));
+    let body = &text[start + title.len() + 5..];
+    body[..body.find("\n## ").unwrap_or(body.len())].to_string()
+}
+
+/// Every `src/` file is in ARCHITECTURE.md's code map exactly once (named in
+/// backquotes, e.g. `src/pleg.rs`), and the map names no file that does not exist.
+#[test]
+fn code_map_lists_every_source_file_once() {
+    let map = architecture_section("Code map");
+    let mut named: BTreeMap<String, usize> = BTreeMap::new();
+    for token in map.split('`').skip(1).step_by(2) {
+        if token.starts_with("src/") && token.ends_with(".rs") {
+            *named.entry(token.to_string()).or_default() += 1;
+        }
+    }
+    let files: Vec<String> = rust_files(&src()).iter().map(|p| rel(p)).collect();
+    let mut problems = Vec::new();
+    for f in &files {
+        match named.get(f) {
+            None => problems.push(format!("{f} is not in the code map")),
+            Some(1) => {}
+            Some(n) => problems.push(format!("{f} is in the code map {n} times")),
+        }
+    }
+    for f in named.keys() {
+        if !files.contains(f) {
+            problems.push(format!("the code map names {f}, which does not exist"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// `cargo bench` runs a bench's `main` only with `harness = false`.
+#[test]
+fn every_bench_has_harness_false() {
+    let toml = read(&root().join("Cargo.toml"));
+    let mut problems = Vec::new();
+    for block in toml.split("[[bench]]").skip(1) {
+        let block = &block[..block.find("\n[").unwrap_or(block.len())];
+        let name = block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name = "))
+            .unwrap_or("?");
+        if !block.lines().any(|l| l.trim() == "harness = false") {
+            problems.push(format!("[[bench]] {name} lacks harness = false"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Every thread is spawned by the loop helper, so it is named and in the registry.
+#[test]
+fn threads_are_spawned_only_by_the_loop_helper() {
+    let mut problems = Vec::new();
+    for f in rust_files(&src()) {
+        if rel(&f) == "src/loops.rs" {
+            continue;
+        }
+        let text = read(&f);
+        for (i, line) in shipped(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("thread::Builder") || code.contains("thread::spawn") {
+                problems.push(format!("{}:{}: {}", rel(&f), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "threads spawned outside src/loops.rs:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// Every module boundary's error enum is listed in ARCHITECTURE.md's rules on errors.
+#[test]
+fn every_error_enum_is_listed() {
+    let rules = architecture_section("Cross-cutting rules");
+    let mut missing = Vec::new();
+    for f in rust_files(&src()) {
+        let text = read(&f);
+        for line in shipped(&text).lines() {
+            let Some(rest) = line.trim().strip_prefix("pub enum ") else {
+                continue;
+            };
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if name.ends_with("Error") && !rules.contains(&format!("`{name}`")) {
+                missing.push(format!("{name} ({})", rel(&f)));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "error enums not listed under ARCHITECTURE.md's Cross-cutting rules: {}",
+        missing.join(", ")
+    );
+}
+
+/// Every file says what it is in a `//!` paragraph, and a file over 800 lines says
+/// why in it (a paragraph mentioning "800 lines").
+#[test]
+fn every_file_has_module_docs_and_long_files_say_why() {
+    let mut problems = Vec::new();
+    for f in rust_files(&src()) {
+        let text = read(&f);
+        let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("//!")).collect();
+        if header.is_empty() {
+            problems.push(format!("{} does not start with a //! paragraph", rel(&f)));
+        }
+        let lines = text.lines().count();
+        if lines > 800 && !header.iter().any(|l| l.contains("800 lines")) {
+            problems.push(format!(
+                "{} has {lines} lines and no reason (a //! line mentioning \"800 lines\")",
+                rel(&f)
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
