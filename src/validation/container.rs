@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{
-    Container, LifecycleHandler, Probe, ResourceRequirements, SecurityContext,
+    Container, ExecAction, HTTPGetAction, LifecycleHandler, Probe, ResourceRequirements,
+    SecurityContext, TCPSocketAction,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -356,16 +357,18 @@ pub(super) fn validate_probes(c: &Container, path: &Path) -> ErrorList {
     errs
 }
 
-/// `validateProbe`: one handler, non-negative numbers, a positive grace override.
-pub fn validate_probe(probe: &Probe, path: &Path) -> ErrorList {
+/// What probes and hooks share (upstream `validateHandler`): exactly one of the four
+/// handler types in `kinds`, an exec command, valid ports and schemes.
+fn validate_handler_types(
+    kinds: [(bool, &str); 4],
+    exec: Option<&ExecAction>,
+    http_get: Option<&HTTPGetAction>,
+    tcp_socket: Option<&TCPSocketAction>,
+    path: &Path,
+) -> ErrorList {
     let mut errs = ErrorList::default();
     let mut handlers = 0;
-    for (set, field) in [
-        (probe.exec.is_some(), "exec"),
-        (probe.http_get.is_some(), "httpGet"),
-        (probe.tcp_socket.is_some(), "tcpSocket"),
-        (probe.grpc.is_some(), "grpc"),
-    ] {
+    for (set, field) in kinds {
         if set {
             handlers += 1;
             if handlers > 1 {
@@ -379,25 +382,40 @@ pub fn validate_probe(probe: &Probe, path: &Path) -> ErrorList {
     if handlers == 0 {
         errs.push(FieldError::required(path, "must specify a handler type"));
     }
-    if let Some(e) = &probe.exec {
-        if e.command.as_ref().is_none_or(Vec::is_empty) {
-            errs.push(FieldError::required(
-                &path.child("exec").child("command"),
-                "",
-            ));
-        }
+    if exec.is_some_and(|e| e.command.as_ref().is_none_or(Vec::is_empty)) {
+        errs.push(FieldError::required(
+            &path.child("exec").child("command"),
+            "",
+        ));
     }
-    if let Some(h) = &probe.http_get {
+    if let Some(h) = http_get {
         let p = path.child("httpGet");
         errs.extend(validate_port_num_or_name(&h.port, &p.child("port")));
         errs.extend(validate_scheme(h.scheme.as_deref(), &p.child("scheme")));
     }
-    if let Some(t) = &probe.tcp_socket {
+    if let Some(t) = tcp_socket {
         errs.extend(validate_port_num_or_name(
             &t.port,
             &path.child("tcpSocket").child("port"),
         ));
     }
+    errs
+}
+
+/// `validateProbe`: one handler, non-negative numbers, a positive grace override.
+pub fn validate_probe(probe: &Probe, path: &Path) -> ErrorList {
+    let mut errs = validate_handler_types(
+        [
+            (probe.exec.is_some(), "exec"),
+            (probe.http_get.is_some(), "httpGet"),
+            (probe.tcp_socket.is_some(), "tcpSocket"),
+            (probe.grpc.is_some(), "grpc"),
+        ],
+        probe.exec.as_ref(),
+        probe.http_get.as_ref(),
+        probe.tcp_socket.as_ref(),
+        path,
+    );
     if let Some(g) = &probe.grpc {
         for msg in is_valid_port_num(i64::from(g.port)) {
             errs.push(FieldError::invalid(
@@ -431,46 +449,18 @@ pub fn validate_probe(probe: &Probe, path: &Path) -> ErrorList {
 /// `validateHandler` for lifecycle hooks: one handler type, valid ports, a sleep that
 /// fits in the grace period.
 pub(super) fn validate_handler(h: &LifecycleHandler, grace: i64, path: &Path) -> ErrorList {
-    let mut errs = ErrorList::default();
-    let mut handlers = 0;
-    for (set, field) in [
-        (h.exec.is_some(), "exec"),
-        (h.http_get.is_some(), "httpGet"),
-        (h.tcp_socket.is_some(), "tcpSocket"),
-        (h.sleep.is_some(), "sleep"),
-    ] {
-        if set {
-            handlers += 1;
-            if handlers > 1 {
-                errs.push(FieldError::forbidden(
-                    &path.child(field),
-                    "may not specify more than 1 handler type",
-                ));
-            }
-        }
-    }
-    if handlers == 0 {
-        errs.push(FieldError::required(path, "must specify a handler type"));
-    }
-    if let Some(e) = &h.exec {
-        if e.command.as_ref().is_none_or(Vec::is_empty) {
-            errs.push(FieldError::required(
-                &path.child("exec").child("command"),
-                "",
-            ));
-        }
-    }
-    if let Some(g) = &h.http_get {
-        let p = path.child("httpGet");
-        errs.extend(validate_port_num_or_name(&g.port, &p.child("port")));
-        errs.extend(validate_scheme(g.scheme.as_deref(), &p.child("scheme")));
-    }
-    if let Some(t) = &h.tcp_socket {
-        errs.extend(validate_port_num_or_name(
-            &t.port,
-            &path.child("tcpSocket").child("port"),
-        ));
-    }
+    let mut errs = validate_handler_types(
+        [
+            (h.exec.is_some(), "exec"),
+            (h.http_get.is_some(), "httpGet"),
+            (h.tcp_socket.is_some(), "tcpSocket"),
+            (h.sleep.is_some(), "sleep"),
+        ],
+        h.exec.as_ref(),
+        h.http_get.as_ref(),
+        h.tcp_socket.as_ref(),
+        path,
+    );
     if let Some(s) = &h.sleep {
         if s.seconds < 0 || s.seconds > grace {
             errs.push(FieldError::invalid(
