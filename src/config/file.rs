@@ -450,7 +450,9 @@ mod tests {
                 "address" | "healthzBindAddress" => "\"127.0.0.1\"",
                 "port" | "readOnlyPort" | "healthzPort" => "1234",
                 "enableServer" => "true",
-                "staticPodPath" | "containerRuntimeEndpoint" | "tlsCertFile"
+                "staticPodPath"
+                | "containerRuntimeEndpoint"
+                | "tlsCertFile"
                 | "tlsPrivateKeyFile" => "/x",
                 "tlsMinVersion" => "VersionTLS13",
                 "logging" => "{verbosity: 3, format: text}",

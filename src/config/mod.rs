@@ -693,12 +693,13 @@ mod tests {
         let dir = TempDir::new("unsupported");
         let cfg = dir.write(
             "c.yaml",
-            &format!(
-                "{HEAD}tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\ncgroupDriver: systemd\n"
-            ),
+            &format!("{HEAD}tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\ncgroupDriver: systemd\n"),
         );
         let c = run_with(&dir, &["--config", cfg.to_str().expect("utf-8")]).expect("valid");
-        assert_eq!(c.unsupported_fields, vec!["tlsCipherSuites", "cgroupDriver"]);
+        assert_eq!(
+            c.unsupported_fields,
+            vec!["tlsCipherSuites", "cgroupDriver"]
+        );
         c.log_unsupported_fields();
     }
 
