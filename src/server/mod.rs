@@ -7,8 +7,10 @@
 //! (`srv-healthz`, `srv-readonly`) and a fixed pool of workers (`srv-readonly-0` …).
 //! At shutdown [`Unblockers::unblock_all`] wakes every poller.
 
+pub mod auth;
 pub mod healthz;
 pub mod http;
+pub mod kubelet;
 pub mod readonly;
 pub mod tls;
 
