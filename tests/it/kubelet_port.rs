@@ -229,10 +229,16 @@ fn anonymous_requests_pass_with_anonymous_auth_and_the_self_signed_pair_is_reuse
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 
+    // Restarted with TLS 1.3 as the minimum: the same pair, 1.2 refused.
     node.signal(libc::SIGTERM);
     node.wait_exit(LONG);
-    let port = start(&mut node, &flags);
-    let (ok, second) = s_client(port, "-tls1_2");
+    let port = start(
+        &mut node,
+        &[flags[0], flags[1], "--tls-min-version=VersionTLS13"],
+    );
+    let (ok, text) = s_client(port, "-tls1_2");
+    assert!(!ok, "TLS 1.2 is below --tls-min-version: {text}");
+    let (ok, second) = s_client(port, "-tls1_3");
     assert!(ok, "{second}");
     assert_eq!(
         served(&first),
