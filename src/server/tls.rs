@@ -51,6 +51,10 @@ impl Stream {
     /// A TLS connection on `tcp` with `config`.
     pub fn tls(tcp: TcpStream, config: &Arc<ServerConfig>) -> io::Result<Stream> {
         let tls = ServerConnection::new(config.clone()).map_err(io::Error::other)?;
+        // A handshake is several small flights, and rustls may hand an answer to the
+        // socket in more than one write: without this, Nagle and the client's delayed
+        // ACK add ~40 ms to each (Go's net/http sets it on every connection too).
+        tcp.set_nodelay(true)?;
         Ok(Stream::Tls(Box::new(TlsStream { tcp, tls })))
     }
 
