@@ -63,6 +63,9 @@ pub fn spawn_kubelet(dir: &Path, node: &str, pause: &str) -> (Child, u16, u16) {
         .arg(format!("--healthz-port={hz}"))
         .arg(format!("--read-only-port={ro}"))
         .arg("--address=127.0.0.1")
+        // The kubelet port now listens by default; benches measure the plain ports and
+        // must not collide on 10250.
+        .arg("--port=0")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))

@@ -450,7 +450,11 @@ mod tests {
                 "address" | "healthzBindAddress" => "\"127.0.0.1\"",
                 "port" | "readOnlyPort" | "healthzPort" => "1234",
                 "enableServer" => "true",
-                "staticPodPath" | "containerRuntimeEndpoint" => "/x",
+                "staticPodPath"
+                | "containerRuntimeEndpoint"
+                | "tlsCertFile"
+                | "tlsPrivateKeyFile" => "/x",
+                "tlsMinVersion" => "VersionTLS13",
                 "logging" => "{verbosity: 3, format: text}",
                 "clusterDNS" => "[\"10.96.0.10\"]",
                 "clusterDomain" => "cluster.local",
@@ -464,13 +468,13 @@ mod tests {
         let s = parse_body(&body).expect("every upstream field is accepted");
         assert_eq!(s.verbosity, Some(3));
         assert_eq!(s.port, Some(1234));
-        assert!(s.unsupported.contains(&"tlsCertFile".to_string()));
+        assert!(s.unsupported.contains(&"tlsCipherSuites".to_string()));
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 18 implemented fields and `logging`, plus
+        // All but the type meta, the 23 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 21 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 26 + 1);
         assert_eq!(s.serialize_image_pulls, Some(false));
         assert_eq!(s.max_parallel_image_pulls, Some(3));
         assert_eq!(s.cluster_dns, Some(vec!["10.96.0.10".to_string()]));

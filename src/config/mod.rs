@@ -9,9 +9,13 @@
 //! macro generates the rest. [`flags`] reads the command line and [`mod@file`] the
 //! `KubeletConfiguration`, each into a [`Layer`]; [`values`] reads each kind of value
 //! (flag text, YAML), [`duration`] Go durations; [`load`] layers them. Two rules are
-//! upstream's special cases and live in `merge`: the read-only port is 10255 when only
-//! flags are used and 0 (disabled) when a config file is given (`applyLegacyDefaults`
-//! against the v1beta1 defaults), and `enableServer: false` sets the port to 0.
+//! upstream's special cases and live in `merge`: the read-only port is 10255, anonymous
+//! auth on and authorization `AlwaysAllow` when only flags are used, and 0 (disabled),
+//! off and `Webhook` when a config file is given (`applyLegacyDefaults` against the
+//! v1beta1 defaults); and `enableServer: false` sets the port to 0.
+//!
+//! Over 800 lines: `load`, `merge` and their table-driven tests of precedence and of
+//! every special-cased default belong together; the code itself is under 400.
 
 #[macro_use]
 pub mod table;
@@ -34,6 +38,13 @@ use std::{net::IpAddr, time::Duration};
 pub const MAX_VERBOSITY: u8 = 10;
 
 impl KubeletConfig {
+    /// `--cert-dir`, else `<root-dir>/pki`.
+    pub fn cert_dir(&self) -> PathBuf {
+        self.cert_dir
+            .clone()
+            .unwrap_or_else(|| self.root_dir.join(defaults::CERT_DIR_IN_ROOT_DIR))
+    }
+
     /// Logs, once at info, each config-file field that is accepted but not
     /// implemented. [`load`] cannot: it runs before the logger exists (the logger needs
     /// the verbosity it reads), so `main` calls this right after starting the logger.
@@ -257,6 +268,12 @@ fn merge(
         if file.enable_server == Some(false) {
             file.port = Some(0);
         }
+        // The same for authentication and authorization: v1beta1's defaults are the
+        // secure ones (anonymous off, Webhook), the flags' are the legacy ones.
+        file.anonymous_auth
+            .get_or_insert(defaults::ANONYMOUS_AUTH_WITH_CONFIG_FILE);
+        file.authorization_mode
+            .get_or_insert(defaults::AUTHORIZATION_MODE_WITH_CONFIG_FILE);
         file
     });
     let cfg = settings::resolve(flags.over(file.unwrap_or_default()), node_name)?;
@@ -376,6 +393,13 @@ mod tests {
                 read_only_port: 10255,
                 address: ip("0.0.0.0"),
                 port: 10250,
+                tls_cert_file: None,
+                tls_private_key_file: None,
+                cert_dir: None,
+                tls_min_version: values::TlsVersion::Tls12,
+                client_ca_file: None,
+                anonymous_auth: true,
+                authorization_mode: values::AuthorizationMode::AlwaysAllow,
                 sync_frequency: Duration::from_secs(60),
                 file_check_frequency: Duration::from_secs(20),
                 cluster_dns: vec![],
@@ -397,6 +421,42 @@ mod tests {
                 unsupported_fields: vec![],
             }
         );
+    }
+
+    #[test]
+    fn auth_defaults_are_legacy_with_flags_and_secure_with_a_config_file() {
+        use values::AuthorizationMode::{AlwaysAllow, Webhook};
+        let dir = TempDir::new("authdefaults");
+        let c = run_with(&dir, &[]).expect("valid");
+        assert!(c.anonymous_auth);
+        assert_eq!(c.authorization_mode, AlwaysAllow);
+        assert_eq!(c.cert_dir(), Path::new(defaults::ROOT_DIR).join("pki"));
+        let cfg = dir.write("auth.yaml", HEAD);
+        let cfg = cfg.to_str().expect("utf-8");
+        let c = run_with(&dir, &["--config", cfg]).expect("valid");
+        assert!(!c.anonymous_auth, "v1beta1: anonymous off");
+        assert_eq!(c.authorization_mode, Webhook, "v1beta1: Webhook");
+        let c = run_with(
+            &dir,
+            &[
+                "--config",
+                cfg,
+                "--anonymous-auth",
+                "--authorization-mode=AlwaysAllow",
+                "--cert-dir=/x/pki",
+            ],
+        )
+        .expect("valid");
+        assert!(c.anonymous_auth, "a flag wins over the file's default");
+        assert_eq!(c.authorization_mode, AlwaysAllow);
+        assert_eq!(c.cert_dir(), Path::new("/x/pki"));
+        let cfg = dir.write(
+            "auth2.yaml",
+            &format!("{HEAD}authentication: {{anonymous: {{enabled: true}}}}\n"),
+        );
+        let c = run_with(&dir, &["--config", cfg.to_str().expect("utf-8")]).expect("valid");
+        assert!(c.anonymous_auth, "the file's value wins over its default");
+        assert!(run_with(&dir, &["--tls-min-version=VersionTLS11"]).is_err());
     }
 
     #[test]
@@ -636,12 +696,13 @@ mod tests {
         let dir = TempDir::new("unsupported");
         let cfg = dir.write(
             "c.yaml",
-            &format!(
-                "{HEAD}authentication:\n  anonymous: {{enabled: false}}\ncgroupDriver: systemd\n"
-            ),
+            &format!("{HEAD}tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\ncgroupDriver: systemd\n"),
         );
         let c = run_with(&dir, &["--config", cfg.to_str().expect("utf-8")]).expect("valid");
-        assert_eq!(c.unsupported_fields, vec!["authentication", "cgroupDriver"]);
+        assert_eq!(
+            c.unsupported_fields,
+            vec!["tlsCipherSuites", "cgroupDriver"]
+        );
         c.log_unsupported_fields();
     }
 

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::table::Spec;
-use super::values::{text, yaml};
+use super::values::{text, yaml, AuthorizationMode, TlsVersion};
 
 settings_table! {
     builtin_flags {
@@ -125,12 +125,73 @@ settings_table! {
             default: ADDRESS = "0.0.0.0",
         }
         port: u16 {
-            help: "Port of the authenticated kubelet server (not served yet); 0 disables it.",
+            help: "Port of the authenticated kubelet server (HTTPS); 0 disables it.",
             parse: text::port,
             flag: "port" <"port">,
             file: "port", decode: yaml::nonzero_port, examples: ["10251", "10252"],
             // pkg/cluster/ports: KubeletPort.
             default: PORT = "10250",
+        }
+        tls_cert_file: PathBuf {
+            help: "Serving certificate of the kubelet port (PEM, intermediates after it). \
+                   Without it and --tls-private-key-file, a self-signed pair is made in \
+                   --cert-dir.",
+            parse: text::any_path,
+            flag: "tls-cert-file" <"file">,
+            file: "tlsCertFile", decode: yaml::path, examples: ["/etc/a.crt", "/etc/b.crt"],
+        }
+        tls_private_key_file: PathBuf {
+            help: "Private key of --tls-cert-file (PEM).",
+            parse: text::any_path,
+            flag: "tls-private-key-file" <"file">,
+            file: "tlsPrivateKeyFile", decode: yaml::path,
+            examples: ["/etc/a.key", "/etc/b.key"],
+        }
+        cert_dir: PathBuf {
+            help: "Directory of the self-signed kubelet.crt and kubelet.key (when no \
+                   --tls-cert-file is given). Empty: <root-dir>/pki.",
+            parse: text::any_path,
+            flag: "cert-dir" <"path">,
+        }
+        tls_min_version: TlsVersion {
+            help: "Lowest TLS version the kubelet port accepts: VersionTLS12 or VersionTLS13.",
+            parse: text::tls_version,
+            flag: "tls-min-version" <"version">,
+            file: "tlsMinVersion", decode: yaml::tls_version,
+            examples: ["VersionTLS13", "VersionTLS12"],
+            // Upstream's empty means Go's server default, TLS 1.2; rustls has nothing older.
+            default: TLS_MIN_VERSION = "VersionTLS12",
+        }
+        client_ca_file: PathBuf {
+            help: "CA bundle (PEM) that client certificates on the kubelet port are verified \
+                   against; the user is the certificate's CN, its groups its O. Empty: no \
+                   client certificates.",
+            parse: text::any_path,
+            flag: "client-ca-file" <"file">,
+            file: "authentication.x509.clientCAFile", decode: yaml::path,
+            examples: ["/etc/ca1.crt", "/etc/ca2.crt"],
+        }
+        anonymous_auth: bool {
+            help: "Serve requests without credentials on the kubelet port as system:anonymous \
+                   (group system:unauthenticated); false: 401. The default is false when \
+                   --config is given, as upstream's.",
+            parse: text::boolean,
+            flag: "anonymous-auth",
+            file: "authentication.anonymous.enabled", decode: yaml::boolean,
+            examples: ["true", "false"],
+            // applyLegacyDefaults; a config file's default is false (`merge`).
+            default: ANONYMOUS_AUTH = "true",
+        }
+        authorization_mode: AuthorizationMode {
+            help: "How the kubelet port authorizes requests: AlwaysAllow, or Webhook (a \
+                   SubjectAccessReview; not implemented yet, refused at start). The default \
+                   is Webhook when --config is given, as upstream's.",
+            parse: text::authorization_mode,
+            flag: "authorization-mode" <"mode">,
+            file: "authorization.mode", decode: yaml::authorization_mode,
+            examples: ["AlwaysAllow", "Webhook"],
+            // applyLegacyDefaults; a config file's default is Webhook (`merge`).
+            default: AUTHORIZATION_MODE = "AlwaysAllow",
         }
         sync_frequency: Duration {
             help: "Longest time between two syncs of a pod.",
@@ -257,6 +318,13 @@ settings_table! {
         /// v1beta1's `readOnlyPort` default: a config file opts into the secure defaults,
         /// where the unauthenticated port is off.
         pub const READ_ONLY_PORT_WITH_CONFIG_FILE: u16 = 0;
+        /// v1beta1's `authentication.anonymous.enabled` default: off, as above.
+        pub const ANONYMOUS_AUTH_WITH_CONFIG_FILE: bool = false;
+        /// v1beta1's `authorization.mode` default: ask the API server.
+        pub const AUTHORIZATION_MODE_WITH_CONFIG_FILE: super::AuthorizationMode =
+            super::AuthorizationMode::Webhook;
+        /// `--cert-dir`'s default, under `--root-dir` (upstream: /var/lib/kubelet/pki).
+        pub const CERT_DIR_IN_ROOT_DIR: &str = "pki";
         /// Where Linux keeps the host name, used as the node name without
         /// `--hostname-override` (what Go's `os.Hostname` reads).
         pub const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";

@@ -6,12 +6,52 @@
 //! or the field and the value, so every message is one line that says which input is
 //! wrong, in the upstream kubelet's words where it has them.
 
+/// The lowest TLS version the kubelet port accepts (`--tls-min-version`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsVersion {
+    /// `VersionTLS12`.
+    Tls12,
+    /// `VersionTLS13`.
+    Tls13,
+}
+
+impl TlsVersion {
+    /// Upstream's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsVersion::Tls12 => "VersionTLS12",
+            TlsVersion::Tls13 => "VersionTLS13",
+        }
+    }
+}
+
+/// How the kubelet port authorizes a request (`--authorization-mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    /// Every authenticated request is allowed.
+    AlwaysAllow,
+    /// A `SubjectAccessReview` to the API server decides (not implemented yet: start-up
+    /// refuses it).
+    Webhook,
+}
+
+impl AuthorizationMode {
+    /// Upstream's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            AuthorizationMode::AlwaysAllow => "AlwaysAllow",
+            AuthorizationMode::Webhook => "Webhook",
+        }
+    }
+}
+
 /// Flag values: pflag's spellings.
 pub mod text {
     use std::net::IpAddr;
     use std::path::PathBuf;
     use std::time::Duration;
 
+    use super::{AuthorizationMode, TlsVersion};
     use crate::config::duration::parse_duration;
     use crate::config::MAX_VERBOSITY;
 
@@ -82,6 +122,28 @@ pub mod text {
             Ok(n) if n < 1 => Err(format!("{n} must be a positive number")),
             Ok(n) => u32::try_from(n).map_err(|_| format!("{n} is too large")),
             Err(_) => Err("not a whole number".into()),
+        }
+    }
+
+    /// `--tls-min-version`: upstream's names; rustls speaks TLS 1.2 and 1.3 only, so
+    /// the older names upstream also takes are refused with that reason.
+    pub fn tls_version(v: &str) -> Result<TlsVersion, String> {
+        match v {
+            "VersionTLS12" => Ok(TlsVersion::Tls12),
+            "VersionTLS13" => Ok(TlsVersion::Tls13),
+            "VersionTLS10" | "VersionTLS11" => {
+                Err("TLS versions before 1.2 are not supported (VersionTLS12, VersionTLS13)".into())
+            }
+            _ => Err("not a TLS version (VersionTLS12, VersionTLS13)".into()),
+        }
+    }
+
+    /// `--authorization-mode`: `AlwaysAllow` or `Webhook`.
+    pub fn authorization_mode(v: &str) -> Result<AuthorizationMode, String> {
+        match v {
+            "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
+            "Webhook" => Ok(AuthorizationMode::Webhook),
+            _ => Err("not an authorization mode (AlwaysAllow, Webhook)".into()),
         }
     }
 
@@ -284,6 +346,21 @@ pub mod yaml {
         u32::try_from(n)
             .map(Some)
             .map_err(|_| invalid(v, "too large"))
+    }
+
+    /// `tlsMinVersion`; empty is unset.
+    pub fn tls_version(v: &Value, base: &Path) -> Result<Option<super::TlsVersion>, String> {
+        string(v, base)?.map(|s| text::tls_version(&s)).transpose()
+    }
+
+    /// `authorization.mode`.
+    pub fn authorization_mode(
+        v: &Value,
+        base: &Path,
+    ) -> Result<Option<super::AuthorizationMode>, String> {
+        string(v, base)?
+            .map(|s| text::authorization_mode(&s))
+            .transpose()
     }
 
     /// A boolean.

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::config::values::AuthorizationMode;
 use crate::config::KubeletConfig;
 use crate::health::{HealthChecks, RuntimeHealth, RUNTIME_UP_PERIOD};
 use crate::kuberuntime::container::dns::DnsSettings;
@@ -36,7 +37,10 @@ use crate::pod_workers::{PodWorkers, WorkQueue, DEFAULT_WORKERS};
 use crate::podconfig::{PodConfig, SourceUpdate};
 use crate::prober::{ProbeEvent, ProbeManager};
 use crate::runtime::Runtime;
+use crate::server::auth::AuthConfig;
+use crate::server::kubelet::KubeletServer;
 use crate::server::readonly::{PodsView, ReadOnly};
+use crate::server::tls;
 use crate::server::{self, ServerError, Unblockers};
 use crate::status::StatusCache;
 use crate::volume::{VolumeManager, VOLUME_MGR_PERIOD};
@@ -64,6 +68,11 @@ pub enum StartError {
     Spawn(SpawnError),
     /// A pod source's settings cannot be used (kubeconfig, etcd TLS files).
     Source(Box<dyn std::error::Error + Send + Sync>),
+    /// The kubelet port's TLS cannot be set up (files, self-signed pair).
+    Tls(crate::server::tls::TlsError),
+    /// `--authorization-mode=Webhook` (the config file's default) with the kubelet
+    /// port on: it needs a SubjectAccessReview client, which rkubelet does not have yet.
+    WebhookAuthorization,
     /// The root directory could not be created.
     RootDir {
         /// The directory.
@@ -79,6 +88,14 @@ impl fmt::Display for StartError {
             StartError::Server(e) => e.fmt(f),
             StartError::Spawn(e) => e.fmt(f),
             StartError::Source(e) => e.fmt(f),
+            StartError::Tls(e) => write!(f, "kubelet port: {e}"),
+            StartError::WebhookAuthorization => write!(
+                f,
+                "authorization mode Webhook (a KubeletConfiguration's default) is not \
+                 implemented yet: it needs an API server and SubjectAccessReview; set \
+                 --authorization-mode=AlwaysAllow (authorization.mode: AlwaysAllow) or \
+                 --port=0"
+            ),
             StartError::RootDir { path, .. } => {
                 write!(f, "cannot create root directory {}", path.display())
             }
@@ -92,6 +109,8 @@ impl std::error::Error for StartError {
             StartError::Server(e) => e.source(),
             StartError::Spawn(e) => e.source(),
             StartError::Source(e) => e.source(),
+            StartError::Tls(e) => Some(e),
+            StartError::WebhookAuthorization => None,
             StartError::RootDir { source, .. } => Some(source),
         }
     }
@@ -138,6 +157,35 @@ impl Running {
     }
 }
 
+/// The kubelet port's TLS configuration and its `/configz` document, checked before
+/// any thread starts: the serving pair (given, or the self-signed one in `--cert-dir`),
+/// the client CA, the minimum version; and Webhook authorization refused.
+fn kubelet_port_tls(
+    cfg: &KubeletConfig,
+) -> Result<(Arc<rustls::ServerConfig>, Arc<Vec<u8>>), StartError> {
+    if cfg.authorization_mode == AuthorizationMode::Webhook {
+        return Err(StartError::WebhookAuthorization);
+    }
+    let (cert, key) = tls::serving_pair(
+        cfg.tls_cert_file.as_deref(),
+        cfg.tls_private_key_file.as_deref(),
+        &cfg.cert_dir(),
+        &cfg.node_name,
+        &crate::netutil::node_ip(),
+    )
+    .map_err(StartError::Tls)?;
+    let config = tls::server_config(&tls::TlsSettings {
+        cert_file: cert.clone(),
+        key_file: key.clone(),
+        client_ca_file: cfg.client_ca_file.clone(),
+        min_version: cfg.tls_min_version,
+    })
+    .map_err(StartError::Tls)?;
+    let configz =
+        server::kubelet::configz_json(cfg, &cert.display().to_string(), &key.display().to_string());
+    Ok((config, Arc::new(configz)))
+}
+
 /// Creates the root directory layout (`<root>/pods`), mode 0750 as upstream.
 fn make_root_dir(root: &std::path::Path) -> Result<(), StartError> {
     use std::os::unix::fs::DirBuilderExt;
@@ -166,6 +214,14 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
         listeners.push(("read-only", server::bind("read-only", addr)?));
     }
+    let kubelet_tls = if cfg.port != 0 {
+        let addr = SocketAddr::new(cfg.address, cfg.port);
+        let tls = kubelet_port_tls(&cfg)?;
+        listeners.push(("kubelet", server::bind("kubelet", addr)?));
+        Some(tls)
+    } else {
+        None
+    };
     let bound: Vec<(&'static str, SocketAddr)> = listeners
         .iter()
         .filter_map(|(n, l)| l.local_addr().ok().map(|a| (*n, a)))
@@ -186,9 +242,35 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let unblockers = Unblockers::default();
 
     // Servers first: they answer health questions while everything else starts.
-    let limits = server::Limits::PLAIN.fit_to_descriptors(listeners.len());
+    let servers = listeners.len();
+    let limits = server::Limits::PLAIN.fit_to_descriptors(servers);
     for (name, listener) in listeners {
         match name {
+            "kubelet" => {
+                let Some((tls, configz)) = kubelet_tls.clone() else {
+                    continue;
+                };
+                let k = KubeletServer {
+                    auth: AuthConfig {
+                        anonymous: cfg.anonymous_auth,
+                        mode: cfg.authorization_mode,
+                        node_name: cfg.node_name.clone(),
+                    },
+                    checks: checks.clone(),
+                    pods: pods_view.clone(),
+                    configz,
+                };
+                log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);
+                server::serve_tls(
+                    &loops,
+                    "srv-kubelet",
+                    listener,
+                    server::Limits::KUBELET.fit_to_descriptors(servers),
+                    tls,
+                    &unblockers,
+                    move |r| server::kubelet::handle(&k, r),
+                )?;
+            }
             "healthz" => {
                 let checks = checks.clone();
                 server::serve(

@@ -29,11 +29,18 @@
 //! accept loop never ends on an error. If the poller itself fails, the loop helper runs
 //! it again ([`Loops::spawn_supervised`]).
 //!
+//! TLS (the kubelet port): the poller owns the handshake too. It feeds what the socket
+//! has into the connection's `rustls::ServerConnection` and reads the head from its
+//! plaintext ([`super::tls::Stream`]), so a handshake that never finishes is a head
+//! that never completes and is closed at the header timeout; the worker writes the
+//! answer through the same connection. The verified client certificate chain reaches
+//! the handler in [`Req::peer_certificates`], which only the transport sets.
+//!
 //! Over 800 lines: the poller is one state machine (accept, heads, caps, timeouts,
 //! linger) whose bounds are easier to check in one file; its unit tests follow it.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -41,6 +48,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
+use super::tls::Stream;
 use super::{Reply, Req};
 use crate::loops::{LoopHandle, Loops, SpawnError, Stop};
 
@@ -74,6 +82,17 @@ impl Limits {
         idle_timeout: Duration::from_secs(60),
         write_timeout: Duration::from_secs(10),
         max_header_bytes: 16 * 1024,
+    };
+
+    /// The authenticated kubelet port: the plain ports' caps, but heads up to 1 MiB as
+    /// upstream's `MaxHeaderBytes` (clients send long bearer tokens and client-go
+    /// headers). A head buffer grows only as bytes arrive, and each is bounded by the
+    /// header timeout, so the worst case is every one of the 256 connections holding an
+    /// almost-full head at once: 256 × (1 MiB + rustls's ~34 KiB of record buffers) ≈
+    /// 265 MiB for at most 10 s; an idle or normal connection costs a few KiB.
+    pub const KUBELET: Limits = Limits {
+        max_header_bytes: 1024 * 1024,
+        ..Limits::PLAIN
     };
 
     /// These limits with the connection cap lowered, if need be, so that `servers`
@@ -154,6 +173,35 @@ pub fn serve<H>(
 where
     H: Fn(&Req) -> Reply + Send + Sync + 'static,
 {
+    serve_with(loops, name, listener, limits, None, handler)
+}
+
+/// [`serve`] over TLS with `tls`: every accepted connection does a handshake first.
+pub fn serve_tls<H>(
+    loops: &Loops,
+    name: &str,
+    listener: TcpListener,
+    limits: Limits,
+    tls: Arc<rustls::ServerConfig>,
+    handler: H,
+) -> Result<Waker, SpawnError>
+where
+    H: Fn(&Req) -> Reply + Send + Sync + 'static,
+{
+    serve_with(loops, name, listener, limits, Some(tls), handler)
+}
+
+fn serve_with<H>(
+    loops: &Loops,
+    name: &str,
+    listener: TcpListener,
+    limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    handler: H,
+) -> Result<Waker, SpawnError>
+where
+    H: Fn(&Req) -> Reply + Send + Sync + 'static,
+{
     let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| spawn_error(name, e))?;
     for s in [&wake_rx, &wake_tx] {
         s.set_nonblocking(true).map_err(|e| spawn_error(name, e))?;
@@ -178,6 +226,7 @@ where
     let mut poller = Poller {
         name: name.to_string(),
         listener,
+        tls,
         wake: wake_rx,
         limits,
         jobs: job_tx,
@@ -216,7 +265,7 @@ enum Back {
 /// An open connection outside a handler.
 #[derive(Debug)]
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     peer: Option<SocketAddr>,
     /// Bytes read and not yet consumed (a partial head, or a pipelined next request).
     buf: Vec<u8>,
@@ -242,7 +291,7 @@ enum Phase {
 }
 
 impl Conn {
-    fn new(stream: TcpStream, peer: Option<SocketAddr>, now: Instant) -> Conn {
+    fn new(stream: Stream, peer: Option<SocketAddr>, now: Instant) -> Conn {
         Conn {
             stream,
             peer,
@@ -346,6 +395,8 @@ pub fn parse_head(buf: &[u8], max_header_bytes: usize) -> Parsed {
 struct Poller {
     name: String,
     listener: TcpListener,
+    /// TLS for every connection (the kubelet port); `None` for the plain ports.
+    tls: Option<Arc<rustls::ServerConfig>>,
     wake: UnixStream,
     limits: Limits,
     jobs: Sender<Job>,
@@ -406,7 +457,14 @@ impl Poller {
         let mut fds = Vec::with_capacity(self.conns.len() + 2);
         fds.push(pollfd(self.wake.as_raw_fd()));
         fds.push(pollfd(listener_fd));
-        fds.extend(self.conns.iter().map(|c| pollfd(c.stream.as_raw_fd())));
+        fds.extend(self.conns.iter().map(|c| {
+            let mut p = pollfd(c.stream.fd());
+            if c.stream.wants_write() {
+                // A TLS handshake reply the socket could not take at once.
+                p.events |= libc::POLLOUT;
+            }
+            p
+        }));
         fds
     }
 
@@ -432,6 +490,15 @@ impl Poller {
             match back {
                 Back::KeepAlive(mut conn) => {
                     conn.since = now;
+                    // TLS may hold decrypted bytes of a pipelined request that
+                    // `poll(2)` will never report: take them now.
+                    if conn.stream.has_buffered() {
+                        if let ReadOutcome::Closed =
+                            read_some(&mut conn, self.limits.max_header_bytes)
+                        {
+                            continue;
+                        }
+                    }
                     if conn.buf.is_empty() {
                         conn.phase = Phase::Idle;
                         self.conns.push(conn);
@@ -486,7 +553,7 @@ impl Poller {
 
     /// Half-closes an answered connection and drains it for a moment before closing.
     fn linger(&mut self, mut conn: Conn, now: Instant) {
-        if conn.stream.shutdown(std::net::Shutdown::Write).is_err() {
+        if conn.stream.shutdown_write().is_err() {
             return;
         }
         conn.buf = Vec::new();
@@ -525,13 +592,26 @@ impl Poller {
                         && !self.evict_one()
                     {
                         // Every slot is inside a handler: nobody to make room for it.
-                        let mut stream = stream;
-                        let _ = answer(&mut stream, 503);
+                        // Plain only: a TLS client cannot read an answer before its
+                        // handshake, so it is just closed.
+                        if self.tls.is_none() {
+                            let _ = answer(&mut Stream::Plain(stream), 503);
+                        }
                         continue;
                     }
                     if stream.set_nonblocking(true).is_err() {
                         continue;
                     }
+                    let stream = match &self.tls {
+                        None => Stream::Plain(stream),
+                        Some(config) => match Stream::tls(stream, config) {
+                            Ok(s) => s,
+                            Err(e) => {
+                                log::debug!("{}: no TLS state for {peer}: {e}", self.name);
+                                continue;
+                            }
+                        },
+                    };
                     self.conns.push(Conn::new(stream, Some(peer), now));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -632,7 +712,7 @@ fn read_some(conn: &mut Conn, max_header_bytes: usize) -> ReadOutcome {
         }
         let mut chunk = [0u8; READ_CHUNK];
         let want = room.min(READ_CHUNK);
-        match conn.stream.read(&mut chunk[..want]) {
+        match conn.stream.read_nonblocking(&mut chunk[..want]) {
             Ok(0) => return ReadOutcome::Closed,
             Ok(n) => {
                 conn.buf.extend_from_slice(&chunk[..n]);
@@ -656,7 +736,7 @@ fn read_some(conn: &mut Conn, max_header_bytes: usize) -> ReadOutcome {
 fn discard_some(conn: &mut Conn) -> bool {
     let mut chunk = [0u8; READ_CHUNK];
     loop {
-        match conn.stream.read(&mut chunk) {
+        match conn.stream.discard(&mut chunk) {
             Ok(0) => return false,
             Ok(n) => {
                 conn.discarded = conn.discarded.saturating_add(n);
@@ -672,11 +752,11 @@ fn discard_some(conn: &mut Conn) -> bool {
 }
 
 /// A short error answer, written without blocking (it fits any socket buffer).
-fn answer(stream: &mut TcpStream, status: u16) -> io::Result<()> {
+fn answer(stream: &mut Stream, status: u16) -> io::Result<()> {
     let body = format!("{}\n", reason(status));
     let mut out = response_head(status, "text/plain; charset=utf-8", body.len(), None, false);
     out.push_str(&body);
-    stream.write_all(out.as_bytes())
+    stream.write_short(out.as_bytes())
 }
 
 /// One worker: runs the handler for each request head and writes the answer.
@@ -701,7 +781,10 @@ fn worker<H>(
         };
         let began = handle.begin_tick();
         let Job { mut conn, head } = job;
-        let req = Req::from_head(&head, conn.peer);
+        let req = Req {
+            peer_certificates: conn.stream.peer_certificates(),
+            ..Req::from_head(&head, conn.peer)
+        };
         let reply = handler(&req);
         log::debug!(
             "{} {} {} -> {}",
@@ -727,14 +810,14 @@ fn worker<H>(
 }
 
 fn write_reply(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     head: &Head,
     reply: &Reply,
     keep_alive: bool,
     limits: Limits,
 ) -> io::Result<()> {
     stream.set_nonblocking(false)?;
-    stream.set_write_timeout(Some(limits.write_timeout))?;
+    stream.set_write_timeout(limits.write_timeout)?;
     let mut out = response_head(
         reply.status,
         reply.content_type,
@@ -746,8 +829,7 @@ fn write_reply(
     if head.method != "HEAD" {
         out.extend_from_slice(&reply.body);
     }
-    stream.write_all(&out)?;
-    stream.flush()
+    stream.write_blocking(&out)
 }
 
 /// The status line and headers of an answer, as Go's net/http writes them.
@@ -817,6 +899,8 @@ fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::net::TcpStream;
+
     use super::*;
     use crate::loops::{shutdown_channel, Shutdown};
 

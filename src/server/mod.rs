@@ -7,9 +7,12 @@
 //! (`srv-healthz`, `srv-readonly`) and a fixed pool of workers (`srv-readonly-0` …).
 //! At shutdown [`Unblockers::unblock_all`] wakes every poller.
 
+pub mod auth;
 pub mod healthz;
 pub mod http;
+pub mod kubelet;
 pub mod readonly;
+pub mod tls;
 
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
@@ -88,6 +91,10 @@ pub struct Req {
     pub headers: Vec<(String, String)>,
     /// The client's address.
     pub peer: Option<SocketAddr>,
+    /// The client certificate chain (DER, leaf first) that the TLS handshake verified
+    /// against the client CA; empty without TLS or without a certificate. Set by the
+    /// transport only, never from anything in the request.
+    pub peer_certificates: Vec<Vec<u8>>,
 }
 
 impl Req {
@@ -104,6 +111,7 @@ impl Req {
             query: query.to_string(),
             headers: Vec::new(),
             peer: None,
+            peer_certificates: Vec::new(),
         }
     }
 
@@ -199,6 +207,24 @@ where
     H: Fn(&Req) -> Reply + Send + Sync + 'static,
 {
     let waker = http::serve(loops, name, listener, limits, handler)?;
+    lock(&unblockers.0).push(waker);
+    Ok(())
+}
+
+/// [`serve`] over TLS (the kubelet port).
+pub fn serve_tls<H>(
+    loops: &Loops,
+    name: &str,
+    listener: TcpListener,
+    limits: Limits,
+    tls: Arc<rustls::ServerConfig>,
+    unblockers: &Unblockers,
+    handler: H,
+) -> Result<(), SpawnError>
+where
+    H: Fn(&Req) -> Reply + Send + Sync + 'static,
+{
+    let waker = http::serve_tls(loops, name, listener, limits, tls, handler)?;
     lock(&unblockers.0).push(waker);
     Ok(())
 }

@@ -17,3 +17,4 @@ mod probes;
 mod servers;
 mod admission;
 mod inputs;
+mod kubelet_port;

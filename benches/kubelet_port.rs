@@ -1,0 +1,136 @@
+//! `make bench`: the authenticated kubelet port over TLS. A real rkubelet (no pods,
+//! self-signed pair, anonymous + AlwaysAllow) is asked `/pods` in a keep-alive loop
+//! over one TLS connection (requests/s, handshake excluded), then holds 100 idle TLS
+//! connections (handshake done, no request) while its RSS and threads are read.
+
+#[path = "common/mod.rs"]
+#[allow(dead_code)] // this bench needs only the process helpers
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::proc_status;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+fn main() {
+    let dir = std::env::temp_dir().join(format!("rkubelet-bench-kport-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("port")
+    };
+    let (hz, port) = (free(), free());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+        .arg("--hostname-override=bench-kport")
+        .arg(format!("--root-dir={}", dir.join("root").display()))
+        .arg(format!("--healthz-port={hz}"))
+        .args(["--read-only-port=0", "--address=127.0.0.1"])
+        .arg(format!("--port={port}"))
+        .args(["--anonymous-auth", "--authorization-mode=AlwaysAllow"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rkubelet");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let crt = dir.join("root/pki/kubelet.crt");
+    while (TcpStream::connect(("127.0.0.1", port)).is_err() || !crt.exists())
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let config = client_config(&crt);
+
+    println!("rkubelet kubelet port over TLS (no pods, anonymous + AlwaysAllow)\n");
+    let mut conn = connect(&config, port);
+    let n = 2000;
+    let began = Instant::now();
+    for _ in 0..n {
+        get(&mut conn, "/pods");
+    }
+    let secs = began.elapsed().as_secs_f64();
+    println!(
+        "/pods over one keep-alive TLS connection: {n} requests in {secs:.2} s = {:.0} requests/s",
+        f64::from(n) / secs
+    );
+
+    let pid = child.id();
+    let (rss0, threads0) = proc_status(pid);
+    let idle: Vec<Tls> = (0..100).map(|_| connect(&config, port)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let (rss, threads) = proc_status(pid);
+    println!(
+        "100 idle TLS connections: RSS {:.1} -> {:.1} MiB, threads {threads0} -> {threads}",
+        rss0 as f64 / 1024.0,
+        rss as f64 / 1024.0
+    );
+    drop(idle);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Trusts the kubelet's self-signed certificate, and only it.
+fn client_config(crt: &Path) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(crt).expect("kubelet.crt") {
+        roots.add(c.expect("certificate")).expect("root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+/// A TLS connection with the handshake done.
+fn connect(config: &Arc<rustls::ClientConfig>, port: u16) -> Tls {
+    let name = ServerName::try_from("localhost").expect("name");
+    let conn = rustls::ClientConnection::new(config.clone(), name).expect("client");
+    let tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    tcp.set_nodelay(true).expect("nodelay");
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    while tls.conn.is_handshaking() {
+        tls.conn.complete_io(&mut tls.sock).expect("TLS handshake");
+    }
+    tls
+}
+
+/// One keep-alive GET; reads the whole answer by its Content-Length.
+fn get(tls: &mut Tls, path: &str) {
+    // One write, one TLS record: `write!` would send pieces that Nagle holds back.
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    tls.write_all(req.as_bytes()).expect("write");
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let n = tls.read(&mut chunk).expect("read");
+        assert!(n > 0, "connection closed");
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len: usize = text[..end]
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("Content-Length");
+            if buf.len() >= end + 4 + len {
+                assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The authenticated kubelet port (`--address`:`--port`, default 0.0.0.0:10250; 0
+//! disables it): HTTPS only, every request authenticated and authorized by
+//! [`auth::filter`] before the route `match`. Served so far: `/pods` (the read-only
+//! port's JSON), `/healthz` and its sub-checks, and `/configz`
+//! (`{"kubeletconfig": {…}}`, the effective configuration in v1beta1's field names,
+//! as upstream's `setConfigz`). Everything else is 404 until it is ported (logs,
+//! exec, metrics … are issue 10's later items).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::auth::{self, AuthConfig};
+use super::readonly::PodsView;
+use super::{healthz, Reply, Req};
+use crate::config::KubeletConfig;
+use crate::health::HealthChecks;
+
+/// What the kubelet port serves from.
+#[derive(Debug, Clone)]
+pub struct KubeletServer {
+    /// Authentication and authorization.
+    pub auth: AuthConfig,
+    /// Health checks.
+    pub checks: HealthChecks,
+    /// Pods and statuses.
+    pub pods: Arc<PodsView>,
+    /// The `/configz` document, made once at start (the configuration never changes
+    /// while the process runs).
+    pub configz: Arc<Vec<u8>>,
+}
+
+/// Routes one request on the kubelet port, after authentication and authorization.
+pub fn handle(k: &KubeletServer, req: &Req) -> Reply {
+    if let Err(reply) = auth::filter(&k.auth, req) {
+        return reply;
+    }
+    match req.path().as_slice() {
+        ["pods"] if req.method == "GET" => Reply::json(200, k.pods.pod_list_json()),
+        ["pods"] => Reply::method_not_allowed("GET"),
+        ["healthz"] => healthz(&k.checks, req, None),
+        ["healthz", sub] => healthz(&k.checks, req, Some(sub)),
+        // Upstream's configz handler answers every method.
+        ["configz"] => Reply::json(200, k.configz.as_ref().clone()),
+        _ => Reply::not_found(),
+    }
+}
+
+/// `/configz`'s body: `{"kubeletconfig": {…}}` with the fields rkubelet has, spelled and
+/// formatted as v1beta1's JSON (Go durations, `omitempty` strings left out). The
+/// serving pair's paths are the ones in use, the self-signed ones included, as
+/// upstream fills `tlsCertFile` in after making them.
+pub fn configz_json(cfg: &KubeletConfig, cert_file: &str, key_file: &str) -> Vec<u8> {
+    let mut kc = Map::new();
+    let mut put = |k: &str, v: Value| {
+        let empty = matches!(&v, Value::String(s) if s.is_empty());
+        if !empty {
+            kc.insert(k.to_string(), v);
+        }
+    };
+    let path = |p: &Option<std::path::PathBuf>| {
+        p.as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    put("enableServer", json!(cfg.port != 0));
+    put("staticPodPath", json!(path(&cfg.static_pod_path)));
+    put("syncFrequency", json!(go_duration(cfg.sync_frequency)));
+    put(
+        "fileCheckFrequency",
+        json!(go_duration(cfg.file_check_frequency)),
+    );
+    put(
+        "httpCheckFrequency",
+        json!(go_duration(cfg.http_check_frequency)),
+    );
+    put(
+        "staticPodURL",
+        json!(cfg.manifest_url.clone().unwrap_or_default()),
+    );
+    let mut headers: Map<String, Value> = Map::new();
+    for (name, value) in &cfg.manifest_url_headers {
+        if let Value::Array(values) = headers.entry(name.clone()).or_insert(json!([])) {
+            values.push(json!(value));
+        }
+    }
+    if !headers.is_empty() {
+        put("staticPodURLHeader", Value::Object(headers));
+    }
+    put("address", json!(cfg.address.to_string()));
+    put("port", json!(cfg.port));
+    put("readOnlyPort", json!(cfg.read_only_port));
+    put("tlsCertFile", json!(cert_file));
+    put("tlsPrivateKeyFile", json!(key_file));
+    put("tlsMinVersion", json!(cfg.tls_min_version.name()));
+    put(
+        "authentication",
+        json!({
+            "x509": {"clientCAFile": path(&cfg.client_ca_file)},
+            "webhook": {"enabled": false, "cacheTTL": "0s"},
+            "anonymous": {"enabled": cfg.anonymous_auth},
+        }),
+    );
+    put(
+        "authorization",
+        json!({
+            "mode": cfg.authorization_mode.name(),
+            "webhook": {"cacheAuthorizedTTL": "0s", "cacheUnauthorizedTTL": "0s"},
+        }),
+    );
+    put("healthzPort", json!(cfg.healthz_port));
+    put(
+        "healthzBindAddress",
+        json!(cfg.healthz_bind_address.to_string()),
+    );
+    put("clusterDomain", json!(cfg.cluster_domain));
+    if !cfg.cluster_dns.is_empty() {
+        put("clusterDNS", json!(cfg.cluster_dns));
+    }
+    put("resolvConf", json!(cfg.resolv_conf));
+    put("serializeImagePulls", json!(cfg.serialize_image_pulls));
+    if let Some(n) = cfg.max_parallel_image_pulls {
+        put("maxParallelImagePulls", json!(n));
+    }
+    put(
+        "containerRuntimeEndpoint",
+        json!(cfg.container_runtime_endpoint),
+    );
+    put("logging", json!({"verbosity": cfg.verbosity.unwrap_or(0)}));
+    serde_json::to_vec(&json!({ "kubeletconfig": kc })).unwrap_or_default()
+}
+
+/// A duration as Go's `time.Duration.String` prints whole-second and millisecond
+/// values (`1m0s`, `20s`, `1h0m0s`, `500ms`, `0s`).
+fn go_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    let nanos = d.subsec_nanos();
+    if secs == 0 {
+        return match nanos {
+            0 => "0s".to_string(),
+            n if n % 1_000_000 == 0 => format!("{}ms", n / 1_000_000),
+            n => format!("{}s", f64::from(n) / 1e9),
+        };
+    }
+    let s = if nanos == 0 {
+        (secs % 60).to_string()
+    } else {
+        format!("{}", (secs % 60) as f64 + f64::from(nanos) / 1e9)
+    };
+    match (secs / 3600, secs / 60 % 60) {
+        (0, 0) => format!("{s}s"),
+        (0, m) => format!("{m}m{s}s"),
+        (h, m) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_as_go_does() {
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_secs(20), "20s"),
+            (Duration::from_secs(60), "1m0s"),
+            (Duration::from_secs(3725), "1h2m5s"),
+            (Duration::from_millis(500), "500ms"),
+            (Duration::from_millis(1500), "1.5s"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(go_duration(d), want, "{d:?}");
+        }
+    }
+}

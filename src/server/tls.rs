@@ -1,0 +1,520 @@
+//! TLS for the authenticated kubelet port: the connection the bounded transport
+//! ([`super::http`]) reads and writes, plain TCP or TLS through a
+//! `rustls::ServerConnection`; the rustls server configuration built from the TLS
+//! settings; and the self-signed serving pair made when no certificate is given
+//! (upstream's `InitializeTLS` with `GenerateSelfSignedCertKey`).
+//!
+//! The poller never blocks on a connection: it feeds what `poll(2)` says is readable
+//! into rustls (`read_tls`, `process_new_packets`) and takes out what plaintext there
+//! is, so a handshake is just more bytes of a request head and counts against the
+//! same header timeout. The workers write answers through the same connection with
+//! the socket blocking and a write timeout. The client certificate chain comes from
+//! rustls after the handshake verified it, never from anything the client sends in
+//! the HTTP request.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig, ServerConnection};
+
+use crate::config::values::TlsVersion;
+
+/// The largest certificate, key or CA bundle file read: real ones are a few KiB.
+const MAX_PEM_BYTES: u64 = 1024 * 1024;
+/// The self-signed certificate's lifetime: upstream's one year.
+const SELF_SIGNED_DAYS: i64 = 365;
+
+/// One open connection of a server: plain TCP (healthz, read-only) or TLS (kubelet).
+#[derive(Debug)]
+pub enum Stream {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS over TCP.
+    Tls(Box<TlsStream>),
+}
+
+/// A TLS connection: the socket and rustls's state for it.
+#[derive(Debug)]
+pub struct TlsStream {
+    tcp: TcpStream,
+    tls: ServerConnection,
+}
+
+impl Stream {
+    /// A TLS connection on `tcp` with `config`.
+    pub fn tls(tcp: TcpStream, config: &Arc<ServerConfig>) -> io::Result<Stream> {
+        let tls = ServerConnection::new(config.clone()).map_err(io::Error::other)?;
+        // A handshake is several small flights, and rustls may hand an answer to the
+        // socket in more than one write: without this, Nagle and the client's delayed
+        // ACK add ~40 ms to each (Go's net/http sets it on every connection too).
+        tcp.set_nodelay(true)?;
+        Ok(Stream::Tls(Box::new(TlsStream { tcp, tls })))
+    }
+
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(t) => &t.tcp,
+        }
+    }
+
+    /// The socket's descriptor, for `poll(2)`.
+    pub fn fd(&self) -> RawFd {
+        self.tcp().as_raw_fd()
+    }
+
+    /// Whether TLS records wait to be sent (a handshake reply the socket could not take
+    /// at once): the poller then also waits for the socket to be writable.
+    pub fn wants_write(&self) -> bool {
+        matches!(self, Stream::Tls(t) if t.tls.wants_write())
+    }
+
+    /// Whether decrypted bytes wait inside rustls, which `poll(2)` cannot see.
+    pub fn has_buffered(&mut self) -> bool {
+        match self {
+            Stream::Plain(_) => false,
+            Stream::Tls(t) => t
+                .tls
+                .process_new_packets()
+                .is_ok_and(|s| s.plaintext_bytes_to_read() > 0),
+        }
+    }
+
+    /// Sets the socket's blocking mode.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.tcp().set_nonblocking(on)
+    }
+
+    /// Sets the socket's write timeout.
+    pub fn set_write_timeout(&self, t: std::time::Duration) -> io::Result<()> {
+        self.tcp().set_write_timeout(Some(t))
+    }
+
+    /// Reads request bytes without blocking, as `Read::read` on a non-blocking socket
+    /// does: `Ok(0)` when the peer has closed, `WouldBlock` when nothing is there yet
+    /// (for TLS also while the handshake is still going on).
+    pub fn read_nonblocking(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(out),
+            Stream::Tls(t) => t.read_nonblocking(out),
+        }
+    }
+
+    /// Reads and drops raw bytes (a lingering connection: nothing it sends is used).
+    pub fn discard(&mut self, chunk: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(chunk),
+            Stream::Tls(t) => t.tcp.read(chunk),
+        }
+    }
+
+    /// Writes a short answer without blocking (it fits any socket buffer). A TLS
+    /// connection whose handshake has not finished cannot carry one: an error, so
+    /// the caller closes it.
+    pub fn write_short(&mut self, data: &[u8]) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.write_all(data),
+            Stream::Tls(t) if t.tls.is_handshaking() => Err(io::Error::other(
+                "the TLS handshake did not finish: no answer can be sent",
+            )),
+            Stream::Tls(t) => {
+                t.tls.writer().write_all(data)?;
+                t.flush_nonblocking()
+            }
+        }
+    }
+
+    /// Writes a whole answer on a blocking socket (the worker sets the write timeout).
+    pub fn write_blocking(&mut self, data: &[u8]) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => {
+                s.write_all(data)?;
+                s.flush()
+            }
+            Stream::Tls(t) => t.write_blocking(data),
+        }
+    }
+
+    /// Ends the sending side: a TLS `close_notify`, then the TCP half-close.
+    pub fn shutdown_write(&mut self) -> io::Result<()> {
+        if let Stream::Tls(t) = self {
+            t.tls.send_close_notify();
+            let _ = t.flush_nonblocking();
+        }
+        self.tcp().shutdown(std::net::Shutdown::Write)
+    }
+
+    /// The client's certificate chain (DER, leaf first) as rustls verified it during
+    /// the handshake; empty for plain TCP or a client that sent none.
+    pub fn peer_certificates(&self) -> Vec<Vec<u8>> {
+        match self {
+            Stream::Plain(_) => Vec::new(),
+            Stream::Tls(t) => t
+                .tls
+                .peer_certificates()
+                .map(|c| c.iter().map(|d| d.to_vec()).collect())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl TlsStream {
+    fn read_nonblocking(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.tls.reader().read(out) {
+                // Ok(0) is the peer's close_notify.
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            self.flush_nonblocking()?;
+            // WouldBlock here is "nothing more yet", which the caller expects.
+            if self.tls.read_tls(&mut self.tcp)? == 0 {
+                return Ok(0);
+            }
+            if let Err(e) = self.tls.process_new_packets() {
+                // Send the alert rustls queued (bad certificate, protocol version …) so
+                // the client learns why, then give up the connection.
+                let _ = self.flush_nonblocking();
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+            self.flush_nonblocking()?;
+        }
+    }
+
+    /// Sends queued TLS records until the socket would block (the rest waits for
+    /// `POLLOUT`).
+    fn flush_nonblocking(&mut self) -> io::Result<()> {
+        while self.tls.wants_write() {
+            match self.tls.write_tls(&mut self.tcp) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn write_blocking(&mut self, mut data: &[u8]) -> io::Result<()> {
+        loop {
+            while self.tls.wants_write() {
+                self.tls.write_tls(&mut self.tcp)?;
+            }
+            if data.is_empty() {
+                return Ok(());
+            }
+            // rustls takes as much plaintext as its send buffer holds.
+            let n = self.tls.writer().write(data)?;
+            if n == 0 && !self.tls.wants_write() {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            data = &data[n..];
+        }
+    }
+}
+
+/// Why the kubelet port's TLS cannot be set up. Start-up fails with it.
+#[derive(Debug)]
+pub enum TlsError {
+    /// A certificate, key or CA file cannot be read.
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        reason: String,
+    },
+    /// A file has no usable PEM block of the kind needed.
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What was looked for or what is wrong.
+        reason: String,
+    },
+    /// rustls refused the configuration (a key that does not match the certificate …).
+    Config(rustls::Error),
+    /// The client CA bundle cannot verify anything.
+    ClientCa {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        reason: String,
+    },
+    /// Only one of `--tls-cert-file` and `--tls-private-key-file` is given.
+    HalfPair,
+    /// The self-signed pair cannot be made or written.
+    SelfSigned {
+        /// The directory.
+        dir: PathBuf,
+        /// The cause.
+        reason: String,
+    },
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsError::Read { path, reason } => {
+                write!(f, "cannot read {}: {reason}", path.display())
+            }
+            TlsError::Pem { path, reason } => write!(f, "{}: {reason}", path.display()),
+            TlsError::Config(e) => write!(f, "unusable TLS serving pair: {e}"),
+            TlsError::ClientCa { path, reason } => {
+                write!(f, "client CA file {}: {reason}", path.display())
+            }
+            TlsError::HalfPair => write!(
+                f,
+                "--tls-cert-file and --tls-private-key-file must be given together"
+            ),
+            TlsError::SelfSigned { dir, reason } => write!(
+                f,
+                "cannot make the self-signed serving pair in {}: {reason}",
+                dir.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TlsError {}
+
+/// What the kubelet port's TLS is built from (the TLS settings, the self-signed pair's
+/// names resolved).
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    /// The serving certificate chain (PEM).
+    pub cert_file: PathBuf,
+    /// Its key (PEM).
+    pub key_file: PathBuf,
+    /// `--client-ca-file`.
+    pub client_ca_file: Option<PathBuf>,
+    /// `--tls-min-version`.
+    pub min_version: TlsVersion,
+}
+
+fn read_pem_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    crate::fsutil::read_regular(path, MAX_PEM_BYTES)
+        .map(|(bytes, _)| bytes)
+        .map_err(|e| TlsError::Read {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read_pem_file(path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Pem {
+            path: path.to_path_buf(),
+            reason: "no CERTIFICATE block".into(),
+        });
+    }
+    Ok(certs)
+}
+
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = read_pem_file(path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::Pem {
+        path: path.to_path_buf(),
+        reason: format!("no usable private key: {e}"),
+    })
+}
+
+/// The rustls configuration of the kubelet port: the serving pair, the TLS versions
+/// from `min_version` up, and, with a client CA, client certificates verified against
+/// it but not required (a request without one goes on to anonymous authentication,
+/// as upstream's, which asks for a certificate and verifies it only if one is sent).
+pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions: &[&'static rustls::SupportedProtocolVersion] = match s.min_version {
+        TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        TlsVersion::Tls13 => &[&rustls::version::TLS13],
+    };
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)
+        .map_err(TlsError::Config)?;
+    let builder = match &s.client_ca_file {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for cert in certificates(ca)? {
+                roots.add(cert).map_err(|e| TlsError::ClientCa {
+                    path: ca.clone(),
+                    reason: e.to_string(),
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| TlsError::ClientCa {
+                    path: ca.clone(),
+                    reason: e.to_string(),
+                })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certificates(&s.cert_file)?, private_key(&s.key_file)?)
+        .map_err(TlsError::Config)?;
+    // HTTP/1.1 only: a client offering h2 must not think it was accepted.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The serving pair's files: the given ones, or the self-signed pair in `cert_dir`
+/// (made if it is missing or unusable, reused otherwise). Returns (cert, key).
+pub fn serving_pair(
+    cert_file: Option<&Path>,
+    key_file: Option<&Path>,
+    cert_dir: &Path,
+    node_name: &str,
+    node_ip: &str,
+) -> Result<(PathBuf, PathBuf), TlsError> {
+    match (cert_file, key_file) {
+        (Some(c), Some(k)) => Ok((c.to_path_buf(), k.to_path_buf())),
+        (None, None) => {
+            let cert = cert_dir.join("kubelet.crt");
+            let key = cert_dir.join("kubelet.key");
+            if usable_pair(&cert, &key) {
+                log::info!("using the self-signed serving pair {}", cert.display());
+                return Ok((cert, key));
+            }
+            write_self_signed(cert_dir, &cert, &key, node_name, node_ip)?;
+            log::info!("made a self-signed serving pair {}", cert.display());
+            Ok((cert, key))
+        }
+        _ => Err(TlsError::HalfPair),
+    }
+}
+
+/// Whether the pair parses and its key matches its certificate. Expiry is not
+/// checked (upstream's `canReadCertAndKey` checks less: that the files exist).
+fn usable_pair(cert: &Path, key: &Path) -> bool {
+    server_config(&TlsSettings {
+        cert_file: cert.to_path_buf(),
+        key_file: key.to_path_buf(),
+        client_ca_file: None,
+        min_version: TlsVersion::Tls12,
+    })
+    .is_ok()
+}
+
+fn write_self_signed(
+    dir: &Path,
+    cert: &Path,
+    key: &Path,
+    node_name: &str,
+    node_ip: &str,
+) -> Result<(), TlsError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail = |reason: String| TlsError::SelfSigned {
+        dir: dir.to_path_buf(),
+        reason,
+    };
+    let (cert_pem, key_pem) = self_signed(node_name, node_ip).map_err(|e| fail(e.to_string()))?;
+    std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
+    let write = |path: &Path, text: &str, mode: u32| -> io::Result<()> {
+        // Written aside and renamed, so a crash never leaves half a key to be reused.
+        let tmp = path.with_extension("tmp");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write(key, &key_pem, 0o600).map_err(|e| fail(format!("{}: {e}", key.display())))?;
+    write(cert, &cert_pem, 0o644).map_err(|e| fail(format!("{}: {e}", cert.display())))
+}
+
+/// A self-signed certificate and its key (PEM) for the node: CN `<node>@<unix time>`
+/// as upstream's, SANs the node name, `localhost`, the node IP and 127.0.0.1, valid for
+/// a year from now.
+pub fn self_signed(node_name: &str, node_ip: &str) -> Result<(String, String), rcgen::Error> {
+    let now = std::time::SystemTime::now();
+    let secs = crate::time::unix_secs(now);
+    let mut names = vec![node_name.to_string(), "localhost".to_string()];
+    for ip in [node_ip, "127.0.0.1"] {
+        if !names.iter().any(|n| n == ip) {
+            names.push(ip.to_string());
+        }
+    }
+    // rcgen reads an IP text as an IP SAN, anything else as a DNS name.
+    let mut params = rcgen::CertificateParams::new(names)?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{node_name}@{secs}"));
+    let (y, m, d) = civil_date(secs);
+    params.not_before = rcgen::date_time_ymd(y, m, d);
+    let (y, m, d) = civil_date(secs.saturating_add(SELF_SIGNED_DAYS * 86_400));
+    params.not_after = rcgen::date_time_ymd(y, m, d);
+    let key = rcgen::KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// The UTC calendar date of a Unix time.
+fn civil_date(secs: i64) -> (i32, u8, u8) {
+    use k8s_openapi::jiff::{tz::TimeZone, Timestamp};
+    let date = Timestamp::from_second(secs)
+        .unwrap_or(Timestamp::UNIX_EPOCH)
+        .to_zoned(TimeZone::UTC)
+        .date();
+    (
+        i32::from(date.year()),
+        u8::try_from(date.month()).unwrap_or(1),
+        u8::try_from(date.day()).unwrap_or(1),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    #[test]
+    fn the_self_signed_pair_is_made_once_and_reused() {
+        let dir = TempDir::new("selfsigned");
+        let pki = dir.0.join("pki");
+        let (cert, key) = serving_pair(None, None, &pki, "node-a", "10.1.2.3").expect("made");
+        let first = std::fs::read(&cert).expect("cert");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key).expect("key").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the key is private");
+        serving_pair(None, None, &pki, "node-a", "10.1.2.3").expect("reused");
+        assert_eq!(
+            std::fs::read(&cert).expect("cert"),
+            first,
+            "reused, not remade"
+        );
+        // A broken pair is replaced.
+        std::fs::write(&key, "garbage").expect("break");
+        serving_pair(None, None, &pki, "node-a", "10.1.2.3").expect("remade");
+        assert_ne!(std::fs::read(&cert).expect("cert"), first);
+        assert!(matches!(
+            serving_pair(Some(&cert), None, &pki, "n", "1.1.1.1"),
+            Err(TlsError::HalfPair)
+        ));
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_date(0), (1970, 1, 1));
+        assert_eq!(civil_date(784_111_777), (1994, 11, 6));
+    }
+}

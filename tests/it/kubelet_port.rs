@@ -1,0 +1,309 @@
+//! The authenticated kubelet port (`--port`) against real clients: kubectl with a
+//! client-certificate kubeconfig, curl with and without certificates, openssl
+//! s_client for TLS versions, and raw sockets that start a handshake and never finish
+//! it. Certificates come from the openssl CLI ([`Pki`], plus one client certificate
+//! with several O values made here).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::apiserver::Pki;
+use crate::util::{free_port, wait_for, Node, LONG};
+
+/// Starts `node` with the kubelet port on a free port and `extra`; waits until the
+/// port accepts connections. Returns the port.
+fn start(node: &mut Node, extra: &[&str]) -> u16 {
+    let port = free_port();
+    let port_flag = format!("--port={port}");
+    let mut args: Vec<&str> = vec![&port_flag];
+    args.extend_from_slice(extra);
+    node.start(&args);
+    wait_for("the kubelet port to listen", LONG, || {
+        TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    port
+}
+
+/// Flags for a node serving the test PKI's server certificate and trusting its CA.
+fn pki_flags(pki: &Pki) -> Vec<String> {
+    vec![
+        format!("--tls-cert-file={}", pki.server_cert.display()),
+        format!("--tls-private-key-file={}", pki.server_key.display()),
+        format!("--client-ca-file={}", pki.ca.display()),
+    ]
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("run client")
+}
+
+/// `curl -sk` (optionally with a client certificate): (HTTP status, body), or the
+/// status 0 when no HTTP answer came (handshake refused).
+fn curl(port: u16, path: &str, cert: Option<(&Path, &Path)>) -> (u16, String) {
+    let mut c = Command::new("curl");
+    c.args(["-sk", "--max-time", "10", "-w", "\n%{http_code}"]);
+    if let Some((crt, key)) = cert {
+        c.arg("--cert").arg(crt).arg("--key").arg(key);
+    }
+    c.arg(format!("https://127.0.0.1:{port}{path}"));
+    let out = run(&mut c);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// A kubeconfig for `https://127.0.0.1:port` with a client certificate.
+fn kubeconfig(dir: &Path, port: u16, ca: &Path, crt: &Path, key: &Path) -> PathBuf {
+    let path = dir.join("client.kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: node\n  cluster:\n    server: \
+         https://127.0.0.1:{port}\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    \
+         client-certificate: {}\n    client-key: {}\ncontexts:\n- name: c\n  context: {{cluster: \
+         node, user: u}}\ncurrent-context: c\n",
+        ca.display(),
+        crt.display(),
+        key.display()
+    );
+    std::fs::write(&path, text).expect("kubeconfig");
+    path
+}
+
+fn kubectl_raw(kubeconfig: &Path, path: &str) -> (bool, String) {
+    let out = run(Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["get", "--raw", path]));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// `openssl s_client` with `version` (`-tls1_1`, `-tls1_3`): whether a handshake
+/// finished, and its output.
+fn s_client(port: u16, version: &str) -> (bool, String) {
+    let out = run(Command::new("openssl").args([
+        "s_client",
+        version,
+        "-connect",
+        &format!("127.0.0.1:{port}"),
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let ok = out.status.success() && text.contains("BEGIN CERTIFICATE");
+    (ok, text)
+}
+
+/// A client certificate signed by the test CA with CN `admin` and two O values.
+fn admin_cert(pki: &Pki, dir: &Path) -> (PathBuf, PathBuf) {
+    let (crt, key, csr) = (
+        dir.join("admin.crt"),
+        dir.join("admin.key"),
+        dir.join("admin.csr"),
+    );
+    let ext = dir.join("admin.ext");
+    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n").expect("ext");
+    let ok = |out: Output| assert!(out.status.success(), "{out:?}");
+    ok(run(Command::new("openssl")
+        .args([
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ])
+        .args(["-subj", "/CN=admin/O=system:masters/O=ops", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&csr)));
+    ok(run(Command::new("openssl")
+        .args(["x509", "-req", "-days", "1", "-in"])
+        .arg(&csr)
+        .arg("-CA")
+        .arg(&pki.ca)
+        .arg("-CAkey")
+        .arg(pki.dir.join("ca.key"))
+        .arg("-CAcreateserial")
+        .arg("-CAserial")
+        .arg(dir.join("ca.srl"))
+        .arg("-extfile")
+        .arg(&ext)
+        .arg("-out")
+        .arg(&crt)));
+    (crt, key)
+}
+
+#[test]
+fn kubectl_with_a_client_certificate_reads_pods_healthz_and_configz() {
+    let pki = Pki::get();
+    let mut node = Node::new("kport");
+    let mut flags = pki_flags(&pki);
+    flags.push("--anonymous-auth=false".into());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let port = start(&mut node, &flags);
+    let kc = kubeconfig(&node.dir, port, &pki.ca, &pki.client_cert, &pki.client_key);
+
+    let (ok, pods) = kubectl_raw(&kc, "/pods");
+    assert!(ok, "kubectl get --raw /pods: {pods}");
+    let pods: serde_json::Value = serde_json::from_str(&pods).expect("JSON");
+    assert_eq!(pods["kind"], "PodList");
+    assert_eq!(pods, node.pods(), "the read-only port's JSON");
+    let (ok, health) = kubectl_raw(&kc, "/healthz");
+    assert!(ok && health == "ok", "{health}");
+    let (ok, sub) = kubectl_raw(&kc, "/healthz/ping");
+    assert!(ok && sub == "ok", "{sub}");
+    let (ok, configz) = kubectl_raw(&kc, "/configz");
+    assert!(ok, "{configz}");
+    let configz: serde_json::Value = serde_json::from_str(&configz).expect("JSON");
+    let kcfg = &configz["kubeletconfig"];
+    assert_eq!(kcfg["port"], port);
+    assert_eq!(kcfg["authentication"]["anonymous"]["enabled"], false);
+    assert_eq!(kcfg["authorization"]["mode"], "AlwaysAllow");
+    assert_eq!(kcfg["syncFrequency"], "1m0s");
+    assert_eq!(
+        kcfg["tlsCertFile"],
+        pki.server_cert.display().to_string().as_str()
+    );
+    let (ok, missing) = kubectl_raw(&kc, "/exec/ns/p/c");
+    assert!(!ok && missing.contains("NotFound"), "{missing}");
+
+    // Without a certificate: 401, whatever the Authorization header says.
+    assert_eq!(curl(port, "/pods", None), (401, "Unauthorized".to_string()));
+    let out = run(Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}"])
+        .args(["-H", "Authorization: Bearer some-token"])
+        .arg(format!("https://127.0.0.1:{port}/pods")));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
+    // A certificate from another CA does not get through the handshake.
+    let (code, _) = curl(port, "/pods", Some((&pki.rogue_cert, &pki.rogue_key)));
+    assert_eq!(code, 0, "a rogue certificate is refused at the handshake");
+    // CN is the user, every O a group.
+    let (crt, key) = admin_cert(&pki, &node.dir);
+    let (code, body) = curl(port, "/healthz", Some((&crt, &key)));
+    assert_eq!((code, body.as_str()), (200, "ok"));
+    wait_for("the request's attributes in the log", LONG, || {
+        node.log()
+            .contains("user=admin groups=[\"system:masters\", \"ops\", \"system:authenticated\"] verb=get resource=nodes")
+            .then_some(())
+    });
+
+    // TLS versions: 1.1 refused, 1.3 served.
+    let (ok, text) = s_client(port, "-tls1_1");
+    assert!(!ok, "TLS 1.1 must be refused: {text}");
+    let (ok, text) = s_client(port, "-tls1_3");
+    assert!(ok, "TLS 1.3: {text}");
+}
+
+#[test]
+fn anonymous_requests_pass_with_anonymous_auth_and_the_self_signed_pair_is_reused() {
+    let mut node = Node::new("kanon");
+    let flags = ["--anonymous-auth=true", "--authorization-mode=AlwaysAllow"];
+    let port = start(&mut node, &flags);
+    assert_eq!(curl(port, "/healthz", None), (200, "ok".to_string()));
+    let (code, body) = curl(port, "/pods", None);
+    assert_eq!(code, 200, "{body}");
+    let (ok, first) = s_client(port, "-tls1_2");
+    assert!(ok, "{first}");
+    let pki = node.dir.join("root").join("pki");
+    let on_disk = std::fs::read_to_string(pki.join("kubelet.crt")).expect("kubelet.crt");
+    let served = |text: &str| {
+        let begin = text
+            .find("-----BEGIN CERTIFICATE-----")
+            .expect("a certificate");
+        let end = text.find("-----END CERTIFICATE-----").expect("its end");
+        text[begin..end].to_string()
+    };
+    assert!(
+        on_disk.contains(&served(&first)),
+        "the generated pair is served"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(pki.join("kubelet.key"))
+        .expect("kubelet.key")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // Restarted with TLS 1.3 as the minimum: the same pair, 1.2 refused.
+    node.signal(libc::SIGTERM);
+    node.wait_exit(LONG);
+    let port = start(
+        &mut node,
+        &[flags[0], flags[1], "--tls-min-version=VersionTLS13"],
+    );
+    let (ok, text) = s_client(port, "-tls1_2");
+    assert!(!ok, "TLS 1.2 is below --tls-min-version: {text}");
+    let (ok, second) = s_client(port, "-tls1_3");
+    assert!(ok, "{second}");
+    assert_eq!(
+        served(&first),
+        served(&second),
+        "the same certificate after a restart"
+    );
+}
+
+#[test]
+fn a_tls_handshake_that_never_finishes_is_closed_at_the_header_timeout() {
+    let pki = Pki::get();
+    let mut node = Node::new("kslow");
+    let flags = pki_flags(&pki);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let port = start(&mut node, &flags);
+    let silent = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut partial = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    // The first bytes of a ClientHello record announcing 512 bytes, then nothing.
+    partial
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01])
+        .expect("write");
+    let opened = Instant::now();
+    // Meanwhile the port answers others at once.
+    let kc = kubeconfig(&node.dir, port, &pki.ca, &pki.client_cert, &pki.client_key);
+    let asked = Instant::now();
+    let (ok, health) = kubectl_raw(&kc, "/healthz");
+    assert!(ok && health == "ok", "{health}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    for mut s in [silent, partial] {
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let mut buf = [0u8; 64];
+        let closed = match s.read(&mut buf) {
+            Ok(0) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            Ok(_) => false,
+        };
+        assert!(closed, "closed by the server, not answered");
+    }
+    let took = opened.elapsed();
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(25),
+        "closed at the 10 s header timeout, took {took:?}"
+    );
+}
+
+#[test]
+fn webhook_authorization_is_refused_at_start_with_a_clear_error() {
+    let node = Node::new("kwebhook");
+    let out = node
+        .command(&[
+            &format!("--port={}", free_port()),
+            "--authorization-mode=Webhook",
+        ])
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run rkubelet");
+    assert!(!out.status.success());
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stderr), node.log());
+    assert!(
+        log.contains("authorization mode Webhook") && log.contains("not implemented yet"),
+        "{log}"
+    );
+}
