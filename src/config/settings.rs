@@ -184,7 +184,7 @@ settings_table! {
         }
         authorization_mode: AuthorizationMode {
             help: "How the kubelet port authorizes requests: AlwaysAllow, or Webhook (a \
-                   SubjectAccessReview; not implemented yet, refused at start). The default \
+                   SubjectAccessReview; not implemented yet: the port is then not served). The default \
                    is Webhook when --config is given, as upstream's.",
             parse: text::authorization_mode,
             flag: "authorization-mode" <"mode">,

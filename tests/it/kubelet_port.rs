@@ -290,20 +290,20 @@ fn a_tls_handshake_that_never_finishes_is_closed_at_the_header_timeout() {
 }
 
 #[test]
-fn webhook_authorization_is_refused_at_start_with_a_clear_error() {
-    let node = Node::new("kwebhook");
-    let out = node
-        .command(&[
-            &format!("--port={}", free_port()),
-            "--authorization-mode=Webhook",
-        ])
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run rkubelet");
-    assert!(!out.status.success());
-    let log = format!("{}{}", String::from_utf8_lossy(&out.stderr), node.log());
+fn webhook_authorization_leaves_the_port_unserved_and_the_node_running() {
+    let mut node = Node::new("kwebhook");
+    let port = free_port();
+    node.start(&[&format!("--port={port}"), "--authorization-mode=Webhook"]);
+    // Fail closed: nothing answers on the port, the rest of the kubelet runs.
     assert!(
-        log.contains("authorization mode Webhook") && log.contains("not implemented yet"),
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the port must not be served without an authorizer"
+    );
+    assert_eq!(node.healthz_get("/healthz/ping").0, 200);
+    let log = node.log();
+    assert!(
+        log.contains("authorization mode Webhook is not implemented yet")
+            && log.contains("is not served"),
         "{log}"
     );
 }
