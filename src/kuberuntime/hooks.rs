@@ -239,20 +239,23 @@ mod tests {
     /// Serves one connection on `l` with `reply`; sends back the request head.
     fn serve_once(l: std::net::TcpListener, reply: String) -> crossbeam_channel::Receiver<String> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        std::thread::spawn(move || {
-            use std::io::{Read, Write};
-            let Ok((mut s, _)) = l.accept() else { return };
-            let mut head = Vec::new();
-            let mut b = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut b) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&b[..n]),
+        std::thread::Builder::new()
+            .name("test-serve".into())
+            .spawn(move || {
+                use std::io::{Read, Write};
+                let Ok((mut s, _)) = l.accept() else { return };
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
                 }
-            }
-            let _ = s.write_all(reply.as_bytes());
-            let _ = tx.send(String::from_utf8_lossy(&head).to_string());
-        });
+                let _ = s.write_all(reply.as_bytes());
+                let _ = tx.send(String::from_utf8_lossy(&head).to_string());
+            })
+            .expect("spawn");
         rx
     }
 

@@ -971,9 +971,12 @@ mod tests {
     /// Runs `f` on another thread and fails (rather than hangs) if it blocks.
     fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        std::thread::spawn(move || {
-            let _ = tx.send(f());
-        });
+        std::thread::Builder::new()
+            .name("test-within".into())
+            .spawn(move || {
+                let _ = tx.send(f());
+            })
+            .expect("spawn");
         rx.recv_timeout(Duration::from_secs(10))
             .unwrap_or_else(|_| panic!("{what} blocked"))
     }

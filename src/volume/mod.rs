@@ -625,12 +625,14 @@ mod tests {
         // A set-up stuck in a filesystem call (a hung hostPath) holds its pod's lock.
         let stuck = {
             let vm = vm.clone();
-            std::thread::spawn(move || {
-                vm.with_pod("slow", |_| {
-                    let _ = entered_tx.send(());
-                    let _ = released.recv_timeout(Duration::from_secs(30));
+            std::thread::Builder::new()
+                .name("test-stuck".into())
+                .spawn(move || {
+                    vm.with_pod("slow", |_| {
+                        let _ = entered_tx.send(());
+                        let _ = released.recv_timeout(Duration::from_secs(30));
+                    })
                 })
-            })
         };
         entered
             .recv_timeout(Duration::from_secs(10))
@@ -640,13 +642,15 @@ mod tests {
         let (done_tx, done) = crossbeam_channel::bounded(1);
         let other = {
             let vm = vm.clone();
-            std::thread::spawn(move || {
-                let began = Instant::now();
-                vm.set_desired_pods(["slow".to_string(), "fast".to_string()]);
-                let v = vm.setup_pod(&pod_with_uid("fast"));
-                vm.cleanup_orphans().expect("cleanup");
-                let _ = done_tx.send((began.elapsed(), v));
-            })
+            std::thread::Builder::new()
+                .name("test-other".into())
+                .spawn(move || {
+                    let began = Instant::now();
+                    vm.set_desired_pods(["slow".to_string(), "fast".to_string()]);
+                    let v = vm.setup_pod(&pod_with_uid("fast"));
+                    vm.cleanup_orphans().expect("cleanup");
+                    let _ = done_tx.send((began.elapsed(), v));
+                })
         };
         let (took, v) = done
             .recv_timeout(Duration::from_secs(5))
@@ -655,8 +659,8 @@ mod tests {
         assert_eq!(v, PodVolumes::default());
         assert!(root.0.join("pods/fast/volumes").is_dir());
         release.send(()).expect("release");
-        stuck.join().expect("stuck thread");
-        other.join().expect("other thread");
+        stuck.expect("spawn").join().expect("stuck thread");
+        other.expect("spawn").join().expect("other thread");
     }
 
     #[test]
