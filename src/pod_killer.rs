@@ -774,34 +774,9 @@ mod tests {
             run(&rt, u, "b", "container");
         }
         rt.delay(Op::Stop, Duration::from_millis(5));
-        let (shutdown, stop) = shutdown_channel();
-        let loops = Loops::new(stop);
-        let killer = PodKiller::start(&loops, manager(&rt, &root)).expect("start");
-        let (done_tx, done_rx) = crossbeam_channel::unbounded();
-        for req in kill_all(&uids, true) {
-            let tx = done_tx.clone();
-            killer.submit(
-                req,
-                Box::new(move |r| {
-                    let _ = tx.send(r.is_ok());
-                }),
-            );
-        }
-        let mut most = 0;
-        let mut done = 0;
-        let until = Instant::now() + Duration::from_secs(60);
-        while done < uids.len() {
-            assert!(Instant::now() < until, "only {done} kills ended");
-            most = most.max(threads_named(&loops, &["pod-kill", "pod-stop"]));
-            if let Ok(ok) = done_rx.recv_timeout(Duration::from_millis(1)) {
-                assert!(ok, "a kill failed");
-                done += 1;
-            }
-        }
+        let (_, most) = kill_and_wait(&rt, &root, kill_all(&uids, true), || {});
         assert!(most <= THREADS, "{most} kill threads, more than {THREADS}");
         assert!(rt.containers().is_empty(), "every container was removed");
-        shutdown.trigger();
-        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
     }
 
     #[test]
