@@ -190,15 +190,23 @@ impl Row<'_> {
     }
 }
 
-fn idle_flood(name: &str, nofile: u64, n: usize) {
-    let mut k = Kubelet::start(&format!("idle{n}"), nofile);
+/// One flood of `n` connections to the read-only port of a kubelet with `nofile`
+/// descriptors: `drive` does what the flood does while it lasts and returns the healthz
+/// latencies and the largest sample seen; then the connections go and the row prints.
+fn flood(
+    name: &str,
+    tag: &str,
+    nofile: u64,
+    n: usize,
+    drive: impl FnOnce(&Kubelet, &mut [TcpStream], Sample) -> (Vec<Duration>, Sample),
+) {
+    let mut k = Kubelet::start(tag, nofile);
     std::thread::sleep(Duration::from_secs(2));
     let before = Sample::of(&k);
-    let flood = connections(k.ro, n);
-    let made = flood.len();
-    let lat = k.healthz_latencies();
-    let during = Sample::of(&k);
-    drop(flood);
+    let mut conns = connections(k.ro, n);
+    let made = conns.len();
+    let (lat, during) = drive(&k, &mut conns, before);
+    drop(conns);
     std::thread::sleep(Duration::from_secs(5));
     let after = Sample::of(&k);
     Row {
@@ -213,40 +221,32 @@ fn idle_flood(name: &str, nofile: u64, n: usize) {
     .print(&mut k);
 }
 
+fn idle_flood(name: &str, nofile: u64, n: usize) {
+    flood(name, &format!("idle{n}"), nofile, n, |k, _, _| {
+        let lat = k.healthz_latencies();
+        (lat, Sample::of(k))
+    });
+}
+
 fn slowloris(name: &str, nofile: u64, n: usize) {
-    let mut k = Kubelet::start(&format!("slow{n}"), nofile);
-    std::thread::sleep(Duration::from_secs(2));
-    let before = Sample::of(&k);
-    let mut flood = connections(k.ro, n);
-    let made = flood.len();
-    let head = b"GET /pods HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaa";
-    let mut lat = Vec::new();
-    let mut during = before;
-    let started = Instant::now();
-    let mut second = 0;
-    while started.elapsed() < Duration::from_secs(15) {
-        for s in &mut flood {
-            let _ = s.write_all(&head[second % head.len()..][..1]);
+    flood(name, &format!("slow{n}"), nofile, n, |k, conns, before| {
+        let head = b"GET /pods HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaa";
+        let mut lat = Vec::new();
+        let mut during = before;
+        let started = Instant::now();
+        let mut second = 0;
+        while started.elapsed() < Duration::from_secs(15) {
+            for s in conns.iter_mut() {
+                let _ = s.write_all(&head[second % head.len()..][..1]);
+            }
+            second += 1;
+            let t = Instant::now();
+            lat.extend(k.healthz_latencies().into_iter().take(4));
+            during = during.max(Sample::of(k));
+            std::thread::sleep(Duration::from_secs(1).saturating_sub(t.elapsed()));
         }
-        second += 1;
-        let t = Instant::now();
-        lat.extend(k.healthz_latencies().into_iter().take(4));
-        during = during.max(Sample::of(&k));
-        std::thread::sleep(Duration::from_secs(1).saturating_sub(t.elapsed()));
-    }
-    drop(flood);
-    std::thread::sleep(Duration::from_secs(5));
-    let after = Sample::of(&k);
-    Row {
-        name,
-        nofile,
-        made,
-        before,
-        during,
-        after,
-        lat,
-    }
-    .print(&mut k);
+        (lat, during)
+    });
 }
 
 fn raise_own_nofile() {
