@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use crate::container::{backoff, format_pod, labels, short, RuntimePod, Waiting};
 use crate::images::ImageManager;
 use crate::loops::{lock, Never};
+use crate::record;
 use crate::runtime::{ContainerConfig, ContainerDetails, ContainerState, Runtime, RuntimeError};
 use actions::{ActionInputs, KillAction, KillReason, PodActions, StartAction};
 use backoff::Backoff;
@@ -233,10 +234,6 @@ pub struct RuntimeManager {
     probes: Option<Arc<crate::prober::results::ResultsCache>>,
 }
 
-/// Records a Kubernetes event (a log line, there is no API server to record it in
-/// yet) through the one rate-limited recorder.
-pub use crate::record::event as record_event;
-
 /// The per-container directory of a pod (upstream `getPodContainerDir`):
 /// `<root>/pods/<uid>/containers/<name>`; a UID or name that is not one plain name is
 /// refused.
@@ -404,7 +401,7 @@ impl RuntimeManager {
         };
         for (name, w) in &acts.waiting {
             if w.reason == "CrashLoopBackOff" {
-                record_event(
+                record::event(
                     pod,
                     Some(name),
                     true,
@@ -643,7 +640,7 @@ impl RuntimeManager {
                 &fallback_pod
             }
         };
-        record_event(event_pod, Some(&k.name), false, "Killing", &message);
+        record::event(event_pod, Some(&k.name), false, "Killing", &message);
         let pre_stop: Option<LifecycleHandler> = match spec {
             Some(c) => c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone()),
             None => labels::pre_stop_label(&d.labels),
@@ -662,7 +659,7 @@ impl RuntimeManager {
             if let Err(msg) = hooks::run(self.runtime.as_ref(), event_pod, &c, &h, &target, grace) {
                 log::warn!("PreStop hook failed: {msg}");
                 // Upstream keeps the hook's message out of the event (secrets).
-                record_event(
+                record::event(
                     event_pod,
                     Some(&k.name),
                     true,
@@ -1040,7 +1037,7 @@ impl RuntimeManager {
         // waiting reason upstream gives it.
         let refused = |reason: &str, e: &RuntimeError| {
             let message = crate::loops::error_chain(e);
-            record_event(
+            record::event(
                 pod,
                 Some(&c.name),
                 true,
@@ -1057,7 +1054,7 @@ impl RuntimeManager {
             Err(e) if e.is_unavailable() => return Err(e),
             Err(e) => return Ok(refused("CreateContainerError", &e)),
         };
-        record_event(
+        record::event(
             pod,
             Some(&c.name),
             false,
@@ -1080,7 +1077,7 @@ impl RuntimeManager {
             short(&id),
             s.restart_count
         );
-        record_event(
+        record::event(
             pod,
             Some(&c.name),
             false,
@@ -1096,7 +1093,7 @@ impl RuntimeManager {
             if let Err(msg) = hooks::run(self.runtime.as_ref(), pod, c, h, &target, timeout) {
                 log::warn!("Failed to execute PostStartHook: {msg}");
                 // Upstream keeps the hook's message out of the event (secrets).
-                record_event(
+                record::event(
                     pod,
                     Some(&c.name),
                     true,
