@@ -202,13 +202,14 @@ fn serve_with<H>(
 where
     H: Fn(&Req) -> Reply + Send + Sync + 'static,
 {
-    let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| spawn_error(name, e))?;
+    let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| SpawnError::new(name, e))?;
     for s in [&wake_rx, &wake_tx] {
-        s.set_nonblocking(true).map_err(|e| spawn_error(name, e))?;
+        s.set_nonblocking(true)
+            .map_err(|e| SpawnError::new(name, e))?;
     }
     listener
         .set_nonblocking(true)
-        .map_err(|e| spawn_error(name, e))?;
+        .map_err(|e| SpawnError::new(name, e))?;
     let waker = Waker(Arc::new(wake_tx));
     let workers = limits.workers.max(1);
     let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(workers * QUEUE_PER_WORKER);
@@ -240,10 +241,6 @@ where
         poller.run(stop, handle)
     })?;
     Ok(waker)
-}
-
-fn spawn_error(name: &str, e: io::Error) -> SpawnError {
-    SpawnError::new(name, e)
 }
 
 /// A complete request head, handed from the poller to a worker with its connection.
