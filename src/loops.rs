@@ -364,6 +364,30 @@ impl Loops {
         })
     }
 
+    /// Spawns a short-lived thread that serves one client (a stream of the kubelet
+    /// port: logs followed, exec, attach, port-forward) and ends with it. Unlike a loop
+    /// it is neither in the registry (it has no ticks, and there may be many over the
+    /// process's life) nor joined at exit (a client session ends with the process).
+    /// The caller bounds how many run at once.
+    pub fn spawn_transient<F>(&self, name: &str, body: F) -> Result<(), SpawnError>
+    where
+        F: FnOnce(Stop) + Send + 'static,
+    {
+        debug_assert!(
+            name.len() <= MAX_THREAD_NAME,
+            "thread name too long: {name}"
+        );
+        let stop = self.stop.clone();
+        thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || body(stop))
+            .map(drop)
+            .map_err(|source| SpawnError {
+                name: name.to_string(),
+                source,
+            })
+    }
+
     fn handle(&self, name: &str) -> LoopHandle {
         LoopHandle {
             name: name.to_string(),

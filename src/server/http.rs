@@ -36,6 +36,14 @@
 //! answer through the same connection. The verified client certificate chain reaches
 //! the handler in [`Req::peer_certificates`], which only the transport sets.
 //!
+//! Streams: a handler may answer with [`Reply::takeover`] instead of a body (logs
+//! followed, exec, attach, port-forward). The worker then hands the connection,
+//! still non-blocking, to a thread of its own (`stream-N`, at most
+//! [`Limits::max_streams`] at once, 503 beyond) as a [`Hijacked`], which writes its own
+//! status line and headers, may read what the client sends, and closes the connection
+//! when it is dropped. The connection leaves the poller's count; the workers are free
+//! at once, so a stream that lasts hours holds no worker.
+//!
 //! Over 800 lines: the poller is one state machine (accept, heads, caps, timeouts,
 //! linger) whose bounds are easier to check in one file; its unit tests follow it.
 
@@ -43,14 +51,14 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::tls::Stream;
 use super::{Reply, Req};
-use crate::loops::{LoopHandle, Loops, SpawnError, Stop};
+use crate::loops::{lock, LoopHandle, Loops, SpawnError, Stop};
 
 /// The bounds of one server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +76,12 @@ pub struct Limits {
     pub write_timeout: Duration,
     /// The largest request head (request line and headers) read.
     pub max_header_bytes: usize,
+    /// Connections taken over by a streaming answer at most ([`Hijacked`]), each on a
+    /// thread of its own; 0 refuses every takeover with 503.
+    pub max_streams: usize,
+    /// How long a stream's write may wait for the client to take bytes (upstream's 4 h
+    /// `WriteTimeout`/`streamingConnectionIdleTimeout` applies to its streams).
+    pub stream_write_timeout: Duration,
 }
 
 impl Limits {
@@ -82,6 +96,8 @@ impl Limits {
         idle_timeout: Duration::from_secs(60),
         write_timeout: Duration::from_secs(10),
         max_header_bytes: 16 * 1024,
+        max_streams: 0,
+        stream_write_timeout: Duration::from_secs(10),
     };
 
     /// The authenticated kubelet port: the plain ports' caps, but heads up to 1 MiB as
@@ -90,8 +106,14 @@ impl Limits {
     /// header timeout, so the worst case is every one of the 256 connections holding an
     /// almost-full head at once: 256 × (1 MiB + rustls's ~34 KiB of record buffers) ≈
     /// 265 MiB for at most 10 s; an idle or normal connection costs a few KiB.
+    ///
+    /// Streams (logs followed, exec, attach, port-forward) leave the connection count
+    /// and get a thread each, at most 128 at once (upstream: a goroutine each, no cap);
+    /// their writes may wait 4 h for a slow client, as upstream's.
     pub const KUBELET: Limits = Limits {
         max_header_bytes: 1024 * 1024,
+        max_streams: 128,
+        stream_write_timeout: Duration::from_secs(4 * 3600),
         ..Limits::PLAIN
     };
 
@@ -215,13 +237,24 @@ where
     let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(workers * QUEUE_PER_WORKER);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Back>(limits.max_connections.max(1));
     let handler = Arc::new(handler);
+    let streams = Streams {
+        loops: loops.clone(),
+        slots: Arc::new(Mutex::new(vec![false; limits.max_streams])),
+    };
     for i in 0..workers {
         let jobs = job_rx.clone();
         let back = back_tx.clone();
         let waker = waker.clone();
         let handler = handler.clone();
+        let streams = streams.clone();
         loops.spawn(&format!("{name}-{i}"), move |stop, handle| {
-            worker(&stop, &handle, &jobs, &back, &waker, limits, &*handler)
+            let ends = WorkerEnds {
+                jobs: &jobs,
+                back: &back,
+                waker: &waker,
+                streams: &streams,
+            };
+            worker(&stop, &handle, &ends, limits, &*handler)
         })?;
     }
     let mut poller = Poller {
@@ -756,18 +789,210 @@ fn answer(stream: &mut Stream, status: u16) -> io::Result<()> {
     stream.write_short(out.as_bytes())
 }
 
-/// One worker: runs the handler for each request head and writes the answer.
-fn worker<H>(
-    stop: &Stop,
-    handle: &LoopHandle,
-    jobs: &Receiver<Job>,
-    back: &Sender<Back>,
-    waker: &Waker,
-    limits: Limits,
-    handler: &H,
-) where
+/// A streaming answer's body: runs on a stream thread with the connection.
+pub struct Takeover(pub(super) Box<dyn FnOnce(Hijacked) + Send>);
+
+impl std::fmt::Debug for Takeover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Takeover")
+    }
+}
+
+/// A connection taken over by a streaming answer, on its own stream thread. The
+/// socket is non-blocking: reads return `WouldBlock` when nothing is there (wait with
+/// `poll(2)` on [`Hijacked::fd`], after checking [`Hijacked::has_buffered`]); writes
+/// wait for the client up to the port's stream write timeout. Dropping it closes the
+/// connection (TLS `close_notify`, then the socket).
+#[derive(Debug)]
+pub struct Hijacked {
+    stream: Stream,
+    /// Bytes the client sent after the request head, read before the takeover.
+    early: Vec<u8>,
+    write_timeout: Duration,
+    stop: Stop,
+}
+
+impl Hijacked {
+    /// The socket's descriptor, for `poll(2)` (readable: the client sent something or
+    /// closed).
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.stream.fd()
+    }
+
+    /// Whether bytes can be read without waiting for the socket: early bytes, or
+    /// plaintext rustls already decrypted (which `poll(2)` cannot see).
+    pub fn has_buffered(&mut self) -> bool {
+        !self.early.is_empty() || self.stream.has_buffered()
+    }
+
+    /// Reads without blocking: `Ok(0)` when the client has closed, `WouldBlock` when
+    /// nothing is there yet.
+    pub fn read_nonblocking(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if !self.early.is_empty() {
+            let n = out.len().min(self.early.len());
+            out[..n].copy_from_slice(&self.early[..n]);
+            self.early.drain(..n);
+            return Ok(n);
+        }
+        self.stream.read_nonblocking(out)
+    }
+
+    /// Writes all of `data`, waiting for the client at most the stream write timeout
+    /// without progress.
+    pub fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.stream.write_all_waiting(data, self.write_timeout)
+    }
+
+    /// Writes a status line and headers as Go's net/http does (`Date`, and `nosniff`
+    /// on errors), then the blank line. Give `Content-Type`, `Transfer-Encoding`,
+    /// `Upgrade` … in `headers`.
+    pub fn write_head(&mut self, status: u16, headers: &[(&str, &str)]) -> io::Result<()> {
+        let mut h = format!(
+            "HTTP/1.1 {status} {}\r\n",
+            if status == 101 {
+                "Switching Protocols"
+            } else {
+                reason(status)
+            }
+        );
+        for (name, value) in headers {
+            h.push_str(&format!("{name}: {value}\r\n"));
+        }
+        h.push_str(&format!(
+            "Date: {}\r\n",
+            crate::time::http_date(SystemTime::now())
+        ));
+        if status >= 400 {
+            h.push_str("X-Content-Type-Options: nosniff\r\n");
+        }
+        h.push_str("\r\n");
+        self.write_all(h.as_bytes())
+    }
+
+    /// Writes one chunk of a `Transfer-Encoding: chunked` body (nothing for an empty
+    /// `data`, which would end the body).
+    pub fn write_chunk(&mut self, data: &[u8]) -> io::Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+        self.write_all(&out)
+    }
+
+    /// Ends a chunked body.
+    pub fn finish_chunks(&mut self) -> io::Result<()> {
+        self.write_all(b"0\r\n\r\n")
+    }
+
+    /// The shutdown broadcast: a stream ends when it closes.
+    pub fn stop(&self) -> &Stop {
+        &self.stop
+    }
+}
+
+impl Drop for Hijacked {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown_write();
+    }
+}
+
+impl Read for Hijacked {
+    /// [`Hijacked::read_nonblocking`], for protocol crates over `Read`.
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        self.read_nonblocking(out)
+    }
+}
+
+impl Write for Hijacked {
+    /// All of `data` ([`Hijacked::write_all`]), for protocol crates over `Write`.
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        Hijacked::write_all(self, data)?;
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The stream threads of one port: `stream-N`, N a free slot below
+/// [`Limits::max_streams`].
+#[derive(Clone, Debug)]
+struct Streams {
+    loops: Loops,
+    slots: Arc<Mutex<Vec<bool>>>,
+}
+
+impl Streams {
+    /// Runs `takeover` with `conn` on a stream thread. Gives the connection back when
+    /// every slot is taken (or the thread cannot be made).
+    fn start(&self, conn: Conn, takeover: Takeover, limits: Limits) -> Result<(), Conn> {
+        let slot = {
+            let mut slots = lock(&self.slots);
+            match slots.iter().position(|used| !used) {
+                Some(i) => {
+                    slots[i] = true;
+                    i
+                }
+                None => return Err(conn),
+            }
+        };
+        let name = format!("stream-{slot}");
+        let slots = self.slots.clone();
+        let Conn { stream, buf, .. } = conn;
+        let release = move || {
+            if let Some(s) = lock(&slots).get_mut(slot) {
+                *s = false;
+            }
+        };
+        // The connection moves into the thread; if it cannot start, it is closed.
+        let cell = Arc::new(Mutex::new(Some((stream, buf, takeover, release))));
+        let taken = cell.clone();
+        let spawned = self.loops.spawn_transient(&name, move |stop| {
+            let Some((stream, early, takeover, release)) = lock(&taken).take() else {
+                return;
+            };
+            let hijacked = Hijacked {
+                stream,
+                early,
+                write_timeout: limits.stream_write_timeout,
+                stop,
+            };
+            (takeover.0)(hijacked);
+            release();
+        });
+        if let Err(e) = spawned {
+            log::warn!("{e}: a stream was refused");
+            if let Some((_, _, _, release)) = lock(&cell).take() {
+                release();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What each worker holds of its port.
+struct WorkerEnds<'a> {
+    jobs: &'a Receiver<Job>,
+    back: &'a Sender<Back>,
+    waker: &'a Waker,
+    streams: &'a Streams,
+}
+
+/// One worker: runs the handler for each request head and writes the answer (or hands
+/// the connection to a stream thread).
+fn worker<H>(stop: &Stop, handle: &LoopHandle, ends: &WorkerEnds<'_>, limits: Limits, handler: &H)
+where
     H: Fn(&Req) -> Reply + ?Sized,
 {
+    let WorkerEnds {
+        jobs,
+        back,
+        waker,
+        streams,
+    } = *ends;
     loop {
         let job = crossbeam_channel::select! {
             recv(stop.receiver()) -> _ => return,
@@ -782,14 +1007,35 @@ fn worker<H>(
             peer_certificates: conn.stream.peer_certificates(),
             ..Req::from_head(&head, conn.peer)
         };
-        let reply = handler(&req);
+        let mut reply = handler(&req);
         log::debug!(
             "{} {} {} -> {}",
             handle.name(),
             head.method,
             head.target,
-            reply.status
+            if reply.takeover.is_some() {
+                "stream".to_string()
+            } else {
+                reply.status.to_string()
+            }
         );
+        if let Some(takeover) = reply.takeover.take() {
+            match streams.start(conn, takeover, limits) {
+                Ok(()) => {
+                    // The connection left the poller's count with the stream.
+                    if back.send(Back::Closed).is_ok() {
+                        waker.wake();
+                    }
+                    handle.end_tick(began, None);
+                    continue;
+                }
+                Err(c) => {
+                    log::debug!("{}: every stream is in use; 503", handle.name());
+                    conn = c;
+                    reply = Reply::text(503, "too many streams\n");
+                }
+            }
+        }
         // A body we did not read would be taken for the next request: close instead.
         let keep_alive = head.keep_alive && !head.has_body;
         let written = write_reply(&mut conn.stream, &head, &reply, keep_alive, limits);
@@ -960,6 +1206,121 @@ mod tests {
     fn stop(shutdown: Shutdown, loops: Loops) {
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    /// A server whose `/echo` answer takes the connection over: a chunked body that
+    /// first names its thread, then echoes each line the client sends (`bye` ends it).
+    fn start_streaming(limits: Limits) -> (Shutdown, Loops, u16) {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        serve(&loops, "srv-test", listener, limits, |req: &Req| {
+            if req.path() != ["echo"] {
+                return Reply::text(200, "ok");
+            }
+            Reply::takeover(|mut conn: Hijacked| {
+                let _ = conn.write_head(200, &[("Transfer-Encoding", "chunked")]);
+                let name = std::thread::current().name().unwrap_or("").to_string();
+                let _ = conn.write_chunk(format!("{name}\n").as_bytes());
+                let mut line = Vec::new();
+                loop {
+                    let mut b = [0u8; 1];
+                    match conn.read_nonblocking(&mut b) {
+                        Ok(0) => return,
+                        Ok(_) if b[0] == b'\n' => {
+                            if line == b"bye" {
+                                let _ = conn.finish_chunks();
+                                return;
+                            }
+                            line.push(b'\n');
+                            let _ = conn.write_chunk(&line);
+                            line.clear();
+                        }
+                        Ok(_) => line.push(b[0]),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            if !conn.has_buffered() {
+                                let mut fds = [pollfd(conn.fd())];
+                                let _ = poll(&mut fds, Duration::from_millis(100));
+                            }
+                        }
+                        Err(_) => return,
+                    }
+                }
+            })
+        })
+        .expect("serve");
+        (shutdown, loops, port)
+    }
+
+    #[test]
+    fn a_takeover_streams_on_its_own_thread_and_frees_its_slot() {
+        let limits = Limits {
+            max_streams: 1,
+            ..Limits::KUBELET
+        };
+        let (shutdown, loops, port) = start_streaming(limits);
+        for _ in 0..2 {
+            let mut s = connect(port);
+            // Bytes right behind the head reach the stream too.
+            s.write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\nearly\n")
+                .expect("write");
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !String::from_utf8_lossy(&got).contains("early\n") {
+                let n = s.read(&mut chunk).expect("read");
+                assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&chunk[..n]);
+            }
+            // While the only stream slot is taken, another stream gets 503 and plain
+            // requests are still served by the workers.
+            let mut other = connect(port);
+            other
+                .write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+                .expect("write");
+            let busy = read_answers(&mut other, 1);
+            assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
+            let mut plain = connect(port);
+            plain
+                .write_all(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+                .expect("write");
+            assert!(read_answers(&mut plain, 1).starts_with("HTTP/1.1 200"));
+            s.write_all(b"later\nbye\n").expect("write");
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest);
+            got.extend_from_slice(&rest);
+            let text = String::from_utf8_lossy(&got);
+            assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+            assert!(text.contains("Transfer-Encoding: chunked\r\n"), "{text}");
+            assert!(text.contains("\r\n9\r\nstream-0\n\r\n"), "{text}");
+            assert!(text.contains("6\r\nlater\n\r\n"), "{text}");
+            assert!(text.ends_with("0\r\n\r\n"), "{text}");
+            // The slot is free once the stream's thread has returned.
+            let until = Instant::now() + Duration::from_secs(10);
+            while lock_slots_busy(port) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        stop(shutdown, loops);
+    }
+
+    /// True while a new `/echo` gets 503 (the one slot still taken).
+    fn lock_slots_busy(port: u16) -> bool {
+        let mut s = connect(port);
+        s.write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\nbye\n")
+            .expect("write");
+        read_answers(&mut s, 1).starts_with("HTTP/1.1 503")
+    }
+
+    #[test]
+    fn a_port_without_streams_answers_a_takeover_with_503() {
+        let (shutdown, loops, port) = start_streaming(Limits::PLAIN);
+        let mut s = connect(port);
+        s.write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("write");
+        let got = read_answers(&mut s, 1);
+        assert!(got.starts_with("HTTP/1.1 503"), "{got}");
+        stop(shutdown, loops);
     }
 
     #[test]

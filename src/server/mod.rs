@@ -145,8 +145,9 @@ impl Req {
     }
 }
 
-/// A handler's answer.
-#[derive(Debug, PartialEq, Eq)]
+/// A handler's answer: a whole body, or (with [`Reply::takeover`]) the connection
+/// itself, for an answer that streams (logs followed, exec, attach, port-forward).
+#[derive(Debug)]
 pub struct Reply {
     /// HTTP status.
     pub status: u16,
@@ -156,6 +157,9 @@ pub struct Reply {
     pub body: Vec<u8>,
     /// An `Allow` header, for 405 answers.
     pub allow: Option<&'static str>,
+    /// Set: nothing above is sent; the transport hands the connection to this on a
+    /// stream thread of its own ([`http::Hijacked`]).
+    pub takeover: Option<http::Takeover>,
 }
 
 impl Reply {
@@ -166,6 +170,7 @@ impl Reply {
             content_type: "text/plain; charset=utf-8",
             body: body.into().into_bytes(),
             allow: None,
+            takeover: None,
         }
     }
 
@@ -176,6 +181,19 @@ impl Reply {
             content_type: "application/json",
             body,
             allow: None,
+            takeover: None,
+        }
+    }
+
+    /// An answer that takes the connection over: `f` runs on a stream thread of its
+    /// own (not one of the port's workers) with the connection, writes the status line
+    /// and headers itself ([`http::Hijacked::write_head`]) and whatever follows; the
+    /// connection is closed when `f` returns. When the port's streams are all in use,
+    /// the client gets 503 instead.
+    pub fn takeover(f: impl FnOnce(http::Hijacked) + Send + 'static) -> Reply {
+        Reply {
+            takeover: Some(http::Takeover(Box::new(f))),
+            ..Reply::text(200, "")
         }
     }
 

@@ -18,6 +18,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -93,7 +94,7 @@ impl Stream {
     }
 
     /// Sets the socket's write timeout.
-    pub fn set_write_timeout(&self, t: std::time::Duration) -> io::Result<()> {
+    pub fn set_write_timeout(&self, t: Duration) -> io::Result<()> {
         self.tcp().set_write_timeout(Some(t))
     }
 
@@ -139,6 +140,48 @@ impl Stream {
                 s.flush()
             }
             Stream::Tls(t) => t.write_blocking(data),
+        }
+    }
+
+    /// Writes all of `data` on a non-blocking socket (a stream handed over by the
+    /// transport), waiting in `poll(2)` whenever the socket is full; `TimedOut` when
+    /// no byte could be sent for `timeout`. The socket stays non-blocking, so the same
+    /// thread can go on polling it for reads.
+    pub fn write_all_waiting(&mut self, mut data: &[u8], timeout: Duration) -> io::Result<()> {
+        loop {
+            let progress = match self {
+                Stream::Plain(s) => match s.write(data) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => {
+                        data = &data[n..];
+                        true
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+                    Err(e) => return Err(e),
+                },
+                Stream::Tls(t) => {
+                    let mut progress = false;
+                    if !data.is_empty() {
+                        // rustls takes as much plaintext as its send buffer holds.
+                        let n = t.tls.writer().write(data)?;
+                        data = &data[n..];
+                        progress = n > 0;
+                    }
+                    let pending = t.tls.wants_write();
+                    t.flush_nonblocking()?;
+                    progress || (pending && !t.tls.wants_write())
+                }
+            };
+            if data.is_empty() && !self.wants_write() {
+                return Ok(());
+            }
+            if !progress && !wait_writable(self.fd(), timeout)? {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the client took nothing for {timeout:?}"),
+                ));
+            }
         }
     }
 
@@ -217,6 +260,27 @@ impl TlsStream {
                 return Err(io::ErrorKind::WriteZero.into());
             }
             data = &data[n..];
+        }
+    }
+}
+
+/// Waits until `fd` can take more bytes; false after `timeout` without.
+fn wait_writable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    loop {
+        // SAFETY: `p` is one valid, writable pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n >= 0 {
+            return Ok(n > 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
     }
 }
