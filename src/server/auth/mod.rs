@@ -1,18 +1,37 @@
 //! Authentication and authorization of the kubelet port (upstream's
-//! `pkg/kubelet/server/auth.go` and the chain `cmd/kubelet/app/auth.go` builds): one
-//! function, [`filter`], runs before the port's route `match`.
+//! `pkg/kubelet/server/auth.go`, `InstallAuthFilter` in `server.go`, and the chain
+//! `cmd/kubelet/app/auth.go` builds): one function, [`filter`], runs before the port's
+//! route `match`.
 //!
-//! Authentication: the client certificate rustls verified against `--client-ca-file`
-//! (user = the leaf's CN, groups = its O values); else, with `--anonymous-auth`,
-//! `system:anonymous` in `system:unauthenticated`; else 401 `Unauthorized`. Bearer
-//! tokens (TokenReview) are not implemented: a request with only a token is treated as
-//! one without credentials. Authorization: `AlwaysAllow`; `Webhook` (a
-//! SubjectAccessReview) is refused at start, and would answer 500 here if it ever got
-//! this far. Each request's upstream attributes (verb, `nodes/<subresource>`) are
-//! computed and logged, so a webhook authorizer has what it needs.
+//! Authentication, in upstream's order (a union, then anonymous as a fallback that a
+//! failed credential never reaches):
+//! 1. the client certificate rustls verified against `--client-ca-file` ([`x509`]: user
+//!    = CN, groups = O);
+//! 2. with `--authentication-token-webhook`, an `Authorization: Bearer` token, reviewed
+//!    by the API server ([`webhook`], a TokenReview, cached);
+//! 3. with `--anonymous-auth`, `system:anonymous` in `system:unauthenticated`.
+//!
+//! Users of 1 and 2 also get `system:authenticated`. A token the API server refuses, or
+//! cannot review, is a failed credential: 401 `Unauthorized`, anonymous or not (upstream's
+//! `unionauth.NewFailOnError`); so is no credential without anonymous. A certificate from
+//! another CA never gets this far: the handshake refuses it.
+//!
+//! Authorization: `AlwaysAllow`, or `Webhook`: a SubjectAccessReview per subresource of
+//! the request's attributes ([`attributes`], the fine-grained one first, then `proxy`),
+//! the first allow wins; none: 403 `Forbidden (user=…, verb=…, resource=nodes,
+//! subresource(s)=[…])`; a review that fails: 500 `Authorization error (…)`.
 
+pub mod cache;
+pub mod webhook;
+pub mod x509;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use self::webhook::Webhooks;
 use super::{Reply, Req};
-use crate::config::values::AuthorizationMode;
+use crate::apiclient::review::AccessRequest;
+use crate::loops::error_chain;
 
 /// `system:anonymous`, upstream's anonymous user.
 pub const ANONYMOUS_USER: &str = "system:anonymous";
@@ -22,23 +41,39 @@ pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
 
 /// How the port authenticates and authorizes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct AuthConfig {
     /// `--anonymous-auth`.
     pub anonymous: bool,
+    /// With `--authentication-token-webhook`: who reviews bearer tokens. `None`: a
+    /// bearer token is not a credential (nor an error) here.
+    pub token_webhook: Option<Arc<Webhooks>>,
     /// `--authorization-mode`.
-    pub mode: AuthorizationMode,
+    pub authorizer: Authorizer,
     /// The node's name: the `nodes/<name>` the attributes name.
     pub node_name: String,
 }
 
-/// Who made a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `--authorization-mode`, with what it needs.
+#[derive(Debug, Clone)]
+pub enum Authorizer {
+    /// Every authenticated request is allowed.
+    AlwaysAllow,
+    /// A SubjectAccessReview to the API server decides.
+    Webhook(Arc<Webhooks>),
+}
+
+/// Who made a request (upstream's `user.Info`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct User {
     /// The user name.
     pub name: String,
+    /// A UID, when the authenticator gave one (a TokenReview may).
+    pub uid: String,
     /// Its groups.
     pub groups: Vec<String>,
+    /// Extra attributes a TokenReview may give (passed on to the SubjectAccessReview).
+    pub extra: BTreeMap<String, Vec<String>>,
 }
 
 /// Upstream's authorizer attributes of a kubelet request (resource `nodes`, API group
@@ -48,40 +83,76 @@ pub struct Attributes {
     /// The API verb from the HTTP method (`get`, `create` …; empty for others).
     pub verb: &'static str,
     /// The subresources to try in order: the fine-grained one (`pods`, `healthz`,
-    /// `configz`, `checkpoint`) then `proxy`, or one (`stats`, `metrics`, `log`,
-    /// `spec`, `proxy`). Either allowing wins (`KubeletFineGrainedAuthz`).
+    /// `configz`) then `proxy`, or one (`stats`, `metrics`, `log`, `checkpoint`, `spec`,
+    /// `proxy`). Either allowing wins (`KubeletFineGrainedAuthz`, on by default since
+    /// 1.33).
     pub subresources: Vec<&'static str>,
     /// The node's name.
     pub name: String,
 }
 
-/// The user a request authenticates as, if any.
-pub fn authenticate(peer_certificates: &[Vec<u8>], anonymous: bool) -> Option<User> {
-    if let Some(user) = peer_certificates.first().and_then(|leaf| user_of(leaf)) {
-        return Some(user);
-    }
-    anonymous.then(|| User {
-        name: ANONYMOUS_USER.to_string(),
-        groups: vec![UNAUTHENTICATED_GROUP.to_string()],
-    })
+/// What the token authenticator made of a request's bearer token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenOutcome {
+    /// No bearer token, or tokens are not reviewed here.
+    Absent,
+    /// The token's user.
+    User(User),
+    /// The token was refused, or could not be reviewed: why.
+    Failed(String),
 }
 
-/// The user of a verified leaf certificate: CN, and O as groups (upstream's
-/// `CommonNameUserConversion`; a certificate without a CN authenticates no one).
-fn user_of(der: &[u8]) -> Option<User> {
-    let subject = subject(der)?;
-    let name = subject
+/// Upstream's chain: the certificate's user, else the token's, else anonymous. `token`
+/// is asked only when the certificate gave no user. `Err(None)`: no credential and no
+/// anonymous; `Err(Some(why))`: a credential that failed (401 even with anonymous on).
+pub fn authenticate(
+    peer_certificates: &[Vec<u8>],
+    token: impl FnOnce() -> TokenOutcome,
+    anonymous: bool,
+) -> Result<User, Option<String>> {
+    if let Some(user) = peer_certificates
+        .first()
+        .and_then(|leaf| x509::user_of(leaf))
+    {
+        return Ok(with_authenticated_group(user));
+    }
+    match token() {
+        TokenOutcome::User(user) => return Ok(with_authenticated_group(user)),
+        TokenOutcome::Failed(why) => return Err(Some(why)),
+        TokenOutcome::Absent => {}
+    }
+    if anonymous {
+        Ok(User {
+            name: ANONYMOUS_USER.to_string(),
+            groups: vec![UNAUTHENTICATED_GROUP.to_string()],
+            ..User::default()
+        })
+    } else {
+        Err(None)
+    }
+}
+
+/// Upstream's `AuthenticatedGroupAdder`: `system:authenticated` joins the groups unless
+/// the user is anonymous or already in it (or in `system:unauthenticated`).
+fn with_authenticated_group(mut user: User) -> User {
+    let marked = user
+        .groups
         .iter()
-        .find(|(oid, _)| *oid == OID_COMMON_NAME)
-        .map(|(_, v)| v.clone())
-        .filter(|n| !n.is_empty())?;
-    let mut groups: Vec<String> = subject
-        .iter()
-        .filter(|(oid, _)| *oid == OID_ORGANIZATION)
-        .map(|(_, v)| v.clone())
-        .collect();
-    groups.push(AUTHENTICATED_GROUP.to_string());
-    Some(User { name, groups })
+        .any(|g| g == AUTHENTICATED_GROUP || g == UNAUTHENTICATED_GROUP);
+    if user.name != ANONYMOUS_USER && !marked {
+        user.groups.push(AUTHENTICATED_GROUP.to_string());
+    }
+    user
+}
+
+/// The bearer token of `Authorization: Bearer <token>` (upstream's `bearertoken`: the
+/// scheme case-insensitive, one space, a non-empty token).
+pub fn bearer_token(req: &Req) -> Option<&str> {
+    let value = req.header("Authorization")?.trim();
+    let mut parts = value.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// The attributes of a request on the kubelet port (`GetRequestAttributes`).
@@ -103,14 +174,15 @@ pub fn attributes(method: &str, path: &str, node_name: &str) -> Attributes {
         vec!["log"]
     } else if sub("/spec") {
         vec!["spec"]
+    } else if sub("/checkpoint") {
+        // Its own subresource only, no `proxy` fallback (upstream's, every release).
+        vec!["checkpoint"]
     } else if sub("/pods") || sub("/runningpods") {
         vec!["pods", "proxy"]
     } else if sub("/healthz") {
         vec!["healthz", "proxy"]
     } else if sub("/configz") {
         vec!["configz", "proxy"]
-    } else if sub("/checkpoint") {
-        vec!["checkpoint", "proxy"]
     } else {
         vec!["proxy"]
     };
@@ -133,9 +205,32 @@ fn is_subpath(subpath: &str, path: &str) -> bool {
 /// Authenticates and authorizes `req`; the answer to send instead of routing it, if
 /// it may not go on.
 pub fn filter(auth: &AuthConfig, req: &Req) -> Result<(), Reply> {
-    let Some(user) = authenticate(&req.peer_certificates, auth.anonymous) else {
-        log::debug!("srv-kubelet: unauthenticated request from {:?}", req.peer);
-        return Err(Reply::text(401, "Unauthorized"));
+    let token = || match (&auth.token_webhook, bearer_token(req)) {
+        (Some(reviewer), Some(token)) => match reviewer.authenticate_token(token) {
+            Ok(Some(user)) => TokenOutcome::User(user),
+            Ok(None) => TokenOutcome::Failed("invalid bearer token".into()),
+            Err(e) => {
+                if !matches!(e, webhook::WebhookError::Unavailable) {
+                    log::warn!(
+                        "srv-kubelet: unable to authenticate a bearer token: {}",
+                        error_chain(&e)
+                    );
+                }
+                TokenOutcome::Failed(error_chain(&e))
+            }
+        },
+        _ => TokenOutcome::Absent,
+    };
+    let user = match authenticate(&req.peer_certificates, token, auth.anonymous) {
+        Ok(user) => user,
+        Err(why) => {
+            log::debug!(
+                "srv-kubelet: unauthenticated request from {:?}: {}",
+                req.peer,
+                why.as_deref().unwrap_or("no credentials")
+            );
+            return Err(Reply::text(401, "Unauthorized"));
+        }
     };
     let path = format!("/{}", req.segments.join("/"));
     let attrs = attributes(&req.method, &path, &auth.node_name);
@@ -148,89 +243,53 @@ pub fn filter(auth: &AuthConfig, req: &Req) -> Result<(), Reply> {
         attrs.name,
         attrs.subresources
     );
-    match auth.mode {
-        AuthorizationMode::AlwaysAllow => Ok(()),
-        // Refused at start (no SubjectAccessReview client yet); never allow by accident.
-        AuthorizationMode::Webhook => Err(Reply::text(
-            500,
-            format!(
-                "Authorization error (user={}, verb={}, resource=nodes, subresource(s)={:?})",
-                user.name, attrs.verb, attrs.subresources
-            ),
-        )),
+    match &auth.authorizer {
+        Authorizer::AlwaysAllow => Ok(()),
+        Authorizer::Webhook(reviewer) => decide(&user, &attrs, |subresource| {
+            let request = AccessRequest {
+                user: user.name.clone(),
+                uid: user.uid.clone(),
+                groups: user.groups.clone(),
+                extra: user.extra.clone(),
+                verb: attrs.verb.to_string(),
+                subresource: subresource.to_string(),
+                node: attrs.name.clone(),
+            };
+            reviewer.authorize(&request).map_err(|e| error_chain(&e))
+        }),
     }
 }
 
-/// `2.5.4.3`, id-at-commonName, as DER content bytes.
-const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
-/// `2.5.4.10`, id-at-organizationName.
-const OID_ORGANIZATION: &[u8] = &[0x55, 0x04, 0x0a];
-
-/// One DER element: (tag, content, what follows). Single-byte tags only (all the
-/// certificate fields walked here have one); lengths up to 4 bytes.
-fn tlv(buf: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = buf.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
-        (len, &rest[n..])
-    };
-    if rest.len() < len {
-        return None;
-    }
-    Some((tag, &rest[..len], &rest[len..]))
-}
-
-/// The subject of a DER certificate as (attribute OID, value) pairs, in order. The
-/// certificate was verified by rustls already; this only reads its names.
-fn subject(der: &[u8]) -> Option<Vec<(&[u8], String)>> {
-    const SEQUENCE: u8 = 0x30;
-    const SET: u8 = 0x31;
-    const OID: u8 = 0x06;
-    let (SEQUENCE, cert, _) = tlv(der)? else {
-        return None;
-    };
-    let (SEQUENCE, tbs, _) = tlv(cert)? else {
-        return None;
-    };
-    // [0] version (optional), serial, signature algorithm, issuer, validity, subject.
-    let (tag, _, mut rest) = tlv(tbs)?;
-    if tag == 0xa0 {
-        rest = tlv(rest)?.2; // the serial
-    }
-    for _ in 0..3 {
-        rest = tlv(rest)?.2;
-    }
-    let (SEQUENCE, mut rdns, _) = tlv(rest)? else {
-        return None;
-    };
-    let mut out = Vec::new();
-    while !rdns.is_empty() {
-        let (SET, mut set, after) = tlv(rdns)? else {
-            return None;
-        };
-        rdns = after;
-        while !set.is_empty() {
-            let (SEQUENCE, atv, after) = tlv(set)? else {
-                return None;
-            };
-            set = after;
-            let (OID, oid, value) = tlv(atv)? else {
-                return None;
-            };
-            let (_, value, _) = tlv(value)?;
-            out.push((oid, String::from_utf8_lossy(value).into_owned()));
+/// Upstream's loop over the attributes: each subresource in turn until one is allowed;
+/// an error ends it with 500 (naming that subresource), none allowed with 403 (naming
+/// them all). `ask` is the authorizer.
+fn decide(
+    user: &User,
+    attrs: &Attributes,
+    mut ask: impl FnMut(&str) -> Result<bool, String>,
+) -> Result<(), Reply> {
+    for subresource in &attrs.subresources {
+        match ask(subresource) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => {
+                let msg = format!(
+                    "Authorization error (user={}, verb={}, resource=nodes, subresource={subresource})",
+                    user.name, attrs.verb
+                );
+                log::error!("srv-kubelet: {msg}: {e}");
+                return Err(Reply::text(500, msg));
+            }
         }
     }
-    Some(out)
+    let msg = format!(
+        "Forbidden (user={}, verb={}, resource=nodes, subresource(s)=[{}])",
+        user.name,
+        attrs.verb,
+        attrs.subresources.join(" ")
+    );
+    log::info!("srv-kubelet: {msg}");
+    Err(Reply::text(403, format!("{msg}\n")))
 }
 
 #[cfg(test)]
@@ -255,33 +314,88 @@ mod tests {
         params.self_signed(&key).expect("cert").der().to_vec()
     }
 
+    fn user(name: &str, groups: &[&str]) -> User {
+        User {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..User::default()
+        }
+    }
+
     #[test]
     fn certificate_users_are_cn_with_o_groups_and_anonymous_only_without_one() {
         // rcgen keeps one value per attribute; several O values are covered by the
         // integration test's openssl certificate.
         let admin = cert(Some("kube-apiserver"), &["system:masters"]);
-        let want = User {
-            name: "kube-apiserver".into(),
-            groups: vec!["system:masters".into(), AUTHENTICATED_GROUP.into()],
-        };
+        let want = user("kube-apiserver", &["system:masters", AUTHENTICATED_GROUP]);
+        let absent = || TokenOutcome::Absent;
         for anonymous in [false, true] {
             assert_eq!(
-                authenticate(std::slice::from_ref(&admin), anonymous),
-                Some(want.clone())
+                authenticate(std::slice::from_ref(&admin), absent, anonymous),
+                Ok(want.clone())
             );
         }
-        let anon = User {
-            name: ANONYMOUS_USER.into(),
-            groups: vec![UNAUTHENTICATED_GROUP.into()],
-        };
-        assert_eq!(authenticate(&[], true), Some(anon.clone()));
-        assert_eq!(authenticate(&[], false), None);
+        let anon = user(ANONYMOUS_USER, &[UNAUTHENTICATED_GROUP]);
+        assert_eq!(authenticate(&[], absent, true), Ok(anon.clone()));
+        assert_eq!(authenticate(&[], absent, false), Err(None));
         // No CN: the certificate authenticates no one.
         let nameless = cert(None, &["ops"]);
-        assert_eq!(authenticate(std::slice::from_ref(&nameless), false), None);
-        assert_eq!(authenticate(&[nameless], true), Some(anon));
+        assert_eq!(
+            authenticate(std::slice::from_ref(&nameless), absent, false),
+            Err(None)
+        );
+        assert_eq!(authenticate(&[nameless], absent, true), Ok(anon));
         // Garbage (never reaches here past rustls, but must not panic).
-        assert_eq!(authenticate(&[vec![0x30, 0x84, 0xff]], false), None);
+        assert_eq!(
+            authenticate(&[vec![0x30, 0x84, 0xff]], absent, false),
+            Err(None)
+        );
+        // Already in system:authenticated: not added twice.
+        let marked = cert(Some("m"), &[AUTHENTICATED_GROUP]);
+        assert_eq!(
+            authenticate(&[marked], absent, false),
+            Ok(user("m", &[AUTHENTICATED_GROUP]))
+        );
+    }
+
+    #[test]
+    fn the_chain_is_certificate_then_token_then_anonymous_and_a_failed_token_fails() {
+        let admin = cert(Some("admin"), &[]);
+        let alice = || TokenOutcome::User(user("alice", &["devs"]));
+        let refused = || TokenOutcome::Failed("invalid bearer token".into());
+        for anonymous in [false, true] {
+            // A certificate wins; the token is not even asked.
+            let unasked = || -> TokenOutcome { panic!("token asked despite a certificate") };
+            assert_eq!(
+                authenticate(std::slice::from_ref(&admin), unasked, anonymous),
+                Ok(user("admin", &[AUTHENTICATED_GROUP]))
+            );
+            assert_eq!(
+                authenticate(&[], alice, anonymous),
+                Ok(user("alice", &["devs", AUTHENTICATED_GROUP]))
+            );
+            // A refused token is a 401 even where anonymous would have been served.
+            assert_eq!(
+                authenticate(&[], refused, anonymous),
+                Err(Some("invalid bearer token".into()))
+            );
+        }
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_as_upstream() {
+        let with = |value: &str| {
+            let mut r = Req::new("GET", "/pods");
+            r.headers.push(("authorization".into(), value.into()));
+            r
+        };
+        assert_eq!(bearer_token(&with("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&with("bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&with("Bearer abc def")), Some("abc"));
+        assert_eq!(bearer_token(&with("Bearer  abc")), None, "empty token");
+        assert_eq!(bearer_token(&with("Bearer")), None);
+        assert_eq!(bearer_token(&with("Basic abc")), None);
+        assert_eq!(bearer_token(&Req::new("GET", "/pods")), None);
     }
 
     #[test]
@@ -293,18 +407,14 @@ mod tests {
             ("GET", "/podsx", "get", &["proxy"]),
             ("GET", "/healthz/syncloop", "get", &["healthz", "proxy"]),
             ("GET", "/configz", "get", &["configz", "proxy"]),
-            (
-                "POST",
-                "/checkpoint/ns/p/c",
-                "create",
-                &["checkpoint", "proxy"],
-            ),
+            ("POST", "/checkpoint/ns/p/c", "create", &["checkpoint"]),
             ("GET", "/stats/summary", "get", &["stats"]),
             ("GET", "/metrics", "get", &["metrics"]),
             ("GET", "/metrics/cadvisor", "get", &["metrics"]),
             ("GET", "/logs/syslog", "get", &["log"]),
             ("GET", "/spec/", "get", &["spec"]),
             ("POST", "/exec/ns/p/c", "create", &["proxy"]),
+            ("GET", "/containerLogs/ns/p/c", "get", &["proxy"]),
             ("PUT", "/debug/flags/v", "update", &["proxy"]),
             ("DELETE", "/x", "delete", &["proxy"]),
             ("PATCH", "/x", "patch", &["proxy"]),
@@ -322,14 +432,56 @@ mod tests {
     }
 
     #[test]
-    fn the_filter_answers_401_without_credentials_and_never_allows_webhook() {
+    fn the_first_allowed_subresource_wins_and_refusals_say_upstreams_words() {
+        let alice = user("alice", &[AUTHENTICATED_GROUP]);
+        let pods = attributes("GET", "/pods", "n");
+        let mut asked = Vec::new();
+        // Fine-grained refused, proxy allowed: allowed, both asked in order.
+        let r = decide(&alice, &pods, |s| {
+            asked.push(s.to_string());
+            Ok(s == "proxy")
+        });
+        assert_eq!(r, Ok(()));
+        assert_eq!(asked, ["pods", "proxy"]);
+        // The fine-grained one allowed: proxy is not asked.
+        let mut asked = Vec::new();
+        let r = decide(&alice, &pods, |s| {
+            asked.push(s.to_string());
+            Ok(true)
+        });
+        assert_eq!((r, asked.as_slice()), (Ok(()), &["pods".to_string()][..]));
+        // Neither: 403 naming both, with upstream's newline.
+        let denied = decide(&alice, &pods, |_| Ok(false)).expect_err("403");
+        assert_eq!(denied.status, 403);
+        assert_eq!(
+            String::from_utf8_lossy(&denied.body),
+            "Forbidden (user=alice, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+        );
+        // An error ends the loop with 500 naming the subresource asked.
+        let failed = decide(&alice, &pods, |_| Err("unreachable".into())).expect_err("500");
+        assert_eq!(failed.status, 500);
+        assert_eq!(
+            String::from_utf8_lossy(&failed.body),
+            "Authorization error (user=alice, verb=get, resource=nodes, subresource=pods)"
+        );
+        let exec = attributes("POST", "/exec/ns/p/c", "n");
+        let denied = decide(&alice, &exec, |_| Ok(false)).expect_err("403");
+        assert_eq!(
+            String::from_utf8_lossy(&denied.body),
+            "Forbidden (user=alice, verb=create, resource=nodes, subresource(s)=[proxy])\n"
+        );
+    }
+
+    #[test]
+    fn the_filter_answers_401_without_credentials_and_ignores_tokens_without_a_webhook() {
         let mut auth = AuthConfig {
             anonymous: false,
-            mode: AuthorizationMode::AlwaysAllow,
+            token_webhook: None,
+            authorizer: Authorizer::AlwaysAllow,
             node_name: "n".into(),
         };
         let mut req = Req::new("GET", "/pods");
-        // A bearer token alone is not a credential here (no TokenReview yet).
+        // A bearer token alone is not a credential without the token webhook.
         req.headers
             .push(("Authorization".into(), "Bearer abc".into()));
         let denied = filter(&auth, &req).expect_err("401");
@@ -342,7 +494,5 @@ mod tests {
         req.peer_certificates = vec![cert(Some("admin"), &[])];
         auth.anonymous = false;
         assert!(filter(&auth, &req).is_ok(), "certificate + AlwaysAllow");
-        auth.mode = AuthorizationMode::Webhook;
-        assert_eq!(filter(&auth, &req).expect_err("500").status, 500);
     }
 }
