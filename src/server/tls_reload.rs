@@ -36,6 +36,10 @@ use crate::loops::lock;
 /// is a `stat` per file.
 pub const RELOAD_PERIOD: Duration = Duration::from_secs(2);
 
+/// Said after every reload error: nothing changes for clients.
+const KEPT_PAIR: &str = "the previous serving pair stays in use";
+const KEPT_CA: &str = "the previous client CA bundle stays in use";
+
 /// The serving pair new handshakes get.
 #[derive(Debug)]
 pub struct ServingPair(Mutex<Arc<CertifiedKey>>);
@@ -205,7 +209,8 @@ impl Reloader {
 
     fn reload_pair(&mut self) -> Result<(), TlsError> {
         let now = SystemTime::now();
-        let prints = fingerprints(&[&self.cert_file, &self.key_file])?;
+        let prints = fingerprints(&[&self.cert_file, &self.key_file])
+            .map_err(|e| TlsError::Reload(format!("{e}; {KEPT_PAIR}")))?;
         if self.pair_seen.changed(&prints) {
             match tls::certified_key(&self.cert_file, &self.key_file) {
                 Ok(key) => {
@@ -218,11 +223,9 @@ impl Reloader {
                     }
                     self.pair_seen.read(prints, now, None);
                 }
-                Err(e) => self.pair_seen.read(
-                    prints,
-                    now,
-                    Some(format!("{e}; the previous serving pair stays in use")),
-                ),
+                Err(e) => self
+                    .pair_seen
+                    .read(prints, now, Some(format!("{e}; {KEPT_PAIR}"))),
             }
         }
         match &self.pair_seen.error {
@@ -236,7 +239,8 @@ impl Reloader {
             return Ok(());
         };
         let now = SystemTime::now();
-        let prints = fingerprints(&[path])?;
+        let prints =
+            fingerprints(&[path]).map_err(|e| TlsError::Reload(format!("{e}; {KEPT_CA}")))?;
         if self.ca_seen.changed(&prints) {
             match tls::client_verifier(path) {
                 Ok(verifier) => {
@@ -246,11 +250,9 @@ impl Reloader {
                     }
                     self.ca_seen.read(prints, now, None);
                 }
-                Err(e) => self.ca_seen.read(
-                    prints,
-                    now,
-                    Some(format!("{e}; the previous client CA bundle stays in use")),
-                ),
+                Err(e) => self
+                    .ca_seen
+                    .read(prints, now, Some(format!("{e}; {KEPT_CA}"))),
             }
         }
         match &self.ca_seen.error {
@@ -309,7 +311,8 @@ mod tests {
         assert!(r.tick().is_err());
         assert_eq!(served(&r.pair), second);
         std::fs::remove_file(&cert).expect("rm");
-        assert!(r.tick().is_err());
+        let err = r.tick().expect_err("missing");
+        assert!(err.to_string().contains(KEPT_PAIR), "{err}");
         assert_eq!(served(&r.pair), second);
     }
 }

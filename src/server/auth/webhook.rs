@@ -211,6 +211,54 @@ fn user_of(info: UserInfo) -> User {
 mod tests {
     use super::*;
 
+    /// Reviews through a client of a server nobody listens on.
+    fn unreachable() -> Webhooks {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("port")
+            .port();
+        let client = ApiClient::new(crate::apiclient::kubeconfig::RestConfig {
+            server: format!("http://127.0.0.1:{port}"),
+            tls: Default::default(),
+            auth: Default::default(),
+        })
+        .expect("client");
+        let ttl = Duration::from_secs(60);
+        Webhooks::new(
+            Arc::new(client),
+            CacheTtls {
+                token: ttl,
+                authorized: ttl,
+                unauthorized: ttl,
+            },
+        )
+    }
+
+    #[test]
+    fn an_unreachable_api_server_fails_the_next_reviews_at_once_and_nothing_is_cached() {
+        let w = unreachable();
+        let e = w.authenticate_token("t").expect_err("unreachable");
+        assert!(
+            matches!(e, WebhookError::Api(ApiError::Transport { .. })),
+            "{e:?}"
+        );
+        let request = AccessRequest {
+            user: "u".into(),
+            uid: String::new(),
+            groups: vec![],
+            extra: Default::default(),
+            verb: "get".into(),
+            subresource: "pods".into(),
+            node: "n".into(),
+        };
+        // Within UNAVAILABLE_FOR neither review is tried.
+        let e = w.authorize(&request).expect_err("fails fast");
+        assert!(matches!(e, WebhookError::Unavailable), "{e:?}");
+        let e = w.authenticate_token("t").expect_err("fails fast");
+        assert!(matches!(e, WebhookError::Unavailable), "{e:?}");
+        assert!(lock(&w.tokens).is_empty() && lock(&w.decisions).is_empty());
+    }
+
     #[test]
     fn token_keys_are_digests_not_tokens() {
         let a = token_key("secret-token");
