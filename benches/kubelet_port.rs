@@ -2,10 +2,16 @@
 //! self-signed pair, anonymous + AlwaysAllow) is asked `/pods` in a keep-alive loop
 //! over one TLS connection (requests/s, handshake excluded), then holds 100 idle TLS
 //! connections (handshake done, no request) while its RSS and threads are read.
+//! Then a second one (token webhook, Webhook authorization, against the test API
+//! server stand-in) is asked `/pods` the same way with a bearer token whose user and
+//! decision are cached after the first request.
 
 #[path = "common/mod.rs"]
 #[allow(dead_code)] // this bench needs only the process helpers
 mod common;
+
+#[path = "../tests/it/apiserver.rs"]
+mod apiserver;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -56,7 +62,7 @@ fn main() {
     let n = 2000;
     let began = Instant::now();
     for _ in 0..n {
-        get(&mut conn, "/pods");
+        get(&mut conn, "/pods", "");
     }
     let secs = began.elapsed().as_secs_f64();
     println!(
@@ -77,10 +83,65 @@ fn main() {
     drop(idle);
     let _ = child.kill();
     let _ = child.wait();
+
+    cached_token(&dir, free(), free());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Trusts the kubelet's self-signed certificate, and only it.
+/// `/pods` with a bearer token, Webhook authorization: after the first request the
+/// token's user and the decision come from the caches.
+fn cached_token(dir: &Path, hz: u16, port: u16) {
+    let pki = apiserver::Pki::get();
+    let api = apiserver::TestApiServer::start(apiserver::Options::default());
+    api.set_token_user("tok-bench", "bench", &[]);
+    api.allow("bench", "pods");
+    let kc = api.kubeconfig(dir, "kubelet.kubeconfig", "token: good-token");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+        .arg("--hostname-override=bench-kport-token")
+        .arg(format!("--root-dir={}", dir.join("root2").display()))
+        .arg(format!("--healthz-port={hz}"))
+        .args(["--read-only-port=0", "--address=127.0.0.1"])
+        .arg(format!("--port={port}"))
+        .arg(format!("--tls-cert-file={}", pki.server_cert.display()))
+        .arg(format!(
+            "--tls-private-key-file={}",
+            pki.server_key.display()
+        ))
+        .arg(format!("--kubeconfig={}", kc.display()))
+        .args(["--anonymous-auth=false", "--authorization-mode=Webhook"])
+        .arg("--authentication-token-webhook")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rkubelet");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let config = client_config(&pki.ca);
+    let mut conn = connect(&config, port);
+    let auth = "Authorization: Bearer tok-bench\r\n";
+    get(&mut conn, "/pods", auth);
+    let n = 2000;
+    let began = Instant::now();
+    for _ in 0..n {
+        get(&mut conn, "/pods", auth);
+    }
+    let secs = began.elapsed().as_secs_f64();
+    println!(
+        "/pods with a cached bearer token, Webhook authorization: {n} requests in {secs:.2} s \
+         = {:.0} requests/s ({} TokenReview, {} SubjectAccessReview)",
+        f64::from(n) / secs,
+        api.token_reviews().len(),
+        api.access_reviews().len()
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Trusts the certificates in `crt` (the kubelet's self-signed one, or a CA), and only
+/// them.
 fn client_config(crt: &Path) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(crt).expect("kubelet.crt") {
@@ -109,10 +170,11 @@ fn connect(config: &Arc<rustls::ClientConfig>, port: u16) -> Tls {
     tls
 }
 
-/// One keep-alive GET; reads the whole answer by its Content-Length.
-fn get(tls: &mut Tls, path: &str) {
+/// One keep-alive GET with `headers` (each ending in CRLF); reads the whole answer by
+/// its Content-Length.
+fn get(tls: &mut Tls, path: &str, headers: &str) {
     // One write, one TLS record: `write!` would send pieces that Nagle holds back.
-    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{headers}\r\n");
     tls.write_all(req.as_bytes()).expect("write");
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];

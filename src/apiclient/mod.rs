@@ -7,6 +7,8 @@
 //! (`watch=true&allowWatchBookmarks=true&timeoutSeconds=N`), the chunked answer read
 //! line by line on the caller's thread ([`WatchStream`]). These are client-go's
 //! `Reflector.list` / `watch` requests as the kubelet's `NewSourceApiserver` issues them.
+//! For the kubelet port it also creates the `TokenReview`s and `SubjectAccessReview`s
+//! that authenticate bearer tokens and authorize requests ([`review`]).
 //!
 //! Authentication: a client certificate (kubeconfig or exec plugin) in the TLS
 //! handshake, and/or a bearer token in `Authorization` — from an exec plugin (cached
@@ -17,6 +19,7 @@
 
 pub mod exec;
 pub mod kubeconfig;
+pub mod review;
 
 use std::fmt;
 use std::io;
@@ -42,7 +45,8 @@ pub const WATCH_WAKEUP: Duration = Duration::from_secs(1);
 pub const WATCH_GRACE: Duration = Duration::from_secs(30);
 /// Upstream's list page size.
 pub const LIST_PAGE: u32 = 500;
-/// The most of an error answer's body read (a Status object is small).
+/// The most of an error answer's body read (a Status object is small), and of a
+/// review's answer (a TokenReview or SubjectAccessReview is as small).
 const MAX_ERROR_BODY: u64 = 64 * 1024;
 /// The most of a list answer read (500 pods of a few KB each, with room).
 const MAX_LIST_BODY: u64 = 64 * 1024 * 1024;
@@ -431,6 +435,65 @@ impl ApiClient {
             url: url.clone(),
             source,
         })?;
+        self.check(what, url, resp)
+    }
+
+    /// POSTs `body` (JSON) to `path` and decodes the answer (2xx), all within `timeout`:
+    /// the create calls whose answer is the object itself (TokenReview,
+    /// SubjectAccessReview). The body is never logged nor put in an error.
+    fn post_json<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &'static str,
+        path: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<T, ApiError> {
+        let url = format!("{}{path}", self.config.server);
+        let (agent, bearer) = self.prepare()?;
+        let mut builder = ureq::http::Request::builder()
+            .method("POST")
+            .uri(&url)
+            .header("Accept", "application/json")
+            .header("Content-Type", "application/json");
+        if let Some(token) = &bearer {
+            builder = builder.header("Authorization", format!("Bearer {token}"));
+        }
+        let request = builder.body(body).map_err(|e| ApiError::Transport {
+            what,
+            url: url.clone(),
+            source: ureq::Error::Http(e),
+        })?;
+        let request = agent
+            .configure_request(request)
+            .timeout_global(Some(crate::time::clamp_timeout(timeout)))
+            .build();
+        let resp = agent.run(request).map_err(|source| ApiError::Transport {
+            what,
+            url: url.clone(),
+            source,
+        })?;
+        let (url, resp) = self.check(what, url, resp)?;
+        let body = resp
+            .into_body()
+            .into_with_config()
+            .limit(MAX_ERROR_BODY)
+            .read_to_vec()
+            .map_err(|source| ApiError::Transport {
+                what,
+                url: url.clone(),
+                source,
+            })?;
+        serde_json::from_slice(&body).map_err(|source| ApiError::Decode { what, url, source })
+    }
+
+    /// The answer if its status is 2xx, else the error it carries (a `Status` body's
+    /// reason and message when there is one).
+    fn check(
+        &self,
+        what: &'static str,
+        url: String,
+        resp: Response<Body>,
+    ) -> Result<(String, Response<Body>), ApiError> {
         let code = resp.status().as_u16();
         if (200..300).contains(&code) {
             return Ok((url, resp));

@@ -455,6 +455,7 @@ mod tests {
                 | "tlsCertFile"
                 | "tlsPrivateKeyFile" => "/x",
                 "tlsMinVersion" => "VersionTLS13",
+                "tlsCipherSuites" => "[TLS_AES_128_GCM_SHA256]",
                 "logging" => "{verbosity: 3, format: text}",
                 "clusterDNS" => "[\"10.96.0.10\"]",
                 "clusterDomain" => "cluster.local",
@@ -468,13 +469,14 @@ mod tests {
         let s = parse_body(&body).expect("every upstream field is accepted");
         assert_eq!(s.verbosity, Some(3));
         assert_eq!(s.port, Some(1234));
-        assert!(s.unsupported.contains(&"tlsCipherSuites".to_string()));
+        assert!(s.unsupported.contains(&"tlsCurvePreferences".to_string()));
+        assert!(!s.unsupported.contains(&"tlsCipherSuites".to_string()));
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 23 implemented fields and `logging`, plus
+        // All but the type meta, the 24 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 26 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 27 + 1);
         assert_eq!(s.serialize_image_pulls, Some(false));
         assert_eq!(s.max_parallel_image_pulls, Some(3));
         assert_eq!(s.cluster_dns, Some(vec!["10.96.0.10".to_string()]));

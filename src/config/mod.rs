@@ -10,9 +10,10 @@
 //! `KubeletConfiguration`, each into a [`Layer`]; [`values`] reads each kind of value
 //! (flag text, YAML), [`duration`] Go durations; [`load`] layers them. Two rules are
 //! upstream's special cases and live in `merge`: the read-only port is 10255, anonymous
-//! auth on and authorization `AlwaysAllow` when only flags are used, and 0 (disabled),
-//! off and `Webhook` when a config file is given (`applyLegacyDefaults` against the
-//! v1beta1 defaults); and `enableServer: false` sets the port to 0.
+//! auth on, token webhook off and authorization `AlwaysAllow` when only flags are used,
+//! and 0 (disabled), off, on and `Webhook` when a config file is given
+//! (`applyLegacyDefaults` against the v1beta1 defaults); and `enableServer: false`
+//! sets the port to 0.
 //!
 //! Over 800 lines: `load`, `merge` and their table-driven tests of precedence and of
 //! every special-cased default belong together; the code itself is under 400.
@@ -274,6 +275,8 @@ fn merge(
             .get_or_insert(defaults::ANONYMOUS_AUTH_WITH_CONFIG_FILE);
         file.authorization_mode
             .get_or_insert(defaults::AUTHORIZATION_MODE_WITH_CONFIG_FILE);
+        file.authentication_token_webhook
+            .get_or_insert(defaults::AUTHENTICATION_TOKEN_WEBHOOK_WITH_CONFIG_FILE);
         file
     });
     let cfg = settings::resolve(flags.over(file.unwrap_or_default()), node_name)?;
@@ -398,8 +401,13 @@ mod tests {
                 cert_dir: None,
                 tls_min_version: values::TlsVersion::Tls12,
                 client_ca_file: None,
+                tls_cipher_suites: vec![],
                 anonymous_auth: true,
+                authentication_token_webhook: false,
+                authentication_token_webhook_cache_ttl: Duration::from_secs(120),
                 authorization_mode: values::AuthorizationMode::AlwaysAllow,
+                authorization_webhook_cache_authorized_ttl: Duration::from_secs(300),
+                authorization_webhook_cache_unauthorized_ttl: Duration::from_secs(30),
                 sync_frequency: Duration::from_secs(60),
                 file_check_frequency: Duration::from_secs(20),
                 cluster_dns: vec![],
@@ -429,6 +437,10 @@ mod tests {
         let dir = TempDir::new("authdefaults");
         let c = run_with(&dir, &[]).expect("valid");
         assert!(c.anonymous_auth);
+        assert!(
+            !c.authentication_token_webhook,
+            "flags: tokens are not reviewed"
+        );
         assert_eq!(c.authorization_mode, AlwaysAllow);
         assert_eq!(c.cert_dir(), Path::new(defaults::ROOT_DIR).join("pki"));
         let cfg = dir.write("auth.yaml", HEAD);
@@ -436,6 +448,20 @@ mod tests {
         let c = run_with(&dir, &["--config", cfg]).expect("valid");
         assert!(!c.anonymous_auth, "v1beta1: anonymous off");
         assert_eq!(c.authorization_mode, Webhook, "v1beta1: Webhook");
+        assert!(c.authentication_token_webhook, "v1beta1: tokens reviewed");
+        assert_eq!(
+            (
+                c.authentication_token_webhook_cache_ttl,
+                c.authorization_webhook_cache_authorized_ttl,
+                c.authorization_webhook_cache_unauthorized_ttl
+            ),
+            (
+                Duration::from_secs(120),
+                Duration::from_secs(300),
+                Duration::from_secs(30)
+            ),
+            "both columns share the TTLs"
+        );
         let c = run_with(
             &dir,
             &[
@@ -457,6 +483,47 @@ mod tests {
         let c = run_with(&dir, &["--config", cfg.to_str().expect("utf-8")]).expect("valid");
         assert!(c.anonymous_auth, "the file's value wins over its default");
         assert!(run_with(&dir, &["--tls-min-version=VersionTLS11"]).is_err());
+        // A zero TTL in the file is unset (v1beta1 defaulting); on the flag it is "ask
+        // every time".
+        let cfg = dir.write(
+            "auth3.yaml",
+            &format!("{HEAD}authentication: {{webhook: {{enabled: false, cacheTTL: 0s}}}}\n"),
+        );
+        let c = run_with(&dir, &["--config", cfg.to_str().expect("utf-8")]).expect("valid");
+        assert!(!c.authentication_token_webhook);
+        assert_eq!(
+            c.authentication_token_webhook_cache_ttl,
+            Duration::from_secs(120)
+        );
+        let c = run_with(&dir, &["--authentication-token-webhook-cache-ttl=0s"]).expect("valid");
+        assert_eq!(c.authentication_token_webhook_cache_ttl, Duration::ZERO);
+        // Cipher suites: upstream's names, the legacy ChaCha spelling included; an
+        // unknown one is refused with its name.
+        let c = run_with(
+            &dir,
+            &[
+                "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305,TLS_AES_128_GCM_SHA256",
+                "--tls-cipher-suites=TLS_RSA_WITH_AES_128_GCM_SHA256",
+            ],
+        )
+        .expect("valid");
+        assert_eq!(
+            c.tls_cipher_suites,
+            [
+                "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+                "TLS_AES_128_GCM_SHA256",
+                "TLS_RSA_WITH_AES_128_GCM_SHA256"
+            ]
+        );
+        let err = run_with(
+            &dir,
+            &["--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM,x"],
+        )
+        .expect_err("unknown suite");
+        assert!(
+            err.to_string().contains("TLS_ECDHE_RSA_WITH_AES_128_GCM"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -696,12 +763,12 @@ mod tests {
         let dir = TempDir::new("unsupported");
         let cfg = dir.write(
             "c.yaml",
-            &format!("{HEAD}tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\ncgroupDriver: systemd\n"),
+            &format!("{HEAD}tlsCurvePreferences: [CurveP256]\ncgroupDriver: systemd\n"),
         );
         let c = run_with(&dir, &["--config", cfg.to_str().expect("utf-8")]).expect("valid");
         assert_eq!(
             c.unsupported_fields,
-            vec!["tlsCipherSuites", "cgroupDriver"]
+            vec!["tlsCurvePreferences", "cgroupDriver"]
         );
         c.log_unsupported_fields();
     }

@@ -162,6 +162,19 @@ settings_table! {
             // Upstream's empty means Go's server default, TLS 1.2; rustls has nothing older.
             default: TLS_MIN_VERSION = "VersionTLS12",
         }
+        tls_cipher_suites: Vec<String> {
+            help: "Comma-separated TLS 1.2 cipher suites of the kubelet port, in upstream's \
+                   (Go's) names; repeatable. TLS 1.3's are not configurable (their names are \
+                   taken and change nothing), as upstream's; names rustls lacks (CBC, RSA key \
+                   exchange, RC4, 3DES) are left out with a warning, and TLS 1.2 is off when \
+                   none is left. Empty: rustls's (ECDHE with AES-GCM or ChaCha20-Poly1305).",
+            append: text::cipher_suites,
+            flag: "tls-cipher-suites" <"suites">,
+            file: "tlsCipherSuites", decode: yaml::cipher_suites,
+            examples: ["[TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]",
+                       "[TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, TLS_AES_128_GCM_SHA256]"],
+            default: "",
+        }
         client_ca_file: PathBuf {
             help: "CA bundle (PEM) that client certificates on the kubelet port are verified \
                    against; the user is the certificate's CN, its groups its O. Empty: no \
@@ -182,16 +195,56 @@ settings_table! {
             // applyLegacyDefaults; a config file's default is false (`merge`).
             default: ANONYMOUS_AUTH = "true",
         }
+        authentication_token_webhook: bool {
+            help: "Authenticate bearer tokens on the kubelet port with a TokenReview to the \
+                   API server of --kubeconfig (the user and groups are its answer's); without \
+                   a --kubeconfig the port is then not served. The default is true when \
+                   --config is given, as upstream's.",
+            parse: text::boolean,
+            flag: "authentication-token-webhook",
+            file: "authentication.webhook.enabled", decode: yaml::boolean,
+            examples: ["false", "true"],
+            // applyLegacyDefaults; a config file's default is true (`merge`).
+            default: AUTHENTICATION_TOKEN_WEBHOOK = "false",
+        }
+        authentication_token_webhook_cache_ttl: Duration {
+            help: "How long a TokenReview's answer (a user, or a refusal) is reused for the \
+                   same token; 0 asks every time.",
+            parse: text::duration,
+            flag: "authentication-token-webhook-cache-ttl" <"duration">,
+            file: "authentication.webhook.cacheTTL", decode: yaml::duration,
+            examples: ["1m", "30s"],
+            default: AUTHENTICATION_TOKEN_WEBHOOK_CACHE_TTL = "2m0s",
+        }
         authorization_mode: AuthorizationMode {
             help: "How the kubelet port authorizes requests: AlwaysAllow, or Webhook (a \
-                   SubjectAccessReview; not implemented yet: the port is then not served). The default \
-                   is Webhook when --config is given, as upstream's.",
+                   SubjectAccessReview to the API server of --kubeconfig; without a \
+                   --kubeconfig the port is then not served). The default is Webhook when \
+                   --config is given, as upstream's.",
             parse: text::authorization_mode,
             flag: "authorization-mode" <"mode">,
             file: "authorization.mode", decode: yaml::authorization_mode,
             examples: ["AlwaysAllow", "Webhook"],
             // applyLegacyDefaults; a config file's default is Webhook (`merge`).
             default: AUTHORIZATION_MODE = "AlwaysAllow",
+        }
+        authorization_webhook_cache_authorized_ttl: Duration {
+            help: "How long a SubjectAccessReview that allowed a request is reused (mode \
+                   Webhook); 0 asks every time.",
+            parse: text::duration,
+            flag: "authorization-webhook-cache-authorized-ttl" <"duration">,
+            file: "authorization.webhook.cacheAuthorizedTTL", decode: yaml::duration,
+            examples: ["10m", "1m"],
+            default: AUTHORIZATION_WEBHOOK_CACHE_AUTHORIZED_TTL = "5m0s",
+        }
+        authorization_webhook_cache_unauthorized_ttl: Duration {
+            help: "How long a SubjectAccessReview that did not allow a request is reused \
+                   (mode Webhook); 0 asks every time.",
+            parse: text::duration,
+            flag: "authorization-webhook-cache-unauthorized-ttl" <"duration">,
+            file: "authorization.webhook.cacheUnauthorizedTTL", decode: yaml::duration,
+            examples: ["1m", "10s"],
+            default: AUTHORIZATION_WEBHOOK_CACHE_UNAUTHORIZED_TTL = "30s",
         }
         sync_frequency: Duration {
             help: "Longest time between two syncs of a pod.",
@@ -320,6 +373,8 @@ settings_table! {
         pub const READ_ONLY_PORT_WITH_CONFIG_FILE: u16 = 0;
         /// v1beta1's `authentication.anonymous.enabled` default: off, as above.
         pub const ANONYMOUS_AUTH_WITH_CONFIG_FILE: bool = false;
+        /// v1beta1's `authentication.webhook.enabled` default: tokens are reviewed.
+        pub const AUTHENTICATION_TOKEN_WEBHOOK_WITH_CONFIG_FILE: bool = true;
         /// v1beta1's `authorization.mode` default: ask the API server.
         pub const AUTHORIZATION_MODE_WITH_CONFIG_FILE: super::AuthorizationMode =
             super::AuthorizationMode::Webhook;

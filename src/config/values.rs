@@ -25,13 +25,49 @@ impl TlsVersion {
     }
 }
 
+/// Upstream's cipher suite names (`--tls-cipher-suites`, `tlsCipherSuites`): Go's
+/// `tls.CipherSuites()` and `tls.InsecureCipherSuites()` and the two legacy ChaCha20
+/// spellings component-base keeps (`ciphersuites_flag.go`). Which of them the port can
+/// use is the TLS code's business; here a name is only known or not.
+pub const TLS_CIPHER_SUITE_NAMES: &[&str] = &[
+    // TLS 1.3: accepted, not configurable.
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+    // TLS 1.2, ECDHE with AEAD.
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+    // TLS 1.2, the rest Go knows.
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256",
+    "TLS_RSA_WITH_RC4_128_SHA",
+    "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
+];
+
 /// How the kubelet port authorizes a request (`--authorization-mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AuthorizationMode {
     /// Every authenticated request is allowed.
     AlwaysAllow,
-    /// A `SubjectAccessReview` to the API server decides (not implemented yet: start-up
-    /// refuses it).
+    /// A `SubjectAccessReview` to the API server decides.
     Webhook,
 }
 
@@ -105,6 +141,31 @@ pub mod text {
             Ok(d) if d.is_zero() => Err("must be greater than 0".into()),
             Ok(d) => Ok(d),
             Err(e) => Err(format!("invalid duration: {e}")),
+        }
+    }
+
+    /// A Go duration, zero included (a cache TTL: 0 caches nothing).
+    pub fn duration(v: &str) -> Result<Duration, String> {
+        parse_duration(v).map_err(|e| format!("invalid duration: {e}"))
+    }
+
+    /// `--tls-cipher-suites`: comma-separated upstream names (empty parts dropped).
+    pub fn cipher_suites(v: &str) -> Result<Vec<String>, String> {
+        v.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(cipher_suite)
+            .collect()
+    }
+
+    /// One upstream cipher suite name, refused in component-base's words.
+    pub fn cipher_suite(name: &str) -> Result<String, String> {
+        if super::TLS_CIPHER_SUITE_NAMES.contains(&name) {
+            Ok(name.to_string())
+        } else {
+            Err(format!(
+                "cipher suite {name} not supported or doesn't exist"
+            ))
         }
     }
 
@@ -351,6 +412,21 @@ pub mod yaml {
     /// `tlsMinVersion`; empty is unset.
     pub fn tls_version(v: &Value, base: &Path) -> Result<Option<super::TlsVersion>, String> {
         string(v, base)?.map(|s| text::tls_version(&s)).transpose()
+    }
+
+    /// `tlsCipherSuites`: a list of upstream names.
+    pub fn cipher_suites(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
+        let Value::Sequence(items) = v else {
+            return Err(invalid(v, "not a list of cipher suite names"));
+        };
+        items
+            .iter()
+            .map(|i| match i {
+                Value::String(s) => text::cipher_suite(s),
+                other => Err(invalid(other, "not a cipher suite name")),
+            })
+            .collect::<Result<_, _>>()
+            .map(Some)
     }
 
     /// `authorization.mode`.

@@ -8,10 +8,12 @@
 //! and shutdown, and hands every pod's work to the pod workers. It never calls the
 //! runtime itself.
 
+mod port;
 mod sources;
 mod sync_loop;
 mod syncer;
 
+use port::PreparedPort;
 use sources::PreparedSources;
 use sync_loop::SyncLoop;
 use syncer::SyncHandler;
@@ -24,7 +26,6 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::config::values::AuthorizationMode;
 use crate::config::KubeletConfig;
 use crate::health::{HealthChecks, RuntimeHealth, RUNTIME_UP_PERIOD};
 use crate::kuberuntime::container::dns::DnsSettings;
@@ -37,10 +38,8 @@ use crate::pod_workers::{PodWorkers, WorkQueue, DEFAULT_WORKERS};
 use crate::podconfig::{PodConfig, SourceUpdate};
 use crate::prober::{ProbeEvent, ProbeManager};
 use crate::runtime::Runtime;
-use crate::server::auth::AuthConfig;
 use crate::server::kubelet::KubeletServer;
 use crate::server::readonly::{PodsView, ReadOnly};
-use crate::server::tls;
 use crate::server::{self, ServerError, Unblockers};
 use crate::status::StatusCache;
 use crate::volume::{VolumeManager, VOLUME_MGR_PERIOD};
@@ -146,32 +145,6 @@ impl Running {
     }
 }
 
-/// The kubelet port's TLS configuration and its `/configz` document, checked before
-/// any thread starts: the serving pair (given, or the self-signed one in `--cert-dir`),
-/// the client CA, the minimum version.
-fn kubelet_port_tls(
-    cfg: &KubeletConfig,
-) -> Result<(Arc<rustls::ServerConfig>, Arc<Vec<u8>>), StartError> {
-    let (cert, key) = tls::serving_pair(
-        cfg.tls_cert_file.as_deref(),
-        cfg.tls_private_key_file.as_deref(),
-        &cfg.cert_dir(),
-        &cfg.node_name,
-        &crate::netutil::node_ip(),
-    )
-    .map_err(StartError::Tls)?;
-    let config = tls::server_config(&tls::TlsSettings {
-        cert_file: cert.clone(),
-        key_file: key.clone(),
-        client_ca_file: cfg.client_ca_file.clone(),
-        min_version: cfg.tls_min_version,
-    })
-    .map_err(StartError::Tls)?;
-    let configz =
-        server::kubelet::configz_json(cfg, &cert.display().to_string(), &key.display().to_string());
-    Ok((config, Arc::new(configz)))
-}
-
 /// Creates the root directory layout (`<root>/pods`), mode 0750 as upstream.
 fn make_root_dir(root: &std::path::Path) -> Result<(), StartError> {
     use std::os::unix::fs::DirBuilderExt;
@@ -200,25 +173,15 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
         listeners.push(("read-only", server::bind("read-only", addr)?));
     }
-    let kubelet_tls = if cfg.port == 0 {
-        None
-    } else if cfg.authorization_mode == AuthorizationMode::Webhook {
-        // Fail closed without taking the node down: the port is not served (as before
-        // it existed), pods run, and the log says why.
-        log::error!(
-            "authorization mode Webhook is not implemented yet (it needs SubjectAccessReview \
-             on an API server): the authenticated port {}:{} is not served; set \
-             authorization.mode: AlwaysAllow (or --authorization-mode=AlwaysAllow) to serve it",
-            cfg.address,
-            cfg.port
-        );
-        None
-    } else {
-        let addr = SocketAddr::new(cfg.address, cfg.port);
-        let tls = kubelet_port_tls(&cfg)?;
-        listeners.push(("kubelet", server::bind("kubelet", addr)?));
-        Some(tls)
-    };
+    let mut kubelet_port = None;
+    if cfg.port != 0 {
+        // None: a webhook without an API server; the port stays unserved (logged).
+        if let Some(port) = PreparedPort::prepare(&cfg, prepared.api())? {
+            let addr = SocketAddr::new(cfg.address, cfg.port);
+            listeners.push(("kubelet", server::bind("kubelet", addr)?));
+            kubelet_port = Some(port);
+        }
+    }
     let bound: Vec<(&'static str, SocketAddr)> = listeners
         .iter()
         .filter_map(|(n, l)| l.local_addr().ok().map(|a| (*n, a)))
@@ -244,18 +207,16 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     for (name, listener) in listeners {
         match name {
             "kubelet" => {
-                let Some((tls, configz)) = kubelet_tls.clone() else {
+                let Some(mut port) = kubelet_port.take() else {
                     continue;
                 };
+                port.start_reload(&loops)?;
+                let tls = port.tls.clone();
                 let k = KubeletServer {
-                    auth: AuthConfig {
-                        anonymous: cfg.anonymous_auth,
-                        mode: cfg.authorization_mode,
-                        node_name: cfg.node_name.clone(),
-                    },
+                    auth: port.auth.clone(),
                     checks: checks.clone(),
                     pods: pods_view.clone(),
-                    configz,
+                    configz: port.configz.clone(),
                 };
                 log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);
                 server::serve_tls(

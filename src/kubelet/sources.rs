@@ -60,6 +60,12 @@ impl PreparedSources {
         Ok(prepared)
     }
 
+    /// The client of `--kubeconfig`'s API server, if one is given (the kubelet port's
+    /// webhooks ask it too).
+    pub(super) fn api(&self) -> Option<&Arc<crate::apiclient::ApiClient>> {
+        self.api.as_ref()
+    }
+
     /// Starts every configured source; returns them, for the merge to wait for.
     pub(super) fn start(
         self,

@@ -94,11 +94,17 @@ pub fn configz_json(cfg: &KubeletConfig, cert_file: &str, key_file: &str) -> Vec
     put("tlsCertFile", json!(cert_file));
     put("tlsPrivateKeyFile", json!(key_file));
     put("tlsMinVersion", json!(cfg.tls_min_version.name()));
+    if !cfg.tls_cipher_suites.is_empty() {
+        put("tlsCipherSuites", json!(cfg.tls_cipher_suites));
+    }
     put(
         "authentication",
         json!({
             "x509": {"clientCAFile": path(&cfg.client_ca_file)},
-            "webhook": {"enabled": false, "cacheTTL": "0s"},
+            "webhook": {
+                "enabled": cfg.authentication_token_webhook,
+                "cacheTTL": go_duration(cfg.authentication_token_webhook_cache_ttl),
+            },
             "anonymous": {"enabled": cfg.anonymous_auth},
         }),
     );
@@ -106,7 +112,11 @@ pub fn configz_json(cfg: &KubeletConfig, cert_file: &str, key_file: &str) -> Vec
         "authorization",
         json!({
             "mode": cfg.authorization_mode.name(),
-            "webhook": {"cacheAuthorizedTTL": "0s", "cacheUnauthorizedTTL": "0s"},
+            "webhook": {
+                "cacheAuthorizedTTL": go_duration(cfg.authorization_webhook_cache_authorized_ttl),
+                "cacheUnauthorizedTTL":
+                    go_duration(cfg.authorization_webhook_cache_unauthorized_ttl),
+            },
         }),
     );
     put("healthzPort", json!(cfg.healthz_port));

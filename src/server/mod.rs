@@ -13,6 +13,7 @@ pub mod http;
 pub mod kubelet;
 pub mod readonly;
 pub mod tls;
+pub mod tls_reload;
 
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};

@@ -1,8 +1,15 @@
 //! TLS for the authenticated kubelet port: the connection the bounded transport
 //! ([`super::http`]) reads and writes, plain TCP or TLS through a
 //! `rustls::ServerConnection`; the rustls server configuration built from the TLS
-//! settings; and the self-signed serving pair made when no certificate is given
+//! settings (versions, `--tls-cipher-suites` mapped from upstream's names, the serving
+//! pair and client CA through the resolvers [`super::tls_reload`] swaps when the files
+//! change); and the self-signed serving pair made when no certificate is given
 //! (upstream's `InitializeTLS` with `GenerateSelfSignedCertKey`).
+//!
+//! Cipher suites: as in Go, only TLS 1.2's are configurable; TLS 1.3 names are taken
+//! and change nothing. rustls (ring) has the six ECDHE AEAD suites of TLS 1.2; a name
+//! upstream knows that rustls lacks is left out with a warning, and a list with none
+//! of the six turns TLS 1.2 off (upstream would negotiate those suites).
 //!
 //! The poller never blocks on a connection: it feeds what `poll(2)` says is readable
 //! into rustls (`read_tls`, `process_new_packets`) and takes out what plaintext there
@@ -22,7 +29,9 @@ use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig, ServerConnection};
 
 use crate::config::values::TlsVersion;
@@ -320,6 +329,9 @@ pub enum TlsError {
         /// The cause.
         reason: String,
     },
+    /// A changed certificate, key or CA file cannot be used (the `tls-reload` loop's
+    /// error; the files in use stay).
+    Reload(String),
 }
 
 impl fmt::Display for TlsError {
@@ -342,6 +354,7 @@ impl fmt::Display for TlsError {
                 "cannot make the self-signed serving pair in {}: {reason}",
                 dir.display()
             ),
+            TlsError::Reload(reason) => f.write_str(reason),
         }
     }
 }
@@ -360,6 +373,8 @@ pub struct TlsSettings {
     pub client_ca_file: Option<PathBuf>,
     /// `--tls-min-version`.
     pub min_version: TlsVersion,
+    /// `--tls-cipher-suites` (upstream's names; empty: rustls's defaults).
+    pub cipher_suites: Vec<String>,
 }
 
 fn read_pem_file(path: &Path) -> Result<Vec<u8>, TlsError> {
@@ -396,42 +411,128 @@ fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     })
 }
 
-/// The rustls configuration of the kubelet port: the serving pair, the TLS versions
-/// from `min_version` up, and, with a client CA, client certificates verified against
-/// it but not required (a request without one goes on to anonymous authentication,
-/// as upstream's, which asks for a certificate and verifies it only if one is sent).
-pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let versions: &[&'static rustls::SupportedProtocolVersion] = match s.min_version {
-        TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
-        TlsVersion::Tls13 => &[&rustls::version::TLS13],
+/// The crypto provider of the kubelet port: rustls's ring provider.
+pub fn provider() -> rustls::crypto::CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
+/// The serving pair read from its files, the key checked against the certificate.
+pub fn certified_key(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
+    CertifiedKey::from_der(certificates(cert)?, private_key(key)?, &provider())
+        .map(Arc::new)
+        .map_err(TlsError::Config)
+}
+
+/// A verifier of client certificates against the CA bundle `ca`: verified if sent, but
+/// not required (a request without one goes on to the token and anonymous
+/// authenticators, as upstream's, which asks for a certificate and verifies it only if
+/// one is sent).
+pub fn client_verifier(ca: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(ca)? {
+        roots.add(cert).map_err(|e| TlsError::ClientCa {
+            path: ca.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::new(provider()))
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsError::ClientCa {
+            path: ca.to_path_buf(),
+            reason: e.to_string(),
+        })
+}
+
+/// The rustls suite of an upstream TLS 1.2 cipher suite name; `None` for TLS 1.3 names
+/// (not configurable) and for the suites rustls does not implement.
+fn tls12_suite(name: &str) -> Option<rustls::CipherSuite> {
+    use rustls::CipherSuite as C;
+    Some(match name {
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => C::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => C::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" | "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305" => {
+            C::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+        }
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"
+        | "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305" => {
+            C::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+        }
+        _ => return None,
+    })
+}
+
+/// The TLS 1.3 suite names (accepted, not configurable, as in Go).
+const TLS13_NAMES: &[&str] = &[
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+];
+
+/// The provider's cipher suites narrowed to `names` (upstream's, checked by the config)
+/// for TLS 1.2, every TLS 1.3 one kept, and the names that have no rustls suite. No
+/// names: the provider's own list.
+fn cipher_suites(
+    all: &[rustls::SupportedCipherSuite],
+    names: &[String],
+) -> (Vec<rustls::SupportedCipherSuite>, Vec<String>) {
+    if names.is_empty() {
+        return (all.to_vec(), Vec::new());
+    }
+    let wanted: Vec<rustls::CipherSuite> = names.iter().filter_map(|n| tls12_suite(n)).collect();
+    let kept = all
+        .iter()
+        .filter(|s| s.tls13().is_some() || wanted.contains(&s.suite()))
+        .copied()
+        .collect();
+    let lacking = names
+        .iter()
+        .filter(|n| tls12_suite(n).is_none() && !TLS13_NAMES.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    (kept, lacking)
+}
+
+/// The rustls configuration of the kubelet port: the serving pair from `cert` (which
+/// may change between handshakes), the TLS versions from `min_version` up, the cipher
+/// suites, and, with `client_ca`, client certificates verified against it.
+pub fn server_config(
+    s: &TlsSettings,
+    cert: Arc<dyn ResolvesServerCert>,
+    client_ca: Option<Arc<dyn ClientCertVerifier>>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let mut provider = provider();
+    let (suites, lacking) = cipher_suites(&provider.cipher_suites, &s.cipher_suites);
+    if !lacking.is_empty() {
+        log::warn!(
+            "--tls-cipher-suites: rustls has no {} (no CBC, RSA key exchange, RC4 or 3DES \
+             suites); left out",
+            lacking.join(", ")
+        );
+    }
+    let tls12 = s.min_version == TlsVersion::Tls12 && suites.iter().any(|c| c.tls13().is_none());
+    if s.min_version == TlsVersion::Tls12 && !tls12 {
+        log::warn!(
+            "--tls-cipher-suites leaves no TLS 1.2 cipher suite rustls has: TLS 1.2 is off, \
+             the kubelet port speaks TLS 1.3 only"
+        );
+    }
+    provider.cipher_suites = suites;
+    let versions: &[&'static rustls::SupportedProtocolVersion] = if tls12 {
+        &[&rustls::version::TLS13, &rustls::version::TLS12]
+    } else {
+        &[&rustls::version::TLS13]
     };
-    let builder = ServerConfig::builder_with_provider(provider.clone())
+    let builder = ServerConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(versions)
         .map_err(TlsError::Config)?;
-    let builder = match &s.client_ca_file {
+    let builder = match client_ca {
         None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for cert in certificates(ca)? {
-                roots.add(cert).map_err(|e| TlsError::ClientCa {
-                    path: ca.clone(),
-                    reason: e.to_string(),
-                })?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| TlsError::ClientCa {
-                    path: ca.clone(),
-                    reason: e.to_string(),
-                })?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
     };
-    let mut config = builder
-        .with_single_cert(certificates(&s.cert_file)?, private_key(&s.key_file)?)
-        .map_err(TlsError::Config)?;
+    let mut config = builder.with_cert_resolver(cert);
     // HTTP/1.1 only: a client offering h2 must not think it was accepted.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
@@ -466,13 +567,7 @@ pub fn serving_pair(
 /// Whether the pair parses and its key matches its certificate. Expiry is not
 /// checked (upstream's `canReadCertAndKey` checks less: that the files exist).
 fn usable_pair(cert: &Path, key: &Path) -> bool {
-    server_config(&TlsSettings {
-        cert_file: cert.to_path_buf(),
-        key_file: key.to_path_buf(),
-        client_ca_file: None,
-        min_version: TlsVersion::Tls12,
-    })
-    .is_ok()
+    certified_key(cert, key).is_ok()
 }
 
 fn write_self_signed(
@@ -574,6 +669,43 @@ mod tests {
             serving_pair(Some(&cert), None, &pki, "n", "1.1.1.1"),
             Err(TlsError::HalfPair)
         ));
+    }
+
+    #[test]
+    fn cipher_suites_narrow_tls12_and_keep_every_tls13_suite() {
+        let all = provider().cipher_suites;
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (kept, lacking) = cipher_suites(&all, &[]);
+        assert_eq!((kept.len(), lacking.len()), (all.len(), 0), "none: all");
+        let (kept, lacking) = cipher_suites(
+            &all,
+            &names(&[
+                "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+                "TLS_AES_128_GCM_SHA256",
+                "TLS_RSA_WITH_AES_128_GCM_SHA256",
+            ]),
+        );
+        let tls12: Vec<_> = kept.iter().filter(|s| s.tls13().is_none()).collect();
+        assert_eq!(tls12.len(), 1, "{kept:?}");
+        assert_eq!(
+            tls12[0].suite(),
+            rustls::CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+        );
+        assert_eq!(
+            kept.iter().filter(|s| s.tls13().is_some()).count(),
+            all.iter().filter(|s| s.tls13().is_some()).count(),
+            "TLS 1.3 suites are not configurable"
+        );
+        assert_eq!(lacking, ["TLS_RSA_WITH_AES_128_GCM_SHA256"]);
+        // Every name the config takes is either a rustls suite, TLS 1.3, or reported.
+        for name in crate::config::values::TLS_CIPHER_SUITE_NAMES {
+            let (_, lacking) = cipher_suites(&all, &names(&[name]));
+            let mapped = tls12_suite(name).is_some() || TLS13_NAMES.contains(name);
+            assert_eq!(lacking.is_empty(), mapped, "{name}");
+            if let Some(suite) = tls12_suite(name) {
+                assert!(all.iter().any(|s| s.suite() == suite), "{name} in ring");
+            }
+        }
     }
 
     #[test]

@@ -14,11 +14,19 @@
 //! - server-side watch timeouts: the stream ends cleanly after `timeoutSeconds`, or
 //!   the server's own cap ([`Options::max_watch`]), whichever is shorter;
 //! - authentication over TLS: a bearer token from the accepted set, or a client
-//!   certificate signed by the test CA; anything else gets 401 with a Status body.
+//!   certificate signed by the test CA; anything else gets 401 with a Status body;
+//! - `POST /apis/authentication.k8s.io/v1/tokenreviews` and
+//!   `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`, answered from a
+//!   scripted table (tokens → users; (user, subresource) pairs allowed, all else no
+//!   opinion), counted, and switchable to answer 500 or to hang ([`ReviewFault`]), for
+//!   the kubelet port's webhooks.
 //!
 //! Each connection serves one request (`Connection: close`). Certificates are made at
 //! test time with the `openssl` CLI ([`Pki`]). It lives only under `tests/` and is used
-//! by the integration tests and the sources benchmark.
+//! by the integration tests and the sources and kubelet_port benchmarks.
+//!
+//! Over 800 lines: one server's state (store, history, tables, faults, request log)
+//! and the handlers that share it; split, every file would need all of it.
 
 #![allow(dead_code)]
 
@@ -187,6 +195,18 @@ impl Pki {
     }
 }
 
+/// How the review endpoints misbehave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReviewFault {
+    /// They answer from the table.
+    #[default]
+    None,
+    /// They answer 500 with a Status.
+    Error,
+    /// They never answer (until the fault is cleared or the server stops; 60 s at most).
+    Hang,
+}
+
 /// How the stand-in behaves.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -227,6 +247,16 @@ struct State {
     requests: Vec<String>,
     /// Accepted tokens (may change while running).
     tokens: BTreeSet<String>,
+    /// TokenReview answers: token → (user, groups); other tokens are refused.
+    token_users: BTreeMap<String, (String, Vec<String>)>,
+    /// SubjectAccessReview answers: the (user, subresource) pairs allowed.
+    allowed: BTreeSet<(String, String)>,
+    /// How the review endpoints misbehave.
+    review_fault: ReviewFault,
+    /// Every token reviewed, in order.
+    token_reviews: Vec<String>,
+    /// Every SubjectAccessReview's spec, in order.
+    access_reviews: Vec<Value>,
 }
 
 struct Shared {
@@ -421,6 +451,49 @@ impl TestApiServer {
         lock(&self.shared.state).tokens = tokens.iter().map(|t| t.to_string()).collect();
     }
 
+    /// The TokenReview table: `token` is `user` in `groups`.
+    pub fn set_token_user(&self, token: &str, user: &str, groups: &[&str]) {
+        lock(&self.shared.state).token_users.insert(
+            token.to_string(),
+            (
+                user.to_string(),
+                groups.iter().map(|g| g.to_string()).collect(),
+            ),
+        );
+    }
+
+    /// The SubjectAccessReview table: `user` may do anything to `nodes/<subresource>`.
+    pub fn allow(&self, user: &str, subresource: &str) {
+        lock(&self.shared.state)
+            .allowed
+            .insert((user.to_string(), subresource.to_string()));
+    }
+
+    /// Makes the review endpoints misbehave (or behave again).
+    pub fn set_review_fault(&self, fault: ReviewFault) {
+        lock(&self.shared.state).review_fault = fault;
+        self.shared.changed.notify_all();
+    }
+
+    /// Every token reviewed so far, in order.
+    pub fn token_reviews(&self) -> Vec<String> {
+        lock(&self.shared.state).token_reviews.clone()
+    }
+
+    /// Every SubjectAccessReview spec received so far, in order.
+    pub fn access_reviews(&self) -> Vec<Value> {
+        lock(&self.shared.state).access_reviews.clone()
+    }
+
+    /// How many SubjectAccessReviews asked about `user` and `subresource`.
+    pub fn access_reviews_of(&self, user: &str, subresource: &str) -> usize {
+        lock(&self.shared.state)
+            .access_reviews
+            .iter()
+            .filter(|s| s["user"] == user && s["resourceAttributes"]["subresource"] == subresource)
+            .count()
+    }
+
     /// The request log.
     pub fn requests(&self) -> Vec<String> {
         lock(&self.shared.state).requests.clone()
@@ -503,7 +576,7 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
         .conn
         .peer_certificates()
         .is_some_and(|c| !c.is_empty());
-    let Some((path, headers)) = read_request(&mut stream) else {
+    let Some((method, path, headers, body)) = read_request(&mut stream) else {
         return;
     };
     let auth_header = headers.get("authorization").cloned().unwrap_or_default();
@@ -523,7 +596,7 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
             "bad-token"
         };
         st.requests.push(format!(
-            "GET {path} ua={} auth={by}",
+            "{method} {path} ua={} auth={by}",
             headers.get("user-agent").cloned().unwrap_or_default()
         ));
         by
@@ -542,7 +615,10 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
             (k.to_string(), unescape(v))
         })
         .collect();
-    if route != "/api/v1/pods" {
+    if method == "POST" {
+        return review(&mut stream, &sh, route, &body);
+    }
+    if route != "/api/v1/pods" || method != "GET" {
         let body = json!({"kind":"Status","apiVersion":"v1","status":"Failure",
             "message":format!("the server could not find the requested resource ({route})"),
             "reason":"NotFound","code":404});
@@ -620,7 +696,11 @@ fn matches(pod: &Value, selector: &[(String, String)]) -> bool {
     })
 }
 
-fn read_request(stream: &mut Tls) -> Option<(String, BTreeMap<String, String>)> {
+/// A request's method, target, headers (names lowercased) and body (by its
+/// Content-Length, at most 1 MiB).
+type Request = (String, String, BTreeMap<String, String>, Vec<u8>);
+
+fn read_request(stream: &mut Tls) -> Option<Request> {
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
@@ -641,16 +721,104 @@ fn read_request(stream: &mut Tls) -> Option<(String, BTreeMap<String, String>)> 
             headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
         }
     }
-    (method == "GET").then_some((path, headers))
+    let len: usize = headers
+        .get("content-length")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(0);
+    if len > 1024 * 1024 {
+        return None;
+    }
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body).ok()?;
+    ["GET", "POST"]
+        .contains(&method.as_str())
+        .then_some((method, path, headers, body))
+}
+
+/// The review endpoints: a TokenReview or SubjectAccessReview answered from the table
+/// (or not, under a [`ReviewFault`]).
+fn review(stream: &mut Tls, sh: &Shared, route: &str, body: &[u8]) {
+    let Ok(req) = serde_json::from_slice::<Value>(body) else {
+        let status = json!({"kind":"Status","apiVersion":"v1","status":"Failure",
+            "message":"the request body is not JSON","reason":"BadRequest","code":400});
+        return respond(stream, 400, &status);
+    };
+    let mut st = lock(&sh.state);
+    let until = Instant::now() + Duration::from_secs(60);
+    while st.review_fault == ReviewFault::Hang
+        && !sh.stopped.load(Ordering::SeqCst)
+        && Instant::now() < until
+    {
+        st = sh
+            .changed
+            .wait_timeout(st, Duration::from_millis(200))
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+    if st.review_fault != ReviewFault::None {
+        drop(st);
+        let status = json!({"kind":"Status","apiVersion":"v1","status":"Failure",
+            "message":"review failed (scripted)","reason":"InternalError","code":500});
+        return respond(stream, 500, &status);
+    }
+    match route {
+        "/apis/authentication.k8s.io/v1/tokenreviews" => {
+            let token = req["spec"]["token"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            st.token_reviews.push(token.clone());
+            let status = match st.token_users.get(&token) {
+                Some((user, groups)) => json!({"authenticated": true,
+                    "user": {"username": user, "uid": format!("uid-{user}"), "groups": groups}}),
+                None => json!({"authenticated": false}),
+            };
+            drop(st);
+            let answer = json!({"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview",
+                "metadata":{"creationTimestamp":null},"spec":req["spec"],"status":status});
+            respond(stream, 201, &answer);
+        }
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
+            let spec = req["spec"].clone();
+            st.access_reviews.push(spec.clone());
+            let key = (
+                spec["user"].as_str().unwrap_or_default().to_string(),
+                spec["resourceAttributes"]["subresource"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+            let allowed = st.allowed.contains(&key);
+            drop(st);
+            let status = if allowed {
+                json!({"allowed": true, "reason": "scripted allow"})
+            } else {
+                json!({"allowed": false, "reason": "no rule"})
+            };
+            let answer = json!({"apiVersion":"authorization.k8s.io/v1",
+                "kind":"SubjectAccessReview","metadata":{"creationTimestamp":null},
+                "spec":spec,"status":status});
+            respond(stream, 201, &answer);
+        }
+        _ => {
+            drop(st);
+            let status = json!({"kind":"Status","apiVersion":"v1","status":"Failure",
+                "message":format!("the server could not find the requested resource ({route})"),
+                "reason":"NotFound","code":404});
+            respond(stream, 404, &status);
+        }
+    }
 }
 
 fn reason(code: u16) -> &'static str {
     match code {
         200 => "OK",
+        201 => "Created",
         400 => "Bad Request",
         401 => "Unauthorized",
         404 => "Not Found",
         410 => "Gone",
+        500 => "Internal Server Error",
         _ => "Error",
     }
 }
