@@ -40,6 +40,7 @@ use crate::prober::{ProbeEvent, ProbeManager};
 use crate::runtime::instrumented::InstrumentedRuntime;
 use crate::runtime::Runtime;
 use crate::server::auth::AuthConfig;
+use crate::server::http_metrics::ServerType;
 use crate::server::kubelet::KubeletServer;
 use crate::server::readonly::{PodsView, ReadOnly};
 use crate::server::tls;
@@ -258,6 +259,9 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     checks: checks.clone(),
                     pods: pods_view.clone(),
                     configz,
+                    metrics: parts.metrics.clone(),
+                    probe_metrics: parts.probes.metrics().clone(),
+                    runtime_pods: parts.pleg_shared.clone(),
                 };
                 log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);
                 server::serve_tls(
@@ -267,7 +271,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     server::Limits::KUBELET.fit_to_descriptors(servers),
                     tls,
                     &unblockers,
-                    move |r| server::kubelet::handle(&k, r),
+                    server::http_metrics::instrument(
+                        parts.metrics.clone(),
+                        ServerType::ReadWrite,
+                        move |r| server::kubelet::handle(&k, r),
+                    ),
                 )?;
             }
             "healthz" => {
@@ -287,6 +295,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     pods: pods_view.clone(),
                     registry: loops.registry(),
                     probe_metrics: parts.probes.metrics().clone(),
+                    metrics: parts.metrics.clone(),
                 };
                 server::serve(
                     &loops,
@@ -294,7 +303,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     listener,
                     limits,
                     &unblockers,
-                    move |r| server::readonly::handle(&ro, r),
+                    server::http_metrics::instrument(
+                        parts.metrics.clone(),
+                        ServerType::ReadOnly,
+                        move |r| server::readonly::handle(&ro, r),
+                    ),
                 )?;
             }
         }
