@@ -26,10 +26,6 @@ pub const POD_STARTUP_BUCKETS: &[f64] = &[
     300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
 ];
 
-/// The `container_state` values of `kubelet_running_containers` (upstream's
-/// `kubecontainer.State` strings).
-pub const CONTAINER_STATES: [&str; 4] = ["created", "exited", "running", "unknown"];
-
 /// `container_type` of an app container.
 pub const CONTAINER: &str = "container";
 /// `container_type` of an init container (sidecars included, as upstream).
@@ -393,7 +389,7 @@ mod tests {
     fn every_family_renders_with_upstream_markers_and_promtool_accepts_it() {
         let m = KubeletMetrics::default();
         m.node_name.set(["node-1"], 1.0);
-        for s in CONTAINER_STATES {
+        for s in ["created", "exited", "running", "unknown"] {
             m.running_containers.set([s], 0.0);
         }
         m.running_containers.set(["running"], 2.0);
