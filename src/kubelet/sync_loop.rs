@@ -432,6 +432,26 @@ mod tests {
     }
 
     #[test]
+    fn a_container_that_cannot_start_counts_as_a_start_error_with_its_reason() {
+        let rt = testing::runtime(&testing::clock());
+        rt.exit_on_start("i", 0);
+        let mut n = Node::new(&rt, &[Source::File]);
+        let spec = "{initContainers: [{name: i, image: 'busybox:1'}], \
+                    containers: [{name: a, image: 'absent:1', imagePullPolicy: Never}]}";
+        n.snapshot(Source::File, vec![pod("web", "u1", spec)]);
+        let m = n.sl.metrics.clone();
+        assert_eq!(m.started_containers.get(["init_container"]), 1);
+        // The init container has exited 0; its death syncs the pod, which tries the app.
+        n.relist();
+        assert!(m.started_containers.get(["container"]) >= 1);
+        assert_eq!(
+            m.started_containers_errors.get(["ErrImageNeverPull", "container"]),
+            m.started_containers.get(["container"]),
+            "every attempt failed with its waiting reason"
+        );
+    }
+
+    #[test]
     fn an_update_of_one_container_replaces_only_that_container() {
         let rt = testing::runtime(&testing::clock());
         let mut n = Node::new(&rt, &[Source::File]);
