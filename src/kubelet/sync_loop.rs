@@ -445,7 +445,8 @@ mod tests {
         n.relist();
         assert!(m.started_containers.get(["container"]) >= 1);
         assert_eq!(
-            m.started_containers_errors.get(["ErrImageNeverPull", "container"]),
+            m.started_containers_errors
+                .get(["ErrImageNeverPull", "container"]),
             m.started_containers.get(["container"]),
             "every attempt failed with its waiting reason"
         );
