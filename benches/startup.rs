@@ -9,6 +9,10 @@
 //!   through the Engine API, sequentially, polled the same way. The ratio is the figure.
 //! - Idle: with 30 pods running, RSS and thread count from /proc, and CPU% of one core
 //!   over 30 s from utime+stime.
+//! - `/metrics` with 30 pods: 200 scrapes of the read-only port, one connection each
+//!   (median and p99 time, body size, rkubelet's RSS before and after); and the
+//!   registry's own memory, measured in this process: the RSS growth of building 200
+//!   registries filled as a 30-pod node fills one, divided by 200.
 //!
 //! Targets (issue 2): ratio ≤ 1.25 for one pod, RSS ≤ 15 MiB, idle CPU ≤ 1 %.
 
@@ -21,6 +25,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{cpu_ticks, proc_status, verdict, write_manifest};
+use rkubelet::metrics::kubelet::KubeletMetrics;
 use rkubelet::runtime::docker::Docker;
 use rkubelet::runtime::{ContainerConfig, ContainerState, NamespaceMode, Runtime};
 
@@ -92,6 +97,8 @@ fn main() {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let cpu_pct = (cpu1 - cpu0) as f64 / hz / secs * 100.0;
     let (rss_after_kib, _) = proc_status(pid);
+    let scrape = scrape_metrics(kubelet.ro, pid);
+    let registry_bytes = registry_cost();
 
     kubelet.stop();
     for c in docker
@@ -145,10 +152,130 @@ fn main() {
         verdict(cpu_pct <= 1.0)
     );
     println!(
+        "| /metrics scrape, {MANY} pods ({} scrapes) | median {:.2} ms, p99 {:.2} ms, {:.1} KiB | | | |",
+        SCRAPES,
+        ms(scrape.median),
+        ms(scrape.p99),
+        scrape.bytes as f64 / 1024.0
+    );
+    println!(
+        "| RSS around the scrapes | {:.1} -> {:.1} MiB | | | |",
+        scrape.rss_before_kib as f64 / 1024.0,
+        scrape.rss_after_kib as f64 / 1024.0
+    );
+    println!(
+        "| metrics registry (30-pod series), in-process | {:.1} KiB | | | |",
+        registry_bytes as f64 / 1024.0
+    );
+    println!(
         "one-pod runs, ms: rkubelet {:?}; raw {:?}",
         rk_one.iter().map(|d| ms(*d).round()).collect::<Vec<_>>(),
         raw_one.iter().map(|d| ms(*d).round()).collect::<Vec<_>>()
     );
+}
+
+/// Scrapes in the `/metrics` figures.
+const SCRAPES: usize = 200;
+
+struct Scrape {
+    median: Duration,
+    p99: Duration,
+    bytes: usize,
+    rss_before_kib: u64,
+    rss_after_kib: u64,
+}
+
+/// `SCRAPES` sequential GETs of the read-only port's `/metrics`, one connection each,
+/// as a scraper without keep-alive makes them.
+fn scrape_metrics(port: u16, pid: u32) -> Scrape {
+    use std::io::{Read, Write};
+    let (rss_before_kib, _) = proc_status(pid);
+    let mut times = Vec::with_capacity(SCRAPES);
+    let mut bytes = 0;
+    for _ in 0..SCRAPES {
+        let t0 = Instant::now();
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .expect("write");
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).expect("read");
+        times.push(t0.elapsed());
+        let body_at = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(0, |i| i + 4);
+        assert!(raw.starts_with(b"HTTP/1.1 200"), "scrape failed");
+        bytes = raw.len() - body_at;
+    }
+    let (rss_after_kib, _) = proc_status(pid);
+    times.sort();
+    Scrape {
+        median: times[SCRAPES / 2],
+        p99: times[SCRAPES * 99 / 100],
+        bytes,
+        rss_before_kib,
+        rss_after_kib,
+    }
+}
+
+/// The memory one registry holds with a 30-pod node's series: the RSS growth of 200
+/// of them, divided by 200.
+fn registry_cost() -> u64 {
+    const N: u64 = 200;
+    let pid = std::process::id();
+    let (before, _) = proc_status(pid);
+    let all: Vec<KubeletMetrics> = (0..N).map(|_| filled_registry()).collect();
+    let (after, _) = proc_status(pid);
+    drop(all);
+    after.saturating_sub(before) * 1024 / N
+}
+
+/// A registry with the series a node running 30 pods has: every runtime operation,
+/// both servers' request series, each worker operation type, every counter touched.
+fn filled_registry() -> KubeletMetrics {
+    let m = KubeletMetrics::default();
+    m.node_name.set(["node"], 1.0);
+    for s in ["created", "exited", "running", "unknown"] {
+        m.running_containers.set([s], 60.0);
+    }
+    for s in ["true", "false"] {
+        m.desired_pods.set([s], 30.0);
+    }
+    for op in [
+        "version",
+        "list_containers",
+        "container_status",
+        "create_container",
+        "start_container",
+        "stop_container",
+        "kill_container",
+        "remove_container",
+        "image_status",
+        "pull_image",
+        "list_images",
+        "exec_sync",
+    ] {
+        m.runtime_operations.inc([op]);
+        m.runtime_operations_duration.observe([op], 0.01);
+        m.runtime_operations_errors.inc([op]);
+    }
+    for op in ["create", "update", "sync", "kill"] {
+        m.pod_worker_duration.observe([op], 0.1);
+    }
+    for server in ["readonly", "readwrite"] {
+        for path in ["pods", "metrics", "healthz", "metrics/probes", "other"] {
+            let l = ["false", "GET", path, server];
+            m.http_requests.inc(l);
+            m.http_requests_duration.observe(l, 0.001);
+            m.http_inflight.set(l, 0.0);
+        }
+    }
+    m.started_containers.inc(["container"]);
+    m.started_containers_errors
+        .inc(["CreateContainerError", "container"]);
+    m
 }
 
 /// Creates and starts `n` pods' containers through the Engine API, sequentially; returns
@@ -251,15 +378,17 @@ fn pod_yaml(name: &str) -> String {
 
 struct Kubelet {
     child: Child,
+    /// The read-only port (`/metrics`).
+    ro: u16,
 }
 
 impl Kubelet {
     fn start(dir: &Path, node: &str) -> Kubelet {
-        let (child, hz, _ro) = common::spawn_kubelet(dir, node, PAUSE);
+        let (child, hz, ro) = common::spawn_kubelet(dir, node, PAUSE);
         poll(|| std::net::TcpStream::connect(("127.0.0.1", hz)).is_ok());
         // Let the first relist and the empty first snapshot happen.
         std::thread::sleep(Duration::from_secs(2));
-        Kubelet { child }
+        Kubelet { child, ro }
     }
 
     fn stop(&mut self) {

@@ -237,6 +237,7 @@ mod tests {
             busy_since,
             last_error: None,
             ticks,
+            errors: 0,
             finished: false,
         }
     }

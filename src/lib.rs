@@ -19,6 +19,8 @@ pub mod httpclient;
 pub mod wait;
 pub mod reference;
 pub mod systemd;
+// The Prometheus registry every component records into (`/metrics`).
+pub mod metrics;
 
 // Configuration: flags and the KubeletConfiguration file.
 pub mod config;

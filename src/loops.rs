@@ -115,6 +115,8 @@ pub struct LoopState {
     pub last_error: Option<String>,
     /// Ticks so far.
     pub ticks: u64,
+    /// Ticks so far that ended with an error (`/metrics`' `rkubelet_loop_errors_total`).
+    pub errors: u64,
     /// Whether the thread has returned.
     pub finished: bool,
 }
@@ -130,6 +132,7 @@ impl LoopState {
             busy_since: None,
             last_error: None,
             ticks: 0,
+            errors: 0,
             finished: false,
         }
     }
@@ -196,6 +199,9 @@ impl LoopHandle {
         let mut say: Option<(log::Level, String)> = None;
         self.registry.update(name, |st| {
             st.ticks += 1;
+            if error.is_some() {
+                st.errors += 1;
+            }
             st.last_duration = Some(took);
             st.busy_since = None;
             say = match &error {

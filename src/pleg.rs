@@ -9,12 +9,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Sender, TrySendError};
 
 use crate::container::labels;
 use crate::loops::lock;
+use crate::metrics::kubelet::KubeletMetrics;
 use crate::runtime::{ContainerState, Runtime, RuntimeError};
 
 /// Upstream `genericPlegRelistPeriod`.
@@ -111,15 +112,41 @@ pub fn compute_events(old: &HashMap<String, Seen>, new: &HashMap<String, Seen>) 
     out
 }
 
-/// A pod the runtime holds, as the last relist saw it (for housekeeping).
+/// A pod the runtime holds, as the last relist saw it (for housekeeping and
+/// `/runningpods/`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimePodInfo {
     /// `name_namespace` from the labels.
     pub full_name: String,
+    /// The pod's name, from the labels.
+    pub name: String,
+    /// The pod's namespace, from the labels.
+    pub namespace: String,
     /// Whether any of its containers (or sandbox) runs.
     pub running: bool,
+    /// Its running app and init containers (not the sandbox), as `(name, image)`,
+    /// sorted by name: what upstream's `/runningpods/` lists of a pod.
+    pub running_containers: Vec<(String, String)>,
     /// Its termination grace period from the labels.
     pub grace_seconds: i64,
+}
+
+/// The states `kubelet_running_containers` is set for at every relist.
+const CONTAINER_STATE_ORDER: [ContainerState; 4] = [
+    ContainerState::Created,
+    ContainerState::Running,
+    ContainerState::Exited,
+    ContainerState::Unknown,
+];
+
+/// The `container_state` label of a runtime state (upstream's `kubecontainer.State`).
+fn state_label(s: ContainerState) -> &'static str {
+    match s {
+        ContainerState::Created => "created",
+        ContainerState::Running => "running",
+        ContainerState::Exited => "exited",
+        ContainerState::Unknown => "unknown",
+    }
 }
 
 /// What the PLEG publishes for others: health and the runtime's pods.
@@ -163,6 +190,9 @@ pub struct Pleg {
     events: Sender<PlegEvent>,
     shared: Arc<PlegShared>,
     first_done: Option<Sender<()>>,
+    metrics: Arc<KubeletMetrics>,
+    /// Start of the last successful relist, for the relist interval.
+    last_success: Option<Instant>,
 }
 
 impl Pleg {
@@ -182,40 +212,84 @@ impl Pleg {
             events,
             shared,
             first_done,
+            metrics: Arc::default(),
+            last_success: None,
         }
     }
 
+    /// Records into `metrics` (relist duration and interval, last seen, running pods
+    /// and containers, discarded events) instead of a registry of its own.
+    pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     /// One relist: list, diff, send events, publish. A failed list changes nothing and
-    /// leaves the relist time alone (that is what trips the health check).
+    /// leaves the relist time alone (that is what trips the health check). Upstream's
+    /// `Relist` metrics: the interval since the last successful relist is observed
+    /// before listing, the duration (failed relists included) after.
     pub fn relist(&mut self) -> Result<(), RuntimeError> {
         let started = Instant::now();
+        if let Some(last) = self.last_success {
+            self.metrics
+                .pleg_relist_interval
+                .observe([], started.saturating_duration_since(last).as_secs_f64());
+        }
+        let r = self.relist_inner(started);
+        self.metrics
+            .pleg_relist_duration
+            .observe([], started.elapsed().as_secs_f64());
+        r
+    }
+
+    fn relist_inner(&mut self, started: Instant) -> Result<(), RuntimeError> {
         let list = self.runtime.list_containers(&self.filter)?;
+        self.last_success = Some(started);
+        self.metrics
+            .pleg_last_seen
+            .set([], crate::time::unix_secs(SystemTime::now()) as f64);
         let mut new = HashMap::with_capacity(list.len());
         let mut pods: BTreeMap<String, RuntimePodInfo> = BTreeMap::new();
+        let mut by_state = [0u32; 4];
+        let mut sandboxes_running = std::collections::BTreeSet::new();
         for c in list {
             let Some(uid) = c.labels.get(labels::POD_UID).cloned() else {
                 continue;
             };
+            let label = |k: &str| c.labels.get(k).cloned().unwrap_or_default();
             let info = pods.entry(uid.clone()).or_insert_with(|| RuntimePodInfo {
                 full_name: format!(
                     "{}_{}",
-                    c.labels
-                        .get(labels::POD_NAME)
-                        .map(String::as_str)
-                        .unwrap_or_default(),
-                    c.labels
-                        .get(labels::POD_NAMESPACE)
-                        .map(String::as_str)
-                        .unwrap_or_default()
+                    label(labels::POD_NAME),
+                    label(labels::POD_NAMESPACE)
                 ),
+                name: label(labels::POD_NAME),
+                namespace: label(labels::POD_NAMESPACE),
                 running: false,
+                running_containers: Vec::new(),
                 grace_seconds: c
                     .labels
                     .get(labels::TERMINATION_GRACE)
                     .and_then(|g| g.parse().ok())
                     .unwrap_or(30),
             });
-            info.running |= c.state == ContainerState::Running;
+            let running = c.state == ContainerState::Running;
+            info.running |= running;
+            let sandbox =
+                c.labels.get(labels::DOCKER_TYPE).map(String::as_str) == Some(labels::TYPE_SANDBOX);
+            if sandbox {
+                if running {
+                    sandboxes_running.insert(uid.clone());
+                }
+            } else {
+                if let Some(i) = CONTAINER_STATE_ORDER.iter().position(|s| *s == c.state) {
+                    by_state[i] += 1;
+                }
+                if running {
+                    info.running_containers
+                        .push((label(labels::CONTAINER_NAME), c.image.clone()));
+                }
+            }
             new.insert(
                 c.id,
                 Seen {
@@ -238,12 +312,26 @@ impl Pleg {
             match self.events.try_send(ev) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => {
+                    self.metrics.pleg_discard_events.inc([]);
                     log::warn!("Event channel is full, discard this relist() cycle event");
                 }
                 Err(TrySendError::Disconnected(_)) => {}
             }
         }
         self.old = new;
+        // Upstream `updateRunningPodAndContainerMetrics`; every state is set, so one
+        // that no container is in any more reads 0 rather than its last count.
+        self.metrics
+            .running_pods
+            .set([], sandboxes_running.len() as f64);
+        for (state, n) in CONTAINER_STATE_ORDER.iter().zip(by_state) {
+            self.metrics
+                .running_containers
+                .set([state_label(*state)], f64::from(n));
+        }
+        for info in pods.values_mut() {
+            info.running_containers.sort();
+        }
         *lock(&self.shared.pods) = Arc::new(pods);
         *lock(&self.shared.last_relist) = Some(started);
         if let Some(tx) = self.first_done.take() {

@@ -15,12 +15,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::loops::{lock, Loops, SpawnError};
+use crate::metrics::kubelet::KubeletMetrics;
 
 /// Size of the worker pool. Pod work is mostly waiting on dockerd; four in flight keep
 /// a 2-core board busy without piling up runtime calls.
@@ -76,6 +77,18 @@ struct Slot {
     queued: bool,
     pending_kill: Option<Kill>,
     pending_sync: Option<Arc<Pod>>,
+    /// When the newest pending work was handed in: the start of its
+    /// `kubelet_pod_worker_duration_seconds` (upstream's `UpdatePodOptions.StartTime`).
+    pending_since: Option<Instant>,
+    /// The work a worker (or the pod killer) is doing: its operation type and start.
+    in_flight: Option<(&'static str, Instant)>,
+    /// The work in flight is a kill of a pod gone from its source (`Kill::remove`).
+    removing: bool,
+    /// The pod spec of the last sync: a sync with another `Arc` is an `update` (the
+    /// sync loop makes a new `Arc` only when a source changed the pod; PLEG events,
+    /// probes and ticks hand the one it holds). None until the pod is first synced,
+    /// and again after a kill, so the next sync is a `create`.
+    last_synced: Option<Arc<Pod>>,
 }
 
 impl Slot {
@@ -90,6 +103,7 @@ pub struct PodWorkers {
     slots: Mutex<HashMap<String, Slot>>,
     ready_tx: Sender<String>,
     ready_rx: Receiver<String>,
+    metrics: Arc<KubeletMetrics>,
 }
 
 impl Default for PodWorkers {
@@ -99,11 +113,18 @@ impl Default for PodWorkers {
             slots: Mutex::new(HashMap::new()),
             ready_tx,
             ready_rx,
+            metrics: Arc::default(),
         }
     }
 }
 
 impl PodWorkers {
+    /// Records into `metrics` (worker durations, restarted pods, containers per pod).
+    pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     /// Starts `n` worker threads named `pod-worker-0` … running `syncer`.
     pub fn start(
         self: &Arc<Self>,
@@ -133,13 +154,28 @@ impl PodWorkers {
     pub fn update_pod(&self, uid: &str, work: Work) {
         let mut slots = lock(&self.slots);
         let slot = slots.entry(uid.to_string()).or_default();
+        slot.pending_since = Some(Instant::now());
         match work {
             Work::Kill(kill) => {
                 // A kill supersedes any sync that has not started yet.
                 slot.pending_sync = None;
                 slot.pending_kill = Some(kill);
             }
-            Work::Sync(pod) => slot.pending_sync = Some(pod),
+            Work::Sync(pod) => {
+                // Wanted again while the kill that follows its removal from its source
+                // is pending or running: removed and created again with the same UID
+                // (upstream counts it in `UpdatePod`). A sync of a pod that is only
+                // being deleted (a PLEG event during its grace period) is not one.
+                let removing =
+                    slot.removing || slot.pending_kill.as_ref().is_some_and(|k| k.remove);
+                if removing {
+                    let is_static = crate::container::is_static_pod(&pod);
+                    self.metrics
+                        .restarted_pods
+                        .inc([if is_static { "true" } else { "false" }]);
+                }
+                slot.pending_sync = Some(pod);
+            }
         }
         let full = !slot.busy && !slot.queued && !self.enqueue(uid, slot);
         drop(slots);
@@ -204,6 +240,10 @@ impl PodWorkers {
                 match work {
                     Some(w) => {
                         slot.busy = true;
+                        let since = slot.pending_since.take().unwrap_or_else(Instant::now);
+                        slot.removing = matches!(&w, Work::Kill(k) if k.remove);
+                        let op = self.operation_type(slot, &w);
+                        slot.in_flight = Some((op, since));
                         w
                     }
                     None => {
@@ -222,6 +262,7 @@ impl PodWorkers {
             }
             let mut slots = lock(&self.slots);
             if let Some(slot) = slots.get_mut(uid) {
+                self.work_done(slot);
                 slot.busy = false;
                 if !slot.has_pending() {
                     if matches!(work, Work::Kill(_)) {
@@ -246,6 +287,7 @@ impl PodWorkers {
         let Some(slot) = slots.get_mut(uid) else {
             return;
         };
+        self.work_done(slot);
         slot.busy = false;
         let mut full = false;
         if slot.has_pending() {
@@ -258,6 +300,45 @@ impl PodWorkers {
         drop(slots);
         if full {
             queue_full(uid);
+        }
+    }
+}
+
+impl PodWorkers {
+    /// The `operation_type` of work about to run on `slot` (upstream's
+    /// `SyncPodType`): `kill`; `create` for the first sync of a pod (and the first after
+    /// a kill); `update` when a source changed the pod since its last sync; else `sync`.
+    /// A create also records the pod's container count.
+    fn operation_type(&self, slot: &mut Slot, work: &Work) -> &'static str {
+        match work {
+            Work::Kill(_) => {
+                slot.last_synced = None;
+                "kill"
+            }
+            Work::Sync(pod) => {
+                let op = match &slot.last_synced {
+                    None => {
+                        let n = pod.spec.as_ref().map_or(0, |s| s.containers.len());
+                        self.metrics.containers_per_pod.observe([], n as f64);
+                        "create"
+                    }
+                    Some(last) if !Arc::ptr_eq(last, pod) => "update",
+                    Some(_) => "sync",
+                };
+                slot.last_synced = Some(pod.clone());
+                op
+            }
+        }
+    }
+
+    /// Records the end of the slot's work in flight (upstream observes
+    /// `PodWorkerDuration` when a pod's work completes).
+    fn work_done(&self, slot: &mut Slot) {
+        slot.removing = false;
+        if let Some((op, since)) = slot.in_flight.take() {
+            self.metrics
+                .pod_worker_duration
+                .observe([op], since.elapsed().as_secs_f64());
         }
     }
 }
@@ -325,6 +406,7 @@ impl WorkQueue {
 mod tests {
     use super::*;
     use crate::loops::{shutdown_channel, Loops};
+    use crate::metrics::kubelet::KubeletMetrics;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::time::Instant;
 
@@ -453,6 +535,45 @@ mod tests {
         wait_for(|| !pw.is_active("a"));
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn worker_durations_are_labelled_by_operation_and_a_readded_pod_counts_as_restarted() {
+        let m = Arc::new(KubeletMetrics::default());
+        let pw = PodWorkers::default().with_metrics(m.clone());
+        let rec = Recorder::default();
+        let v1 = pod("a", "v1");
+        let step = |w: Work| {
+            pw.update_pod("a", w);
+            pw.run_queued(&rec);
+        };
+        step(Work::Sync(v1.clone()));
+        step(Work::Sync(v1.clone()));
+        step(Work::Sync(pod("a", "v2")));
+        // Deleted (its kill keeps the pod) and synced during its grace: no restart.
+        pw.update_pod("a", Work::Kill(Kill::default()));
+        pw.update_pod("a", Work::Sync(pod("a", "v2")));
+        assert_eq!(m.restarted_pods.get(["false"]), 0);
+        pw.run_queued(&rec);
+        // Removed from its source and added again before its kill ran: a restart.
+        pw.update_pod(
+            "a",
+            Work::Kill(Kill {
+                remove: true,
+                ..Kill::default()
+            }),
+        );
+        pw.update_pod("a", Work::Sync(pod("a", "v3")));
+        pw.run_queued(&rec);
+        let h = &m.pod_worker_duration;
+        assert_eq!(
+            ["create", "sync", "update", "kill"].map(|op| h.count([op])),
+            [3, 1, 1, 2],
+            "{:?}",
+            lock(&rec.calls)
+        );
+        assert_eq!(m.restarted_pods.get(["false"]), 1);
+        assert_eq!(m.containers_per_pod.count([]), 3, "one per create");
     }
 
     #[test]

@@ -109,6 +109,17 @@ pub struct Waiting {
     pub message: String,
 }
 
+/// A static pod: one that came from a file, a URL or etcd rather than the API server
+/// (its `kubernetes.io/config.source` annotation is not `api`); upstream's
+/// `IsStaticPod`, the `static` label of the pod metrics.
+pub fn is_static_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kubernetes.io/config.source"))
+        .is_some_and(|s| s != "api")
+}
+
 /// Whether a runtime container is an init or app container (by its label).
 pub fn kind_of(c: &ContainerDetails) -> ContainerKind {
     match c.labels.get(labels::CONTAINER_TYPE).map(String::as_str) {

@@ -32,12 +32,15 @@ use crate::kuberuntime::container::dns::DnsSettings;
 use crate::kuberuntime::container::NodeContext;
 use crate::kuberuntime::{ManagerConfig, RuntimeManager};
 use crate::loops::{shutdown_channel, Loops, Periodic, Shutdown, SpawnError};
+use crate::metrics::kubelet::KubeletMetrics;
 use crate::pleg::{Pleg, PlegEvent, PlegShared, CHANNEL_CAPACITY, RELIST_PERIOD};
 use crate::pod_killer::PodKiller;
 use crate::pod_workers::{PodWorkers, WorkQueue, DEFAULT_WORKERS};
 use crate::podconfig::{PodConfig, SourceUpdate};
 use crate::prober::{ProbeEvent, ProbeManager};
+use crate::runtime::instrumented::InstrumentedRuntime;
 use crate::runtime::Runtime;
+use crate::server::http_metrics::ServerType;
 use crate::server::kubelet::KubeletServer;
 use crate::server::readonly::{PodsView, ReadOnly};
 use crate::server::{self, ServerError, Unblockers};
@@ -217,6 +220,9 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     checks: checks.clone(),
                     pods: pods_view.clone(),
                     configz: port.configz.clone(),
+                    metrics: parts.metrics.clone(),
+                    probe_metrics: parts.probes.metrics().clone(),
+                    runtime_pods: parts.pleg_shared.clone(),
                 };
                 log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);
                 server::serve_tls(
@@ -226,7 +232,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     server::Limits::KUBELET.fit_to_descriptors(servers),
                     tls,
                     &unblockers,
-                    move |r| server::kubelet::handle(&k, r),
+                    server::http_metrics::instrument(
+                        parts.metrics.clone(),
+                        ServerType::ReadWrite,
+                        move |r| server::kubelet::handle(&k, r),
+                    ),
                 )?;
             }
             "healthz" => {
@@ -246,6 +256,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     pods: pods_view.clone(),
                     registry: loops.registry(),
                     probe_metrics: parts.probes.metrics().clone(),
+                    metrics: parts.metrics.clone(),
                 };
                 server::serve(
                     &loops,
@@ -253,7 +264,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     listener,
                     limits,
                     &unblockers,
-                    move |r| server::readonly::handle(&ro, r),
+                    server::http_metrics::instrument(
+                        parts.metrics.clone(),
+                        ServerType::ReadOnly,
+                        move |r| server::readonly::handle(&ro, r),
+                    ),
                 )?;
             }
         }
@@ -269,7 +284,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let (up_tx, up_rx) = crossbeam_channel::bounded(1);
     {
         let health = parts.runtime_health.clone();
-        let runtime = runtime.clone();
+        let runtime = parts.runtime.clone();
         loops.spawn_periodic(
             Periodic {
                 name: "runtime-up".into(),
@@ -284,12 +299,13 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let (pleg_tx, pleg_rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
     let (first_tx, first_relist) = crossbeam_channel::bounded(1);
     let mut pleg = Pleg::new(
-        runtime.clone(),
+        parts.runtime.clone(),
         &cfg.node_name,
         pleg_tx,
         parts.pleg_shared.clone(),
         Some(first_tx),
-    );
+    )
+    .with_metrics(parts.metrics.clone());
     loops.spawn_periodic(
         Periodic {
             name: "pleg".into(),
@@ -381,17 +397,27 @@ struct Components {
     volumes: Arc<VolumeManager>,
     manager: Arc<RuntimeManager>,
     host_ip: String,
+    /// The registry every component records into (`/metrics`).
+    metrics: Arc<KubeletMetrics>,
+    /// The runtime everyone calls: the one given, counted and timed into `metrics`.
+    runtime: Arc<dyn Runtime>,
 }
 
 impl Components {
     /// Builds the shared state and starts the prober's threads; changed probe results
-    /// go to `probe_tx`.
+    /// go to `probe_tx`. Every component gets `runtime` wrapped by the instrumented
+    /// runtime, so its calls are counted.
     fn new(
         cfg: &KubeletConfig,
         runtime: &Arc<dyn Runtime>,
         loops: &Loops,
         probe_tx: Sender<ProbeEvent>,
     ) -> Result<Components, SpawnError> {
+        let metrics = Arc::new(KubeletMetrics::new(loops.registry()));
+        metrics.node_name.set([&cfg.node_name], 1.0);
+        let instrumented: Arc<dyn Runtime> =
+            Arc::new(InstrumentedRuntime::new(runtime.clone(), metrics.clone()));
+        let runtime = &instrumented;
         let probes = ProbeManager::start(
             loops,
             runtime.clone(),
@@ -427,7 +453,8 @@ impl Components {
                     },
                 },
             )
-            .with_probe_results(probes.results().clone()),
+            .with_probe_results(probes.results().clone())
+            .with_metrics(metrics.clone()),
         );
         Ok(Components {
             probes,
@@ -436,10 +463,12 @@ impl Components {
             pleg_shared: Arc::new(PlegShared::default()),
             runtime_health: Arc::new(RuntimeHealth::default()),
             work_queue: Arc::new(WorkQueue::default()),
-            workers: Arc::new(PodWorkers::default()),
+            workers: Arc::new(PodWorkers::default().with_metrics(metrics.clone())),
             volumes,
             manager,
             host_ip,
+            metrics,
+            runtime: runtime.clone(),
         })
     }
 
@@ -455,6 +484,7 @@ impl Components {
             resync: cfg.sync_frequency,
             killer,
             workers: self.workers.clone(),
+            metrics: self.metrics.clone(),
         }))
     }
 
@@ -478,6 +508,7 @@ impl Components {
             probes: self.probes,
             up_rx: inputs.runtime_up,
             last_status_line: String::new(),
+            metrics: self.metrics,
         }
     }
 }
@@ -584,12 +615,13 @@ mod testing {
             let handler = parts.syncer(&loops, &cfg).expect("syncer");
             let (pleg_tx, pleg_rx) = crossbeam_channel::bounded(crate::pleg::CHANNEL_CAPACITY);
             let pleg = Pleg::new(
-                runtime.clone(),
+                parts.runtime.clone(),
                 NODE,
                 pleg_tx,
                 parts.pleg_shared.clone(),
                 None,
-            );
+            )
+            .with_metrics(parts.metrics.clone());
             let (up_tx, up_rx) = crossbeam_channel::bounded(1);
             parts
                 .runtime_health

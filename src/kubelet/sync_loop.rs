@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::health::RuntimeHealth;
 use crate::kuberuntime::BackoffGc;
 use crate::loops::{LoopHandle, Stop};
+use crate::metrics::kubelet::KubeletMetrics;
 use crate::pleg::{PlegEvent, PlegEventType, PlegShared};
 use crate::pod_workers::{Kill, PodWorkers, Work, WorkQueue};
 use crate::podconfig::{PodConfig, PodOp, PodUpdate, SourceUpdate};
@@ -57,6 +58,7 @@ pub(super) struct SyncLoop {
     pub(super) probes: Arc<ProbeManager>,
     pub(super) up_rx: Receiver<()>,
     pub(super) last_status_line: String,
+    pub(super) metrics: Arc<KubeletMetrics>,
 }
 
 impl SyncLoop {
@@ -290,6 +292,14 @@ impl SyncLoop {
             (&a.metadata.namespace, &a.metadata.name)
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
+        // Upstream's pod manager sets `kubelet_desired_pods` when its pods change.
+        let statics = pods
+            .iter()
+            .filter(|p| crate::container::is_static_pod(p))
+            .count();
+        let m = &self.metrics.desired_pods;
+        m.set(["true"], statics as f64);
+        m.set(["false"], (pods.len() - statics) as f64);
         self.view.publish(pods);
     }
 
@@ -384,6 +394,62 @@ mod tests {
         }
         assert_eq!(rt.count(Op::Create), 3);
         assert_eq!(n.phase("u1").as_deref(), Some("Running"));
+    }
+
+    #[test]
+    fn a_started_pod_shows_in_the_metrics() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        n.snapshot(Source::File, vec![pod("web", "u1", TWO)]);
+        n.relist();
+        let m = n.sl.metrics.clone();
+        assert_eq!(m.desired_pods.get(["true"]), 1.0, "a file pod is static");
+        assert_eq!(m.desired_pods.get(["false"]), 0.0);
+        assert_eq!(m.started_pods.get([]), 1);
+        assert_eq!(m.started_containers.get(["container"]), 2);
+        assert_eq!(m.pod_start_duration.count([]), 1);
+        assert_eq!(m.pod_worker_duration.count(["create"]), 1);
+        assert_eq!(m.running_pods.get([]), 1.0);
+        assert_eq!(m.running_containers.get(["running"]), 2.0);
+        assert_eq!(m.running_containers.get(["exited"]), 0.0);
+        assert_eq!(m.pleg_relist_duration.count([]), 1);
+        assert!(m.pleg_last_seen.get([]) > 1e9, "a Unix time");
+        assert!(m.runtime_operations.get(["create_container"]) >= 3);
+        assert_eq!(m.node_name.get([testing::NODE]), 1.0);
+        let runtime_pods = n.sl.pleg.runtime_pods();
+        let info = runtime_pods.get("u1").expect("the PLEG saw the pod");
+        assert_eq!(
+            (info.name.as_str(), info.namespace.as_str()),
+            ("web-node1", "default")
+        );
+        assert_eq!(
+            info.running_containers,
+            [
+                ("a".to_string(), testing::IMAGE.to_string()),
+                ("b".to_string(), testing::IMAGE.to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_container_that_cannot_start_counts_as_a_start_error_with_its_reason() {
+        let rt = testing::runtime(&testing::clock());
+        rt.exit_on_start("i", 0);
+        let mut n = Node::new(&rt, &[Source::File]);
+        let spec = "{initContainers: [{name: i, image: 'busybox:1'}], \
+                    containers: [{name: a, image: 'absent:1', imagePullPolicy: Never}]}";
+        n.snapshot(Source::File, vec![pod("web", "u1", spec)]);
+        let m = n.sl.metrics.clone();
+        assert_eq!(m.started_containers.get(["init_container"]), 1);
+        // The init container has exited 0; its death syncs the pod, which tries the app.
+        n.relist();
+        assert!(m.started_containers.get(["container"]) >= 1);
+        assert_eq!(
+            m.started_containers_errors
+                .get(["ErrImageNeverPull", "container"]),
+            m.started_containers.get(["container"]),
+            "every attempt failed with its waiting reason"
+        );
     }
 
     #[test]

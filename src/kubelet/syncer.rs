@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::kuberuntime::{KillPodRequest, RuntimeManager, SyncInputs};
+use crate::metrics::kubelet::KubeletMetrics;
 use crate::pod_killer::PodKiller;
 use crate::pod_workers::{Kill, Outcome, PodSyncer, PodWorkers, WorkQueue};
 use crate::prober::ProbeManager;
@@ -27,6 +28,7 @@ pub(super) struct SyncHandler {
     pub(super) resync: Duration,
     pub(super) killer: PodKiller,
     pub(super) workers: Arc<PodWorkers>,
+    pub(super) metrics: Arc<KubeletMetrics>,
 }
 
 impl SyncHandler {
@@ -48,6 +50,27 @@ impl SyncHandler {
             }),
         );
         Outcome::Continues
+    }
+}
+
+impl SyncHandler {
+    /// `kubelet_pod_start_duration_seconds`: from the pod's `config.seen` (when a
+    /// source first gave it to this kubelet) to the sync that first finds it Running.
+    /// Upstream's check also fires on a pod's very first sync (before any status);
+    /// here each pod is observed once, when it starts running.
+    fn observe_start(&self, pod: &Pod, now: SystemTime) {
+        let seen = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::podconfig::CONFIG_SEEN_ANNOTATION))
+            .and_then(|t| crate::time::parse_rfc3339(t));
+        if let Some(seen) = seen {
+            let took = now.duration_since(seen).unwrap_or_default();
+            self.metrics
+                .pod_start_duration
+                .observe([], took.as_secs_f64());
+        }
     }
 }
 
@@ -84,6 +107,10 @@ impl PodSyncer for SyncHandler {
                 // The prober follows the containers this sync left running.
                 self.probes
                     .update_pod(pod, &r.runtime_pod, st.pod_ip.as_deref());
+                let was = previous.as_deref().and_then(|p| p.phase.as_deref());
+                if st.phase.as_deref() == Some("Running") && matches!(was, None | Some("Pending")) {
+                    self.observe_start(pod, SystemTime::now());
+                }
                 if st.phase != previous.as_deref().and_then(|p| p.phase.clone()) {
                     log::info!(
                         "pod {}: phase {}{}",

@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use crate::container::{backoff, format_pod, labels, short, RuntimePod, Waiting};
 use crate::images::ImageManager;
 use crate::loops::{lock, Never};
+use crate::metrics::kubelet::{KubeletMetrics, CONTAINER, INIT_CONTAINER};
 use crate::record;
 use crate::runtime::{ContainerConfig, ContainerDetails, ContainerState, Runtime, RuntimeError};
 use actions::{ActionInputs, KillAction, KillReason, PodActions, StartAction};
@@ -232,6 +233,8 @@ pub struct RuntimeManager {
     messages: Mutex<HashMap<String, String>>,
     /// Liveness and startup results (upstream's `livenessManager`/`startupManager`).
     probes: Option<Arc<crate::prober::results::ResultsCache>>,
+    /// Started pods and containers, and their failures.
+    metrics: Arc<KubeletMetrics>,
 }
 
 /// The per-container directory of a pod (upstream `getPodContainerDir`):
@@ -252,7 +255,14 @@ impl RuntimeManager {
             backoff: Arc::new(Mutex::new(Backoff::default())),
             messages: Mutex::new(HashMap::new()),
             probes: None,
+            metrics: Arc::default(),
         }
+    }
+
+    /// Records started pods and containers (and their failures) into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Kills (and restarts) containers whose liveness or startup probe failed, by the
@@ -522,7 +532,9 @@ impl RuntimeManager {
         rp: &RuntimePod,
         result: &mut SyncResult,
     ) -> Result<bool, RuntimeError> {
-        let Some(w) = self.start_container(pod, c, s, sandbox_id, pod_ip, rp)? else {
+        let started = self.start_container(pod, c, s, sandbox_id, pod_ip, rp);
+        self.count_start(s.kind, &started);
+        let Some(w) = started? else {
             return Ok(false);
         };
         // Repeats every sync of every waiting container: rate limited per pod and
@@ -542,6 +554,30 @@ impl RuntimeManager {
         let again = backoff::INITIAL;
         result.requeue_after = Some(result.requeue_after.map_or(again, |r| r.min(again)));
         Ok(true)
+    }
+
+    /// Counts a container start (upstream `SyncPod`'s `start`): an attempt, and its
+    /// failure with the waiting reason as the `code`. A container still waiting for
+    /// its image is no attempt yet (upstream pulls inside the attempt; here the pull
+    /// runs on a puller and the attempt comes with the sync after it). A runtime that
+    /// could not be reached fails the sync, not the container: counted as an attempt
+    /// only.
+    fn count_start(&self, kind: ContainerKind, started: &Result<Option<Waiting>, RuntimeError>) {
+        let kind = match kind {
+            ContainerKind::Init => INIT_CONTAINER,
+            ContainerKind::App => CONTAINER,
+        };
+        match started {
+            Ok(Some(w)) if w.reason == crate::images::PULLING_REASON => {}
+            Ok(Some(w)) => {
+                self.metrics.started_containers.inc([kind]);
+                // Reasons are a fixed set (ErrImagePull, CreateContainerError, …).
+                self.metrics
+                    .started_containers_errors
+                    .inc([w.reason.as_str(), kind]);
+            }
+            Ok(None) | Err(_) => self.metrics.started_containers.inc([kind]),
+        }
     }
 
     /// The grace period of one container kill (upstream `setTerminationGracePeriod`):
@@ -894,8 +930,19 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Creates and starts a pod's sandbox; returns its ID.
+    /// Creates and starts a pod's sandbox; returns its ID. Counted as a started pod,
+    /// and as an error when it fails (upstream `StartedPodsTotal`,
+    /// `StartedPodsErrorsTotal`).
     fn create_sandbox(&self, pod: &Pod, attempt: u32) -> Result<String, RuntimeError> {
+        self.metrics.started_pods.inc([]);
+        let r = self.create_sandbox_inner(pod, attempt);
+        if r.is_err() {
+            self.metrics.started_pods_errors.inc([]);
+        }
+        r
+    }
+
+    fn create_sandbox_inner(&self, pod: &Pod, attempt: u32) -> Result<String, RuntimeError> {
         if let Some(w) = self
             .images
             .ensure_image(pod, &self.cfg.pod_infra_image, None)?

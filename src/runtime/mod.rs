@@ -13,6 +13,7 @@
 pub mod docker;
 #[cfg(test)]
 pub mod fake;
+pub mod instrumented;
 
 use std::collections::BTreeMap;
 use std::fmt;

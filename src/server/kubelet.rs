@@ -1,10 +1,11 @@
 //! The authenticated kubelet port (`--address`:`--port`, default 0.0.0.0:10250; 0
 //! disables it): HTTPS only, every request authenticated and authorized by
 //! [`auth::filter`] before the route `match`. Served so far: `/pods` (the read-only
-//! port's JSON), `/healthz` and its sub-checks, and `/configz`
+//! port's JSON), `/healthz` and its sub-checks, `/configz`
 //! (`{"kubeletconfig": {…}}`, the effective configuration in v1beta1's field names,
-//! as upstream's `setConfigz`). Everything else is 404 until it is ported (logs,
-//! exec, metrics … are issue 10's later items).
+//! as upstream's `setConfigz`), `/metrics` and `/metrics/probes` (Prometheus text),
+//! and `/runningpods/` (the runtime's pods from the last PLEG relist). Everything
+//! else is 404 until it is ported (logs, exec … are issue 10's later items).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,10 +13,14 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::auth::{self, AuthConfig};
-use super::readonly::PodsView;
+use super::http_metrics::metrics_reply;
+use super::readonly::{running_pods_json, PodsView};
 use super::{healthz, Reply, Req};
 use crate::config::KubeletConfig;
 use crate::health::HealthChecks;
+use crate::metrics::kubelet::KubeletMetrics;
+use crate::pleg::PlegShared;
+use crate::prober::metrics::ProbeMetrics;
 
 /// What the kubelet port serves from.
 #[derive(Debug, Clone)]
@@ -29,6 +34,13 @@ pub struct KubeletServer {
     /// The `/configz` document, made once at start (the configuration never changes
     /// while the process runs).
     pub configz: Arc<Vec<u8>>,
+    /// The kubelet's metrics, for `/metrics`.
+    pub metrics: Arc<KubeletMetrics>,
+    /// Probe counters, for `/metrics/probes`.
+    pub probe_metrics: Arc<ProbeMetrics>,
+    /// The runtime's pods as the PLEG last listed them, for `/runningpods/`: no
+    /// runtime call on a request.
+    pub runtime_pods: Arc<PlegShared>,
 }
 
 /// Routes one request on the kubelet port, after authentication and authorization.
@@ -43,6 +55,13 @@ pub fn handle(k: &KubeletServer, req: &Req) -> Reply {
         ["healthz", sub] => healthz(&k.checks, req, Some(sub)),
         // Upstream's configz handler answers every method.
         ["configz"] => Reply::json(200, k.configz.as_ref().clone()),
+        // Upstream's metrics handlers answer every method too.
+        ["metrics"] => metrics_reply(k.metrics.render()),
+        ["metrics", "probes"] => metrics_reply(k.probe_metrics.render()),
+        ["runningpods"] if req.method == "GET" => {
+            Reply::json(200, running_pods_json(&k.runtime_pods.runtime_pods()))
+        }
+        ["runningpods"] => Reply::method_not_allowed("GET"),
         _ => Reply::not_found(),
     }
 }

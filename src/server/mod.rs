@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod healthz;
 pub mod http;
+pub mod http_metrics;
 pub mod kubelet;
 pub mod readonly;
 pub mod tls;

@@ -3,17 +3,23 @@
 //! pod spec with its `env` values, as upstream's does, so anyone who can reach the port
 //! reads them; disable it (`--read-only-port=0`) wherever that matters. `/pods` (the pods this
 //! kubelet runs, with the status it computed), `/healthz` and its sub-checks, and
-//! `/debug/loops` (every loop's last tick, to tell which one is stuck), and
+//! `/debug/loops` (every loop's last tick, to tell which one is stuck), `/metrics`
+//! (the kubelet's Prometheus metrics, as upstream's read-only port serves them) and
 //! `/metrics/probes` (probe results and lateness, Prometheus text).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
 
+use super::http_metrics::metrics_reply;
 use super::{healthz, Reply, Req};
 use crate::health::HealthChecks;
 use crate::loops::{lock, LoopRegistry};
+use crate::metrics::kubelet::KubeletMetrics;
+use crate::pleg::RuntimePodInfo;
 use crate::status::StatusCache;
 
 /// The pods the sync loop manages, published for readers (an `Arc` swapped under a
@@ -68,6 +74,47 @@ impl PodsView {
     }
 }
 
+/// `/runningpods/`'s body (upstream `getRunningPods`): a `v1` `PodList` of the pods
+/// the runtime runs (any container or the sandbox running), as the last PLEG relist
+/// saw them, each as upstream's `Pod.ToAPIPod` makes it: name, namespace, UID, and
+/// its running containers' names and images (sandboxes left out). Encoded as Go
+/// encodes these objects, zero-valued fields included (`creationTimestamp: null`,
+/// `resources: {}`, `status: {}`, and `items: null` for no pods).
+pub fn running_pods_json(pods: &BTreeMap<String, RuntimePodInfo>) -> Vec<u8> {
+    let mut running: Vec<(&String, &RuntimePodInfo)> =
+        pods.iter().filter(|(_, p)| p.running).collect();
+    running.sort_by(|a, b| (&a.1.namespace, &a.1.name, a.0).cmp(&(&b.1.namespace, &b.1.name, b.0)));
+    let items: Vec<serde_json::Value> = running
+        .into_iter()
+        .map(|(uid, p)| {
+            let containers: Vec<serde_json::Value> = p
+                .running_containers
+                .iter()
+                .map(|(name, image)| json!({"name": name, "image": image, "resources": {}}))
+                .collect();
+            json!({
+                "metadata": {
+                    "name": p.name,
+                    "namespace": p.namespace,
+                    "uid": uid,
+                    "creationTimestamp": null,
+                },
+                "spec": {
+                    "containers": if containers.is_empty() { serde_json::Value::Null } else { containers.into() },
+                },
+                "status": {},
+            })
+        })
+        .collect();
+    let list = json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": if items.is_empty() { serde_json::Value::Null } else { items.into() },
+    });
+    serde_json::to_vec(&list).unwrap_or_default()
+}
+
 /// What the read-only port serves from.
 #[derive(Debug, Clone)]
 pub struct ReadOnly {
@@ -79,6 +126,8 @@ pub struct ReadOnly {
     pub registry: Arc<LoopRegistry>,
     /// Probe counters, for `/metrics/probes`.
     pub probe_metrics: Arc<crate::prober::metrics::ProbeMetrics>,
+    /// The kubelet's metrics, for `/metrics`.
+    pub metrics: Arc<KubeletMetrics>,
 }
 
 /// Routes one request on the read-only port.
@@ -89,6 +138,8 @@ pub fn handle(ro: &ReadOnly, req: &Req) -> Reply {
         ["healthz"] => healthz(&ro.checks, req, None),
         ["healthz", sub] => healthz(&ro.checks, req, Some(sub)),
         ["debug", "loops"] => Reply::text(200, loops_table(&ro.registry)),
+        // Upstream's metrics handler answers every method.
+        ["metrics"] => metrics_reply(ro.metrics.render()),
         ["metrics", "probes"] => Reply {
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             ..Reply::text(200, ro.probe_metrics.render())
@@ -126,4 +177,50 @@ pub fn loops_table(registry: &LoopRegistry) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(name: &str, running: bool, containers: &[(&str, &str)]) -> RuntimePodInfo {
+        RuntimePodInfo {
+            full_name: format!("{name}_default"),
+            name: name.into(),
+            namespace: "default".into(),
+            running,
+            running_containers: containers
+                .iter()
+                .map(|(n, i)| (n.to_string(), i.to_string()))
+                .collect(),
+            grace_seconds: 30,
+        }
+    }
+
+    #[test]
+    fn running_pods_are_listed_as_upstream_encodes_them() {
+        let mut pods = BTreeMap::new();
+        pods.insert("u2".to_string(), info("web", true, &[("a", "busybox:1")]));
+        pods.insert("u1".to_string(), info("only-sandbox", true, &[]));
+        pods.insert("u3".to_string(), info("dead", false, &[]));
+        let v: serde_json::Value = serde_json::from_slice(&running_pods_json(&pods)).expect("JSON");
+        assert_eq!(
+            v,
+            json!({
+                "kind": "PodList", "apiVersion": "v1", "metadata": {},
+                "items": [
+                    {"metadata": {"name": "only-sandbox", "namespace": "default", "uid": "u1",
+                                  "creationTimestamp": null},
+                     "spec": {"containers": null}, "status": {}},
+                    {"metadata": {"name": "web", "namespace": "default", "uid": "u2",
+                                  "creationTimestamp": null},
+                     "spec": {"containers": [{"name": "a", "image": "busybox:1", "resources": {}}]},
+                     "status": {}},
+                ]
+            })
+        );
+        let none: serde_json::Value =
+            serde_json::from_slice(&running_pods_json(&BTreeMap::new())).expect("JSON");
+        assert_eq!(none["items"], serde_json::Value::Null);
+    }
 }

@@ -175,6 +175,11 @@ fn kubectl_with_a_client_certificate_reads_pods_healthz_and_configz() {
         kcfg["tlsCertFile"],
         pki.server_cert.display().to_string().as_str()
     );
+    let (ok, metrics) = kubectl_raw(&kc, "/metrics");
+    assert!(
+        ok && metrics.contains("# TYPE kubelet_running_pods gauge\nkubelet_running_pods 0\n"),
+        "{metrics}"
+    );
     let (ok, missing) = kubectl_raw(&kc, "/exec/ns/p/c");
     assert!(!ok && missing.contains("NotFound"), "{missing}");
 
