@@ -13,6 +13,7 @@ pub mod http;
 pub mod http_metrics;
 pub mod kubelet;
 pub mod readonly;
+pub mod spdy;
 pub mod tls;
 pub mod tls_reload;
 

@@ -20,3 +20,4 @@ mod inputs;
 mod kubelet_port;
 mod kubelet_auth;
 mod metrics;
+mod spdy;
