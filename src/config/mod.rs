@@ -398,6 +398,7 @@ mod tests {
                 cert_dir: None,
                 tls_min_version: values::TlsVersion::Tls12,
                 client_ca_file: None,
+                enable_debugging_handlers: true,
                 anonymous_auth: true,
                 authorization_mode: values::AuthorizationMode::AlwaysAllow,
                 sync_frequency: Duration::from_secs(60),

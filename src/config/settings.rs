@@ -193,6 +193,15 @@ settings_table! {
             // applyLegacyDefaults; a config file's default is Webhook (`merge`).
             default: AUTHORIZATION_MODE = "AlwaysAllow",
         }
+        enable_debugging_handlers: bool {
+            help: "Serve the debugging handlers on the kubelet port (/containerLogs, /logs/, \
+                   /run, /exec, /attach, /portForward, /configz, /debug/flags/v); false: they \
+                   answer 405 \"Debug endpoints are disabled.\"",
+            parse: text::boolean,
+            flag: "enable-debugging-handlers",
+            file: "enableDebuggingHandlers", decode: yaml::boolean, examples: ["false", "true"],
+            default: ENABLE_DEBUGGING_HANDLERS = "true",
+        }
         sync_frequency: Duration {
             help: "Longest time between two syncs of a pod.",
             parse: text::period,

@@ -256,6 +256,9 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     checks: checks.clone(),
                     pods: pods_view.clone(),
                     configz,
+                    runtime: runtime.clone(),
+                    debugging_handlers: cfg.enable_debugging_handlers,
+                    log_dir: server::kubelet::NODE_LOG_DIR.into(),
                 };
                 log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);
                 server::serve_tls(

@@ -1,11 +1,16 @@
 //! The authenticated kubelet port (`--address`:`--port`, default 0.0.0.0:10250; 0
 //! disables it): HTTPS only, every request authenticated and authorized by
-//! [`auth::filter`] before the route `match`. Served so far: `/pods` (the read-only
-//! port's JSON), `/healthz` and its sub-checks, and `/configz`
-//! (`{"kubeletconfig": {…}}`, the effective configuration in v1beta1's field names,
-//! as upstream's `setConfigz`). Everything else is 404 until it is ported (logs,
-//! exec, metrics … are issue 10's later items).
+//! [`auth::filter`] before the route `match` (Go's mux rules of [`debug::mux_redirect`]
+//! come first, as upstream's mux runs before its filters). Served: `/pods` (the
+//! read-only port's JSON), `/healthz` and its sub-checks, and the debugging handlers
+//! (`--enable-debugging-handlers`, default true; else 405, [`debug::disabled`]):
+//! `/configz` (`{"kubeletconfig": {…}}`, the effective configuration in v1beta1's
+//! field names, as upstream's `setConfigz`), `/containerLogs` ([`logs`]), `/logs/`
+//! ([`logfiles`]), `/run` and `PUT /debug/flags/v` ([`debug`]). Everything else is
+//! 404 until it is ported (exec, attach, port-forward, metrics … are issue 10's other
+//! items).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,9 +18,13 @@ use serde_json::{json, Map, Value};
 
 use super::auth::{self, AuthConfig};
 use super::readonly::PodsView;
-use super::{healthz, Reply, Req};
+use super::{debug, healthz, logfiles, logs, Reply, Req};
 use crate::config::KubeletConfig;
 use crate::health::HealthChecks;
+use crate::runtime::Runtime;
+
+/// Where `/logs/` serves from on a node (upstream's `http.Dir("/var/log/")`).
+pub const NODE_LOG_DIR: &str = "/var/log";
 
 /// What the kubelet port serves from.
 #[derive(Debug, Clone)]
@@ -29,20 +38,46 @@ pub struct KubeletServer {
     /// The `/configz` document, made once at start (the configuration never changes
     /// while the process runs).
     pub configz: Arc<Vec<u8>>,
+    /// The container runtime (container logs, `/run`).
+    pub runtime: Arc<dyn Runtime>,
+    /// `--enable-debugging-handlers`.
+    pub debugging_handlers: bool,
+    /// The directory `/logs/` serves ([`NODE_LOG_DIR`]; tests point it elsewhere).
+    pub log_dir: PathBuf,
 }
 
 /// Routes one request on the kubelet port, after authentication and authorization.
 pub fn handle(k: &KubeletServer, req: &Req) -> Reply {
+    if let Some(reply) = debug::mux_redirect(req, k.debugging_handlers) {
+        return reply;
+    }
     if let Err(reply) = auth::filter(&k.auth, req) {
         return reply;
     }
+    if !k.debugging_handlers && debug::is_disabled_path(req) {
+        return debug::disabled();
+    }
+    // Segments as sent, empty ones kept (`/containerLogs/ns/pod/` has an empty name).
+    let raw: Vec<&str> = req.raw_path.split('/').skip(1).collect();
     match req.path().as_slice() {
         ["pods"] if req.method == "GET" => Reply::json(200, k.pods.pod_list_json()),
         ["pods"] => Reply::method_not_allowed("GET"),
         ["healthz"] => healthz(&k.checks, req, None),
         ["healthz", sub] => healthz(&k.checks, req, Some(sub)),
-        // Upstream's configz handler answers every method.
-        ["configz"] => Reply::json(200, k.configz.as_ref().clone()),
+        // Upstream's configz handler answers every method; it is one of the debugging
+        // handlers.
+        ["configz"] if k.debugging_handlers => Reply::json(200, k.configz.as_ref().clone()),
+        ["containerLogs", ..] if k.debugging_handlers => {
+            logs::handle(&k.pods, &k.runtime, req, &raw[1..])
+        }
+        ["logs", ..] if k.debugging_handlers => match req.raw_path.strip_prefix("/logs/") {
+            Some(rest) => logfiles::handle(&k.log_dir, req, rest),
+            None => Reply::not_found(),
+        },
+        ["run", ..] if k.debugging_handlers => debug::run(&k.pods, &k.runtime, req, &raw[1..]),
+        ["debug", "flags", "v"] if k.debugging_handlers && req.raw_path == "/debug/flags/v" => {
+            debug::flags_v(req)
+        }
         _ => Reply::not_found(),
     }
 }
