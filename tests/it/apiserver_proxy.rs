@@ -147,10 +147,10 @@ fn encode(mut params: Vec<(&str, String)>) -> String {
         .join("&")
 }
 
-/// The API machinery's string → bool for query parameters: anything but "", "false"
-/// and "0" is true.
+/// The API machinery's string → bool for a query parameter that is present: anything
+/// but "false" and "0" is true (an empty value too).
 fn truthy(v: &str) -> bool {
-    !matches!(v.to_ascii_lowercase().as_str(), "" | "false" | "0")
+    !(v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
 /// A `Status` failure object.
@@ -229,6 +229,7 @@ pub fn location(method: &str, sub: &str, query: &str, pod: &Value) -> Result<Loc
             .map(|(_, v)| v.clone())
             .unwrap_or_default()
     };
+    let flag = |k: &str| q.iter().any(|(key, _)| key == k) && truthy(&get(k));
     let all = |k: &str| -> Vec<String> {
         q.iter()
             .filter(|(key, _)| key == k)
@@ -257,9 +258,9 @@ pub fn location(method: &str, sub: &str, query: &str, pod: &Value) -> Result<Loc
     let target = match sub {
         "log" => {
             let container = validate_container(&get("container"), pod)?;
-            for flag in ["follow", "previous", "timestamps"] {
-                if truthy(&get(flag)) {
-                    params.push((flag, "true".to_string()));
+            for f in ["follow", "previous", "timestamps"] {
+                if flag(f) {
+                    params.push((f, "true".to_string()));
                 }
             }
             for number in [
@@ -278,9 +279,9 @@ pub fn location(method: &str, sub: &str, query: &str, pod: &Value) -> Result<Loc
         }
         "exec" | "attach" => {
             let container = validate_container(&get("container"), pod)?;
-            for flag in ["stdin", "stdout", "stderr", "tty"] {
-                if truthy(&get(flag)) {
-                    params.push((flag, "1".to_string()));
+            for f in ["stdin", "stdout", "stderr", "tty"] {
+                if flag(f) {
+                    params.push((f, "1".to_string()));
                 }
             }
             if sub == "exec" {
