@@ -195,8 +195,9 @@ settings_table! {
         }
         enable_debugging_handlers: bool {
             help: "Serve the debugging handlers on the kubelet port (/containerLogs, /logs/, \
-                   /run, /exec, /attach, /portForward, /configz, /debug/flags/v); false: they \
-                   answer 405 \"Debug endpoints are disabled.\"",
+                   /run, /exec, /attach, /portForward, /configz, PUT /debug/flags/v). false: \
+                   the first six answer 405 \"Debug endpoints are disabled.\", the last two \
+                   are not served, as upstream's.",
             parse: text::boolean,
             flag: "enable-debugging-handlers",
             file: "enableDebuggingHandlers", decode: yaml::boolean, examples: ["false", "true"],

@@ -111,7 +111,8 @@ fn html_escape(s: &str) -> String {
 
 /// The mux's redirects (see the module docs), if `req` gets one.
 pub fn mux_redirect(req: &Req, debugging_handlers: bool) -> Option<Reply> {
-    if req.method == "CONNECT" {
+    // CONNECT is not canonicalized; an absolute-form or `*` target is not a path.
+    if req.method == "CONNECT" || !req.raw_path.starts_with('/') {
         return None;
     }
     let cleaned = clean_path(&req.raw_path);
@@ -416,6 +417,7 @@ mod tests {
         let r = mux_redirect(&Req::new("POST", "/run"), false).expect("301");
         assert_eq!((r.status, r.body.len()), (301, 0));
         assert!(mux_redirect(&Req::new("GET", "/pods"), false).is_none());
+        assert!(mux_redirect(&Req::new("OPTIONS", "*"), true).is_none());
     }
 
     #[test]

@@ -609,9 +609,11 @@ impl End {
         true
     }
 
-    /// Reads what the socket has into TLS. Marks the end closed on EOF or failure.
+    /// Reads what the socket has into TLS, as long as TLS takes more (its plaintext
+    /// buffer is bounded: past it `read_tls` fails). Marks the end closed on EOF or
+    /// failure.
     fn fill(&mut self) {
-        loop {
+        while self.conn.wants_read() {
             match self.conn.read_tls(&mut self.sock) {
                 Ok(0) => {
                     self.closed = true;
@@ -696,7 +698,7 @@ fn pipe(ends: &mut [End; 2], stopped: &AtomicBool) {
             .map(|(i, e)| {
                 let other = &ends[1 - i];
                 let mut events = 0;
-                if !e.closed && !other.conn.wants_write() {
+                if !e.closed && e.conn.wants_read() && !other.conn.wants_write() {
                     events |= libc::POLLIN;
                 }
                 if e.conn.wants_write() {
