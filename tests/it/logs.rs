@@ -108,7 +108,7 @@ impl FakeKubelet {
         std::thread::Builder::new()
             .name("fake-kubelet".into())
             .spawn(move || {
-                for conn in listener.incoming().take(2) {
+                for conn in listener.incoming().take(3) {
                     let Ok(tcp) = conn else { continue };
                     let _ = tcp.set_read_timeout(Some(Duration::from_secs(20)));
                     let Ok(c) = rustls::ServerConnection::new(config.clone()) else {
@@ -134,6 +134,19 @@ impl FakeKubelet {
                                 break;
                             }
                         }
+                    } else if text.contains("limitBytes=") {
+                        // A large body: 2 MB in 64 KiB chunks.
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+                        let piece = vec![b'x'; 64 * 1024];
+                        for _ in 0..32 {
+                            let _ = write!(s, "{:x}\r\n", piece.len());
+                            let _ = s.write_all(&piece);
+                            let _ = s.write_all(b"\r\n");
+                        }
+                        let _ = s.write_all(b"0\r\n\r\n");
+                        let _ = s.flush();
+                        s.conn.send_close_notify();
+                        let _ = s.conn.complete_io(&mut s.sock);
                     } else {
                         let _ = s.write_all(
                             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nline1\n\r\n6\r\nline2\n\r\n0\r\n\r\n",
@@ -210,6 +223,11 @@ fn the_stand_in_proxies_pod_subresources_to_the_kubelet() {
         "the client's token is not passed on"
     );
 
+    // A large body passes intact (the pipe keeps up with TLS's bounded buffers).
+    let (ok, out, err) = kubectl(&kc, &cache, &["logs", "p1", "--limit-bytes=2097152"]);
+    assert!(ok, "kubectl logs: {err}");
+    assert!(out.len() == 2 * 1024 * 1024 && out.bytes().all(|b| b == b'x'));
+
     // Errors the API server answers itself.
     let (ok, _, err) = kubectl(&kc, &cache, &["logs", "p1", "-c", "nope"]);
     assert!(
@@ -238,7 +256,7 @@ fn the_stand_in_proxies_pod_subresources_to_the_kubelet() {
     c.read_exact(&mut got).expect("echo");
     assert_eq!(&got, b"ping");
     drop(c);
-    let (head, _) = kubelet.seen()[1].clone();
+    let (head, _) = kubelet.seen()[2].clone();
     assert!(
         head.starts_with("POST /exec/default/p1/c?command=cat&stdin=1&stdout=1 HTTP/1.1\r\n"),
         "{head}"
