@@ -11,11 +11,7 @@
 //! for the lines filtered out. Under a `RUST_LOG` filter the filter stays the ceiling.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::SystemTime;
-
-/// The klog verbosity in effect (`--v`, or the last [`set_verbosity`]).
-static VERBOSITY: AtomicI64 = AtomicI64::new(0);
 
 /// The `log` level filter for a klog verbosity.
 pub fn level_for_verbosity(v: u8) -> log::LevelFilter {
@@ -29,14 +25,8 @@ pub fn level_for_verbosity(v: u8) -> log::LevelFilter {
 /// Sets the klog verbosity from now on (negative counts as 0, as klog logs nothing
 /// more below 0).
 pub fn set_verbosity(v: i64) {
-    VERBOSITY.store(v, Ordering::Relaxed);
     let level = level_for_verbosity(u8::try_from(v.clamp(0, 255)).unwrap_or(u8::MAX));
     log::set_max_level(level);
-}
-
-/// The klog verbosity in effect.
-pub fn verbosity() -> i64 {
-    VERBOSITY.load(Ordering::Relaxed)
 }
 
 /// klog's severity letter.

@@ -105,7 +105,7 @@ fn base(p: &str) -> &str {
 
 /// Go's `localRedirect`: 301 to a relative location (the query kept), no body.
 fn local_redirect(location: &str, query: &str) -> Reply {
-    let mut loc = location.to_string();
+    let mut loc = escape_path(location);
     if !query.is_empty() {
         loc.push('?');
         loc.push_str(query);
@@ -114,7 +114,7 @@ fn local_redirect(location: &str, query: &str) -> Reply {
         content_type: "",
         ..Reply::text(301, "")
     }
-    .with_header("Location", escape_path(&loc))
+    .with_header("Location", loc)
 }
 
 /// Go's `toHTTPError`.
@@ -456,6 +456,8 @@ mod tests {
         assert_eq!((r.status, header(&r, "Location")), (301, Some("../b.log")));
         let r = get(root, "pods/index.html");
         assert_eq!((r.status, header(&r, "Location")), (301, Some("./")));
+        let r = handle(root, &Req::new("GET", "/logs/pods?x=1"), "pods");
+        assert_eq!(header(&r, "Location"), Some("pods/?x=1"));
 
         // Nothing outside the root.
         assert_eq!(get(root, "leak").status, 404);
