@@ -4,7 +4,11 @@
 //! the PID — so every line says which loop wrote it).
 //!
 //! Verbosity: `--v N` maps klog levels onto `log` levels (0–1 info, 2–4 debug, 5+
-//! trace). Without `--v`, `RUST_LOG` is honoured, else info.
+//! trace). Without `--v`, `RUST_LOG` is honoured, else info. The verbosity can change
+//! while the kubelet runs ([`set_verbosity`], the kubelet port's `PUT
+//! /debug/flags/v`): the logger itself lets every level through and `log`'s global
+//! maximum does the filtering, so a change takes effect on the next line, at no cost
+//! for the lines filtered out. Under a `RUST_LOG` filter the filter stays the ceiling.
 
 use std::io::Write;
 use std::time::SystemTime;
@@ -16,6 +20,13 @@ pub fn level_for_verbosity(v: u8) -> log::LevelFilter {
         2..=4 => log::LevelFilter::Debug,
         _ => log::LevelFilter::Trace,
     }
+}
+
+/// Sets the klog verbosity from now on (negative counts as 0, as klog logs nothing
+/// more below 0).
+pub fn set_verbosity(v: i64) {
+    let level = level_for_verbosity(u8::try_from(v.clamp(0, 255)).unwrap_or(u8::MAX));
+    log::set_max_level(level);
 }
 
 /// klog's severity letter.
@@ -49,16 +60,13 @@ pub fn klog_time(t: SystemTime) -> String {
 /// Installs the logger. `verbosity` from `--v`, if given.
 pub fn init(verbosity: Option<u8>) {
     let mut b = env_logger::Builder::new();
-    match verbosity {
-        Some(v) => {
-            b.filter_level(level_for_verbosity(v));
-        }
-        None => {
-            b.filter_level(log::LevelFilter::Info);
-            if let Ok(spec) = std::env::var("RUST_LOG") {
-                b.parse_filters(&spec);
-            }
-        }
+    // Everything passes the logger; `log::max_level` (set below) filters.
+    b.filter_level(log::LevelFilter::Trace);
+    let rust_log = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|_| verbosity.is_none());
+    if let Some(spec) = &rust_log {
+        b.parse_filters(spec);
     }
     b.format(|buf, record| {
         let thread = std::thread::current();
@@ -73,6 +81,12 @@ pub fn init(verbosity: Option<u8>) {
     });
     // A second init (tests) is harmless.
     let _ = b.try_init();
+    match (verbosity, rust_log) {
+        (Some(v), _) => set_verbosity(i64::from(v)),
+        // RUST_LOG alone decides (try_init set the maximum from its filter).
+        (None, Some(_)) => {}
+        (None, None) => set_verbosity(0),
+    }
 }
 
 /// The panic hook's line: the thread's name first, so the loop that died is known

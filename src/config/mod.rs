@@ -402,6 +402,7 @@ mod tests {
                 tls_min_version: values::TlsVersion::Tls12,
                 client_ca_file: None,
                 tls_cipher_suites: vec![],
+                enable_debugging_handlers: true,
                 anonymous_auth: true,
                 authentication_token_webhook: false,
                 authentication_token_webhook_cache_ttl: Duration::from_secs(120),

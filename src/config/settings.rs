@@ -246,6 +246,16 @@ settings_table! {
             examples: ["1m", "10s"],
             default: AUTHORIZATION_WEBHOOK_CACHE_UNAUTHORIZED_TTL = "30s",
         }
+        enable_debugging_handlers: bool {
+            help: "Serve the debugging handlers on the kubelet port (/containerLogs, /logs/, \
+                   /run, /exec, /attach, /portForward, /configz, PUT /debug/flags/v). false: \
+                   the first six answer 405 \"Debug endpoints are disabled.\", the last two \
+                   are not served, as upstream's.",
+            parse: text::boolean,
+            flag: "enable-debugging-handlers",
+            file: "enableDebuggingHandlers", decode: yaml::boolean, examples: ["false", "true"],
+            default: ENABLE_DEBUGGING_HANDLERS = "true",
+        }
         sync_frequency: Duration {
             help: "Longest time between two syncs of a pod.",
             parse: text::period,

@@ -223,6 +223,9 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     metrics: parts.metrics.clone(),
                     probe_metrics: parts.probes.metrics().clone(),
                     runtime_pods: parts.pleg_shared.clone(),
+                    runtime: runtime.clone(),
+                    debugging_handlers: cfg.enable_debugging_handlers,
+                    log_dir: server::kubelet::NODE_LOG_DIR.into(),
                 };
                 log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);
                 server::serve_tls(

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::{
     ContainerConfig, ContainerDetails, ContainerSettings, ContainerState, ContainerSummary,
-    ExecResult, ImageDetails, NamespaceMode, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
-    RuntimeVersion, SIGKILL,
+    ExecResult, ImageDetails, LogOptions, LogStream, NamespaceMode, RegistryAuth, Runtime,
+    RuntimeError, RuntimeEvent, RuntimeVersion, SIGKILL,
 };
 use crate::loops::lock;
 
@@ -577,6 +577,16 @@ impl Runtime for FakeRuntime {
         } else {
             Err(not_found(Op::Logs, id))
         }
+    }
+
+    fn log_stream(
+        &self,
+        id: &str,
+        _opts: &LogOptions,
+        _wake: Duration,
+    ) -> Result<LogStream, RuntimeError> {
+        self.logs(id, None)
+            .map(|bytes| Box::new(std::io::Cursor::new(bytes)) as LogStream)
     }
 
     fn exec(

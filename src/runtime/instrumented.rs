@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ImageDetails, RegistryAuth,
-    Runtime, RuntimeError, RuntimeEvent, RuntimeVersion,
+    ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ImageDetails, LogOptions,
+    LogStream, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion,
 };
 use crate::metrics::kubelet::KubeletMetrics;
 
@@ -107,6 +107,17 @@ impl Runtime for InstrumentedRuntime {
 
     fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>, RuntimeError> {
         self.record("logs", || self.inner.logs(id, tail))
+    }
+
+    fn log_stream(
+        &self,
+        id: &str,
+        opts: &LogOptions,
+        wake: Duration,
+    ) -> Result<LogStream, RuntimeError> {
+        // Counted and timed up to the stream's opening (CRI has no call of its own:
+        // the kubelet reads the log file).
+        self.record("log_stream", || self.inner.log_stream(id, opts, wake))
     }
 
     fn exec(

@@ -448,6 +448,46 @@ pub struct ExecResult {
     pub stderr: Vec<u8>,
 }
 
+/// Which part of a container's log to read ([`Runtime::log_stream`]): upstream's
+/// `PodLogOptions` as the runtime sees them, after the kubelet port checked them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Keep reading what the container writes until it stops.
+    pub follow: bool,
+    /// Only lines written at or after this time.
+    pub since: Option<SystemTime>,
+    /// Prefix every line with the time it was written (RFC 3339, nine fraction digits,
+    /// then a space: upstream's `RFC3339NanoFixed`).
+    pub timestamps: bool,
+    /// Only the last N lines (then, when following, what comes after them).
+    pub tail: Option<u64>,
+    /// Standard output.
+    pub stdout: bool,
+    /// Standard error.
+    pub stderr: bool,
+}
+
+impl Default for LogOptions {
+    /// All of both streams, once.
+    fn default() -> Self {
+        LogOptions {
+            follow: false,
+            since: None,
+            timestamps: false,
+            tail: None,
+            stdout: true,
+            stderr: true,
+        }
+    }
+}
+
+/// A container's log being read: the chosen streams' bytes in the order they were
+/// written (no framing), `Ok(0)` at the end (a followed log ends when the container
+/// stops). A read that waited `wake` for nothing returns an error of kind
+/// `WouldBlock`, and reading may go on; `TimedOut` means the runtime stopped sending
+/// without ending the log (a read that is not followed made no progress for long).
+pub type LogStream = Box<dyn std::io::Read + Send>;
+
 /// The blocking container runtime interface. One implementation talks to Docker.
 pub trait Runtime: Send + Sync + fmt::Debug {
     /// Version and API version of the runtime; also the liveness check.
@@ -497,6 +537,18 @@ pub trait Runtime: Send + Sync + fmt::Debug {
     /// The last `tail` lines (all if None) of a container's log, stdout and stderr
     /// interleaved, as raw bytes.
     fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>, RuntimeError>;
+
+    /// A container's log as a stream ([`LogStream`]) with `opts`: what the kubelet
+    /// port's `/containerLogs` serves. Opening it is bounded by the call timeout; the
+    /// stream itself is not (a followed log lasts as long as the container runs), but
+    /// each read returns within `wake` (`WouldBlock` when nothing came), so the
+    /// reader can check its client and shutdown between reads.
+    fn log_stream(
+        &self,
+        id: &str,
+        opts: &LogOptions,
+        wake: Duration,
+    ) -> Result<LogStream, RuntimeError>;
 
     /// Runs a command inside a running container and waits for it, at most `timeout`.
     fn exec(&self, id: &str, cmd: &[String], timeout: Duration)

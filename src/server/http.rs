@@ -1067,8 +1067,11 @@ fn write_reply(
         reply.body.len(),
         reply.allow,
         keep_alive,
-    )
-    .into_bytes();
+    );
+    for (name, value) in &reply.headers {
+        out.insert_str(out.len() - 2, &format!("{name}: {value}\r\n"));
+    }
+    let mut out = out.into_bytes();
     if head.method != "HEAD" {
         out.extend_from_slice(&reply.body);
     }
@@ -1083,12 +1086,15 @@ fn response_head(
     allow: Option<&str>,
     keep_alive: bool,
 ) -> String {
-    let mut h = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\n\
-         Date: {}\r\n",
-        reason(status),
+    let mut h = format!("HTTP/1.1 {status} {}\r\n", reason(status));
+    // An answer without a body type (a redirect) says none, as Go's server.
+    if !content_type.is_empty() {
+        h.push_str(&format!("Content-Type: {content_type}\r\n"));
+    }
+    h.push_str(&format!(
+        "Content-Length: {len}\r\nDate: {}\r\n",
         crate::time::http_date(SystemTime::now())
-    );
+    ));
     if status >= 400 {
         h.push_str("X-Content-Type-Options: nosniff\r\n");
     }
@@ -1106,12 +1112,15 @@ fn response_head(
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        301 => "Moved Permanently",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        406 => "Not Acceptable",
         408 => "Request Timeout",
+        422 => "Unprocessable Entity",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         503 => "Service Unavailable",

@@ -1,12 +1,17 @@
 //! The authenticated kubelet port (`--address`:`--port`, default 0.0.0.0:10250; 0
 //! disables it): HTTPS only, every request authenticated and authorized by
-//! [`auth::filter`] before the route `match`. Served so far: `/pods` (the read-only
-//! port's JSON), `/healthz` and its sub-checks, `/configz`
-//! (`{"kubeletconfig": {…}}`, the effective configuration in v1beta1's field names,
-//! as upstream's `setConfigz`), `/metrics` and `/metrics/probes` (Prometheus text),
-//! and `/runningpods/` (the runtime's pods from the last PLEG relist). Everything
-//! else is 404 until it is ported (logs, exec … are issue 10's later items).
+//! [`auth::filter`] before the route `match` (Go's mux rules of [`debug::mux_redirect`]
+//! come first, as upstream's mux runs before its filters). Served: `/pods` (the
+//! read-only port's JSON), `/healthz` and its sub-checks, and the debugging handlers
+//! (`--enable-debugging-handlers`, default true; else 405, [`debug::disabled`]):
+//! `/configz` (`{"kubeletconfig": {…}}`, the effective configuration in v1beta1's
+//! field names, as upstream's `setConfigz`), `/containerLogs` ([`logs`]), `/logs/`
+//! ([`logfiles`]), `/run`, `PUT /debug/flags/v` ([`debug`]) and `/runningpods/` (the
+//! runtime's pods from the last PLEG relist); `/metrics` and `/metrics/probes`
+//! (Prometheus text). Everything else is 404 until it is ported (exec, attach,
+//! port-forward are issue 10's other items).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,12 +20,16 @@ use serde_json::{json, Map, Value};
 use super::auth::{self, AuthConfig};
 use super::http_metrics::metrics_reply;
 use super::readonly::{running_pods_json, PodsView};
-use super::{healthz, Reply, Req};
+use super::{debug, healthz, logfiles, logs, Reply, Req};
 use crate::config::KubeletConfig;
 use crate::health::HealthChecks;
 use crate::metrics::kubelet::KubeletMetrics;
 use crate::pleg::PlegShared;
 use crate::prober::metrics::ProbeMetrics;
+use crate::runtime::Runtime;
+
+/// Where `/logs/` serves from on a node (upstream's `http.Dir("/var/log/")`).
+pub const NODE_LOG_DIR: &str = "/var/log";
 
 /// What the kubelet port serves from.
 #[derive(Debug, Clone)]
@@ -41,27 +50,53 @@ pub struct KubeletServer {
     /// The runtime's pods as the PLEG last listed them, for `/runningpods/`: no
     /// runtime call on a request.
     pub runtime_pods: Arc<PlegShared>,
+    /// The container runtime (container logs, `/run`).
+    pub runtime: Arc<dyn Runtime>,
+    /// `--enable-debugging-handlers`.
+    pub debugging_handlers: bool,
+    /// The directory `/logs/` serves ([`NODE_LOG_DIR`]; tests point it elsewhere).
+    pub log_dir: PathBuf,
 }
 
 /// Routes one request on the kubelet port, after authentication and authorization.
 pub fn handle(k: &KubeletServer, req: &Req) -> Reply {
+    if let Some(reply) = debug::mux_redirect(req, k.debugging_handlers) {
+        return reply;
+    }
     if let Err(reply) = auth::filter(&k.auth, req) {
         return reply;
     }
+    if !k.debugging_handlers && debug::is_disabled_path(req) {
+        return debug::disabled();
+    }
+    // Segments as sent, empty ones kept (`/containerLogs/ns/pod/` has an empty name).
+    let raw: Vec<&str> = req.raw_path.split('/').skip(1).collect();
     match req.path().as_slice() {
         ["pods"] if req.method == "GET" => Reply::json(200, k.pods.pod_list_json()),
         ["pods"] => Reply::method_not_allowed("GET"),
         ["healthz"] => healthz(&k.checks, req, None),
         ["healthz", sub] => healthz(&k.checks, req, Some(sub)),
-        // Upstream's configz handler answers every method.
-        ["configz"] => Reply::json(200, k.configz.as_ref().clone()),
-        // Upstream's metrics handlers answer every method too.
+        // Upstream's metrics handlers answer every method.
         ["metrics"] => metrics_reply(k.metrics.render()),
         ["metrics", "probes"] => metrics_reply(k.probe_metrics.render()),
-        ["runningpods"] if req.method == "GET" => {
+        ["runningpods"] if k.debugging_handlers && req.method == "GET" => {
             Reply::json(200, running_pods_json(&k.runtime_pods.runtime_pods()))
         }
-        ["runningpods"] => Reply::method_not_allowed("GET"),
+        ["runningpods"] if k.debugging_handlers => Reply::method_not_allowed("GET"),
+        // Upstream's configz handler answers every method; it is one of the debugging
+        // handlers.
+        ["configz"] if k.debugging_handlers => Reply::json(200, k.configz.as_ref().clone()),
+        ["containerLogs", ..] if k.debugging_handlers => {
+            logs::handle(&k.pods, &k.runtime, req, &raw[1..])
+        }
+        ["logs", ..] if k.debugging_handlers => match req.raw_path.strip_prefix("/logs/") {
+            Some(rest) => logfiles::handle(&k.log_dir, req, rest),
+            None => Reply::not_found(),
+        },
+        ["run", ..] if k.debugging_handlers => debug::run(&k.pods, &k.runtime, req, &raw[1..]),
+        ["debug", "flags", "v"] if k.debugging_handlers && req.raw_path == "/debug/flags/v" => {
+            debug::flags_v(req)
+        }
         _ => Reply::not_found(),
     }
 }

@@ -8,10 +8,13 @@
 //! At shutdown [`Unblockers::unblock_all`] wakes every poller.
 
 pub mod auth;
+pub mod debug;
 pub mod healthz;
 pub mod http;
 pub mod http_metrics;
 pub mod kubelet;
+pub mod logfiles;
+pub mod logs;
 pub mod readonly;
 pub mod spdy;
 pub mod tls;
@@ -88,6 +91,9 @@ pub struct Req {
     pub method: String,
     /// The path split on `/`, without empty segments.
     pub segments: Vec<String>,
+    /// The path as sent, still percent-encoded (`/logs/a%20b/`): for handlers that
+    /// care about a trailing slash or decode the path themselves.
+    pub raw_path: String,
     /// The raw query string (without `?`).
     pub query: String,
     /// The request headers, in order.
@@ -111,6 +117,7 @@ impl Req {
                 .filter(|s| !s.is_empty())
                 .map(str::to_string)
                 .collect(),
+            raw_path: path.to_string(),
             query: query.to_string(),
             headers: Vec::new(),
             peer: None,
@@ -160,6 +167,8 @@ pub struct Reply {
     pub body: Vec<u8>,
     /// An `Allow` header, for 405 answers.
     pub allow: Option<&'static str>,
+    /// Other headers (`Location`, `Last-Modified` …).
+    pub headers: Vec<(&'static str, String)>,
     /// Set: nothing above is sent; the transport hands the connection to this on a
     /// stream thread of its own ([`http::Hijacked`]).
     pub takeover: Option<http::Takeover>,
@@ -173,6 +182,7 @@ impl Reply {
             content_type: "text/plain; charset=utf-8",
             body: body.into().into_bytes(),
             allow: None,
+            headers: Vec::new(),
             takeover: None,
         }
     }
@@ -184,6 +194,7 @@ impl Reply {
             content_type: "application/json",
             body,
             allow: None,
+            headers: Vec::new(),
             takeover: None,
         }
     }
@@ -198,6 +209,12 @@ impl Reply {
             takeover: Some(http::Takeover(Box::new(f))),
             ..Reply::text(200, "")
         }
+    }
+
+    /// This answer with one more header.
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Reply {
+        self.headers.push((name, value.into()));
+        self
     }
 
     /// 404, as Go's mux words it.

@@ -20,6 +20,11 @@
 //!   scripted table (tokens → users; (user, subresource) pairs allowed, all else no
 //!   opinion), counted, and switchable to answer 500 or to hang ([`ReviewFault`]), for
 //!   the kubelet port's webhooks.
+//! - what kubectl needs to reach a pod: discovery (`/version`, `/api`, `/apis`,
+//!   `/api/v1`), `GET /api/v1/namespaces/{ns}/pods/{name}`, and the pod subresources
+//!   `log`, `exec`, `attach` and `portforward` proxied to the kubelet of the pod's node
+//!   as kube-apiserver proxies them ([`proxy`]; the kubelet's address is set with
+//!   [`TestApiServer::set_kubelet`]).
 //!
 //! Each connection serves one request (`Connection: close`). Certificates are made at
 //! test time with the `openssl` CLI ([`Pki`]). It lives only under `tests/` and is used
@@ -31,13 +36,16 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+#[path = "apiserver_proxy.rs"]
+pub mod proxy;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -257,6 +265,8 @@ struct State {
     token_reviews: Vec<String>,
     /// Every SubjectAccessReview's spec, in order.
     access_reviews: Vec<Value>,
+    /// The kubelet port of each node, for the pod subresources.
+    kubelets: proxy::Kubelets,
 }
 
 struct Shared {
@@ -494,6 +504,14 @@ impl TestApiServer {
             .count()
     }
 
+    /// Where the kubelet of `node` listens (its `--port`, on 127.0.0.1): pod
+    /// subresources of pods bound to `node` are proxied there.
+    pub fn set_kubelet(&self, node: &str, port: u16) {
+        lock(&self.shared.state)
+            .kubelets
+            .insert(node.to_string(), SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+
     /// The request log.
     pub fn requests(&self) -> Vec<String> {
         lock(&self.shared.state).requests.clone()
@@ -576,11 +594,13 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
         .conn
         .peer_certificates()
         .is_some_and(|c| !c.is_empty());
-    let Some((method, path, headers, body)) = read_request(&mut stream) else {
+    let Some(head) = proxy::read_head(&mut stream).and_then(|(t, r)| proxy::parse_request(&t, r))
+    else {
         return;
     };
-    let auth_header = headers.get("authorization").cloned().unwrap_or_default();
-    let token = auth_header
+    let path = head.target.clone();
+    let header = |name: &str| head.header(name).unwrap_or_default().to_string();
+    let token = header("authorization")
         .strip_prefix("Bearer ")
         .unwrap_or_default()
         .to_string();
@@ -596,8 +616,9 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
             "bad-token"
         };
         st.requests.push(format!(
-            "{method} {path} ua={} auth={by}",
-            headers.get("user-agent").cloned().unwrap_or_default()
+            "{} {path} ua={} auth={by}",
+            head.method,
+            header("user-agent")
         ));
         by
     };
@@ -615,14 +636,63 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
             (k.to_string(), unescape(v))
         })
         .collect();
-    if method == "POST" {
-        return review(&mut stream, &sh, route, &body);
-    }
-    if route != "/api/v1/pods" || method != "GET" {
-        let body = json!({"kind":"Status","apiVersion":"v1","status":"Failure",
-            "message":format!("the server could not find the requested resource ({route})"),
-            "reason":"NotFound","code":404});
-        return respond(&mut stream, 404, &body);
+    let segments: Vec<&str> = route.split('/').filter(|s| !s.is_empty()).collect();
+    match (head.method.as_str(), segments.as_slice()) {
+        ("GET", ["api", "v1", "pods"]) => {}
+        ("GET", ["version"]) => {
+            let v = json!({"major":"1","minor":"32","gitVersion":"v1.32.0-test-apiserver",
+                "platform":"linux/amd64"});
+            return respond(&mut stream, 200, &v);
+        }
+        ("GET", ["api"]) => {
+            let v = json!({"kind":"APIVersions","versions":["v1"],"serverAddressByClientCIDRs":
+                [{"clientCIDR":"0.0.0.0/0","serverAddress":"127.0.0.1"}]});
+            return respond(&mut stream, 200, &v);
+        }
+        ("GET", ["apis"]) => {
+            let v = json!({"kind":"APIGroupList","apiVersion":"v1","groups":[]});
+            return respond(&mut stream, 200, &v);
+        }
+        ("GET", ["api", "v1"]) => return respond(&mut stream, 200, &discovery_v1()),
+        ("GET", ["api", "v1", "namespaces", ns, "pods", name]) => {
+            let pod = lock(&sh.state)
+                .pods
+                .get(&(ns.to_string(), name.to_string()))
+                .cloned();
+            return match pod {
+                Some(p) => respond(&mut stream, 200, &p),
+                None => respond(&mut stream, 404, &pod_not_found(name)),
+            };
+        }
+        ("POST", ["apis", "authentication.k8s.io" | "authorization.k8s.io", ..]) => {
+            let Some(body) = read_body(&mut stream, &head) else {
+                return;
+            };
+            return review(&mut stream, &sh, route, &body);
+        }
+        (_, ["api", "v1", "namespaces", ns, "pods", name, sub]) => {
+            let (pod, kubelet) = {
+                let st = lock(&sh.state);
+                let pod = st.pods.get(&(ns.to_string(), name.to_string())).cloned();
+                let node = pod
+                    .as_ref()
+                    .and_then(|p| p["spec"]["nodeName"].as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                (pod, st.kubelets.get(&node).copied())
+            };
+            let Some(pod) = pod else {
+                return respond(&mut stream, 404, &pod_not_found(name));
+            };
+            let sub = sub.to_string();
+            return proxy::serve(stream, &head, &sub, &pod, kubelet, &sh.stopped);
+        }
+        _ => {
+            let body = json!({"kind":"Status","apiVersion":"v1","status":"Failure",
+                "message":format!("the server could not find the requested resource ({route})"),
+                "reason":"NotFound","code":404});
+            return respond(&mut stream, 404, &body);
+        }
     }
     let selector = match parse_selector(q.get("fieldSelector").map(String::as_str).unwrap_or("")) {
         Ok(s) => s,
@@ -696,43 +766,21 @@ fn matches(pod: &Value, selector: &[(String, String)]) -> bool {
     })
 }
 
-/// A request's method, target, headers (names lowercased) and body (by its
-/// Content-Length, at most 1 MiB).
-type Request = (String, String, BTreeMap<String, String>, Vec<u8>);
-
-fn read_request(stream: &mut Tls) -> Option<Request> {
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next()?.to_string();
-    let path = parts.next()?.to_string();
-    let mut headers = BTreeMap::new();
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).ok()? == 0 {
-            return None;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        }
-    }
-    let len: usize = headers
-        .get("content-length")
-        .and_then(|l| l.parse().ok())
+/// A request's body by its Content-Length (at most 1 MiB): what came with the head,
+/// then the rest from the stream.
+fn read_body(stream: &mut Tls, head: &proxy::Head) -> Option<Vec<u8>> {
+    let len: usize = head
+        .header("content-length")
+        .and_then(|l| l.trim().parse().ok())
         .unwrap_or(0);
-    if len > 1024 * 1024 {
+    if len > 1024 * 1024 || head.rest.len() > len {
         return None;
     }
-    let mut body = vec![0; len];
-    reader.read_exact(&mut body).ok()?;
-    ["GET", "POST"]
-        .contains(&method.as_str())
-        .then_some((method, path, headers, body))
+    let mut body = head.rest.clone();
+    let mut more = vec![0; len - body.len()];
+    stream.read_exact(&mut more).ok()?;
+    body.extend_from_slice(&more);
+    Some(body)
 }
 
 /// The review endpoints: a TokenReview or SubjectAccessReview answered from the table
@@ -810,6 +858,28 @@ fn review(stream: &mut Tls, sh: &Shared, route: &str, body: &[u8]) {
     }
 }
 
+/// `pods "<name>" not found`, as the API server words it.
+fn pod_not_found(name: &str) -> Value {
+    json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+        "message":format!("pods \"{name}\" not found"),"reason":"NotFound",
+        "details":{"name":name,"kind":"pods"},"code":404})
+}
+
+/// The `v1` resources kubectl looks up before it asks for a pod or its subresources.
+fn discovery_v1() -> Value {
+    let sub = |name: &str, kind: &str, verbs: &[&str]| json!({"name":name,"singularName":"","namespaced":true,"kind":kind,"verbs":verbs});
+    json!({"kind":"APIResourceList","groupVersion":"v1","resources":[
+        {"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod",
+         "verbs":["create","delete","get","list","patch","update","watch"],
+         "shortNames":["po"],"categories":["all"]},
+        sub("pods/attach", "PodAttachOptions", &["create", "get"]),
+        sub("pods/exec", "PodExecOptions", &["create", "get"]),
+        sub("pods/log", "Pod", &["get"]),
+        sub("pods/portforward", "PodPortForwardOptions", &["create", "get"]),
+        sub("pods/status", "Pod", &["get", "patch", "update"]),
+    ]})
+}
+
 fn reason(code: u16) -> &'static str {
     match code {
         200 => "OK",
@@ -817,6 +887,7 @@ fn reason(code: u16) -> &'static str {
         400 => "Bad Request",
         401 => "Unauthorized",
         404 => "Not Found",
+        405 => "Method Not Allowed",
         410 => "Gone",
         500 => "Internal Server Error",
         _ => "Error",
@@ -828,6 +899,19 @@ fn respond(stream: &mut Tls, code: u16, body: &Value) {
     let _ = write!(
         stream,
         "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        reason(code),
+        body.len()
+    );
+    let _ = stream.flush();
+    stream.conn.send_close_notify();
+    let _ = stream.conn.complete_io(&mut stream.sock);
+}
+
+/// A plain-text answer (an empty log).
+fn respond_text(stream: &mut Tls, code: u16, body: &str) {
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {code} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         reason(code),
         body.len()
     );

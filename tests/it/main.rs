@@ -21,3 +21,4 @@ mod kubelet_port;
 mod kubelet_auth;
 mod metrics;
 mod spdy;
+mod logs;

@@ -10,6 +10,7 @@
 //! - `transport`: ureq's transport API aimed at the Unix socket, no DNS.
 //! - `client`: the agent, lazy API version negotiation, timeouts, error mapping.
 //! - `stream`: multiplexed stdout/stderr frames and JSON-lines decoding.
+//! - `logs`: a container's log as a stream (`/containerLogs`).
 //! - `reference`: a pull's `fromImage` and `tag` from an image reference.
 //! - `wire`: timestamps, query escaping, base64 of registry credentials.
 //!
@@ -23,6 +24,7 @@
 //! for shutdown without ending the stream or losing a partial line.
 
 mod client;
+mod logs;
 mod model;
 mod reference;
 mod stream;
@@ -44,8 +46,8 @@ use self::reference::pull_params;
 use self::stream::{append_capped, demux_interleaved, FrameDecoder, StreamKind};
 use self::wire::REGISTRY_AUTH_BASE64;
 use super::{
-    ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ImageDetails, RegistryAuth,
-    Runtime, RuntimeError, RuntimeEvent, RuntimeVersion,
+    ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ImageDetails, LogOptions,
+    LogStream, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion,
 };
 use crate::lines::LineReader;
 use crate::netutil::query_escape as percent_encode;
@@ -342,6 +344,16 @@ impl Runtime for Docker {
             .read_to_end(&mut raw)
             .map_err(|e| self.client.body_error(&op, &req, e))?;
         Ok(if tty { raw } else { demux_interleaved(&raw) })
+    }
+
+    fn log_stream(
+        &self,
+        id: &str,
+        opts: &LogOptions,
+        wake: Duration,
+    ) -> Result<LogStream, RuntimeError> {
+        let tty = self.inspect_tty(id)?;
+        logs::open(&self.client, id, tty, opts, wake, CALL_TIMEOUT)
     }
 
     fn exec(
