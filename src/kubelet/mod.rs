@@ -256,6 +256,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     checks: checks.clone(),
                     pods: pods_view.clone(),
                     configz,
+                    streams: server::streams::StreamServer {
+                        pods: pods_view.clone(),
+                        runtime: runtime.clone(),
+                        loops: loops.clone(),
+                    },
                 };
                 log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);
                 server::serve_tls(

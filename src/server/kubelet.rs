@@ -3,8 +3,9 @@
 //! [`auth::filter`] before the route `match`. Served so far: `/pods` (the read-only
 //! port's JSON), `/healthz` and its sub-checks, and `/configz`
 //! (`{"kubeletconfig": {…}}`, the effective configuration in v1beta1's field names,
-//! as upstream's `setConfigz`). Everything else is 404 until it is ported (logs,
-//! exec, metrics … are issue 10's later items).
+//! as upstream's `setConfigz`), and `/exec`, `/attach`, `/portForward` ([`streams`]).
+//! Everything else is 404 until it is ported (logs, metrics … are issue 10's other
+//! items).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::auth::{self, AuthConfig};
 use super::readonly::PodsView;
+use super::streams::{self, PodRef, StreamServer, Verb};
 use super::{healthz, Reply, Req};
 use crate::config::KubeletConfig;
 use crate::health::HealthChecks;
@@ -29,6 +31,8 @@ pub struct KubeletServer {
     /// The `/configz` document, made once at start (the configuration never changes
     /// while the process runs).
     pub configz: Arc<Vec<u8>>,
+    /// Exec, attach and port-forward.
+    pub streams: StreamServer,
 }
 
 /// Routes one request on the kubelet port, after authentication and authorization.
@@ -43,6 +47,38 @@ pub fn handle(k: &KubeletServer, req: &Req) -> Reply {
         ["healthz", sub] => healthz(&k.checks, req, Some(sub)),
         // Upstream's configz handler answers every method.
         ["configz"] => Reply::json(200, k.configz.as_ref().clone()),
+        [verb @ ("exec" | "attach"), ns, pod, rest @ ..] if matches!(rest.len(), 1 | 2) => {
+            if req.method != "GET" && req.method != "POST" {
+                return Reply::method_not_allowed("GET, POST");
+            }
+            let verb = if *verb == "exec" {
+                Verb::Exec
+            } else {
+                Verb::Attach
+            };
+            let (uid, container) = match rest {
+                [uid, container] => (Some(*uid), *container),
+                [container] => (None, *container),
+                _ => return Reply::not_found(),
+            };
+            let pod = PodRef {
+                namespace: ns,
+                name: pod,
+                uid,
+            };
+            streams::remote_command(&k.streams, req, verb, pod, container)
+        }
+        ["portForward", ns, pod, rest @ ..] if rest.len() <= 1 => {
+            if req.method != "GET" && req.method != "POST" {
+                return Reply::method_not_allowed("GET, POST");
+            }
+            let pod = PodRef {
+                namespace: ns,
+                name: pod,
+                uid: rest.first().copied(),
+            };
+            streams::port_forward(&k.streams, req, pod)
+        }
         _ => Reply::not_found(),
     }
 }

@@ -1,0 +1,366 @@
+//! Port-forward sessions (upstream's `ServePortForward`): connections to ports of
+//! the pod, dialed inside its network namespace ([`super::netns`]), carried over the
+//! client's one connection, all on the session's one thread.
+//!
+//! Over WebSocket (`v4.channel.k8s.io`) the ports are fixed by the request: one pod
+//! connection per port, data on channel `2i`, errors on `2i+1`, each channel's first
+//! message the port (2 bytes little-endian); the session ends when every connection
+//! has. Over SPDY the client opens a data and an error stream per connection, as many
+//! as it likes.
+//!
+//! Flow control: a pod socket is not read while more than [`HIGH_WATER`] waits for
+//! the client; the client is not read while more than [`HIGH_WATER`] waits for the
+//! pods.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use tungstenite::protocol::frame::coding::CloseCode;
+
+use super::netns::Dialer;
+use super::websocket::{self, ChannelProtocol, WsConn, WsEnd};
+use super::{pollfd, HIGH_WATER, IDLE_TIMEOUT, POLL_TICK};
+use crate::loops::Loops;
+
+/// Bytes read from a pod socket at once.
+const READ_CHUNK: usize = 32 * 1024;
+
+/// How long a finished session waits for the client to take the rest.
+const LINGER: Duration = Duration::from_secs(10);
+
+/// The pod a port-forward reaches.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `<name>_<namespace>`, as upstream's messages name the pod.
+    pub pod: String,
+    /// The pod's UID.
+    pub uid: String,
+    /// The host PID of the pod's sandbox (its network namespace is the pod's).
+    pub sandbox_pid: u32,
+    /// The ports of a WebSocket request.
+    pub ports: Vec<u16>,
+}
+
+impl Target {
+    /// Upstream's message for a forwarding that failed.
+    pub fn error_message(&self, port: u16, e: &dyn std::fmt::Display) -> String {
+        format!(
+            "error forwarding port {port} to pod {}, uid {}: {e}",
+            self.pod, self.uid
+        )
+    }
+}
+
+/// One forwarded connection: the pod socket (once dialed) and what waits for it.
+#[derive(Debug)]
+pub struct PodConn {
+    /// The pod port.
+    pub port: u16,
+    /// The socket inside the pod's namespace; None while dialing or when done.
+    pub sock: Option<TcpStream>,
+    /// Client bytes not yet taken by the pod.
+    pub to_pod: Vec<u8>,
+    /// The client will send no more: the pod's side is shut for writing once
+    /// `to_pod` is sent.
+    pub client_done: bool,
+    write_shut: bool,
+    /// Over: the pod closed, the dial failed, or the socket broke.
+    pub done: bool,
+}
+
+impl PodConn {
+    /// A connection to `port`, dialing.
+    pub fn new(port: u16) -> PodConn {
+        PodConn {
+            port,
+            sock: None,
+            to_pod: Vec::new(),
+            client_done: false,
+            write_shut: false,
+            done: false,
+        }
+    }
+
+    /// The poll events this connection waits for: input when the client can take
+    /// more, output when something waits for the pod.
+    pub fn events(&self, client_has_room: bool) -> libc::c_short {
+        let mut ev = 0;
+        if self.sock.is_some() && !self.done {
+            if client_has_room {
+                ev |= libc::POLLIN;
+            }
+            if !self.to_pod.is_empty() {
+                ev |= libc::POLLOUT;
+            }
+        }
+        ev
+    }
+
+    /// Sends what the pod takes of `to_pod`, and shuts its write side after the last
+    /// byte once the client is done.
+    pub fn write_pending(&mut self) -> io::Result<()> {
+        let Some(sock) = self.sock.as_mut() else {
+            return Ok(());
+        };
+        while !self.to_pod.is_empty() {
+            match sock.write(&self.to_pod) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.to_pod.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.client_done && !self.write_shut {
+            self.write_shut = true;
+            // The pod may have closed already; then there is nothing to shut.
+            let _ = sock.shutdown(std::net::Shutdown::Write);
+        }
+        Ok(())
+    }
+
+    /// Reads what the pod sent: `Ok(None)` when nothing is there, `Ok(Some(0))` at
+    /// its end.
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let Some(sock) = self.sock.as_mut() else {
+            return Ok(None);
+        };
+        loop {
+            match sock.read(buf) {
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Ends the connection (the socket is closed).
+    pub fn close(&mut self) {
+        self.done = true;
+        self.sock = None;
+        self.to_pod = Vec::new();
+    }
+}
+
+/// A port-forward over the WebSocket channel protocol (`v4.channel.k8s.io`): one
+/// connection per requested port, until all have ended or the client goes.
+pub fn run_websocket(ws: WsConn, protocol: ChannelProtocol, t: &Target, loops: &Loops) {
+    let mut s = WsSession {
+        ws,
+        protocol,
+        conns: t.ports.iter().map(|p| PodConn::new(*p)).collect(),
+    };
+    let mut dialer = match Dialer::new(loops.clone(), t.sandbox_pid) {
+        Ok(d) => d,
+        Err(e) => {
+            log::warn!("port-forward to pod {}: {e}", t.pod);
+            return;
+        }
+    };
+    for (i, port) in t.ports.iter().enumerate() {
+        let prefix = port.to_le_bytes();
+        let (data, error) = channels(i);
+        if s.send(data, &prefix)
+            .and_then(|()| s.send(error, &prefix))
+            .is_err()
+        {
+            return;
+        }
+        dialer.dial(i as u64, *port);
+    }
+    match s.pump(&mut dialer, t) {
+        Ok(()) => websocket::finish(&mut s.ws, CloseCode::Normal, "", LINGER),
+        Err(WsEnd::TooBig(m)) => {
+            log::info!("port-forward to pod {}: {m}", t.pod);
+            s.ws.close(CloseCode::Size, "message too big");
+            let _ = s.ws.flush();
+        }
+        Err(e) => log::debug!("port-forward to pod {}: {e}", t.pod),
+    }
+}
+
+/// The data and error channel of the `i`th port (saturating: at most 127 ports fit
+/// the channel byte).
+fn channels(i: usize) -> (u8, u8) {
+    let data = u8::try_from(i.saturating_mul(2)).unwrap_or(u8::MAX - 1);
+    (data, data.saturating_add(1))
+}
+
+#[derive(Debug)]
+struct WsSession {
+    ws: WsConn,
+    protocol: ChannelProtocol,
+    conns: Vec<PodConn>,
+}
+
+impl WsSession {
+    fn send(&mut self, ch: u8, data: &[u8]) -> Result<(), WsEnd> {
+        let msg = self.protocol.encode(ch, data);
+        self.ws.send(msg)
+    }
+
+    fn pump(&mut self, dialer: &mut Dialer, t: &Target) -> Result<(), WsEnd> {
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut last_activity = Instant::now();
+        loop {
+            if self.ws.wire().is_stopped() || last_activity.elapsed() >= IDLE_TIMEOUT {
+                return Err(WsEnd::Broken("shutdown or idle".into()));
+            }
+            if self.conns.iter().all(|c| c.done) && dialer.busy() == 0 {
+                return Ok(());
+            }
+            let to_pods: usize = self.conns.iter().map(|c| c.to_pod.len()).sum();
+            let read_client = to_pods < HIGH_WATER;
+            let client_has_room = self.ws.pending() < HIGH_WATER;
+            let wire = self.ws.wire();
+            let mut client_events = 0;
+            if read_client {
+                client_events |= libc::POLLIN;
+            }
+            if wire.wants_write() {
+                client_events |= libc::POLLOUT;
+            }
+            let mut fds = vec![
+                pollfd(wire.fd(), client_events),
+                pollfd(dialer.fd(), libc::POLLIN),
+            ];
+            for c in &self.conns {
+                let fd = c.sock.as_ref().map_or(-1, |s| s.as_raw_fd());
+                fds.push(pollfd(fd, c.events(client_has_room)));
+            }
+            let wait = if read_client && wire.has_buffered() {
+                Duration::ZERO
+            } else {
+                POLL_TICK
+            };
+            super::poll(&mut fds, wait).map_err(|e| WsEnd::Broken(e.to_string()))?;
+
+            for (token, result) in dialer.finished() {
+                let i = usize::try_from(token).unwrap_or(usize::MAX);
+                let Some(c) = self.conns.get_mut(i) else {
+                    continue;
+                };
+                match result {
+                    Ok(sock) if !c.done => c.sock = Some(sock),
+                    Ok(_) => {}
+                    Err(e) => {
+                        let msg = t.error_message(c.port, &e);
+                        log::info!("{msg}");
+                        c.close();
+                        let (_, error) = channels(i);
+                        self.send(error, msg.as_bytes())?;
+                    }
+                }
+            }
+
+            if read_client {
+                for _ in 0..64 {
+                    let Some(msg) = self.ws.read()? else {
+                        break;
+                    };
+                    last_activity = Instant::now();
+                    let Some((ch, data)) = self.protocol.decode(&msg).map_err(WsEnd::Broken)?
+                    else {
+                        continue;
+                    };
+                    // Data channels are even; the error channels carry nothing inbound.
+                    if ch % 2 == 0 {
+                        if let Some(c) = self.conns.get_mut(usize::from(ch / 2)) {
+                            if !c.done {
+                                c.to_pod.extend_from_slice(&data);
+                            }
+                        }
+                    }
+                }
+            }
+
+            for i in 0..self.conns.len() {
+                if let Err(e) = self.conns[i].write_pending() {
+                    log::debug!(
+                        "port-forward to pod {} port {}: {e}",
+                        t.pod,
+                        self.conns[i].port
+                    );
+                    self.conns[i].close();
+                }
+                let (data, _) = channels(i);
+                // A few reads per round, so one busy connection cannot starve others.
+                for _ in 0..4 {
+                    if self.ws.pending() >= HIGH_WATER {
+                        break;
+                    }
+                    match self.conns[i].read(&mut buf) {
+                        Ok(None) => break,
+                        Ok(Some(0)) => {
+                            self.conns[i].close();
+                            break;
+                        }
+                        Ok(Some(n)) => {
+                            last_activity = Instant::now();
+                            self.send(data, &buf[..n])?;
+                        }
+                        Err(e) => {
+                            log::debug!(
+                                "port-forward to pod {} port {}: {e}",
+                                t.pod,
+                                self.conns[i].port
+                            );
+                            self.conns[i].close();
+                            break;
+                        }
+                    }
+                }
+            }
+            self.ws.flush()?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn channels_pair_up_per_port() {
+        assert_eq!(channels(0), (0, 1));
+        assert_eq!(channels(3), (6, 7));
+        assert_eq!(channels(1000), (254, 255));
+    }
+
+    #[test]
+    fn a_pod_connection_sends_what_waits_and_shuts_after_the_client() {
+        let l = TcpListener::bind("127.0.0.1:0").expect("listen");
+        let sock = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        sock.set_nonblocking(true).expect("nonblocking");
+        let (mut peer, _) = l.accept().expect("accept");
+        let mut c = PodConn::new(80);
+        c.sock = Some(sock);
+        assert_eq!(c.events(true), libc::POLLIN);
+        c.to_pod.extend_from_slice(b"GET / HTTP/1.0\r\n\r\n");
+        assert_eq!(c.events(false), libc::POLLOUT);
+        c.client_done = true;
+        c.write_pending().expect("write");
+        let mut got = String::new();
+        peer.read_to_string(&mut got).expect("read to the end");
+        assert_eq!(got, "GET / HTTP/1.0\r\n\r\n");
+        peer.write_all(b"ok").expect("answer");
+        drop(peer);
+        let mut buf = [0u8; 16];
+        let mut seen = Vec::new();
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            match c.read(&mut buf).expect("read") {
+                Some(0) => break,
+                Some(n) => seen.extend_from_slice(&buf[..n]),
+                None => assert!(Instant::now() < until, "no end"),
+            }
+        }
+        assert_eq!(seen, b"ok");
+    }
+}
