@@ -14,7 +14,12 @@
 //! - server-side watch timeouts: the stream ends cleanly after `timeoutSeconds`, or
 //!   the server's own cap ([`Options::max_watch`]), whichever is shorter;
 //! - authentication over TLS: a bearer token from the accepted set, or a client
-//!   certificate signed by the test CA; anything else gets 401 with a Status body.
+//!   certificate signed by the test CA; anything else gets 401 with a Status body;
+//! - what kubectl needs to reach a pod: discovery (`/version`, `/api`, `/apis`,
+//!   `/api/v1`), `GET /api/v1/namespaces/{ns}/pods/{name}`, and the pod subresources
+//!   `log`, `exec`, `attach` and `portforward` proxied to the kubelet of the pod's node
+//!   as kube-apiserver proxies them ([`proxy`]; the kubelet's address is set with
+//!   [`TestApiServer::set_kubelet`]).
 //!
 //! Each connection serves one request (`Connection: close`). Certificates are made at
 //! test time with the `openssl` CLI ([`Pki`]). It lives only under `tests/` and is used
@@ -23,13 +28,16 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+#[path = "apiserver_proxy.rs"]
+pub mod proxy;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -227,6 +235,8 @@ struct State {
     requests: Vec<String>,
     /// Accepted tokens (may change while running).
     tokens: BTreeSet<String>,
+    /// The kubelet port of each node, for the pod subresources.
+    kubelets: proxy::Kubelets,
 }
 
 struct Shared {
@@ -421,6 +431,14 @@ impl TestApiServer {
         lock(&self.shared.state).tokens = tokens.iter().map(|t| t.to_string()).collect();
     }
 
+    /// Where the kubelet of `node` listens (its `--port`, on 127.0.0.1): pod
+    /// subresources of pods bound to `node` are proxied there.
+    pub fn set_kubelet(&self, node: &str, port: u16) {
+        lock(&self.shared.state)
+            .kubelets
+            .insert(node.to_string(), SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+
     /// The request log.
     pub fn requests(&self) -> Vec<String> {
         lock(&self.shared.state).requests.clone()
@@ -503,11 +521,13 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
         .conn
         .peer_certificates()
         .is_some_and(|c| !c.is_empty());
-    let Some((path, headers)) = read_request(&mut stream) else {
+    let Some(head) = proxy::read_head(&mut stream).and_then(|(t, r)| proxy::parse_request(&t, r))
+    else {
         return;
     };
-    let auth_header = headers.get("authorization").cloned().unwrap_or_default();
-    let token = auth_header
+    let path = head.target.clone();
+    let header = |name: &str| head.header(name).unwrap_or_default().to_string();
+    let token = header("authorization")
         .strip_prefix("Bearer ")
         .unwrap_or_default()
         .to_string();
@@ -523,8 +543,9 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
             "bad-token"
         };
         st.requests.push(format!(
-            "GET {path} ua={} auth={by}",
-            headers.get("user-agent").cloned().unwrap_or_default()
+            "{} {path} ua={} auth={by}",
+            head.method,
+            header("user-agent")
         ));
         by
     };
@@ -542,11 +563,57 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
             (k.to_string(), unescape(v))
         })
         .collect();
-    if route != "/api/v1/pods" {
-        let body = json!({"kind":"Status","apiVersion":"v1","status":"Failure",
-            "message":format!("the server could not find the requested resource ({route})"),
-            "reason":"NotFound","code":404});
-        return respond(&mut stream, 404, &body);
+    let segments: Vec<&str> = route.split('/').filter(|s| !s.is_empty()).collect();
+    match (head.method.as_str(), segments.as_slice()) {
+        ("GET", ["api", "v1", "pods"]) => {}
+        ("GET", ["version"]) => {
+            let v = json!({"major":"1","minor":"32","gitVersion":"v1.32.0-test-apiserver",
+                "platform":"linux/amd64"});
+            return respond(&mut stream, 200, &v);
+        }
+        ("GET", ["api"]) => {
+            let v = json!({"kind":"APIVersions","versions":["v1"],"serverAddressByClientCIDRs":
+                [{"clientCIDR":"0.0.0.0/0","serverAddress":"127.0.0.1"}]});
+            return respond(&mut stream, 200, &v);
+        }
+        ("GET", ["apis"]) => {
+            let v = json!({"kind":"APIGroupList","apiVersion":"v1","groups":[]});
+            return respond(&mut stream, 200, &v);
+        }
+        ("GET", ["api", "v1"]) => return respond(&mut stream, 200, &discovery_v1()),
+        ("GET", ["api", "v1", "namespaces", ns, "pods", name]) => {
+            let pod = lock(&sh.state)
+                .pods
+                .get(&(ns.to_string(), name.to_string()))
+                .cloned();
+            return match pod {
+                Some(p) => respond(&mut stream, 200, &p),
+                None => respond(&mut stream, 404, &pod_not_found(name)),
+            };
+        }
+        (_, ["api", "v1", "namespaces", ns, "pods", name, sub]) => {
+            let (pod, kubelet) = {
+                let st = lock(&sh.state);
+                let pod = st.pods.get(&(ns.to_string(), name.to_string())).cloned();
+                let node = pod
+                    .as_ref()
+                    .and_then(|p| p["spec"]["nodeName"].as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                (pod, st.kubelets.get(&node).copied())
+            };
+            let Some(pod) = pod else {
+                return respond(&mut stream, 404, &pod_not_found(name));
+            };
+            let sub = sub.to_string();
+            return proxy::serve(stream, &head, &sub, &pod, kubelet, &sh.stopped);
+        }
+        _ => {
+            let body = json!({"kind":"Status","apiVersion":"v1","status":"Failure",
+                "message":format!("the server could not find the requested resource ({route})"),
+                "reason":"NotFound","code":404});
+            return respond(&mut stream, 404, &body);
+        }
     }
     let selector = match parse_selector(q.get("fieldSelector").map(String::as_str).unwrap_or("")) {
         Ok(s) => s,
@@ -620,28 +687,26 @@ fn matches(pod: &Value, selector: &[(String, String)]) -> bool {
     })
 }
 
-fn read_request(stream: &mut Tls) -> Option<(String, BTreeMap<String, String>)> {
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next()?.to_string();
-    let path = parts.next()?.to_string();
-    let mut headers = BTreeMap::new();
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).ok()? == 0 {
-            return None;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        }
-    }
-    (method == "GET").then_some((path, headers))
+/// `pods "<name>" not found`, as the API server words it.
+fn pod_not_found(name: &str) -> Value {
+    json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+        "message":format!("pods \"{name}\" not found"),"reason":"NotFound",
+        "details":{"name":name,"kind":"pods"},"code":404})
+}
+
+/// The `v1` resources kubectl looks up before it asks for a pod or its subresources.
+fn discovery_v1() -> Value {
+    let sub = |name: &str, kind: &str, verbs: &[&str]| json!({"name":name,"singularName":"","namespaced":true,"kind":kind,"verbs":verbs});
+    json!({"kind":"APIResourceList","groupVersion":"v1","resources":[
+        {"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod",
+         "verbs":["create","delete","get","list","patch","update","watch"],
+         "shortNames":["po"],"categories":["all"]},
+        sub("pods/attach", "PodAttachOptions", &["create", "get"]),
+        sub("pods/exec", "PodExecOptions", &["create", "get"]),
+        sub("pods/log", "Pod", &["get"]),
+        sub("pods/portforward", "PodPortForwardOptions", &["create", "get"]),
+        sub("pods/status", "Pod", &["get", "patch", "update"]),
+    ]})
 }
 
 fn reason(code: u16) -> &'static str {
@@ -650,7 +715,9 @@ fn reason(code: u16) -> &'static str {
         400 => "Bad Request",
         401 => "Unauthorized",
         404 => "Not Found",
+        405 => "Method Not Allowed",
         410 => "Gone",
+        500 => "Internal Server Error",
         _ => "Error",
     }
 }
@@ -660,6 +727,19 @@ fn respond(stream: &mut Tls, code: u16, body: &Value) {
     let _ = write!(
         stream,
         "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        reason(code),
+        body.len()
+    );
+    let _ = stream.flush();
+    stream.conn.send_close_notify();
+    let _ = stream.conn.complete_io(&mut stream.sock);
+}
+
+/// A plain-text answer (an empty log).
+fn respond_text(stream: &mut Tls, code: u16, body: &str) {
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {code} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         reason(code),
         body.len()
     );

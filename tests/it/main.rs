@@ -18,3 +18,4 @@ mod servers;
 mod admission;
 mod inputs;
 mod kubelet_port;
+mod logs;
