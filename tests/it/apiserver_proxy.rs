@@ -609,8 +609,11 @@ impl End {
     }
 
     /// Reads what the socket has into TLS. Marks the end closed on EOF or failure.
+    /// Stops while decrypted plaintext waits to be taken (`wants_read` false):
+    /// rustls refuses more input once its plaintext buffer is full, which is no
+    /// failure of the peer.
     fn fill(&mut self) {
-        loop {
+        while self.conn.wants_read() {
             match self.conn.read_tls(&mut self.sock) {
                 Ok(0) => {
                     self.closed = true;
@@ -641,7 +644,10 @@ fn pipe(ends: &mut [End; 2], stopped: &AtomicBool) {
             return;
         }
     }
-    let mut buf = vec![0u8; 64 * 1024];
+    // One read must always fit into an empty TLS queue: rustls refuses plaintext
+    // beyond its 64 KiB buffer limit (records included), and a `write_all` that
+    // hits the limit fails and would end the pipe mid-stream.
+    let mut buf = vec![0u8; 16 * 1024];
     let mut closing_since: Option<Instant> = None;
     loop {
         for e in ends.iter_mut() {
