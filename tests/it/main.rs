@@ -19,3 +19,4 @@ mod admission;
 mod inputs;
 mod kubelet_port;
 mod logs;
+mod streams;
