@@ -23,6 +23,7 @@ use crate::util::{free_port, unique, wait_for, Node, BUSYBOX, LONG, SLEEPER};
 
 /// Which protocol kubectl is made to speak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code)] // Spdy: until SPDY/3.1 is served
 enum Proto {
     /// WebSocket (`v5.channel.k8s.io`; port-forward: the SPDY tunnel).
     WebSocket,
