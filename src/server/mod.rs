@@ -12,6 +12,7 @@ pub mod healthz;
 pub mod http;
 pub mod kubelet;
 pub mod readonly;
+pub mod spdy;
 pub mod streams;
 pub mod tls;
 

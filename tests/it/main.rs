@@ -20,3 +20,4 @@ mod inputs;
 mod kubelet_port;
 mod logs;
 mod streams;
+mod spdy;
