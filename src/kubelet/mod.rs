@@ -260,6 +260,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                         pods: pods_view.clone(),
                         runtime: runtime.clone(),
                         loops: loops.clone(),
+                        node_name: cfg.node_name.clone(),
                     },
                 };
                 log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);

@@ -23,7 +23,6 @@ use crate::util::{free_port, unique, wait_for, Node, BUSYBOX, LONG, SLEEPER};
 
 /// Which protocol kubectl is made to speak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code)] // Spdy: until SPDY/3.1 is served
 enum Proto {
     /// WebSocket (`v5.channel.k8s.io`; port-forward: the SPDY tunnel).
     WebSocket,
@@ -32,6 +31,16 @@ enum Proto {
 }
 
 impl Proto {
+    /// A pod name unique to this protocol's test: stand-ins number pods alike, so
+    /// the same name in two tests would be the same UID, the same Docker names, and
+    /// each node would take the other's containers for stale ones.
+    fn pod(self, name: &str) -> String {
+        match self {
+            Proto::WebSocket => format!("{name}-ws"),
+            Proto::Spdy => format!("{name}-spdy"),
+        }
+    }
+
     fn env(self) -> &'static str {
         match self {
             Proto::WebSocket => "true",
@@ -81,6 +90,15 @@ impl Cluster {
             wait_for(&format!("{r} to run"), LONG, || {
                 node.running().contains_key(*r).then_some(())
             });
+        }
+        // rkubelet does not write pod statuses to an API server yet; kubectl
+        // port-forward wants the phase Running, so the test says it.
+        for p in pods {
+            let name = p["metadata"]["name"].as_str().unwrap_or_default();
+            if let Some(mut obj) = api.get_pod("default", name) {
+                obj["status"] = json!({"phase": "Running"});
+                api.update_pod(obj);
+            }
         }
         let kubectl_config = api.kubeconfig(&node.dir, "user.kubeconfig", "token: good-token");
         Cluster {
@@ -191,16 +209,18 @@ fn sha256(data: &[u8]) -> String {
 }
 
 fn exec_tests(proto: Proto) {
-    let c = Cluster::start("exec", &[pod("sh", &[("c", SLEEPER)])], &["sh/c"]);
+    let name = proto.pod("sh");
+    let sh = name.as_str();
+    let c = Cluster::start("exec", &[pod(sh, &[("c", SLEEPER)])], &[&format!("{sh}/c")]);
 
     // The plainest exec; kubectl says which protocol it got.
     let out = c.run(
         proto,
-        &["-v=4", "exec", "sh", "--", "cat", "/etc/hostname"],
+        &["-v=4", "exec", sh, "--", "cat", "/etc/hostname"],
         b"",
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "sh\n");
+    assert_eq!(text(&out.stdout), format!("{sh}\n"));
     if proto == Proto::WebSocket {
         assert!(
             text(&out.stderr).contains("The subprotocol is v5.channel.k8s.io"),
@@ -212,7 +232,7 @@ fn exec_tests(proto: Proto) {
     // Exit codes: kubectl's own exit code is the command's.
     for code in [0, 1, 42] {
         let script = format!("echo out; echo err >&2; exit {code}");
-        let out = c.run(proto, &["exec", "sh", "--", "sh", "-c", &script], b"");
+        let out = c.run(proto, &["exec", sh, "--", "sh", "-c", &script], b"");
         assert_eq!(out.status.code(), Some(code), "{}", text(&out.stderr));
         assert_eq!(text(&out.stdout), "out\n");
         assert!(
@@ -234,7 +254,7 @@ fn exec_tests(proto: Proto) {
         proto,
         &[
             "exec",
-            "sh",
+            sh,
             "--",
             "sh",
             "-c",
@@ -248,17 +268,17 @@ fn exec_tests(proto: Proto) {
         .next()
         .unwrap_or_default()
         .to_string();
-    let out = c.run(proto, &["exec", "sh", "--", "cat", "/tmp/big"], b"");
+    let out = c.run(proto, &["exec", sh, "--", "cat", "/tmp/big"], b"");
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(out.stdout.len(), 10 * 1024 * 1024);
     assert_eq!(sha256(&out.stdout), want);
 
     // Stdin piped through, and 4 MB of it back intact (its end reaches `cat`).
-    let out = c.run(proto, &["exec", "-i", "sh", "--", "cat"], b"hi\n");
+    let out = c.run(proto, &["exec", "-i", sh, "--", "cat"], b"hi\n");
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "hi\n");
     let big: Vec<u8> = (0..4 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
-    let out = c.run(proto, &["exec", "-i", "sh", "--", "cat"], &big);
+    let out = c.run(proto, &["exec", "-i", sh, "--", "cat"], &big);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(out.stdout == big, "{} bytes back", out.stdout.len());
 
@@ -266,7 +286,7 @@ fn exec_tests(proto: Proto) {
     let mut child = Command::new("script")
         .args(["-qec"])
         .arg(format!(
-            "kubectl --kubeconfig {} --cache-dir {} exec -it sh -- sh",
+            "kubectl --kubeconfig {} --cache-dir {} exec -it {sh} -- sh",
             c.kubectl_config.display(),
             c.node.dir.join("kubectl-cache").display()
         ))
@@ -298,7 +318,18 @@ fn exec_tests(proto: Proto) {
     let shown = text(&out.stdout);
     assert!(shown.contains("42x"), "{shown}\n{}", text(&out.stderr));
     assert!(shown.contains("tty=/dev/pts/"), "{shown}");
-    assert_eq!(out.status.code(), Some(3), "{shown}\n{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{shown}\n{}\nrkubelet: {}",
+        text(&out.stderr),
+        c.node
+            .log()
+            .lines()
+            .filter(|l| l.starts_with('I') || l.starts_with('W') || l.starts_with('E'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 #[test]
@@ -306,9 +337,16 @@ fn kubectl_exec_over_websocket() {
     exec_tests(Proto::WebSocket);
 }
 
+#[test]
+fn kubectl_exec_over_spdy() {
+    exec_tests(Proto::Spdy);
+}
+
 fn attach_tests(proto: Proto) {
+    let name = proto.pod("att");
+    let att = name.as_str();
     let mut cat = pod(
-        "att",
+        att,
         &[("talker", "while true; do echo tick; sleep 0.2; done")],
     );
     cat["spec"]["containers"]
@@ -318,26 +356,36 @@ fn attach_tests(proto: Proto) {
             "name": "cat", "image": BUSYBOX, "command": ["cat"],
             "stdin": true, "stdinOnce": true,
         }));
-    let c = Cluster::start("attach", &[cat], &["att/talker", "att/cat"]);
-
-    // Output of a running main process.
-    let child = c
-        .kubectl(proto, &["attach", "att", "-c", "talker"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl attach");
-    let out = wait_output(child, Duration::from_secs(5));
-    assert!(
-        text(&out.stdout).contains("tick\n"),
-        "{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
+    let c = Cluster::start(
+        "attach",
+        &[cat],
+        &[&format!("{att}/talker"), &format!("{att}/cat")],
     );
 
+    // Output of a running main process, until a line has come.
+    let mut child = c
+        .kubectl(proto, &["attach", att, "-c", "talker"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl attach");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut seen = Vec::new();
+    let mut b = [0u8; 256];
+    while !text(&seen).contains("tick\n") {
+        let n = stdout.read(&mut b).expect("kubectl attach output");
+        if n == 0 {
+            let _ = child.wait();
+            panic!("kubectl attach ended: {}", text(&seen));
+        }
+        seen.extend_from_slice(&b[..n]);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+
     // Stdin to a process that reads it; its end closes the container's stdin (stdinOnce).
-    let out = c.run(proto, &["attach", "-i", "att", "-c", "cat"], b"hello\n");
+    let out = c.run(proto, &["attach", "-i", att, "-c", "cat"], b"hello\n");
     assert!(
         text(&out.stdout).contains("hello\n"),
         "{}{}",
@@ -349,6 +397,147 @@ fn attach_tests(proto: Proto) {
 #[test]
 fn kubectl_attach_over_websocket() {
     attach_tests(Proto::WebSocket);
+}
+
+#[test]
+fn kubectl_attach_over_spdy() {
+    attach_tests(Proto::Spdy);
+}
+
+/// One HTTP/1.0 GET of `path` on 127.0.0.1:`port`: the whole answer.
+fn http_get(port: u16, path: &str) -> std::io::Result<Vec<u8>> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n")?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)?;
+    Ok(answer)
+}
+
+fn port_forward_tests(proto: Proto) {
+    let name = proto.pod("web");
+    let web_name = name.as_str();
+    let web = pod(
+        web_name,
+        &[(
+            "httpd",
+            // httpd binds before it goes to the background; /tmp/sum says it is up.
+            "mkdir -p /tmp/www && echo hello-from-pod > /tmp/www/index.html && \
+             head -c 4194304 /dev/urandom > /tmp/www/big && httpd -p 80 -h /tmp/www && \
+             sha256sum /tmp/www/big > /tmp/sum && \
+             trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done",
+        )],
+    );
+    let c = Cluster::start("pf", &[web], &[&format!("{web_name}/httpd")]);
+    let want = wait_for("httpd in the pod", LONG, || {
+        let out = c.run(proto, &["exec", web_name, "--", "cat", "/tmp/sum"], b"");
+        let sum = text(&out.stdout).split_whitespace().next()?.to_string();
+        out.status.success().then_some(sum)
+    });
+    let local = free_port();
+    let mut child = c
+        .kubectl(
+            proto,
+            &[
+                "-v=4",
+                "port-forward",
+                "--address",
+                "127.0.0.1",
+                &format!("pod/{web_name}"),
+                &format!("{local}:80"),
+            ],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl port-forward");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let stderr = child.stderr.take().expect("stderr");
+    let log = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let mut stderr = stderr;
+        let _ = stderr.read_to_end(&mut b);
+        b
+    });
+    let mut seen = Vec::new();
+    let mut b = [0u8; 256];
+    while !text(&seen).contains("Forwarding from") {
+        let n = stdout.read(&mut b).expect("kubectl output");
+        if n == 0 {
+            let _ = child.wait();
+            panic!(
+                "kubectl port-forward ended: {}{}",
+                text(&seen),
+                text(&log.join().unwrap_or_default())
+            );
+        }
+        seen.extend_from_slice(&b[..n]);
+    }
+
+    // 100 connections at once, each a whole HTTP exchange with the pod.
+    let clients: Vec<_> = (0..100)
+        .map(|_| std::thread::spawn(move || http_get(local, "/index.html")))
+        .collect();
+    let mut failures = Vec::new();
+    for (i, h) in clients.into_iter().enumerate() {
+        match h.join().expect("client thread") {
+            Ok(a) if text(&a).contains("200 OK") && text(&a).ends_with("hello-from-pod\n") => {}
+            other => failures.push(format!("{i}: {other:?}")),
+        }
+    }
+    if !failures.is_empty() {
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = text(&log.join().unwrap_or_default());
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        panic!(
+            "{} failed: {:?}\nkubectl: {}\nrkubelet: {}",
+            failures.len(),
+            &failures[..failures.len().min(3)],
+            tail.join("\n"),
+            c.node
+                .log()
+                .lines()
+                .filter(|l| l.contains("stream-") && !l.contains("Call<") && !l.contains("pool"))
+                .rev()
+                .take(30)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+
+    // 4 MB intact.
+    let answer = http_get(local, "/big").expect("big");
+    let body_at = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("head")
+        + 4;
+    assert_eq!(answer.len() - body_at, 4 * 1024 * 1024);
+    assert_eq!(sha256(&answer[body_at..]), want);
+
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = text(&log.join().unwrap_or_default());
+    if proto == Proto::WebSocket {
+        // The WebSocket tunnel (tunneling_dialer.go), not the SPDY fallback.
+        assert!(
+            log.contains("tunneling_dialer.go")
+                && log.contains("negotiated protocol: portforward.k8s.io"),
+            "kubectl used the tunnel: {log}"
+        );
+    }
+}
+
+#[test]
+fn kubectl_port_forward_over_websocket() {
+    port_forward_tests(Proto::WebSocket);
+}
+
+#[test]
+fn kubectl_port_forward_over_spdy() {
+    port_forward_tests(Proto::Spdy);
 }
 
 // ---------------------------------------------------------------------------------
@@ -429,24 +618,24 @@ fn channel(got: &[(u8, Vec<u8>)], ch: u8) -> Vec<u8> {
 #[test]
 fn websocket_channel_protocols_and_port_forward_straight_to_the_port() {
     let web = pod(
-        "web",
+        "wsweb",
         &[(
             "httpd",
             "mkdir -p /tmp/www && echo hello-from-pod > /tmp/www/index.html && \
              exec httpd -f -p 8080 -h /tmp/www",
         )],
     );
-    let c = Cluster::start("wsdirect", &[web], &["web/httpd"]);
+    let c = Cluster::start("wsdirect", &[web], &["wsweb/httpd"]);
     let uid = c
         .api
-        .get_pod("default", "web")
+        .get_pod("default", "wsweb")
         .and_then(|p| p["metadata"]["uid"].as_str().map(str::to_string))
         .expect("uid");
 
     // v4 binary: the status is JSON with the exit code.
     let mut ws = websocket(
         c.port,
-        "/exec/default/web/httpd?command=sh&command=-c&command=echo+a%3Bexit+7&stdout=1&stderr=1",
+        "/exec/default/wsweb/httpd?command=sh&command=-c&command=echo+a%3Bexit+7&stdout=1&stderr=1",
         "v4.channel.k8s.io",
     );
     let got = read_channels(&mut ws);
@@ -457,7 +646,7 @@ fn websocket_channel_protocols_and_port_forward_straight_to_the_port() {
     // base64, with the uid form of the path: text messages, the channel as a digit.
     let mut ws = websocket(
         c.port,
-        &format!("/exec/default/web/{uid}/httpd?command=echo&command=hi&stdout=1"),
+        &format!("/exec/default/wsweb/{uid}/httpd?command=echo&command=hi&stdout=1"),
         "base64.channel.k8s.io",
     );
     let got = read_channels(&mut ws);
@@ -468,7 +657,7 @@ fn websocket_channel_protocols_and_port_forward_straight_to_the_port() {
     let mut s = tls_connect(c.port);
     write!(
         s,
-        "GET /exec/default/web/not-the-uid/httpd?command=true&stdout=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+        "GET /exec/default/wsweb/not-the-uid/httpd?command=true&stdout=1 HTTP/1.1\r\nHost: x\r\n\r\n"
     )
     .expect("write");
     s.flush().expect("flush");
@@ -484,7 +673,7 @@ fn websocket_channel_protocols_and_port_forward_straight_to_the_port() {
     // pod's answer on the data channel.
     let mut ws = websocket(
         c.port,
-        "/portForward/default/web?port=8080",
+        "/portForward/default/wsweb?port=8080",
         "v4.channel.k8s.io",
     );
     let mut request = vec![0u8];
@@ -503,13 +692,13 @@ fn websocket_channel_protocols_and_port_forward_straight_to_the_port() {
     // A port nobody listens on: the error channel says so.
     let mut ws = websocket(
         c.port,
-        "/portForward/default/web?port=9",
+        "/portForward/default/wsweb?port=9",
         "v4.channel.k8s.io",
     );
     let got = read_channels(&mut ws);
     let err = text(&channel(&got, 1)[2..]);
     assert!(
-        err.starts_with("error forwarding port 9 to pod web_default, uid ")
+        err.starts_with("error forwarding port 9 to pod wsweb_default, uid ")
             && err.contains("refused"),
         "{err}"
     );
@@ -517,7 +706,7 @@ fn websocket_channel_protocols_and_port_forward_straight_to_the_port() {
 
 #[test]
 fn a_100_mb_websocket_frame_is_refused_and_healthz_stays_fast() {
-    let c = Cluster::start("wsbig", &[pod("big", &[("c", SLEEPER)])], &["big/c"]);
+    let c = Cluster::start("wsbig", &[pod("wsbig", &[("c", SLEEPER)])], &["wsbig/c"]);
     let rss = |pid: u32| -> u64 {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_default()
@@ -529,7 +718,7 @@ fn a_100_mb_websocket_frame_is_refused_and_healthz_stays_fast() {
     let before = rss(c.node.pid());
     let mut ws = websocket(
         c.port,
-        "/exec/default/big/c?command=cat&stdin=1&stdout=1",
+        "/exec/default/wsbig/c?command=cat&stdin=1&stdout=1",
         "v5.channel.k8s.io",
     );
     // A binary frame announcing 100 MB (masked, as a client's must be), then a
@@ -573,7 +762,7 @@ fn a_100_mb_websocket_frame_is_refused_and_healthz_stays_fast() {
     // The port still serves.
     let mut ws = websocket(
         c.port,
-        "/exec/default/big/c?command=echo&command=ok&stdout=1",
+        "/exec/default/wsbig/c?command=echo&command=ok&stdout=1",
         "v5.channel.k8s.io",
     );
     assert_eq!(channel(&read_channels(&mut ws), 1), b"ok\n");

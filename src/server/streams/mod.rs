@@ -19,6 +19,7 @@
 //! attach sessions), [`portforward`] (port-forward sessions), [`netns`] (dialing a
 //! port inside the pod's network namespace).
 
+pub mod httpstream;
 pub mod netns;
 pub mod portforward;
 pub mod remotecommand;
@@ -63,6 +64,9 @@ pub struct StreamServer {
     pub runtime: Arc<dyn Runtime>,
     /// Spawns the short-lived netns dial threads.
     pub loops: Loops,
+    /// This node's name: only containers with its `io.rkubelet.node` label are its
+    /// own (several kubelets may share one Docker engine).
+    pub node_name: String,
 }
 
 /// Which container-side session a request asks for.
@@ -106,7 +110,7 @@ pub fn remote_command(
     if pod.uid.is_some_and(|u| u != uid) {
         return runtime_not_found(container);
     }
-    let id = match find_container(s.runtime.as_ref(), &uid, container) {
+    let id = match find_container(s, &uid, container) {
         Ok(Some(id)) => id,
         Ok(None) => return runtime_not_found(container),
         Err(e) => return Reply::text(500, e.to_string()),
@@ -125,7 +129,18 @@ pub fn remote_command(
     if websocket::is_websocket_request(req) {
         return websocket_remote_command(s, req, target);
     }
-    spdy_upgrade_refused(req)
+    let protocol = match httpstream::check_upgrade(req, &httpstream::REMOTE_COMMAND_PROTOCOLS) {
+        Ok(p) => p,
+        Err(reply) => return reply,
+    };
+    let runtime = s.runtime.clone();
+    Reply::takeover(move |conn| {
+        let mut wire = wire::Wire::new(conn);
+        match httpstream::accept(&mut wire, protocol) {
+            Ok(()) => httpstream::serve_remote_command(wire, protocol, runtime.as_ref(), &target),
+            Err(e) => log::debug!("spdy upgrade: the client went away: {e}"),
+        }
+    })
 }
 
 /// `/portForward/…` (GET and POST).
@@ -149,7 +164,7 @@ pub fn port_forward(s: &StreamServer, req: &Req, pod: PodRef<'_>) -> Reply {
     if pod.uid.is_some_and(|u| u != uid) {
         return Reply::text(404, "pod not found");
     }
-    let sandbox_pid = match sandbox_pid(s.runtime.as_ref(), &uid) {
+    let sandbox_pid = match sandbox_pid(s, &uid) {
         Ok(Some(pid)) => pid,
         Ok(None) => {
             return Reply::text(
@@ -168,7 +183,18 @@ pub fn port_forward(s: &StreamServer, req: &Req, pod: PodRef<'_>) -> Reply {
     if ws {
         return websocket_port_forward(s, req, target, tunnel);
     }
-    spdy_upgrade_refused(req)
+    let protocol = match httpstream::check_upgrade(req, &[httpstream::PORT_FORWARD_PROTOCOL]) {
+        Ok(p) => p,
+        Err(reply) => return reply,
+    };
+    let loops = s.loops.clone();
+    Reply::takeover(move |conn| {
+        let mut wire = wire::Wire::new(conn);
+        match httpstream::accept(&mut wire, protocol) {
+            Ok(()) => portforward::run_spdy(wire, &target, &loops),
+            Err(e) => log::debug!("spdy upgrade: the client went away: {e}"),
+        }
+    })
 }
 
 /// `/exec` and `/attach` over a WebSocket: checks the upgrade on the worker, then
@@ -202,10 +228,16 @@ fn websocket_port_forward(
     tunnel: bool,
 ) -> Reply {
     if tunnel {
-        return Reply::text(
-            400,
-            "unable to upgrade: the SPDY tunnel (SPDY/3.1+portforward.k8s.io) is not served yet",
-        );
+        // SPDY inside binary messages: the tunnel upstream's API server (and, with
+        // ExtendWebSocketsToKubelet, its kubelet) unwraps; served here directly.
+        let up = match websocket::check_upgrade(req, &[websocket::SPDY_TUNNEL_PROTOCOL], false) {
+            Ok(up) => up,
+            Err(reply) => return reply,
+        };
+        let loops = s.loops.clone();
+        return Reply::takeover(move |conn| {
+            serve(conn, &up, |ws| portforward::run_spdy(ws, &target, &loops))
+        });
     }
     let names: Vec<&'static str> = websocket::ChannelProtocol::PORT_FORWARD
         .iter()
@@ -240,17 +272,6 @@ fn serve(
     }
 }
 
-/// Until SPDY/3.1 is served: a request that is no WebSocket upgrade gets upstream's
-/// answer to a request without upgrade headers.
-fn spdy_upgrade_refused(req: &Req) -> Reply {
-    let _ = req;
-    Reply::text(
-        400,
-        "unable to upgrade: missing upgrade headers in request: SPDY/3.1 is not served by this \
-         kubelet; use a WebSocket client",
-    )
-}
-
 /// Upstream's answer when the runtime has no such running container
 /// (`streaming.WriteError` of `container not found`).
 fn runtime_not_found(container: &str) -> Reply {
@@ -270,16 +291,18 @@ fn find_pod(pods: &PodsView, r: &PodRef<'_>) -> Option<Arc<Pod>> {
 
 /// The running container `name` of pod `uid` (the newest if several run).
 fn find_container(
-    runtime: &dyn Runtime,
+    s: &StreamServer,
     uid: &str,
     name: &str,
 ) -> Result<Option<String>, crate::runtime::RuntimeError> {
     let filter = [
+        format!("{}={}", labels::MANAGED_BY_NODE, s.node_name),
         format!("{}={uid}", labels::POD_UID),
         format!("{}={name}", labels::CONTAINER_NAME),
         format!("{}={}", labels::DOCKER_TYPE, labels::TYPE_CONTAINER),
     ];
-    let mut running: Vec<_> = runtime
+    let mut running: Vec<_> = s
+        .runtime
         .list_containers(&filter)?
         .into_iter()
         .filter(|c| c.state == ContainerState::Running)
@@ -289,11 +312,10 @@ fn find_container(
 }
 
 /// The host PID of the pod's running sandbox, whose network namespace is the pod's.
-fn sandbox_pid(
-    runtime: &dyn Runtime,
-    uid: &str,
-) -> Result<Option<u32>, crate::runtime::RuntimeError> {
+fn sandbox_pid(s: &StreamServer, uid: &str) -> Result<Option<u32>, crate::runtime::RuntimeError> {
+    let runtime = s.runtime.as_ref();
     let filter = [
+        format!("{}={}", labels::MANAGED_BY_NODE, s.node_name),
         format!("{}={uid}", labels::POD_UID),
         format!("{}={}", labels::DOCKER_TYPE, labels::TYPE_SANDBOX),
     ];

@@ -12,6 +12,7 @@
 //! the client; the client is not read while more than [`HIGH_WATER`] waits for the
 //! pods.
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -19,10 +20,13 @@ use std::time::{Duration, Instant};
 
 use tungstenite::protocol::frame::coding::CloseCode;
 
+use super::httpstream::{header, ByteLink, SpdyConn};
 use super::netns::Dialer;
 use super::websocket::{self, ChannelProtocol, WsConn, WsEnd};
-use super::{pollfd, HIGH_WATER, IDLE_TIMEOUT, POLL_TICK};
+use super::{pollfd, HIGH_WATER, IDLE_TIMEOUT, POLL_TICK, STREAM_CREATION_TIMEOUT};
 use crate::loops::Loops;
+use crate::server::spdy::conn::Event;
+use crate::server::spdy::RstStatus;
 
 /// Bytes read from a pod socket at once.
 const READ_CHUNK: usize = 32 * 1024;
@@ -321,10 +325,413 @@ impl WsSession {
     }
 }
 
+/// One port-forward request of a SPDY session: its two streams as they arrive
+/// (upstream's `httpStreamPair`).
+#[derive(Debug)]
+struct Pair {
+    data: Option<u32>,
+    error: Option<u32>,
+    port: u16,
+    since: Instant,
+}
+
+/// A forwarding under way: the pod connection and its two streams.
+#[derive(Debug)]
+struct Forward {
+    conn: PodConn,
+    data: u32,
+    error: u32,
+}
+
+/// Upstream's `portForwardErrResponse`, written on the error stream.
+#[derive(serde::Serialize)]
+struct ErrResponse<'a> {
+    #[serde(rename = "closeConnection", skip_serializing_if = "std::ops::Not::not")]
+    close_connection: bool,
+    message: &'a str,
+}
+
+/// A port-forward over SPDY (after the `101`, or tunneled in WebSocket messages):
+/// every data/error stream pair the client opens is a connection to its `port`,
+/// until the client goes.
+pub fn run_spdy<L: ByteLink>(link: L, t: &Target, loops: &Loops) {
+    let mut conn = SpdyConn::new(link);
+    let mut dialer = match Dialer::new(loops.clone(), t.sandbox_pid) {
+        Ok(d) => d,
+        Err(e) => {
+            log::warn!("port-forward to pod {}: {e}", t.pod);
+            conn.finish();
+            return;
+        }
+    };
+    let mut s = SpdySession {
+        pairs: HashMap::new(),
+        forwards: HashMap::new(),
+        by_stream: HashMap::new(),
+        next_token: 0,
+    };
+    match s.pump(&mut conn, &mut dialer, t) {
+        Ok(()) => {}
+        Err(e) => log::debug!("port-forward to pod {}: {e}", t.pod),
+    }
+    conn.finish();
+}
+
+#[derive(Debug)]
+struct SpdySession {
+    /// Requests whose two streams have not both come, by request id.
+    pairs: HashMap<String, Pair>,
+    /// Forwardings by token.
+    forwards: HashMap<u64, Forward>,
+    /// Data stream → token.
+    by_stream: HashMap<u32, u64>,
+    next_token: u64,
+}
+
+impl SpdySession {
+    fn pump<L: ByteLink>(
+        &mut self,
+        conn: &mut SpdyConn<L>,
+        dialer: &mut Dialer,
+        t: &Target,
+    ) -> Result<(), String> {
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut events = Vec::new();
+        let mut last_activity = Instant::now();
+        loop {
+            if conn.link.is_stopped() {
+                return Err("the kubelet is shutting down".into());
+            }
+            if conn.eof {
+                return Ok(());
+            }
+            if last_activity.elapsed() >= IDLE_TIMEOUT {
+                return Err("idle timeout".into());
+            }
+            let to_pods: usize = self.forwards.values().map(|f| f.conn.to_pod.len()).sum();
+            let read_client = to_pods < HIGH_WATER;
+            let client_has_room = conn.link.pending() < HIGH_WATER;
+            let tokens: Vec<u64> = self.forwards.keys().copied().collect();
+            let mut extra = vec![pollfd(dialer.fd(), libc::POLLIN)];
+            for tok in &tokens {
+                let f = &self.forwards[tok];
+                let fd = f.conn.sock.as_ref().map_or(-1, |s| s.as_raw_fd());
+                extra.push(pollfd(fd, f.conn.events(client_has_room)));
+            }
+            conn.wait(read_client, &mut extra, POLL_TICK);
+
+            for (token, result) in dialer.finished() {
+                let Some(f) = self.forwards.get_mut(&token) else {
+                    continue;
+                };
+                match result {
+                    Ok(sock) => f.conn.sock = Some(sock),
+                    Err(e) => {
+                        let msg = t.error_message(f.conn.port, &e);
+                        log::info!("{msg}");
+                        self.fail(conn, token, &msg, true);
+                    }
+                }
+            }
+
+            if read_client {
+                events.clear();
+                let read = conn.read_events(&mut events);
+                if !events.is_empty() {
+                    last_activity = Instant::now();
+                }
+                for ev in events.drain(..) {
+                    if self.handle(conn, dialer, ev, t) {
+                        return Ok(());
+                    }
+                }
+                read?;
+            }
+            self.expire(conn);
+
+            for tok in tokens {
+                self.move_bytes(conn, tok, &mut buf, t, &mut last_activity);
+            }
+            conn.push();
+            conn.link.flush()?;
+        }
+    }
+
+    /// One event from the client; true when the session is over.
+    fn handle<L: ByteLink>(
+        &mut self,
+        conn: &mut SpdyConn<L>,
+        dialer: &mut Dialer,
+        ev: Event,
+        t: &Target,
+    ) -> bool {
+        match ev {
+            Event::Opened {
+                stream_id, headers, ..
+            } => self.opened(conn, dialer, stream_id, &headers),
+            Event::Data {
+                stream_id,
+                data,
+                fin,
+            } => {
+                conn.session.consumed(stream_id, data.len());
+                if let Some(f) = self
+                    .by_stream
+                    .get(&stream_id)
+                    .and_then(|tok| self.forwards.get_mut(tok))
+                {
+                    if !f.conn.done {
+                        f.conn.to_pod.extend_from_slice(&data);
+                    }
+                    if fin {
+                        f.conn.client_done = true;
+                    }
+                }
+            }
+            Event::Reset { stream_id, .. } => {
+                if let Some(tok) = self.by_stream.get(&stream_id).copied() {
+                    log::debug!("port-forward to pod {}: stream {stream_id} reset", t.pod);
+                    self.remove(conn, tok);
+                }
+            }
+            Event::GoAway { .. } => return true,
+            _ => {}
+        }
+        false
+    }
+
+    /// A new stream: checked (upstream's `httpStreamReceived`), replied, paired.
+    fn opened<L: ByteLink>(
+        &mut self,
+        conn: &mut SpdyConn<L>,
+        dialer: &mut Dialer,
+        stream_id: u32,
+        headers: &[(String, String)],
+    ) {
+        let checked = check_stream(headers);
+        let (port, kind) = match checked {
+            Ok(x) => x,
+            Err(e) => {
+                log::info!("port-forward: stream {stream_id} refused: {e}");
+                let _ = conn.session.reset(stream_id, RstStatus::Cancel);
+                return;
+            }
+        };
+        if let Err(e) = conn.session.reply(stream_id, Vec::new(), false) {
+            log::debug!("spdy: {e}");
+            return;
+        }
+        let request = header(headers, "requestid").unwrap_or_else(|| {
+            // Old clients name no request: upstream pairs consecutive stream ids.
+            let base = if kind == "error" {
+                stream_id
+            } else {
+                stream_id.saturating_sub(2)
+            };
+            base.to_string()
+        });
+        let pair = self.pairs.entry(request.clone()).or_insert(Pair {
+            data: None,
+            error: None,
+            port,
+            since: Instant::now(),
+        });
+        let slot = if kind == "error" {
+            &mut pair.error
+        } else {
+            &mut pair.data
+        };
+        if slot.is_some() {
+            let msg = format!(
+                "error processing stream for request {request}: {kind} stream already assigned"
+            );
+            if let Some(err) = pair.error {
+                let _ = conn.session.send_data(err, msg.as_bytes(), false);
+            }
+            let _ = conn.session.reset(stream_id, RstStatus::Cancel);
+            return;
+        }
+        *slot = Some(stream_id);
+        if let (Some(data), Some(error)) = (pair.data, pair.error) {
+            let port = pair.port;
+            self.pairs.remove(&request);
+            let token = self.next_token;
+            self.next_token += 1;
+            self.forwards.insert(
+                token,
+                Forward {
+                    conn: PodConn::new(port),
+                    data,
+                    error,
+                },
+            );
+            self.by_stream.insert(data, token);
+            self.by_stream.insert(error, token);
+            dialer.dial(token, port);
+        }
+    }
+
+    /// Requests whose second stream did not come in time (upstream's
+    /// `monitorStreamPair`).
+    fn expire<L: ByteLink>(&mut self, conn: &mut SpdyConn<L>) {
+        let late: Vec<String> = self
+            .pairs
+            .iter()
+            .filter(|(_, p)| p.since.elapsed() >= STREAM_CREATION_TIMEOUT)
+            .map(|(r, _)| r.clone())
+            .collect();
+        for r in late {
+            if let Some(p) = self.pairs.remove(&r) {
+                let msg = format!("(request={r}) timed out waiting for streams");
+                log::info!("port-forward: {msg}");
+                if let Some(err) = p.error {
+                    let _ = conn.session.send_data(err, msg.as_bytes(), true);
+                }
+                if let Some(data) = p.data {
+                    let _ = conn.session.close(data);
+                }
+            }
+        }
+    }
+
+    /// Moves bytes between one forwarding's pod socket and its data stream.
+    fn move_bytes<L: ByteLink>(
+        &mut self,
+        conn: &mut SpdyConn<L>,
+        tok: u64,
+        buf: &mut [u8],
+        t: &Target,
+        last_activity: &mut Instant,
+    ) {
+        let Some(f) = self.forwards.get_mut(&tok) else {
+            return;
+        };
+        if let Err(e) = f.conn.write_pending() {
+            let msg = t.error_message(f.conn.port, &e);
+            // A pod that reset or stopped reading: only this connection ends.
+            let fatal = !matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            );
+            self.fail(conn, tok, &msg, fatal);
+            return;
+        }
+        for _ in 0..4 {
+            if conn.link.pending() >= HIGH_WATER {
+                return;
+            }
+            let Some(f) = self.forwards.get_mut(&tok) else {
+                return;
+            };
+            match f.conn.read(buf) {
+                Ok(None) => return,
+                Ok(Some(0)) => {
+                    self.remove(conn, tok);
+                    return;
+                }
+                Ok(Some(n)) => {
+                    *last_activity = Instant::now();
+                    if let Err(e) = conn.session.send_data(f.data, &buf[..n], false) {
+                        log::debug!("spdy: {e}");
+                        self.remove(conn, tok);
+                        return;
+                    }
+                    conn.push();
+                }
+                Err(e) => {
+                    let msg = t.error_message(f.conn.port, &e);
+                    let fatal = !matches!(
+                        e.kind(),
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                    );
+                    self.fail(conn, tok, &msg, fatal);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reports a forwarding's failure on its error stream and ends it.
+    fn fail<L: ByteLink>(&mut self, conn: &mut SpdyConn<L>, tok: u64, msg: &str, fatal: bool) {
+        if let Some(f) = self.forwards.get(&tok) {
+            let body = serde_json::to_vec(&ErrResponse {
+                close_connection: fatal,
+                message: msg,
+            })
+            .unwrap_or_default();
+            let mut line = body;
+            line.push(b'\n');
+            let _ = conn.session.send_data(f.error, &line, false);
+        }
+        self.remove(conn, tok);
+    }
+
+    /// Ends a forwarding: the pod socket closed, both streams closed.
+    fn remove<L: ByteLink>(&mut self, conn: &mut SpdyConn<L>, tok: u64) {
+        if let Some(mut f) = self.forwards.remove(&tok) {
+            f.conn.close();
+            self.by_stream.remove(&f.data);
+            self.by_stream.remove(&f.error);
+            // Streams the client already reset are gone: nothing to close.
+            let _ = conn.session.close(f.data);
+            let _ = conn.session.close(f.error);
+        }
+    }
+}
+
+/// A port-forward stream's `port` and `streamtype` headers, checked as upstream's
+/// `httpStreamReceived` does.
+fn check_stream(headers: &[(String, String)]) -> Result<(u16, String), String> {
+    let port = header(headers, "port").unwrap_or_default();
+    if port.is_empty() {
+        return Err("\"port\" header is required".into());
+    }
+    let n: u16 = port
+        .parse()
+        .map_err(|e| format!("unable to parse {port:?} as a port: {e}"))?;
+    if n < 1 {
+        return Err(format!("port {port:?} must be > 0"));
+    }
+    let kind = header(headers, "streamtype").unwrap_or_default();
+    if kind.is_empty() {
+        return Err("\"streamType\" header is required".into());
+    }
+    if kind != "error" && kind != "data" {
+        return Err(format!("invalid stream type {kind:?}"));
+    }
+    Ok((n, kind))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::TcpListener;
+
+    #[test]
+    fn streams_need_a_port_and_a_type() {
+        let h = |p: &[(&str, &str)]| {
+            p.iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            check_stream(&h(&[("port", "80"), ("streamtype", "data")])),
+            Ok((80, "data".to_string()))
+        );
+        assert!(check_stream(&h(&[("streamtype", "data")]))
+            .expect_err("no port")
+            .contains("\"port\" header is required"));
+        assert!(check_stream(&h(&[("port", "0"), ("streamtype", "data")]))
+            .expect_err("zero")
+            .contains("must be > 0"));
+        assert!(check_stream(&h(&[("port", "99999"), ("streamtype", "data")])).is_err());
+        assert!(check_stream(&h(&[("port", "80")]))
+            .expect_err("no type")
+            .contains("is required"));
+        assert!(check_stream(&h(&[("port", "80"), ("streamtype", "stdin")]))
+            .expect_err("bad type")
+            .contains("invalid stream type"));
+    }
 
     #[test]
     fn channels_pair_up_per_port() {
