@@ -320,9 +320,11 @@ impl<L: ByteLink> SpdyConn<L> {
         }
     }
 
-    /// Waits (at most `timeout`) until the link has something or can take more.
-    pub fn wait(&mut self, read: bool, extra: &mut [libc::pollfd], timeout: Duration) {
-        let mut events = 0;
+    /// Waits (at most `timeout`) until the link has something or can take more, or
+    /// one of `extra` is ready (their `revents` are set). True when the client hung
+    /// up (seen even while not reading it).
+    pub fn wait(&mut self, read: bool, extra: &mut [libc::pollfd], timeout: Duration) -> bool {
+        let mut events = libc::POLLRDHUP;
         if read {
             events |= libc::POLLIN;
         }
@@ -341,6 +343,7 @@ impl<L: ByteLink> SpdyConn<L> {
         for (e, f) in extra.iter_mut().zip(&fds[1..]) {
             e.revents = f.revents;
         }
+        fds[0].revents & super::HUNG_UP != 0
     }
 
     /// Says goodbye: GOAWAY (last: spdystream stops reading at it), then what is
@@ -603,6 +606,277 @@ impl<L: ByteLink> Frontend for SpdyFrontend<L> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loops::{shutdown_channel, Loops};
+    use crate::runtime::fake::{FakeClock, FakeRuntime};
+    use crate::runtime::{ContainerConfig, ExecResult, Runtime, StreamOptions};
+    use crate::server::spdy::{Decoder, Encoder, Frame, Limits, FLAG_FIN};
+    use crate::server::streams::portforward::{self, Target as PfTarget};
+    use crate::server::streams::remotecommand::Target;
+    use crate::server::streams::wire::TestConn;
+    use crate::server::streams::Verb;
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
+
+    /// A SPDY client on a socket: frames out, frames in (blocking, with a timeout).
+    struct Client {
+        sock: UnixStream,
+        enc: Encoder,
+        dec: Decoder,
+    }
+
+    impl Client {
+        fn new(sock: UnixStream) -> Client {
+            sock.set_read_timeout(Some(Duration::from_secs(20)))
+                .expect("timeout");
+            Client {
+                sock,
+                enc: Encoder::new(),
+                dec: Decoder::new(Limits::default()),
+            }
+        }
+
+        fn send(&mut self, f: &Frame) {
+            let mut out = Vec::new();
+            self.enc.encode(f, &mut out).expect("encode");
+            self.sock.write_all(&out).expect("write");
+        }
+
+        fn open(&mut self, id: u32, headers: &[(&str, &str)]) {
+            let headers = headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect();
+            self.send(&Frame::SynStream {
+                stream_id: id,
+                associated_to: 0,
+                priority: 0,
+                slot: 0,
+                flags: 0,
+                headers,
+            });
+        }
+
+        /// The next frame; None once the server closed.
+        fn next(&mut self) -> Option<Frame> {
+            loop {
+                if let Some(f) = self.dec.next_frame().expect("frame") {
+                    return Some(f);
+                }
+                let mut buf = [0u8; 16 * 1024];
+                let n = self.sock.read(&mut buf).expect("read");
+                if n == 0 {
+                    return None;
+                }
+                self.dec.feed(&buf[..n]);
+            }
+        }
+
+        /// Frames until GOAWAY (or the end): data per stream, the streams FIN'd.
+        fn until_go_away(&mut self) -> (Vec<(u32, Vec<u8>)>, Vec<u32>) {
+            let (mut data, mut fins) = (Vec::new(), Vec::new());
+            while let Some(f) = self.next() {
+                match f {
+                    Frame::Data {
+                        stream_id,
+                        flags,
+                        data: d,
+                    } => {
+                        if !d.is_empty() {
+                            data.push((stream_id, d));
+                        }
+                        if flags & FLAG_FIN != 0 {
+                            fins.push(stream_id);
+                        }
+                    }
+                    Frame::GoAway { .. } => break,
+                    _ => {}
+                }
+            }
+            (data, fins)
+        }
+    }
+
+    fn running() -> (Arc<FakeRuntime>, String) {
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("busybox"));
+        let id = rt
+            .create_container(&ContainerConfig {
+                name: "k8s_c_p_ns_uid_0".into(),
+                image: "busybox".into(),
+                ..ContainerConfig::default()
+            })
+            .expect("create");
+        rt.start_container(&id).expect("start");
+        (rt, id)
+    }
+
+    #[test]
+    fn spdy_exec_replies_each_stream_relays_stdin_and_ends_with_the_status() {
+        let (rt, id) = running();
+        rt.set_exec_result(
+            &id,
+            ExecResult {
+                exit_code: 42,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+            },
+        );
+        let (server, client) = UnixStream::pair().expect("pair");
+        let target = Target {
+            verb: Verb::Exec,
+            container_id: id.clone(),
+            cmd: vec!["cat".into()],
+            opts: StreamOptions {
+                stdin: true,
+                stdout: true,
+                stderr: false,
+                tty: false,
+            },
+        };
+        let session_rt = rt.clone();
+        let session = std::thread::spawn(move || {
+            serve_remote_command(
+                Wire::new(TestConn(server)),
+                "v4.channel.k8s.io",
+                session_rt.as_ref(),
+                &target,
+            );
+        });
+        let mut c = Client::new(client);
+        for (sid, kind) in [(1, "error"), (3, "stdin"), (5, "stdout")] {
+            c.open(sid, &[("streamtype", kind)]);
+            match c.next() {
+                Some(Frame::SynReply { stream_id, .. }) => assert_eq!(stream_id, sid),
+                other => panic!("{other:?}"),
+            }
+        }
+        c.send(&Frame::Data {
+            stream_id: 3,
+            flags: FLAG_FIN,
+            data: b"hi".to_vec(),
+        });
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut process = loop {
+            if let Some(p) = rt.take_process(&id) {
+                break p;
+            }
+            assert!(Instant::now() < until, "no exec");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let mut input = Vec::new();
+        process.read_to_end(&mut input).expect("stdin");
+        assert_eq!(input, b"hi", "stdin's FIN is the process's end of input");
+        process.write_all(b"out").expect("stdout");
+        drop(process);
+        let (data, fins) = c.until_go_away();
+        drop(c);
+        session.join().expect("session");
+        assert_eq!(data[0], (5, b"out".to_vec()));
+        let status: serde_json::Value = serde_json::from_slice(&data[1].1).expect("status");
+        assert_eq!(data[1].0, 1);
+        assert_eq!(status["details"]["causes"][0]["message"], "42");
+        assert!(fins.contains(&1) && fins.contains(&5), "{fins:?}");
+    }
+
+    #[test]
+    fn spdy_port_forward_pairs_streams_and_dials_each_request() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+        let port = listener.local_addr().expect("addr").port().to_string();
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("addr")
+            .port()
+            .to_string();
+        let pod = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("accept");
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).expect("read");
+            s.write_all(b"pong").expect("answer");
+            got
+        });
+        let (server, client) = UnixStream::pair().expect("pair");
+        let (_shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let target = PfTarget {
+            pod: "p_ns".into(),
+            uid: "u".into(),
+            // Our own namespace stands in for the pod's.
+            sandbox_pid: std::process::id(),
+            ports: Vec::new(),
+        };
+        let session = std::thread::spawn(move || {
+            portforward::run_spdy(Wire::new(TestConn(server)), &target, &loops);
+        });
+        let mut c = Client::new(client);
+        let headers = |kind: &'static str, port: &str, req: &'static str| {
+            [
+                ("streamtype", kind.to_string()),
+                ("port", port.to_string()),
+                ("requestid", req.to_string()),
+            ]
+        };
+        for (sid, kind, p, req) in [
+            (1, "error", port.as_str(), "0"),
+            (3, "data", port.as_str(), "0"),
+            (5, "error", closed.as_str(), "1"),
+            (7, "data", closed.as_str(), "1"),
+        ] {
+            let h = headers(kind, p, req);
+            let h: Vec<(&str, &str)> = h.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            c.open(sid, &h);
+            match c.next() {
+                Some(Frame::SynReply { stream_id, .. }) => assert_eq!(stream_id, sid),
+                other => panic!("{other:?}"),
+            }
+        }
+        // A stream without a port is refused.
+        c.open(9, &[("streamtype", "data")]);
+        c.send(&Frame::Data {
+            stream_id: 3,
+            flags: FLAG_FIN,
+            data: b"ping".to_vec(),
+        });
+        let mut data: Vec<(u32, Vec<u8>)> = Vec::new();
+        let mut fins = Vec::new();
+        let mut reset = Vec::new();
+        while !(fins.contains(&3) && fins.contains(&5)) {
+            match c.next().expect("frames") {
+                Frame::Data {
+                    stream_id,
+                    flags,
+                    data: d,
+                } => {
+                    if !d.is_empty() {
+                        data.push((stream_id, d));
+                    }
+                    if flags & FLAG_FIN != 0 {
+                        fins.push(stream_id);
+                    }
+                }
+                Frame::RstStream { stream_id, .. } => reset.push(stream_id),
+                _ => {}
+            }
+        }
+        assert_eq!(pod.join().expect("pod"), b"ping");
+        assert!(data.contains(&(3, b"pong".to_vec())), "{data:?}");
+        let err = data
+            .iter()
+            .find(|(s, _)| *s == 5)
+            .map(|(_, d)| String::from_utf8_lossy(d).into_owned())
+            .expect("an error for the closed port");
+        assert!(
+            err.contains("\"closeConnection\":true") && err.contains("error forwarding port"),
+            "{err}"
+        );
+        assert_eq!(reset, [9]);
+        c.send(&Frame::GoAway {
+            last_good_stream_id: 0,
+            status: 0,
+        });
+        drop(c);
+        session.join().expect("session");
+    }
 
     fn req(headers: &[(&str, &str)]) -> Req {
         let mut r = Req::new("POST", "/exec/ns/p/c?command=ls&stdout=1");

@@ -522,6 +522,10 @@ pub fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<()> {
     Ok(())
 }
 
+/// The poll events that say a client is gone even when the session is not reading
+/// it (WebSocket and SPDY have no half-close: a client that shut its side left).
+pub const HUNG_UP: libc::c_short = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
+
 /// A `pollfd` for `fd` asking for `events`.
 pub fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
     libc::pollfd {

@@ -222,7 +222,7 @@ impl WsSession {
             let read_client = to_pods < HIGH_WATER;
             let client_has_room = self.ws.pending() < HIGH_WATER;
             let wire = self.ws.wire();
-            let mut client_events = 0;
+            let mut client_events = libc::POLLRDHUP;
             if read_client {
                 client_events |= libc::POLLIN;
             }
@@ -243,6 +243,9 @@ impl WsSession {
                 POLL_TICK
             };
             super::poll(&mut fds, wait).map_err(|e| WsEnd::Broken(e.to_string()))?;
+            if !read_client && fds[0].revents & super::HUNG_UP != 0 {
+                return Err(WsEnd::Closed);
+            }
 
             for (token, result) in dialer.finished() {
                 let i = usize::try_from(token).unwrap_or(usize::MAX);
@@ -418,7 +421,9 @@ impl SpdySession {
                 let fd = f.conn.sock.as_ref().map_or(-1, |s| s.as_raw_fd());
                 extra.push(pollfd(fd, f.conn.events(client_has_room)));
             }
-            conn.wait(read_client, &mut extra, POLL_TICK);
+            if conn.wait(read_client, &mut extra, POLL_TICK) && !read_client {
+                return Err("the client went away".into());
+            }
 
             for (token, result) in dialer.finished() {
                 let Some(f) = self.forwards.get_mut(&token) else {

@@ -230,7 +230,7 @@ fn pump(
         }
         let read_client = stdin.len() < HIGH_WATER;
         let read_process = front.pending() < HIGH_WATER;
-        let mut client_events = 0;
+        let mut client_events = libc::POLLRDHUP;
         if read_client {
             client_events |= libc::POLLIN;
         }
@@ -252,6 +252,10 @@ fn pump(
             (read_client && front.has_buffered()) || (read_process && io.has_buffered());
         let wait = if ready_now { Duration::ZERO } else { POLL_TICK };
         super::poll(&mut fds, wait).map_err(|e| ClientGone::Broken(e.to_string()))?;
+        if !read_client && fds[0].revents & super::HUNG_UP != 0 {
+            // Not reading (its stdin waits for the process), yet it has gone.
+            return Err(ClientGone::Closed);
+        }
 
         if read_client {
             inputs.clear();
