@@ -12,6 +12,9 @@
 //! SPDY runs over a [`ByteLink`]: the raw connection after the `101`, or the binary
 //! messages of a WebSocket (`SPDY/3.1+portforward.k8s.io`, the tunnel kubectl ≥ 1.31
 //! uses for port-forward).
+//!
+//! Over 800 lines: the upgrade, the two links, the exec/attach frontend, and the
+//! blocking SPDY client the sessions' tests drive them with.
 
 use std::io::{self, Read};
 use std::os::fd::RawFd;
@@ -603,31 +606,25 @@ impl<L: ByteLink> Frontend for SpdyFrontend<L> {
     }
 }
 
+/// A blocking SPDY client for the sessions' unit tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::loops::{shutdown_channel, Loops};
-    use crate::runtime::fake::{FakeClock, FakeRuntime};
-    use crate::runtime::{ContainerConfig, ExecResult, Runtime, StreamOptions};
-    use crate::server::spdy::{Decoder, Encoder, Frame, Limits, FLAG_FIN};
-    use crate::server::streams::portforward::{self, Target as PfTarget};
-    use crate::server::streams::remotecommand::Target;
-    use crate::server::streams::wire::TestConn;
-    use crate::server::streams::Verb;
-    use std::io::Write;
-    use std::net::TcpListener;
+pub mod testing {
+    use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
-    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::server::spdy::{Decoder, Encoder, Frame, Limits, FLAG_FIN};
 
     /// A SPDY client on a socket: frames out, frames in (blocking, with a timeout).
-    struct Client {
+    #[derive(Debug)]
+    pub struct Client {
         sock: UnixStream,
         enc: Encoder,
         dec: Decoder,
     }
 
     impl Client {
-        fn new(sock: UnixStream) -> Client {
+        pub fn new(sock: UnixStream) -> Client {
             sock.set_read_timeout(Some(Duration::from_secs(20)))
                 .expect("timeout");
             Client {
@@ -637,13 +634,13 @@ mod tests {
             }
         }
 
-        fn send(&mut self, f: &Frame) {
+        pub fn send(&mut self, f: &Frame) {
             let mut out = Vec::new();
             self.enc.encode(f, &mut out).expect("encode");
             self.sock.write_all(&out).expect("write");
         }
 
-        fn open(&mut self, id: u32, headers: &[(&str, &str)]) {
+        pub fn open(&mut self, id: u32, headers: &[(&str, &str)]) {
             let headers = headers
                 .iter()
                 .map(|(n, v)| (n.to_string(), v.to_string()))
@@ -659,7 +656,7 @@ mod tests {
         }
 
         /// The next frame; None once the server closed.
-        fn next(&mut self) -> Option<Frame> {
+        pub fn next_frame(&mut self) -> Option<Frame> {
             loop {
                 if let Some(f) = self.dec.next_frame().expect("frame") {
                     return Some(f);
@@ -674,9 +671,9 @@ mod tests {
         }
 
         /// Frames until GOAWAY (or the end): data per stream, the streams FIN'd.
-        fn until_go_away(&mut self) -> (Vec<(u32, Vec<u8>)>, Vec<u32>) {
+        pub fn until_go_away(&mut self) -> (Vec<(u32, Vec<u8>)>, Vec<u32>) {
             let (mut data, mut fins) = (Vec::new(), Vec::new());
-            while let Some(f) = self.next() {
+            while let Some(f) = self.next_frame() {
                 match f {
                     Frame::Data {
                         stream_id,
@@ -696,6 +693,30 @@ mod tests {
             }
             (data, fins)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::Client;
+    use super::*;
+    use crate::runtime::fake::{FakeClock, FakeRuntime};
+    use crate::runtime::{ContainerConfig, ExecResult, Runtime, StreamOptions};
+    use crate::server::spdy::{Frame, FLAG_FIN};
+    use crate::server::streams::remotecommand::Target;
+    use crate::server::streams::wire::TestConn;
+    use crate::server::streams::Verb;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
+
+    fn req(headers: &[(&str, &str)]) -> Req {
+        let mut r = Req::new("POST", "/exec/ns/p/c?command=ls&stdout=1");
+        r.headers = headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        r
     }
 
     fn running() -> (Arc<FakeRuntime>, String) {
@@ -746,7 +767,7 @@ mod tests {
         let mut c = Client::new(client);
         for (sid, kind) in [(1, "error"), (3, "stdin"), (5, "stdout")] {
             c.open(sid, &[("streamtype", kind)]);
-            match c.next() {
+            match c.next_frame() {
                 Some(Frame::SynReply { stream_id, .. }) => assert_eq!(stream_id, sid),
                 other => panic!("{other:?}"),
             }
@@ -777,114 +798,6 @@ mod tests {
         assert_eq!(data[1].0, 1);
         assert_eq!(status["details"]["causes"][0]["message"], "42");
         assert!(fins.contains(&1) && fins.contains(&5), "{fins:?}");
-    }
-
-    #[test]
-    fn spdy_port_forward_pairs_streams_and_dials_each_request() {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
-        let port = listener.local_addr().expect("addr").port().to_string();
-        let closed = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("addr")
-            .port()
-            .to_string();
-        let pod = std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().expect("accept");
-            let mut got = Vec::new();
-            s.read_to_end(&mut got).expect("read");
-            s.write_all(b"pong").expect("answer");
-            got
-        });
-        let (server, client) = UnixStream::pair().expect("pair");
-        let (_shutdown, stop) = shutdown_channel();
-        let loops = Loops::new(stop);
-        let target = PfTarget {
-            pod: "p_ns".into(),
-            uid: "u".into(),
-            // Our own namespace stands in for the pod's.
-            sandbox_pid: std::process::id(),
-            ports: Vec::new(),
-        };
-        let session = std::thread::spawn(move || {
-            portforward::run_spdy(Wire::new(TestConn(server)), &target, &loops);
-        });
-        let mut c = Client::new(client);
-        let headers = |kind: &'static str, port: &str, req: &'static str| {
-            [
-                ("streamtype", kind.to_string()),
-                ("port", port.to_string()),
-                ("requestid", req.to_string()),
-            ]
-        };
-        for (sid, kind, p, req) in [
-            (1, "error", port.as_str(), "0"),
-            (3, "data", port.as_str(), "0"),
-            (5, "error", closed.as_str(), "1"),
-            (7, "data", closed.as_str(), "1"),
-        ] {
-            let h = headers(kind, p, req);
-            let h: Vec<(&str, &str)> = h.iter().map(|(n, v)| (*n, v.as_str())).collect();
-            c.open(sid, &h);
-            match c.next() {
-                Some(Frame::SynReply { stream_id, .. }) => assert_eq!(stream_id, sid),
-                other => panic!("{other:?}"),
-            }
-        }
-        // A stream without a port is refused.
-        c.open(9, &[("streamtype", "data")]);
-        c.send(&Frame::Data {
-            stream_id: 3,
-            flags: FLAG_FIN,
-            data: b"ping".to_vec(),
-        });
-        let mut data: Vec<(u32, Vec<u8>)> = Vec::new();
-        let mut fins = Vec::new();
-        let mut reset = Vec::new();
-        while !(fins.contains(&3) && fins.contains(&5)) {
-            match c.next().expect("frames") {
-                Frame::Data {
-                    stream_id,
-                    flags,
-                    data: d,
-                } => {
-                    if !d.is_empty() {
-                        data.push((stream_id, d));
-                    }
-                    if flags & FLAG_FIN != 0 {
-                        fins.push(stream_id);
-                    }
-                }
-                Frame::RstStream { stream_id, .. } => reset.push(stream_id),
-                _ => {}
-            }
-        }
-        assert_eq!(pod.join().expect("pod"), b"ping");
-        assert!(data.contains(&(3, b"pong".to_vec())), "{data:?}");
-        let err = data
-            .iter()
-            .find(|(s, _)| *s == 5)
-            .map(|(_, d)| String::from_utf8_lossy(d).into_owned())
-            .expect("an error for the closed port");
-        assert!(
-            err.contains("\"closeConnection\":true") && err.contains("error forwarding port"),
-            "{err}"
-        );
-        assert_eq!(reset, [9]);
-        c.send(&Frame::GoAway {
-            last_good_stream_id: 0,
-            status: 0,
-        });
-        drop(c);
-        session.join().expect("session");
-    }
-
-    fn req(headers: &[(&str, &str)]) -> Req {
-        let mut r = Req::new("POST", "/exec/ns/p/c?command=ls&stdout=1");
-        r.headers = headers
-            .iter()
-            .map(|(n, v)| (n.to_string(), v.to_string()))
-            .collect();
-        r
     }
 
     #[test]

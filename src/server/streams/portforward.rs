@@ -11,6 +11,10 @@
 //! Flow control: a pod socket is not read while more than [`HIGH_WATER`] waits for
 //! the client; the client is not read while more than [`HIGH_WATER`] waits for the
 //! pods.
+//!
+//! Over 800 lines: both wire forms of a session (WebSocket channels, SPDY stream
+//! pairs) share the pod connections and their bounds, and a third of the file is
+//! their tests.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -709,8 +713,13 @@ fn check_stream(headers: &[(String, String)]) -> Result<(u16, String), String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::httpstream::testing::Client;
+    use super::super::wire::{TestConn, Wire};
     use super::*;
+    use crate::loops::shutdown_channel;
+    use crate::server::spdy::{Frame, FLAG_FIN};
     use std::net::TcpListener;
+    use std::os::unix::net::UnixStream;
 
     #[test]
     fn streams_need_a_port_and_a_type() {
@@ -774,5 +783,104 @@ mod tests {
             }
         }
         assert_eq!(seen, b"ok");
+    }
+
+    #[test]
+    fn spdy_port_forward_pairs_streams_and_dials_each_request() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+        let port = listener.local_addr().expect("addr").port().to_string();
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("addr")
+            .port()
+            .to_string();
+        let pod = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("accept");
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).expect("read");
+            s.write_all(b"pong").expect("answer");
+            got
+        });
+        let (server, client) = UnixStream::pair().expect("pair");
+        let (_shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let target = Target {
+            pod: "p_ns".into(),
+            uid: "u".into(),
+            // Our own namespace stands in for the pod's.
+            sandbox_pid: std::process::id(),
+            ports: Vec::new(),
+        };
+        let session = std::thread::spawn(move || {
+            run_spdy(Wire::new(TestConn(server)), &target, &loops);
+        });
+        let mut c = Client::new(client);
+        let headers = |kind: &'static str, port: &str, req: &'static str| {
+            [
+                ("streamtype", kind.to_string()),
+                ("port", port.to_string()),
+                ("requestid", req.to_string()),
+            ]
+        };
+        for (sid, kind, p, req) in [
+            (1, "error", port.as_str(), "0"),
+            (3, "data", port.as_str(), "0"),
+            (5, "error", closed.as_str(), "1"),
+            (7, "data", closed.as_str(), "1"),
+        ] {
+            let h = headers(kind, p, req);
+            let h: Vec<(&str, &str)> = h.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            c.open(sid, &h);
+            match c.next_frame() {
+                Some(Frame::SynReply { stream_id, .. }) => assert_eq!(stream_id, sid),
+                other => panic!("{other:?}"),
+            }
+        }
+        // A stream without a port is refused.
+        c.open(9, &[("streamtype", "data")]);
+        c.send(&Frame::Data {
+            stream_id: 3,
+            flags: FLAG_FIN,
+            data: b"ping".to_vec(),
+        });
+        let mut data: Vec<(u32, Vec<u8>)> = Vec::new();
+        let mut fins = Vec::new();
+        let mut reset = Vec::new();
+        while !(fins.contains(&3) && fins.contains(&5)) {
+            match c.next_frame().expect("frames") {
+                Frame::Data {
+                    stream_id,
+                    flags,
+                    data: d,
+                } => {
+                    if !d.is_empty() {
+                        data.push((stream_id, d));
+                    }
+                    if flags & FLAG_FIN != 0 {
+                        fins.push(stream_id);
+                    }
+                }
+                Frame::RstStream { stream_id, .. } => reset.push(stream_id),
+                _ => {}
+            }
+        }
+        assert_eq!(pod.join().expect("pod"), b"ping");
+        assert!(data.contains(&(3, b"pong".to_vec())), "{data:?}");
+        let err = data
+            .iter()
+            .find(|(s, _)| *s == 5)
+            .map(|(_, d)| String::from_utf8_lossy(d).into_owned())
+            .expect("an error for the closed port");
+        assert!(
+            err.contains("\"closeConnection\":true") && err.contains("error forwarding port"),
+            "{err}"
+        );
+        assert_eq!(reset, [9]);
+        c.send(&Frame::GoAway {
+            last_good_stream_id: 0,
+            status: 0,
+        });
+        drop(c);
+        session.join().expect("session");
     }
 }
