@@ -26,7 +26,7 @@ use tungstenite::Message;
 use super::remotecommand::{ClientGone, Frontend, Input, ResizeDecoder};
 use super::websocket::{self, WsConn, WsEnd};
 use super::wire::Wire;
-use super::{pollfd, Outcome, POLL_TICK, STREAM_CREATION_TIMEOUT};
+use super::{pollfd, Outcome, POLL_TICK, READ_BUDGET, STREAM_CREATION_TIMEOUT};
 use crate::runtime::OutputKind;
 use crate::server::spdy::conn::{Config, Event, Session};
 use crate::server::spdy::RstStatus;
@@ -44,9 +44,6 @@ pub const REMOTE_COMMAND_PROTOCOLS: [&str; 5] = [
 
 /// The port-forward protocol.
 pub const PORT_FORWARD_PROTOCOL: &str = "portforward.k8s.io";
-
-/// The most bytes read from the client per round, so the process gets its turn.
-const READ_BUDGET: usize = 256 * 1024;
 
 /// How long a finished session waits for the client to take the rest and go.
 const LINGER: Duration = Duration::from_secs(10);

@@ -43,6 +43,15 @@ use crate::runtime::{ContainerState, Runtime, StreamOptions};
 /// the bound on what a session keeps per direction.
 pub const HIGH_WATER: usize = 1024 * 1024;
 
+/// The most client bytes a session takes in one round of its loop: what is read
+/// beyond [`HIGH_WATER`] before the session stops reading is at most this (plus one
+/// message).
+pub const READ_BUDGET: usize = 256 * 1024;
+
+/// Ports one WebSocket port-forward may name: each takes two channel numbers of one
+/// byte.
+pub const MAX_PORTS: usize = 127;
+
 /// How long one `poll(2)` of a session waits at most, so shutdown is seen promptly.
 pub const POLL_TICK: Duration = Duration::from_secs(1);
 
@@ -400,6 +409,11 @@ pub fn parse_ports(query: &str) -> Result<Vec<u16>, String> {
             ports.push(port);
         }
     }
+    if ports.len() > MAX_PORTS {
+        return Err(format!(
+            "at most {MAX_PORTS} ports may be forwarded at once"
+        ));
+    }
     Ok(ports)
 }
 
@@ -598,6 +612,13 @@ mod tests {
             .expect_err("refused")
             .contains("unable to parse \"70000\""));
         assert!(parse_ports("port=x").is_err());
+        let many = (1..=128)
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(parse_ports(&format!("port={many}"))
+            .expect_err("refused")
+            .contains("at most 127"));
     }
 
     #[test]

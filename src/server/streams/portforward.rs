@@ -27,7 +27,7 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use super::httpstream::{header, ByteLink, SpdyConn};
 use super::netns::Dialer;
 use super::websocket::{self, ChannelProtocol, WsConn, WsEnd};
-use super::{pollfd, HIGH_WATER, IDLE_TIMEOUT, POLL_TICK, STREAM_CREATION_TIMEOUT};
+use super::{pollfd, HIGH_WATER, IDLE_TIMEOUT, POLL_TICK, READ_BUDGET, STREAM_CREATION_TIMEOUT};
 use crate::loops::Loops;
 use crate::server::spdy::conn::Event;
 use crate::server::spdy::RstStatus;
@@ -270,10 +270,12 @@ impl WsSession {
             }
 
             if read_client {
-                for _ in 0..64 {
+                let mut taken = 0;
+                while taken < READ_BUDGET {
                     let Some(msg) = self.ws.read()? else {
                         break;
                     };
+                    taken += msg.len();
                     last_activity = Instant::now();
                     let Some((ch, data)) = self.protocol.decode(&msg).map_err(WsEnd::Broken)?
                     else {

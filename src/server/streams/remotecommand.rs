@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tungstenite::protocol::frame::coding::CloseCode;
 
 use super::websocket::{self, ChannelProtocol, WsConn, WsEnd};
-use super::{pollfd, Outcome, Verb, HIGH_WATER, IDLE_TIMEOUT, POLL_TICK};
+use super::{pollfd, Outcome, Verb, HIGH_WATER, IDLE_TIMEOUT, POLL_TICK, READ_BUDGET};
 use crate::runtime::{OutputKind, ProcessIo, Runtime, StreamOptions, TermSize};
 
 /// Channel numbers of the remote command protocols.
@@ -450,13 +450,16 @@ impl Frontend for WsFrontend {
     }
 
     fn read(&mut self, inputs: &mut Vec<Input>) -> Result<(), ClientGone> {
-        // A bounded number of messages per round: the process gets its turn.
-        for _ in 0..64 {
+        // A bounded amount per round: the process gets its turn, and what waits for
+        // it stays bounded.
+        let mut taken = 0;
+        while taken < READ_BUDGET {
             let msg = match self.ws.read() {
                 Ok(Some(m)) => m,
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(self.gone(e)),
             };
+            taken += msg.len();
             let (ch, data) = match self.protocol.decode(&msg) {
                 Ok(Some(x)) => x,
                 Ok(None) => continue,
