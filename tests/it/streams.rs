@@ -394,6 +394,62 @@ fn attach_tests(proto: Proto) {
     );
 }
 
+/// The stream threads (`stream-N`) of the kubelet process.
+fn stream_threads(pid: u32) -> usize {
+    crate::util::thread_names(pid)
+        .iter()
+        .filter(|t| t.starts_with("stream-"))
+        .count()
+}
+
+fn client_leaves_tests(proto: Proto) {
+    let name = proto.pod("leave");
+    let c = Cluster::start(
+        "leave",
+        &[pod(&name, &[("c", SLEEPER)])],
+        &[&format!("{name}/c")],
+    );
+    let pid = c.node.pid();
+    for args in [
+        vec!["exec", "-i", name.as_str(), "--", "sleep", "1000"],
+        vec!["exec", name.as_str(), "--", "sleep", "1000"],
+    ] {
+        let mut child = c
+            .kubectl(proto, &args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kubectl exec");
+        wait_for("the session's stream thread", LONG, || {
+            (stream_threads(pid) == 1).then_some(())
+        });
+        // The process runs; the client goes away mid-session.
+        let _ = child.kill();
+        let _ = child.wait();
+        let gone = Instant::now();
+        wait_for("the stream thread to end", LONG, || {
+            (stream_threads(pid) == 0).then_some(())
+        });
+        // The stand-in notices within its 200 ms poll, the session within its 1 s tick.
+        assert!(
+            gone.elapsed() < Duration::from_secs(3),
+            "{args:?}: the session outlived its client by {:?}",
+            gone.elapsed()
+        );
+    }
+}
+
+#[test]
+fn a_session_ends_with_its_client_over_websocket() {
+    client_leaves_tests(Proto::WebSocket);
+}
+
+#[test]
+fn a_session_ends_with_its_client_over_spdy() {
+    client_leaves_tests(Proto::Spdy);
+}
+
 #[test]
 fn kubectl_attach_over_websocket() {
     attach_tests(Proto::WebSocket);
