@@ -286,7 +286,8 @@ fn exec_tests(proto: Proto) {
     let mut child = Command::new("script")
         .args(["-qec"])
         .arg(format!(
-            "kubectl --kubeconfig {} --cache-dir {} exec -it {sh} -- sh",
+            // The pty's size is what kubectl sends on the resize stream.
+            "stty cols 77 rows 22; kubectl --kubeconfig {} --cache-dir {} exec -it {sh} -- sh",
             c.kubectl_config.display(),
             c.node.dir.join("kubectl-cache").display()
         ))
@@ -318,6 +319,10 @@ fn exec_tests(proto: Proto) {
     let shown = text(&out.stdout);
     assert!(shown.contains("42x"), "{shown}\n{}", text(&out.stderr));
     assert!(shown.contains("tty=/dev/pts/"), "{shown}");
+    assert!(
+        shown.contains("22 77"),
+        "the terminal's size reached the exec: {shown}"
+    );
     assert_eq!(
         out.status.code(),
         Some(3),
