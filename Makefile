@@ -38,7 +38,8 @@ lint:
 # Start latency, RSS, threads and idle CPU against the raw Docker API; change-to-running
 # per pod source (file, URL, etcd, API); the prober under 100 pods x 2 probes at 1 s
 # (threads, lateness); the plain ports under connection floods (descriptors, threads,
-# RSS, healthz latency). Programs, not tests.
+# RSS, healthz latency); `kubectl exec … true` through the API server stand-in over
+# WebSocket and SPDY next to `docker exec`. Programs, not tests.
 bench: build images
 	$(CARGO) bench
 

@@ -226,6 +226,12 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     runtime: runtime.clone(),
                     debugging_handlers: cfg.enable_debugging_handlers,
                     log_dir: server::kubelet::NODE_LOG_DIR.into(),
+                    streams: server::streams::StreamServer {
+                        pods: pods_view.clone(),
+                        runtime: runtime.clone(),
+                        loops: loops.clone(),
+                        node_name: cfg.node_name.clone(),
+                    },
                 };
                 log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);
                 server::serve_tls(

@@ -8,15 +8,22 @@
 //! It is deliberately simple: no namespaces, no logs beyond what a test sets, no event
 //! stream (the PLEG's relist is what the logic relies on). The Docker client itself is
 //! tested against the real engine in `tests/it`; this fake is for logic only.
+//!
+//! Over 800 lines: one fake for the whole `Runtime` trait (interactive execs and
+//! attaches on socket pairs included), its scripting knobs and its own tests.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{
     ContainerConfig, ContainerDetails, ContainerSettings, ContainerState, ContainerSummary,
-    ExecResult, ImageDetails, LogOptions, LogStream, NamespaceMode, RegistryAuth, Runtime,
-    RuntimeError, RuntimeEvent, RuntimeVersion, SIGKILL,
+    ExecResult, ExecSession, ImageDetails, LogOptions, LogStream, NamespaceMode, OutputKind,
+    ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion, StreamOptions,
+    TermSize, SIGKILL,
 };
 use crate::loops::lock;
 
@@ -90,6 +97,14 @@ pub enum Op {
     Logs,
     /// `exec`
     Exec,
+    /// `exec_interactive`
+    ExecInteractive,
+    /// `exec_status`
+    ExecStatus,
+    /// `attach`
+    Attach,
+    /// `resize_exec` and `resize_container`
+    Resize,
     /// `events`
     Events,
 }
@@ -171,6 +186,13 @@ struct State {
     ignore_stop_signal: BTreeSet<String>,
     /// Every `kill_container` call, in order.
     signals: Vec<Signal>,
+    /// The process side of every interactive exec and attach, by container ID, for
+    /// the test to play the process.
+    processes: Vec<(String, UnixStream)>,
+    /// Interactive execs: exec ID → container ID.
+    execs: BTreeMap<String, String>,
+    /// Every resize, by exec or container ID.
+    resizes: Vec<(String, TermSize)>,
 }
 
 /// The in-memory runtime.
@@ -252,6 +274,21 @@ impl FakeRuntime {
             .insert(id.to_string(), result);
     }
 
+    /// The process side of the oldest interactive exec or attach in container `id`
+    /// not taken yet: what the test writes there is the process's stdout, what it
+    /// reads is its stdin (end of file once the input is closed), and dropping it
+    /// ends the process.
+    pub fn take_process(&self, id: &str) -> Option<UnixStream> {
+        let mut st = lock(&self.state);
+        let i = st.processes.iter().position(|(c, _)| c == id)?;
+        Some(st.processes.remove(i).1)
+    }
+
+    /// Every resize so far: (exec or container ID, size).
+    pub fn resizes(&self) -> Vec<(String, TermSize)> {
+        lock(&self.state).resizes.clone()
+    }
+
     /// A running container exits now with `code`.
     pub fn exit(&self, id: &str, code: i64) {
         let now = self.clock.now();
@@ -289,6 +326,33 @@ impl FakeRuntime {
         lock(&self.state).containers.values().cloned().collect()
     }
 
+    /// A socket pair for a process in running container `id`: one end for the
+    /// caller, the other kept for [`FakeRuntime::take_process`].
+    fn connect(&self, id: &str, op: Op) -> Result<Box<dyn ProcessIo>, RuntimeError> {
+        let mut st = lock(&self.state);
+        match st.containers.get(id) {
+            Some(c) if c.state == ContainerState::Running => {}
+            Some(_) => {
+                return Err(RuntimeError::Conflict {
+                    op: format!("{op:?} {id}"),
+                    message: "container is not running".into(),
+                })
+            }
+            None => return Err(not_found(op, id)),
+        }
+        let (ours, theirs) = UnixStream::pair().map_err(|source| RuntimeError::Unavailable {
+            endpoint: "fake://".into(),
+            source,
+        })?;
+        ours.set_nonblocking(true)
+            .map_err(|source| RuntimeError::Unavailable {
+                endpoint: "fake://".into(),
+                source,
+            })?;
+        st.processes.push((id.to_string(), theirs));
+        Ok(Box::new(FakeIo(ours)))
+    }
+
     /// Records the call, waits out its delay (without the lock), then answers its
     /// scripted fault, if any.
     fn enter(&self, op: Op, target: &str) -> Result<(), RuntimeError> {
@@ -322,6 +386,37 @@ impl FakeRuntime {
             Some(queue) if !queue.is_empty() => Err(queue.remove(0).error(op, target)),
             _ => Ok(()),
         }
+    }
+}
+
+/// A fake process's streams: raw bytes on a socket pair, all output as stdout.
+#[derive(Debug)]
+struct FakeIo(UnixStream);
+
+impl ProcessIo for FakeIo {
+    fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    fn has_buffered(&self) -> bool {
+        false
+    }
+
+    fn read_output(&mut self, emit: &mut dyn FnMut(OutputKind, &[u8])) -> io::Result<usize> {
+        let mut buf = [0u8; 16 * 1024];
+        let n = self.0.read(&mut buf)?;
+        if n > 0 {
+            emit(OutputKind::Stdout, &buf[..n]);
+        }
+        Ok(n)
+    }
+
+    fn write_input(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.0.write(data)
+    }
+
+    fn close_input(&mut self) -> io::Result<()> {
+        self.0.shutdown(std::net::Shutdown::Write)
     }
 }
 
@@ -611,6 +706,46 @@ impl Runtime for FakeRuntime {
             }),
             None => Err(not_found(Op::Exec, id)),
         }
+    }
+
+    fn exec_interactive(
+        &self,
+        id: &str,
+        _cmd: &[String],
+        _opts: StreamOptions,
+    ) -> Result<ExecSession, RuntimeError> {
+        self.enter(Op::ExecInteractive, id)?;
+        let io = self.connect(id, Op::ExecInteractive)?;
+        let mut st = lock(&self.state);
+        let exec_id = format!("exec-{}", st.execs.len() + 1);
+        st.execs.insert(exec_id.clone(), id.to_string());
+        Ok(ExecSession { exec_id, io })
+    }
+
+    fn exec_status(&self, exec_id: &str) -> Result<Option<i64>, RuntimeError> {
+        self.enter(Op::ExecStatus, exec_id)?;
+        let st = lock(&self.state);
+        let Some(id) = st.execs.get(exec_id) else {
+            return Err(not_found(Op::ExecStatus, exec_id));
+        };
+        Ok(Some(st.exec_results.get(id).map_or(0, |r| r.exit_code)))
+    }
+
+    fn resize_exec(&self, exec_id: &str, size: TermSize) -> Result<(), RuntimeError> {
+        self.enter(Op::Resize, exec_id)?;
+        lock(&self.state).resizes.push((exec_id.to_string(), size));
+        Ok(())
+    }
+
+    fn attach(&self, id: &str, _opts: StreamOptions) -> Result<Box<dyn ProcessIo>, RuntimeError> {
+        self.enter(Op::Attach, id)?;
+        self.connect(id, Op::Attach)
+    }
+
+    fn resize_container(&self, id: &str, size: TermSize) -> Result<(), RuntimeError> {
+        self.enter(Op::Resize, id)?;
+        lock(&self.state).resizes.push((id.to_string(), size));
+        Ok(())
     }
 
     fn events(

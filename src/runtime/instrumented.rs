@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ImageDetails, LogOptions,
-    LogStream, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion,
+    ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ExecSession, ImageDetails,
+    LogOptions, LogStream, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
+    RuntimeVersion, StreamOptions, TermSize,
 };
 use crate::metrics::kubelet::KubeletMetrics;
 
@@ -127,6 +128,33 @@ impl Runtime for InstrumentedRuntime {
         timeout: Duration,
     ) -> Result<ExecResult, RuntimeError> {
         self.record("exec_sync", || self.inner.exec(id, cmd, timeout))
+    }
+
+    fn exec_interactive(
+        &self,
+        id: &str,
+        cmd: &[String],
+        opts: StreamOptions,
+    ) -> Result<ExecSession, RuntimeError> {
+        // CRI's `Exec` (the streaming one): counted up to the start.
+        self.record("exec", || self.inner.exec_interactive(id, cmd, opts))
+    }
+
+    fn exec_status(&self, exec_id: &str) -> Result<Option<i64>, RuntimeError> {
+        self.record("exec_status", || self.inner.exec_status(exec_id))
+    }
+
+    fn resize_exec(&self, exec_id: &str, size: TermSize) -> Result<(), RuntimeError> {
+        self.record("resize_exec", || self.inner.resize_exec(exec_id, size))
+    }
+
+    fn attach(&self, id: &str, opts: StreamOptions) -> Result<Box<dyn ProcessIo>, RuntimeError> {
+        // CRI's `Attach`: counted up to the connection.
+        self.record("attach", || self.inner.attach(id, opts))
+    }
+
+    fn resize_container(&self, id: &str, size: TermSize) -> Result<(), RuntimeError> {
+        self.record("resize_container", || self.inner.resize_container(id, size))
     }
 
     fn events(

@@ -17,6 +17,7 @@ pub mod instrumented;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io;
 use std::time::{Duration, SystemTime};
 
 /// The errors of the runtime boundary. Messages describe this layer only.
@@ -488,6 +489,75 @@ impl Default for LogOptions {
 /// without ending the log (a read that is not followed made no progress for long).
 pub type LogStream = Box<dyn std::io::Read + Send>;
 
+/// Which standard streams an interactive exec or attach connects, and whether the
+/// process has a terminal (upstream's remotecommand `Options`). With a terminal the
+/// process has no separate stderr: everything it writes is stdout.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// The client sends input.
+    pub stdin: bool,
+    /// The client reads standard output.
+    pub stdout: bool,
+    /// The client reads standard error (never with `tty`).
+    pub stderr: bool,
+    /// A terminal is allocated (exec) or the container has one (attach).
+    pub tty: bool,
+}
+
+/// A terminal size in character cells, as a client's resize message gives it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TermSize {
+    /// Columns.
+    pub width: u16,
+    /// Rows.
+    pub height: u16,
+}
+
+/// Which stream a piece of a process's output came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputKind {
+    /// Standard output (everything, with a terminal).
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// The live standard streams of a process in a container (an interactive exec, or an
+/// attach to the main process): a non-blocking duplex connection to the runtime that
+/// the caller polls ([`ProcessIo::fd`]) beside its own client. The runtime's framing
+/// of stdout and stderr stays behind this seam: output arrives already split.
+pub trait ProcessIo: Send + fmt::Debug {
+    /// The descriptor to `poll(2)`: readable when output (or the end) is there,
+    /// writable when input can be sent.
+    fn fd(&self) -> std::os::fd::RawFd;
+
+    /// Whether output was read ahead (with the runtime's answer) and waits to be
+    /// taken, which `poll(2)` cannot see.
+    fn has_buffered(&self) -> bool;
+
+    /// Reads what the process wrote without blocking and hands each piece to `emit`.
+    /// `Ok(0)`: the output has ended (the process exited or the runtime closed the
+    /// stream); `WouldBlock`: nothing yet. A positive count may have emitted nothing
+    /// (only framing arrived).
+    fn read_output(&mut self, emit: &mut dyn FnMut(OutputKind, &[u8])) -> io::Result<usize>;
+
+    /// Sends input without blocking; `WouldBlock` when the runtime takes no more now.
+    fn write_input(&mut self, data: &[u8]) -> io::Result<usize>;
+
+    /// Ends the input: the process reads end-of-file on its stdin. Output goes on.
+    fn close_input(&mut self) -> io::Result<()>;
+}
+
+/// An interactive exec that has started.
+#[derive(Debug)]
+pub struct ExecSession {
+    /// The runtime's ID of this exec, for [`Runtime::exec_status`] and
+    /// [`Runtime::resize_exec`].
+    pub exec_id: String,
+    /// The process's standard streams.
+    pub io: Box<dyn ProcessIo>,
+}
+
 /// The blocking container runtime interface. One implementation talks to Docker.
 pub trait Runtime: Send + Sync + fmt::Debug {
     /// Version and API version of the runtime; also the liveness check.
@@ -553,6 +623,31 @@ pub trait Runtime: Send + Sync + fmt::Debug {
     /// Runs a command inside a running container and waits for it, at most `timeout`.
     fn exec(&self, id: &str, cmd: &[String], timeout: Duration)
         -> Result<ExecResult, RuntimeError>;
+
+    /// Starts `cmd` in a running container with the streams `opts` asks for and
+    /// returns at once with them connected (`kubectl exec`). The process runs until
+    /// it exits, whatever the caller does; its exit code is [`Runtime::exec_status`].
+    /// The start is bounded by a timeout, the streams are not.
+    fn exec_interactive(
+        &self,
+        id: &str,
+        cmd: &[String],
+        opts: StreamOptions,
+    ) -> Result<ExecSession, RuntimeError>;
+
+    /// The exit code of an exec from [`Runtime::exec_interactive`]; None while it runs.
+    fn exec_status(&self, exec_id: &str) -> Result<Option<i64>, RuntimeError>;
+
+    /// Resizes the terminal of an exec started with `tty`.
+    fn resize_exec(&self, exec_id: &str, size: TermSize) -> Result<(), RuntimeError>;
+
+    /// Connects to the standard streams of a running container's main process
+    /// (`kubectl attach`). Input reaches it only if the container was created with
+    /// stdin open.
+    fn attach(&self, id: &str, opts: StreamOptions) -> Result<Box<dyn ProcessIo>, RuntimeError>;
+
+    /// Resizes the terminal of a container created with a TTY.
+    fn resize_container(&self, id: &str, size: TermSize) -> Result<(), RuntimeError>;
 
     /// Blocks reading container events (filtered to containers with `label_filter`),
     /// calling `on_event` for each, until `on_event` returns false, the stream breaks

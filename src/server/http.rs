@@ -843,6 +843,24 @@ impl Hijacked {
         self.stream.write_all_waiting(data, self.write_timeout)
     }
 
+    /// Writes what the connection takes now without waiting (`WouldBlock` when it
+    /// takes nothing): for a stream that polls the client beside a backend and keeps
+    /// its own bounded buffer. Call [`Hijacked::flush_nonblocking`] when
+    /// [`Hijacked::wants_write`] says TLS records are still queued.
+    pub fn write_nonblocking(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.stream.write_nonblocking(data)
+    }
+
+    /// Whether TLS records wait to be sent (poll for `POLLOUT` then).
+    pub fn wants_write(&self) -> bool {
+        self.stream.wants_write()
+    }
+
+    /// Sends queued TLS records until the socket would block.
+    pub fn flush_nonblocking(&mut self) -> io::Result<()> {
+        self.stream.flush_nonblocking()
+    }
+
     /// Writes a status line and headers as Go's net/http does (`Date`, and `nosniff`
     /// on errors), then the blank line. Give `Content-Type`, `Transfer-Encoding`,
     /// `Upgrade` … in `headers`.

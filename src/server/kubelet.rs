@@ -8,8 +8,8 @@
 //! field names, as upstream's `setConfigz`), `/containerLogs` ([`logs`]), `/logs/`
 //! ([`logfiles`]), `/run`, `PUT /debug/flags/v` ([`debug`]) and `/runningpods/` (the
 //! runtime's pods from the last PLEG relist); `/metrics` and `/metrics/probes`
-//! (Prometheus text). Everything else is 404 until it is ported (exec, attach,
-//! port-forward are issue 10's other items).
+//! (Prometheus text); `/exec`, `/attach` and `/portForward` ([`streams`]), also
+//! debugging handlers. Everything else is 404.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use serde_json::{json, Map, Value};
 use super::auth::{self, AuthConfig};
 use super::http_metrics::metrics_reply;
 use super::readonly::{running_pods_json, PodsView};
+use super::streams::{self, PodRef, StreamServer, Verb};
 use super::{debug, healthz, logfiles, logs, Reply, Req};
 use crate::config::KubeletConfig;
 use crate::health::HealthChecks;
@@ -56,6 +57,8 @@ pub struct KubeletServer {
     pub debugging_handlers: bool,
     /// The directory `/logs/` serves ([`NODE_LOG_DIR`]; tests point it elsewhere).
     pub log_dir: PathBuf,
+    /// Exec, attach and port-forward.
+    pub streams: StreamServer,
 }
 
 /// Routes one request on the kubelet port, after authentication and authorization.
@@ -96,6 +99,40 @@ pub fn handle(k: &KubeletServer, req: &Req) -> Reply {
         ["run", ..] if k.debugging_handlers => debug::run(&k.pods, &k.runtime, req, &raw[1..]),
         ["debug", "flags", "v"] if k.debugging_handlers && req.raw_path == "/debug/flags/v" => {
             debug::flags_v(req)
+        }
+        [verb @ ("exec" | "attach"), ns, pod, rest @ ..]
+            if k.debugging_handlers && matches!(rest.len(), 1 | 2) =>
+        {
+            if req.method != "GET" && req.method != "POST" {
+                return Reply::method_not_allowed("GET, POST");
+            }
+            let verb = if *verb == "exec" {
+                Verb::Exec
+            } else {
+                Verb::Attach
+            };
+            let (uid, container) = match rest {
+                [uid, container] => (Some(*uid), *container),
+                [container] => (None, *container),
+                _ => return Reply::not_found(),
+            };
+            let pod = PodRef {
+                namespace: ns,
+                name: pod,
+                uid,
+            };
+            streams::remote_command(&k.streams, req, verb, pod, container)
+        }
+        ["portForward", ns, pod, rest @ ..] if k.debugging_handlers && rest.len() <= 1 => {
+            if req.method != "GET" && req.method != "POST" {
+                return Reply::method_not_allowed("GET, POST");
+            }
+            let pod = PodRef {
+                namespace: ns,
+                name: pod,
+                uid: rest.first().copied(),
+            };
+            streams::port_forward(&k.streams, req, pod)
         }
         _ => Reply::not_found(),
     }

@@ -17,6 +17,7 @@ pub mod logfiles;
 pub mod logs;
 pub mod readonly;
 pub mod spdy;
+pub mod streams;
 pub mod tls;
 pub mod tls_reload;
 

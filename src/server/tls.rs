@@ -152,6 +152,33 @@ impl Stream {
         }
     }
 
+    /// Writes what the socket (or rustls's send buffer) takes now, never waiting:
+    /// `WouldBlock` when it takes nothing. For TLS, records rustls could not send
+    /// yet stay queued ([`Stream::wants_write`]) and go out with the next call or
+    /// [`Stream::flush_nonblocking`].
+    pub fn write_nonblocking(&mut self, data: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(data),
+            Stream::Tls(t) => {
+                t.flush_nonblocking()?;
+                let n = t.tls.writer().write(data)?;
+                t.flush_nonblocking()?;
+                if n == 0 && !data.is_empty() {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    /// Sends queued TLS records until the socket would block (nothing for plain TCP).
+    pub fn flush_nonblocking(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(_) => Ok(()),
+            Stream::Tls(t) => t.flush_nonblocking(),
+        }
+    }
+
     /// Writes all of `data` on a non-blocking socket (a stream handed over by the
     /// transport), waiting in `poll(2)` whenever the socket is full; `TimedOut` when
     /// no byte could be sent for `timeout`. The socket stays non-blocking, so the same

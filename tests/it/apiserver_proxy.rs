@@ -644,7 +644,10 @@ fn pipe(ends: &mut [End; 2], stopped: &AtomicBool) {
             return;
         }
     }
-    let mut buf = vec![0u8; 64 * 1024];
+    // One read must always fit into an empty TLS queue: rustls refuses plaintext
+    // beyond its 64 KiB buffer limit (records included), and a `write_all` that
+    // hits the limit fails and would end the pipe mid-stream.
+    let mut buf = vec![0u8; 16 * 1024];
     let mut closing_since: Option<Instant> = None;
     loop {
         for e in ends.iter_mut() {

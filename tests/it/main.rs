@@ -19,6 +19,7 @@ mod admission;
 mod inputs;
 mod kubelet_port;
 mod kubelet_auth;
+mod logs;
 mod metrics;
 mod spdy;
-mod logs;
+mod streams;

@@ -139,6 +139,8 @@ impl Req {
 #[derive(Debug)]
 pub(crate) struct Client {
     endpoint: String,
+    /// The socket path, for the calls written by hand (`hijack`).
+    socket: PathBuf,
     agent: Agent,
     /// The negotiated API version; None until the first call, and again after the
     /// engine was unreachable (it may have been upgraded meanwhile).
@@ -161,9 +163,10 @@ impl Client {
             .user_agent(concat!("rkubelet/", env!("CARGO_PKG_VERSION")))
             .timeout_global(Some(super::CALL_TIMEOUT))
             .build();
-        let agent = Agent::with_parts(config, UnixConnector::new(path), NoDnsResolver);
+        let agent = Agent::with_parts(config, UnixConnector::new(path.clone()), NoDnsResolver);
         Client {
             endpoint,
+            socket: path,
             agent,
             api: Mutex::new(None),
         }
@@ -172,6 +175,11 @@ impl Client {
     /// The endpoint as configured.
     pub(crate) fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The engine's socket.
+    pub(crate) fn socket(&self) -> &std::path::Path {
+        &self.socket
     }
 
     /// Asks the engine for its version and negotiates the API version to use, caching
@@ -198,7 +206,7 @@ impl Client {
 
     /// The API version to use, negotiating it first if needed. The lock is not held
     /// across the call: two threads may both negotiate at start-up, which is harmless.
-    fn api_version(&self) -> Result<ApiVersion, RuntimeError> {
+    pub(crate) fn api_version(&self) -> Result<ApiVersion, RuntimeError> {
         if let Some(api) = *lock(&self.api) {
             return Ok(api);
         }

@@ -11,6 +11,8 @@
 //! - `client`: the agent, lazy API version negotiation, timeouts, error mapping.
 //! - `stream`: multiplexed stdout/stderr frames and JSON-lines decoding.
 //! - `logs`: a container's log as a stream (`/containerLogs`).
+//! - `hijack`: exec and attach connections taken over after `101 UPGRADED`, the
+//!   process's streams both ways.
 //! - `reference`: a pull's `fromImage` and `tag` from an image reference.
 //! - `wire`: timestamps, query escaping, base64 of registry credentials.
 //!
@@ -22,9 +24,14 @@
 //! timeout; ureq's body reader survives a read timeout (the unread state stays in the
 //! connection and the next read continues), so the thread wakes every second to check
 //! for shutdown without ending the stream or losing a partial line.
+//!
+//! Over 800 lines: one `impl Runtime` block, each method one or two Engine API calls;
+//! the parts with a life of their own (transport, client, streams, hijacked exec and
+//! attach, models) are already in their own files.
 
 mod client;
 mod logs;
+mod hijack;
 mod model;
 mod reference;
 mod stream;
@@ -46,8 +53,9 @@ use self::reference::pull_params;
 use self::stream::{append_capped, demux_interleaved, FrameDecoder, StreamKind};
 use self::wire::REGISTRY_AUTH_BASE64;
 use super::{
-    ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ImageDetails, LogOptions,
-    LogStream, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion,
+    ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ExecSession, ImageDetails,
+    LogOptions, LogStream, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
+    RuntimeVersion, StreamOptions, TermSize,
 };
 use crate::lines::LineReader;
 use crate::netutil::query_escape as percent_encode;
@@ -448,6 +456,33 @@ impl Runtime for Docker {
             stdout,
             stderr,
         })
+    }
+
+    fn exec_interactive(
+        &self,
+        id: &str,
+        cmd: &[String],
+        opts: StreamOptions,
+    ) -> Result<ExecSession, RuntimeError> {
+        hijack::exec_interactive(&self.client, id, cmd, opts)
+    }
+
+    fn exec_status(&self, exec_id: &str) -> Result<Option<i64>, RuntimeError> {
+        hijack::exec_status(&self.client, exec_id)
+    }
+
+    fn resize_exec(&self, exec_id: &str, size: TermSize) -> Result<(), RuntimeError> {
+        hijack::resize(&self.client, "exec", exec_id, size)
+    }
+
+    fn attach(&self, id: &str, opts: StreamOptions) -> Result<Box<dyn ProcessIo>, RuntimeError> {
+        // The framing follows the container's TTY, whatever the client asked for.
+        let tty = self.inspect_tty(id)?;
+        hijack::attach(&self.client, id, opts, tty)
+    }
+
+    fn resize_container(&self, id: &str, size: TermSize) -> Result<(), RuntimeError> {
+        hijack::resize(&self.client, "containers", id, size)
     }
 
     fn events(
