@@ -318,3 +318,104 @@ fn webhook_authorization_without_a_kubeconfig_leaves_the_port_unserved_and_the_n
         "{log}"
     );
 }
+
+/// Sends `request` over TLS (no client certificate, no verification: the port runs
+/// with anonymous auth) from python3's ssl module, a client that is not ours, and
+/// returns the answer's status line ("" if the connection closed without one).
+fn tls_exchange(port: u16, request: &[u8]) -> String {
+    let script = "import socket, ssl, sys\n\
+        ctx = ssl.create_default_context(); ctx.check_hostname = False\n\
+        ctx.verify_mode = ssl.CERT_NONE\n\
+        s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', int(sys.argv[1]))),\n\
+            server_hostname='localhost')\n\
+        s.settimeout(60)\n\
+        try:\n    s.sendall(sys.stdin.buffer.read())\n\
+        except OSError:\n    pass\n\
+        out = b''\n\
+        while True:\n\
+        \x20   try:\n\
+        \x20       b = s.recv(65536)\n\
+        \x20   except OSError:\n\
+        \x20       break\n\
+        \x20   if not b:\n\
+        \x20       break\n\
+        \x20   out += b\n\
+        print(out.split(b'\\r\\n')[0].decode())\n";
+    let mut child = Command::new("python3")
+        .args(["-c", script, &port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(request).expect("request to python3");
+    }
+    let out = child.wait_with_output().expect("python3");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `/healthz` over TLS answers within one second at least once in three tries (each
+/// try is cut at 1 s by curl itself), so a loaded machine's hiccup is not a failure
+/// but a port that is held up is.
+fn healthz_answers_within_a_second(port: u16) {
+    let tries: Vec<String> = (0..3)
+        .map(|_| {
+            let out = run(Command::new("curl").args([
+                "-sk",
+                "-m",
+                "1",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                &format!("https://127.0.0.1:{port}/healthz"),
+            ]));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        })
+        .collect();
+    assert!(tries.iter().any(|c| c == "200"), "/healthz: {tries:?}");
+}
+
+#[test]
+fn bad_input_on_the_kubelet_port_gets_its_error_and_healthz_stays_fast() {
+    let pki = Pki::get();
+    let mut node = Node::new("kbad");
+    let flags = pki_flags(&pki);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let port = start(&mut node, &flags);
+    // 1000 connections that go silent before their handshake.
+    let flood = crate::servers::silent_connections(port, 1000);
+    assert!(flood.len() >= 900, "only {} connections made", flood.len());
+    healthz_answers_within_a_second(port);
+    // A head over the 1 MiB cap: 431, never read whole.
+    let mut big = b"GET /pods HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 2 * 1024 * 1024));
+    big.extend_from_slice(b"\r\n\r\n");
+    let status = tls_exchange(port, &big);
+    assert!(
+        status.starts_with("HTTP/1.1 431 "),
+        "2 MiB head: {status:?}"
+    );
+    healthz_answers_within_a_second(port);
+    // An unterminated head: 408 at the 10 s header timeout, meanwhile others served.
+    let unterminated = std::thread::spawn(move || {
+        let began = Instant::now();
+        let status = tls_exchange(port, b"GET /pods HTTP/1.1\r\nHost: x\r\n");
+        (status, began.elapsed())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    healthz_answers_within_a_second(port);
+    let (status, took) = unterminated.join().expect("unterminated request");
+    assert!(
+        status.starts_with("HTTP/1.1 408 "),
+        "unterminated: {status:?}"
+    );
+    assert!(took >= Duration::from_secs(9), "408 after {took:?}");
+    // An escape by an encoded `..` is cleaned, never served from outside.
+    let (code, _) = curl(port, "/logs/%2e%2e/%2e%2e/etc/passwd", None);
+    assert!(code == 404 || code == 301 || code == 400, "%2e%2e: {code}");
+    drop(flood);
+    healthz_answers_within_a_second(port);
+    assert!(node.alive(), "rkubelet died: {}", node.log());
+}

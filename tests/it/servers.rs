@@ -25,7 +25,7 @@ fn raw(port: u16, request: &[u8]) -> String {
 }
 
 /// Opens up to `n` connections to `port` that never send anything.
-fn silent_connections(port: u16, n: usize) -> Vec<TcpStream> {
+pub(crate) fn silent_connections(port: u16, n: usize) -> Vec<TcpStream> {
     raise_own_nofile();
     (0..n)
         .filter_map(|_| {
