@@ -1,4 +1,4 @@
-//! `make bench`: the authenticated kubelet port over TLS. A real rkubelet (no pods,
+//! `make bench`: the authenticated kubelet port over TLS. A real rkubelet (30 static pods,
 //! self-signed pair, anonymous + AlwaysAllow) is asked `/pods` in a keep-alive loop
 //! over one TLS connection (requests/s, handshake excluded), then holds 100 idle TLS
 //! connections (handshake done, no request) while its RSS and threads are read.
@@ -36,9 +36,17 @@ fn main() {
             .expect("port")
     };
     let (hz, port) = (free(), free());
+    // 30 static pods, as the issue's figure asks: `/pods` lists them all.
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests).expect("manifests");
+    for i in 0..PODS {
+        common::write_manifest(&manifests, &format!("p{i}.yaml"), &pod_yaml(i));
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
-        .arg("--hostname-override=bench-kport")
+        .arg(format!("--hostname-override={NODE}"))
         .arg(format!("--root-dir={}", dir.join("root").display()))
+        .arg(format!("--pod-manifest-path={}", manifests.display()))
+        .arg(format!("--pod-infra-container-image={PAUSE}"))
         .arg(format!("--healthz-port={hz}"))
         .args(["--read-only-port=0", "--address=127.0.0.1"])
         .arg(format!("--port={port}"))
@@ -57,8 +65,14 @@ fn main() {
     }
     let config = client_config(&crt);
 
-    println!("rkubelet kubelet port over TLS (no pods, anonymous + AlwaysAllow)\n");
+    println!("rkubelet kubelet port over TLS ({PODS} pods, anonymous + AlwaysAllow)\n");
     let mut conn = connect(&config, port);
+    let listed = |body: &str| body.matches("\"name\":\"kport-bench-").count();
+    while listed(&get(&mut conn, "/pods", "")) < PODS && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let body = get(&mut conn, "/pods", "");
+    println!("/pods lists {} pods, {} bytes", listed(&body), body.len());
     let n = 2000;
     let began = Instant::now();
     for _ in 0..n {
@@ -83,9 +97,42 @@ fn main() {
     drop(idle);
     let _ = child.kill();
     let _ = child.wait();
+    remove_containers(NODE);
 
     cached_token(&dir, free(), free());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+const NODE: &str = "bench-kport";
+const PODS: usize = 30;
+const PAUSE: &str = "rkubelet/pause:3.10";
+
+fn pod_yaml(i: usize) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kport-bench-{i}\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  containers:\n  - name: a\n    \
+         image: rkubelet/busybox:1.35\n    command: [\"sleep\", \"3600\"]\n"
+    )
+}
+
+/// Removes the containers the bench's kubelet started (the kubelet leaves them).
+fn remove_containers(node: &str) {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=io.rkubelet.node={node}"))
+        .output()
+        .expect("docker ps");
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    if !ids.is_empty() {
+        let _ = Command::new("docker")
+            .args(["rm", "-f"])
+            .args(&ids)
+            .stdout(Stdio::null())
+            .status();
+    }
 }
 
 /// `/pods` with a bearer token, Webhook authorization: after the first request the
@@ -172,7 +219,7 @@ fn connect(config: &Arc<rustls::ClientConfig>, port: u16) -> Tls {
 
 /// One keep-alive GET with `headers` (each ending in CRLF); reads the whole answer by
 /// its Content-Length.
-fn get(tls: &mut Tls, path: &str, headers: &str) {
+fn get(tls: &mut Tls, path: &str, headers: &str) -> String {
     // One write, one TLS record: `write!` would send pieces that Nagle holds back.
     let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{headers}\r\n");
     tls.write_all(req.as_bytes()).expect("write");
@@ -191,7 +238,7 @@ fn get(tls: &mut Tls, path: &str, headers: &str) {
                 .expect("Content-Length");
             if buf.len() >= end + 4 + len {
                 assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-                return;
+                return text[end + 4..].to_string();
             }
         }
     }

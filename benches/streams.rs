@@ -23,8 +23,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use serde_json::json;
 
 /// Rounds of the three commands.
@@ -95,7 +94,7 @@ fn main() {
             .args(["get", "pod", "bench"]);
         c
     };
-    let tls = client_config(&pki);
+    let tls = pki.client_config();
     let mut runs: [(&str, Vec<Duration>, usize); 5] = [
         ("kubectl exec (WebSocket)", Vec::new(), 0),
         ("kubectl exec (SPDY/3.1)", Vec::new(), 0),
@@ -158,28 +157,6 @@ fn main() {
             if ratio <= 1.2 { "(met)" } else { "(MISSED)" }
         );
     }
-}
-
-/// The test PKI's client identity, trusting its CA.
-fn client_config(pki: &apiserver::Pki) -> Arc<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(&pki.ca).expect("ca") {
-        roots.add(c.expect("ca cert")).expect("add");
-    }
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pki.client_cert)
-        .expect("cert")
-        .map(|c| c.expect("cert"))
-        .collect();
-    let key = PrivateKeyDer::from_pem_file(&pki.client_key).expect("key");
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_client_auth_cert(certs, key)
-            .expect("config"),
-    )
 }
 
 /// `true` in the pod over `v5.channel.k8s.io` straight to the kubelet port, until the

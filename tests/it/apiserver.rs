@@ -84,6 +84,29 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 impl Pki {
+    /// A rustls client configuration with the test client certificate, trusting the
+    /// test CA (the identity kube-apiserver uses towards kubelets).
+    pub fn client_config(&self) -> Arc<rustls::ClientConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(&self.ca).expect("ca") {
+            roots.add(c.expect("ca cert")).expect("add");
+        }
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&self.client_cert)
+            .expect("cert")
+            .map(|c| c.expect("cert"))
+            .collect();
+        let key = PrivateKeyDer::from_pem_file(&self.client_key).expect("key");
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .expect("versions")
+                .with_root_certificates(roots)
+                .with_client_auth_cert(certs, key)
+                .expect("config"),
+        )
+    }
+
     /// The test certificates, made once under cargo's test scratch directory and
     /// reused by later runs (so nothing is left behind in /tmp).
     pub fn get() -> Pki {

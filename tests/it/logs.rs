@@ -168,28 +168,12 @@ impl FakeKubelet {
 
 /// A TLS client of the stand-in with the test client certificate.
 fn stand_in_client(addr: SocketAddr) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
-    let pki = Pki::get();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(&pki.ca).expect("ca") {
-        roots.add(c.expect("ca cert")).expect("add");
-    }
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pki.client_cert)
-        .expect("cert")
-        .map(|c| c.expect("cert"))
-        .collect();
-    let key = PrivateKeyDer::from_pem_file(&pki.client_key).expect("key");
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)
-        .expect("config");
+    let config = Pki::get().client_config();
     let tcp = TcpStream::connect(addr).expect("connect");
     tcp.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("conn");
+    let conn = rustls::ClientConnection::new(config, name).expect("conn");
     rustls::StreamOwned::new(conn, tcp)
 }
 

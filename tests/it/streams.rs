@@ -9,12 +9,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rkubelet::runtime::{OutputKind, Runtime, StreamOptions, TermSize};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use serde_json::{json, Value};
 use tungstenite::Message;
 
@@ -608,28 +606,12 @@ type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
 /// A TLS connection to the kubelet port with the test client certificate.
 fn tls_connect(port: u16) -> Tls {
-    let pki = Pki::get();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(&pki.ca).expect("ca") {
-        roots.add(cert.expect("ca cert")).expect("add");
-    }
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pki.client_cert)
-        .expect("cert")
-        .map(|c| c.expect("cert"))
-        .collect();
-    let key = PrivateKeyDer::from_pem_file(&pki.client_key).expect("key");
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)
-        .expect("config");
+    let config = Pki::get().client_config();
     let tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     tcp.set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
     let name = ServerName::try_from("127.0.0.1").expect("name");
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("conn");
+    let conn = rustls::ClientConnection::new(config, name).expect("conn");
     rustls::StreamOwned::new(conn, tcp)
 }
 
