@@ -64,12 +64,22 @@ impl PodsView {
                 p
             })
             .collect();
-        let list = serde_json::json!({
-            "kind": "PodList",
-            "apiVersion": "v1",
-            "metadata": {},
-            "items": items,
-        });
+        // Encoded straight from the pods: going through a `serde_json::Value` first
+        // built a map per field of every pod on each request.
+        #[derive(serde::Serialize)]
+        struct PodList<'a> {
+            kind: &'static str,
+            #[serde(rename = "apiVersion")]
+            api_version: &'static str,
+            metadata: serde_json::Map<String, serde_json::Value>,
+            items: &'a [Pod],
+        }
+        let list = PodList {
+            kind: "PodList",
+            api_version: "v1",
+            metadata: serde_json::Map::new(),
+            items: &items,
+        };
         serde_json::to_vec(&list).unwrap_or_default()
     }
 }
