@@ -510,8 +510,11 @@ fn post_start_runs_before_the_app_relies_on_it_and_a_failing_one_kills_the_conta
             .contains("HTTP lifecycle hook (/nothing) for Container \"closed\"")
             .then_some(())
     });
-    let client = container_status(&node, "web", "client").expect("client status");
-    assert!(client["state"]["running"].is_object(), "{client}");
+    // The status is published when the sync that ran both hooks ends, which may be
+    // after the hook's log line on a loaded machine.
+    let client = wait_for("the client's status to say running", LONG, || {
+        container_status(&node, "web", "client").filter(|c| c["state"]["running"].is_object())
+    });
     assert_eq!(client["restartCount"], 0, "{client}");
     assert!(node
         .containers_named("victim")

@@ -96,13 +96,20 @@ pub fn check_upgrade(req: &Req, server: &[&'static str]) -> Result<&'static str,
         .iter()
         .find_map(|c| server.iter().find(|s| **s == c.as_str()).copied())
         .ok_or_else(|| {
-            Reply::text(
+            // Go prints the lists with `%v` (`[a b]`), `http.Error` adds the newline,
+            // and each protocol the server accepts is one header line.
+            let refused = Reply::text(
                 403,
                 format!(
-                    "unable to upgrade: unable to negotiate protocol: client supports {client:?}, \
-                     server accepts {server:?}"
+                    "unable to upgrade: unable to negotiate protocol: client supports [{}], \
+                     server accepts [{}]\n",
+                    client.join(" "),
+                    server.join(" ")
                 ),
-            )
+            );
+            server.iter().fold(refused, |r, p| {
+                r.with_header("X-Accepted-Stream-Protocol-Versions", *p)
+            })
         })
 }
 
@@ -817,6 +824,13 @@ mod tests {
         let refused = check_upgrade(&req(&h), &REMOTE_COMMAND_PROTOCOLS).expect_err("403");
         assert_eq!(refused.status, 403);
         assert!(String::from_utf8_lossy(&refused.body).contains("unable to negotiate protocol"));
+        let accepted: Vec<&str> = refused
+            .headers
+            .iter()
+            .filter(|(n, _)| *n == "X-Accepted-Stream-Protocol-Versions")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(accepted, REMOTE_COMMAND_PROTOCOLS);
         let refused = check_upgrade(&req(&[]), &REMOTE_COMMAND_PROTOCOLS).expect_err("400");
         assert_eq!(refused.status, 400);
         assert!(String::from_utf8_lossy(&refused.body).contains("missing upgrade headers"));
