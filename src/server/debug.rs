@@ -394,24 +394,17 @@ mod tests {
         assert_eq!(clean_path("/pods"), "/pods");
     }
 
-    fn header<'a>(r: &'a Reply, name: &str) -> Option<&'a str> {
-        r.headers
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
     #[test]
     fn the_mux_redirects_unclean_paths_and_subtree_roots() {
         let r = mux_redirect(&Req::new("GET", "/logs/../etc/passwd?x=1"), true).expect("301");
         assert_eq!(r.status, 301);
-        assert_eq!(header(&r, "Location"), Some("/etc/passwd?x=1"));
+        assert_eq!(r.header("Location"), Some("/etc/passwd?x=1"));
         assert_eq!(
             String::from_utf8_lossy(&r.body),
             "<a href=\"/etc/passwd?x=1\">Moved Permanently</a>.\n\n"
         );
         let r = mux_redirect(&Req::new("GET", "/logs"), true).expect("301");
-        assert_eq!(header(&r, "Location"), Some("/logs/"));
+        assert_eq!(r.header("Location"), Some("/logs/"));
         assert!(mux_redirect(&Req::new("GET", "/logs/"), true).is_none());
         assert!(mux_redirect(&Req::new("GET", "/run"), true).is_none());
         let r = mux_redirect(&Req::new("POST", "/run"), false).expect("301");

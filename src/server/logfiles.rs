@@ -396,13 +396,6 @@ mod tests {
         handle(root, &Req::new("GET", &format!("/logs/{rest}")), rest)
     }
 
-    fn header<'a>(r: &'a Reply, name: &str) -> Option<&'a str> {
-        r.headers
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
     #[test]
     fn paths_clean_as_go_does() {
         assert_eq!(clean("/a/../../b/./c/"), "/b/c");
@@ -442,7 +435,7 @@ mod tests {
              <a href=\"leak\">leak</a>\n\
              <a href=\"pods/\">pods/</a>\n</pre>\n"
         );
-        assert!(header(&r, "Last-Modified").is_some());
+        assert!(r.header("Last-Modified").is_some());
 
         let f = get(root, "b.log");
         assert_eq!((f.status, f.body.as_slice()), (200, &b"hello\n"[..]));
@@ -451,13 +444,13 @@ mod tests {
 
         // Go's canonical URLs.
         let r = get(root, "pods");
-        assert_eq!((r.status, header(&r, "Location")), (301, Some("pods/")));
+        assert_eq!((r.status, r.header("Location")), (301, Some("pods/")));
         let r = get(root, "b.log/");
-        assert_eq!((r.status, header(&r, "Location")), (301, Some("../b.log")));
+        assert_eq!((r.status, r.header("Location")), (301, Some("../b.log")));
         let r = get(root, "pods/index.html");
-        assert_eq!((r.status, header(&r, "Location")), (301, Some("./")));
+        assert_eq!((r.status, r.header("Location")), (301, Some("./")));
         let r = handle(root, &Req::new("GET", "/logs/pods?x=1"), "pods");
-        assert_eq!(header(&r, "Location"), Some("pods/?x=1"));
+        assert_eq!(r.header("Location"), Some("pods/?x=1"));
 
         // Nothing outside the root.
         assert_eq!(get(root, "leak").status, 404);

@@ -218,6 +218,14 @@ impl Reply {
         self
     }
 
+    /// The first value of header `name` among [`Reply::headers`] (exact name).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// 404, as Go's mux words it.
     pub fn not_found() -> Reply {
         Reply::text(404, "404 page not found\n")
