@@ -347,16 +347,7 @@ impl ApiClient {
                 }
             }
             let (url, resp) = self.get(what, &path, REQUEST_TIMEOUT, None)?;
-            let body = resp
-                .into_body()
-                .into_with_config()
-                .limit(MAX_LIST_BODY)
-                .read_to_vec()
-                .map_err(|source| ApiError::Transport {
-                    what,
-                    url: url.clone(),
-                    source,
-                })?;
+            let body = read_body(what, &url, resp, MAX_LIST_BODY)?;
             let list: k8s_openapi::List<Pod> =
                 serde_json::from_slice(&body).map_err(|source| ApiError::Decode {
                     what,
@@ -473,16 +464,7 @@ impl ApiClient {
             source,
         })?;
         let (url, resp) = self.check(what, url, resp)?;
-        let body = resp
-            .into_body()
-            .into_with_config()
-            .limit(MAX_ERROR_BODY)
-            .read_to_vec()
-            .map_err(|source| ApiError::Transport {
-                what,
-                url: url.clone(),
-                source,
-            })?;
+        let body = read_body(what, &url, resp, MAX_ERROR_BODY)?;
         serde_json::from_slice(&body).map_err(|source| ApiError::Decode { what, url, source })
     }
 
@@ -598,6 +580,24 @@ impl ApiClient {
         st.exec_cred = Some(cred);
         Ok((st.agent.clone(), token))
     }
+}
+
+/// A response's body, at most `limit` bytes (more is a transport error).
+fn read_body(
+    what: &'static str,
+    url: &str,
+    resp: Response<Body>,
+    limit: u64,
+) -> Result<Vec<u8>, ApiError> {
+    resp.into_body()
+        .into_with_config()
+        .limit(limit)
+        .read_to_vec()
+        .map_err(|source| ApiError::Transport {
+            what,
+            url: url.to_string(),
+            source,
+        })
 }
 
 #[cfg(test)]
