@@ -466,6 +466,20 @@ fn wait_or_wake(stop: &Stop, wake: &Receiver<()>, period: Duration) -> bool {
     }
 }
 
+/// Tests only: runs `f` on a thread called `name` (a test plays a client or a pod
+/// on it; the kubelet's own threads come from [`Loops`]).
+#[cfg(test)]
+pub fn spawn_named<T, F>(name: &str, f: F) -> std::thread::JoinHandle<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .expect("spawn a test thread")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -220,6 +220,21 @@ impl FakeRuntime {
         self
     }
 
+    /// A fake runtime with one running busybox container named `name`; returns it and
+    /// the container's ID.
+    pub fn with_running_container(name: &str) -> (Arc<FakeRuntime>, String) {
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("busybox"));
+        let id = rt
+            .create_container(&ContainerConfig {
+                name: name.into(),
+                image: "busybox".into(),
+                ..ContainerConfig::default()
+            })
+            .expect("create");
+        rt.start_container(&id).expect("start");
+        (rt, id)
+    }
+
     /// Makes `image` pullable (absent until pulled).
     pub fn with_pullable(self, image: &str) -> Self {
         lock(&self.state).registry.insert(image.to_string());

@@ -704,8 +704,8 @@ pub mod testing {
 mod tests {
     use super::testing::Client;
     use super::*;
-    use crate::runtime::fake::{FakeClock, FakeRuntime};
-    use crate::runtime::{ContainerConfig, ExecResult, Runtime, StreamOptions};
+    use crate::runtime::fake::FakeRuntime;
+    use crate::runtime::{ExecResult, StreamOptions};
     use crate::server::spdy::{Frame, FLAG_FIN};
     use crate::server::streams::remotecommand::Target;
     use crate::server::streams::wire::TestConn;
@@ -724,16 +724,7 @@ mod tests {
     }
 
     fn running() -> (Arc<FakeRuntime>, String) {
-        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("busybox"));
-        let id = rt
-            .create_container(&ContainerConfig {
-                name: "k8s_c_p_ns_uid_0".into(),
-                image: "busybox".into(),
-                ..ContainerConfig::default()
-            })
-            .expect("create");
-        rt.start_container(&id).expect("start");
-        (rt, id)
+        FakeRuntime::with_running_container("k8s_c_p_ns_uid_0")
     }
 
     #[test]
@@ -760,7 +751,7 @@ mod tests {
             },
         };
         let session_rt = rt.clone();
-        let session = std::thread::spawn(move || {
+        let session = crate::loops::spawn_named("test-session", move || {
             serve_remote_command(
                 Wire::new(TestConn(server)),
                 "v4.channel.k8s.io",

@@ -796,7 +796,7 @@ mod tests {
             .expect("addr")
             .port()
             .to_string();
-        let pod = std::thread::spawn(move || {
+        let pod = crate::loops::spawn_named("test-pod", move || {
             let (mut s, _) = listener.accept().expect("accept");
             let mut got = Vec::new();
             s.read_to_end(&mut got).expect("read");
@@ -813,7 +813,7 @@ mod tests {
             sandbox_pid: std::process::id(),
             ports: Vec::new(),
         };
-        let session = std::thread::spawn(move || {
+        let session = crate::loops::spawn_named("test-session", move || {
             run_spdy(Wire::new(TestConn(server)), &target, &loops);
         });
         let mut c = Client::new(client);

@@ -521,8 +521,8 @@ impl Frontend for WsFrontend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::fake::{FakeClock, FakeRuntime};
-    use crate::runtime::{ContainerConfig, ExecResult};
+    use crate::runtime::fake::FakeRuntime;
+    use crate::runtime::ExecResult;
     use crate::server::streams::websocket::Upgrade;
     use crate::server::streams::wire::{TestConn, Wire};
     use std::io::{Read, Write};
@@ -530,18 +530,8 @@ mod tests {
     use std::sync::Arc;
     use tungstenite::Message;
 
-    /// A running container in a fake runtime.
     fn running() -> (Arc<FakeRuntime>, String) {
-        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("busybox"));
-        let id = rt
-            .create_container(&ContainerConfig {
-                name: "k8s_c_p_ns_uid_0".into(),
-                image: "busybox".into(),
-                ..ContainerConfig::default()
-            })
-            .expect("create");
-        rt.start_container(&id).expect("start");
-        (rt, id)
+        FakeRuntime::with_running_container("k8s_c_p_ns_uid_0")
     }
 
     /// Runs a session on its own thread; returns the client's WebSocket.
@@ -555,7 +545,7 @@ mod tests {
     ) {
         let (server, mut client) = UnixStream::pair().expect("pair");
         let rt = rt.clone();
-        let handle = std::thread::spawn(move || {
+        let handle = crate::loops::spawn_named("test-session", move || {
             let up = Upgrade::new("dGhlIHNhbXBsZSBub25jZQ==", protocol.name());
             let ws = WsConn::accept(Wire::new(TestConn(server)), &up).expect("accept");
             run_websocket(ws, protocol, rt.as_ref(), &target);
