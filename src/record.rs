@@ -163,6 +163,29 @@ pub fn event(pod: &Pod, container: Option<&str>, warning: bool, reason: &str, me
     });
 }
 
+/// Records an event about the node `node` (`Starting`, `NodeReady`,
+/// `NodeHasSufficientMemory` …): logged as `event: <Type> <reason> node/<node>: <message>`
+/// through the same limiter, keyed by the node.
+pub fn node_event(node: &str, warning: bool, reason: &str, message: &str) {
+    let kind = if warning { "Warning" } else { "Normal" };
+    let key = format!("node\u{0}{node}\u{0}{kind} {reason}");
+    let decision = lock(&RECORDER).observe(&key, Instant::now());
+    let line = match decision {
+        Decision::Log { .. } => format!("event: {kind} {reason} node/{node}: {message}"),
+        Decision::StartSuppressing => format!(
+            "too many {kind} {reason} lines for node/{node}; suppressing them \
+             (at most {SPAM_BURST} at once, then 1 every {}s)",
+            SPAM_REFILL.as_secs()
+        ),
+        Decision::Suppress => return,
+    };
+    if warning {
+        log::warn!("{line}");
+    } else {
+        log::info!("{line}");
+    }
+}
+
 /// Logs a warning about `pod` that repeats every sync while a condition lasts (a
 /// container waiting in `ImagePullBackOff`, say), through the same limiter as events,
 /// keyed by the pod and `reason`. `line` is only formatted when it is logged.

@@ -8,7 +8,13 @@
 //! line by line on the caller's thread ([`WatchStream`]). These are client-go's
 //! `Reflector.list` / `watch` requests as the kubelet's `NewSourceApiserver` issues them.
 //! For the kubelet port it also creates the `TokenReview`s and `SubjectAccessReview`s
-//! that authenticate bearer tokens and authorize requests ([`review`]).
+//! that authenticate bearer tokens and authorize requests ([`review`]). The node's own
+//! writes (Node, Lease, pod status, mirror pods, events, CSRs, reads of the objects its
+//! pods reference) go through the generic verbs: [`ApiClient::get_object`],
+//! [`ApiClient::create_object`], [`ApiClient::update_object`],
+//! [`ApiClient::patch_object`] (strategic-merge, merge or JSON patch) and
+//! [`ApiClient::delete_object`] (grace period and UID precondition), each one request
+//! within the caller's timeout, 409/404 told apart by [`ApiError`]'s predicates.
 //!
 //! Authentication: a client certificate (kubeconfig or exec plugin) in the TLS
 //! handshake, and/or a bearer token in `Authorization` — from an exec plugin (cached
@@ -50,6 +56,64 @@ pub const LIST_PAGE: u32 = 500;
 const MAX_ERROR_BODY: u64 = 64 * 1024;
 /// The most of a list answer read (500 pods of a few KB each, with room).
 const MAX_LIST_BODY: u64 = 64 * 1024 * 1024;
+/// The most of one object's answer read: a ConfigMap or Secret holds at most 1 MiB of
+/// data (etcd's limit is 1.5 MiB for the whole object); a Node with 50 images is tens
+/// of KB.
+pub const MAX_OBJECT_BODY: u64 = 4 * 1024 * 1024;
+
+/// How a PATCH body is to be read (its `Content-Type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchType {
+    /// `application/strategic-merge-patch+json`: lists with a merge key are merged by it
+    /// (a node's conditions and addresses by `type`, a pod's conditions by `type`).
+    StrategicMerge,
+    /// `application/merge-patch+json` (RFC 7386): lists are replaced whole.
+    Merge,
+    /// `application/json-patch+json` (RFC 6902): a list of operations.
+    Json,
+}
+
+impl PatchType {
+    fn content_type(self) -> &'static str {
+        match self {
+            PatchType::StrategicMerge => "application/strategic-merge-patch+json",
+            PatchType::Merge => "application/merge-patch+json",
+            PatchType::Json => "application/json-patch+json",
+        }
+    }
+}
+
+/// The body of a DELETE (`metav1.DeleteOptions`): the grace period, and a UID
+/// precondition so a delete never removes a newer object of the same name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteOptions {
+    /// `gracePeriodSeconds`: None leaves the object's default; Some(0) deletes at once.
+    pub grace_period_seconds: Option<i64>,
+    /// `preconditions.uid`: the server answers 409 when the object's UID differs.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub resource_version: Option<String>,
+}
+
+impl DeleteOptions {
+    fn to_json(&self) -> serde_json::Value {
+        let mut body = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1"});
+        if let Some(g) = self.grace_period_seconds {
+            body["gracePeriodSeconds"] = g.into();
+        }
+        if self.uid.is_some() || self.resource_version.is_some() {
+            let mut pre = serde_json::Map::new();
+            if let Some(uid) = &self.uid {
+                pre.insert("uid".into(), uid.clone().into());
+            }
+            if let Some(rv) = &self.resource_version {
+                pre.insert("resourceVersion".into(), rv.clone().into());
+            }
+            body["preconditions"] = pre.into();
+        }
+        body
+    }
+}
 
 /// Why a call to the API server failed. Each message names the call and the URL.
 #[derive(Debug)]
@@ -151,6 +215,37 @@ impl ApiError {
     /// The server refused our credentials (401).
     pub fn is_unauthorized(&self) -> bool {
         matches!(self, ApiError::Status { code: 401, .. })
+    }
+
+    /// The HTTP status the server answered, if it answered one.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            ApiError::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The object does not exist (404).
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+
+    /// 409: a resourceVersion or UID precondition failed (`Conflict`), or the object
+    /// to create already exists (see [`ApiError::is_already_exists`]).
+    pub fn is_conflict(&self) -> bool {
+        self.code() == Some(409)
+    }
+
+    /// 409 `AlreadyExists`: a create found the name taken.
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, ApiError::Status { code: 409, reason, .. } if reason == "AlreadyExists")
+    }
+
+    /// The server was not reached or did not answer in time: worth retrying later,
+    /// and no sign that the object or our credentials are wrong.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, ApiError::Transport { .. } | ApiError::Stream { .. })
+            || matches!(self.code(), Some(429 | 500 | 502 | 503 | 504))
     }
 }
 
@@ -439,17 +534,130 @@ impl ApiClient {
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<T, ApiError> {
+        let (url, resp) = self.send(
+            what,
+            "POST",
+            path,
+            Some(("application/json", body)),
+            timeout,
+        )?;
+        let body = read_body(what, &url, resp, MAX_ERROR_BODY)?;
+        serde_json::from_slice(&body).map_err(|source| ApiError::Decode { what, url, source })
+    }
+
+    /// GETs one object (`path` is its full API path, e.g.
+    /// `/api/v1/nodes/<name>`) within `timeout`.
+    pub fn get_object<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &'static str,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<T, ApiError> {
+        let (url, resp) = self.get(what, path, timeout, None)?;
+        let body = read_body(what, &url, resp, MAX_OBJECT_BODY)?;
+        serde_json::from_slice(&body).map_err(|source| ApiError::Decode { what, url, source })
+    }
+
+    /// POSTs `object` to the collection at `path` (a create, 409 `AlreadyExists` when
+    /// the name is taken) and returns what the server stored.
+    pub fn create_object<B: serde::Serialize, T: serde::de::DeserializeOwned>(
+        &self,
+        what: &'static str,
+        path: &str,
+        object: &B,
+        timeout: Duration,
+    ) -> Result<T, ApiError> {
+        let body = encode(what, object)?;
+        self.call_json(what, "POST", path, Some(("application/json", body)), timeout)
+    }
+
+    /// PUTs `object` to `path` (an update; with `metadata.resourceVersion` set, the
+    /// server answers 409 `Conflict` when the object changed since).
+    pub fn update_object<B: serde::Serialize, T: serde::de::DeserializeOwned>(
+        &self,
+        what: &'static str,
+        path: &str,
+        object: &B,
+        timeout: Duration,
+    ) -> Result<T, ApiError> {
+        let body = encode(what, object)?;
+        self.call_json(what, "PUT", path, Some(("application/json", body)), timeout)
+    }
+
+    /// PATCHes `path` (an object or its `/status`) with `patch` read as `kind`, and
+    /// returns the patched object.
+    pub fn patch_object<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &'static str,
+        path: &str,
+        kind: PatchType,
+        patch: &serde_json::Value,
+        timeout: Duration,
+    ) -> Result<T, ApiError> {
+        let body = encode(what, patch)?;
+        self.call_json(what, "PATCH", path, Some((kind.content_type(), body)), timeout)
+    }
+
+    /// DELETEs the object at `path` with `options`. The answer (the object while a
+    /// graceful deletion runs, or a Status) is not decoded.
+    pub fn delete_object(
+        &self,
+        what: &'static str,
+        path: &str,
+        options: &DeleteOptions,
+        timeout: Duration,
+    ) -> Result<(), ApiError> {
+        let body = encode(what, &options.to_json())?;
+        let (url, resp) = self.send(
+            what,
+            "DELETE",
+            path,
+            Some(("application/json", body)),
+            timeout,
+        )?;
+        read_body(what, &url, resp, MAX_OBJECT_BODY).map(drop)
+    }
+
+    /// One request whose 2xx answer is a JSON object of at most [`MAX_OBJECT_BODY`].
+    fn call_json<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &'static str,
+        method: &'static str,
+        path: &str,
+        body: Option<(&'static str, Vec<u8>)>,
+        timeout: Duration,
+    ) -> Result<T, ApiError> {
+        let (url, resp) = self.send(what, method, path, body, timeout)?;
+        let body = read_body(what, &url, resp, MAX_OBJECT_BODY)?;
+        serde_json::from_slice(&body).map_err(|source| ApiError::Decode { what, url, source })
+    }
+
+    /// Sends one request with a body of the given content type (a DELETE's too: ureq
+    /// sends any body given through the `http` API, as client-go sends DeleteOptions),
+    /// all of it within `timeout`, and returns the answer if it is 2xx. The body is never
+    /// logged nor put in an error (it may hold a secret or a token).
+    fn send(
+        &self,
+        what: &'static str,
+        method: &'static str,
+        path: &str,
+        body: Option<(&'static str, Vec<u8>)>,
+        timeout: Duration,
+    ) -> Result<(String, Response<Body>), ApiError> {
         let url = format!("{}{path}", self.config.server);
         let (agent, bearer) = self.prepare()?;
         let mut builder = ureq::http::Request::builder()
-            .method("POST")
+            .method(method)
             .uri(&url)
-            .header("Accept", "application/json")
-            .header("Content-Type", "application/json");
+            .header("Accept", "application/json");
+        if let Some((content_type, _)) = &body {
+            builder = builder.header("Content-Type", *content_type);
+        }
         if let Some(token) = &bearer {
             builder = builder.header("Authorization", format!("Bearer {token}"));
         }
-        let request = builder.body(body).map_err(|e| ApiError::Transport {
+        let payload = body.map(|(_, b)| b).unwrap_or_default();
+        let request = builder.body(payload).map_err(|e| ApiError::Transport {
             what,
             url: url.clone(),
             source: ureq::Error::Http(e),
@@ -463,9 +671,7 @@ impl ApiClient {
             url: url.clone(),
             source,
         })?;
-        let (url, resp) = self.check(what, url, resp)?;
-        let body = read_body(what, &url, resp, MAX_ERROR_BODY)?;
-        serde_json::from_slice(&body).map_err(|source| ApiError::Decode { what, url, source })
+        self.check(what, url, resp)
     }
 
     /// The answer if its status is 2xx, else the error it carries (a `Status` body's
@@ -582,6 +788,15 @@ impl ApiClient {
     }
 }
 
+/// `value` as a JSON request body.
+fn encode<B: serde::Serialize>(what: &'static str, value: &B) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(value).map_err(|source| ApiError::Decode {
+        what,
+        url: String::new(),
+        source,
+    })
+}
+
 /// A response's body, at most `limit` bytes (more is a transport error).
 fn read_body(
     what: &'static str,
@@ -617,9 +832,33 @@ mod tests {
         assert!(status(500, "Expired").is_gone());
         assert!(!status(500, "InternalError").is_gone());
         assert!(status(401, "Unauthorized").is_unauthorized());
+        assert!(status(409, "Conflict").is_conflict());
+        assert!(!status(409, "Conflict").is_already_exists());
+        assert!(status(409, "AlreadyExists").is_already_exists());
+        assert!(status(404, "NotFound").is_not_found());
+        assert!(status(503, "").is_unreachable());
+        assert!(!status(404, "NotFound").is_unreachable());
         assert_eq!(
             status(401, "Unauthorized").to_string(),
             "watch pods from https://s/api: the API server answered 401 Unauthorized: m"
+        );
+    }
+
+    #[test]
+    fn delete_options_carry_grace_and_preconditions() {
+        assert_eq!(
+            DeleteOptions::default().to_json(),
+            serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1"})
+        );
+        let opts = DeleteOptions {
+            grace_period_seconds: Some(0),
+            uid: Some("u-1".into()),
+            resource_version: None,
+        };
+        assert_eq!(
+            opts.to_json(),
+            serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1",
+                "gracePeriodSeconds": 0, "preconditions": {"uid": "u-1"}})
         );
     }
 }
