@@ -395,6 +395,18 @@ impl RuntimeManager {
         let rp = self
             .get_pod_status(&uid)
             .map_err(rt_err("reading pod status"))?;
+        // Upstream's remount on every sync: configMap, secret, downwardAPI and
+        // projected volumes follow their objects, the pod's labels and token refreshes
+        // (failures are logged and recorded as FailedMount events by the set-up).
+        if !inp.terminal && rp.running_sandbox().is_some() {
+            let spec = pod.spec.as_ref();
+            if spec
+                .and_then(|s| s.volumes.as_ref())
+                .is_some_and(|vs| vs.iter().any(crate::volume::is_api_volume))
+            {
+                self.cfg.node.volumes.setup_pod(pod);
+            }
+        }
         let acts = {
             let b = lock(&self.backoff);
             let inputs = ActionInputs {
