@@ -248,8 +248,10 @@ pub fn pod_container_dir(root: &Path, uid: &str, name: &str) -> Result<PathBuf, 
 impl RuntimeManager {
     /// A manager over `runtime`.
     pub fn new(runtime: Arc<dyn Runtime>, cfg: ManagerConfig) -> Self {
+        let images = ImageManager::new(runtime.clone(), &cfg.node.root_dir);
+        images.set_objects(cfg.node.volumes.objects().clone());
         RuntimeManager {
-            images: ImageManager::new(runtime.clone(), &cfg.node.root_dir),
+            images,
             runtime,
             cfg,
             backoff: Arc::new(Mutex::new(Backoff::default())),

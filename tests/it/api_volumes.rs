@@ -308,3 +308,50 @@ fn a_pod_waits_for_a_missing_configmap_and_starts_when_it_appears() {
     assert_eq!(cat(&node, &id, "/etc/late/a"), "1");
     assert!(exec(&node, &id, &["env"]).lines().any(|l| l == "K=kv"));
 }
+
+#[test]
+fn image_pull_secrets_give_the_pull_its_credentials() {
+    use crate::registry::{Registry, PASSWORD, USER};
+    let reg = Registry::start();
+    let image = reg.push(
+        BUSYBOX,
+        &format!("rk/{}", crate::util::unique("pullsecret")),
+        "v1",
+        true,
+    );
+    let server = TestApiServer::start(Options::default());
+    let config = json!({"auths": {reg.host.clone(): {
+        "auth": base64(format!("{USER}:{PASSWORD}").as_bytes(), false)}}});
+    server.put_object(
+        "secrets",
+        "default",
+        "regcred",
+        json!({"type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": base64(config.to_string().as_bytes(), false)}}),
+    );
+    // The node's HOME has no Docker config: only the pod's secret can open the registry.
+    let mut node = Node::new("apivol-pull");
+    node.env
+        .push(("HOME".into(), node.dir.join("home").display().to_string()));
+    let kc = server.kubeconfig(&node.dir, "kubeconfig", "token: good-token");
+    node.start(&[
+        &format!("--kubeconfig={}", kc.display()),
+        "--sync-frequency=10s",
+    ]);
+    let mut p = pod(
+        "pull",
+        &node.name,
+        json!([]),
+        json!([]),
+        json!({"image": image}),
+    );
+    p["spec"]["imagePullSecrets"] = json!([{"name": "missing"}, {"name": "regcred"}]);
+    server.create_pod(p);
+    running_id(&node, "pull");
+    let log = node.log();
+    assert!(
+        log.contains("FailedToRetrieveImagePullSecret") && log.contains("(missing)"),
+        "{log}"
+    );
+    assert!(!log.contains(PASSWORD), "the password is in the log");
+}
