@@ -252,8 +252,7 @@ impl ImageManager {
             pod,
             image,
             &tagged,
-            parsed.repository(),
-            auths,
+            (parsed.repository(), auths),
             key,
             policy == "Always",
         ))

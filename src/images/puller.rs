@@ -154,14 +154,14 @@ impl Inner {
     }
 
     /// Queues a pull for a pod, or joins the one of the same image already queued or
-    /// running. Never blocks: a full queue is a waiting message.
+    /// running, with its repository and the credentials of the pod's pull secrets for
+    /// it. Never blocks: a full queue is a waiting message.
     pub(super) fn request_pull(
         &self,
         pod: &Pod,
         image: &str,
         tagged: &str,
-        repository: String,
-        secret_auths: Vec<RegistryAuth>,
+        (repository, secret_auths): (String, Vec<RegistryAuth>),
         key: String,
         always: bool,
     ) -> Option<Waiting> {

@@ -89,8 +89,8 @@ pub enum ObjectError {
         kind: Kind,
         /// `namespace/name`.
         object: String,
-        /// The cause.
-        source: ApiError,
+        /// The cause (boxed: it is large, and errors travel through every sync).
+        source: Box<ApiError>,
     },
     /// A fetch moments ago could not reach the API server: not asked again yet.
     Unavailable {
@@ -128,7 +128,7 @@ impl fmt::Display for ObjectError {
 impl std::error::Error for ObjectError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ObjectError::Api { source, .. } => Some(source),
+            ObjectError::Api { source, .. } => Some(source.as_ref()),
             _ => None,
         }
     }
@@ -333,7 +333,7 @@ impl ObjectManager {
                     None => Err(ObjectError::Api {
                         kind: Kind::Token,
                         object,
-                        source: e,
+                        source: Box::new(e),
                     }),
                 }
             }
@@ -418,7 +418,7 @@ impl ObjectManager {
                     _ => Err(ObjectError::Api {
                         kind,
                         object,
-                        source: e,
+                        source: Box::new(e),
                     }),
                 }
             }
