@@ -26,14 +26,6 @@
 //!   as kube-apiserver proxies them ([`proxy`]; the kubelet's address is set with
 //!   [`TestApiServer::set_kubelet`]).
 //!
-//! - ConfigMaps and Secrets set by the test, read with `GET /api/v1/namespaces/{ns}/
-//!   {configmaps,secrets}/{name}` (404 `NotFound` when absent), and TokenRequest
-//!   (`POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`): a fresh opaque
-//!   token per request with `status.expirationTimestamp` `expirationSeconds` ahead (or
-//!   a lifetime the test sets, to make a refresh due sooner), 400 under 600 s as the
-//!   real server; every request's body is kept ([`TestApiServer::token_requests`]).
-//!   Minimal: no watch of these, no service account existence check.
-//!
 //! Each connection serves one request (`Connection: close`). Certificates are made at
 //! test time with the `openssl` CLI ([`Pki`]). It lives only under `tests/` and is used
 //! by the integration tests and the sources and kubelet_port benchmarks.
@@ -298,12 +290,6 @@ struct State {
     access_reviews: Vec<Value>,
     /// The kubelet port of each node, for the pod subresources.
     kubelets: proxy::Kubelets,
-    /// ConfigMaps and Secrets by (resource, namespace, name).
-    objects: BTreeMap<(String, String, String), Value>,
-    /// TokenRequests received (their bodies), in order.
-    token_requests: Vec<Value>,
-    /// The lifetime of issued tokens in seconds (None: as asked).
-    token_lifetime: Option<u64>,
 }
 
 struct Shared {
@@ -549,36 +535,6 @@ impl TestApiServer {
             .insert(node.to_string(), SocketAddr::from(([127, 0, 0, 1], port)));
     }
 
-    /// Stores a ConfigMap or Secret (`resource` is `configmaps` or `secrets`).
-    pub fn put_object(&self, resource: &str, ns: &str, name: &str, mut object: Value) {
-        let mut st = lock(&self.shared.state);
-        st.rv += 1;
-        object["metadata"]["name"] = json!(name);
-        object["metadata"]["namespace"] = json!(ns);
-        object["metadata"]["resourceVersion"] = json!(st.rv.to_string());
-        st.objects
-            .insert((resource.into(), ns.into(), name.into()), object);
-    }
-
-    /// Removes a ConfigMap or Secret.
-    pub fn remove_object(&self, resource: &str, ns: &str, name: &str) {
-        lock(&self.shared.state)
-            .objects
-            .remove(&(resource.into(), ns.into(), name.into()));
-    }
-
-    /// Issued tokens expire this many seconds after they are issued, whatever was
-    /// asked (None: as asked).
-    pub fn set_token_lifetime(&self, secs: Option<u64>) {
-        lock(&self.shared.state).token_lifetime = secs;
-    }
-
-    /// The TokenRequests received, with the service account path they were sent to
-    /// as `"path"`.
-    pub fn token_requests(&self) -> Vec<Value> {
-        lock(&self.shared.state).token_requests.clone()
-    }
-
     /// The request log.
     pub fn requests(&self) -> Vec<String> {
         lock(&self.shared.state).requests.clone()
@@ -730,60 +686,6 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
                 Some(p) => respond(&mut stream, 200, &p),
                 None => respond(&mut stream, 404, &pod_not_found(name)),
             };
-        }
-        ("GET", ["api", "v1", "namespaces", ns, res @ ("configmaps" | "secrets"), name]) => {
-            let obj = lock(&sh.state)
-                .objects
-                .get(&(res.to_string(), ns.to_string(), name.to_string()))
-                .cloned();
-            return match obj {
-                Some(o) => respond(&mut stream, 200, &o),
-                None => {
-                    let body = json!({"kind":"Status","apiVersion":"v1","metadata":{},
-                        "status":"Failure","message":format!("{res} \"{name}\" not found"),
-                        "reason":"NotFound","details":{"name":name,"kind":res},"code":404});
-                    respond(&mut stream, 404, &body)
-                }
-            };
-        }
-        ("POST", ["api", "v1", "namespaces", ns, "serviceaccounts", sa, "token"]) => {
-            let Some(body) = read_body(&mut stream, &head) else {
-                return;
-            };
-            let Ok(mut req) = serde_json::from_slice::<Value>(&body) else {
-                return respond(
-                    &mut stream,
-                    400,
-                    &json!({"kind":"Status","code":400,
-                    "status":"Failure","reason":"BadRequest","message":"bad body"}),
-                );
-            };
-            let asked = req["spec"]["expirationSeconds"].as_u64().unwrap_or(3600);
-            if asked < 600 {
-                return respond(
-                    &mut stream,
-                    400,
-                    &json!({"kind":"Status","code":400,
-                    "status":"Failure","reason":"BadRequest",
-                    "message":"spec.expirationSeconds: Invalid value: may not specify a duration less than 10 minutes"}),
-                );
-            }
-            let (n, lifetime) = {
-                let mut st = lock(&sh.state);
-                let mut logged = req.clone();
-                logged["path"] = json!(format!("{ns}/{sa}"));
-                st.token_requests.push(logged);
-                (st.token_requests.len(), st.token_lifetime.unwrap_or(asked))
-            };
-            let exp = rkubelet::time::k8s_time(
-                std::time::SystemTime::now() + Duration::from_secs(lifetime),
-            );
-            req["kind"] = json!("TokenRequest");
-            req["apiVersion"] = json!("authentication.k8s.io/v1");
-            req["spec"]["expirationSeconds"] = json!(asked);
-            req["status"] = json!({"token": format!("test-token-{n}.{ns}.{sa}"),
-                "expirationTimestamp": exp});
-            return respond(&mut stream, 201, &req);
         }
         ("POST", ["apis", "authentication.k8s.io" | "authorization.k8s.io", ..]) => {
             let Some(body) = read_body(&mut stream, &head) else {
