@@ -68,9 +68,16 @@ pub mod store;
 #[path = "apiserver_rest.rs"]
 mod rest;
 
+#[path = "apiserver_tables.rs"]
+pub mod tables;
+
 #[cfg(test)]
 #[path = "apiserver_http.rs"]
 mod http_tests;
+
+#[cfg(test)]
+#[path = "apiserver_kubectl.rs"]
+mod kubectl_tests;
 
 pub use store::{Identity, PatchType};
 use store::{Selector, Store, Sub};

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::store::{ApiError, Identity, PatchType, Resource, Selector, Sub, RESOURCES};
-use super::{chunk, lock, proxy, read_body, respond, Call, Shared, Tls};
+use super::{chunk, lock, proxy, read_body, respond, tables, Call, Shared, Tls};
 
 /// A parsed object URL.
 struct Target {
@@ -153,6 +153,11 @@ pub fn serve(
         _ => None,
     };
     let method = head.method.as_str();
+    let as_table = tables::wants_table(head.header("accept").unwrap_or_default());
+    let include = q
+        .get("includeObject")
+        .map(String::as_str)
+        .unwrap_or("Metadata");
     if verb == "WATCH" {
         record(0);
         return watch(stream, sh, q, t.res, t.ns.as_deref());
@@ -168,9 +173,14 @@ pub fn serve(
         };
         let st = lock(&sh.state);
         let items = st.store.list(t.res, t.ns.as_deref(), &sel);
-        let body = json!({"kind":format!("{}List", t.res.kind),"apiVersion":t.res.api_version(),
-            "metadata":{"resourceVersion": st.store.rv.to_string()},"items":items});
+        let rv = st.store.rv;
         drop(st);
+        let body = if as_table {
+            tables::table(t.res, &items, Some(rv), include)
+        } else {
+            json!({"kind":format!("{}List", t.res.kind),"apiVersion":t.res.api_version(),
+                "metadata":{"resourceVersion": rv.to_string()},"items":items})
+        };
         respond(&mut stream, 200, &body);
         return record(200);
     }
@@ -237,6 +247,11 @@ pub fn serve(
     sh.changed.notify_all();
     match result {
         Ok((code, obj)) => {
+            let obj = if method == "GET" && as_table && sub == Sub::Main {
+                tables::table(t.res, &[obj], None, include)
+            } else {
+                obj
+            };
             respond(&mut stream, code, &obj);
             record(code)
         }
