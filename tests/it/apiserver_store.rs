@@ -28,6 +28,7 @@
 
 use std::collections::BTreeMap;
 
+use base64::Engine as _;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{json, Value};
 
@@ -251,6 +252,8 @@ pub const MODIFIED: &str =
 pub enum Sub {
     Main,
     Status,
+    /// A CSR's `approval`: only `status.conditions`.
+    Approval,
 }
 
 /// The three patch content types.
@@ -482,6 +485,7 @@ impl Store {
                 obj["status"] = json!({"phase": "Pending", "qosClass": qos});
             }
             "CertificateSigningRequest" => {
+                validate_csr(&name, &obj["spec"])?;
                 obj["status"] = json!({});
                 obj["spec"]["username"] = json!(who.user);
                 obj["spec"]["groups"] = json!(who.groups);
@@ -574,6 +578,11 @@ impl Store {
             return Err(ApiError::conflict(res, &name, MODIFIED));
         }
         let mut out = match sub {
+            Sub::Approval => {
+                let mut o = old.clone();
+                o["status"]["conditions"] = new["status"]["conditions"].clone();
+                o
+            }
             Sub::Status => {
                 let mut o = old.clone();
                 o["status"] = new.get("status").cloned().unwrap_or(json!({}));
@@ -749,6 +758,37 @@ impl Store {
         }
         self.compact();
     }
+}
+
+/// Checks a CSR's `spec` on create (upstream's `ValidateCertificateRequestCreate`, the
+/// parts a kubelet can get wrong).
+fn validate_csr(name: &str, spec: &Value) -> Result<(), ApiError> {
+    let invalid = |msg: &str| ApiError {
+        code: 422,
+        reason: "Invalid",
+        message: format!(
+            "CertificateSigningRequest.certificates.k8s.io \"{name}\" is invalid: {msg}"
+        ),
+        details: json!({"name": name, "group": "certificates.k8s.io",
+            "kind": "CertificateSigningRequest"}),
+    };
+    let pem = spec["request"]
+        .as_str()
+        .and_then(|r| base64::engine::general_purpose::STANDARD.decode(r).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    if !pem.contains("-----BEGIN CERTIFICATE REQUEST-----") {
+        return Err(invalid(
+            "spec.request: Invalid value: \"...\": PEM block type must be CERTIFICATE REQUEST",
+        ));
+    }
+    if spec["signerName"].as_str().unwrap_or_default().is_empty() {
+        return Err(invalid("spec.signerName: Required value"));
+    }
+    if spec["usages"].as_array().is_none_or(|u| u.is_empty()) {
+        return Err(invalid("spec.usages: Required value"));
+    }
+    Ok(())
 }
 
 /// A pod's QoS class from its containers' resources (`qos.GetPodQOS`, simplified: cpu
