@@ -530,6 +530,8 @@ impl TestApiServer {
     fn change(&self, kind: &'static str, pod: Value) -> u64 {
         let res = store::resource("pods").expect("pods are served");
         let mut st = lock(&self.shared.state);
+        st.store
+            .ensure_namespace(pod["metadata"]["namespace"].as_str().unwrap_or("default"));
         st.store.put_raw(res, kind, pod);
         let rv = st.store.rv;
         drop(st);
@@ -620,8 +622,11 @@ impl TestApiServer {
             user: "test".into(),
             groups: vec!["system:masters".into()],
         };
-        self.write(|s| s.create(res, ns, obj, &who))
-            .map_err(|e| e.status())
+        self.write(|s| {
+            s.ensure_namespace(ns);
+            s.create(res, ns, obj, &who)
+        })
+        .map_err(|e| e.status())
     }
 
     /// Replaces an object (PUT; `status`: the status subresource).

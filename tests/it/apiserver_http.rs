@@ -247,6 +247,17 @@ fn stand_in_nodes_leases_and_pod_status_with_the_api_servers_semantics() {
     );
     let (code, _) = curl(&api, "PUT", &format!("{lease_path}/nope"), Some(&renewed));
     assert_eq!(code, 404);
+    // NamespaceLifecycle: a client creates only in a namespace that exists.
+    let (code, e) = curl(
+        &api,
+        "POST",
+        "/api/v1/namespaces/nope/configmaps",
+        Some(&json!({"metadata": {"name": "x"}})),
+    );
+    assert_eq!(
+        (code, e["message"].as_str()),
+        (404, Some("namespaces \"nope\" not found"))
+    );
 
     // A pod: its status written through /status with a uid precondition, and a
     // graceful delete that only marks it.
@@ -353,6 +364,13 @@ fn stand_in_nodes_leases_and_pod_status_with_the_api_servers_semantics() {
 #[test]
 fn stand_in_watches_any_kind_and_fails_goes_down_and_renumbers_on_demand() {
     let api = TestApiServer::start(Options::default());
+    let (code, _) = curl(
+        &api,
+        "POST",
+        "/api/v1/namespaces",
+        Some(&json!({"metadata": {"name": "d"}})),
+    );
+    assert_eq!(code, 201);
     let cm = |v: &str| json!({"metadata": {"name": "cm1"}, "data": {"k": v}});
     let (code, first) = curl(
         &api,

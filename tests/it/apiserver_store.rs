@@ -334,11 +334,41 @@ fn meta_str<'a>(o: &'a Value, field: &str) -> &'a str {
 impl Store {
     /// An empty store whose next resourceVersion is `rv + 1`.
     pub fn new(rv: u64) -> Store {
-        Store {
+        let mut s = Store {
             rv,
             oldest: 1,
             ..Store::default()
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            s.ensure_namespace(ns);
         }
+        s
+    }
+
+    /// Makes namespace `ns` exist (Active), quietly: no new resourceVersion, no watch
+    /// event (what kube-apiserver makes at start, or what a test's own objects need).
+    pub fn ensure_namespace(&mut self, ns: &str) {
+        let res = resource("namespaces").expect("served");
+        let key = Self::key(res, "", ns);
+        if ns.is_empty() || self.objects.contains_key(&key) {
+            return;
+        }
+        let uid = self.new_uid();
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": ns, "uid": uid, "creationTimestamp": now(),
+                         "resourceVersion": self.rv.to_string(),
+                         "labels": {"kubernetes.io/metadata.name": ns}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        self.objects.insert(key, obj);
+    }
+
+    /// NamespaceLifecycle admission for a client's create: the namespace must exist.
+    pub fn require_namespace(&self, res: &Resource, ns: &str) -> Result<(), ApiError> {
+        let nsres = resource("namespaces").expect("served");
+        if !res.namespaced || self.get(nsres, "", ns).is_some() {
+            return Ok(());
+        }
+        Err(ApiError::not_found(nsres, ns))
     }
 
     fn key(res: &Resource, ns: &str, name: &str) -> Key {
@@ -483,6 +513,11 @@ impl Store {
             "Pod" => {
                 let qos = qos_class(&obj["spec"]);
                 obj["status"] = json!({"phase": "Pending", "qosClass": qos});
+            }
+            "Namespace" => {
+                obj["status"] = json!({"phase": "Active"});
+                obj["spec"] = json!({"finalizers": ["kubernetes"]});
+                obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
             }
             "CertificateSigningRequest" => {
                 validate_csr(&name, &obj["spec"])?;
