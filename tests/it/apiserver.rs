@@ -74,6 +74,9 @@ pub mod tables;
 #[path = "apiserver_credentials.rs"]
 pub mod credentials;
 
+#[path = "apiserver_admission.rs"]
+pub mod admission;
+
 #[cfg(test)]
 #[path = "apiserver_http.rs"]
 mod http_tests;
@@ -787,6 +790,30 @@ impl TestApiServer {
         lock(&self.shared.state)
             .bootstrap_tokens
             .insert(id.to_string(), secret.to_string());
+    }
+
+    /// Turns the ServiceAccount admission plugin (and the controllers making each
+    /// namespace's `default` ServiceAccount and `kube-root-ca.crt` ConfigMap, with the
+    /// test CA) on or off: pods created through the API from now on get the projected
+    /// `kube-api-access-*` volume, as in a real cluster.
+    pub fn set_service_account_admission(&self, on: bool) {
+        let ca = std::fs::read_to_string(Pki::get().ca).expect("test CA");
+        let mut st = lock(&self.shared.state);
+        st.store.sa_admission = on;
+        st.store.root_ca = ca;
+        let namespaces: Vec<String> = st
+            .store
+            .list(
+                store::resource("namespaces").expect("served"),
+                None,
+                &Selector::default(),
+            )
+            .iter()
+            .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
+            .collect();
+        for ns in namespaces {
+            st.store.publish(&ns);
+        }
     }
 
     /// Approves CSR `name` and issues its certificate (signed by the test CA, or a

@@ -655,7 +655,7 @@ fn stand_in_token_requests_are_validated_bound_and_recorded() {
         .expect("node");
     let pod = api
         .create("pods", "ns1", json!({"metadata": {"name": "p"},
-            "spec": {"nodeName": "n1", "serviceAccountName": "app", "containers": [{"name": "c"}]}}))
+            "spec": {"nodeName": "n1", "serviceAccountName": "app", "containers": [{"name": "c", "image": "i:1"}]}}))
         .expect("pod");
     let uid = pod["metadata"]["uid"].as_str().expect("uid").to_string();
     let path = "/api/v1/namespaces/ns1/serviceaccounts/app/token";
@@ -710,6 +710,52 @@ fn stand_in_token_requests_are_validated_bound_and_recorded() {
     )
     .expect("sa");
     assert_eq!(curl(&api, "POST", path, Some(&req(3600, &uid))).0, 201);
+    // ServiceAccount admission: a client's pod gets the projected token volume, and
+    // the namespace the objects it refers to.
+    api.set_service_account_admission(true);
+    let (code, p) = curl(
+        &api,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        Some(
+            &json!({"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}),
+        ),
+    );
+    assert_eq!(code, 201, "{p}");
+    assert_eq!(p["spec"]["serviceAccountName"], "default");
+    let vol = &p["spec"]["volumes"][0];
+    assert!(vol["name"]
+        .as_str()
+        .expect("name")
+        .starts_with("kube-api-access-"));
+    assert_eq!(
+        vol["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"],
+        3607
+    );
+    assert_eq!(
+        p["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
+        super::admission::SA_MOUNT
+    );
+    assert_eq!(
+        p["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    let ca = api
+        .get("configmaps", "default", "kube-root-ca.crt")
+        .expect("published");
+    assert!(ca["data"]["ca.crt"]
+        .as_str()
+        .expect("pem")
+        .contains("BEGIN CERTIFICATE"));
+    assert!(api.get("serviceaccounts", "default", "default").is_some());
+    let (code, e) = curl(
+        &api,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        Some(&json!({"metadata": {"name": "r"}, "spec": {"containers": []}})),
+    );
+    assert_eq!((code, e["reason"].as_str()), (422, Some("Invalid")));
+
     let recorded = api.token_requests();
     assert_eq!(recorded.len(), 3);
     assert_eq!(
