@@ -365,6 +365,10 @@ struct State {
     token_requests: Vec<(String, String, Value)>,
     /// A TokenRequest for a missing service account is 404 (upstream); off: any name.
     require_service_accounts: bool,
+    /// Issued tokens expire this many seconds after they are issued, whatever the
+    /// request's `expirationSeconds` (which the answer still echoes): a refresh then
+    /// falls due sooner. None: as asked.
+    token_lifetime: Option<u64>,
     /// Bootstrap tokens accepted: id → secret.
     bootstrap_tokens: BTreeMap<String, String>,
     /// Approve (and issue) every CSR when it is created.
@@ -776,6 +780,13 @@ impl TestApiServer {
     /// TokenRequest with its token).
     pub fn token_requests(&self) -> Vec<(String, String, Value)> {
         lock(&self.shared.state).token_requests.clone()
+    }
+
+    /// Tokens issued from now on expire `secs` after they are issued (the answer's
+    /// `status.expirationTimestamp`; `spec.expirationSeconds` stays what was asked),
+    /// so a client's refresh falls due within a test. None: as asked.
+    pub fn set_token_lifetime(&self, secs: Option<u64>) {
+        lock(&self.shared.state).token_lifetime = secs;
     }
 
     /// Makes a TokenRequest for a service account that is not in the store 404, as

@@ -333,7 +333,11 @@ fn token(
     let answer = {
         let mut st = lock(&sh.state);
         let require = st.require_service_accounts;
-        let answer = credentials::token_request(&mut st.store, require, ns, name, &req);
+        let mut answer = credentials::token_request(&mut st.store, require, ns, name, &req);
+        if let (Ok(a), Some(secs)) = (&mut answer, st.token_lifetime) {
+            let exp = std::time::SystemTime::now() + std::time::Duration::from_secs(secs);
+            a["status"]["expirationTimestamp"] = json!(rkubelet::time::k8s_time(exp));
+        }
         if let Ok(a) = &answer {
             st.token_requests
                 .push((ns.to_string(), name.to_string(), a.clone()));
