@@ -87,6 +87,18 @@ fn start(server: &TestApiServer, prefix: &str) -> Node {
     node
 }
 
+/// Creates or replaces a ConfigMap or Secret as a client would.
+fn apply(server: &TestApiServer, resource: &str, name: &str, mut obj: Value) {
+    obj["metadata"]["name"] = json!(name);
+    if server.create(resource, "default", obj.clone()).is_err() {
+        let old = server.get(resource, "default", name).expect("exists");
+        obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+        server
+            .update(resource, "default", obj, false)
+            .expect("update");
+    }
+}
+
 fn cat(node: &Node, id: &str, path: &str) -> String {
     exec(node, id, &["cat", path])
 }
@@ -94,27 +106,31 @@ fn cat(node: &Node, id: &str, path: &str) -> String {
 #[test]
 fn the_kube_api_access_volume_runs_and_a_short_token_is_refreshed() {
     let server = TestApiServer::start(Options::default());
-    server.put_object(
-        "configmaps",
-        "default",
-        "kube-root-ca.crt",
-        json!({"data": {"ca.crt": "-----BEGIN CERTIFICATE-----\nTEST\n-----END CERTIFICATE-----\n"}}),
-    );
+    // As in a real cluster: ServiceAccount admission injects kube-api-access-*, the
+    // controllers make the default ServiceAccount and the kube-root-ca.crt ConfigMap.
+    server.set_service_account_admission(true);
     let node = start(&server, "apivol-sa");
-    let mount = json!([{"name": "kube-api-access-x7k2p", "mountPath": SA_DIR, "readOnly": true}]);
-    server.create_pod(pod(
-        "sa",
-        &node.name,
-        json!([kube_api_access(3607)]),
-        mount.clone(),
-        json!({}),
-    ));
+    let bare = pod("sa", &node.name, json!([]), json!([]), json!({}));
+    let created = server.create("pods", "default", bare).expect("create pod");
+    let injected = &created["spec"]["volumes"][0];
+    assert!(
+        injected["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("kube-api-access-")),
+        "{created}"
+    );
+    let uid = created["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
     let id = running_id(&node, "sa");
 
     assert_eq!(cat(&node, &id, &format!("{SA_DIR}/namespace")), "default");
-    assert!(cat(&node, &id, &format!("{SA_DIR}/ca.crt")).contains("TEST"));
+    assert!(cat(&node, &id, &format!("{SA_DIR}/ca.crt")).contains("BEGIN CERTIFICATE"));
     let token = cat(&node, &id, &format!("{SA_DIR}/token"));
-    assert!(token.starts_with("test-token-"), "{token}");
+    let claims = crate::apiserver::credentials::token_claims(&token).expect("a JWT");
+    assert_eq!(claims["kubernetes.io"]["pod"]["uid"], uid.as_str());
+    assert_eq!(claims["sub"], "system:serviceaccount:default:default");
     // Upstream's layout: user-visible names are symlinks through ..data.
     let listing = exec(&node, &id, &["ls", "-la", SA_DIR]);
     assert!(listing.contains("..data -> ..20"), "{listing}");
@@ -126,16 +142,15 @@ fn the_kube_api_access_volume_runs_and_a_short_token_is_refreshed() {
         .find(|l| l.contains(SA_DIR))
         .unwrap_or_else(|| panic!("{SA_DIR} not mounted: {mounts}"));
     assert!(line.contains("tmpfs") && line.contains(" ro"), "{line}");
-    // The TokenRequest is bound to the pod, with the lifetime asked.
+    // The TokenRequest is bound to the pod, with the lifetime the volume asks.
     let reqs = server.token_requests();
     assert_eq!(reqs.len(), 1, "{reqs:?}");
-    assert_eq!(reqs[0]["path"], "default/default");
-    assert_eq!(reqs[0]["spec"]["expirationSeconds"], 3607);
-    assert_eq!(reqs[0]["spec"]["boundObjectRef"]["kind"], "Pod");
-    assert_eq!(reqs[0]["spec"]["boundObjectRef"]["name"], "sa");
-    assert!(reqs[0]["spec"]["boundObjectRef"]["uid"]
-        .as_str()
-        .is_some_and(|u| u.starts_with("uid-sa")));
+    let (ns, sa, req) = &reqs[0];
+    assert_eq!((ns.as_str(), sa.as_str()), ("default", "default"));
+    assert_eq!(req["spec"]["expirationSeconds"], 3607);
+    assert_eq!(req["spec"]["boundObjectRef"]["kind"], "Pod");
+    assert_eq!(req["spec"]["boundObjectRef"]["name"], "sa");
+    assert_eq!(req["spec"]["boundObjectRef"]["uid"], uid.as_str());
     // Never logged.
     assert!(!node.log().contains(&token), "the token is in the log");
 
@@ -143,47 +158,53 @@ fn the_kube_api_access_volume_runs_and_a_short_token_is_refreshed() {
     // its lifetime (120 s, less up to 10 s of jitter) within seconds: the next syncs
     // refresh it, and the container sees the new token without a restart.
     server.set_token_lifetime(Some(130));
-    let mut short = kube_api_access(600);
-    short["name"] = json!("kube-api-access-x7k2p");
-    server.create_pod(pod("short", &node.name, json!([short]), mount, json!({})));
+    let mut short_vol = kube_api_access(600);
+    short_vol["name"] = json!("short-token");
+    let mut short = pod(
+        "short",
+        &node.name,
+        json!([short_vol]),
+        json!([{"name": "short-token", "mountPath": "/var/run/short", "readOnly": true}]),
+        json!({}),
+    );
+    short["spec"]["automountServiceAccountToken"] = json!(false);
+    server.create("pods", "default", short).expect("create pod");
     let short_id = running_id(&node, "short");
-    let first = cat(&node, &short_id, &format!("{SA_DIR}/token"));
+    let first = cat(&node, &short_id, "/var/run/short/token");
     let refreshed = wait_for("the short token to be refreshed", UPDATE_DEADLINE, || {
-        let now = cat(&node, &short_id, &format!("{SA_DIR}/token"));
+        let now = cat(&node, &short_id, "/var/run/short/token");
         (now != first).then_some(now)
     });
-    assert!(refreshed.starts_with("test-token-"), "{refreshed}");
-    let for_short: Vec<Value> = server
-        .token_requests()
-        .into_iter()
-        .filter(|r| r["spec"]["boundObjectRef"]["name"] == "short")
-        .collect();
+    assert!(crate::apiserver::credentials::token_claims(&refreshed).is_some());
+    let reqs = server.token_requests();
+    let for_pod = |name: &str| -> Vec<&Value> {
+        reqs.iter()
+            .map(|(_, _, r)| r)
+            .filter(|r| r["spec"]["boundObjectRef"]["name"] == name)
+            .collect()
+    };
+    let for_short = for_pod("short");
     assert!(for_short.len() >= 2, "{for_short:?}");
     assert!(for_short
         .iter()
         .all(|r| r["spec"]["expirationSeconds"] == 600));
     // The long-lived token of the first pod was not asked for again.
-    let for_sa = server
-        .token_requests()
-        .iter()
-        .filter(|r| r["spec"]["boundObjectRef"]["name"] == "sa")
-        .count();
-    assert_eq!(for_sa, 1);
+    assert_eq!(for_pod("sa").len(), 1);
     assert_eq!(node.running().get("short/c").map(Vec::len), Some(1));
 }
 
 #[test]
 fn configmap_and_secret_volumes_and_env_follow_their_objects() {
     let server = TestApiServer::start(Options::default());
-    server.put_object(
+    apply(
+        &server,
         "configmaps",
-        "default",
         "cfg",
         json!({"data": {"key": "v1", "bad=name": "x"}}),
     );
-    server.put_object(
+    apply(
+        &server,
         "secrets",
-        "default",
         "sec",
         json!({"type": "Opaque", "data": {"password": base64(b"hunter2", false)}}),
     );
@@ -238,9 +259,9 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
     );
 
     // An update reaches the running container (the next syncs after the cache's TTL).
-    server.put_object(
+    apply(
+        &server,
         "configmaps",
-        "default",
         "cfg",
         json!({"data": {"key": "v2", "new": "n"}}),
     );
@@ -292,15 +313,15 @@ fn a_pod_waits_for_a_missing_configmap_and_starts_when_it_appears() {
             .then_some(())
     });
     assert!(!node.running().contains_key("late/c"));
-    server.put_object(
+    apply(
+        &server,
         "configmaps",
-        "default",
         "late-cm",
         json!({"data": {"a": "1"}}),
     );
-    server.put_object(
+    apply(
+        &server,
         "configmaps",
-        "default",
         "late-env",
         json!({"data": {"k": "kv"}}),
     );
@@ -322,9 +343,9 @@ fn image_pull_secrets_give_the_pull_its_credentials() {
     let server = TestApiServer::start(Options::default());
     let config = json!({"auths": {reg.host.clone(): {
         "auth": base64(format!("{USER}:{PASSWORD}").as_bytes(), false)}}});
-    server.put_object(
+    apply(
+        &server,
         "secrets",
-        "default",
         "regcred",
         json!({"type": "kubernetes.io/dockerconfigjson",
             "data": {".dockerconfigjson": base64(config.to_string().as_bytes(), false)}}),
