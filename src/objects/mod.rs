@@ -148,10 +148,15 @@ impl ObjectError {
 
 /// The API calls the manager makes: the seam its unit tests replace.
 pub trait Fetcher: Send + Sync + fmt::Debug {
-    /// `GET` one ConfigMap.
-    fn config_map(&self, namespace: &str, name: &str) -> Result<ConfigMap, ApiError>;
+    /// `GET` one ConfigMap (`from_cache`: a refresh, any recent version will do).
+    fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+        from_cache: bool,
+    ) -> Result<ConfigMap, ApiError>;
     /// `GET` one Secret.
-    fn secret(&self, namespace: &str, name: &str) -> Result<Secret, ApiError>;
+    fn secret(&self, namespace: &str, name: &str, from_cache: bool) -> Result<Secret, ApiError>;
     /// A TokenRequest for service account `namespace/name`.
     fn token(
         &self,
@@ -162,11 +167,16 @@ pub trait Fetcher: Send + Sync + fmt::Debug {
 }
 
 impl Fetcher for ApiClient {
-    fn config_map(&self, namespace: &str, name: &str) -> Result<ConfigMap, ApiError> {
-        self.get_config_map(namespace, name, FETCH_TIMEOUT)
+    fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+        from_cache: bool,
+    ) -> Result<ConfigMap, ApiError> {
+        self.get_config_map(namespace, name, from_cache, FETCH_TIMEOUT)
     }
-    fn secret(&self, namespace: &str, name: &str) -> Result<Secret, ApiError> {
-        self.get_secret(namespace, name, FETCH_TIMEOUT)
+    fn secret(&self, namespace: &str, name: &str, from_cache: bool) -> Result<Secret, ApiError> {
+        self.get_secret(namespace, name, from_cache, FETCH_TIMEOUT)
     }
     fn token(
         &self,
@@ -258,7 +268,7 @@ impl ObjectManager {
             namespace,
             name,
             |s| &mut s.config_maps,
-            |f| f.config_map(namespace, name),
+            |f, from_cache| f.config_map(namespace, name, from_cache),
         )
     }
 
@@ -269,7 +279,7 @@ impl ObjectManager {
             namespace,
             name,
             |s| &mut s.secrets,
-            |f| f.secret(namespace, name),
+            |f, from_cache| f.secret(namespace, name, from_cache),
         )
     }
 
@@ -359,7 +369,7 @@ impl ObjectManager {
         namespace: &str,
         name: &str,
         map: impl Fn(&mut State) -> &mut HashMap<Key, Entry<T>>,
-        fetch: impl FnOnce(&dyn Fetcher) -> Result<T, ApiError>,
+        fetch: impl FnOnce(&dyn Fetcher, bool) -> Result<T, ApiError>,
     ) -> Result<Arc<T>, ObjectError> {
         let object = format!("{namespace}/{name}");
         let Some(fetcher) = &self.fetcher else {
@@ -383,7 +393,8 @@ impl ObjectManager {
         if self.is_unavailable() {
             return stale.ok_or(ObjectError::Unavailable { kind, object });
         }
-        match fetch(fetcher.as_ref()) {
+        // A refresh of an object read before may come from the API server's cache.
+        match fetch(fetcher.as_ref(), stale.is_some()) {
             Ok(v) => {
                 let value = Arc::new(v);
                 let mut st = lock(&self.state);
@@ -524,7 +535,12 @@ pub mod fake {
     }
 
     impl Fetcher for FakeFetcher {
-        fn config_map(&self, namespace: &str, name: &str) -> Result<ConfigMap, ApiError> {
+        fn config_map(
+            &self,
+            namespace: &str,
+            name: &str,
+            _from_cache: bool,
+        ) -> Result<ConfigMap, ApiError> {
             let key = format!("{namespace}/{name}");
             lock(&self.calls).push(format!("configmap {key}"));
             if *lock(&self.down) {
@@ -535,7 +551,12 @@ pub mod fake {
                 .cloned()
                 .ok_or_else(|| status(404, "get configmap"))
         }
-        fn secret(&self, namespace: &str, name: &str) -> Result<Secret, ApiError> {
+        fn secret(
+            &self,
+            namespace: &str,
+            name: &str,
+            _from_cache: bool,
+        ) -> Result<Secret, ApiError> {
             let key = format!("{namespace}/{name}");
             lock(&self.calls).push(format!("secret {key}"));
             if *lock(&self.down) {

@@ -15,6 +15,10 @@
 //! that over `..data` (one atomic `rename(2)`), adds the symlinks of new names,
 //! removes those of names that are gone, then deletes the old directory. Nothing is
 //! written when every file already holds its content and mode.
+//!
+//! With a pod's `fsGroup`, every file and directory written goes to that group, files
+//! group-readable and directories group-searchable and setgid (upstream
+//! `SetVolumeOwnership` for a read-only volume).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -92,15 +96,25 @@ fn top(p: &str) -> &str {
     p.split('/').next().unwrap_or(p)
 }
 
-/// Writes `payload` into `target` atomically (upstream `AtomicWriter.Write`); returns
-/// whether anything changed. `target` must exist.
-pub fn write(target: &Path, payload: &Payload) -> io::Result<bool> {
-    let mut clean_payload: BTreeMap<String, &FileProjection> = BTreeMap::new();
+/// Upstream's `roMask`: what `SetVolumeOwnership` adds to a read-only volume's files.
+const GROUP_READ: u32 = 0o440;
+/// Added to its directories (`execMask` and setgid) besides [`GROUP_READ`].
+const GROUP_DIR: u32 = 0o2550;
+
+/// Writes `payload` into `target` atomically (upstream `AtomicWriter.Write`), owned
+/// by group `fs_group` when given; returns whether anything changed. `target` must
+/// exist.
+pub fn write(target: &Path, payload: &Payload, fs_group: Option<u32>) -> io::Result<bool> {
+    let mut clean_payload: BTreeMap<String, FileProjection> = BTreeMap::new();
     for (p, f) in payload {
         validate_path(p)?;
         let c = clean(p);
         if c.is_empty() {
             return Err(invalid(format!("invalid path: {p}")));
+        }
+        let mut f = f.clone();
+        if fs_group.is_some() {
+            f.mode |= GROUP_READ;
         }
         clean_payload.insert(c, f);
     }
@@ -122,7 +136,7 @@ pub fn write(target: &Path, payload: &Payload) -> io::Result<bool> {
     }
 
     let new_dir = new_timestamp_dir(target)?;
-    let written = write_payload(&new_dir, &clean_payload).and_then(|()| {
+    let written = write_payload(&new_dir, &clean_payload, fs_group).and_then(|()| {
         let tmp = target.join(DATA_DIR_TMP);
         let _ = std::fs::remove_file(&tmp);
         let name = new_dir
@@ -225,9 +239,15 @@ fn new_timestamp_dir(target: &Path) -> io::Result<PathBuf> {
 }
 
 /// Writes every file below `dir` (upstream `writePayloadToDir`): parents 0755, each
-/// file with its mode whatever the umask.
-fn write_payload(dir: &Path, payload: &BTreeMap<String, &FileProjection>) -> io::Result<()> {
+/// file with its mode whatever the umask; with `fs_group`, everything (`dir` too) in
+/// that group.
+fn write_payload(
+    dir: &Path,
+    payload: &BTreeMap<String, FileProjection>,
+    fs_group: Option<u32>,
+) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
+    let mut dirs = BTreeSet::from([dir.to_path_buf()]);
     for (p, f) in payload {
         let path = dir.join(p);
         if let Some(parent) = path.parent() {
@@ -235,9 +255,24 @@ fn write_payload(dir: &Path, payload: &BTreeMap<String, &FileProjection>) -> io:
                 .recursive(true)
                 .mode(0o755)
                 .create(parent)?;
+            dirs.extend(
+                parent
+                    .ancestors()
+                    .take_while(|a| a.starts_with(dir))
+                    .map(Path::to_path_buf),
+            );
         }
         std::fs::write(&path, &f.data)?;
+        if let Some(gid) = fs_group {
+            std::os::unix::fs::lchown(&path, None, Some(gid))?;
+        }
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode & 0o7777))?;
+    }
+    if let Some(gid) = fs_group {
+        for d in dirs {
+            std::os::unix::fs::lchown(&d, None, Some(gid))?;
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755 | GROUP_DIR))?;
+        }
     }
     Ok(())
 }
@@ -270,7 +305,7 @@ mod tests {
         let t = TempDir::new("aw-layout");
         let dir = &t.0;
         let p = payload(&[("ca.crt", "CA", 0o644), ("sub/key", "K", 0o600)]);
-        assert!(write(dir, &p).expect("write"));
+        assert!(write(dir, &p, None).expect("write"));
         let data = std::fs::read_link(dir.join(DATA_DIR)).expect("..data");
         assert!(data.to_string_lossy().starts_with("..20"), "{data:?}");
         assert_eq!(
@@ -293,7 +328,7 @@ mod tests {
         assert_eq!(mode("ca.crt"), 0o644);
         assert_eq!(mode("sub/key"), 0o600);
         // Same payload again: nothing written.
-        assert!(!write(dir, &p).expect("again"));
+        assert!(!write(dir, &p, None).expect("again"));
         assert_eq!(std::fs::read_link(dir.join(DATA_DIR)).expect("same"), data);
     }
 
@@ -301,9 +336,14 @@ mod tests {
     fn an_update_swaps_the_data_and_removes_keys_that_went() {
         let t = TempDir::new("aw-update");
         let dir = &t.0;
-        write(dir, &payload(&[("a", "1", 0o644), ("b", "2", 0o644)])).expect("first");
+        write(dir, &payload(&[("a", "1", 0o644), ("b", "2", 0o644)]), None).expect("first");
         let first = std::fs::read_link(dir.join(DATA_DIR)).expect("..data");
-        write(dir, &payload(&[("a", "one", 0o644), ("c", "3", 0o644)])).expect("second");
+        write(
+            dir,
+            &payload(&[("a", "one", 0o644), ("c", "3", 0o644)]),
+            None,
+        )
+        .expect("second");
         let second = std::fs::read_link(dir.join(DATA_DIR)).expect("..data");
         assert_ne!(first, second);
         assert!(!dir.join(&first).exists(), "the old data directory is gone");
@@ -325,7 +365,12 @@ mod tests {
             ]
         );
         // A mode change alone is an update too.
-        assert!(write(dir, &payload(&[("a", "one", 0o400), ("c", "3", 0o644)])).expect("mode"));
+        assert!(write(
+            dir,
+            &payload(&[("a", "one", 0o400), ("c", "3", 0o644)]),
+            None
+        )
+        .expect("mode"));
         assert_eq!(
             std::fs::metadata(dir.join("a"))
                 .expect("a")
@@ -345,7 +390,26 @@ mod tests {
             assert!(validate_path(good).is_ok(), "{good}");
         }
         let t = TempDir::new("aw-bad");
-        assert!(write(&t.0, &payload(&[("../x", "x", 0o644)])).is_err());
+        assert!(write(&t.0, &payload(&[("../x", "x", 0o644)]), None).is_err());
         assert!(!t.0.join(DATA_DIR).exists());
+    }
+
+    #[test]
+    fn an_fs_group_owns_the_files_and_can_read_them() {
+        use std::os::unix::fs::MetadataExt;
+        let t = TempDir::new("aw-fsgroup");
+        let dir = &t.0;
+        let p = payload(&[("token", "t", 0o600), ("sub/key", "k", 0o400)]);
+        assert!(write(dir, &p, Some(4242)).expect("write"));
+        let meta = |p: &str| std::fs::metadata(dir.join(p)).expect("meta");
+        assert_eq!(meta("token").gid(), 4242);
+        assert_eq!(meta("token").permissions().mode() & 0o7777, 0o640);
+        assert_eq!(meta("sub/key").permissions().mode() & 0o7777, 0o440);
+        assert_eq!(meta("sub").gid(), 4242);
+        assert_eq!(meta("sub").permissions().mode() & 0o7777, 0o2755);
+        assert!(
+            !write(dir, &p, Some(4242)).expect("again"),
+            "nothing changed"
+        );
     }
 }

@@ -415,7 +415,17 @@ impl VolumeManager {
                     .map_err(|e| format!("cannot set the mode of {}: {e}", dir.display()))?;
             }
         }
-        match atomic_writer::write(&dir, &payload) {
+        let fs_group = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|sc| sc.fs_group)
+            .and_then(|g| u32::try_from(g).ok());
+        if let Some(gid) = fs_group {
+            std::os::unix::fs::chown(&dir, None, Some(gid))
+                .map_err(|e| format!("cannot give {} to fsGroup {gid}: {e}", dir.display()))?;
+        }
+        match atomic_writer::write(&dir, &payload, fs_group) {
             Ok(true) => log::debug!(
                 "pod {}: volume {:?} written",
                 crate::container::format_pod(pod),

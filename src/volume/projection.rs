@@ -260,13 +260,26 @@ pub fn make_payload(
                 .unwrap_or_else(|| "default".into());
             let audience = t.audience.as_deref().filter(|a| !a.is_empty());
             let seconds = t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_SECONDS);
+            // Upstream: with an fsGroup the token is 0600, which the group's read
+            // bit (added by the writer) makes 0640.
+            let fs_group = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|sc| sc.fs_group)
+                .is_some();
+            let mode = if fs_group {
+                0o600
+            } else {
+                mode_of(None, p.default_mode)
+            };
             match objects.service_account_token(pod, &sa, audience, seconds) {
                 Ok(token) => {
                     out.insert(
                         t.path.clone(),
                         FileProjection {
                             data: token.into_bytes(),
-                            mode: mode_of(None, p.default_mode),
+                            mode,
                         },
                     );
                 }

@@ -99,6 +99,49 @@ fn apply(server: &TestApiServer, resource: &str, name: &str, mut obj: Value) {
     }
 }
 
+/// The mount points below `dir` on the host.
+fn mounts_under(dir: &std::path::Path) -> Vec<String> {
+    let prefix = format!("{}/", dir.display());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Unmounts (lazily) whatever a failed test left mounted below a node's directory,
+/// before the node's own drop removes the directory. Declared after the node.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for m in mounts_under(&self.0) {
+            let Ok(c) = std::ffi::CString::new(m) else {
+                continue;
+            };
+            // SAFETY: a valid NUL-terminated path that outlives the call.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
+/// Deletes API pods at once and waits until rkubelet has removed their directories,
+/// tmpfs volumes unmounted (the `volume-mgr`'s cleanup).
+fn delete_and_wait_unmounted(server: &TestApiServer, node: &Node, pods: &[&str]) {
+    for p in pods {
+        server
+            .delete("pods", "default", p, &json!({"gracePeriodSeconds": 0}))
+            .expect("delete pod");
+    }
+    wait_for(
+        "the pods' tmpfs volumes to be unmounted",
+        crate::util::LONG,
+        || mounts_under(&node.dir).is_empty().then_some(()),
+    );
+}
+
 fn cat(node: &Node, id: &str, path: &str) -> String {
     exec(node, id, &["cat", path])
 }
@@ -110,6 +153,7 @@ fn the_kube_api_access_volume_runs_and_a_short_token_is_refreshed() {
     // controllers make the default ServiceAccount and the kube-root-ca.crt ConfigMap.
     server.set_service_account_admission(true);
     let node = start(&server, "apivol-sa");
+    let _unmount = Unmount(node.dir.clone());
     let bare = pod("sa", &node.name, json!([]), json!([]), json!({}));
     let created = server.create("pods", "default", bare).expect("create pod");
     let injected = &created["spec"]["volumes"][0];
@@ -191,6 +235,7 @@ fn the_kube_api_access_volume_runs_and_a_short_token_is_refreshed() {
     // The long-lived token of the first pod was not asked for again.
     assert_eq!(for_pod("sa").len(), 1);
     assert_eq!(node.running().get("short/c").map(Vec::len), Some(1));
+    delete_and_wait_unmounted(&server, &node, &["sa", "short"]);
 }
 
 #[test]
@@ -209,6 +254,7 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
         json!({"type": "Opaque", "data": {"password": base64(b"hunter2", false)}}),
     );
     let node = start(&server, "apivol-cm");
+    let _unmount = Unmount(node.dir.clone());
     let volumes = json!([
         {"name": "config", "configMap": {"name": "cfg"}},
         {"name": "sec", "secret": {"secretName": "sec", "defaultMode": 256,
@@ -221,15 +267,21 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
     let env = json!({
         "envFrom": [{"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}],
         "env": [{"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}},
-                {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "nope", "key": "k", "optional": true}}}]
+                {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "nope", "key": "k", "optional": true}}}],
+        "securityContext": {"runAsUser": 1000}
     });
-    server.create_pod(pod("cm", &node.name, volumes, mounts, env));
+    // A non-root container reads the 0400 secret through its pod's fsGroup (0440).
+    let mut p = pod("cm", &node.name, volumes, mounts, env);
+    p["spec"]["securityContext"] = json!({"fsGroup": 2345});
+    server.create_pod(p);
     let id = running_id(&node, "cm");
 
     assert_eq!(cat(&node, &id, "/etc/config/key"), "v1");
     assert_eq!(cat(&node, &id, "/etc/sec/pw"), "hunter2");
     let mode = exec(&node, &id, &["stat", "-L", "-c", "%a", "/etc/sec/pw"]);
-    assert_eq!(mode.trim(), "400");
+    assert_eq!(mode.trim(), "440");
+    let group = exec(&node, &id, &["stat", "-L", "-c", "%g", "/etc/sec/pw"]);
+    assert_eq!(group.trim(), "2345");
     let envs = exec(&node, &id, &["env"]);
     assert!(envs.lines().any(|l| l == "CFG_key=v1"), "{envs}");
     assert!(envs.lines().any(|l| l == "PASS=hunter2"), "{envs}");
@@ -274,6 +326,7 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
     let listing = exec(&node, &id, &["ls", "-a", "/etc/config"]);
     assert!(!listing.lines().any(|l| l == "bad=name"), "{listing}");
     assert_eq!(node.running().get("cm/c").map(Vec::len), Some(1));
+    delete_and_wait_unmounted(&server, &node, &["cm"]);
 }
 
 #[test]
