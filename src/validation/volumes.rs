@@ -5,14 +5,141 @@
 //! relative, without `..` and not starting with `..`, downward API fields from the
 //! set a volume may read, a projected token lasting 10 minutes to 2^32 seconds, no
 //! path twice in one projected volume. Field paths and messages are upstream's,
-//! its quirks included (downward API items are not indexed).
+//! its quirks included (downward API items are not indexed). Also the rules of
+//! env's references to the same objects (`validateEnvVarValueFrom`'s source count,
+//! `validateConfigMapKeySelector` / `validateSecretKeySelector`, `ValidateEnvFrom`).
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Volume};
+use k8s_openapi::api::core::v1::{Container, DownwardAPIVolumeFile, KeyToPath, Volume};
 
 use super::field::{ErrorList, FieldError, Path};
+use super::names::{is_dns1123_subdomain, is_relaxed_env_var_name, max_len_error, regex_error};
 use super::validate_local_descending_path;
+
+/// Upstream `IsConfigMapKey` (Secret keys too).
+pub fn is_config_map_key(key: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if key.len() > 253 {
+        errs.push(max_len_error(253));
+    }
+    let valid = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+    if !valid {
+        errs.push(regex_error(
+            "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+            "[-._a-zA-Z0-9]+",
+            &["key.name", "KEY_NAME", "key-name"],
+        ));
+    }
+    match key {
+        "." => errs.push("must not be '.'".into()),
+        ".." => errs.push("must not be '..'".into()),
+        k if k.starts_with("..") => errs.push("must not start with '..'".into()),
+        _ => {}
+    }
+    errs
+}
+
+/// A ConfigMap or Secret key selector: a DNS subdomain name and a valid key.
+fn key_selector(name: &str, key: &str, path: &Path, errs: &mut ErrorList) {
+    for msg in is_dns1123_subdomain(name) {
+        errs.push(FieldError::invalid(&path.child("name"), name, &msg));
+    }
+    if key.is_empty() {
+        errs.push(FieldError::required(&path.child("key"), ""));
+    } else {
+        for msg in is_config_map_key(key) {
+            errs.push(FieldError::invalid(&path.child("key"), key, &msg));
+        }
+    }
+}
+
+/// The object references of a container's env (`path` is the container's): each
+/// `valueFrom` has exactly one source and none beside a `value`; key selectors and
+/// `envFrom` name their objects and keys properly.
+pub(super) fn validate_env_sources(c: &Container, path: &Path) -> ErrorList {
+    let mut errs = ErrorList::default();
+    for (i, e) in c.env.iter().flatten().enumerate() {
+        let Some(from) = &e.value_from else { continue };
+        let p = path.child("env").index(i).child("valueFrom");
+        let mut sources = 0;
+        sources += usize::from(from.field_ref.is_some());
+        sources += usize::from(from.resource_field_ref.is_some());
+        if let Some(r) = &from.config_map_key_ref {
+            sources += 1;
+            key_selector(&r.name, &r.key, &p.child("configMapKeyRef"), &mut errs);
+        }
+        if let Some(r) = &from.secret_key_ref {
+            sources += 1;
+            key_selector(&r.name, &r.key, &p.child("secretKeyRef"), &mut errs);
+        }
+        if sources == 0 {
+            errs.push(FieldError::invalid(
+                &p,
+                "",
+                "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
+            ));
+        } else if !e.value.as_deref().unwrap_or_default().is_empty() {
+            errs.push(FieldError::invalid(
+                &p,
+                "",
+                "may not be specified when `value` is not empty",
+            ));
+        } else if sources > 1 {
+            errs.push(FieldError::invalid(
+                &p,
+                "",
+                "may not have more than one field specified at a time",
+            ));
+        }
+    }
+    for (i, f) in c.env_from.iter().flatten().enumerate() {
+        let p = path.child("envFrom").index(i);
+        if let Some(prefix) = f.prefix.as_deref().filter(|x| !x.is_empty()) {
+            for msg in is_relaxed_env_var_name(prefix) {
+                errs.push(FieldError::invalid(&p.child("prefix"), prefix, &msg));
+            }
+        }
+        let mut sources = 0;
+        if let Some(r) = &f.config_map_ref {
+            sources += 1;
+            for msg in is_dns1123_subdomain(&r.name) {
+                errs.push(FieldError::invalid(
+                    &p.child("configMapRef").child("name"),
+                    &r.name,
+                    &msg,
+                ));
+            }
+        }
+        if let Some(r) = &f.secret_ref {
+            sources += 1;
+            for msg in is_dns1123_subdomain(&r.name) {
+                errs.push(FieldError::invalid(
+                    &p.child("secretRef").child("name"),
+                    &r.name,
+                    &msg,
+                ));
+            }
+        }
+        if sources == 0 {
+            errs.push(FieldError::invalid(
+                &p,
+                "",
+                "must specify one of: `configMapRef` or `secretRef`",
+            ));
+        } else if sources > 1 {
+            errs.push(FieldError::invalid(
+                &p,
+                "",
+                "may not have more than one field specified at a time",
+            ));
+        }
+    }
+    errs
+}
 
 /// Upstream `fileModeErrorMsg`.
 const FILE_MODE: &str = "must be a number between 0 and 0777 (octal), both inclusive";
@@ -325,5 +452,36 @@ mod tests {
             errors("name: v\nprojected: {sources: [{configMap: {name: a, items: [{key: k, path: p}]}}, {secret: {name: b, items: [{key: k, path: p}]}}]}"),
             vec!["spec.volumes[0].projected: Invalid value: \"b\": conflicting duplicate paths"]
         );
+    }
+
+    #[test]
+    fn env_references_need_one_source_and_valid_keys() {
+        let c: Container = serde_yaml::from_str(
+            "name: c\nenv:\n\
+             - {name: A, valueFrom: {configMapKeyRef: {name: cm, key: 'bad key'}}}\n\
+             - {name: B, value: x, valueFrom: {secretKeyRef: {name: s, key: k}}}\n\
+             - {name: C, valueFrom: {}}\n\
+             - {name: D, valueFrom: {secretKeyRef: {name: Bad_Name, key: ..k}}}\n\
+             envFrom: [{prefix: '1=', configMapRef: {name: cm}}, {}]",
+        )
+        .expect("container");
+        let p = Path::new("spec").child("containers").index(0);
+        let got: Vec<String> = validate_env_sources(&c, &p)
+            .0
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert_eq!(got.len(), 7, "{got:#?}");
+        assert!(got[0].starts_with("spec.containers[0].env[0].valueFrom.configMapKeyRef.key: Invalid value: \"bad key\": a valid config key must consist of alphanumeric characters"), "{}", got[0]);
+        assert_eq!(got[1], "spec.containers[0].env[1].valueFrom: Invalid value: \"\": may not be specified when `value` is not empty");
+        assert_eq!(got[2], "spec.containers[0].env[2].valueFrom: Invalid value: \"\": must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`");
+        assert!(got[3].starts_with("spec.containers[0].env[3].valueFrom.secretKeyRef.name: Invalid value: \"Bad_Name\""), "{}", got[3]);
+        assert_eq!(got[4], "spec.containers[0].env[3].valueFrom.secretKeyRef.key: Invalid value: \"..k\": must not start with '..'");
+        assert!(
+            got[5].starts_with("spec.containers[0].envFrom[0].prefix: Invalid value: \"1=\""),
+            "{}",
+            got[5]
+        );
+        assert_eq!(got[6], "spec.containers[0].envFrom[1]: Invalid value: \"\": must specify one of: `configMapRef` or `secretRef`");
     }
 }
