@@ -343,7 +343,7 @@ impl VolumeManager {
             }
             other => {
                 return Err(format!(
-                    "unsupported volume type {other} (rkubelet supports emptyDir and hostPath)"
+                    "unsupported volume type {other} (rkubelet supports emptyDir, hostPath, configMap, secret, downwardAPI and projected)"
                 ))
             }
         }
