@@ -824,6 +824,51 @@ mod tests {
     }
 
     #[test]
+    fn a_config_map_volume_follows_its_object_and_a_failed_refresh_keeps_it() {
+        use crate::objects::fake::{config_map, FakeFetcher};
+        use crate::objects::{Fetcher, ObjectManager};
+        let root = TempDir::new("vol-cm");
+        let f = Arc::new(FakeFetcher::default());
+        lock(&f.config_maps).insert("ns/cm".into(), config_map(&[("k", "v1")]));
+        let objects = Arc::new(
+            ObjectManager::new(Some(f.clone() as Arc<dyn Fetcher>)).with_ttl(Duration::ZERO),
+        );
+        let vm = VolumeManager::new(
+            root.0.clone(),
+            Arc::new(FakeRuntime::new(FakeClock::default())),
+            "node".into(),
+            0,
+        )
+        .with_objects(objects, NodeFacts::default());
+        let pod: Pod = serde_yaml::from_str(
+            "metadata: {name: p, namespace: ns, uid: u1}\n\
+             spec:\n  volumes: [{name: v, configMap: {name: cm}}]\n\
+             \x20 containers: [{name: c, volumeMounts: [{name: v, mountPath: /etc/v}]}]",
+        )
+        .expect("pod");
+        let c = pod.spec.as_ref().expect("spec").containers[0].clone();
+        let file = root.0.join("pods/u1/volumes/kubernetes.io~configmap/v/k");
+        let mounts = vm.setup_pod(&pod).mounts_for(&c, &[]).expect("mounts");
+        assert!(mounts[0].read_only, "API volumes are mounted read-only");
+        assert_eq!(std::fs::read_to_string(&file).expect("k"), "v1");
+        lock(&f.config_maps).insert("ns/cm".into(), config_map(&[("k", "v2")]));
+        vm.setup_pod(&pod);
+        assert_eq!(std::fs::read_to_string(&file).expect("k"), "v2");
+        // The object goes: the refresh fails, the volume keeps its last content.
+        lock(&f.config_maps).clear();
+        let v = vm.setup_pod(&pod);
+        assert!(v.failure_for(&c).is_none(), "{v:?}");
+        assert_eq!(std::fs::read_to_string(&file).expect("k"), "v2");
+        // A pod whose object never existed: its containers wait with upstream's words.
+        let mut other = pod.clone();
+        other.metadata.uid = Some("u2".into());
+        assert_eq!(
+            vm.setup_pod(&other).failure_for(&c).as_deref(),
+            Some("MountVolume.SetUp failed for volume \"v\" : configmap \"cm\" not found")
+        );
+    }
+
+    #[test]
     fn an_orphaned_pod_directory_goes_and_a_wanted_one_stays() {
         let root = TempDir::new("vol-orphans");
         let vm = manager(&root);
