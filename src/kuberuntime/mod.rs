@@ -400,6 +400,11 @@ impl RuntimeManager {
         // Upstream's remount on every sync: configMap, secret, downwardAPI and
         // projected volumes follow their objects, the pod's labels and token refreshes
         // (failures are logged and recorded as FailedMount events by the set-up).
+        if !inp.terminal {
+            // A pod seen for the first time reads its objects afresh (volumes, env,
+            // pull secrets), whatever another pod left in the cache.
+            self.cfg.node.volumes.objects().register_pod(pod);
+        }
         if !inp.terminal && rp.running_sandbox().is_some() {
             let spec = pod.spec.as_ref();
             if spec
