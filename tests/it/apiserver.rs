@@ -327,7 +327,8 @@ pub struct Call {
     pub name: String,
     /// The authenticated user.
     pub user: String,
-    /// The HTTP status answered (0 for a watch or a proxied request).
+    /// The HTTP status answered (0 for a watch, which answers as it goes). Pod
+    /// subresources proxied to a kubelet, discovery and reviews are not recorded here.
     pub code: u16,
     /// When it arrived.
     pub at: Instant,
