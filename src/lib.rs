@@ -34,8 +34,9 @@ pub mod container;
 pub mod validation;
 pub mod podconfig;
 
-// The API server client.
+// The API server client, and the objects this node's pods reference through it.
 pub mod apiclient;
+pub mod objects;
 
 // The kubelet core: the sync loop and what it drives.
 pub mod kubelet;

@@ -6,6 +6,7 @@
 //! and `pleg` depend on this module; it depends on none of them.
 
 pub mod backoff;
+pub mod downward;
 pub mod expansion;
 pub mod labels;
 

@@ -158,7 +158,36 @@ fn normalize_key(loc: &str) -> String {
     }
 }
 
+/// A Secret's registry credentials, if it is a pull secret (upstream
+/// `MakeDockerKeyring`): type `kubernetes.io/dockerconfigjson` with a
+/// `.dockerconfigjson` key, or `kubernetes.io/dockercfg` with `.dockercfg`.
+/// None for any other Secret; Err when its content does not parse.
+pub fn pull_secret_keyring(
+    secret: &k8s_openapi::api::core::v1::Secret,
+) -> Option<Result<Keyring, String>> {
+    let data = secret.data.as_ref()?;
+    let (key, legacy) = match secret.type_.as_deref() {
+        Some("kubernetes.io/dockerconfigjson") => (".dockerconfigjson", false),
+        Some("kubernetes.io/dockercfg") => (".dockercfg", true),
+        _ => return None,
+    };
+    let bytes = data.get(key).filter(|b| !b.0.is_empty())?;
+    Some(
+        std::str::from_utf8(&bytes.0)
+            .map_err(|_| format!("{key} is not text"))
+            .and_then(|t| parse(t, legacy)),
+    )
+}
+
 impl Keyring {
+    /// Adds another keyring's entries (upstream `BasicDockerKeyring.Add` of several
+    /// pull secrets): lookups then see them all, most specific first.
+    pub fn extend(&mut self, other: Keyring) {
+        self.entries.extend(other.entries);
+        self.entries.sort_by(|a, b| b.0.cmp(&a.0));
+        self.entries.dedup_by(|a, b| a == b);
+    }
+
     /// The credentials for a fully qualified repository (`docker.io/library/busybox`,
     /// `127.0.0.1:5000/rk/busybox`), most specific first (upstream `Lookup`).
     pub fn lookup(&self, repository: &str) -> Vec<RegistryAuth> {
@@ -388,5 +417,46 @@ mod tests {
         assert!(root.contains(&(PathBuf::from("/.docker/config.json"), false)));
         assert!(root.contains(&(PathBuf::from("/var/lib/rk/.dockercfg"), true)));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn pull_secrets_of_both_types_give_credentials() {
+        use k8s_openapi::api::core::v1::Secret;
+        use k8s_openapi::ByteString;
+        let secret = |ty: &str, key: &str, text: &str| Secret {
+            type_: Some(ty.into()),
+            data: Some([(key.to_string(), ByteString(text.as_bytes().to_vec()))].into()),
+            ..Default::default()
+        };
+        let json = secret(
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            r#"{"auths":{"127.0.0.1:5000":{"username":"u","password":"p"}}}"#,
+        );
+        let mut k = pull_secret_keyring(&json)
+            .expect("a pull secret")
+            .expect("parses");
+        let legacy = secret(
+            "kubernetes.io/dockercfg",
+            ".dockercfg",
+            r#"{"127.0.0.1:5000/team":{"auth":"dTI6cDI="}}"#,
+        );
+        k.extend(
+            pull_secret_keyring(&legacy)
+                .expect("a pull secret")
+                .expect("parses"),
+        );
+        let found = k.lookup("127.0.0.1:5000/team/app");
+        let users: Vec<&str> = found.iter().map(|a| a.username.as_str()).collect();
+        assert_eq!(users, vec!["u2", "u"], "the more specific entry first");
+        assert_eq!(found[0].server_address, "127.0.0.1:5000");
+        assert!(pull_secret_keyring(&secret("Opaque", ".dockerconfigjson", "{}")).is_none());
+        assert!(pull_secret_keyring(&secret(
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            "not json"
+        ))
+        .expect("a pull secret")
+        .is_err());
     }
 }

@@ -39,7 +39,7 @@ use crate::container::backoff::Backoff;
 use crate::container::Waiting;
 use crate::loops::lock;
 use crate::record;
-use crate::runtime::{Runtime, RuntimeError};
+use crate::runtime::{RegistryAuth, Runtime, RuntimeError};
 use puller::{Outcome, PullTable};
 
 pub use puller::{PullSettings, PULLING_REASON, QUEUE_CAPACITY};
@@ -70,6 +70,8 @@ struct Inner {
     notify: Mutex<Option<Sender<String>>>,
     /// Where registry credentials are looked for, in order.
     credential_paths: Vec<(PathBuf, bool)>,
+    /// Where pods' `imagePullSecrets` are read (set once at wiring).
+    objects: std::sync::OnceLock<Arc<crate::objects::ObjectManager>>,
 }
 
 /// Records what upstream records as a pod event, through the one rate-limited
@@ -115,8 +117,64 @@ impl ImageManager {
                 queue_rx,
                 notify: Mutex::new(None),
                 credential_paths: paths,
+                objects: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Reads pods' `imagePullSecrets` through `objects` (a second call is ignored).
+    pub fn set_objects(&self, objects: Arc<crate::objects::ObjectManager>) {
+        let _ = self.inner.objects.set(objects);
+    }
+
+    /// The credentials the pod's `imagePullSecrets` give for `repository` (upstream
+    /// `getPullSecretsForPod` + `MakeDockerKeyring`), tried before the node's own.
+    /// Secrets that cannot be read are named in a `FailedToRetrieveImagePullSecret`
+    /// event, and the pull goes on without them, as upstream.
+    fn pull_secret_auths(&self, pod: &Pod, repository: &str) -> Vec<RegistryAuth> {
+        let refs: Vec<&str> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.image_pull_secrets.iter().flatten())
+            .map(|r| r.name.as_str())
+            .filter(|n| !n.is_empty())
+            .collect();
+        let Some(objects) = self.inner.objects.get().filter(|_| !refs.is_empty()) else {
+            return Vec::new();
+        };
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let mut keyring = credentials::Keyring::default();
+        let mut failed = Vec::new();
+        for name in refs {
+            match objects.secret(ns, name) {
+                Ok(secret) => match credentials::pull_secret_keyring(&secret) {
+                    Some(Ok(k)) => keyring.extend(k),
+                    Some(Err(e)) => {
+                        log::warn!("pull secret {ns}/{name}: {e}");
+                    }
+                    None => {}
+                },
+                Err(e) => {
+                    log::info!(
+                        "Unable to retrieve pull secret {ns}/{name}, the image pull may not succeed: {}",
+                        e.message()
+                    );
+                    failed.push(name);
+                }
+            }
+        }
+        if !failed.is_empty() {
+            event(
+                pod,
+                true,
+                "FailedToRetrieveImagePullSecret",
+                &format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                    failed.join(", ")
+                ),
+            );
+        }
+        keyring.lookup(repository)
     }
 
     /// Makes sure an image is present per the pull policy (upstream
@@ -189,11 +247,12 @@ impl ImageManager {
             }
             return Ok(waiting("ImagePullBackOff", msg));
         }
+        let auths = self.pull_secret_auths(pod, &parsed.repository());
         Ok(self.inner.request_pull(
             pod,
             image,
             &tagged,
-            parsed.repository(),
+            (parsed.repository(), auths),
             key,
             policy == "Always",
         ))
@@ -233,18 +292,31 @@ impl ImageManager {
 }
 
 impl Inner {
-    /// Pulls with each matching credential in turn, or anonymously when none matches
-    /// (upstream `PullImage`). The last error is returned if every attempt fails.
-    fn pull(&self, image: &str, repository: &str) -> Result<(), RuntimeError> {
-        let creds = credentials::read_first(&self.credential_paths)
-            .map(|f| {
-                let auths = f.keyring.lookup(repository);
-                if !auths.is_empty() {
-                    log::debug!("pulling {image} with credentials from {}", f.path.display());
-                }
-                auths
-            })
-            .unwrap_or_default();
+    /// Pulls with each matching credential in turn (the pod's pull secrets' first,
+    /// then the node's files', upstream's `UnionDockerKeyring`), or anonymously when
+    /// none matches (upstream `PullImage`). The last error is returned if every
+    /// attempt fails.
+    fn pull(
+        &self,
+        image: &str,
+        repository: &str,
+        secret_auths: &[RegistryAuth],
+    ) -> Result<(), RuntimeError> {
+        let mut creds = secret_auths.to_vec();
+        if !creds.is_empty() {
+            log::debug!("pulling {image} with the pod's image pull secrets");
+        }
+        creds.extend(
+            credentials::read_first(&self.credential_paths)
+                .map(|f| {
+                    let auths = f.keyring.lookup(repository);
+                    if !auths.is_empty() {
+                        log::debug!("pulling {image} with credentials from {}", f.path.display());
+                    }
+                    auths
+                })
+                .unwrap_or_default(),
+        );
         if creds.is_empty() {
             return self.runtime.pull_image(image, None);
         }

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{event, Inner};
 use crate::container::Waiting;
 use crate::loops::{error_chain, lock, LoopHandle, Stop};
+use crate::runtime::RegistryAuth;
 
 /// Pull requests (distinct images) waiting for a puller. Upstream's serial puller
 /// buffers 10 and then blocks the asking goroutine; ours refuses instead (the
@@ -98,6 +99,8 @@ struct Waiter {
 struct Job {
     /// The repository, for the credential lookup.
     repository: String,
+    /// Credentials from the waiting pods' image pull secrets, tried first.
+    secret_auths: Vec<RegistryAuth>,
     /// Some waiter's policy is `Always`: pull even if the image is present.
     always: bool,
     /// In the order they asked; the first one's events say `Pulling`/`Pulled`.
@@ -151,13 +154,14 @@ impl Inner {
     }
 
     /// Queues a pull for a pod, or joins the one of the same image already queued or
-    /// running. Never blocks: a full queue is a waiting message.
+    /// running, with its repository and the credentials of the pod's pull secrets for
+    /// it. Never blocks: a full queue is a waiting message.
     pub(super) fn request_pull(
         &self,
         pod: &Pod,
         image: &str,
         tagged: &str,
-        repository: String,
+        (repository, secret_auths): (String, Vec<RegistryAuth>),
         key: String,
         always: bool,
     ) -> Option<Waiting> {
@@ -169,6 +173,11 @@ impl Inner {
         let mut t = lock(&self.pulls);
         if let Some(job) = t.jobs.get_mut(tagged) {
             job.always |= always;
+            for a in secret_auths {
+                if !job.secret_auths.contains(&a) {
+                    job.secret_auths.push(a);
+                }
+            }
             if !job.waiters.iter().any(|w| w.key == waiter.key) {
                 job.waiters.push(waiter);
             }
@@ -180,6 +189,7 @@ impl Inner {
                     tagged.to_string(),
                     Job {
                         repository,
+                        secret_auths,
                         always,
                         waiters: vec![waiter],
                     },
@@ -197,7 +207,7 @@ impl Inner {
 
     /// Runs one queued pull to its end and tells its waiters.
     fn pull_job(&self, tagged: &str) {
-        let (repository, always, first) = {
+        let (repository, secret_auths, always, first) = {
             let t = lock(&self.pulls);
             let Some(job) = t.jobs.get(tagged) else {
                 return;
@@ -206,7 +216,12 @@ impl Inner {
                 .waiters
                 .first()
                 .map(|w| (w.pod.clone(), w.image.clone()));
-            (job.repository.clone(), job.always, first)
+            (
+                job.repository.clone(),
+                job.secret_auths.clone(),
+                job.always,
+                first,
+            )
         };
         // None: the runtime is down; the waiters' next sync says so and asks again.
         let outcome = if !always
@@ -223,7 +238,7 @@ impl Inner {
                 event(pod, false, "Pulling", &format!("Pulling image {image:?}"));
             }
             let started = Instant::now();
-            match self.pull(tagged, &repository) {
+            match self.pull(tagged, &repository, &secret_auths) {
                 Ok(()) => {
                     if let Some((pod, image)) = &first {
                         event(

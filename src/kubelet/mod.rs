@@ -194,7 +194,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let loops = Loops::new(stop.clone());
     // The prober: changed results reach the sync loop over a bounded channel.
     let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
-    let parts = Components::new(&cfg, &runtime, &loops, probe_tx)?;
+    let parts = Components::new(&cfg, &runtime, &loops, probe_tx, prepared.api().cloned())?;
     let pods_view = parts.pods_view.clone();
     let checks = HealthChecks {
         registry: loops.registry(),
@@ -421,6 +421,7 @@ impl Components {
         runtime: &Arc<dyn Runtime>,
         loops: &Loops,
         probe_tx: Sender<ProbeEvent>,
+        api: Option<Arc<crate::apiclient::ApiClient>>,
     ) -> Result<Components, SpawnError> {
         let metrics = Arc::new(KubeletMetrics::new(loops.registry()));
         metrics.node_name.set([&cfg.node_name], 1.0);
@@ -437,12 +438,25 @@ impl Components {
         let pods_view = Arc::new(PodsView::new(statuses.clone()));
         let host_ip = crate::netutil::node_ip();
         let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
-        let volumes = Arc::new(VolumeManager::new(
-            cfg.root_dir.clone(),
-            runtime.clone(),
-            cfg.node_name.clone(),
-            u64::try_from(allocatable.memory).unwrap_or(0),
+        // The ConfigMaps, Secrets and tokens of API pods' volumes, env and pulls.
+        let objects = Arc::new(crate::objects::ObjectManager::new(
+            api.map(|c| c as Arc<dyn crate::objects::Fetcher>),
         ));
+        let facts = crate::container::downward::NodeFacts {
+            allocatable_cpu_milli: allocatable.cpu_milli,
+            allocatable_memory: allocatable.memory,
+            allocatable_ephemeral_storage: allocatable.ephemeral_storage,
+            ..Default::default()
+        };
+        let volumes = Arc::new(
+            VolumeManager::new(
+                cfg.root_dir.clone(),
+                runtime.clone(),
+                cfg.node_name.clone(),
+                u64::try_from(allocatable.memory).unwrap_or(0),
+            )
+            .with_objects(objects, facts),
+        );
         let manager = Arc::new(
             RuntimeManager::new(
                 runtime.clone(),
@@ -620,7 +634,8 @@ mod testing {
             let loops = Loops::new(stop);
             let runtime: Arc<dyn Runtime> = rt.clone();
             let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
-            let parts = Components::new(&cfg, &runtime, &loops, probe_tx).expect("components");
+            let parts =
+                Components::new(&cfg, &runtime, &loops, probe_tx, None).expect("components");
             let handler = parts.syncer(&loops, &cfg).expect("syncer");
             let (pleg_tx, pleg_rx) = crossbeam_channel::bounded(crate::pleg::CHANNEL_CAPACITY);
             let pleg = Pleg::new(

@@ -176,7 +176,7 @@ pub fn container_config(
         Ok(h) => h,
         Err(e) => return config_error(e),
     };
-    let env = match env::make_environment(pod, c, &facts) {
+    let env = match env::make_environment(pod, c, &facts, node.volumes.objects()) {
         Ok(e) => e,
         Err(e) => return config_error(e),
     };

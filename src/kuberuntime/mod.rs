@@ -248,8 +248,10 @@ pub fn pod_container_dir(root: &Path, uid: &str, name: &str) -> Result<PathBuf, 
 impl RuntimeManager {
     /// A manager over `runtime`.
     pub fn new(runtime: Arc<dyn Runtime>, cfg: ManagerConfig) -> Self {
+        let images = ImageManager::new(runtime.clone(), &cfg.node.root_dir);
+        images.set_objects(cfg.node.volumes.objects().clone());
         RuntimeManager {
-            images: ImageManager::new(runtime.clone(), &cfg.node.root_dir),
+            images,
             runtime,
             cfg,
             backoff: Arc::new(Mutex::new(Backoff::default())),
@@ -395,6 +397,23 @@ impl RuntimeManager {
         let rp = self
             .get_pod_status(&uid)
             .map_err(rt_err("reading pod status"))?;
+        // Upstream's remount on every sync: configMap, secret, downwardAPI and
+        // projected volumes follow their objects, the pod's labels and token refreshes
+        // (failures are logged and recorded as FailedMount events by the set-up).
+        if !inp.terminal {
+            // A pod seen for the first time reads its objects afresh (volumes, env,
+            // pull secrets), whatever another pod left in the cache.
+            self.cfg.node.volumes.objects().register_pod(pod);
+        }
+        if !inp.terminal && rp.running_sandbox().is_some() {
+            let spec = pod.spec.as_ref();
+            if spec
+                .and_then(|s| s.volumes.as_ref())
+                .is_some_and(|vs| vs.iter().any(crate::volume::is_api_volume))
+            {
+                self.cfg.node.volumes.setup_pod(pod);
+            }
+        }
         let acts = {
             let b = lock(&self.backoff);
             let inputs = ActionInputs {

@@ -70,6 +70,7 @@ pub(super) fn validate_container(
     }
     errs.extend(validate_container_ports(c, &path.child("ports")));
     errs.extend(validate_env(c, &path.child("env")));
+    errs.extend(super::volumes::validate_env_sources(c, path));
     errs.extend(validate_volume_mounts(
         c,
         volumes,

@@ -18,6 +18,7 @@
 mod container;
 pub mod field;
 pub mod names;
+mod volumes;
 
 use std::collections::BTreeSet;
 
@@ -367,6 +368,7 @@ fn validate_volume_source(vol: &Volume, path: &Path) -> ErrorList {
             }
         }
     }
+    errs.extend(volumes::validate_api_volume(vol, path));
     if let Some(ed) = &vol.empty_dir {
         let p = path.child("emptyDir");
         if let Some(m) = ed.medium.as_deref() {

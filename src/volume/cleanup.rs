@@ -8,7 +8,7 @@
 use std::io;
 use std::path::Path;
 
-use super::{mount, VolumeError, VolumeManager, DELETING_PREFIX, EMPTY_DIR_PLUGIN};
+use super::{mount, VolumeError, VolumeManager, DELETING_PREFIX, TMPFS_PLUGINS};
 use crate::container::labels;
 use crate::loops::lock;
 use crate::safepath::{safe_join, UnsafePathError};
@@ -101,6 +101,7 @@ impl VolumeManager {
             // Still under the pod's lock: a set-up waiting for it finds its entry gone
             // and starts over on a fresh one, after the move.
             lock(&self.pods).remove(uid);
+            self.objects.forget_pod(uid);
             Ok(true)
         })?;
         if !moved {
@@ -126,7 +127,7 @@ fn unmount_all(dir: &Path) -> Result<(), VolumeError> {
             && m.mount_point
                 .parent()
                 .and_then(Path::file_name)
-                .is_some_and(|p| p == EMPTY_DIR_PLUGIN);
+                .is_some_and(|p| TMPFS_PLUGINS.iter().any(|t| p == *t));
         if !ours {
             return Err(VolumeError::Io {
                 what: format!(

@@ -15,15 +15,30 @@
 //! every source has been seen) and without any container left in the runtime. It
 //! unmounts the tmpfs volumes it made and never deletes through another mount.
 //!
-//! Other volume types (configMap, secret, projected, PVC, …) are refused with a clear
-//! reason on the containers that mount them; the pod's other containers still run.
+//! `configMap`, `secret`, `downwardAPI` and `projected` volumes (upstream's plugins of
+//! those names) are written by the [`atomic_writer`] from the payload [`projection`]
+//! makes of the objects the [`ObjectManager`] reads: under
+//! `volumes/kubernetes.io~<plugin>/<name>`, a tmpfs for secret, downwardAPI and
+//! projected volumes (so secrets never touch the disk; upstream wraps them in a memory
+//! emptyDir), the node's disk for configMaps. They are mounted read-only, and set up
+//! again at every set-up of the pod (the pod workers call it on each sync, at least
+//! every `--sync-frequency`), so object updates, label and annotation changes and
+//! token refreshes reach running containers; a failed refresh keeps the last content.
+//!
+//! Other volume types (PVC, CSI, …) are refused with a clear reason on the containers
+//! that mount them; the pod's other containers still run.
+//!
+//! Over 800 lines: a quarter is its unit tests; every volume type's set-up reads best
+//! beside the per-pod locking it runs under and the mounts it becomes.
 
+pub mod atomic_writer;
 mod cleanup;
 pub mod hostpath;
 pub mod mount;
+pub mod projection;
 
 use crate::safepath::{safe_join, UnsafePathError};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -33,8 +48,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Volume};
 
+use crate::container::downward::NodeFacts;
 use crate::container::expansion::expand;
 use crate::loops::lock;
+use crate::objects::ObjectManager;
 use crate::quantity::parse_milli;
 use crate::runtime::{Mount, Runtime, RuntimeError};
 
@@ -43,6 +60,21 @@ pub const VOLUME_MGR_PERIOD: Duration = Duration::from_secs(2);
 
 /// The emptyDir plugin's directory name under a pod's `volumes/`.
 pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
+/// The directory names of the API-backed plugins, as upstream's.
+pub const CONFIG_MAP_PLUGIN: &str = "kubernetes.io~configmap";
+/// Secrets (tmpfs).
+pub const SECRET_PLUGIN: &str = "kubernetes.io~secret";
+/// Downward API files (tmpfs).
+pub const DOWNWARD_API_PLUGIN: &str = "kubernetes.io~downward-api";
+/// Projected volumes (tmpfs).
+pub const PROJECTED_PLUGIN: &str = "kubernetes.io~projected";
+/// The plugins whose volume directories are tmpfs mounts rkubelet made and may unmount.
+const TMPFS_PLUGINS: [&str; 4] = [
+    EMPTY_DIR_PLUGIN,
+    SECRET_PLUGIN,
+    DOWNWARD_API_PLUGIN,
+    PROJECTED_PLUGIN,
+];
 
 /// A pod directory being deleted is first renamed to this prefix (then removed outside
 /// the lock); a leftover after a crash is removed on the next pass.
@@ -96,6 +128,9 @@ impl std::error::Error for VolumeError {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodVolumes {
     volumes: BTreeMap<String, Result<PathBuf, String>>,
+    /// Volumes every container mounts read-only (configMap, secret, downwardAPI,
+    /// projected: upstream's plugins say so in `GetAttributes`).
+    read_only: BTreeSet<String>,
 }
 
 /// Which pods' directories must stay. The sync loop's housekeeping writes it; held for
@@ -130,6 +165,10 @@ pub struct VolumeManager {
     node_name: String,
     /// Node allocatable memory in bytes: the size of a memory emptyDir with no limit.
     allocatable_memory: u64,
+    /// The ConfigMaps, Secrets and tokens of configMap, secret and projected volumes.
+    objects: Arc<ObjectManager>,
+    /// What downwardAPI volumes report for resources without limits.
+    facts: NodeFacts,
     /// What housekeeping says must stay (a small lock the sync loop takes).
     desired: Mutex<Desired>,
     /// Each pod's own lock. The map's lock is held only to find or insert an entry;
@@ -151,9 +190,27 @@ impl VolumeManager {
             runtime,
             node_name,
             allocatable_memory,
+            objects: Arc::new(ObjectManager::new(None)),
+            facts: NodeFacts {
+                allocatable_memory: i128::from(allocatable_memory),
+                ..Default::default()
+            },
             desired: Mutex::new(Desired::default()),
             pods: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Reads API-backed volumes' objects through `objects`; `facts` holds the node's
+    /// allocatable resources for downwardAPI volumes.
+    pub fn with_objects(mut self, objects: Arc<ObjectManager>, facts: NodeFacts) -> Self {
+        self.objects = objects;
+        self.facts = facts;
+        self
+    }
+
+    /// The object manager (env and image pulls read through it too).
+    pub fn objects(&self) -> &Arc<ObjectManager> {
+        &self.objects
     }
 
     /// Runs `f` under the pod's own lock. The entry is looked up again once the lock
@@ -192,6 +249,7 @@ impl VolumeManager {
         // Kept from now on, so a removal that has not taken the pod's lock yet backs
         // off (it checks again under that lock).
         lock(&self.desired).keep.insert(uid.clone());
+        self.objects.register_pod(pod);
         self.with_pod(&uid, |st| self.setup_locked(pod, &uid, st))
     }
 
@@ -213,11 +271,30 @@ impl VolumeManager {
                 .get(&v.name)
                 .filter(|(f, _)| *f == fingerprint)
                 .map(|(_, p)| p.clone());
+            let api = is_api_volume(v);
+            if api {
+                out.read_only.insert(v.name.clone());
+            }
             let result = match ready {
-                Some(p) => Ok(p),
-                None => self
-                    .set_up_volume(pod, uid, v)
-                    .map_err(|e| format!("MountVolume.SetUp failed for volume {:?} : {e}", v.name)),
+                Some(p) if !api => Ok(p),
+                ready => {
+                    let r = self.set_up_volume(pod, uid, v).map_err(|e| {
+                        format!("MountVolume.SetUp failed for volume {:?} : {e}", v.name)
+                    });
+                    match (r, ready) {
+                        // A refresh that failed keeps the volume as it was.
+                        (Err(msg), Some(p)) => {
+                            if st.failed.get(&v.name) != Some(&msg) {
+                                log::warn!("pod {pod_name}: {msg}");
+                                crate::record::event(pod, None, true, "FailedMount", &msg);
+                                st.failed.insert(v.name.clone(), msg);
+                            }
+                            out.volumes.insert(v.name.clone(), Ok(p));
+                            continue;
+                        }
+                        (r, _) => r,
+                    }
+                }
             };
             match &result {
                 Ok(p) => {
@@ -228,6 +305,10 @@ impl VolumeManager {
                     if st.failed.get(&v.name) != Some(msg) {
                         log::warn!("pod {pod_name}: {msg}");
                         st.failed.insert(v.name.clone(), msg.clone());
+                    }
+                    if api {
+                        // Upstream's event, rate limited by the recorder.
+                        crate::record::event(pod, None, true, "FailedMount", msg);
                     }
                 }
             }
@@ -257,9 +338,12 @@ impl VolumeManager {
         match volume_type(v) {
             // The API defaults a volume without a source to an emptyDir.
             "emptyDir" | "" => {}
+            "configMap" | "secret" | "downwardAPI" | "projected" => {
+                return self.set_up_api_volume(pod, uid, v)
+            }
             other => {
                 return Err(format!(
-                    "unsupported volume type {other} (rkubelet supports emptyDir and hostPath)"
+                    "unsupported volume type {other} (rkubelet supports emptyDir, hostPath, configMap, secret, downwardAPI and projected)"
                 ))
             }
         }
@@ -298,6 +382,57 @@ impl VolumeManager {
         {
             set_volume_ownership(&dir, gid)
                 .map_err(|e| format!("cannot give {} to fsGroup {gid}: {e}", dir.display()))?;
+        }
+        Ok(dir)
+    }
+
+    /// A configMap, secret, downwardAPI or projected volume: its directory (a tmpfs
+    /// but for configMaps), its payload from the objects, written atomically.
+    fn set_up_api_volume(&self, pod: &Pod, uid: &str, v: &Volume) -> Result<PathBuf, String> {
+        let plugin = match volume_type(v) {
+            "configMap" => CONFIG_MAP_PLUGIN,
+            "secret" => SECRET_PLUGIN,
+            "downwardAPI" => DOWNWARD_API_PLUGIN,
+            _ => PROJECTED_PLUGIN,
+        };
+        // The objects first: nothing is made for a volume whose object is missing.
+        let payload = projection::make_payload(v, pod, &self.objects, &self.facts)?;
+        let plugin_dir = self
+            .pod_dir(uid)
+            .map_err(|e| e.to_string())?
+            .join("volumes")
+            .join(plugin);
+        let dir = safe_join(&plugin_dir, &v.name).map_err(|e| e.to_string())?;
+        make_dir(&dir, 0o755).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        if plugin != CONFIG_MAP_PLUGIN {
+            let mounted =
+                mount::mounted_at(&dir).map_err(|e| format!("cannot read the mount table: {e}"))?;
+            if mounted.as_deref() != Some("tmpfs") {
+                let size = self.tmpfs_size(pod, None);
+                mount::mount_tmpfs(&dir, size)
+                    .map_err(|e| format!("cannot mount a tmpfs at {}: {e}", dir.display()))?;
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+                    .map_err(|e| format!("cannot set the mode of {}: {e}", dir.display()))?;
+            }
+        }
+        let fs_group = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|sc| sc.fs_group)
+            .and_then(|g| u32::try_from(g).ok());
+        if let Some(gid) = fs_group {
+            std::os::unix::fs::chown(&dir, None, Some(gid))
+                .map_err(|e| format!("cannot give {} to fsGroup {gid}: {e}", dir.display()))?;
+        }
+        match atomic_writer::write(&dir, &payload, fs_group) {
+            Ok(true) => log::debug!(
+                "pod {}: volume {:?} written",
+                crate::container::format_pod(pod),
+                v.name
+            ),
+            Ok(false) => {}
+            Err(e) => return Err(format!("error writing payload to {}: {e}", dir.display())),
         }
         Ok(dir)
     }
@@ -395,6 +530,31 @@ fn pod_memory_limit(pod: &Pod) -> Option<i128> {
     Some(init.map_or(sum, |i| i.max(sum)))
 }
 
+/// Whether a volume's files come from the API or the pod (set up again on each sync,
+/// mounted read-only).
+pub fn is_api_volume(v: &Volume) -> bool {
+    matches!(
+        volume_type(v),
+        "configMap" | "secret" | "downwardAPI" | "projected"
+    )
+}
+
+/// A directory (and its parents) with `mode` when it is made.
+fn make_dir(dir: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// An emptyDir's directory: created if missing, mode 0777 whatever the umask (so that
 /// containers running as any user can write, as upstream's `setupDir`).
 fn make_world_writable_dir(dir: &Path) -> io::Result<()> {
@@ -478,7 +638,7 @@ impl PodVolumes {
             out.push(Mount {
                 host_path: host_path.display().to_string(),
                 container_path,
-                read_only: m.read_only.unwrap_or(false),
+                read_only: m.read_only.unwrap_or(false) || self.read_only.contains(&m.name),
             });
         }
         Ok(out)
@@ -661,6 +821,51 @@ mod tests {
         release.send(()).expect("release");
         stuck.expect("spawn").join().expect("stuck thread");
         other.expect("spawn").join().expect("other thread");
+    }
+
+    #[test]
+    fn a_config_map_volume_follows_its_object_and_a_failed_refresh_keeps_it() {
+        use crate::objects::fake::{config_map, FakeFetcher};
+        use crate::objects::{Fetcher, ObjectManager};
+        let root = TempDir::new("vol-cm");
+        let f = Arc::new(FakeFetcher::default());
+        lock(&f.config_maps).insert("ns/cm".into(), config_map(&[("k", "v1")]));
+        let objects = Arc::new(
+            ObjectManager::new(Some(f.clone() as Arc<dyn Fetcher>)).with_ttl(Duration::ZERO),
+        );
+        let vm = VolumeManager::new(
+            root.0.clone(),
+            Arc::new(FakeRuntime::new(FakeClock::default())),
+            "node".into(),
+            0,
+        )
+        .with_objects(objects, NodeFacts::default());
+        let pod: Pod = serde_yaml::from_str(
+            "metadata: {name: p, namespace: ns, uid: u1}\n\
+             spec:\n  volumes: [{name: v, configMap: {name: cm}}]\n\
+             \x20 containers: [{name: c, volumeMounts: [{name: v, mountPath: /etc/v}]}]",
+        )
+        .expect("pod");
+        let c = pod.spec.as_ref().expect("spec").containers[0].clone();
+        let file = root.0.join("pods/u1/volumes/kubernetes.io~configmap/v/k");
+        let mounts = vm.setup_pod(&pod).mounts_for(&c, &[]).expect("mounts");
+        assert!(mounts[0].read_only, "API volumes are mounted read-only");
+        assert_eq!(std::fs::read_to_string(&file).expect("k"), "v1");
+        lock(&f.config_maps).insert("ns/cm".into(), config_map(&[("k", "v2")]));
+        vm.setup_pod(&pod);
+        assert_eq!(std::fs::read_to_string(&file).expect("k"), "v2");
+        // The object goes: the refresh fails, the volume keeps its last content.
+        lock(&f.config_maps).clear();
+        let v = vm.setup_pod(&pod);
+        assert!(v.failure_for(&c).is_none(), "{v:?}");
+        assert_eq!(std::fs::read_to_string(&file).expect("k"), "v2");
+        // A pod whose object never existed: its containers wait with upstream's words.
+        let mut other = pod.clone();
+        other.metadata.uid = Some("u2".into());
+        assert_eq!(
+            vm.setup_pod(&other).failure_for(&c).as_deref(),
+            Some("MountVolume.SetUp failed for volume \"v\" : configmap \"cm\" not found")
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod registry;
 mod images;
 mod spec;
 mod volumes;
+mod api_volumes;
 mod probes;
 mod servers;
 mod admission;

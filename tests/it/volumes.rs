@@ -487,7 +487,7 @@ spec:
     let msg = wait_waiting(&node, "u", "uses-cfg", "CreateContainerConfigError");
     assert_eq!(
         msg,
-        "MountVolume.SetUp failed for volume \"cfg\" : unsupported volume type configMap (rkubelet supports emptyDir and hostPath)"
+        "MountVolume.SetUp failed for volume \"cfg\" : cannot get configmap default/settings: no API server is configured (--kubeconfig)"
     );
     let refused = format!(
         "{}: document 0: invalid pod: spec.containers[0].volumeMounts[0].name: Not found: \"not-declared\"",

@@ -1,35 +1,73 @@
-//! A container's environment (upstream `makeEnvironmentVariables`,
-//! `podFieldSelectorRuntimeValue`, `containerResourceRuntimeValue` and
-//! `ExpandContainerCommandAndArgs`), as pure functions of the pod, the container and
-//! what the node knows (pod and host IPs, allocatable resources).
+//! A container's environment (upstream `makeEnvironmentVariables` and
+//! `ExpandContainerCommandAndArgs`), from the pod, the container, what the node
+//! knows (pod and host IPs, allocatable resources) and the ConfigMaps and Secrets the
+//! container references.
 //!
-//! Values are resolved in declaration order; a `value` may reference (`$(NAME)`) the
-//! variables declared before it. `valueFrom` resolves the downward API (`fieldRef`,
-//! `resourceFieldRef`). References to ConfigMaps and Secrets fail as they do on an
-//! upstream kubelet without an API server: static pods may not use API objects.
+//! `envFrom` comes first (each ConfigMap or Secret's keys, with the prefix; keys that
+//! are not variable names are skipped with upstream's `InvalidEnvironmentVariableNames`
+//! event), then `env` in declaration order: a `value` may reference (`$(NAME)`) the
+//! variables declared before it; `valueFrom` resolves the downward API (`fieldRef`,
+//! `resourceFieldRef`, in `container::downward`) and `configMapKeyRef` /
+//! `secretKeyRef` (with `optional`). A missing object or key fails the container with
+//! upstream's message. Objects come from the [`ObjectManager`], which reads each
+//! at most once per sync through its cache.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{
-    Container, EnvVar, ObjectFieldSelector, Pod, ResourceFieldSelector,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar, Pod, Secret};
 
 use crate::container::expansion::{expand, mapping_for};
-use crate::quantity::parse_milli;
+use crate::objects::{ObjectError, ObjectManager};
 
-/// What the node contributes to the downward API.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeFacts {
-    /// The pod's IPs (the node's for host-network pods), first is `status.podIP`.
-    pub pod_ips: Vec<String>,
-    /// The node's IPs, first is `status.hostIP`.
-    pub host_ips: Vec<String>,
-    /// Node allocatable CPU in millicores: the limit a container without one reports.
-    pub allocatable_cpu_milli: i128,
-    /// Node allocatable memory in bytes.
-    pub allocatable_memory: i128,
-    /// Node allocatable ephemeral storage in bytes.
-    pub allocatable_ephemeral_storage: i128,
+pub use crate::container::downward::{
+    effective_requests, field_ref_value, limits, resource_field_value, NodeFacts,
+};
+
+/// The objects one environment read, so each is asked for once.
+struct Objects<'a> {
+    manager: &'a ObjectManager,
+    namespace: &'a str,
+    config_maps: HashMap<String, Arc<ConfigMap>>,
+    secrets: HashMap<String, Arc<Secret>>,
+}
+
+impl Objects<'_> {
+    fn config_map(&mut self, name: &str) -> Result<Arc<ConfigMap>, ObjectError> {
+        if let Some(c) = self.config_maps.get(name) {
+            return Ok(c.clone());
+        }
+        let c = self.manager.config_map(self.namespace, name)?;
+        self.config_maps.insert(name.to_string(), c.clone());
+        Ok(c)
+    }
+
+    fn secret(&mut self, name: &str) -> Result<Arc<Secret>, ObjectError> {
+        if let Some(s) = self.secrets.get(name) {
+            return Ok(s.clone());
+        }
+        let s = self.manager.secret(self.namespace, name)?;
+        self.secrets.insert(name.to_string(), s.clone());
+        Ok(s)
+    }
+}
+
+/// A lookup's error as the container's waiting message; a missing object that is
+/// `optional` is no error (None).
+fn missing<T>(r: Result<T, ObjectError>, optional: bool) -> Result<Option<T>, String> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_not_found() && optional => Ok(None),
+        // Upstream's words for a kubelet without an API client.
+        Err(ObjectError::NoClient { kind, object }) => Err(format!(
+            "couldn't get {} {object}, no kubeClient defined",
+            match kind {
+                crate::objects::Kind::ConfigMap => "configMap",
+                _ => "secret",
+            }
+        )),
+        Err(e) => Err(e.message()),
+    }
 }
 
 /// The environment of `c`, in declaration order (a name declared twice keeps its
@@ -39,31 +77,78 @@ pub fn make_environment(
     pod: &Pod,
     c: &Container,
     node: &NodeFacts,
+    objects: &ObjectManager,
 ) -> Result<Vec<(String, String)>, String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-    // envFrom: every source is a ConfigMap or a Secret, which needs an API server.
-    for from in c.env_from.iter().flatten() {
-        if let Some(r) = &from.config_map_ref {
-            return Err(format!(
-                "couldn't get configMap {ns}/{}, no kubeClient defined",
-                r.name
-            ));
-        }
-        if let Some(r) = &from.secret_ref {
-            return Err(format!(
-                "couldn't get secret {ns}/{}, no kubeClient defined",
-                r.name
-            ));
-        }
-    }
+    let mut objs = Objects {
+        manager: objects,
+        namespace: ns,
+        config_maps: HashMap::new(),
+        secrets: HashMap::new(),
+    };
     let mut order: Vec<String> = Vec::new();
     let mut values: HashMap<String, String> = HashMap::new();
-    for e in c.env.iter().flatten() {
-        let value = env_value(pod, c, e, &values, node)?;
-        if !values.contains_key(&e.name) {
-            order.push(e.name.clone());
+    fn set(order: &mut Vec<String>, values: &mut HashMap<String, String>, k: String, v: String) {
+        if !values.contains_key(&k) {
+            order.push(k.clone());
         }
-        values.insert(e.name.clone(), value);
+        values.insert(k, v);
+    }
+    for from in c.env_from.iter().flatten() {
+        let prefix = from.prefix.as_deref().unwrap_or_default();
+        let (kind, name, pairs) = if let Some(r) = &from.config_map_ref {
+            let Some(cm) = missing(objs.config_map(&r.name), r.optional == Some(true))? else {
+                continue;
+            };
+            let pairs: Vec<(String, String)> = cm
+                .data
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            ("configMap", &r.name, pairs)
+        } else if let Some(r) = &from.secret_ref {
+            let Some(s) = missing(objs.secret(&r.name), r.optional == Some(true))? else {
+                continue;
+            };
+            let pairs: Vec<(String, String)> = s
+                .data
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+                .collect();
+            ("secret", &r.name, pairs)
+        } else {
+            continue;
+        };
+        let mut invalid = Vec::new();
+        for (k, v) in pairs {
+            let k = format!("{prefix}{k}");
+            if !crate::validation::names::is_relaxed_env_var_name(&k).is_empty() {
+                invalid.push(k);
+                continue;
+            }
+            set(&mut order, &mut values, k, v);
+        }
+        if !invalid.is_empty() {
+            invalid.sort();
+            crate::record::event(
+                pod,
+                None,
+                true,
+                "InvalidEnvironmentVariableNames",
+                &format!(
+                    "Keys [{}] from the EnvFrom {kind} {ns}/{name} were skipped since they are considered invalid environment variable names.",
+                    invalid.join(", ")
+                ),
+            );
+        }
+    }
+    for e in c.env.iter().flatten() {
+        let Some(value) = env_value(pod, c, e, &values, node, &mut objs)? else {
+            continue;
+        };
+        set(&mut order, &mut values, e.name.clone(), value);
     }
     Ok(order
         .into_iter()
@@ -74,225 +159,59 @@ pub fn make_environment(
         .collect())
 }
 
+/// One variable's value; None when it is skipped (an optional reference to a missing
+/// object or key).
 fn env_value(
     pod: &Pod,
     c: &Container,
     e: &EnvVar,
     defined: &HashMap<String, String>,
     node: &NodeFacts,
-) -> Result<String, String> {
+    objs: &mut Objects<'_>,
+) -> Result<Option<String>, String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     if let Some(v) = e.value.as_deref().filter(|v| !v.is_empty()) {
         let maps = [defined];
-        return Ok(expand(v, &mut mapping_for(&maps)));
+        return Ok(Some(expand(v, &mut mapping_for(&maps))));
     }
     let Some(from) = &e.value_from else {
-        return Ok(String::new());
+        return Ok(Some(String::new()));
     };
     if let Some(f) = &from.field_ref {
-        return field_ref_value(pod, f, node);
+        return field_ref_value(pod, f, node).map(Some);
     }
     if let Some(r) = &from.resource_field_ref {
-        return resource_field_value(pod, c, r, node);
+        return resource_field_value(pod, c, r, node).map(Some);
     }
     if let Some(r) = &from.config_map_key_ref {
-        return Err(format!(
-            "couldn't get configMap {ns}/{}, no kubeClient defined",
-            r.name
-        ));
-    }
-    if let Some(r) = &from.secret_key_ref {
-        return Err(format!(
-            "couldn't get secret {ns}/{}, no kubeClient defined",
-            r.name
-        ));
-    }
-    Ok(String::new())
-}
-
-/// The value of a downward API `fieldRef` (upstream `ConvertDownwardAPIFieldLabel`,
-/// then `podFieldSelectorRuntimeValue`, then `fieldpath.ExtractFieldPathAsString`).
-pub fn field_ref_value(
-    pod: &Pod,
-    f: &ObjectFieldSelector,
-    node: &NodeFacts,
-) -> Result<String, String> {
-    let version = f.api_version.as_deref().unwrap_or("v1");
-    if !version.is_empty() && version != "v1" {
-        return Err(format!("unsupported pod version: {version}"));
-    }
-    let path = f.field_path.as_str();
-    let meta = &pod.metadata;
-    if let Some((base, key)) = split_subscript(path) {
-        return match base {
-            "metadata.annotations" => Ok(meta
-                .annotations
-                .as_ref()
-                .and_then(|m| m.get(key))
-                .cloned()
-                .unwrap_or_default()),
-            "metadata.labels" => Ok(meta
-                .labels
-                .as_ref()
-                .and_then(|m| m.get(key))
-                .cloned()
-                .unwrap_or_default()),
-            _ => Err(format!("field label does not support subscript: {path}")),
+        let optional = r.optional == Some(true);
+        let Some(cm) = missing(objs.config_map(&r.name), optional)? else {
+            return Ok(None);
+        };
+        return match cm.data.as_ref().and_then(|d| d.get(&r.key)) {
+            Some(v) => Ok(Some(v.clone())),
+            None if optional => Ok(None),
+            None => Err(format!(
+                "couldn't find key {} in ConfigMap {ns}/{}",
+                r.key, r.name
+            )),
         };
     }
-    let spec = pod.spec.as_ref();
-    match path {
-        "spec.nodeName" | "spec.host" => {
-            Ok(spec.and_then(|s| s.node_name.clone()).unwrap_or_default())
-        }
-        "spec.serviceAccountName" => Ok(spec
-            .and_then(|s| s.service_account_name.clone())
-            .unwrap_or_default()),
-        "status.hostIP" => Ok(node.host_ips.first().cloned().unwrap_or_default()),
-        "status.hostIPs" => Ok(node.host_ips.join(",")),
-        "status.podIP" => Ok(node.pod_ips.first().cloned().unwrap_or_default()),
-        "status.podIPs" => Ok(node.pod_ips.join(",")),
-        "metadata.annotations" => Ok(format_map(meta.annotations.as_ref())),
-        "metadata.labels" => Ok(format_map(meta.labels.as_ref())),
-        "metadata.name" => Ok(meta.name.clone().unwrap_or_default()),
-        "metadata.namespace" => Ok(meta.namespace.clone().unwrap_or_default()),
-        "metadata.uid" => Ok(meta.uid.clone().unwrap_or_default()),
-        // Valid field labels the kubelet cannot resolve from a container's start.
-        "spec.restartPolicy" | "spec.schedulerName" | "status.phase" => {
-            Err(format!("unsupported fieldPath: {path}"))
-        }
-        _ => Err(format!("field label not supported: {path}")),
+    if let Some(r) = &from.secret_key_ref {
+        let optional = r.optional == Some(true);
+        let Some(s) = missing(objs.secret(&r.name), optional)? else {
+            return Ok(None);
+        };
+        return match s.data.as_ref().and_then(|d| d.get(&r.key)) {
+            Some(v) => Ok(Some(String::from_utf8_lossy(&v.0).into_owned())),
+            None if optional => Ok(None),
+            None => Err(format!(
+                "couldn't find key {} in Secret {ns}/{}",
+                r.key, r.name
+            )),
+        };
     }
-}
-
-/// `metadata.labels['key']` → (`metadata.labels`, `key`) (upstream
-/// `SplitMaybeSubscriptedPath`).
-fn split_subscript(path: &str) -> Option<(&str, &str)> {
-    let inner = path.strip_suffix("']")?;
-    let (base, key) = inner.split_once("['")?;
-    (!base.is_empty()).then_some((base, key))
-}
-
-/// Upstream `fieldpath.FormatMap`: `key="value"` lines sorted by key, values quoted
-/// as Go's `%q` does.
-fn format_map(m: Option<&BTreeMap<String, String>>) -> String {
-    m.into_iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={}", crate::validation::field::go_quote(v)))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// A container's requests with the API's defaulting applied: a resource with a limit
-/// and no request requests its limit (`SetDefaults_Pod`). Values in milli-units.
-pub fn effective_requests(c: &Container) -> BTreeMap<String, i128> {
-    let res = c.resources.as_ref();
-    let mut out: BTreeMap<String, i128> = quantities(res.and_then(|r| r.limits.as_ref()));
-    out.extend(quantities(res.and_then(|r| r.requests.as_ref())));
-    out
-}
-
-/// A container's limits, in milli-units.
-pub fn limits(c: &Container) -> BTreeMap<String, i128> {
-    quantities(c.resources.as_ref().and_then(|r| r.limits.as_ref()))
-}
-
-fn quantities(
-    m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
-) -> BTreeMap<String, i128> {
-    m.into_iter()
-        .flatten()
-        .filter_map(|(k, q)| parse_milli(&q.0).map(|v| (k.clone(), v)))
-        .collect()
-}
-
-/// The value of a downward API `resourceFieldRef` (upstream
-/// `containerResourceRuntimeValue` after `defaultPodLimitsForDownwardAPI`): an unset
-/// limit reports the node's allocatable amount; values are rounded up to whole
-/// divisors.
-pub fn resource_field_value(
-    pod: &Pod,
-    current: &Container,
-    r: &ResourceFieldSelector,
-    node: &NodeFacts,
-) -> Result<String, String> {
-    let c = match r.container_name.as_deref().filter(|n| !n.is_empty()) {
-        None => current,
-        Some(name) => pod
-            .spec
-            .iter()
-            .flat_map(|s| {
-                s.containers
-                    .iter()
-                    .chain(s.init_containers.iter().flatten())
-            })
-            .find(|c| c.name == name)
-            .ok_or_else(|| format!("container {name} not found"))?,
-    };
-    let divisor = r
-        .divisor
-        .as_ref()
-        .and_then(|d| parse_milli(&d.0))
-        .filter(|d| *d != 0)
-        .unwrap_or(1000);
-    let lim = limits(c);
-    let req = effective_requests(c);
-    let (kind, value) = match r.resource.as_str() {
-        "limits.cpu" => (
-            Unit::Cpu,
-            lim.get("cpu")
-                .copied()
-                .unwrap_or(node.allocatable_cpu_milli),
-        ),
-        "limits.memory" => (
-            Unit::Bytes,
-            lim.get("memory")
-                .copied()
-                .unwrap_or(node.allocatable_memory * 1000),
-        ),
-        "limits.ephemeral-storage" => (
-            Unit::Bytes,
-            lim.get("ephemeral-storage")
-                .copied()
-                .unwrap_or(node.allocatable_ephemeral_storage * 1000),
-        ),
-        "requests.cpu" => (Unit::Cpu, req.get("cpu").copied().unwrap_or(0)),
-        "requests.memory" => (Unit::Bytes, req.get("memory").copied().unwrap_or(0)),
-        "requests.ephemeral-storage" => (
-            Unit::Bytes,
-            req.get("ephemeral-storage").copied().unwrap_or(0),
-        ),
-        other => return Err(format!("unsupported container resource : {other}")),
-    };
-    Ok(divide_up(kind, value, divisor).to_string())
-}
-
-#[derive(Clone, Copy)]
-enum Unit {
-    /// Compared in millicores (`MilliValue`).
-    Cpu,
-    /// Compared in whole units (`Value`, rounded up).
-    Bytes,
-}
-
-/// `ceil(value / divisor)`, both in milli-units, at the unit's precision.
-fn divide_up(unit: Unit, value_milli: i128, divisor_milli: i128) -> i128 {
-    let (v, d) = match unit {
-        Unit::Cpu => (value_milli, divisor_milli),
-        Unit::Bytes => (
-            ceil_div(value_milli, 1000),
-            ceil_div(divisor_milli, 1000).max(1),
-        ),
-    };
-    ceil_div(v, d.max(1))
-}
-
-fn ceil_div(a: i128, b: i128) -> i128 {
-    if a >= 0 {
-        (a + b - 1) / b
-    } else {
-        a / b
-    }
+    Ok(Some(String::new()))
 }
 
 /// `command` and `args` with `$(VAR)` expanded from the container's environment
@@ -316,7 +235,8 @@ pub fn expand_command_and_args(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        ConfigMapKeySelector, EnvFromSource, EnvVarSource, PodSpec, SecretEnvSource,
+        ConfigMapKeySelector, EnvFromSource, EnvVarSource, ObjectFieldSelector, PodSpec,
+        ResourceFieldSelector, SecretEnvSource,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -491,7 +411,7 @@ mod tests {
             args: Some(vec!["$(E)".into(), "$$(E)".into()]),
             ..Default::default()
         };
-        let e = make_environment(&pod(), &c, &node()).expect("env");
+        let e = make_environment(&pod(), &c, &node(), &ObjectManager::new(None)).expect("env");
         assert_eq!(
             e,
             vec![
@@ -532,7 +452,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            make_environment(&pod(), &c, &node()),
+            make_environment(&pod(), &c, &node(), &ObjectManager::new(None)),
             Err("couldn't get configMap prod/cm, no kubeClient defined".into())
         );
         c.env = None;
@@ -544,8 +464,123 @@ mod tests {
             ..Default::default()
         }]);
         assert_eq!(
-            make_environment(&pod(), &c, &node()),
+            make_environment(&pod(), &c, &node(), &ObjectManager::new(None)),
             Err("couldn't get secret prod/s, no kubeClient defined".into())
+        );
+    }
+
+    fn objects() -> ObjectManager {
+        use crate::objects::fake::{config_map, secret, FakeFetcher};
+        let f = FakeFetcher::default();
+        crate::loops::lock(&f.config_maps).insert(
+            "prod/cm".into(),
+            config_map(&[("A", "from-cm"), ("B", "b"), ("bad=key", "x")]),
+        );
+        crate::loops::lock(&f.secrets).insert(
+            "prod/s".into(),
+            secret(&[("PASS", "hunter2"), ("A", "from-secret")]),
+        );
+        ObjectManager::new(Some(Arc::new(f)))
+    }
+
+    fn key_ref(cm: bool, name: &str, key: &str, optional: bool) -> EnvVarSource {
+        let optional = Some(optional);
+        if cm {
+            EnvVarSource {
+                config_map_key_ref: Some(ConfigMapKeySelector {
+                    name: name.into(),
+                    key: key.into(),
+                    optional,
+                }),
+                ..Default::default()
+            }
+        } else {
+            EnvVarSource {
+                secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
+                    name: name.into(),
+                    key: key.into(),
+                    optional,
+                }),
+                ..Default::default()
+            }
+        }
+    }
+
+    #[test]
+    fn env_from_and_key_refs_resolve_with_env_winning() {
+        let from = |cm: bool, name: &str, prefix: Option<&str>, optional: bool| EnvFromSource {
+            config_map_ref: cm.then(|| k8s_openapi::api::core::v1::ConfigMapEnvSource {
+                name: name.into(),
+                optional: Some(optional),
+            }),
+            secret_ref: (!cm).then(|| SecretEnvSource {
+                name: name.into(),
+                optional: Some(optional),
+            }),
+            prefix: prefix.map(str::to_string),
+        };
+        let var = |name: &str, src: EnvVarSource| EnvVar {
+            name: name.into(),
+            value: None,
+            value_from: Some(src),
+        };
+        let c = Container {
+            name: "c".into(),
+            env_from: Some(vec![
+                from(true, "cm", None, false),
+                from(false, "s", Some("S_"), false),
+                from(true, "gone", None, true),
+            ]),
+            env: Some(vec![
+                var("B", key_ref(false, "s", "PASS", false)),
+                var("OPT", key_ref(true, "cm", "nope", true)),
+                var("OPT2", key_ref(true, "gone", "k", true)),
+                env("C", "$(B)"),
+            ]),
+            ..Default::default()
+        };
+        let e = make_environment(&pod(), &c, &node(), &objects()).expect("env");
+        let got: Vec<(&str, &str)> = e.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("A", "from-cm"),
+                ("B", "hunter2"),
+                ("S_A", "from-secret"),
+                ("S_PASS", "hunter2"),
+                ("C", "hunter2"),
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_objects_and_keys_fail_with_upstreams_messages() {
+        let one = |src: EnvVarSource| Container {
+            name: "c".into(),
+            env: Some(vec![EnvVar {
+                name: "X".into(),
+                value: None,
+                value_from: Some(src),
+            }]),
+            ..Default::default()
+        };
+        let objs = objects();
+        let run = |c: &Container| make_environment(&pod(), c, &node(), &objs);
+        assert_eq!(
+            run(&one(key_ref(true, "cm", "nope", false))),
+            Err("couldn't find key nope in ConfigMap prod/cm".into())
+        );
+        assert_eq!(
+            run(&one(key_ref(false, "s", "nope", false))),
+            Err("couldn't find key nope in Secret prod/s".into())
+        );
+        assert_eq!(
+            run(&one(key_ref(true, "gone", "k", false))),
+            Err("configmap \"gone\" not found".into())
+        );
+        assert_eq!(
+            run(&one(key_ref(false, "gone", "k", false))),
+            Err("secret \"gone\" not found".into())
         );
     }
 }
