@@ -222,8 +222,9 @@ fn decode(text: &str, format: Format) -> Result<Vec<(usize, Option<usize>, Pod)>
         Format::Yaml => {
             for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
                 // Stop at the first syntax error: the parser cannot resync after one.
-                let v = Value::deserialize(doc)
+                let mut v = Value::deserialize(doc)
                     .map_err(|e| Problem::at(i, ManifestErrorKind::Yaml(e)))?;
+                yaml11_octal_modes(&mut v);
                 documents.push(v);
             }
         }
@@ -283,6 +284,34 @@ fn decode(text: &str, format: Format) -> Result<Vec<(usize, Option<usize>, Pod)>
         }
     }
     Ok(pods)
+}
+
+/// Upstream reads manifests with YAML 1.1 (go-yaml v2 under sigs.k8s.io/yaml), where a
+/// plain `0400` is the octal number 256; serde_yaml (YAML 1.2) gives the string "0400",
+/// which no pod field takes. File modes are where people write octal (`defaultMode`,
+/// an item's `mode`), so a string of octal digits with a leading 0 under those keys is
+/// read as YAML 1.1 would. (A quoted '0400' is read the same way; upstream refuses it.)
+fn yaml11_octal_modes(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                if key == "defaultMode" || key == "mode" {
+                    if let Value::String(s) = value {
+                        let octal = s.len() > 1
+                            && s.starts_with('0')
+                            && s.bytes().all(|b| (b'0'..=b'7').contains(&b));
+                        if let Some(n) = octal.then(|| i64::from_str_radix(s, 8).ok()).flatten() {
+                            *value = Value::from(n);
+                            continue;
+                        }
+                    }
+                }
+                yaml11_octal_modes(value);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(yaml11_octal_modes),
+        _ => {}
+    }
 }
 
 fn describe(v: &Value) -> &'static str {
@@ -439,6 +468,27 @@ mod tests {
         assert_eq!(hash(""), 0x6c62272e07bb014262b821756295c58d);
         assert_eq!(hash("a"), 0xd228cb696f1a8caf78912b704e4a8964);
         assert_eq!(hash("foobar"), 0x343e1662793c64bf6f0d3597ba446f18);
+    }
+
+    #[test]
+    fn octal_file_modes_are_read_as_yaml_1_1_reads_them() {
+        let text = format!(
+            "{WEB}  volumes:\n  - name: s\n    secret:\n      secretName: s\n      defaultMode: 0400\n      \
+             items:\n      - {{key: k, path: k, mode: 0755}}\n      - {{key: j, path: j, mode: 420}}\n"
+        );
+        let p = pods(&text).remove(0);
+        let secret = p.spec.expect("spec").volumes.expect("volumes")[0]
+            .secret
+            .clone()
+            .expect("secret");
+        assert_eq!(secret.default_mode, Some(0o400));
+        let modes: Vec<_> = secret
+            .items
+            .expect("items")
+            .iter()
+            .map(|i| i.mode)
+            .collect();
+        assert_eq!(modes, vec![Some(0o755), Some(420)]);
     }
 
     #[test]
