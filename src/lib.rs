@@ -36,6 +36,7 @@ pub mod podconfig;
 
 // The API server client.
 pub mod apiclient;
+pub mod events;
 
 // The kubelet core: the sync loop and what it drives.
 pub mod kubelet;
