@@ -314,6 +314,10 @@ pub fn start(
         log::warn!("events: the recorder already sends its events elsewhere");
         return Ok(());
     }
+    // Every reason at 0 from the start, so a scrape shows the family before a drop.
+    for reason in ["queue_full", "retries_exhausted", "refused"] {
+        metrics.events_dropped.add([reason], 0);
+    }
     let writer = Writer::new(api, node);
     loops.spawn("events", move |stop, handle| {
         run(writer, &rx, &stop, &handle, &metrics);

@@ -945,7 +945,7 @@ impl RuntimeManager {
     fn create_sandbox_inner(&self, pod: &Pod, attempt: u32) -> Result<String, RuntimeError> {
         if let Some(w) = self
             .images
-            .ensure_image(pod, &self.cfg.pod_infra_image, None)?
+            .ensure_sandbox_image(pod, &self.cfg.pod_infra_image)?
         {
             return Err(RuntimeError::Api {
                 op: format!("pull sandbox image {}", self.cfg.pod_infra_image),
