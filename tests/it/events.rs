@@ -65,12 +65,8 @@ fn api_pod_events_reach_the_api_server_and_kubectl_shows_them() {
         .create("pods", "default", api_pod("ev-web", &node.name, SLEEPER))
         .expect("pod");
     let uid = pod["metadata"]["uid"].as_str().expect("uid").to_string();
-    api.create(
-        "pods",
-        "default",
-        api_pod("ev-crash", &node.name, "exit 1"),
-    )
-    .expect("pod");
+    api.create("pods", "default", api_pod("ev-crash", &node.name, "exit 1"))
+        .expect("pod");
     node.start(&[&format!("--kubeconfig={}", kc.display())]);
 
     // The node's Starting, in default, about the node.
@@ -136,9 +132,9 @@ fn api_pod_events_reach_the_api_server_and_kubectl_shows_them() {
     assert_eq!(objects, 1, "one BackOff object, not one per repeat");
     assert_eq!(backoff["type"], "Warning");
     assert!(
-        backoff["message"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("Back-off restarting failed container c in pod ev-crash")),
+        backoff["message"].as_str().is_some_and(
+            |m| m.starts_with("Back-off restarting failed container c in pod ev-crash")
+        ),
         "{backoff}"
     );
     assert_ne!(backoff["firstTimestamp"], Value::Null);
@@ -153,8 +149,9 @@ fn api_pod_events_reach_the_api_server_and_kubectl_shows_them() {
     let out = kubectl(&kc, &["get", "events", "-n", "default"]);
     assert!(out.starts_with("LAST SEEN"), "{out}");
     assert!(
-        out.lines()
-            .any(|l| l.contains("Started") && l.contains("pod/ev-web") && l.contains("Started container c")),
+        out.lines().any(|l| l.contains("Started")
+            && l.contains("pod/ev-web")
+            && l.contains("Started container c")),
         "{out}"
     );
     assert!(
