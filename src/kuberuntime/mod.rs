@@ -1039,6 +1039,17 @@ impl RuntimeManager {
             .images
             .ensure_image(pod, &image, c.image_pull_policy.as_deref())?
         {
+            // Upstream `startContainer`: an image that is not there (yet) for a reason
+            // other than a pull in progress is also the container's `Failed` event.
+            if w.reason != crate::images::PULLING_REASON {
+                record::event(
+                    pod,
+                    Some(&c.name),
+                    true,
+                    "Failed",
+                    &format!("Error: {}", w.reason),
+                );
+            }
             return Ok(Some(w));
         }
         // Keep one dead instance for lastState and logs; older ones go now, with their
