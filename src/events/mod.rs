@@ -51,6 +51,9 @@ pub const MAX_TRIES: u32 = 12;
 pub const RETRY_SLEEP: Duration = Duration::from_secs(10);
 /// Each create or patch is one request within this.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// A write not made this long after its first try is dropped (upstream: 12 tries
+/// 10 s apart).
+pub const MAX_AGE: Duration = Duration::from_secs(RETRY_SLEEP.as_secs() * MAX_TRIES as u64);
 /// Writes waiting for another try; more drop the oldest (upstream keeps one, blocking
 /// the whole stream while it sleeps).
 pub const MAX_PENDING: usize = 1000;
@@ -143,6 +146,7 @@ struct Pending {
     write: Write,
     tries: u32,
     due: Instant,
+    first: Instant,
 }
 
 /// What one write came to.
@@ -153,8 +157,10 @@ pub enum Outcome {
     /// The server could not be reached: tried again later (or dropped after
     /// [`MAX_TRIES`]); the loop pauses.
     Retry,
-    /// Refused by the server (or already there): dropped.
-    Refused(String),
+    /// Already there (a retried create that had landed): nothing to do.
+    Exists,
+    /// Refused by the server: dropped. The HTTP status, for the loop's state.
+    Refused(Option<u16>),
 }
 
 /// Events not written, by why (the `reason` label of `rkubelet_events_dropped_total`).
@@ -226,6 +232,7 @@ impl<S: EventSink> Writer<S> {
                 write: c.write,
                 tries: 0,
                 due: now,
+                first: now,
             },
             now,
         )
@@ -238,10 +245,23 @@ impl<S: EventSink> Writer<S> {
             let Some(p) = self.retries.pop_front() else {
                 break;
             };
+            if now.saturating_duration_since(p.first) >= MAX_AGE {
+                self.give_up(&p, "too old");
+                continue;
+            }
             if self.attempt(p, now) == Outcome::Retry {
                 return;
             }
         }
+    }
+
+    fn give_up(&mut self, p: &Pending, why: &str) {
+        self.dropped.retries_exhausted += 1;
+        log::debug!(
+            "event {}: dropped after {} tries: {why}",
+            s(&p.write.event().metadata.name),
+            p.tries
+        );
     }
 
     fn attempt(&mut self, mut p: Pending, now: Instant) -> Outcome {
@@ -270,13 +290,8 @@ impl<S: EventSink> Writer<S> {
             Err(e) if e.is_unreachable() => {
                 p.tries += 1;
                 self.paused_until = Some(now + RETRY_SLEEP);
-                if p.tries >= MAX_TRIES {
-                    self.dropped.retries_exhausted += 1;
-                    log::debug!(
-                        "event {}: dropped after {MAX_TRIES} tries: {}",
-                        s(&p.write.event().metadata.name),
-                        error_chain(&e)
-                    );
+                if p.tries >= MAX_TRIES || now.saturating_duration_since(p.first) >= MAX_AGE {
+                    self.give_up(&p, &error_chain(&e));
                 } else {
                     if self.retries.len() >= MAX_PENDING {
                         self.retries.pop_front();
@@ -287,15 +302,14 @@ impl<S: EventSink> Writer<S> {
                 }
                 Outcome::Retry
             }
+            Err(e) if e.is_already_exists() => {
+                log::debug!("event already written: {}", error_chain(&e));
+                Outcome::Exists
+            }
             Err(e) => {
-                let why = error_chain(&e);
-                if e.is_already_exists() {
-                    log::debug!("event already written: {why}");
-                } else {
-                    self.dropped.refused += 1;
-                    log::debug!("event refused: {why}");
-                }
-                Outcome::Refused(why)
+                self.dropped.refused += 1;
+                log::debug!("event refused: {}", error_chain(&e));
+                Outcome::Refused(e.code())
             }
         }
     }
@@ -361,9 +375,13 @@ fn run<S: EventSink>(
                 let began = handle.begin_tick();
                 let out = w.handle(&r, Instant::now());
                 let err = match out {
-                    Outcome::Written => None,
+                    Outcome::Written | Outcome::Exists => None,
                     Outcome::Retry => Some(unreachable_note()),
-                    Outcome::Refused(why) => Some(why),
+                    // One line per kind of refusal; each event's at debug.
+                    Outcome::Refused(code) => Some(format!(
+                        "the API server refused an event ({}); dropped",
+                        code.map_or("no status".into(), |c| format!("HTTP {c}"))
+                    )),
                 };
                 handle.end_tick(began, err);
             }
@@ -609,9 +627,9 @@ mod tests {
         // Refusals are dropped and counted; an existing name is no loss.
         fake.answers.borrow_mut().extend([Err(403), Err(409)]);
         let other = rec(None, "Pulled", "x", at(1));
-        assert!(matches!(w.handle(&other, t), Outcome::Refused(_)));
+        assert_eq!(w.handle(&other, t), Outcome::Refused(Some(403)));
         let third = rec(None, "Pulled", "y", at(1));
-        assert!(matches!(w.handle(&third, t), Outcome::Refused(_)));
+        assert_eq!(w.handle(&third, t), Outcome::Exists);
         assert_eq!(w.dropped.refused, 1);
         assert_eq!(w.pending(), 0);
     }
@@ -643,6 +661,23 @@ mod tests {
             w.handle(&rec(None, "Pulled", "y", at(200)), now),
             Outcome::Written
         );
+    }
+
+    #[test]
+    fn a_write_older_than_12_tries_is_dropped_without_another_try() {
+        let fake = FakeSink::default();
+        let mut w = Writer::new(&fake, "n");
+        let t0 = Instant::now();
+        fake.answers.borrow_mut().push_back(Err(0));
+        assert_eq!(
+            w.handle(&rec(None, "Pulled", "x", at(0)), t0),
+            Outcome::Retry
+        );
+        // The loop was paused far longer (other writes kept failing first).
+        w.retry_due(t0 + MAX_AGE);
+        assert_eq!(fake.calls.borrow().len(), 1, "no try after its time");
+        assert_eq!(w.pending(), 0);
+        assert_eq!(w.dropped.retries_exhausted, 1);
     }
 
     #[test]

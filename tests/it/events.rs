@@ -61,9 +61,11 @@ fn api_pod_events_reach_the_api_server_and_kubectl_shows_them() {
     let api = TestApiServer::start(Options::default());
     let mut node = Node::new("events");
     let kc = api.kubeconfig(&node.dir, "kubeconfig", "token: good-token");
-    let pod = api
-        .create("pods", "default", api_pod("ev-web", &node.name, SLEEPER))
-        .expect("pod");
+    let mut web = api_pod("ev-web", &node.name, SLEEPER);
+    // Never ready: every run is an `Unhealthy` event.
+    web["spec"]["containers"][0]["readinessProbe"] =
+        json!({"exec": {"command": ["sh", "-c", "exit 3"]}, "periodSeconds": 1});
+    let pod = api.create("pods", "default", web).expect("pod");
     let uid = pod["metadata"]["uid"].as_str().expect("uid").to_string();
     api.create("pods", "default", api_pod("ev-crash", &node.name, "exit 1"))
         .expect("pod");
@@ -81,13 +83,17 @@ fn api_pod_events_reach_the_api_server_and_kubectl_shows_them() {
     assert_eq!(starting["source"]["component"], "kubelet");
 
     // The pod's lifecycle, each with the pod's reference and the container's path.
-    let events = wait_for("Pulled, Created and Started of ev-web", LONG, || {
-        let ev = events_of(&api, "Pod", "ev-web");
-        ["Pulled", "Created", "Started"]
-            .iter()
-            .all(|r| !with_reason(&ev, r).is_empty())
-            .then_some(ev)
-    });
+    let events = wait_for(
+        "Pulled, Created, Started and Unhealthy of ev-web",
+        LONG,
+        || {
+            let ev = events_of(&api, "Pod", "ev-web");
+            ["Pulled", "Created", "Started", "Unhealthy"]
+                .iter()
+                .all(|r| !with_reason(&ev, r).is_empty())
+                .then_some(ev)
+        },
+    );
     let message = |reason: &str| with_reason(&events, reason)[0]["message"].clone();
     assert_eq!(
         message("Pulled"),
@@ -95,6 +101,12 @@ fn api_pod_events_reach_the_api_server_and_kubectl_shows_them() {
     );
     assert_eq!(message("Created"), "Created container: c");
     assert_eq!(message("Started"), "Started container c");
+    assert!(
+        message("Unhealthy")
+            .as_str()
+            .is_some_and(|m| m.starts_with("Readiness probe failed:")),
+        "{events:?}"
+    );
     for e in &events {
         let o = &e["involvedObject"];
         assert_eq!(o["apiVersion"], "v1", "{e}");
@@ -104,7 +116,10 @@ fn api_pod_events_reach_the_api_server_and_kubectl_shows_them() {
             // (Image events name the pod only: a difference from upstream.)
             assert_eq!(o["fieldPath"], "spec.containers{c}", "{e}");
         }
-        assert!(o["resourceVersion"].is_string(), "{e}");
+        if e["reason"] != "Unhealthy" {
+            // (The prober holds the pod's identity, not its resourceVersion.)
+            assert!(o["resourceVersion"].is_string(), "{e}");
+        }
         assert_eq!(e["metadata"]["namespace"], "default");
         assert!(
             e["metadata"]["name"]
@@ -112,11 +127,12 @@ fn api_pod_events_reach_the_api_server_and_kubectl_shows_them() {
                 .is_some_and(|n| n.starts_with("ev-web.")),
             "{e}"
         );
-        assert_eq!(e["type"], "Normal");
+        let warning = e["reason"] == "Unhealthy";
+        assert_eq!(e["type"], if warning { "Warning" } else { "Normal" });
         assert_eq!(e["source"]["host"], node.name.as_str());
         assert_eq!(e["reportingComponent"], "kubelet");
         assert_eq!(e["reportingInstance"], node.name.as_str());
-        assert_eq!(e["count"], 1);
+        assert!(e["count"].as_i64().is_some_and(|c| c >= 1), "{e}");
         assert!(e["firstTimestamp"].is_string() && e["lastTimestamp"].is_string());
     }
 
@@ -162,15 +178,20 @@ fn api_pod_events_reach_the_api_server_and_kubectl_shows_them() {
     let out = kubectl(&kc, &["describe", "pod", "ev-web", "-n", "default"]);
     let section = out.split("Events:").nth(1).unwrap_or_default();
     for want in [
-        "Normal  Pulled",
-        "Normal  Created",
-        "Created container: c",
-        "Normal  Started",
-        "Started container c",
+        ["Normal", "Pulled", "already present on machine"],
+        ["Normal", "Created", "Created container: c"],
+        ["Normal", "Started", "Started container c"],
+        ["Warning", "Unhealthy", "Readiness probe failed:"],
     ] {
-        assert!(section.contains(want), "{want:?} in:\n{out}");
+        assert!(
+            section
+                .lines()
+                .any(|l| want.iter().all(|w| l.contains(w)) && l.contains("kubelet")),
+            "{want:?} in:\n{out}"
+        );
     }
-    assert!(section.contains("kubelet"), "From kubelet:\n{out}");
+    // Repeats are counted on one object: kubectl says "(xN over …)".
+    assert!(section.contains("(x"), "{out}");
 }
 
 #[test]
@@ -183,8 +204,8 @@ fn an_unreachable_api_server_holds_up_no_pod_and_events_arrive_after() {
         (!with_reason(&events_of(&api, "Node", &node.name), "Starting").is_empty()).then_some(())
     });
 
-    // Away for a while: a static pod starts all the same.
-    let away = Duration::from_secs(60);
+    // Away for longer than 12 tries 10 s apart: a static pod starts all the same.
+    let away = Duration::from_secs(140);
     let began = Instant::now();
     api.down_for(away);
     node.write_manifest("static.yaml", &pod_yaml("ev-static", 1, &[("c", SLEEPER)]));
@@ -203,18 +224,34 @@ fn an_unreachable_api_server_holds_up_no_pod_and_events_arrive_after() {
     assert_eq!(code, 200, "{body}");
     assert!(events_of(&api, "Pod", &static_name).is_empty());
 
-    // The metrics name the drop counter; the recorded events wait for their retries.
-    let (_, metrics) = node.ro_get("/metrics");
+    // The first event tried is given up after its 12 tries, and counted.
+    let dropped = wait_for("an event dropped after its tries", LONG * 2, || {
+        let (_, metrics) = node.ro_get("/metrics");
+        metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("rkubelet_events_dropped_total{reason=\"retries_exhausted\"} ")
+            })
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| *v >= 1.0)
+    });
     assert!(
-        metrics.contains("# TYPE rkubelet_events_dropped_total counter"),
-        "{metrics}"
+        node.log().contains("not written to the API server"),
+        "{}",
+        node.log()
     );
 
-    // Back: the static pod's events, recorded while away, are written.
+    // Back: the events still waiting in the queue are written.
     let events = wait_for("the static pod's events after the outage", LONG * 2, || {
         let ev = events_of(&api, "Pod", &static_name);
         (!with_reason(&ev, "Started").is_empty()).then_some(ev)
     });
     assert!(!with_reason(&events, "Created").is_empty(), "{events:?}");
     assert!(node.alive());
+    let running = node.running();
+    assert!(
+        running.contains_key(&format!("{static_name}/c")),
+        "{running:?}"
+    );
+    eprintln!("events: {dropped} dropped after their tries during a {away:?} outage");
 }
