@@ -1072,7 +1072,13 @@ impl RuntimeManager {
         let mut cfg =
             match container::container_config(&self.runtime, &self.cfg, pod, c, s, sandbox_id)? {
                 Ok(cfg) => cfg,
-                Err(w) => return Ok(Some(w)),
+                Err(w) => {
+                    // Upstream `startContainer`: a config that cannot be made is the
+                    // container's `Failed` event too.
+                    let message = format!("Error: {}", w.message);
+                    record::event(pod, Some(&c.name), true, "Failed", &message);
+                    return Ok(Some(w));
+                }
             };
         match self.termination_message_mount(pod, c, s.restart_count) {
             Ok(Some(m)) => cfg.mounts.push(m),
