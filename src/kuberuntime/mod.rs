@@ -460,6 +460,16 @@ impl RuntimeManager {
         }
         let sandbox_id = match acts.create_sandbox {
             Some(attempt) => {
+                if !rp.sandboxes.is_empty() {
+                    // Upstream `SyncPod`, when the pod had a sandbox before.
+                    record::event(
+                        pod,
+                        None,
+                        false,
+                        "SandboxChanged",
+                        "Pod sandbox changed, it will be killed and re-created.",
+                    );
+                }
                 // A new sandbox runs the init containers again: their old records would
                 // say they are done (upstream `purgeInitContainers`).
                 for d in &rp.containers {
