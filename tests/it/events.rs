@@ -160,6 +160,15 @@ fn api_pod_events_reach_the_api_server_and_kubectl_shows_them() {
         .filter(|c| c.verb == "PATCH" && c.kind == "events")
         .count();
     assert!(patches >= 1, "repeats are patches");
+    let creates = api
+        .calls()
+        .iter()
+        .filter(|c| c.verb == "POST" && c.kind == "events")
+        .count();
+    eprintln!(
+        "events: {creates} creates and {patches} patches for {} Event objects",
+        api.list("events", None).len()
+    );
 
     // The real client: `get events` and `describe pod`.
     let out = kubectl(&kc, &["get", "events", "-n", "default"]);
