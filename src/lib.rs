@@ -37,6 +37,7 @@ pub mod podconfig;
 // The API server client, and the objects this node's pods reference through it.
 pub mod apiclient;
 pub mod objects;
+pub mod events;
 
 // The kubelet core: the sync loop and what it drives.
 pub mod kubelet;

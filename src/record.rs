@@ -2,25 +2,32 @@
 //! `Failed`, `BackOff`, `Killing` …) is a log line here, `event: <Type> <reason>
 //! pod/<ns>/<name>[ container <c>]: <message>`, and every such line goes through one
 //! rate limiter, upstream's `EventSourceObjectSpamFilter`
-//! (client-go `tools/record/events_cache.go`).
+//! (client-go `tools/record/events_cache.go`). With an API server (`--kubeconfig`),
+//! each event the limiter lets through is also offered, as a [`Recorded`] with its
+//! object reference, to the `events` loop (`src/events.rs`), which writes it as a
+//! core/v1 Event; this module only holds the sending side ([`set_sink`]), so it stays
+//! below everything that records.
 //!
-//! Why: a pod whose 1000 containers wait for an absent image logged two lines per
-//! container per sync (34,004 lines, 6.4 MB in under three minutes). Upstream bounds
-//! the events of one object with a token bucket (burst 25, one more every 5 minutes)
-//! and folds similar events into one. Here the bucket is per pod UID, type and reason
-//! (not per message: the messages of a flood differ by container and image, and one
-//! bucket per message would let 1000 containers through 25 times each; upstream gets
-//! the same bound by aggregating similar messages first). When a bucket runs dry the
-//! recorder says so once; the next line it lets through says how many it held back.
-//! Decisions are pure ([`EventCorrelator::observe`], `now` passed in) and table-tested;
-//! the process-wide recorder ([`event`]) wraps one correlator in a mutex held for
-//! microseconds, never across I/O.
+//! Why the limiter: a pod whose 1000 containers wait for an absent image logged two
+//! lines per container per sync (34,004 lines, 6.4 MB in under three minutes).
+//! Upstream bounds the events of one object with a token bucket (burst 25, one more
+//! every 5 minutes) and folds similar events into one. Here the bucket is per pod UID,
+//! type and reason (not per message: the messages of a flood differ by container and
+//! image, and one bucket per message would let 1000 containers through 25 times each;
+//! upstream gets the same bound by aggregating similar messages first). When a bucket
+//! runs dry the recorder says so once; the next line it lets through says how many it
+//! held back. Decisions are pure ([`SpamFilter::observe`], `now` passed in) and
+//! table-tested; the process-wide recorder ([`event`]) wraps one filter in a mutex
+//! held for microseconds, never across I/O. Offering an event never blocks: a full
+//! queue drops it and counts the drop ([`dropped`]).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::core::v1::Pod;
+use crossbeam_channel::{Sender, TrySendError};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
 use crate::loops::lock;
 
@@ -74,14 +81,14 @@ impl Bucket {
 /// Token buckets per event key (pod UID, type, reason): upstream's
 /// `EventSourceObjectSpamFilter` with the same burst and refill.
 #[derive(Debug, Default)]
-pub struct EventCorrelator {
+pub struct SpamFilter {
     buckets: BTreeMap<String, Bucket>,
 }
 
-impl EventCorrelator {
+impl SpamFilter {
     /// An empty correlator.
     pub const fn new() -> Self {
-        EventCorrelator {
+        SpamFilter {
             buckets: BTreeMap::new(),
         }
     }
@@ -146,26 +153,192 @@ impl EventCorrelator {
     }
 }
 
-/// The process-wide correlator every event goes through.
-static RECORDER: Mutex<EventCorrelator> = Mutex::new(EventCorrelator::new());
+/// The process-wide filter every event goes through.
+static RECORDER: Mutex<SpamFilter> = Mutex::new(SpamFilter::new());
+
+/// Upstream's broadcaster queue (`maxQueuedEvents`): events waiting for the `events`
+/// loop; more are dropped, never waited for.
+pub const QUEUE_CAPACITY: usize = 1000;
+
+/// One event on its way to the API server: what the `events` loop needs to write a
+/// core/v1 Event (it adds the source, the node and the name).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    /// The object the event is about (a pod, with a container's `fieldPath`, or the
+    /// node).
+    pub object: ObjectReference,
+    /// `Warning` rather than `Normal`.
+    pub warning: bool,
+    /// The reason (`Pulled`, `BackOff` …).
+    pub reason: String,
+    /// The message.
+    pub message: String,
+    /// When it was recorded.
+    pub at: SystemTime,
+}
+
+/// The sending side of the events queue, and the count of events it dropped.
+#[derive(Debug)]
+pub struct Sink {
+    tx: Sender<Recorded>,
+    dropped: AtomicU64,
+}
+
+impl Sink {
+    /// A sink offering to `tx` (bounded: [`QUEUE_CAPACITY`]).
+    pub fn new(tx: Sender<Recorded>) -> Self {
+        Sink {
+            tx,
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Queues `r` if there is room; otherwise drops and counts it. Never blocks.
+    pub fn offer(&self, r: Recorded) -> bool {
+        match self.tx.try_send(r) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Events dropped so far because the queue was full (or its loop gone).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Where recorded events go besides the log: set once, by the wiring, when there is
+/// an API server to write them to.
+static SINK: OnceLock<Sink> = OnceLock::new();
+
+/// Sends every event recorded from now on to `tx` as well (the `events` loop's
+/// queue). Only the first call takes effect; false for a later one.
+pub fn set_sink(tx: Sender<Recorded>) -> bool {
+    SINK.set(Sink::new(tx)).is_ok()
+}
+
+/// Events dropped because the `events` queue was full (0 without an API server).
+pub fn dropped() -> u64 {
+    SINK.get().map_or(0, Sink::dropped)
+}
+
+/// The reference to `pod` that its events carry (upstream `ref.GetReference`, and
+/// `GenerateContainerRef` with a container: its `fieldPath`,
+/// `spec.containers{c}`, `spec.initContainers{c}` or `spec.ephemeralContainers{c}`
+/// from where the spec has it; none when the spec has no such container).
+pub fn pod_reference(pod: &Pod, container: Option<&str>) -> ObjectReference {
+    let field_path = container.and_then(|c| {
+        let spec = pod.spec.as_ref()?;
+        let has = |list: &[k8s_openapi::api::core::v1::Container]| list.iter().any(|x| x.name == c);
+        if has(&spec.containers) {
+            Some(format!("spec.containers{{{c}}}"))
+        } else if spec.init_containers.as_deref().is_some_and(has) {
+            Some(format!("spec.initContainers{{{c}}}"))
+        } else if spec
+            .ephemeral_containers
+            .as_deref()
+            .is_some_and(|l| l.iter().any(|x| x.name == c))
+        {
+            Some(format!("spec.ephemeralContainers{{{c}}}"))
+        } else {
+            None
+        }
+    });
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: pod.metadata.namespace.clone(),
+        name: pod.metadata.name.clone(),
+        uid: pod.metadata.uid.clone(),
+        resource_version: pod.metadata.resource_version.clone(),
+        field_path,
+    }
+}
+
+/// The node's reference (upstream's `nodeRef`: kind `Node`, the name as its UID, no
+/// namespace, so its events go to `default`).
+pub fn node_reference(node: &str) -> ObjectReference {
+    ObjectReference {
+        kind: Some("Node".into()),
+        name: Some(node.into()),
+        uid: Some(node.into()),
+        ..ObjectReference::default()
+    }
+}
 
 /// Records an event about `pod` (and one of its containers): logs it as upstream
-/// would record it, unless its pod has logged too many of this type and reason.
+/// would record it, unless its pod has logged too many of this type and reason, and
+/// offers it to the API server's queue when there is one.
 pub fn event(pod: &Pod, container: Option<&str>, warning: bool, reason: &str, message: &str) {
     let (ns, name) = pod_names(pod);
-    let object = match container {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let object = || pod_reference(pod, container);
+    pod_event(ns, name, uid, container, warning, reason, message, object);
+}
+
+/// Records an event about an app container of the pod `namespace/name` (`uid`) for a
+/// caller that holds the pod's identity but not its object (the prober): as
+/// [`event`], the reference's `fieldPath` `spec.containers{container}`.
+pub fn container_event(
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    container: &str,
+    warning: bool,
+    reason: &str,
+    message: &str,
+) {
+    let object = || ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        uid: Some(uid.into()).filter(|u: &String| !u.is_empty()),
+        field_path: Some(format!("spec.containers{{{container}}}")),
+        ..ObjectReference::default()
+    };
+    pod_event(
+        namespace,
+        name,
+        uid,
+        Some(container),
+        warning,
+        reason,
+        message,
+        object,
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pod_event(
+    ns: &str,
+    name: &str,
+    uid: &str,
+    container: Option<&str>,
+    warning: bool,
+    reason: &str,
+    message: &str,
+    object: impl FnOnce() -> ObjectReference,
+) {
+    let subject = match container {
         Some(c) => format!("pod/{ns}/{name} container {c}"),
         None => format!("pod/{ns}/{name}"),
     };
     let kind = if warning { "Warning" } else { "Normal" };
-    emit(pod, warning, &format!("{kind} {reason}"), || {
-        format!("event: {kind} {reason} {object}: {message}")
+    let passed = emit(uid, ns, name, warning, &format!("{kind} {reason}"), || {
+        format!("event: {kind} {reason} {subject}: {message}")
     });
+    if passed {
+        offer(object, warning, reason, message);
+    }
 }
 
 /// Records an event about the node `node` (`Starting`, `NodeReady`,
 /// `NodeHasSufficientMemory` …): logged as `event: <Type> <reason> node/<node>: <message>`
-/// through the same limiter, keyed by the node.
+/// through the same limiter, keyed by the node, and offered to the API server's queue.
 pub fn node_event(node: &str, warning: bool, reason: &str, message: &str) {
     let kind = if warning { "Warning" } else { "Normal" };
     let key = format!("node\u{0}{node}\u{0}{kind} {reason}");
@@ -184,13 +357,33 @@ pub fn node_event(node: &str, warning: bool, reason: &str, message: &str) {
     } else {
         log::info!("{line}");
     }
+    if matches!(decision, Decision::Log { .. }) {
+        offer(|| node_reference(node), warning, reason, message);
+    }
+}
+
+/// Offers an event to the API server's queue, if there is one (the reference is only
+/// built then).
+fn offer(object: impl FnOnce() -> ObjectReference, warning: bool, reason: &str, message: &str) {
+    if let Some(sink) = SINK.get() {
+        sink.offer(Recorded {
+            object: object(),
+            warning,
+            reason: reason.into(),
+            message: message.into(),
+            at: SystemTime::now(),
+        });
+    }
 }
 
 /// Logs a warning about `pod` that repeats every sync while a condition lasts (a
 /// container waiting in `ImagePullBackOff`, say), through the same limiter as events,
-/// keyed by the pod and `reason`. `line` is only formatted when it is logged.
+/// keyed by the pod and `reason`. `line` is only formatted when it is logged. It is a
+/// log line only, never an API event.
 pub fn warn_limited(pod: &Pod, reason: &str, line: impl FnOnce() -> String) {
-    emit(pod, true, reason, line);
+    let (ns, name) = pod_names(pod);
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    emit(uid, ns, name, true, reason, line);
 }
 
 fn pod_names(pod: &Pod) -> (&str, &str) {
@@ -201,10 +394,16 @@ fn pod_names(pod: &Pod) -> (&str, &str) {
 }
 
 /// The one path every limited line takes: the pod's bucket for `what`, then the line.
-fn emit(pod: &Pod, warning: bool, what: &str, line: impl FnOnce() -> String) {
-    let (ns, name) = pod_names(pod);
+/// True when the line was logged (the event passed the limiter).
+fn emit(
+    uid: &str,
+    ns: &str,
+    name: &str,
+    warning: bool,
+    what: &str,
+    line: impl FnOnce() -> String,
+) -> bool {
     // The UID names the pod across renames; ns/name for a pod without one.
-    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let key = format!("{uid}\u{0}{ns}/{name}\u{0}{what}");
     let decision = lock(&RECORDER).observe(&key, Instant::now());
     let text = match decision {
@@ -218,13 +417,14 @@ fn emit(pod: &Pod, warning: bool, what: &str, line: impl FnOnce() -> String) {
              (at most {SPAM_BURST} at once, then 1 every {}s)",
             SPAM_REFILL.as_secs()
         ),
-        Decision::Suppress => return,
+        Decision::Suppress => return false,
     };
     if warning {
         log::warn!("{text}");
     } else {
         log::info!("{text}");
     }
+    matches!(decision, Decision::Log { .. })
 }
 
 #[cfg(test)]
@@ -233,7 +433,7 @@ mod tests {
 
     #[test]
     fn a_burst_passes_then_one_per_refill_and_the_next_line_counts_the_rest() {
-        let mut c = EventCorrelator::new();
+        let mut c = SpamFilter::new();
         let t0 = Instant::now();
         for i in 0..SPAM_BURST {
             assert_eq!(
@@ -290,7 +490,7 @@ mod tests {
     fn lines_per_key_are_bounded_by_burst_plus_elapsed_refills() {
         // 1000 events a second for 20 minutes: at most burst + 4 refills logged, plus
         // one "suppressing" note per dry spell.
-        let mut c = EventCorrelator::new();
+        let mut c = SpamFilter::new();
         let t0 = Instant::now();
         let (mut logged, mut notes) = (0u64, 0u64);
         for ms in 0..1_200_000u64 {
@@ -310,7 +510,7 @@ mod tests {
 
     #[test]
     fn the_map_is_bounded_and_drops_idle_buckets_first() {
-        let mut c = EventCorrelator::new();
+        let mut c = SpamFilter::new();
         let t0 = Instant::now();
         for i in 0..MAX_BUCKETS {
             c.observe(&format!("k{i}"), t0);
@@ -327,5 +527,27 @@ mod tests {
             MAX_BUCKETS,
             "busy buckets: the least recently seen go"
         );
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_waiting() {
+        let (tx, rx) = crossbeam_channel::bounded(2);
+        let sink = Sink::new(tx);
+        let r = Recorded {
+            object: node_reference("n"),
+            warning: false,
+            reason: "Starting".into(),
+            message: "Starting kubelet.".into(),
+            at: SystemTime::now(),
+        };
+        assert!(sink.offer(r.clone()));
+        assert!(sink.offer(r.clone()));
+        assert!(!sink.offer(r.clone()), "full: dropped at once");
+        assert_eq!(sink.dropped(), 1);
+        assert_eq!(rx.try_recv().ok(), Some(r.clone()));
+        assert!(sink.offer(r.clone()));
+        drop(rx);
+        assert!(!sink.offer(r), "no loop: dropped too");
+        assert_eq!(sink.dropped(), 2);
     }
 }

@@ -187,6 +187,30 @@ impl ImageManager {
         image: &str,
         policy: Option<&str>,
     ) -> Result<Option<Waiting>, RuntimeError> {
+        self.ensure(pod, image, policy, &|pod, warning, reason, message| {
+            event(pod, warning, reason, message)
+        })
+    }
+
+    /// [`Self::ensure_image`] for the sandbox (pause) image, which records no events
+    /// about the pod here: upstream's runtime gets the sandbox image itself, and the
+    /// kubelet records no `Pulled` for it (a pull the puller has to make still says
+    /// `Pulling`/`Pulled`).
+    pub fn ensure_sandbox_image(
+        &self,
+        pod: &Pod,
+        image: &str,
+    ) -> Result<Option<Waiting>, RuntimeError> {
+        self.ensure(pod, image, None, &|_, _, _, _| {})
+    }
+
+    fn ensure(
+        &self,
+        pod: &Pod,
+        image: &str,
+        policy: Option<&str>,
+        event: &dyn Fn(&Pod, bool, &str, &str),
+    ) -> Result<Option<Waiting>, RuntimeError> {
         let parsed = match reference::parse(image) {
             Ok(r) => r,
             Err(e) => {

@@ -22,6 +22,7 @@ use super::{event, Inner};
 use crate::container::Waiting;
 use crate::loops::{error_chain, lock, LoopHandle, Stop};
 use crate::runtime::RegistryAuth;
+use crate::time::go_duration;
 
 /// Pull requests (distinct images) waiting for a puller. Upstream's serial puller
 /// buffers 10 and then blocks the asking goroutine; ours refuses instead (the
@@ -105,6 +106,8 @@ struct Job {
     always: bool,
     /// In the order they asked; the first one's events say `Pulling`/`Pulled`.
     waiters: Vec<Waiter>,
+    /// When it was queued (the `Pulled` message's "including waiting").
+    queued: Instant,
 }
 
 /// Pulls queued or running, by normalized image, and finished outcomes by waiter key.
@@ -120,6 +123,21 @@ impl PullTable {
         self.done
             .retain(|_, (at, _)| now.saturating_duration_since(*at) < OUTCOME_TTL);
     }
+}
+
+/// Upstream's (1.30+) `Pulled` message: the pull's time, the time since the pull was
+/// asked for, both cut to milliseconds as Go prints durations, and the image's size.
+fn pulled_message(image: &str, pull: Duration, total: Duration, size: i64) -> String {
+    let ms = |d: Duration| {
+        go_duration(Duration::from_millis(
+            d.as_millis().try_into().unwrap_or(u64::MAX),
+        ))
+    };
+    format!(
+        "Successfully pulled image {image:?} in {} ({} including waiting). Image size: {size} bytes.",
+        ms(pull),
+        ms(total)
+    )
 }
 
 /// The waiting state of a container whose image is being pulled.
@@ -192,6 +210,7 @@ impl Inner {
                         secret_auths,
                         always,
                         waiters: vec![waiter],
+                        queued: Instant::now(),
                     },
                 );
                 pulling(image)
@@ -207,7 +226,7 @@ impl Inner {
 
     /// Runs one queued pull to its end and tells its waiters.
     fn pull_job(&self, tagged: &str) {
-        let (repository, secret_auths, always, first) = {
+        let (repository, secret_auths, always, first, queued) = {
             let t = lock(&self.pulls);
             let Some(job) = t.jobs.get(tagged) else {
                 return;
@@ -221,6 +240,7 @@ impl Inner {
                 job.secret_auths.clone(),
                 job.always,
                 first,
+                job.queued,
             )
         };
         // None: the runtime is down; the waiters' next sync says so and asks again.
@@ -241,14 +261,17 @@ impl Inner {
             match self.pull(tagged, &repository, &secret_auths) {
                 Ok(()) => {
                     if let Some((pod, image)) = &first {
+                        let size = self
+                            .runtime
+                            .inspect_image(tagged)
+                            .ok()
+                            .flatten()
+                            .map_or(0, |i| i.size);
                         event(
                             pod,
                             false,
                             "Pulled",
-                            &format!(
-                                "Successfully pulled image {image:?} in {:?}",
-                                started.elapsed()
-                            ),
+                            &pulled_message(image, started.elapsed(), queued.elapsed(), size),
                         );
                     }
                     Some(Outcome::Pulled)
@@ -459,6 +482,24 @@ mod tests {
             w.message.starts_with("Too many image pulls are queued"),
             "{}",
             w.message
+        );
+    }
+
+    #[test]
+    fn the_pulled_message_is_upstreams() {
+        assert_eq!(
+            pulled_message(
+                "busybox:1.35",
+                Duration::from_micros(1_234_567),
+                Duration::from_micros(2_500_400),
+                4_861_440
+            ),
+            "Successfully pulled image \"busybox:1.35\" in 1.234s (2.5s including waiting). \
+             Image size: 4861440 bytes."
+        );
+        assert_eq!(
+            pulled_message("x", Duration::from_micros(450_700), Duration::from_secs(61), 1),
+            "Successfully pulled image \"x\" in 450ms (1m1s including waiting). Image size: 1 bytes."
         );
     }
 }

@@ -195,6 +195,12 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // The prober: changed results reach the sync loop over a bounded channel.
     let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
     let parts = Components::new(&cfg, &runtime, &loops, probe_tx, prepared.api().cloned())?;
+    // Events reach the API server once its loop is there; the node's `Starting` first
+    // (upstream records it in `Run`).
+    if let Some(api) = prepared.api() {
+        crate::events::start(&loops, api.clone(), &cfg.node_name, parts.metrics.clone())?;
+    }
+    crate::record::node_event(&cfg.node_name, false, "Starting", "Starting kubelet.");
     let pods_view = parts.pods_view.clone();
     let checks = HealthChecks {
         registry: loops.registry(),

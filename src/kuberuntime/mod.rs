@@ -479,6 +479,16 @@ impl RuntimeManager {
         }
         let sandbox_id = match acts.create_sandbox {
             Some(attempt) => {
+                if !rp.sandboxes.is_empty() {
+                    // Upstream `SyncPod`, when the pod had a sandbox before.
+                    record::event(
+                        pod,
+                        None,
+                        false,
+                        "SandboxChanged",
+                        "Pod sandbox changed, it will be killed and re-created.",
+                    );
+                }
                 // A new sandbox runs the init containers again: their old records would
                 // say they are done (upstream `purgeInitContainers`).
                 for d in &rp.containers {
@@ -964,7 +974,7 @@ impl RuntimeManager {
     fn create_sandbox_inner(&self, pod: &Pod, attempt: u32) -> Result<String, RuntimeError> {
         if let Some(w) = self
             .images
-            .ensure_image(pod, &self.cfg.pod_infra_image, None)?
+            .ensure_sandbox_image(pod, &self.cfg.pod_infra_image)?
         {
             return Err(RuntimeError::Api {
                 op: format!("pull sandbox image {}", self.cfg.pod_infra_image),
@@ -1058,6 +1068,17 @@ impl RuntimeManager {
             .images
             .ensure_image(pod, &image, c.image_pull_policy.as_deref())?
         {
+            // Upstream `startContainer`: an image that is not there (yet) for a reason
+            // other than a pull in progress is also the container's `Failed` event.
+            if w.reason != crate::images::PULLING_REASON {
+                record::event(
+                    pod,
+                    Some(&c.name),
+                    true,
+                    "Failed",
+                    &format!("Error: {}", w.reason),
+                );
+            }
             return Ok(Some(w));
         }
         // Keep one dead instance for lastState and logs; older ones go now, with their
@@ -1080,7 +1101,13 @@ impl RuntimeManager {
         let mut cfg =
             match container::container_config(&self.runtime, &self.cfg, pod, c, s, sandbox_id)? {
                 Ok(cfg) => cfg,
-                Err(w) => return Ok(Some(w)),
+                Err(w) => {
+                    // Upstream `startContainer`: a config that cannot be made is the
+                    // container's `Failed` event too.
+                    let message = format!("Error: {}", w.message);
+                    record::event(pod, Some(&c.name), true, "Failed", &message);
+                    return Ok(Some(w));
+                }
             };
         match self.termination_message_mount(pod, c, s.restart_count) {
             Ok(Some(m)) => cfg.mounts.push(m),

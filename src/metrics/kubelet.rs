@@ -62,6 +62,9 @@ pub struct KubeletMetrics {
     /// `promtool check metrics` refuses; exported under rkubelet's prefix with the
     /// suffix instead.
     pub pleg_discard_events: Counter,
+    /// Events not written to the API server, by why (`queue_full`,
+    /// `retries_exhausted`, `refused`); rkubelet's own.
+    pub events_dropped: CounterVec<1>,
     /// Runtime calls by `operation_type` (the instrumented runtime).
     pub runtime_operations: CounterVec<1>,
     /// Runtime call durations by `operation_type`.
@@ -184,6 +187,14 @@ impl KubeletMetrics {
                 ),
                 [],
             ),
+            events_dropped: CounterVec::new(
+                Desc::raw(
+                    "rkubelet_events_dropped_total",
+                    "Events the kubelet recorded but did not write to the API server: its \
+                     queue was full, its tries ran out, or the server refused them.",
+                ),
+                ["reason"],
+            ),
             runtime_operations: CounterVec::new(
                 a(
                     "kubelet_runtime_operations_total",
@@ -288,6 +299,7 @@ impl KubeletMetrics {
             &self.pleg_relist_interval,
             &self.pleg_last_seen,
             &self.pleg_discard_events,
+            &self.events_dropped,
             &self.runtime_operations,
             &self.runtime_operations_duration,
             &self.runtime_operations_errors,

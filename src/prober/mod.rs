@@ -691,6 +691,21 @@ impl ProberLoop {
             "pod {}/{} container {}",
             w.pod.namespace, w.pod.name, w.key.1
         );
+        // Upstream's `prober.probe` records every failed or errored run as a Warning
+        // `Unhealthy` event and a warning as `ProbeWarning` (the recorder logs them,
+        // limited per pod and reason).
+        let (pod, container) = (&w.pod, &w.key.1);
+        let record = |reason: &str, message: String| {
+            crate::record::container_event(
+                &pod.namespace,
+                &pod.name,
+                &pod.uid,
+                container,
+                true,
+                reason,
+                &message,
+            );
+        };
         match o.result {
             ProbeResult::Unknown => {
                 if w.warned_unknown {
@@ -699,13 +714,13 @@ impl ProberLoop {
                     log::warn!("{ty} probe of {who} errored: {}", o.message);
                     w.warned_unknown = true;
                 }
+                record("Unhealthy", format!("{ty} probe errored: {}", o.message));
             }
-            ProbeResult::Failure => log::info!("{ty} probe failed: {who}: {}", o.message),
+            ProbeResult::Failure => {
+                record("Unhealthy", format!("{ty} probe failed: {}", o.message));
+            }
             ProbeResult::Success if o.warning => {
-                log::warn!(
-                    "{ty} probe of {who} succeeded with a warning: {}",
-                    o.message
-                )
+                record("ProbeWarning", format!("{ty} probe warning: {}", o.message));
             }
             ProbeResult::Success => {}
         }

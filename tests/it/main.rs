@@ -24,3 +24,4 @@ mod logs;
 mod metrics;
 mod spdy;
 mod streams;
+mod events;

@@ -1,0 +1,46 @@
+//! The two calls the `events` loop makes (client-go's `EventSinkImpl` for core/v1
+//! Events, as the kubelet's legacy recorder uses): create an Event in its namespace
+//! (`POST /api/v1/namespaces/<ns>/events`) and bump an existing one with a strategic
+//! merge patch of its `count`, `lastTimestamp` and `message`
+//! (`PATCH /api/v1/namespaces/<ns>/events/<name>`). Each is one request with the
+//! caller's timeout; retrying is the caller's.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event;
+
+use super::{ApiClient, ApiError, PatchType};
+use crate::netutil::query_escape as escape_path_segment;
+
+impl ApiClient {
+    /// Creates `event` in its namespace (`default` when it has none) and returns what
+    /// the server stored (409 `AlreadyExists` when its name is taken).
+    pub fn create_event(&self, event: &Event, timeout: Duration) -> Result<Event, ApiError> {
+        let ns = event.metadata.namespace.as_deref().unwrap_or("default");
+        let path = format!("/api/v1/namespaces/{}/events", escape_path_segment(ns));
+        self.create_object("create event", &path, event, timeout)
+    }
+
+    /// Patches the Event `namespace/name` with `patch` (strategic merge) and returns
+    /// the patched object (404 when it is gone: the caller creates it again).
+    pub fn patch_event(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+        timeout: Duration,
+    ) -> Result<Event, ApiError> {
+        let path = format!(
+            "/api/v1/namespaces/{}/events/{}",
+            escape_path_segment(namespace),
+            escape_path_segment(name)
+        );
+        self.patch_object(
+            "patch event",
+            &path,
+            PatchType::StrategicMerge,
+            patch,
+            timeout,
+        )
+    }
+}
