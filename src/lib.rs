@@ -36,6 +36,8 @@ pub mod podconfig;
 
 // The API server client.
 pub mod apiclient;
+// TLS bootstrap and rotation of the client certificate the API client uses.
+pub mod certificate;
 
 // The kubelet core: the sync loop and what it drives.
 pub mod kubelet;

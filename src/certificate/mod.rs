@@ -1,0 +1,268 @@
+//! The kubelet's client certificate: TLS bootstrap and rotation (upstream
+//! `pkg/kubelet/certificate` and its `bootstrap` package, over client-go's
+//! `util/certificate` manager and `util/certificate/csr`).
+//!
+//! [`prepare`] decides at start-up which client the kubelet talks to the API server
+//! with. With `--bootstrap-kubeconfig` and a `--kubeconfig` that is missing or whose
+//! client certificate is expired or unusable, the client is made for the bootstrap
+//! kubeconfig's cluster without an identity ([`crate::apiclient::ApiClient::awaiting_identity`])
+//! and the `client-cert` thread ([`manager`]) obtains one: a new ECDSA key, a
+//! `certificates.k8s.io/v1` CSR posted with the bootstrap credentials, its approval and
+//! certificate waited for, the pair written to `--cert-dir` ([`store`]) and the
+//! kubeconfig to `--kubeconfig`; then the client uses it. Everything else starts at
+//! once: static pods never wait for the cluster (upstream blocks start-up until the
+//! certificate is issued). A denied or failed CSR ends the process with that error, as
+//! upstream's start-up does.
+//!
+//! With `--rotate-certificates` the same thread then rotates the certificate at 70–90 %
+//! of its lifetime, asking with the current one, and hands each new pair to the running
+//! client; a failed rotation keeps the current certificate and tries again with backoff.
+
+pub mod bootstrap;
+pub mod csr;
+pub mod manager;
+pub mod request;
+pub mod store;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::apiclient::kubeconfig::{self, KubeconfigError};
+use crate::apiclient::{ApiClient, ApiError};
+
+pub use manager::ClientCertManager;
+pub use store::{CertStore, Pair};
+
+/// Why a client certificate could not be had.
+#[derive(Debug)]
+pub enum CertError {
+    /// `--bootstrap-kubeconfig` is given without `--kubeconfig`.
+    NoKubeconfig,
+    /// A kubeconfig cannot be used.
+    Kubeconfig(KubeconfigError),
+    /// The API client cannot be built (boxed: ureq's errors are large).
+    Client(Box<ApiError>),
+    /// A key or request could not be made.
+    Key(rcgen::Error),
+    /// A file of the store could not be read or written.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A pair file does not hold a certificate and a key.
+    BadPair {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A call about a CSR failed.
+    Api {
+        /// The CSR's name (or `generateName` prefix).
+        csr: String,
+        /// The cause (boxed: ureq's errors are large).
+        source: Box<ApiError>,
+    },
+    /// An approver denied the CSR.
+    Denied {
+        /// The CSR.
+        csr: String,
+        /// The Denied condition's reason.
+        reason: String,
+        /// Its message.
+        message: String,
+    },
+    /// The signer failed to issue the certificate.
+    Failed {
+        /// The CSR.
+        csr: String,
+        /// The Failed condition's reason.
+        reason: String,
+        /// Its message.
+        message: String,
+    },
+    /// The CSR was not issued within the wait.
+    Timeout {
+        /// The CSR.
+        csr: String,
+        /// How long was waited.
+        waited: Duration,
+    },
+    /// The CSR or its certificate is not what was asked for.
+    Unusable {
+        /// The CSR.
+        csr: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// Shutdown began while waiting.
+    Stopped,
+}
+
+impl fmt::Display for CertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CertError::NoKubeconfig => f.write_str(
+                "--bootstrap-kubeconfig needs --kubeconfig (where the kubeconfig with the \
+                 issued client certificate is written)",
+            ),
+            // These two name their file or server themselves.
+            CertError::Kubeconfig(e) => e.fmt(f),
+            CertError::Client(e) => e.fmt(f),
+            CertError::Key(_) => f.write_str("cannot make the client key or request"),
+            CertError::Io { path, .. } => write!(f, "{}", path.display()),
+            CertError::BadPair { path } => write!(
+                f,
+                "{}: not a PEM certificate followed by its private key",
+                path.display()
+            ),
+            CertError::Api { csr, .. } => write!(f, "certificate signing request {csr}"),
+            CertError::Denied {
+                csr,
+                reason,
+                message,
+            } => write!(
+                f,
+                "certificate signing request {csr} is denied, reason: {reason}, message: {message}"
+            ),
+            CertError::Failed {
+                csr,
+                reason,
+                message,
+            } => write!(
+                f,
+                "certificate signing request {csr} failed, reason: {reason}, message: {message}"
+            ),
+            CertError::Timeout { csr, waited } => write!(
+                f,
+                "certificate signing request {csr} was not approved and issued within {}s",
+                waited.as_secs()
+            ),
+            CertError::Unusable { csr, why } => {
+                write!(f, "certificate signing request {csr}: {why}")
+            }
+            CertError::Stopped => f.write_str("stopped while waiting for a client certificate"),
+        }
+    }
+}
+
+impl CertError {
+    /// [`CertError::Client`] of `e`.
+    pub fn client(e: ApiError) -> CertError {
+        CertError::Client(Box::new(e))
+    }
+}
+
+impl std::error::Error for CertError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CertError::Kubeconfig(e) => e.source(),
+            CertError::Client(e) => e.source(),
+            CertError::Key(e) => Some(e),
+            CertError::Io { source, .. } => Some(source),
+            CertError::Api { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+/// The API client the kubelet starts with, and the `client-cert` thread to start when
+/// there is a certificate to obtain or rotate.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The client every part of the kubelet shares.
+    pub client: Arc<ApiClient>,
+    /// Bootstrap and/or rotation, to start once the loops exist.
+    pub manager: Option<ClientCertManager>,
+}
+
+/// The flags this module reads.
+#[derive(Debug, Clone)]
+pub struct Settings<'a> {
+    /// `--kubeconfig`.
+    pub kubeconfig: &'a Path,
+    /// `--bootstrap-kubeconfig`.
+    pub bootstrap_kubeconfig: Option<&'a Path>,
+    /// `--cert-dir`.
+    pub cert_dir: &'a Path,
+    /// The node's name.
+    pub node_name: &'a str,
+    /// `--rotate-certificates`.
+    pub rotate: bool,
+}
+
+/// Decides how the kubelet authenticates to the API server (upstream
+/// `bootstrap.LoadClientCert`, then `buildKubeletClientConfig`): no bootstrap kubeconfig,
+/// or a `--kubeconfig` still valid → its client (with rotation: the store's newer
+/// certificate if there is one); else a client waiting for the certificate TLS
+/// bootstrap will obtain. Only files are read here; nothing is sent.
+pub fn prepare(s: &Settings<'_>) -> Result<Prepared, CertError> {
+    let store = CertStore::new(s.cert_dir);
+    let now = SystemTime::now();
+    if let Some(bootstrap_path) = s.bootstrap_kubeconfig {
+        if !bootstrap::kubeconfig_still_valid(s.kubeconfig, now) {
+            log::info!(
+                "using the bootstrap kubeconfig {} to obtain a client certificate and write {}",
+                bootstrap_path.display(),
+                s.kubeconfig.display()
+            );
+            let rest = kubeconfig::load(bootstrap_path).map_err(CertError::Kubeconfig)?;
+            let plan = bootstrap::Bootstrap::new(rest, s.kubeconfig);
+            let client =
+                ApiClient::awaiting_identity(plan.cluster().clone()).map_err(CertError::client)?;
+            let client = Arc::new(client);
+            let manager = ClientCertManager::new(client.clone(), store, s.node_name, s.rotate)
+                .with_bootstrap(plan);
+            return Ok(Prepared {
+                client,
+                manager: Some(manager),
+            });
+        }
+        log::debug!(
+            "kubeconfig {} exists and is valid, skipping bootstrap",
+            s.kubeconfig.display()
+        );
+    }
+    let rest = kubeconfig::load(s.kubeconfig).map_err(CertError::Kubeconfig)?;
+    let kubeconfig_pair = match (&rest.tls.cert_pem, &rest.tls.key_pem) {
+        (Some(c), Some(k)) => Some(Pair {
+            cert_pem: c.clone(),
+            key_pem: k.clone(),
+        }),
+        _ => None,
+    };
+    let client = Arc::new(ApiClient::new(rest).map_err(CertError::client)?);
+    if !s.rotate {
+        return Ok(Prepared {
+            client,
+            manager: None,
+        });
+    }
+    // Rotation: the store's current pair is the newest this node had (the kubeconfig
+    // may name an older file), as upstream's file store prefers it.
+    let mut current = kubeconfig_pair;
+    match store.current() {
+        Ok(Some(pair)) if store::not_expired(&pair, now) => {
+            if current.as_ref() != Some(&pair) {
+                log::info!(
+                    "using the client certificate of {}",
+                    store.current_path().display()
+                );
+                client
+                    .set_client_identity(pair.cert_pem.clone(), pair.key_pem.clone())
+                    .map_err(CertError::client)?;
+            }
+            current = Some(pair);
+        }
+        Ok(_) => {}
+        Err(e) => log::warn!("{}", crate::loops::error_chain(&e)),
+    }
+    let manager =
+        ClientCertManager::new(client.clone(), store, s.node_name, true).with_current(current);
+    Ok(Prepared {
+        client,
+        manager: Some(manager),
+    })
+}
