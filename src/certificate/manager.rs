@@ -95,11 +95,6 @@ impl ClientCertManager {
         self
     }
 
-    /// Whether the client waits for a bootstrap.
-    pub fn bootstrapping(&self) -> bool {
-        self.bootstrap.is_some()
-    }
-
     /// Starts the `client-cert` thread. A bootstrap the cluster refuses (CSR denied or
     /// failed) sends its error to `fatal`, for `main` to end the process with.
     pub fn start(self, loops: &Loops, fatal: Sender<String>) -> Result<(), SpawnError> {

@@ -245,7 +245,10 @@ pub fn prepare(s: &Settings<'_>) -> Result<Prepared, CertError> {
     let mut current = kubeconfig_pair;
     match store.current() {
         Ok(Some(pair)) if store::not_expired(&pair, now) => {
-            if current.as_ref() != Some(&pair) {
+            let same = current
+                .as_ref()
+                .is_some_and(|c| store::same_certificate(&c.cert_pem, &pair.cert_pem));
+            if !same {
                 log::info!(
                     "using the client certificate of {}",
                     store.current_path().display()
@@ -265,4 +268,126 @@ pub fn prepare(s: &Settings<'_>) -> Result<Prepared, CertError> {
         client,
         manager: Some(manager),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    /// A kubeconfig for an unreachable server with a client pair valid for a year.
+    fn kubeconfig_with_cert(dir: &TempDir, name: &str) -> PathBuf {
+        let (cert, key) = crate::server::tls::self_signed("n", "127.0.0.1").expect("pair");
+        let cert_file = dir.write(&format!("{name}.crt"), &cert);
+        let key_file = dir.write(&format!("{name}.key"), &key);
+        dir.write(
+            name,
+            &format!(
+                "clusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}\n\
+                 users:\n- name: u\n  user: {{client-certificate: {}, client-key: {}}}\n\
+                 contexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+                cert_file.display(),
+                key_file.display()
+            ),
+        )
+    }
+
+    fn bootstrap_kubeconfig(dir: &TempDir) -> PathBuf {
+        dir.write(
+            "bootstrap",
+            "clusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}\n\
+             users:\n- name: u\n  user: {token: abcdef.0123456789abcdef}\n\
+             contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+        )
+    }
+
+    fn settings<'a>(
+        kubeconfig: &'a Path,
+        bootstrap: Option<&'a Path>,
+        cert_dir: &'a Path,
+        rotate: bool,
+    ) -> Settings<'a> {
+        Settings {
+            kubeconfig,
+            bootstrap_kubeconfig: bootstrap,
+            cert_dir,
+            node_name: "n1",
+            rotate,
+        }
+    }
+
+    #[test]
+    fn a_missing_kubeconfig_with_a_bootstrap_kubeconfig_waits_for_a_certificate() {
+        let dir = TempDir::new("certprepare");
+        let boot = bootstrap_kubeconfig(&dir);
+        let missing = dir.0.join("kubelet.conf");
+        let pki = dir.0.join("pki");
+        let p = prepare(&settings(&missing, Some(&boot), &pki, false)).expect("prepared");
+        assert!(p.manager.is_some(), "the bootstrap runs");
+        // No request leaves before the certificate is there.
+        let e = p
+            .client
+            .get_object::<serde_json::Value>("get node", "/api/v1/nodes/n1", Duration::from_secs(1))
+            .expect_err("no identity");
+        assert!(matches!(e, ApiError::NoIdentity { .. }), "{e}");
+        assert!(e.is_unreachable(), "retried as a server not reached yet");
+        assert_eq!(
+            e.to_string(),
+            "get node from https://127.0.0.1:1/api/v1/nodes/n1: no client certificate yet \
+             (TLS bootstrap in progress)"
+        );
+    }
+
+    #[test]
+    fn a_valid_kubeconfig_is_used_as_it_is() {
+        let dir = TempDir::new("certprepare");
+        let boot = bootstrap_kubeconfig(&dir);
+        let kc = kubeconfig_with_cert(&dir, "kubelet.conf");
+        let pki = dir.0.join("pki");
+        let p = prepare(&settings(&kc, Some(&boot), &pki, false)).expect("prepared");
+        assert!(p.manager.is_none(), "no bootstrap, no rotation");
+        let p = prepare(&settings(&kc, None, &pki, true)).expect("prepared");
+        assert!(p.manager.is_some(), "rotation");
+        assert!(
+            p.client.client_certificate().is_some(),
+            "the kubeconfig's pair"
+        );
+    }
+
+    #[test]
+    fn rotation_starts_from_the_stores_newer_pair() {
+        let dir = TempDir::new("certprepare");
+        let kc = kubeconfig_with_cert(&dir, "kubelet.conf");
+        let pki = dir.0.join("pki");
+        let (cert, key) = crate::server::tls::self_signed("newer", "127.0.0.1").expect("pair");
+        let pair = Pair {
+            cert_pem: cert.into_bytes(),
+            key_pem: key.into_bytes(),
+        };
+        CertStore::new(&pki)
+            .update(&pair, SystemTime::now())
+            .expect("store");
+        let p = prepare(&settings(&kc, None, &pki, true)).expect("prepared");
+        assert_eq!(p.client.client_certificate(), Some(pair.cert_pem));
+    }
+
+    #[test]
+    fn bootstrap_errors_name_the_file() {
+        let dir = TempDir::new("certprepare");
+        let missing = dir.0.join("kubelet.conf");
+        let no_boot = dir.0.join("no-bootstrap");
+        let e = prepare(&settings(&missing, Some(&no_boot), &dir.0, false)).expect_err("no file");
+        assert_eq!(
+            crate::loops::error_chain(&e),
+            format!(
+                "kubeconfig {}: cannot read it: No such file or directory (os error 2)",
+                no_boot.display()
+            )
+        );
+        assert_eq!(
+            CertError::NoKubeconfig.to_string(),
+            "--bootstrap-kubeconfig needs --kubeconfig (where the kubeconfig with the issued \
+             client certificate is written)"
+        );
+    }
 }

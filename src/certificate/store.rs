@@ -153,6 +153,18 @@ pub fn validity(pair: &Pair) -> Option<(SystemTime, SystemTime)> {
     crate::server::auth::x509::validity(&der)
 }
 
+/// Whether two PEM texts start with the same certificate (a kubeconfig's client
+/// certificate file may hold the key too).
+pub fn same_certificate(a: &[u8], b: &[u8]) -> bool {
+    let first = |pem: &[u8]| {
+        CertificateDer::pem_slice_iter(pem)
+            .next()
+            .and_then(Result::ok)
+            .map(|c| c.as_ref().to_vec())
+    };
+    matches!((first(a), first(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// Whether a pair's certificate is still within its validity at `now`.
 pub fn not_expired(pair: &Pair, now: SystemTime) -> bool {
     validity(pair).is_some_and(|(_, not_after)| now <= not_after)
@@ -411,6 +423,9 @@ mod tests {
         let (from, to) = validity(&pair).expect("validity");
         assert_eq!(stamp(from), "2020-01-01T00:00:00Z");
         assert_eq!(stamp(to), "2030-01-01T00:00:00Z");
+        let with_key = [pair.cert_pem.clone(), pair.key_pem.clone()].concat();
+        assert!(same_certificate(&with_key, &pair.cert_pem));
+        assert!(!same_certificate(b"junk", b"junk"), "no certificate");
         assert!(not_expired(
             &pair,
             SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)

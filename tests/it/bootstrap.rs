@@ -156,6 +156,29 @@ fn calls_as_node(api: &TestApiServer, node: &Node, since: Instant) -> usize {
         .count()
 }
 
+/// The `kubectl get csr <name>` row (as an administrator), split on whitespace.
+fn kubectl_csr_row(api: &TestApiServer, node: &Node, name: &str) -> Vec<String> {
+    let admin = api.kubeconfig(&node.dir, "admin.kubeconfig", "token: good-token");
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&admin)
+        .args(["--request-timeout=20s", "get", "csr", name])
+        .output()
+        .expect("kubectl is installed");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl get csr: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no row {name} in:\n{text}"))
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
 /// The `kubelet-client-*.pem` files other than the `-current` link, sorted.
 fn pair_files(cert_dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(cert_dir)
@@ -200,12 +223,27 @@ fn bootstrap_files_a_csr_waits_for_approval_and_then_talks_as_the_node() {
         "no kubeconfig before the certificate"
     );
     assert_eq!(calls_as_node(&api, &node, t0), 0, "nothing as the node yet");
+    // What an administrator sees: NAME AGE SIGNERNAME REQUESTOR REQUESTEDDURATION
+    // CONDITION.
+    let row = kubectl_csr_row(&api, &node, &name);
+    assert_eq!(
+        row[2], "kubernetes.io/kube-apiserver-client-kubelet",
+        "{row:?}"
+    );
+    assert_eq!(row[3], format!("system:bootstrap:{TOKEN_ID}"), "{row:?}");
+    assert_eq!(row.last().map(String::as_str), Some("Pending"), "{row:?}");
 
     let approved = Instant::now();
     assert!(api.approve_csr(&name));
     wait_for("the kubeconfig to be written", LONG, || {
         paths.kubeconfig.exists().then_some(())
     });
+    let row = kubectl_csr_row(&api, &node, &name);
+    assert_eq!(
+        row.last().map(String::as_str),
+        Some("Approved,Issued"),
+        "{row:?}"
+    );
     let current = paths.cert_dir.join("kubelet-client-current.pem");
     let target = std::fs::read_link(&current).expect("current is a link");
     let files = pair_files(&paths.cert_dir);
