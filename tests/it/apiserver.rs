@@ -19,16 +19,22 @@
 //!   plain 410 answer, [`Options::gone_as_status`] — for a compacted version, an end
 //!   at `timeoutSeconds` or [`Options::max_watch`]), POST, PUT, PATCH, DELETE, the
 //!   request counts ([`TestApiServer::call_counts`]) and discovery;
+//! - [`tables`] (apiserver_tables.rs): `meta.k8s.io/v1` Tables with upstream's printer
+//!   columns, for kubectl;
+//! - [`credentials`] (apiserver_credentials.rs): TokenRequest, CSR approval and signing
+//!   by the test CA, bootstrap tokens;
+//! - [`admission`] (apiserver_admission.rs): pod validation and defaulting, and the
+//!   ServiceAccount admission plugin behind a switch;
 //! - [`proxy`] (apiserver_proxy.rs): the pod subresources `log`, `exec`, `attach` and
 //!   `portforward` proxied to the kubelet of the pod's node as kube-apiserver proxies
 //!   them (the kubelet's address is set with [`TestApiServer::set_kubelet`]).
 //!
 //! Authentication over TLS: a bearer token from the accepted set (the user from the
-//! TokenReview table, else `token-user`), or a client certificate signed by the test CA
-//! (the user is its subject's CN, its groups the O values); anything else gets 401
-//! with a Status body. There is no authorization: every authenticated user may do
-//! everything (upstream's Node authorizer would limit a kubelet to its own node and
-//! its pods' objects). `POST /apis/authentication.k8s.io/v1/tokenreviews` and
+//! TokenReview table, else `token-user`), a bootstrap token, or a client certificate
+//! signed by the test CA (the user is its subject's CN, its groups the O values);
+//! anything else gets 401 with a Status body. Authorization: bootstrap-token users may
+//! only use CSRs; everyone else may do everything (upstream's Node authorizer would
+//! limit a kubelet to its own node and its pods' objects). `POST /apis/authentication.k8s.io/v1/tokenreviews` and
 //! `POST /apis/authorization.k8s.io/v1/subjectaccessreviews` are answered from a
 //! scripted table (tokens → users; (user, subresource) pairs allowed, all else no
 //! opinion), counted, and switchable to answer 500 or to hang ([`ReviewFault`]), for
@@ -73,6 +79,9 @@ pub mod tables;
 
 #[path = "apiserver_credentials.rs"]
 pub mod credentials;
+
+#[path = "apiserver_admission.rs"]
+pub mod admission;
 
 #[cfg(test)]
 #[path = "apiserver_http.rs"]
@@ -324,7 +333,8 @@ pub struct Call {
     pub name: String,
     /// The authenticated user.
     pub user: String,
-    /// The HTTP status answered (0 for a watch or a proxied request).
+    /// The HTTP status answered (0 for a watch, which answers as it goes). Pod
+    /// subresources proxied to a kubelet, discovery and reviews are not recorded here.
     pub code: u16,
     /// When it arrived.
     pub at: Instant,
@@ -530,6 +540,8 @@ impl TestApiServer {
     fn change(&self, kind: &'static str, pod: Value) -> u64 {
         let res = store::resource("pods").expect("pods are served");
         let mut st = lock(&self.shared.state);
+        st.store
+            .ensure_namespace(pod["metadata"]["namespace"].as_str().unwrap_or("default"));
         st.store.put_raw(res, kind, pod);
         let rv = st.store.rv;
         drop(st);
@@ -620,8 +632,11 @@ impl TestApiServer {
             user: "test".into(),
             groups: vec!["system:masters".into()],
         };
-        self.write(|s| s.create(res, ns, obj, &who))
-            .map_err(|e| e.status())
+        self.write(|s| {
+            s.ensure_namespace(ns);
+            s.create(res, ns, obj, &who)
+        })
+        .map_err(|e| e.status())
     }
 
     /// Replaces an object (PUT; `status`: the status subresource).
@@ -782,6 +797,30 @@ impl TestApiServer {
         lock(&self.shared.state)
             .bootstrap_tokens
             .insert(id.to_string(), secret.to_string());
+    }
+
+    /// Turns the ServiceAccount admission plugin (and the controllers making each
+    /// namespace's `default` ServiceAccount and `kube-root-ca.crt` ConfigMap, with the
+    /// test CA) on or off: pods created through the API from now on get the projected
+    /// `kube-api-access-*` volume, as in a real cluster.
+    pub fn set_service_account_admission(&self, on: bool) {
+        let ca = std::fs::read_to_string(Pki::get().ca).expect("test CA");
+        let mut st = lock(&self.shared.state);
+        st.store.sa_admission = on;
+        st.store.root_ca = ca;
+        let namespaces: Vec<String> = st
+            .store
+            .list(
+                store::resource("namespaces").expect("served"),
+                None,
+                &Selector::default(),
+            )
+            .iter()
+            .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
+            .collect();
+        for ns in namespaces {
+            st.store.publish(&ns);
+        }
     }
 
     /// Approves CSR `name` and issues its certificate (signed by the test CA, or a

@@ -247,6 +247,17 @@ fn stand_in_nodes_leases_and_pod_status_with_the_api_servers_semantics() {
     );
     let (code, _) = curl(&api, "PUT", &format!("{lease_path}/nope"), Some(&renewed));
     assert_eq!(code, 404);
+    // NamespaceLifecycle: a client creates only in a namespace that exists.
+    let (code, e) = curl(
+        &api,
+        "POST",
+        "/api/v1/namespaces/nope/configmaps",
+        Some(&json!({"metadata": {"name": "x"}})),
+    );
+    assert_eq!(
+        (code, e["message"].as_str()),
+        (404, Some("namespaces \"nope\" not found"))
+    );
 
     // A pod: its status written through /status with a uid precondition, and a
     // graceful delete that only marks it.
@@ -323,6 +334,37 @@ fn stand_in_nodes_leases_and_pod_status_with_the_api_servers_semantics() {
     assert_eq!(code, 200);
     assert!(api.get_pod("default", "p1").is_none());
 
+    // An event as client-go's EventSink writes it: created, then its count and
+    // lastTimestamp patched; found by its involved object.
+    let ev = json!({"metadata": {"name": "p1.abc", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "namespace": "default", "name": "p1", "uid": puid},
+        "reason": "Started", "message": "Started container c", "type": "Normal", "count": 1,
+        "source": {"component": "kubelet", "host": "n1"},
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"});
+    assert_eq!(
+        curl(&api, "POST", "/api/v1/namespaces/default/events", Some(&ev)).0,
+        201
+    );
+    let (code, e) = patch(
+        &api,
+        "/api/v1/namespaces/default/events/p1.abc",
+        SMP,
+        &json!({"count": 2, "lastTimestamp": "2026-01-01T00:01:00Z", "message": "Started container c"}),
+    );
+    assert_eq!((code, e["count"].as_i64()), (200, Some(2)), "{e}");
+    assert_eq!(e["firstTimestamp"], "2026-01-01T00:00:00Z");
+    let (code, list) = curl(
+        &api,
+        "GET",
+        &format!("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dp1%2CinvolvedObject.namespace%3Ddefault%2CinvolvedObject.uid%3D{puid}"),
+        None,
+    );
+    assert_eq!(
+        (code, list["items"].as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{list}"
+    );
+
     // Who asked: a CSR created with the client certificate names its subject.
     let dir = scratch("identity");
     let csr = json!({"metadata": {"name": "csr-1"},
@@ -353,6 +395,13 @@ fn stand_in_nodes_leases_and_pod_status_with_the_api_servers_semantics() {
 #[test]
 fn stand_in_watches_any_kind_and_fails_goes_down_and_renumbers_on_demand() {
     let api = TestApiServer::start(Options::default());
+    let (code, _) = curl(
+        &api,
+        "POST",
+        "/api/v1/namespaces",
+        Some(&json!({"metadata": {"name": "d"}})),
+    );
+    assert_eq!(code, 201);
     let cm = |v: &str| json!({"metadata": {"name": "cm1"}, "data": {"k": v}});
     let (code, first) = curl(
         &api,
@@ -637,7 +686,7 @@ fn stand_in_token_requests_are_validated_bound_and_recorded() {
         .expect("node");
     let pod = api
         .create("pods", "ns1", json!({"metadata": {"name": "p"},
-            "spec": {"nodeName": "n1", "serviceAccountName": "app", "containers": [{"name": "c"}]}}))
+            "spec": {"nodeName": "n1", "serviceAccountName": "app", "containers": [{"name": "c", "image": "i:1"}]}}))
         .expect("pod");
     let uid = pod["metadata"]["uid"].as_str().expect("uid").to_string();
     let path = "/api/v1/namespaces/ns1/serviceaccounts/app/token";
@@ -692,6 +741,52 @@ fn stand_in_token_requests_are_validated_bound_and_recorded() {
     )
     .expect("sa");
     assert_eq!(curl(&api, "POST", path, Some(&req(3600, &uid))).0, 201);
+    // ServiceAccount admission: a client's pod gets the projected token volume, and
+    // the namespace the objects it refers to.
+    api.set_service_account_admission(true);
+    let (code, p) = curl(
+        &api,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        Some(
+            &json!({"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}),
+        ),
+    );
+    assert_eq!(code, 201, "{p}");
+    assert_eq!(p["spec"]["serviceAccountName"], "default");
+    let vol = &p["spec"]["volumes"][0];
+    assert!(vol["name"]
+        .as_str()
+        .expect("name")
+        .starts_with("kube-api-access-"));
+    assert_eq!(
+        vol["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"],
+        3607
+    );
+    assert_eq!(
+        p["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
+        super::admission::SA_MOUNT
+    );
+    assert_eq!(
+        p["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    let ca = api
+        .get("configmaps", "default", "kube-root-ca.crt")
+        .expect("published");
+    assert!(ca["data"]["ca.crt"]
+        .as_str()
+        .expect("pem")
+        .contains("BEGIN CERTIFICATE"));
+    assert!(api.get("serviceaccounts", "default", "default").is_some());
+    let (code, e) = curl(
+        &api,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        Some(&json!({"metadata": {"name": "r"}, "spec": {"containers": []}})),
+    );
+    assert_eq!((code, e["reason"].as_str()), (422, Some("Invalid")));
+
     let recorded = api.token_requests();
     assert_eq!(recorded.len(), 3);
     assert_eq!(

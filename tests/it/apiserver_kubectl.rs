@@ -168,6 +168,32 @@ fn kubectl_gets_describes_and_deletes_against_the_stand_in() {
         "{out}"
     );
 
+    // describe node: the node, its lease, its pods (a field selector with !=) and events.
+    api.create(
+        "leases",
+        "kube-node-lease",
+        json!({"metadata": {"name": "node-a"}, "spec": {"holderIdentity": "node-a",
+            "renewTime": "2026-01-01T00:00:00.000000Z", "leaseDurationSeconds": 40}}),
+    )
+    .expect("lease");
+    let out = ok(&kubectl(&kc, &["describe", "node", "node-a"]));
+    assert!(out.contains("HolderIdentity:  node-a"), "{out}");
+    assert!(out.contains("InternalIP:  10.9.8.7"), "{out}");
+    assert!(
+        out.contains("KubeletReady") && out.contains("kubelet is posting ready status"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Non-terminated Pods:") && out.contains("web"),
+        "{out}"
+    );
+    let out = ok(&kubectl(&kc, &["get", "pods", "-A"]));
+    assert_eq!(
+        &row(&out, "default")[1..4],
+        ["web", "1/1", "Running"],
+        "{out}"
+    );
+
     // Other kinds print through their own columns.
     api.create(
         "configmaps",
@@ -177,12 +203,6 @@ fn kubectl_gets_describes_and_deletes_against_the_stand_in() {
     .expect("cm");
     let out = ok(&kubectl(&kc, &["get", "configmaps"]));
     assert_eq!(&row(&out, "cfg")[1..2], ["2"], "{out}");
-    api.create(
-        "leases",
-        "kube-node-lease",
-        json!({"metadata": {"name": "node-a"}, "spec": {"holderIdentity": "node-a"}}),
-    )
-    .expect("lease");
     let out = ok(&kubectl(&kc, &["get", "leases", "-n", "kube-node-lease"]));
     assert_eq!(row(&out, "node-a")[1], "node-a", "{out}");
 

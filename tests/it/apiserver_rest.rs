@@ -238,7 +238,10 @@ pub fn serve(
                 .cloned()
                 .ok_or_else(|| ApiError::not_found(t.res, n))
                 .map(|o| (200, o)),
-            ("POST", None) => s.create(t.res, &ns, body, who).map(|o| (201, o)),
+            ("POST", None) => s
+                .require_namespace(t.res, &ns)
+                .and_then(|()| s.create(t.res, &ns, body, who))
+                .map(|o| (201, o)),
             ("PUT", Some(n)) => s.update(t.res, &ns, n, sub, body).map(|o| (200, o)),
             ("PATCH", Some(n)) => {
                 let ct = head.header("content-type").unwrap_or_default();
@@ -457,11 +460,11 @@ fn watch(
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        let events: Vec<(u64, &'static str, Value)> = st
-            .store
-            .history
+        let history = &st.store.history;
+        let first = history.partition_point(|c| c.rv <= cursor);
+        let events: Vec<(u64, &'static str, Value)> = history[first..]
             .iter()
-            .filter(|c| c.rv > cursor && c.resource == res.name)
+            .filter(|c| c.resource == res.name)
             .map(|c| (c.rv, c.kind, c.object.clone()))
             .collect();
         let store_rv = st.store.rv;
