@@ -3,7 +3,8 @@
 //! for `system:node:<node>`, runs its static pods while it waits, and once the test
 //! approves it writes the pair and the kubeconfig and talks to the API server as the
 //! node; a denied CSR ends it with the reason; a short-lived certificate is rotated
-//! without a restart and the node keeps working after the first one expired.
+//! without a restart (a refused rotation keeps the current one and asks again) and
+//! the node keeps working after the first one expired.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -334,14 +335,17 @@ fn a_denied_bootstrap_csr_stops_rkubelet_with_the_reason() {
 }
 
 #[test]
-fn a_short_lived_certificate_is_rotated_without_a_restart() {
+fn a_short_lived_certificate_is_rotated_without_a_restart_after_a_refusal() {
     // Watches end every 5 s, so the node opens new connections (new handshakes) all
     // the time: after the first certificate expired, only the new one gets through.
     let api = TestApiServer::start(Options {
         max_watch: Duration::from_secs(5),
         ..Options::default()
     });
-    const LIFETIME: Duration = Duration::from_secs(40);
+    // Two minutes: the rotation deadline (84-108 s) leaves room for a refused request
+    // and its retry before the first certificate expires.
+    const LIFETIME: Duration = Duration::from_secs(120);
+    const WAIT: Duration = Duration::from_secs(240);
     api.set_csr_lifetime(LIFETIME);
     api.set_csr_auto_approve(true);
     let mut node = Node::new("rotate");
@@ -349,17 +353,44 @@ fn a_short_lived_certificate_is_rotated_without_a_restart() {
     wait_for("the bootstrap certificate", LONG, || {
         (pair_files(&paths.cert_dir).len() == 1).then_some(())
     });
+    api.set_csr_auto_approve(false);
     let first = pair_files(&paths.cert_dir).remove(0);
     let first_serial = openssl_x509(&first, &["-serial"]);
 
-    // Rotated at 70-90 % of 40 s, with the current certificate.
+    // At 70-90 % of the lifetime the node asks, with its current certificate. The
+    // first request is denied: the node keeps its certificate and asks again.
+    let refused = wait_for("the rotation CSR", WAIT, || {
+        csrs(&api, "csr-").into_iter().next()
+    });
+    check_csr(&refused, &node, &format!("system:node:{}", node.name));
+    let refused = refused["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    assert!(api.deny_csr(&refused));
+    wait_for("the refusal to be logged", LONG, || {
+        node.log()
+            .contains(&format!("certificate signing request {refused} is denied"))
+            .then_some(())
+    });
+    assert!(
+        node.log().contains("the current one is kept"),
+        "{}",
+        node.log()
+    );
+    let retry = wait_for("a second rotation CSR", LONG, || {
+        csrs(&api, "csr-")
+            .into_iter()
+            .find(|c| c["metadata"]["name"] != refused.as_str())
+    });
+    let retry = retry["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    assert!(api.approve_csr(&retry));
     wait_for("a rotated certificate", LONG, || {
         (pair_files(&paths.cert_dir).len() == 2).then_some(())
     });
-    let rotation = wait_for("the rotation CSR", LONG, || {
-        csrs(&api, "csr-").into_iter().next()
-    });
-    check_csr(&rotation, &node, &format!("system:node:{}", node.name));
     let current = paths.cert_dir.join("kubelet-client-current.pem");
     let second_serial = openssl_x509(&current, &["-serial"]);
     assert_ne!(first_serial, second_serial, "the link names the new pair");
@@ -371,7 +402,7 @@ fn a_short_lived_certificate_is_rotated_without_a_restart() {
 
     // After the first certificate expired (it cannot pass a handshake any more), the
     // node still lists and watches its pods: it uses the new one, and never restarted.
-    wait_for("the first certificate to expire", LONG, || {
+    wait_for("the first certificate to expire", WAIT, || {
         let out = Command::new("openssl")
             .args(["x509", "-noout", "-checkend", "0", "-in"])
             .arg(&first)
