@@ -145,12 +145,13 @@ impl ClientCertManager {
                     return Err(e);
                 }
                 Err(e) => {
-                    let msg = error_chain(&e);
-                    handle.end_tick(began, Some(msg.clone()));
-                    log::warn!(
-                        "TLS bootstrap: {msg}; trying again in {}s",
+                    // Logged by the registry (warn when the message changes).
+                    let msg = format!(
+                        "TLS bootstrap: {}; trying again in {}s",
+                        error_chain(&e),
                         backoff.as_secs()
                     );
+                    handle.end_tick(began, Some(msg));
                     if stop.sleep(backoff) {
                         return Err(CertError::Stopped);
                     }
@@ -193,13 +194,13 @@ impl ClientCertManager {
                     }
                     Err(CertError::Stopped) => return,
                     Err(e) => {
-                        let msg = error_chain(&e);
-                        handle.end_tick(began, Some(msg.clone()));
-                        log::warn!(
-                            "rotating the client certificate: {msg}; the current one is kept, \
+                        let msg = format!(
+                            "rotating the client certificate: {}; the current one is kept, \
                              trying again in {}s",
+                            error_chain(&e),
                             backoff.as_secs()
                         );
+                        handle.end_tick(began, Some(msg));
                         if stop.sleep(backoff) {
                             return;
                         }

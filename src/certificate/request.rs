@@ -19,6 +19,7 @@ pub const API_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a waiting CSR is read back (upstream watches it; a read every 2 s is as
 /// prompt for a person approving it, and one small GET).
 pub const POLL: Duration = Duration::from_secs(2);
+
 /// Asks for a client certificate for `key`: creates the CSR (`name`, or
 /// `generateName: csr-`; an existing one of that name is waited for instead, as
 /// client-go's `RequestCertificate` does), then reads it back every [`POLL`] until it is
