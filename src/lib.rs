@@ -38,6 +38,8 @@ pub mod podconfig;
 pub mod apiclient;
 pub mod objects;
 pub mod events;
+// TLS bootstrap and rotation of the client certificate the API client uses.
+pub mod certificate;
 
 // The kubelet core: the sync loop and what it drives.
 pub mod kubelet;

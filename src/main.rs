@@ -111,6 +111,8 @@ fn run() -> Exit {
     }
 
     let mut first_relist = running.first_relist.clone();
+    let mut fatal = running.fatal.clone();
+    let mut exit = Exit::Ok;
     loop {
         crossbeam_channel::select! {
             recv(first_relist) -> _ => {
@@ -119,6 +121,14 @@ fn run() -> Exit {
                     log::info!("told systemd we are ready");
                 }
                 first_relist = crossbeam_channel::never();
+            },
+            recv(fatal) -> msg => match msg {
+                Ok(msg) => {
+                    log::error!("stopping: {msg}");
+                    exit = Exit::Failure;
+                    break;
+                }
+                Err(_) => fatal = crossbeam_channel::never(),
             },
             recv(sig_rx) -> sig => match sig {
                 Ok(SIGHUP) => log::info!("SIGHUP: reloading the configuration is not supported yet; ignored"),
@@ -138,7 +148,7 @@ fn run() -> Exit {
         log::warn!("threads still busy at exit: {}", lingering.join(", "));
     }
     log::info!("rkubelet stopped");
-    Exit::Ok
+    exit
 }
 
 /// Raises the soft limit of open descriptors to the hard limit, as the Go runtime does

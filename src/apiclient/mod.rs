@@ -23,11 +23,16 @@
 //! and a User-Agent naming rkubelet and its version. [`http`] holds the TLS and
 //! line-stream plumbing that the etcd and URL sources share.
 //!
-//! Over 800 lines: the client, its one error type and the generic verbs share the
-//! request plumbing; the typed calls of each object are in their own files.
+//! The client certificate can change while the client is in use ([`identity`]: TLS
+//! bootstrap and rotation).
+//!
+//! Over 800 lines: the one client, its error type and the request plumbing every verb
+//! shares; the typed calls of each part of the node live in their own files.
 
+pub mod csr;
 pub mod events;
 pub mod exec;
+pub mod identity;
 pub mod kubeconfig;
 pub mod objects;
 pub mod review;
@@ -167,6 +172,13 @@ pub enum ApiError {
     Credential(ExecError),
     /// The TLS settings cannot be used.
     Tls(String),
+    /// No request was sent: the client certificate is not issued yet (TLS bootstrap).
+    NoIdentity {
+        /// The call.
+        what: &'static str,
+        /// The URL.
+        url: String,
+    },
 }
 
 impl fmt::Display for ApiError {
@@ -195,6 +207,10 @@ impl fmt::Display for ApiError {
             ApiError::Stream { what, url, .. } => write!(f, "{what} from {url}: stream broken"),
             ApiError::Credential(e) => e.fmt(f),
             ApiError::Tls(r) => write!(f, "TLS settings: {r}"),
+            ApiError::NoIdentity { what, url } => write!(
+                f,
+                "{what} from {url}: no client certificate yet (TLS bootstrap in progress)"
+            ),
         }
     }
 }
@@ -249,8 +265,10 @@ impl ApiError {
     /// The server was not reached or did not answer in time: worth retrying later,
     /// and no sign that the object or our credentials are wrong.
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, ApiError::Transport { .. } | ApiError::Stream { .. })
-            || matches!(self.code(), Some(429 | 500 | 502 | 503 | 504))
+        matches!(
+            self,
+            ApiError::Transport { .. } | ApiError::Stream { .. } | ApiError::NoIdentity { .. }
+        ) || matches!(self.code(), Some(429 | 500 | 502 | 503 | 504))
     }
 }
 
@@ -383,6 +401,11 @@ struct ClientState {
     /// The agent and the exec plugin's client certificate it was built with.
     agent: Agent,
     agent_cert: Option<Vec<u8>>,
+    /// The TLS settings the agent was built with: the kubeconfig's, with the client
+    /// certificate and key last given to [`ApiClient::set_client_identity`].
+    tls: TlsSettings,
+    /// No client certificate yet: requests fail at once ([`ApiError::NoIdentity`]).
+    awaiting_identity: bool,
     /// The exec plugin's last credential.
     exec_cred: Option<Credential>,
     /// A caller is running the plugin: others that need a new credential wait for
@@ -406,13 +429,15 @@ impl ApiClient {
         let tls = http::tls_config(&config.tls).map_err(ApiError::Tls)?;
         let agent = http::agent(tls, REQUEST_TIMEOUT);
         Ok(ApiClient {
-            config,
             state: Mutex::new(ClientState {
                 agent,
                 agent_cert: None,
+                tls: config.tls.clone(),
+                awaiting_identity: false,
                 exec_cred: None,
                 refreshing: false,
             }),
+            config,
             refreshed: Condvar::new(),
         })
     }
@@ -501,7 +526,7 @@ impl ApiClient {
         per_read: Option<Duration>,
     ) -> Result<(String, Response<Body>), ApiError> {
         let url = format!("{}{path}", self.config.server);
-        let (agent, bearer) = self.prepare()?;
+        let (agent, bearer) = self.prepare(what, &url)?;
         let mut builder = ureq::http::Request::builder()
             .method("GET")
             .uri(&url)
@@ -662,7 +687,7 @@ impl ApiClient {
         timeout: Duration,
     ) -> Result<(String, Response<Body>), ApiError> {
         let url = format!("{}{path}", self.config.server);
-        let (agent, bearer) = self.prepare()?;
+        let (agent, bearer) = self.prepare(what, &url)?;
         let mut builder = ureq::http::Request::builder()
             .method(method)
             .uri(&url)
@@ -730,7 +755,13 @@ impl ApiClient {
     /// The agent to use and the bearer token to send, refreshing an exec credential
     /// when it has expired. No lock is held while the plugin runs or the token file is
     /// read.
-    fn prepare(&self) -> Result<(Agent, Option<String>), ApiError> {
+    fn prepare(&self, what: &'static str, url: &str) -> Result<(Agent, Option<String>), ApiError> {
+        if lock(&self.state).awaiting_identity {
+            return Err(ApiError::NoIdentity {
+                what,
+                url: url.to_string(),
+            });
+        }
         let auth = &self.config.auth;
         if let Some(e) = &auth.exec {
             let (agent, token) = self.exec_credential(e)?;

@@ -461,6 +461,7 @@ mod tests {
                 "clusterDomain" => "cluster.local",
                 "resolvConf" => "/etc/resolv.conf",
                 "serializeImagePulls" | "enableDebuggingHandlers" => "false",
+                "rotateCertificates" => "true",
                 "maxParallelImagePulls" => "3",
                 _ => "{}",
             };
@@ -474,9 +475,9 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 25 implemented fields and `logging`, plus
+        // All but the type meta, the 26 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 28 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 29 + 1);
         assert_eq!(s.serialize_image_pulls, Some(false));
         assert_eq!(s.max_parallel_image_pulls, Some(3));
         assert_eq!(s.cluster_dns, Some(vec!["10.96.0.10".to_string()]));

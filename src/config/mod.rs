@@ -424,6 +424,8 @@ mod tests {
                 etcd_certfile: None,
                 etcd_keyfile: None,
                 kubeconfig: None,
+                bootstrap_kubeconfig: None,
+                rotate_certificates: false,
                 serialize_image_pulls: true,
                 max_parallel_image_pulls: None,
                 config_file: None,

@@ -149,7 +149,8 @@ settings_table! {
         }
         cert_dir: PathBuf {
             help: "Directory of the self-signed kubelet.crt and kubelet.key (when no \
-                   --tls-cert-file is given). Empty: <root-dir>/pki.",
+                   --tls-cert-file is given) and of the client certificates from TLS \
+                   bootstrap and rotation (kubelet-client-current.pem). Empty: <root-dir>/pki.",
             parse: text::any_path,
             flag: "cert-dir" <"path">,
         }
@@ -330,6 +331,25 @@ settings_table! {
                    watch). Empty: standalone (no API server).",
             parse: text::any_path,
             flag: "kubeconfig" <"file">,
+        }
+        bootstrap_kubeconfig: PathBuf {
+            help: "kubeconfig with bootstrap credentials (e.g. a bootstrap token). When \
+                   --kubeconfig does not exist or its client certificate is expired or \
+                   unusable, rkubelet asks the API server of this file for a client \
+                   certificate (a CertificateSigningRequest), waits for it to be approved \
+                   and issued, writes it to --cert-dir and the kubeconfig to --kubeconfig. \
+                   Static pods run meanwhile. Empty: no TLS bootstrap.",
+            parse: text::any_path,
+            flag: "bootstrap-kubeconfig" <"file">,
+        }
+        rotate_certificates: bool {
+            help: "Request a new client certificate from the API server (a \
+                   CertificateSigningRequest) when 70-90% of the current one's lifetime \
+                   has passed, and use it without a restart.",
+            parse: text::boolean,
+            flag: "rotate-certificates",
+            file: "rotateCertificates", decode: yaml::boolean, examples: ["true", "false"],
+            default: ROTATE_CERTIFICATES = "false",
         }
         cluster_dns: Vec<String> {
             help: "Comma-separated nameserver IPs of pods with dnsPolicy ClusterFirst; \

@@ -127,6 +127,9 @@ pub struct Running {
     unblockers: Unblockers,
     /// Receives one message after the first successful relist (systemd readiness).
     pub first_relist: Receiver<()>,
+    /// Receives the error that must end the process (a TLS bootstrap whose CSR was
+    /// denied); disconnected when nothing can send one.
+    pub fatal: Receiver<String>,
     /// The addresses actually bound (healthz, read-only), for logs and tests.
     pub bound: Vec<(&'static str, SocketAddr)>,
     /// Pods and statuses, for the status line.
@@ -166,7 +169,7 @@ fn make_root_dir(root: &std::path::Path) -> Result<(), StartError> {
 pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, StartError> {
     make_root_dir(&cfg.root_dir)?;
     // Source settings are checked before anything starts, like the ports.
-    let prepared = PreparedSources::prepare(&cfg)?;
+    let mut prepared = PreparedSources::prepare(&cfg)?;
     let mut listeners = Vec::new();
     if cfg.healthz_port != 0 {
         let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
@@ -289,6 +292,13 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         }
     }
 
+    // The client certificate: TLS bootstrap (the API client waits for it; static pods
+    // do not) and rotation. A refused bootstrap reaches main through `fatal`.
+    let (fatal_tx, fatal) = crossbeam_channel::bounded(1);
+    if let Some(manager) = prepared.take_cert_manager() {
+        manager.start(&loops, fatal_tx)?;
+    }
+
     // Sources: each configured one is registered with the merge, so nothing
     // destructive happens until every one of them has sent its first snapshot.
     let (source_tx, source_rx) = crossbeam_channel::bounded(SOURCE_CHANNEL_CAPACITY);
@@ -380,6 +390,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         shutdown,
         unblockers,
         first_relist,
+        fatal,
         bound,
         pods: pods_view,
     })

@@ -15,22 +15,36 @@ use super::StartError;
 pub(super) struct PreparedSources {
     etcd: Option<crate::podconfig::etcd::EtcdConfig>,
     api: Option<Arc<crate::apiclient::ApiClient>>,
+    /// TLS bootstrap and/or rotation of the API client's certificate, to start.
+    cert_manager: Option<crate::certificate::ClientCertManager>,
 }
 
 impl PreparedSources {
     pub(super) fn prepare(cfg: &KubeletConfig) -> Result<PreparedSources, StartError> {
         let boxed = |e: Box<dyn std::error::Error + Send + Sync>| StartError::Source(e);
-        let api = match &cfg.kubeconfig {
+        let (api, cert_manager) = match &cfg.kubeconfig {
             Some(path) => {
-                let rest =
-                    crate::apiclient::kubeconfig::load(path).map_err(|e| boxed(Box::new(e)))?;
-                let client =
-                    crate::apiclient::ApiClient::new(rest).map_err(|e| boxed(Box::new(e)))?;
-                Some(Arc::new(client))
+                let cert_dir = cfg.cert_dir();
+                let p = crate::certificate::prepare(&crate::certificate::Settings {
+                    kubeconfig: path,
+                    bootstrap_kubeconfig: cfg.bootstrap_kubeconfig.as_deref(),
+                    cert_dir: &cert_dir,
+                    node_name: &cfg.node_name,
+                    rotate: cfg.rotate_certificates,
+                })
+                .map_err(|e| boxed(Box::new(e)))?;
+                (Some(p.client), p.manager)
             }
-            None => None,
+            None if cfg.bootstrap_kubeconfig.is_some() => {
+                return Err(boxed(Box::new(crate::certificate::CertError::NoKubeconfig)))
+            }
+            None => (None, None),
         };
-        let mut prepared = PreparedSources { etcd: None, api };
+        let mut prepared = PreparedSources {
+            etcd: None,
+            api,
+            cert_manager,
+        };
         if !cfg.etcd_servers.is_empty() {
             let read = |flag: &str,
                         p: &Option<std::path::PathBuf>|
@@ -64,6 +78,11 @@ impl PreparedSources {
     /// webhooks ask it too).
     pub(super) fn api(&self) -> Option<&Arc<crate::apiclient::ApiClient>> {
         self.api.as_ref()
+    }
+
+    /// The `client-cert` thread's work (TLS bootstrap, rotation), if there is any.
+    pub(super) fn take_cert_manager(&mut self) -> Option<crate::certificate::ClientCertManager> {
+        self.cert_manager.take()
     }
 
     /// Starts every configured source; returns them, for the merge to wait for.

@@ -25,3 +25,4 @@ mod metrics;
 mod spdy;
 mod streams;
 mod events;
+mod bootstrap;

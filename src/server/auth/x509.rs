@@ -1,7 +1,11 @@
 //! The x509 client-certificate authenticator (upstream's `x509.NewDynamic` with
 //! `CommonNameUserConversion`): the user of a leaf certificate that rustls has already
 //! verified against `--client-ca-file` during the handshake is its subject's CN, and its
-//! groups are the O values. Only the subject's names are read here, from the DER.
+//! groups are the O values. Only the subject's names are read here, from the DER; and,
+//! for the client certificate manager ([`crate::certificate`]), a certificate's
+//! validity window ([`validity`]).
+
+use std::time::{Duration, SystemTime};
 
 use super::User;
 
@@ -54,12 +58,11 @@ fn tlv(buf: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     Some((tag, &rest[..len], &rest[len..]))
 }
 
-/// The subject of a DER certificate as (attribute OID, value) pairs, in order. The
-/// certificate was verified by rustls already; this only reads its names.
-fn subject(der: &[u8]) -> Option<Vec<(&[u8], String)>> {
-    const SEQUENCE: u8 = 0x30;
-    const SET: u8 = 0x31;
-    const OID: u8 = 0x06;
+const SEQUENCE: u8 = 0x30;
+
+/// The fields of a DER certificate's `tbsCertificate` from its signature algorithm on
+/// (issuer, validity, subject, …): the version and serial skipped.
+fn tbs_after_serial(der: &[u8]) -> Option<&[u8]> {
     let (SEQUENCE, cert, _) = tlv(der)? else {
         return None;
     };
@@ -71,8 +74,84 @@ fn subject(der: &[u8]) -> Option<Vec<(&[u8], String)>> {
     if tag == 0xa0 {
         rest = tlv(rest)?.2; // the serial
     }
+    Some(rest)
+}
+
+/// The validity window of a DER certificate: (notBefore, notAfter). Only read, not
+/// verified: the caller holds a certificate it trusts for other reasons (its own, just
+/// issued by the API server).
+pub fn validity(der: &[u8]) -> Option<(SystemTime, SystemTime)> {
+    let mut rest = tbs_after_serial(der)?;
+    for _ in 0..2 {
+        rest = tlv(rest)?.2; // signature algorithm, issuer
+    }
+    let (SEQUENCE, window, _) = tlv(rest)? else {
+        return None;
+    };
+    let (t1, v1, after) = tlv(window)?;
+    let (t2, v2, _) = tlv(after)?;
+    Some((asn1_time(t1, v1)?, asn1_time(t2, v2)?))
+}
+
+/// The `subjectPublicKeyInfo` of a DER certificate, the whole element (what
+/// `rcgen::KeyPair::public_key_der` gives for its key): whether a certificate is for a
+/// key.
+pub fn subject_public_key_info(der: &[u8]) -> Option<&[u8]> {
+    let mut rest = tbs_after_serial(der)?;
+    for _ in 0..4 {
+        rest = tlv(rest)?.2; // signature algorithm, issuer, validity, subject
+    }
+    let (SEQUENCE, _, after) = tlv(rest)? else {
+        return None;
+    };
+    Some(&rest[..rest.len() - after.len()])
+}
+
+/// A UTCTime (`YYMMDDHHMMSSZ`, tag 0x17; years 50-99 are 19xx, as RFC 5280 says) or
+/// GeneralizedTime (`YYYYMMDDHHMMSSZ`, tag 0x18) as a time.
+fn asn1_time(tag: u8, value: &[u8]) -> Option<SystemTime> {
+    let text = std::str::from_utf8(value).ok()?;
+    let digits = text.strip_suffix('Z')?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (year, rest) = match (tag, digits.len()) {
+        (0x17, 12) => {
+            let yy: i64 = digits[..2].parse().ok()?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, &digits[2..])
+        }
+        (0x18, 14) => (digits[..4].parse().ok()?, &digits[4..]),
+        _ => return None,
+    };
+    let num = |i: usize| -> Option<i64> { rest.get(i..i + 2)?.parse().ok() };
+    let (month, day, hour, min, sec) = (num(0)?, num(2)?, num(4)?, num(6)?, num(8)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || min > 59 || sec > 60 {
+        return None;
+    }
+    let secs = days_from_civil(year, month, day) * 86_400 + hour * 3600 + min * 60 + sec;
+    let secs = u64::try_from(secs).ok()?;
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The subject of a DER certificate as (attribute OID, value) pairs, in order. The
+/// certificate was verified by rustls already; this only reads its names.
+fn subject(der: &[u8]) -> Option<Vec<(&[u8], String)>> {
+    const SET: u8 = 0x31;
+    const OID: u8 = 0x06;
+    let mut rest = tbs_after_serial(der)?;
     for _ in 0..3 {
-        rest = tlv(rest)?.2;
+        rest = tlv(rest)?.2; // signature algorithm, issuer, validity
     }
     let (SEQUENCE, mut rdns, _) = tlv(rest)? else {
         return None;
@@ -96,4 +175,43 @@ fn subject(der: &[u8]) -> Option<Vec<(&[u8], String)>> {
         }
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_reads_both_time_forms() {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(vec!["x".to_string()]).expect("params");
+        // rcgen writes UTCTime before 2050 and GeneralizedTime from then on.
+        params.not_before = rcgen::date_time_ymd(2024, 2, 29);
+        params.not_after = rcgen::date_time_ymd(2051, 1, 1);
+        let cert = params.self_signed(&key).expect("cert");
+        let (from, to) = validity(cert.der()).expect("validity");
+        let secs = |t: SystemTime| {
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_secs()
+        };
+        assert_eq!(secs(from), 1_709_164_800, "2024-02-29T00:00:00Z");
+        assert_eq!(secs(to), 2_556_144_000, "2051-01-01T00:00:00Z");
+        assert_eq!(validity(b"not a certificate"), None);
+        assert_eq!(
+            subject_public_key_info(cert.der()),
+            Some(key.public_key_der().as_slice())
+        );
+    }
+
+    #[test]
+    fn asn1_times_are_checked() {
+        assert_eq!(
+            asn1_time(0x17, b"700101000000Z"),
+            Some(SystemTime::UNIX_EPOCH)
+        );
+        assert_eq!(asn1_time(0x17, b"700101000000"), None, "no Z");
+        assert_eq!(asn1_time(0x17, b"701301000000Z"), None, "month 13");
+        assert_eq!(asn1_time(0x18, b"700101000000Z"), None, "too short");
+    }
 }
