@@ -568,7 +568,13 @@ impl ApiClient {
         timeout: Duration,
     ) -> Result<T, ApiError> {
         let body = encode(what, object)?;
-        self.call_json(what, "POST", path, Some(("application/json", body)), timeout)
+        self.call_json(
+            what,
+            "POST",
+            path,
+            Some(("application/json", body)),
+            timeout,
+        )
     }
 
     /// PUTs `object` to `path` (an update; with `metadata.resourceVersion` set, the
@@ -595,7 +601,13 @@ impl ApiClient {
         timeout: Duration,
     ) -> Result<T, ApiError> {
         let body = encode(what, patch)?;
-        self.call_json(what, "PATCH", path, Some((kind.content_type(), body)), timeout)
+        self.call_json(
+            what,
+            "PATCH",
+            path,
+            Some((kind.content_type(), body)),
+            timeout,
+        )
     }
 
     /// DELETEs the object at `path` with `options`. The answer (the object while a

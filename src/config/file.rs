@@ -462,6 +462,12 @@ mod tests {
                 "resolvConf" => "/etc/resolv.conf",
                 "serializeImagePulls" | "enableDebuggingHandlers" => "false",
                 "maxParallelImagePulls" => "3",
+                "registerNode" => "false",
+                "maxPods" => "20",
+                "nodeStatusUpdateFrequency" => "\"20s\"",
+                "nodeStatusReportFrequency" => "\"1m\"",
+                "nodeStatusMaxImages" => "10",
+                "nodeLeaseDurationSeconds" => "30",
                 _ => "{}",
             };
             body.push_str(&format!("{f}: {value}\n"));
@@ -474,9 +480,9 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 25 implemented fields and `logging`, plus
+        // All but the type meta, the 31 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 28 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 34 + 1);
         assert_eq!(s.serialize_image_pulls, Some(false));
         assert_eq!(s.max_parallel_image_pulls, Some(3));
         assert_eq!(s.cluster_dns, Some(vec!["10.96.0.10".to_string()]));

@@ -81,6 +81,37 @@ impl AuthorizationMode {
     }
 }
 
+/// One `--register-with-taints` entry: `key=value:Effect` (the value may be empty).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taint {
+    /// The taint's key, a qualified name.
+    pub key: String,
+    /// Its value, a label value (may be empty).
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// The label keys a kubelet may set on its own Node in the `kubernetes.io` and `k8s.io`
+/// namespaces (upstream `kubeletapis.KubeletLabels`).
+pub const KUBELET_LABELS: &[&str] = &[
+    "kubernetes.io/hostname",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+];
+
+/// The label namespaces (and their subdomains) a kubelet may set freely (upstream
+/// `kubeletapis.KubeletLabelNamespaces`).
+pub const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
+
 /// Flag values: pflag's spellings.
 pub mod text {
     use std::net::IpAddr;
@@ -254,6 +285,124 @@ pub mod text {
         Ok(v.to_string())
     }
 
+    /// `--node-labels`: comma-separated `key=value` pairs (pflag's `mapStringString`),
+    /// checked as upstream's `ValidateKubeletFlags`: keys are qualified names, values
+    /// label values, and a key in the `kubernetes.io` or `k8s.io` namespaces must be one
+    /// a kubelet may set (the NodeRestriction admission refuses the others).
+    pub fn node_labels(v: &str) -> Result<Vec<(String, String)>, String> {
+        use crate::validation::names::{is_qualified_name, is_valid_label_value};
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut unknown = Vec::new();
+        for pair in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?} must be formatted as key=value"))?;
+            let (key, value) = (key.trim(), value.trim());
+            let mut errs = is_qualified_name(key);
+            errs.extend(is_valid_label_value(value));
+            if !errs.is_empty() {
+                return Err(format!(
+                    "invalid node labels: {key}={value}: {}",
+                    errs.join("; ")
+                ));
+            }
+            if is_kubernetes_label(key) && !is_kubelet_label(key) {
+                unknown.push(key.to_string());
+            }
+            out.retain(|(k, _)| k != key);
+            out.push((key.to_string(), value.to_string()));
+        }
+        if !unknown.is_empty() {
+            unknown.sort();
+            return Err(format!(
+                "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: {unknown:?}; \
+                 --node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix \
+                 ({}) or be in the specifically allowed set ({})",
+                super::KUBELET_LABEL_NAMESPACES.join(", "),
+                super::KUBELET_LABELS.join(", ")
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The prefix of a label key (before `/`), empty without one.
+    fn label_namespace(key: &str) -> &str {
+        key.split_once('/').map_or("", |(ns, _)| ns)
+    }
+
+    /// Upstream `isKubernetesLabel`: the key is in `kubernetes.io` or `k8s.io` (or a
+    /// subdomain of either).
+    pub fn is_kubernetes_label(key: &str) -> bool {
+        let ns = label_namespace(key);
+        ["kubernetes.io", "k8s.io"]
+            .iter()
+            .any(|d| ns == *d || ns.ends_with(&format!(".{d}")))
+    }
+
+    /// Upstream `IsKubeletLabel`: one of the kubelet's own labels, or in one of the
+    /// namespaces a kubelet may set.
+    pub fn is_kubelet_label(key: &str) -> bool {
+        let ns = label_namespace(key);
+        super::KUBELET_LABELS.contains(&key)
+            || super::KUBELET_LABEL_NAMESPACES
+                .iter()
+                .any(|d| ns == *d || ns.ends_with(&format!(".{d}")))
+    }
+
+    /// `--register-with-taints`: comma-separated `key=value:Effect` or `key:Effect`
+    /// (upstream `taints.ParseTaint`).
+    pub fn taints(v: &str) -> Result<Vec<super::Taint>, String> {
+        v.split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(taint)
+            .collect()
+    }
+
+    /// One taint, in upstream's words when it is refused.
+    pub fn taint(spec: &str) -> Result<super::Taint, String> {
+        use crate::validation::names::{is_qualified_name, is_valid_label_value};
+        let bad = || format!("invalid taint spec: {spec}");
+        let (kv, effect) = spec.rsplit_once(':').ok_or_else(bad)?;
+        if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
+            return Err(format!(
+                "invalid taint effect: {effect}, unsupported taint effect (NoSchedule, \
+                 PreferNoSchedule, NoExecute)"
+            ));
+        }
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        let errs = is_qualified_name(key);
+        if !errs.is_empty() {
+            return Err(format!("{}; {}", bad(), errs.join("; ")));
+        }
+        let errs = is_valid_label_value(value);
+        if !errs.is_empty() {
+            return Err(format!("{}; {}", bad(), errs.join("; ")));
+        }
+        Ok(super::Taint {
+            key: key.to_string(),
+            value: value.to_string(),
+            effect: effect.to_string(),
+        })
+    }
+
+    /// `--node-ip`: an IP address, or empty (detect it).
+    pub fn node_ip(v: &str) -> Result<String, String> {
+        if v.is_empty() {
+            return Ok(String::new());
+        }
+        ip(v).map(|a| a.to_string())
+    }
+
+    /// `--node-status-max-images`: a count, or -1 for no cap.
+    pub fn max_images(v: &str) -> Result<i32, String> {
+        match v.parse::<i32>() {
+            Ok(n) if n < -1 => Err(format!("{n} must be -1 (no cap) or more")),
+            Ok(n) => Ok(n),
+            Err(_) => Err("not a whole number".into()),
+        }
+    }
+
     /// Upstream's `colonSeparatedMultimapStringString`: `Name:Value` pairs separated by
     /// commas; the value may hold colons, not commas.
     pub fn headers(v: &str) -> Result<Vec<(String, String)>, String> {
@@ -409,6 +558,13 @@ pub mod yaml {
             .map_err(|_| invalid(v, "too large"))
     }
 
+    /// `nodeStatusMaxImages`: a count, or -1 for no cap.
+    pub fn max_images(v: &Value, _: &Path) -> Result<Option<i32>, String> {
+        let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
+        let n = i32::try_from(n).map_err(|_| invalid(v, "too large"))?;
+        text::max_images(&n.to_string()).map(Some)
+    }
+
     /// `tlsMinVersion`; empty is unset.
     pub fn tls_version(v: &Value, base: &Path) -> Result<Option<super::TlsVersion>, String> {
         string(v, base)?.map(|s| text::tls_version(&s)).transpose()
@@ -491,5 +647,81 @@ pub mod yaml {
             Value::Mapping(_) => "a mapping".into(),
             Value::Tagged(t) => format!("a value tagged {}", t.tag),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::text::{max_images, node_labels, taints};
+    use super::Taint;
+
+    #[test]
+    fn node_labels_are_checked_as_upstream() {
+        let ok = node_labels("a=1, node.kubernetes.io/role=edge,kubelet.kubernetes.io/x=").unwrap();
+        assert_eq!(
+            ok,
+            [
+                ("a".to_string(), "1".to_string()),
+                ("node.kubernetes.io/role".into(), "edge".into()),
+                ("kubelet.kubernetes.io/x".into(), String::new()),
+            ]
+        );
+        // Allowed well-known keys and subdomains of the allowed namespaces.
+        assert!(node_labels("topology.kubernetes.io/zone=z,x.node.kubernetes.io/y=1").is_ok());
+        assert!(node_labels("example.com/k=v").is_ok());
+        for bad in [
+            "node-role.kubernetes.io/master=",
+            "kubernetes.io/foo=1",
+            "x.k8s.io/a=b",
+        ] {
+            let e = node_labels(bad).unwrap_err();
+            assert!(
+                e.starts_with("unknown 'kubernetes.io' or 'k8s.io' labels"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(node_labels("novalue").unwrap_err().contains("key=value"));
+        assert!(node_labels("a b=1")
+            .unwrap_err()
+            .starts_with("invalid node labels"));
+        assert!(node_labels("a=-x-")
+            .unwrap_err()
+            .starts_with("invalid node labels"));
+        assert_eq!(node_labels("a=1,a=2").unwrap(), [("a".into(), "2".into())]);
+    }
+
+    #[test]
+    fn taints_are_key_value_effect() {
+        let t = |k: &str, v: &str, e: &str| Taint {
+            key: k.into(),
+            value: v.into(),
+            effect: e.into(),
+        };
+        assert_eq!(
+            taints("a=b:NoSchedule,example.com/c:NoExecute").unwrap(),
+            [
+                t("a", "b", "NoSchedule"),
+                t("example.com/c", "", "NoExecute")
+            ]
+        );
+        assert_eq!(taints("").unwrap(), []);
+        assert!(taints("a=b").unwrap_err().contains("invalid taint spec"));
+        assert!(taints("a=b:Sometimes")
+            .unwrap_err()
+            .contains("invalid taint effect"));
+        assert!(taints("a b=c:NoSchedule")
+            .unwrap_err()
+            .contains("invalid taint spec"));
+        assert!(taints("a=b c:NoSchedule")
+            .unwrap_err()
+            .contains("invalid taint spec"));
+    }
+
+    #[test]
+    fn max_images_takes_minus_one_for_all() {
+        assert_eq!(max_images("-1"), Ok(-1));
+        assert_eq!(max_images("0"), Ok(0));
+        assert!(max_images("-2").is_err());
+        assert!(max_images("x").is_err());
     }
 }
