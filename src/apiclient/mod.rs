@@ -25,6 +25,8 @@
 
 pub mod exec;
 pub mod kubeconfig;
+pub mod leases;
+pub mod nodes;
 pub mod review;
 
 use std::fmt;
