@@ -107,7 +107,7 @@ pub enum LeaseError {
         /// The lease's name.
         node: String,
         /// The last failure.
-        source: ApiError,
+        source: Box<ApiError>,
     },
 }
 
@@ -125,7 +125,7 @@ impl std::fmt::Display for LeaseError {
 impl std::error::Error for LeaseError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            LeaseError::Retries { source, .. } => Some(source),
+            LeaseError::Retries { source, .. } => Some(source.as_ref()),
         }
     }
 }
@@ -229,7 +229,7 @@ impl LeaseController {
         self.latest = None;
         Err(LeaseError::Retries {
             node: self.node.clone(),
-            source: last.unwrap_or_else(|| ApiError::Tls("no attempt".into())),
+            source: Box::new(last.unwrap_or_else(|| ApiError::Tls("no attempt".into()))),
         })
     }
 
@@ -434,18 +434,18 @@ mod tests {
         let script = Script::default();
         lock(&script.gets).push_back(Err(status(404, "NotFound")));
         let (mut c, calls, hb) = controller(script);
-        c.sync(&no_sleep).unwrap();
-        let created = c.latest.clone().unwrap();
-        let spec = created.spec.unwrap();
+        c.sync(&no_sleep).expect("ok");
+        let created = c.latest.clone().expect("ok");
+        let spec = created.spec.expect("ok");
         assert_eq!(spec.holder_identity.as_deref(), Some("n1"));
         assert_eq!(spec.lease_duration_seconds, Some(40));
         assert_eq!(
-            serde_json::to_value(&spec.renew_time).unwrap(),
+            serde_json::to_value(&spec.renew_time).expect("ok"),
             "2023-11-14T22:13:20.123456Z"
         );
         hb.set_node_uid(Some("uid-1".into()));
-        c.sync(&no_sleep).unwrap();
-        c.sync(&no_sleep).unwrap();
+        c.sync(&no_sleep).expect("ok");
+        c.sync(&no_sleep).expect("ok");
         assert_eq!(
             *lock(&calls),
             [
@@ -455,7 +455,13 @@ mod tests {
                 "update rv=1+ owners=1"
             ]
         );
-        let owner = &c.latest.clone().unwrap().metadata.owner_references.unwrap()[0];
+        let owner = &c
+            .latest
+            .clone()
+            .expect("ok")
+            .metadata
+            .owner_references
+            .expect("ok")[0];
         assert_eq!(
             (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
             ("Node", "n1", "uid-1")
@@ -469,7 +475,7 @@ mod tests {
         lock(&script.gets).push_back(Ok(stored("9")));
         lock(&script.updates).push_back(Err(status(409, "Conflict")));
         let (mut c, calls, hb) = controller(script);
-        c.sync(&no_sleep).unwrap();
+        c.sync(&no_sleep).expect("ok");
         assert_eq!(
             *lock(&calls),
             ["get", "update rv=5 owners=0", "get", "update rv=9 owners=0"]
@@ -496,7 +502,7 @@ mod tests {
             lock(&waits).push(d.as_millis());
             false
         })
-        .unwrap();
+        .expect("ok");
         assert_eq!(*lock(&waits), [200, 400, 800, 1600, 3200, 6400, 7000, 7000]);
         let calls = lock(&calls).clone();
         assert_eq!(
@@ -521,19 +527,19 @@ mod tests {
         }
         lock(&script.gets).push_back(Ok(stored("4")));
         let (mut c, calls, _) = controller(script);
-        let e = c.sync(&no_sleep).unwrap_err();
+        let e = c.sync(&no_sleep).expect_err("an error");
         assert_eq!(
             e.to_string(),
             "failed 5 attempts to update lease kube-node-lease/n1"
         );
-        c.sync(&no_sleep).unwrap();
+        c.sync(&no_sleep).expect("ok");
         assert_eq!(lock(&calls).iter().filter(|c| *c == "get").count(), 2);
     }
 
     #[test]
     fn stopping_ends_a_backoff() {
         let (mut c, calls, _) = controller(Script::default());
-        c.sync(&|_| true).unwrap();
+        c.sync(&|_| true).expect("ok");
         assert_eq!(*lock(&calls), ["get"]);
         assert_eq!(
             heartbeat_timeout(Duration::from_secs(40), Duration::from_secs(10)),

@@ -657,7 +657,8 @@ mod tests {
 
     #[test]
     fn node_labels_are_checked_as_upstream() {
-        let ok = node_labels("a=1, node.kubernetes.io/role=edge,kubelet.kubernetes.io/x=").unwrap();
+        let ok =
+            node_labels("a=1, node.kubernetes.io/role=edge,kubelet.kubernetes.io/x=").expect("ok");
         assert_eq!(
             ok,
             [
@@ -674,20 +675,25 @@ mod tests {
             "kubernetes.io/foo=1",
             "x.k8s.io/a=b",
         ] {
-            let e = node_labels(bad).unwrap_err();
+            let e = node_labels(bad).expect_err("an error");
             assert!(
                 e.starts_with("unknown 'kubernetes.io' or 'k8s.io' labels"),
                 "{bad}: {e}"
             );
         }
-        assert!(node_labels("novalue").unwrap_err().contains("key=value"));
+        assert!(node_labels("novalue")
+            .expect_err("an error")
+            .contains("key=value"));
         assert!(node_labels("a b=1")
-            .unwrap_err()
+            .expect_err("an error")
             .starts_with("invalid node labels"));
         assert!(node_labels("a=-x-")
-            .unwrap_err()
+            .expect_err("an error")
             .starts_with("invalid node labels"));
-        assert_eq!(node_labels("a=1,a=2").unwrap(), [("a".into(), "2".into())]);
+        assert_eq!(
+            node_labels("a=1,a=2").expect("ok"),
+            [("a".into(), "2".into())]
+        );
     }
 
     #[test]
@@ -698,22 +704,24 @@ mod tests {
             effect: e.into(),
         };
         assert_eq!(
-            taints("a=b:NoSchedule,example.com/c:NoExecute").unwrap(),
+            taints("a=b:NoSchedule,example.com/c:NoExecute").expect("ok"),
             [
                 t("a", "b", "NoSchedule"),
                 t("example.com/c", "", "NoExecute")
             ]
         );
-        assert_eq!(taints("").unwrap(), []);
-        assert!(taints("a=b").unwrap_err().contains("invalid taint spec"));
+        assert_eq!(taints("").expect("ok"), []);
+        assert!(taints("a=b")
+            .expect_err("an error")
+            .contains("invalid taint spec"));
         assert!(taints("a=b:Sometimes")
-            .unwrap_err()
+            .expect_err("an error")
             .contains("invalid taint effect"));
         assert!(taints("a b=c:NoSchedule")
-            .unwrap_err()
+            .expect_err("an error")
             .contains("invalid taint spec"));
         assert!(taints("a=b c:NoSchedule")
-            .unwrap_err()
+            .expect_err("an error")
             .contains("invalid taint spec"));
     }
 

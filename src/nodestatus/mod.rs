@@ -87,7 +87,7 @@ pub enum NodeStatusError {
         /// The node.
         node: String,
         /// The last failure.
-        source: ApiError,
+        source: Box<ApiError>,
     },
 }
 
@@ -105,7 +105,7 @@ impl fmt::Display for NodeStatusError {
 impl std::error::Error for NodeStatusError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            NodeStatusError::Update { source, .. } => Some(source),
+            NodeStatusError::Update { source, .. } => Some(source.as_ref()),
         }
     }
 }
@@ -368,7 +368,7 @@ impl NodeStatusManager {
         self.resync = true;
         Err(NodeStatusError::Update {
             node: self.settings.node_name.clone(),
-            source: last_err.unwrap_or_else(|| ApiError::Tls("no attempt".into())),
+            source: Box::new(last_err.unwrap_or_else(|| ApiError::Tls("no attempt".into()))),
         })
     }
 

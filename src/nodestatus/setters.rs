@@ -191,7 +191,7 @@ pub fn images(list: &[ImageDetails], max: i32) -> Vec<ContainerImage> {
                 .cloned()
                 .collect();
             // An image without a name (a dangling layer) is nothing a scheduler can use.
-            (!names.is_empty()).then(|| ContainerImage {
+            (!names.is_empty()).then_some(ContainerImage {
                 names: Some(names),
                 size_bytes: Some(i.size),
             })
@@ -584,10 +584,10 @@ mod tests {
         let types: Vec<&str> = node
             .status
             .as_ref()
-            .unwrap()
+            .expect("ok")
             .conditions
             .as_ref()
-            .unwrap()
+            .expect("ok")
             .iter()
             .map(|c| c.type_.as_str())
             .collect();
@@ -655,10 +655,10 @@ mod tests {
         assert_eq!(
             node.status
                 .as_ref()
-                .unwrap()
+                .expect("ok")
                 .node_info
                 .as_ref()
-                .unwrap()
+                .expect("ok")
                 .container_runtime_version,
             "docker://Unknown"
         );
@@ -692,8 +692,8 @@ mod tests {
             not_ready: &[],
         };
         set_node_status(&mut node, &inputs, SystemTime::UNIX_EPOCH);
-        let st = node.status.unwrap();
-        let info = st.node_info.unwrap();
+        let st = node.status.expect("ok");
+        let info = st.node_info.expect("ok");
         assert_eq!(info.container_runtime_version, "docker://20.10.24+dfsg1");
         assert_eq!(info.kubelet_version, KUBELET_VERSION);
         assert!(KUBELET_VERSION.starts_with("v1.32.0-rkubelet."));
@@ -701,7 +701,7 @@ mod tests {
         assert_eq!(info.os_image, "Debian GNU/Linux 12 (bookworm)");
         let addrs: Vec<(String, String)> = st
             .addresses
-            .unwrap()
+            .expect("ok")
             .into_iter()
             .map(|a| (a.type_, a.address))
             .collect();
@@ -713,7 +713,11 @@ mod tests {
             ]
         );
         assert_eq!(
-            st.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port,
+            st.daemon_endpoints
+                .expect("ok")
+                .kubelet_endpoint
+                .expect("ok")
+                .port,
             10250
         );
         assert_eq!(st.images, None);
@@ -740,11 +744,11 @@ mod tests {
         let out = images(&list, 2);
         assert_eq!(out.len(), 2);
         assert_eq!(
-            out[0].names.as_deref().unwrap(),
+            out[0].names.as_deref().expect("ok"),
             ["big@sha256:x", "big:1", "big:latest"]
         );
         assert_eq!(out[0].size_bytes, Some(30));
-        assert_eq!(out[1].names.as_ref().unwrap().len(), 5);
+        assert_eq!(out[1].names.as_ref().expect("ok").len(), 5);
         // -1: all with a name.
         assert_eq!(images(&list, -1).len(), 3);
         assert!(images(&list, 0).is_empty());
@@ -760,7 +764,7 @@ mod tests {
             effect: "NoSchedule".into(),
         }];
         let n = initial_node(&s);
-        let labels = n.metadata.labels.clone().unwrap();
+        let labels = n.metadata.labels.clone().expect("ok");
         assert_eq!(labels["kubernetes.io/hostname"], "n1");
         assert_eq!(labels["kubernetes.io/os"], "linux");
         assert_eq!(
@@ -768,13 +772,13 @@ mod tests {
             super::super::machine::go_arch()
         );
         assert_eq!(labels["example.com/role"], "edge");
-        let taints = n.spec.as_ref().unwrap().taints.clone().unwrap();
+        let taints = n.spec.as_ref().expect("ok").taints.clone().expect("ok");
         assert_eq!(
             (taints[0].key.as_str(), taints[0].effect.as_str()),
             ("dedicated", "NoSchedule")
         );
         assert_eq!(
-            n.metadata.annotations.as_ref().unwrap()[CONTROLLER_MANAGED_ATTACH],
+            n.metadata.annotations.as_ref().expect("ok")[CONTROLLER_MANAGED_ATTACH],
             "true"
         );
 
@@ -792,7 +796,7 @@ mod tests {
             ..Default::default()
         };
         assert!(reconcile_existing(&n, &mut existing));
-        let l = existing.metadata.labels.clone().unwrap();
+        let l = existing.metadata.labels.clone().expect("ok");
         assert_eq!(l["kubernetes.io/hostname"], "n1");
         assert_eq!(l["kubernetes.io/arch"], super::super::machine::go_arch());
         assert_eq!(l["team"], "a");

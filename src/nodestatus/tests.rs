@@ -147,45 +147,47 @@ fn no_sleep(_: Duration) -> bool {
 #[test]
 fn registers_then_writes_only_changes_and_every_report_period() {
     let mut f = fixture(None);
-    f.manager.sync(&no_sleep).unwrap();
+    f.manager.sync(&no_sleep).expect("ok");
     assert_eq!(calls(&f), ["create"]);
     assert_eq!(f.heartbeat.node_uid().as_deref(), Some("uid-1"));
-    let created = lock(&f.store.node).clone().unwrap();
-    let labels = created.metadata.labels.clone().unwrap();
+    let created = lock(&f.store.node).clone().expect("ok");
+    let labels = created.metadata.labels.clone().expect("ok");
     assert_eq!(labels["kubernetes.io/hostname"], "n1");
     assert_eq!(labels["example.com/a"], "b");
-    let st = created.status.unwrap();
-    assert_eq!(st.conditions.unwrap().len(), 4);
-    assert_eq!(st.capacity.unwrap()["memory"].0, "8Gi");
+    let st = created.status.expect("ok");
+    assert_eq!(st.conditions.expect("ok").len(), 4);
+    assert_eq!(st.capacity.expect("ok")["memory"].0, "8Gi");
     assert_eq!(
-        st.images.unwrap()[0].names.as_deref().unwrap(),
+        st.images.expect("ok")[0].names.as_deref().expect("ok"),
         ["busybox:1"]
     );
 
     // Nothing changed: no request at all.
     let t0 = Instant::now();
-    f.manager.update_node_status(t0, SystemTime::now()).unwrap();
+    f.manager
+        .update_node_status(t0, SystemTime::now())
+        .expect("ok");
     f.manager
         .update_node_status(t0 + Duration::from_secs(10), SystemTime::now())
-        .unwrap();
+        .expect("ok");
     assert!(calls(&f).is_empty());
 
     // Not ready: read the Node, patch the Ready condition.
     *lock(&f.ready) = vec!["container runtime is down".into()];
     f.manager
         .update_node_status(t0 + Duration::from_secs(20), SystemTime::now())
-        .unwrap();
+        .expect("ok");
     assert_eq!(calls(&f), ["get cache=true", "patch"]);
-    let patch = lock(&f.store.patches).pop().unwrap();
+    let patch = lock(&f.store.patches).pop().expect("ok");
     let order = &patch["status"]["$setElementOrder/conditions"];
-    assert_eq!(order.as_array().unwrap().len(), 4);
+    assert_eq!(order.as_array().expect("ok").len(), 4);
     let ready = patch["status"]["conditions"]
         .as_array()
-        .unwrap()
+        .expect("ok")
         .iter()
         .find(|c| c["type"] == "Ready")
         .cloned()
-        .unwrap();
+        .expect("ok");
     assert_eq!(ready["status"], "False");
     assert_eq!(ready["message"], "container runtime is down");
 
@@ -193,11 +195,11 @@ fn registers_then_writes_only_changes_and_every_report_period() {
     *lock(&f.ready) = vec!["container runtime is down".into()];
     f.manager
         .update_node_status(t0 + Duration::from_secs(30), SystemTime::now())
-        .unwrap();
+        .expect("ok");
     assert!(calls(&f).is_empty());
     f.manager
         .update_node_status(t0 + Duration::from_secs(330), SystemTime::now())
-        .unwrap();
+        .expect("ok");
     assert_eq!(calls(&f), ["get cache=true", "patch"]);
 }
 
@@ -209,7 +211,7 @@ fn an_existing_node_is_reconciled() {
     existing.metadata.labels =
         Some([("kubernetes.io/hostname".to_string(), "old".to_string())].into());
     let mut f = fixture(Some(existing));
-    f.manager.sync(&no_sleep).unwrap();
+    f.manager.sync(&no_sleep).expect("ok");
     // Create refused, read, labels and annotation patched, then (resync) the status
     // read and written.
     assert_eq!(
@@ -246,7 +248,7 @@ fn registration_backs_off_while_the_api_is_down() {
             lock(&waits).push(d.as_millis());
             false
         })
-        .unwrap();
+        .expect("ok");
     assert_eq!(
         *lock(&waits),
         [100, 200, 400, 800, 1600, 3200, 6400, 7000, 7000]
@@ -254,14 +256,14 @@ fn registration_backs_off_while_the_api_is_down() {
     assert_eq!(calls(&f).iter().filter(|c| *c == "create").count(), 9);
     // Stopping ends the wait without registering.
     let mut g = fixture(None);
-    g.manager.sync(&|_| true).unwrap();
+    g.manager.sync(&|_| true).expect("ok");
     assert!(calls(&g).is_empty());
 }
 
 #[test]
 fn a_failed_write_is_retried_and_the_next_tick_reads_again() {
     let mut f = fixture(None);
-    f.manager.sync(&no_sleep).unwrap();
+    f.manager.sync(&no_sleep).expect("ok");
     calls(&f);
     *lock(&f.ready) = vec!["x".into()];
     // All five attempts fail: the error, and the next tick reads the Node first.
@@ -270,7 +272,7 @@ fn a_failed_write_is_retried_and_the_next_tick_reads_again() {
     let e = f
         .manager
         .update_node_status(t0, SystemTime::now())
-        .unwrap_err();
+        .expect_err("an error");
     assert!(e
         .to_string()
         .starts_with("update node status exceeds retry count"));
@@ -278,20 +280,28 @@ fn a_failed_write_is_retried_and_the_next_tick_reads_again() {
     assert_eq!(c.len(), 5);
     assert_eq!(c[0], "get cache=true");
     assert!(c[1..].iter().all(|c| c == "get cache=false"));
-    f.manager.update_node_status(t0, SystemTime::now()).unwrap();
+    f.manager
+        .update_node_status(t0, SystemTime::now())
+        .expect("ok");
     assert_eq!(calls(&f), ["get cache=true", "patch"]);
     // A lease failure also makes the next tick read the Node, and what the store holds
     // (this fake keeps the registered status: as if someone else had written it) is
     // corrected although nothing changed here.
     f.heartbeat.note_trouble();
-    f.manager.update_node_status(t0, SystemTime::now()).unwrap();
+    f.manager
+        .update_node_status(t0, SystemTime::now())
+        .expect("ok");
     assert_eq!(calls(&f), ["get cache=true", "patch"]);
-    f.manager.update_node_status(t0, SystemTime::now()).unwrap();
+    f.manager
+        .update_node_status(t0, SystemTime::now())
+        .expect("ok");
     assert!(calls(&f).is_empty());
     // A failed read is retried from the store, then the change is written.
     *lock(&f.ready) = vec!["y".into()];
     lock(&f.store.errors).push_back(status(500, "InternalError"));
-    f.manager.update_node_status(t0, SystemTime::now()).unwrap();
+    f.manager
+        .update_node_status(t0, SystemTime::now())
+        .expect("ok");
     assert_eq!(calls(&f), ["get cache=true", "get cache=false", "patch"]);
 }
 

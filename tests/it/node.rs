@@ -117,17 +117,20 @@ fn the_node_registers_with_its_labels_taints_and_status() {
     assert_eq!(info["operatingSystem"], "linux");
     assert!(info["kubeletVersion"]
         .as_str()
-        .unwrap()
+        .expect("present")
         .starts_with("v1.32.0-rkubelet."));
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("present");
     assert_eq!(info["bootID"], boot_id.trim());
-    assert!(!info["kernelVersion"].as_str().unwrap().is_empty());
-    assert!(!info["osImage"].as_str().unwrap().is_empty());
+    assert!(!info["kernelVersion"].as_str().expect("present").is_empty());
+    assert!(!info["osImage"].as_str().expect("present").is_empty());
     // SAFETY: sysconf has no memory effects.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     assert_eq!(st["capacity"]["cpu"], cpus.to_string());
     assert_eq!(st["capacity"]["pods"], "42");
-    assert!(st["capacity"]["memory"].as_str().unwrap().ends_with("Ki"));
+    assert!(st["capacity"]["memory"]
+        .as_str()
+        .expect("present")
+        .ends_with("Ki"));
     assert!(st["allocatable"]["ephemeral-storage"].is_string());
     let images = st["images"].as_array().expect("images");
     assert!(images
@@ -137,18 +140,18 @@ fn the_node_registers_with_its_labels_taints_and_status() {
             .any(|n| n.as_str().unwrap_or("").contains("busybox")))));
     let kinds: Vec<&str> = st["conditions"]
         .as_array()
-        .unwrap()
+        .expect("present")
         .iter()
-        .map(|c| c["type"].as_str().unwrap())
+        .map(|c| c["type"].as_str().expect("present"))
         .collect();
     assert_eq!(
         kinds,
         ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
     );
-    let ready = condition(&n, "Ready").unwrap();
+    let ready = condition(&n, "Ready").expect("present");
     assert_eq!(ready["reason"], "KubeletReady");
     assert_eq!(ready["message"], "kubelet is posting ready status");
-    let mem = condition(&n, "MemoryPressure").unwrap();
+    let mem = condition(&n, "MemoryPressure").expect("present");
     assert_eq!(mem["reason"], "KubeletHasSufficientMemory");
     assert_eq!(mem["status"], "False");
 
@@ -193,7 +196,7 @@ fn the_lease_is_renewed_and_a_steady_node_makes_few_requests() {
     );
     start(&server, &mut node, &[]);
     let n = wait_ready(&server, &node);
-    let uid = n["metadata"]["uid"].as_str().unwrap().to_string();
+    let uid = n["metadata"]["uid"].as_str().expect("present").to_string();
     let first = wait_for("the lease with its owner", LONG, || {
         lease(&server, &node).filter(|l| !l["metadata"]["ownerReferences"].is_null())
     });
@@ -285,7 +288,7 @@ fn a_lease_written_by_someone_else_is_reread_and_renewed() {
         .expect("update lease");
     let rv = written["metadata"]["resourceVersion"]
         .as_str()
-        .unwrap()
+        .expect("present")
         .to_string();
     let since = Instant::now();
     wait_for("the kubelet to hold its lease again", LONG, || {
@@ -379,9 +382,12 @@ fn a_restored_api_server_with_new_versions_converges() {
     let renumbered = lease(&server, &node).expect("lease kept");
     let rv = renumbered["metadata"]["resourceVersion"]
         .as_str()
-        .unwrap()
+        .expect("present")
         .to_string();
-    assert_ne!(rv, l["metadata"]["resourceVersion"].as_str().unwrap());
+    assert_ne!(
+        rv,
+        l["metadata"]["resourceVersion"].as_str().expect("present")
+    );
     wait_for("the lease renewed over the new version", LONG, || {
         let now = lease(&server, &node)?;
         (now["metadata"]["resourceVersion"] != rv.as_str()
