@@ -157,7 +157,25 @@ fn the_node_registers_with_its_labels_taints_and_status() {
 
     // kubectl, a real client, reads the node.
     let wide = kubectl(&node, &server, &["get", "nodes", "-o", "wide"]);
-    assert!(wide.contains(&node.name), "{wide}");
+    let header = wide.lines().next().expect("a header");
+    for col in ["STATUS", "INTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME"] {
+        assert!(header.contains(col), "{wide}");
+    }
+    let row = wide
+        .lines()
+        .find(|l| l.starts_with(&format!("{} ", node.name)))
+        .unwrap_or_else(|| panic!("no row for the node: {wide}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1], "Ready", "{wide}");
+    for want in [
+        "192.0.2.10",
+        info["osImage"].as_str().expect("os image"),
+        info["kernelVersion"].as_str().expect("kernel"),
+        &format!("docker://{version}"),
+        info["kubeletVersion"].as_str().expect("version"),
+    ] {
+        assert!(row.contains(want), "{want}: {wide}");
+    }
     let cols = kubectl(
         &node,
         &server,
