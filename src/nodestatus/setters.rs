@@ -34,9 +34,8 @@ pub const MAX_NAMES_PER_IMAGE: usize = 5;
 /// (upstream's default `enableControllerAttachDetach: true`).
 pub const CONTROLLER_MANAGED_ATTACH: &str =
     "volumes.kubernetes.io/controller-managed-attach-detach";
-/// The kubelet's version as the API sees it: a semver naming the Kubernetes release
-/// whose kubelet behaviour rkubelet follows, with rkubelet's own version after it.
-pub const KUBELET_VERSION: &str = concat!("v1.32.0-rkubelet.", env!("CARGO_PKG_VERSION"));
+/// The kubelet's version as the API sees it (and `--version` prints).
+pub use crate::config::flags::KUBELET_VERSION;
 /// The labels upstream's `updateDefaultLabels` reconciles on an existing Node.
 pub const DEFAULT_LABELS: &[&str] = &[
     "kubernetes.io/hostname",

@@ -158,7 +158,13 @@ fn the_node_registers_with_its_labels_taints_and_status() {
     // kubectl, a real client, reads the node.
     let wide = kubectl(&node, &server, &["get", "nodes", "-o", "wide"]);
     let header = wide.lines().next().expect("a header");
-    for col in ["STATUS", "INTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME"] {
+    for col in [
+        "STATUS",
+        "INTERNAL-IP",
+        "OS-IMAGE",
+        "KERNEL-VERSION",
+        "CONTAINER-RUNTIME",
+    ] {
         assert!(header.contains(col), "{wide}");
     }
     let row = wide
