@@ -480,9 +480,9 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 31 implemented fields and `logging`, plus
+        // All but the type meta, the 33 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 34 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 36 + 1);
         assert_eq!(s.serialize_image_pulls, Some(false));
         assert_eq!(s.max_parallel_image_pulls, Some(3));
         assert_eq!(s.cluster_dns, Some(vec!["10.96.0.10".to_string()]));

@@ -431,6 +431,8 @@ mod tests {
                 register_with_taints: vec![],
                 node_ip: None,
                 max_pods: 110,
+                kube_reserved: vec![],
+                system_reserved: vec![],
                 node_status_update_frequency: Duration::from_secs(10),
                 node_status_report_frequency: Duration::from_secs(300),
                 node_status_max_images: 50,

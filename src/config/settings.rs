@@ -368,6 +368,25 @@ settings_table! {
             file: "maxPods", decode: yaml::positive_int, examples: ["20", "30"],
             default: MAX_PODS = "110",
         }
+        kube_reserved: Vec<(String, String)> {
+            help: "Resources reserved for the Kubernetes daemons, taken from the node's \
+                   allocatable: comma-separated name=quantity of cpu, memory, \
+                   ephemeral-storage, pid; repeatable.",
+            append: text::reserved,
+            flag: "kube-reserved" <"name=quantity,…">,
+            file: "kubeReserved", decode: yaml::reserved,
+            examples: ["{cpu: 100m}", "{memory: 1Gi, ephemeral-storage: 2Gi}"],
+            default: "",
+        }
+        system_reserved: Vec<(String, String)> {
+            help: "Resources reserved for the operating system's daemons, taken from the \
+                   node's allocatable, as --kube-reserved.",
+            append: text::reserved,
+            flag: "system-reserved" <"name=quantity,…">,
+            file: "systemReserved", decode: yaml::reserved,
+            examples: ["{cpu: 200m}", "{memory: 512Mi}"],
+            default: "",
+        }
         node_status_update_frequency: Duration {
             help: "How often the node's status is computed (and sent if it changed).",
             parse: text::period,
@@ -498,6 +517,12 @@ mod tests {
         };
         match serde_yaml::from_str::<Value>(example).expect("example is YAML") {
             Value::Sequence(items) => items.iter().map(scalar).collect::<Vec<_>>().join(","),
+            // A map of scalars (reserved resources): name=value pairs.
+            Value::Mapping(m) if m.values().all(|v| !v.is_sequence()) => m
+                .iter()
+                .map(|(k, v)| format!("{}={}", scalar(k), scalar(v)))
+                .collect::<Vec<_>>()
+                .join(","),
             Value::Mapping(m) => m
                 .iter()
                 .flat_map(|(k, vs)| {

@@ -403,6 +403,37 @@ pub mod text {
         }
     }
 
+    /// `--kube-reserved`, `--system-reserved`: comma-separated `name=quantity` of
+    /// `cpu`, `memory`, `ephemeral-storage` and `pid` (upstream `parseResourceList`),
+    /// each a non-negative quantity; a name given again replaces the earlier one.
+    pub fn reserved(v: &str) -> Result<Vec<(String, String)>, String> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for pair in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, q) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?} must be formatted as name=quantity"))?;
+            let (name, q) = (name.trim(), q.trim());
+            reserved_one(name, q)?;
+            out.retain(|(n, _)| n != name);
+            out.push((name.to_string(), q.to_string()));
+        }
+        Ok(out)
+    }
+
+    /// One reserved resource, in upstream's words when it is refused.
+    pub fn reserved_one(name: &str, q: &str) -> Result<(), String> {
+        if !["cpu", "memory", "ephemeral-storage", "pid"].contains(&name) {
+            return Err(format!("cannot reserve {name:?} resource"));
+        }
+        match crate::quantity::parse_milli(q) {
+            Some(m) if m >= 0 => Ok(()),
+            Some(_) => Err(format!(
+                "resource quantity for {name:?} cannot be negative: {q}"
+            )),
+            None => Err(format!("{q:?} is not a quantity")),
+        }
+    }
+
     /// Upstream's `colonSeparatedMultimapStringString`: `Name:Value` pairs separated by
     /// commas; the value may hold colons, not commas.
     pub fn headers(v: &str) -> Result<Vec<(String, String)>, String> {
@@ -602,6 +633,31 @@ pub mod yaml {
             .ok_or_else(|| invalid(v, "not a boolean"))
     }
 
+    /// `kubeReserved`, `systemReserved`: a map of resource name to quantity.
+    pub fn reserved(v: &Value, _: &Path) -> Result<Option<Vec<(String, String)>>, String> {
+        let Value::Mapping(map) = v else {
+            return Err(invalid(v, "not a map of resource name to quantity"));
+        };
+        let mut out = Vec::new();
+        for (name, q) in map {
+            let (Value::String(name), Some(q)) = (name, scalar_text(q)) else {
+                return Err(invalid(q, "not a resource quantity"));
+            };
+            text::reserved_one(name, &q)?;
+            out.push((name.clone(), q));
+        }
+        Ok(Some(out))
+    }
+
+    /// A YAML scalar's text (a quantity may be written as a number).
+    fn scalar_text(v: &Value) -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
+    }
+
     /// `staticPodURLHeader`: a map of header name to a list of values (Go's
     /// `map[string][]string`), flattened in the file's order.
     pub fn headers(v: &Value, _: &Path) -> Result<Option<Vec<(String, String)>>, String> {
@@ -723,6 +779,30 @@ mod tests {
         assert!(taints("a=b c:NoSchedule")
             .expect_err("an error")
             .contains("invalid taint spec"));
+    }
+
+    #[test]
+    fn reserved_resources_are_name_equals_quantity() {
+        use super::text::reserved;
+        assert_eq!(
+            reserved("cpu=100m, memory=1Gi,cpu=200m").expect("ok"),
+            [
+                ("memory".to_string(), "1Gi".to_string()),
+                ("cpu".into(), "200m".into())
+            ]
+        );
+        assert!(reserved("gpu=1")
+            .expect_err("an error")
+            .contains("cannot reserve"));
+        assert!(reserved("cpu=-1")
+            .expect_err("an error")
+            .contains("negative"));
+        assert!(reserved("cpu=lots")
+            .expect_err("an error")
+            .contains("not a quantity"));
+        assert!(reserved("cpu")
+            .expect_err("an error")
+            .contains("name=quantity"));
     }
 
     #[test]

@@ -42,19 +42,23 @@ pub(super) fn start(
     let heartbeat = Arc::new(Heartbeat::default());
     let lease_duration = Duration::from_secs(u64::from(cfg.node_lease_duration_seconds));
     let timeout = nodelease::heartbeat_timeout(lease_duration, cfg.node_status_update_frequency);
+    let mut settings = NodeSettings {
+        node_name: cfg.node_name.clone(),
+        node_ip: cfg.node_ip.clone().unwrap_or_default(),
+        port: cfg.port,
+        max_pods: cfg.max_pods,
+        max_images: cfg.node_status_max_images,
+        labels: cfg.node_labels.clone(),
+        taints: cfg.register_with_taints.clone(),
+        reserved: Default::default(),
+    };
+    settings.reserve(&cfg.kube_reserved);
+    settings.reserve(&cfg.system_reserved);
     nodestatus::start(
         loops,
         nodestatus::Start {
             client: client.clone(),
-            settings: NodeSettings {
-                node_name: cfg.node_name.clone(),
-                node_ip: cfg.node_ip.clone().unwrap_or_default(),
-                port: cfg.port,
-                max_pods: cfg.max_pods,
-                max_images: cfg.node_status_max_images,
-                labels: cfg.node_labels.clone(),
-                taints: cfg.register_with_taints.clone(),
-            },
+            settings,
             runtime,
             readiness: readiness(runtime_health, pleg),
             heartbeat: heartbeat.clone(),

@@ -69,6 +69,19 @@ pub struct NodeSettings {
     pub labels: Vec<(String, String)>,
     /// `--register-with-taints`.
     pub taints: Vec<crate::config::values::Taint>,
+    /// `--kube-reserved` and `--system-reserved` added up: resource → milli-units.
+    pub reserved: BTreeMap<String, i128>,
+}
+
+impl NodeSettings {
+    /// Adds `--kube-reserved` or `--system-reserved` (already checked quantities).
+    pub fn reserve(&mut self, list: &[(String, String)]) {
+        for (name, q) in list {
+            let milli = crate::quantity::parse_milli(q).unwrap_or(0).max(0);
+            let slot = self.reserved.entry(name.clone()).or_insert(0);
+            *slot = slot.saturating_add(milli);
+        }
+    }
 }
 
 /// What one status computation reads besides the node.
@@ -119,17 +132,34 @@ pub fn decimal_si(n: u64) -> String {
     format!("{v}{}", SUFFIXES[i])
 }
 
-/// Capacity and allocatable (upstream `MachineInfo` setter with the default
-/// reservation: no kube/system reserved, the hard eviction thresholds; hugepages also
-/// come out of allocatable memory).
+/// CPU milli-units as a quantity: whole cores plain (`2`), else in `m` (`1900m`).
+fn cpu_quantity(milli: u64) -> String {
+    if milli % 1000 == 0 {
+        decimal_si(milli / 1000)
+    } else {
+        format!("{milli}m")
+    }
+}
+
+/// Capacity and allocatable (upstream `MachineInfo` setter): allocatable is capacity
+/// less `reserved` (kube and system reserved, milli-units) and the hard eviction
+/// thresholds; hugepages also come out of allocatable memory; never below zero.
 pub fn capacity(
     machine: &MachineInfo,
     max_pods: u32,
+    reserved: &BTreeMap<String, i128>,
 ) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+    // A reserved resource in whole units (bytes), or milli-units for cpu.
+    let r = |name: &str, milli: bool| -> u64 {
+        let m = reserved.get(name).copied().unwrap_or(0).max(0);
+        u64::try_from(if milli { m } else { m / 1000 }).unwrap_or(u64::MAX)
+    };
     let mut cap = BTreeMap::new();
     let mut alloc = BTreeMap::new();
-    cap.insert("cpu".to_string(), Quantity(decimal_si(machine.cpus)));
-    alloc.insert("cpu".to_string(), Quantity(decimal_si(machine.cpus)));
+    let cpu_milli = machine.cpus.saturating_mul(1000);
+    cap.insert("cpu".to_string(), Quantity(cpu_quantity(cpu_milli)));
+    let cpu = cpu_milli.saturating_sub(r("cpu", true));
+    alloc.insert("cpu".to_string(), Quantity(cpu_quantity(cpu)));
     cap.insert(
         "memory".to_string(),
         Quantity(binary_si(machine.memory_bytes)),
@@ -141,25 +171,21 @@ pub fn capacity(
         .fold(0, u64::saturating_add);
     let memory = machine
         .memory_bytes
+        .saturating_sub(r("memory", false))
         .saturating_sub(EVICTION_HARD_MEMORY)
         .saturating_sub(hugepage_bytes);
     alloc.insert("memory".to_string(), Quantity(binary_si(memory)));
-    cap.insert(
-        "pods".to_string(),
-        Quantity(decimal_si(u64::from(max_pods))),
-    );
-    alloc.insert(
-        "pods".to_string(),
-        Quantity(decimal_si(u64::from(max_pods))),
-    );
+    let pods = Quantity(decimal_si(u64::from(max_pods)));
+    cap.insert("pods".to_string(), pods.clone());
+    alloc.insert("pods".to_string(), pods);
     if let Some(fs) = machine.ephemeral_storage_bytes {
         cap.insert("ephemeral-storage".to_string(), Quantity(binary_si(fs)));
         // Upstream: int64(float64(capacity) * percentage).
-        let reserved = (fs as f64 * EVICTION_HARD_NODEFS_PERCENT) as u64;
-        alloc.insert(
-            "ephemeral-storage".to_string(),
-            Quantity(binary_si(fs.saturating_sub(reserved))),
-        );
+        let eviction = (fs as f64 * EVICTION_HARD_NODEFS_PERCENT) as u64;
+        let left = fs
+            .saturating_sub(r("ephemeral-storage", false))
+            .saturating_sub(eviction);
+        alloc.insert("ephemeral-storage".to_string(), Quantity(binary_si(left)));
     }
     for (size, pages) in &machine.hugepages {
         let name = format!("hugepages-{}", binary_si(*size));
@@ -213,7 +239,7 @@ pub fn set_node_status(node: &mut Node, inputs: &Inputs<'_>, now: SystemTime) ->
             address: s.node_name.clone(),
         },
     ]);
-    let (cap, alloc) = capacity(inputs.machine, s.max_pods);
+    let (cap, alloc) = capacity(inputs.machine, s.max_pods, &s.reserved);
     // Keep what others put there (extended resources), ours overwritten.
     status
         .capacity
@@ -533,7 +559,8 @@ mod tests {
 
     #[test]
     fn allocatable_is_capacity_less_eviction_and_hugepages() {
-        let (cap, alloc) = capacity(&machine(), 110);
+        let none = BTreeMap::new();
+        let (cap, alloc) = capacity(&machine(), 110, &none);
         let q = |m: &BTreeMap<String, Quantity>, k: &str| m[k].0.clone();
         assert_eq!(q(&cap, "cpu"), "2");
         assert_eq!(q(&alloc, "cpu"), "2");
@@ -555,7 +582,32 @@ mod tests {
             memory_bytes: 1024,
             ..machine()
         };
-        assert_eq!(capacity(&tiny, 1).1["memory"].0, "0");
+        assert_eq!(capacity(&tiny, 1, &none).1["memory"].0, "0");
+
+        // Kube and system reserved come out too.
+        let mut s = settings();
+        s.reserve(&[
+            ("cpu".into(), "100m".into()),
+            ("memory".into(), "1Gi".into()),
+        ]);
+        s.reserve(&[
+            ("cpu".into(), "0.2".into()),
+            ("ephemeral-storage".into(), "1Gi".into()),
+        ]);
+        let (cap, alloc) = capacity(&machine(), 110, &s.reserved);
+        assert_eq!(q(&cap, "cpu"), "2");
+        assert_eq!(q(&alloc, "cpu"), "1700m");
+        assert_eq!(
+            q(&alloc, "memory"),
+            format!("{}Ki", 8025760 - 1024 * 1024 - 102400 - 8192)
+        );
+        assert_eq!(
+            q(&alloc, "ephemeral-storage"),
+            (fs - (1 << 30) - reserved).to_string()
+        );
+        // More reserved than there is: zero.
+        s.reserve(&[("cpu".into(), "5".into())]);
+        assert_eq!(capacity(&machine(), 110, &s.reserved).1["cpu"].0, "0");
     }
 
     #[test]

@@ -116,6 +116,7 @@ fn fixture(existing: Option<Node>) -> Fixture {
             max_images: 50,
             labels: vec![("example.com/a".into(), "b".into())],
             taints: vec![],
+            reserved: Default::default(),
         },
         machine: super::machine::MachineInfo {
             cpus: 2,

@@ -79,6 +79,8 @@ fn the_node_registers_with_its_labels_taints_and_status() {
             "--register-with-taints=dedicated=edge:NoSchedule",
             "--node-ip=192.0.2.10",
             "--max-pods=42",
+            "--kube-reserved=cpu=100m",
+            "--system-reserved=memory=1Mi",
         ],
     );
     let n = wait_ready(&server, &node);
@@ -127,6 +129,7 @@ fn the_node_registers_with_its_labels_taints_and_status() {
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     assert_eq!(st["capacity"]["cpu"], cpus.to_string());
     assert_eq!(st["capacity"]["pods"], "42");
+    assert_eq!(st["allocatable"]["cpu"], format!("{}m", cpus * 1000 - 100));
     assert!(st["capacity"]["memory"]
         .as_str()
         .expect("present")
