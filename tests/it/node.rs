@@ -437,3 +437,29 @@ fn a_restored_api_server_with_new_versions_converges() {
     server.restart_with_new_versions();
     wait_ready(&server, &node);
 }
+
+#[test]
+fn bad_node_labels_and_taints_are_refused_at_start_naming_the_flag() {
+    for (flag, want) in [
+        (
+            "--node-labels=node-role.kubernetes.io/master=",
+            "--node-labels: unknown 'kubernetes.io' or 'k8s.io' labels",
+        ),
+        ("--node-labels=novalue", "--node-labels"),
+        (
+            "--register-with-taints=a=b:Sometimes",
+            "--register-with-taints: invalid taint effect: Sometimes",
+        ),
+        ("--register-with-taints=a=b", "invalid taint spec: a=b"),
+        ("--kube-reserved=gpu=1", "cannot reserve \"gpu\" resource"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+            .args(["--hostname-override=bad-flags", flag])
+            .output()
+            .expect("run rkubelet");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{flag}: {stderr}");
+        assert!(stderr.contains(want), "{flag}: {stderr}");
+    }
+}
