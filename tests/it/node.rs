@@ -263,7 +263,8 @@ fn the_lease_is_renewed_and_a_steady_node_makes_few_requests() {
         .get(&("PUT".to_string(), "leases".to_string()))
         .copied()
         .unwrap_or(0);
-    assert!((4..=7).contains(&puts), "{counts:?}");
+    // Every 10 s (jitter 4 %): at most 7 in a minute; a loaded machine may do fewer.
+    assert!((1..=7).contains(&puts), "{counts:?}");
     // At most one status report (every 5 minutes) in a minute: a GET and a PATCH.
     assert!(total <= puts + 2, "{counts:?}");
 }
