@@ -19,16 +19,22 @@
 //!   plain 410 answer, [`Options::gone_as_status`] — for a compacted version, an end
 //!   at `timeoutSeconds` or [`Options::max_watch`]), POST, PUT, PATCH, DELETE, the
 //!   request counts ([`TestApiServer::call_counts`]) and discovery;
+//! - [`tables`] (apiserver_tables.rs): `meta.k8s.io/v1` Tables with upstream's printer
+//!   columns, for kubectl;
+//! - [`credentials`] (apiserver_credentials.rs): TokenRequest, CSR approval and signing
+//!   by the test CA, bootstrap tokens;
+//! - [`admission`] (apiserver_admission.rs): pod validation and defaulting, and the
+//!   ServiceAccount admission plugin behind a switch;
 //! - [`proxy`] (apiserver_proxy.rs): the pod subresources `log`, `exec`, `attach` and
 //!   `portforward` proxied to the kubelet of the pod's node as kube-apiserver proxies
 //!   them (the kubelet's address is set with [`TestApiServer::set_kubelet`]).
 //!
 //! Authentication over TLS: a bearer token from the accepted set (the user from the
-//! TokenReview table, else `token-user`), or a client certificate signed by the test CA
-//! (the user is its subject's CN, its groups the O values); anything else gets 401
-//! with a Status body. There is no authorization: every authenticated user may do
-//! everything (upstream's Node authorizer would limit a kubelet to its own node and
-//! its pods' objects). `POST /apis/authentication.k8s.io/v1/tokenreviews` and
+//! TokenReview table, else `token-user`), a bootstrap token, or a client certificate
+//! signed by the test CA (the user is its subject's CN, its groups the O values);
+//! anything else gets 401 with a Status body. Authorization: bootstrap-token users may
+//! only use CSRs; everyone else may do everything (upstream's Node authorizer would
+//! limit a kubelet to its own node and its pods' objects). `POST /apis/authentication.k8s.io/v1/tokenreviews` and
 //! `POST /apis/authorization.k8s.io/v1/subjectaccessreviews` are answered from a
 //! scripted table (tokens → users; (user, subresource) pairs allowed, all else no
 //! opinion), counted, and switchable to answer 500 or to hang ([`ReviewFault`]), for
@@ -327,7 +333,8 @@ pub struct Call {
     pub name: String,
     /// The authenticated user.
     pub user: String,
-    /// The HTTP status answered (0 for a watch or a proxied request).
+    /// The HTTP status answered (0 for a watch, which answers as it goes). Pod
+    /// subresources proxied to a kubelet, discovery and reviews are not recorded here.
     pub code: u16,
     /// When it arrived.
     pub at: Instant,

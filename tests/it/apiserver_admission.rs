@@ -5,8 +5,9 @@
 //! pod runs as `default` unless it names an account, and unless
 //! `automountServiceAccountToken` is false it gets the projected `kube-api-access-*`
 //! volume (a 3607 s token, `kube-root-ca.crt`'s `ca.crt`, the namespace) mounted
-//! read-only at `/var/run/secrets/kubernetes.io/serviceaccount` in every container.
-//! With the switch on, every namespace also gets what the controllers make: the
+//! read-only at `/var/run/secrets/kubernetes.io/serviceaccount` in every container;
+//! a mirror pod is left alone, and refused (403) if it names a service account or
+//! mounts a secret. With the switch on, every namespace also gets what the controllers make: the
 //! `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap (the test CA).
 //!
 //! Where it is not faithful: validation checks only that there are containers with a
@@ -82,8 +83,28 @@ pub fn default_pod(pod: &mut Value) {
 }
 
 /// The ServiceAccount admission plugin; `suffix` names the volume
-/// (`kube-api-access-<suffix>`).
-pub fn service_account(pod: &mut Value, suffix: &str) {
+/// (`kube-api-access-<suffix>`). A mirror pod is left as it is (upstream: changing it
+/// would make its kubelet delete it), and refused if it refers to a service account or
+/// a secret: the 403 message.
+pub fn service_account(pod: &mut Value, suffix: &str) -> Result<(), String> {
+    if !pod["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_null() {
+        if !pod["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            return Err("a mirror pod may not reference service accounts".into());
+        }
+        let secret_volume = pod["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|v| !v["secret"].is_null());
+        if secret_volume {
+            return Err("a mirror pod may not reference secrets".into());
+        }
+        return Ok(());
+    }
     let spec = &mut pod["spec"];
     if spec["serviceAccountName"]
         .as_str()
@@ -93,7 +114,7 @@ pub fn service_account(pod: &mut Value, suffix: &str) {
         spec["serviceAccountName"] = json!("default");
     }
     if spec["automountServiceAccountToken"] == false {
-        return;
+        return Ok(());
     }
     let mounted = ["initContainers", "containers"].iter().any(|l| {
         spec[*l].as_array().into_iter().flatten().any(|c| {
@@ -105,7 +126,7 @@ pub fn service_account(pod: &mut Value, suffix: &str) {
         })
     });
     if mounted {
-        return;
+        return Ok(());
     }
     let name = format!("kube-api-access-{suffix}");
     let volume = json!({"name": name, "projected": {"defaultMode": 420, "sources": [
@@ -128,6 +149,7 @@ pub fn service_account(pod: &mut Value, suffix: &str) {
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -153,7 +175,7 @@ mod tests {
         assert_eq!(policies, ["Always", "IfNotPresent", "IfNotPresent"]);
         assert_eq!(pod["spec"]["restartPolicy"], "Always");
         assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 30);
-        service_account(&mut pod, "abcde");
+        service_account(&mut pod, "abcde").expect("admitted");
         assert_eq!(pod["spec"]["serviceAccountName"], "default");
         assert_eq!(pod["spec"]["volumes"][0]["name"], "kube-api-access-abcde");
         assert_eq!(
@@ -162,9 +184,17 @@ mod tests {
         );
         let mut off = json!({"spec": {"automountServiceAccountToken": false,
             "serviceAccountName": "app", "containers": [{"name": "a", "image": "i:1"}]}});
-        service_account(&mut off, "x");
+        service_account(&mut off, "x").expect("admitted");
         assert!(off["spec"]["volumes"].is_null());
         assert_eq!(off["spec"]["serviceAccountName"], "app");
+        let mut mirror = json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "h"}},
+            "spec": {"containers": [{"name": "a", "image": "i:1"}]}});
+        service_account(&mut mirror, "x").expect("admitted");
+        assert!(
+            mirror["spec"]["serviceAccountName"].is_null() && mirror["spec"]["volumes"].is_null()
+        );
+        mirror["spec"]["serviceAccountName"] = json!("default");
+        assert!(service_account(&mut mirror, "x").is_err());
         assert!(validate_pod(&json!({"spec": {"containers": []}})).is_err());
         assert!(validate_pod(&json!({"spec": {"containers": [{"name": "a"}]}})).is_err());
     }

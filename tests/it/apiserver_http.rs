@@ -334,6 +334,37 @@ fn stand_in_nodes_leases_and_pod_status_with_the_api_servers_semantics() {
     assert_eq!(code, 200);
     assert!(api.get_pod("default", "p1").is_none());
 
+    // An event as client-go's EventSink writes it: created, then its count and
+    // lastTimestamp patched; found by its involved object.
+    let ev = json!({"metadata": {"name": "p1.abc", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "namespace": "default", "name": "p1", "uid": puid},
+        "reason": "Started", "message": "Started container c", "type": "Normal", "count": 1,
+        "source": {"component": "kubelet", "host": "n1"},
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"});
+    assert_eq!(
+        curl(&api, "POST", "/api/v1/namespaces/default/events", Some(&ev)).0,
+        201
+    );
+    let (code, e) = patch(
+        &api,
+        "/api/v1/namespaces/default/events/p1.abc",
+        SMP,
+        &json!({"count": 2, "lastTimestamp": "2026-01-01T00:01:00Z", "message": "Started container c"}),
+    );
+    assert_eq!((code, e["count"].as_i64()), (200, Some(2)), "{e}");
+    assert_eq!(e["firstTimestamp"], "2026-01-01T00:00:00Z");
+    let (code, list) = curl(
+        &api,
+        "GET",
+        &format!("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dp1%2CinvolvedObject.namespace%3Ddefault%2CinvolvedObject.uid%3D{puid}"),
+        None,
+    );
+    assert_eq!(
+        (code, list["items"].as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{list}"
+    );
+
     // Who asked: a CSR created with the client certificate names its subject.
     let dir = scratch("identity");
     let csr = json!({"metadata": {"name": "csr-1"},

@@ -557,7 +557,12 @@ impl Store {
                 admission::default_pod(&mut obj);
                 if self.sa_admission {
                     let suffix = self.random_suffix();
-                    admission::service_account(&mut obj, &suffix);
+                    admission::service_account(&mut obj, &suffix).map_err(|msg| ApiError {
+                        code: 403,
+                        reason: "Forbidden",
+                        message: format!("pods \"{name}\" is forbidden: {msg}"),
+                        details: json!({"name": name, "kind": "pods"}),
+                    })?;
                 }
                 let qos = qos_class(&obj["spec"]);
                 obj["status"] = json!({"phase": "Pending", "qosClass": qos});
