@@ -402,26 +402,51 @@ fn to_json(node: &Node) -> serde_json::Value {
 }
 
 /// The node's InternalIP when `--node-ip` is not given (upstream, no cloud provider):
-/// the host name if it is an IP; else its first resolved address (IPv4 first) that is
-/// on one of this host's interfaces and not loopback; else the first interface's.
+/// the host name if it is an IP; else its first resolved IPv4 address that is on one
+/// of this host's interfaces and not loopback; else the address of the default
+/// route's interface; else the first interface's.
 pub fn detect_node_ip(hostname: &str) -> String {
     use std::net::{IpAddr, ToSocketAddrs};
     if let Ok(ip) = hostname.parse::<IpAddr>() {
         return ip.to_string();
     }
-    let local = crate::netutil::host_ipv4s();
+    let local = crate::netutil::host_interfaces();
     let resolved: Vec<IpAddr> = (hostname, 0)
         .to_socket_addrs()
         .map(|a| a.map(|s| s.ip()).collect())
         .unwrap_or_default();
-    resolved
-        .iter()
-        .find(|ip| match ip {
-            IpAddr::V4(v4) => !v4.is_loopback() && local.contains(v4),
-            IpAddr::V6(_) => false,
+    let on_host = resolved.iter().find_map(|ip| match ip {
+        IpAddr::V4(v4) if !v4.is_loopback() && local.iter().any(|(_, l)| l == v4) => {
+            Some(v4.to_string())
+        }
+        _ => None,
+    });
+    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    on_host
+        .or_else(|| {
+            let iface = default_route_interface(&routes)?;
+            local
+                .iter()
+                .find(|(name, _)| *name == iface)
+                .map(|(_, ip)| ip.to_string())
         })
-        .map(IpAddr::to_string)
         .unwrap_or_else(crate::netutil::node_ip)
+}
+
+/// The interface of the IPv4 default route in `/proc/net/route` (destination and
+/// mask 0, the lowest metric).
+fn default_route_interface(routes: &str) -> Option<String> {
+    routes
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (iface, dest, metric, mask) = (f.first()?, f.get(1)?, f.get(6)?, f.get(7)?);
+            (*dest == "00000000" && *mask == "00000000")
+                .then(|| (metric.parse::<u64>().unwrap_or(u64::MAX), iface.to_string()))
+        })
+        .min()
+        .map(|(_, iface)| iface)
 }
 
 /// What [`start`] needs.

@@ -311,3 +311,14 @@ fn node_ip_detection_takes_an_ip_host_name_as_it_is() {
     assert_eq!(detect_node_ip("10.1.2.3"), "10.1.2.3");
     assert!(!detect_node_ip("localhost").is_empty());
 }
+
+#[test]
+fn the_default_route_interface_is_the_lowest_metric_zero_route() {
+    let routes =
+        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+                  eth1\t00000000\t0102A8C0\t0003\t0\t0\t200\t00000000\t0\t0\t0\n\
+                  eth0\t00000000\t010011AC\t0003\t0\t0\t100\t00000000\t0\t0\t0\n\
+                  docker0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n";
+    assert_eq!(default_route_interface(routes).as_deref(), Some("eth0"));
+    assert_eq!(default_route_interface("Iface\tDestination\n"), None);
+}
