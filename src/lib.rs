@@ -52,6 +52,8 @@ pub mod pleg;
 pub mod status;
 pub mod prober;
 pub mod health;
+pub mod nodelease;
+pub mod nodestatus;
 
 // The HTTP ports.
 pub mod server;

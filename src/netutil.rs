@@ -19,6 +19,13 @@ pub fn node_ip() -> String {
         .map_or_else(|| Ipv4Addr::LOCALHOST.to_string(), |(_, ip)| ip.to_string())
 }
 
+/// (interface, IPv4) of this host's interfaces that are up and not loopback, in
+/// kernel order (the node status checks a resolved host name against them and finds
+/// the default route's address among them).
+pub fn host_interfaces() -> Vec<(String, Ipv4Addr)> {
+    interface_addrs()
+}
+
 /// (interface, IPv4) of every interface that is up and not loopback, in kernel order.
 fn interface_addrs() -> Vec<(String, Ipv4Addr)> {
     let mut out = Vec::new();

@@ -34,6 +34,8 @@ pub mod events;
 pub mod exec;
 pub mod identity;
 pub mod kubeconfig;
+pub mod leases;
+pub mod nodes;
 pub mod objects;
 pub mod review;
 

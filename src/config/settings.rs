@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::table::Spec;
-use super::values::{text, yaml, AuthorizationMode, TlsVersion};
+use super::values::{text, yaml, AuthorizationMode, Taint, TlsVersion};
 
 settings_table! {
     builtin_flags {
@@ -351,6 +351,90 @@ settings_table! {
             file: "rotateCertificates", decode: yaml::boolean, examples: ["true", "false"],
             default: ROTATE_CERTIFICATES = "false",
         }
+        register_node: bool {
+            help: "With --kubeconfig, create this node's Node object in the API server (and \
+                   reconcile an existing one's labels).",
+            parse: text::boolean,
+            flag: "register-node",
+            file: "registerNode", decode: yaml::boolean, examples: ["false", "true"],
+            default: REGISTER_NODE = "true",
+        }
+        node_labels: Vec<(String, String)> {
+            help: "Labels to add when registering the node, comma-separated key=value pairs; \
+                   repeatable. Keys in kubernetes.io or k8s.io must be ones a kubelet may \
+                   set (kubelet.kubernetes.io/, node.kubernetes.io/ or the well-known ones).",
+            append: text::node_labels,
+            flag: "node-labels" <"key=value,…">,
+            default: "",
+        }
+        register_with_taints: Vec<Taint> {
+            help: "Taints to register the node with, comma-separated key=value:Effect; \
+                   repeatable.",
+            append: text::taints,
+            flag: "register-with-taints" <"taints">,
+            default: "",
+        }
+        node_ip: String {
+            help: "The node's InternalIP address in its status (and pods' hostIP). Empty: \
+                   the host name's address if it is on an interface, else the first \
+                   interface's.",
+            parse: text::node_ip,
+            flag: "node-ip" <"ip">,
+        }
+        max_pods: u32 {
+            help: "The pods this node has room for (its pods capacity).",
+            parse: text::positive_int,
+            flag: "max-pods" <"n">,
+            file: "maxPods", decode: yaml::positive_int, examples: ["20", "30"],
+            default: MAX_PODS = "110",
+        }
+        kube_reserved: Vec<(String, String)> {
+            help: "Resources reserved for the Kubernetes daemons, taken from the node's \
+                   allocatable: comma-separated name=quantity of cpu, memory, \
+                   ephemeral-storage, pid; repeatable.",
+            append: text::reserved,
+            flag: "kube-reserved" <"name=quantity,…">,
+            file: "kubeReserved", decode: yaml::reserved,
+            examples: ["{cpu: 100m}", "{memory: 1Gi, ephemeral-storage: 2Gi}"],
+            default: "",
+        }
+        system_reserved: Vec<(String, String)> {
+            help: "Resources reserved for the operating system's daemons, taken from the \
+                   node's allocatable, as --kube-reserved.",
+            append: text::reserved,
+            flag: "system-reserved" <"name=quantity,…">,
+            file: "systemReserved", decode: yaml::reserved,
+            examples: ["{cpu: 200m}", "{memory: 512Mi}"],
+            default: "",
+        }
+        node_status_update_frequency: Duration {
+            help: "How often the node's status is computed (and sent if it changed).",
+            parse: text::period,
+            flag: "node-status-update-frequency" <"duration">,
+            file: "nodeStatusUpdateFrequency", decode: yaml::duration, examples: ["20s", "4s"],
+            default: NODE_STATUS_UPDATE_FREQUENCY = "10s",
+        }
+        node_status_report_frequency: Duration {
+            help: "How often the node's status is sent when it has not changed (config file \
+                   only).",
+            parse: text::period,
+            file: "nodeStatusReportFrequency", decode: yaml::duration, examples: ["1m", "2m"],
+            default: NODE_STATUS_REPORT_FREQUENCY = "5m0s",
+        }
+        node_status_max_images: i32 {
+            help: "The most images listed in the node's status (largest first); -1: all.",
+            parse: text::max_images,
+            flag: "node-status-max-images" <"n">,
+            file: "nodeStatusMaxImages", decode: yaml::max_images, examples: ["10", "-1"],
+            default: NODE_STATUS_MAX_IMAGES = "50",
+        }
+        node_lease_duration_seconds: u32 {
+            help: "The node lease's duration; it is renewed every quarter of it (config file \
+                   only).",
+            parse: text::positive_int,
+            file: "nodeLeaseDurationSeconds", decode: yaml::positive_int, examples: ["30", "60"],
+            default: NODE_LEASE_DURATION_SECONDS = "40",
+        }
         cluster_dns: Vec<String> {
             help: "Comma-separated nameserver IPs of pods with dnsPolicy ClusterFirst; \
                    repeatable. Without it such pods get the node's resolver (the Default \
@@ -453,6 +537,12 @@ mod tests {
         };
         match serde_yaml::from_str::<Value>(example).expect("example is YAML") {
             Value::Sequence(items) => items.iter().map(scalar).collect::<Vec<_>>().join(","),
+            // A map of scalars (reserved resources): name=value pairs.
+            Value::Mapping(m) if m.values().all(|v| !v.is_sequence()) => m
+                .iter()
+                .map(|(k, v)| format!("{}={}", scalar(k), scalar(v)))
+                .collect::<Vec<_>>()
+                .join(","),
             Value::Mapping(m) => m
                 .iter()
                 .flat_map(|(k, vs)| {

@@ -5,6 +5,9 @@
 //! Errors are the reason only ("not a port number (0-65535)"); the caller names the flag
 //! or the field and the value, so every message is one line that says which input is
 //! wrong, in the upstream kubelet's words where it has them.
+//!
+//! Over 800 lines: every reader of every kind of value, with the node-label, taint and
+//! reservation rules and their tests, kept in one place so each value is read one way.
 
 /// The lowest TLS version the kubelet port accepts (`--tls-min-version`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +83,37 @@ impl AuthorizationMode {
         }
     }
 }
+
+/// One `--register-with-taints` entry: `key=value:Effect` (the value may be empty).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taint {
+    /// The taint's key, a qualified name.
+    pub key: String,
+    /// Its value, a label value (may be empty).
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// The label keys a kubelet may set on its own Node in the `kubernetes.io` and `k8s.io`
+/// namespaces (upstream `kubeletapis.KubeletLabels`).
+pub const KUBELET_LABELS: &[&str] = &[
+    "kubernetes.io/hostname",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+];
+
+/// The label namespaces (and their subdomains) a kubelet may set freely (upstream
+/// `kubeletapis.KubeletLabelNamespaces`).
+pub const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
 
 /// Flag values: pflag's spellings.
 pub mod text {
@@ -254,6 +288,155 @@ pub mod text {
         Ok(v.to_string())
     }
 
+    /// `--node-labels`: comma-separated `key=value` pairs (pflag's `mapStringString`),
+    /// checked as upstream's `ValidateKubeletFlags`: keys are qualified names, values
+    /// label values, and a key in the `kubernetes.io` or `k8s.io` namespaces must be one
+    /// a kubelet may set (the NodeRestriction admission refuses the others).
+    pub fn node_labels(v: &str) -> Result<Vec<(String, String)>, String> {
+        use crate::validation::names::{is_qualified_name, is_valid_label_value};
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut unknown = Vec::new();
+        for pair in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?} must be formatted as key=value"))?;
+            let (key, value) = (key.trim(), value.trim());
+            let mut errs = is_qualified_name(key);
+            errs.extend(is_valid_label_value(value));
+            if !errs.is_empty() {
+                return Err(format!(
+                    "invalid node labels: {key}={value}: {}",
+                    errs.join("; ")
+                ));
+            }
+            if is_kubernetes_label(key) && !is_kubelet_label(key) {
+                unknown.push(key.to_string());
+            }
+            out.retain(|(k, _)| k != key);
+            out.push((key.to_string(), value.to_string()));
+        }
+        if !unknown.is_empty() {
+            unknown.sort();
+            return Err(format!(
+                "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: {unknown:?}; \
+                 --node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix \
+                 ({}) or be in the specifically allowed set ({})",
+                super::KUBELET_LABEL_NAMESPACES.join(", "),
+                super::KUBELET_LABELS.join(", ")
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The prefix of a label key (before `/`), empty without one.
+    fn label_namespace(key: &str) -> &str {
+        key.split_once('/').map_or("", |(ns, _)| ns)
+    }
+
+    /// Upstream `isKubernetesLabel`: the key is in `kubernetes.io` or `k8s.io` (or a
+    /// subdomain of either).
+    pub fn is_kubernetes_label(key: &str) -> bool {
+        let ns = label_namespace(key);
+        ["kubernetes.io", "k8s.io"]
+            .iter()
+            .any(|d| ns == *d || ns.ends_with(&format!(".{d}")))
+    }
+
+    /// Upstream `IsKubeletLabel`: one of the kubelet's own labels, or in one of the
+    /// namespaces a kubelet may set.
+    pub fn is_kubelet_label(key: &str) -> bool {
+        let ns = label_namespace(key);
+        super::KUBELET_LABELS.contains(&key)
+            || super::KUBELET_LABEL_NAMESPACES
+                .iter()
+                .any(|d| ns == *d || ns.ends_with(&format!(".{d}")))
+    }
+
+    /// `--register-with-taints`: comma-separated `key=value:Effect` or `key:Effect`
+    /// (upstream `taints.ParseTaint`).
+    pub fn taints(v: &str) -> Result<Vec<super::Taint>, String> {
+        v.split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(taint)
+            .collect()
+    }
+
+    /// One taint, in upstream's words when it is refused.
+    pub fn taint(spec: &str) -> Result<super::Taint, String> {
+        use crate::validation::names::{is_qualified_name, is_valid_label_value};
+        let bad = || format!("invalid taint spec: {spec}");
+        let (kv, effect) = spec.rsplit_once(':').ok_or_else(bad)?;
+        if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
+            return Err(format!(
+                "invalid taint effect: {effect}, unsupported taint effect (NoSchedule, \
+                 PreferNoSchedule, NoExecute)"
+            ));
+        }
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        let errs = is_qualified_name(key);
+        if !errs.is_empty() {
+            return Err(format!("{}; {}", bad(), errs.join("; ")));
+        }
+        let errs = is_valid_label_value(value);
+        if !errs.is_empty() {
+            return Err(format!("{}; {}", bad(), errs.join("; ")));
+        }
+        Ok(super::Taint {
+            key: key.to_string(),
+            value: value.to_string(),
+            effect: effect.to_string(),
+        })
+    }
+
+    /// `--node-ip`: an IP address, or empty (detect it).
+    pub fn node_ip(v: &str) -> Result<String, String> {
+        if v.is_empty() {
+            return Ok(String::new());
+        }
+        ip(v).map(|a| a.to_string())
+    }
+
+    /// `--node-status-max-images`: a count, or -1 for no cap.
+    pub fn max_images(v: &str) -> Result<i32, String> {
+        match v.parse::<i32>() {
+            Ok(n) if n < -1 => Err(format!("{n} must be -1 (no cap) or more")),
+            Ok(n) => Ok(n),
+            Err(_) => Err("not a whole number".into()),
+        }
+    }
+
+    /// `--kube-reserved`, `--system-reserved`: comma-separated `name=quantity` of
+    /// `cpu`, `memory`, `ephemeral-storage` and `pid` (upstream `parseResourceList`),
+    /// each a non-negative quantity; a name given again replaces the earlier one.
+    pub fn reserved(v: &str) -> Result<Vec<(String, String)>, String> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for pair in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, q) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?} must be formatted as name=quantity"))?;
+            let (name, q) = (name.trim(), q.trim());
+            reserved_one(name, q)?;
+            out.retain(|(n, _)| n != name);
+            out.push((name.to_string(), q.to_string()));
+        }
+        Ok(out)
+    }
+
+    /// One reserved resource, in upstream's words when it is refused.
+    pub fn reserved_one(name: &str, q: &str) -> Result<(), String> {
+        if !["cpu", "memory", "ephemeral-storage", "pid"].contains(&name) {
+            return Err(format!("cannot reserve {name:?} resource"));
+        }
+        match crate::quantity::parse_milli(q) {
+            Some(m) if m >= 0 => Ok(()),
+            Some(_) => Err(format!(
+                "resource quantity for {name:?} cannot be negative: {q}"
+            )),
+            None => Err(format!("{q:?} is not a quantity")),
+        }
+    }
+
     /// Upstream's `colonSeparatedMultimapStringString`: `Name:Value` pairs separated by
     /// commas; the value may hold colons, not commas.
     pub fn headers(v: &str) -> Result<Vec<(String, String)>, String> {
@@ -409,6 +592,13 @@ pub mod yaml {
             .map_err(|_| invalid(v, "too large"))
     }
 
+    /// `nodeStatusMaxImages`: a count, or -1 for no cap.
+    pub fn max_images(v: &Value, _: &Path) -> Result<Option<i32>, String> {
+        let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
+        let n = i32::try_from(n).map_err(|_| invalid(v, "too large"))?;
+        text::max_images(&n.to_string()).map(Some)
+    }
+
     /// `tlsMinVersion`; empty is unset.
     pub fn tls_version(v: &Value, base: &Path) -> Result<Option<super::TlsVersion>, String> {
         string(v, base)?.map(|s| text::tls_version(&s)).transpose()
@@ -444,6 +634,31 @@ pub mod yaml {
         v.as_bool()
             .map(Some)
             .ok_or_else(|| invalid(v, "not a boolean"))
+    }
+
+    /// `kubeReserved`, `systemReserved`: a map of resource name to quantity.
+    pub fn reserved(v: &Value, _: &Path) -> Result<Option<Vec<(String, String)>>, String> {
+        let Value::Mapping(map) = v else {
+            return Err(invalid(v, "not a map of resource name to quantity"));
+        };
+        let mut out = Vec::new();
+        for (name, q) in map {
+            let (Value::String(name), Some(q)) = (name, scalar_text(q)) else {
+                return Err(invalid(q, "not a resource quantity"));
+            };
+            text::reserved_one(name, &q)?;
+            out.push((name.clone(), q));
+        }
+        Ok(Some(out))
+    }
+
+    /// A YAML scalar's text (a quantity may be written as a number).
+    fn scalar_text(v: &Value) -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
     }
 
     /// `staticPodURLHeader`: a map of header name to a list of values (Go's
@@ -491,5 +706,113 @@ pub mod yaml {
             Value::Mapping(_) => "a mapping".into(),
             Value::Tagged(t) => format!("a value tagged {}", t.tag),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::text::{max_images, node_labels, taints};
+    use super::Taint;
+
+    #[test]
+    fn node_labels_are_checked_as_upstream() {
+        let ok =
+            node_labels("a=1, node.kubernetes.io/role=edge,kubelet.kubernetes.io/x=").expect("ok");
+        assert_eq!(
+            ok,
+            [
+                ("a".to_string(), "1".to_string()),
+                ("node.kubernetes.io/role".into(), "edge".into()),
+                ("kubelet.kubernetes.io/x".into(), String::new()),
+            ]
+        );
+        // Allowed well-known keys and subdomains of the allowed namespaces.
+        assert!(node_labels("topology.kubernetes.io/zone=z,x.node.kubernetes.io/y=1").is_ok());
+        assert!(node_labels("example.com/k=v").is_ok());
+        for bad in [
+            "node-role.kubernetes.io/master=",
+            "kubernetes.io/foo=1",
+            "x.k8s.io/a=b",
+        ] {
+            let e = node_labels(bad).expect_err("an error");
+            assert!(
+                e.starts_with("unknown 'kubernetes.io' or 'k8s.io' labels"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(node_labels("novalue")
+            .expect_err("an error")
+            .contains("key=value"));
+        assert!(node_labels("a b=1")
+            .expect_err("an error")
+            .starts_with("invalid node labels"));
+        assert!(node_labels("a=-x-")
+            .expect_err("an error")
+            .starts_with("invalid node labels"));
+        assert_eq!(
+            node_labels("a=1,a=2").expect("ok"),
+            [("a".into(), "2".into())]
+        );
+    }
+
+    #[test]
+    fn taints_are_key_value_effect() {
+        let t = |k: &str, v: &str, e: &str| Taint {
+            key: k.into(),
+            value: v.into(),
+            effect: e.into(),
+        };
+        assert_eq!(
+            taints("a=b:NoSchedule,example.com/c:NoExecute").expect("ok"),
+            [
+                t("a", "b", "NoSchedule"),
+                t("example.com/c", "", "NoExecute")
+            ]
+        );
+        assert_eq!(taints("").expect("ok"), []);
+        assert!(taints("a=b")
+            .expect_err("an error")
+            .contains("invalid taint spec"));
+        assert!(taints("a=b:Sometimes")
+            .expect_err("an error")
+            .contains("invalid taint effect"));
+        assert!(taints("a b=c:NoSchedule")
+            .expect_err("an error")
+            .contains("invalid taint spec"));
+        assert!(taints("a=b c:NoSchedule")
+            .expect_err("an error")
+            .contains("invalid taint spec"));
+    }
+
+    #[test]
+    fn reserved_resources_are_name_equals_quantity() {
+        use super::text::reserved;
+        assert_eq!(
+            reserved("cpu=100m, memory=1Gi,cpu=200m").expect("ok"),
+            [
+                ("memory".to_string(), "1Gi".to_string()),
+                ("cpu".into(), "200m".into())
+            ]
+        );
+        assert!(reserved("gpu=1")
+            .expect_err("an error")
+            .contains("cannot reserve"));
+        assert!(reserved("cpu=-1")
+            .expect_err("an error")
+            .contains("negative"));
+        assert!(reserved("cpu=lots")
+            .expect_err("an error")
+            .contains("not a quantity"));
+        assert!(reserved("cpu")
+            .expect_err("an error")
+            .contains("name=quantity"));
+    }
+
+    #[test]
+    fn max_images_takes_minus_one_for_all() {
+        assert_eq!(max_images("-1"), Ok(-1));
+        assert_eq!(max_images("0"), Ok(0));
+        assert!(max_images("-2").is_err());
+        assert!(max_images("x").is_err());
     }
 }

@@ -8,6 +8,7 @@
 //! and shutdown, and hands every pod's work to the pod workers. It never calls the
 //! runtime itself.
 
+mod node;
 mod port;
 mod sources;
 mod sync_loop;
@@ -302,6 +303,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // Sources: each configured one is registered with the merge, so nothing
     // destructive happens until every one of them has sent its first snapshot.
     let (source_tx, source_rx) = crossbeam_channel::bounded(SOURCE_CHANNEL_CAPACITY);
+    let api = prepared.api().cloned();
     let sources = prepared.start(&loops, &cfg, &source_tx)?;
     drop(source_tx);
 
@@ -369,6 +371,18 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
 
     // Pod workers.
     parts.workers.start(&loops, DEFAULT_WORKERS, handler)?;
+
+    // The Node and its lease, with an API server.
+    if let Some(client) = api {
+        node::start(
+            &loops,
+            &cfg,
+            client,
+            parts.runtime.clone(),
+            parts.runtime_health.clone(),
+            parts.pleg_shared.clone(),
+        )?;
+    }
 
     // The sync loop.
     let sync_loop = parts.sync_loop(
@@ -453,7 +467,7 @@ impl Components {
         )?;
         let statuses = Arc::new(StatusCache::default());
         let pods_view = Arc::new(PodsView::new(statuses.clone()));
-        let host_ip = crate::netutil::node_ip();
+        let host_ip = cfg.node_ip.clone().unwrap_or_else(crate::netutil::node_ip);
         let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
         // The ConfigMaps, Secrets and tokens of API pods' volumes, env and pulls.
         let objects = Arc::new(crate::objects::ObjectManager::new(

@@ -8,7 +8,8 @@
 //!   requester (username, groups, uid) filled in from the caller;
 //! - update (PUT) and patch (strategic merge, merge, JSON patch), on the object or its
 //!   `status` subresource: the main resource ignores `.status`, the subresource ignores
-//!   everything but `.status`; a `metadata.resourceVersion` that differs is a 409
+//!   everything but `.status` (a Node's also takes its labels and annotations, as
+//!   upstream's node status strategy keeps all but the spec); a `metadata.resourceVersion` that differs is a 409
 //!   Conflict, a `metadata.uid` that differs a 409 precondition failure; a write that
 //!   changes nothing is not written (no new resourceVersion, no watch event);
 //! - delete with `DeleteOptions` (preconditions, grace period): a bound, non-terminal
@@ -674,6 +675,21 @@ impl Store {
             Sub::Status => {
                 let mut o = old.clone();
                 o["status"] = new.get("status").cloned().unwrap_or(json!({}));
+                // A Node's status strategy keeps everything but the spec (upstream
+                // `nodeStatusStrategy.PrepareForUpdate`): the kubelet's registration
+                // reconciles labels and annotations through `nodes/<n>/status`.
+                if res.kind == "Node" {
+                    for f in ["labels", "annotations"] {
+                        match new["metadata"].get(f) {
+                            Some(v) => o["metadata"][f] = v.clone(),
+                            None => {
+                                if let Some(m) = o["metadata"].as_object_mut() {
+                                    m.remove(f);
+                                }
+                            }
+                        }
+                    }
+                }
                 o
             }
             Sub::Main => {

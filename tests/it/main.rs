@@ -26,3 +26,4 @@ mod spdy;
 mod streams;
 mod events;
 mod bootstrap;
+mod node;

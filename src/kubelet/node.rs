@@ -1,0 +1,80 @@
+//! The wiring of the node's own objects in the API server: with `--kubeconfig`, the
+//! `node-status` loop (registration and status) and the `node-lease` loop (the
+//! heartbeat), sharing the API client, the Node's UID and the heartbeat trouble flag.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::apiclient::ApiClient;
+use crate::config::KubeletConfig;
+use crate::health::RuntimeHealth;
+use crate::loops::{Loops, SpawnError};
+use crate::nodelease::{self, Heartbeat};
+use crate::nodestatus::{self, setters::NodeSettings, ReadinessCheck};
+use crate::pleg::PlegShared;
+use crate::runtime::Runtime;
+
+/// The Ready condition's reasons from the kubelet's own checks, in upstream's order
+/// (`runtimeState.runtimeErrors`): the runtime, then the PLEG.
+fn readiness(runtime: Arc<RuntimeHealth>, pleg: Arc<PlegShared>) -> ReadinessCheck {
+    Box::new(move || {
+        let now = Instant::now();
+        let mut errs = Vec::new();
+        if let Err(e) = runtime.healthy(now) {
+            errs.push(e);
+        }
+        if let Err(e) = pleg.healthy(now) {
+            errs.push(format!("PLEG is not healthy: {e}"));
+        }
+        errs
+    })
+}
+
+/// Starts `node-status` and `node-lease`.
+pub(super) fn start(
+    loops: &Loops,
+    cfg: &KubeletConfig,
+    client: Arc<ApiClient>,
+    runtime: Arc<dyn Runtime>,
+    runtime_health: Arc<RuntimeHealth>,
+    pleg: Arc<PlegShared>,
+) -> Result<(), SpawnError> {
+    let heartbeat = Arc::new(Heartbeat::default());
+    let lease_duration = Duration::from_secs(u64::from(cfg.node_lease_duration_seconds));
+    let timeout = nodelease::heartbeat_timeout(lease_duration, cfg.node_status_update_frequency);
+    let mut settings = NodeSettings {
+        node_name: cfg.node_name.clone(),
+        node_ip: cfg.node_ip.clone().unwrap_or_default(),
+        port: cfg.port,
+        max_pods: cfg.max_pods,
+        max_images: cfg.node_status_max_images,
+        labels: cfg.node_labels.clone(),
+        taints: cfg.register_with_taints.clone(),
+        reserved: Default::default(),
+    };
+    settings.reserve(&cfg.kube_reserved);
+    settings.reserve(&cfg.system_reserved);
+    nodestatus::start(
+        loops,
+        nodestatus::Start {
+            client: client.clone(),
+            settings,
+            runtime,
+            readiness: readiness(runtime_health, pleg),
+            heartbeat: heartbeat.clone(),
+            register_node: cfg.register_node,
+            update_frequency: cfg.node_status_update_frequency,
+            report_frequency: cfg.node_status_report_frequency,
+            timeout,
+            root_dir: cfg.root_dir.clone(),
+        },
+    )?;
+    nodelease::start(
+        loops,
+        client,
+        &cfg.node_name,
+        cfg.node_lease_duration_seconds,
+        timeout,
+        heartbeat,
+    )
+}

@@ -1,0 +1,518 @@
+//! The `node-status` loop: registers the Node with the API server and keeps its status
+//! (upstream `kubelet_node_status.go`: `registerWithAPIServer`,
+//! `tryRegisterWithAPIServer`, `syncNodeStatus`, `updateNodeStatus`,
+//! `tryUpdateNodeStatus`). Only started with `--kubeconfig`.
+//!
+//! Registration runs on this loop's thread, never in the way of pods: `POST` the
+//! initial Node (labels, taints, the attach/detach annotation, a full status); on 409
+//! `AlreadyExists` read it and reconcile the default labels and annotation (patched
+//! with the status); retried 100 ms doubling to 7 s until it works.
+//!
+//! Then every `nodeStatusUpdateFrequency` (10 s) the status is computed with the
+//! setters ([`setters`]) from the machine's facts (read once, [`machine`]), the
+//! runtime's version and images, and the health checks (runtime down, PLEG not
+//! healthy → NotReady). It is sent only when it changed (heartbeat times aside) or
+//! `nodeStatusReportFrequency` (5 m) passed: then the Node is read (first from the API
+//! server's cache, `resourceVersion=0`), the setters run on it, and the two-way
+//! strategic merge patch from it ([`patch`]) is PATCHed to `nodes/<name>/status`, up to
+//! [`NODE_STATUS_UPDATE_RETRY`] times. Unlike upstream, a tick with nothing to send
+//! reads nothing: the change check runs on the Node the last write returned, so a
+//! steady node costs one GET and one PATCH per 5 minutes; after a failed write (here
+//! or of the lease) the next tick reads the Node again, so what others wrote while the
+//! API server was away (the node controller's `Unknown`) is corrected at once.
+//! Condition flips record upstream's node events (`Node <n> status is now: NodeReady`).
+
+pub mod machine;
+pub mod patch;
+pub mod setters;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
+
+use self::machine::MachineInfo;
+use self::setters::{Inputs, NodeSettings};
+use crate::apiclient::{ApiClient, ApiError};
+use crate::loops::{Loops, SpawnError, Stop};
+use crate::nodelease::Heartbeat;
+use crate::runtime::Runtime;
+
+/// Upstream `nodeStatusUpdateRetry`.
+pub const NODE_STATUS_UPDATE_RETRY: u32 = 5;
+/// Registration's first wait (upstream: 100 ms, doubling).
+pub const REGISTER_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// Registration's longest wait (upstream: 7 s).
+pub const REGISTER_MAX_BACKOFF: Duration = Duration::from_secs(7);
+/// Upstream's jitter of the status period (`wait.JitterUntil` 0.04).
+pub const STATUS_JITTER: f64 = 0.04;
+
+/// The Node calls, a seam for the unit tests.
+pub trait NodeApi: Send {
+    /// GET the Node (`from_cache`: `resourceVersion=0`).
+    fn get(&self, from_cache: bool) -> Result<Node, ApiError>;
+    /// POST it.
+    fn create(&self, node: &Node) -> Result<Node, ApiError>;
+    /// PATCH its status (strategic merge).
+    fn patch_status(&self, patch: &serde_json::Value) -> Result<Node, ApiError>;
+}
+
+/// The Node calls over the API client, each with the heartbeat timeout.
+#[derive(Debug)]
+pub struct ApiNodes {
+    client: Arc<ApiClient>,
+    name: String,
+    timeout: Duration,
+}
+
+impl NodeApi for ApiNodes {
+    fn get(&self, from_cache: bool) -> Result<Node, ApiError> {
+        self.client.get_node(&self.name, from_cache, self.timeout)
+    }
+    fn create(&self, node: &Node) -> Result<Node, ApiError> {
+        self.client.create_node(node, self.timeout)
+    }
+    fn patch_status(&self, patch: &serde_json::Value) -> Result<Node, ApiError> {
+        self.client
+            .patch_node_status(&self.name, patch, self.timeout)
+    }
+}
+
+/// Why registering or updating the Node failed.
+#[derive(Debug)]
+pub enum NodeStatusError {
+    /// Every attempt of this tick to update the status failed; the last error.
+    Update {
+        /// The node.
+        node: String,
+        /// The last failure.
+        source: Box<ApiError>,
+    },
+}
+
+impl fmt::Display for NodeStatusError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeStatusError::Update { node, .. } => write!(
+                f,
+                "update node status exceeds retry count ({NODE_STATUS_UPDATE_RETRY}) for node {node}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for NodeStatusError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            NodeStatusError::Update { source, .. } => Some(source.as_ref()),
+        }
+    }
+}
+
+/// Where the Ready condition's reasons come from: the errors that make the node not
+/// ready now (empty: ready).
+pub type ReadinessCheck = Box<dyn Fn() -> Vec<String> + Send>;
+
+/// The status loop's state.
+pub struct NodeStatusManager {
+    api: Box<dyn NodeApi>,
+    settings: NodeSettings,
+    machine: MachineInfo,
+    runtime: Arc<dyn Runtime>,
+    readiness: ReadinessCheck,
+    heartbeat: Arc<Heartbeat>,
+    register_node: bool,
+    registered: bool,
+    report_frequency: Duration,
+    /// The Node as the last read or write returned it.
+    last_node: Option<Node>,
+    /// The status last sent (or found already there).
+    last_reported: Option<NodeStatus>,
+    /// When it was last sent.
+    last_report: Option<Instant>,
+    /// Read the Node again before deciding (after a failure).
+    resync: bool,
+}
+
+impl fmt::Debug for NodeStatusManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeStatusManager")
+            .field("node", &self.settings.node_name)
+            .field("registered", &self.registered)
+            .finish()
+    }
+}
+
+/// What the manager is built from.
+#[allow(missing_debug_implementations)] // Boxed closures and trait objects.
+pub struct Setup {
+    /// The Node calls.
+    pub api: Box<dyn NodeApi>,
+    /// The node's settings.
+    pub settings: NodeSettings,
+    /// The machine's facts.
+    pub machine: MachineInfo,
+    /// The runtime (version, images).
+    pub runtime: Arc<dyn Runtime>,
+    /// The Ready condition's source.
+    pub readiness: ReadinessCheck,
+    /// Shared with the lease loop.
+    pub heartbeat: Arc<Heartbeat>,
+    /// `--register-node`.
+    pub register_node: bool,
+    /// `nodeStatusReportFrequency`.
+    pub report_frequency: Duration,
+}
+
+impl NodeStatusManager {
+    /// A manager; nothing is read or sent yet.
+    pub fn new(s: Setup) -> Self {
+        NodeStatusManager {
+            api: s.api,
+            settings: s.settings,
+            machine: s.machine,
+            runtime: s.runtime,
+            readiness: s.readiness,
+            heartbeat: s.heartbeat,
+            register_node: s.register_node,
+            registered: false,
+            report_frequency: s.report_frequency,
+            last_node: None,
+            last_reported: None,
+            last_report: None,
+            resync: true,
+        }
+    }
+
+    /// One tick (upstream `syncNodeStatus`): register if needed (waiting with
+    /// `sleep`, which returns true when stopping), then update the status.
+    pub fn sync(&mut self, sleep: &dyn Fn(Duration) -> bool) -> Result<(), NodeStatusError> {
+        if self.register_node && !self.registered && !self.register(sleep) {
+            return Ok(());
+        }
+        self.update_node_status(Instant::now(), SystemTime::now())
+    }
+
+    /// The inputs of one computation: the runtime's version and images now.
+    fn gather(
+        &self,
+    ) -> (
+        Option<String>,
+        Option<Vec<crate::runtime::ImageDetails>>,
+        Vec<String>,
+    ) {
+        let version = match self.runtime.version() {
+            Ok(v) => Some(v.runtime_version),
+            Err(e) => {
+                log::debug!("node status: runtime version: {e}");
+                None
+            }
+        };
+        let images = match self.runtime.list_images() {
+            Ok(i) => Some(i),
+            Err(e) => {
+                log::debug!("node status: image list: {e}");
+                None
+            }
+        };
+        (version, images, (self.readiness)())
+    }
+
+    fn record(&self, events: &[setters::NodeEvent]) {
+        let node = &self.settings.node_name;
+        for (reason, warning) in events {
+            crate::record::node_event(
+                node,
+                *warning,
+                reason,
+                &format!("Node {node} status is now: {reason}"),
+            );
+        }
+    }
+
+    /// Upstream `registerWithAPIServer`: tries until registered (true) or stopping.
+    fn register(&mut self, sleep: &dyn Fn(Duration) -> bool) -> bool {
+        let mut wait = REGISTER_INITIAL_BACKOFF;
+        let mut failures = 0u32;
+        loop {
+            if sleep(wait) {
+                return false;
+            }
+            wait = wait.saturating_mul(2).min(REGISTER_MAX_BACKOFF);
+            let name = self.settings.node_name.clone();
+            if failures == 0 {
+                log::info!("Attempting to register node {name}");
+            }
+            match self.try_register(SystemTime::now()) {
+                Ok(()) => {
+                    log::info!("Successfully registered node {name}");
+                    self.registered = true;
+                    return true;
+                }
+                Err(e) => {
+                    self.heartbeat.note_trouble();
+                    let line = format!(
+                        "Unable to register node {name} with API server: {}",
+                        crate::loops::error_chain(&e)
+                    );
+                    if failures == 0 {
+                        log::warn!("{line}");
+                    } else {
+                        log::debug!("{line}");
+                    }
+                    failures = failures.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Upstream `tryRegisterWithAPIServer`.
+    fn try_register(&mut self, now: SystemTime) -> Result<(), ApiError> {
+        let (version, images, not_ready) = self.gather();
+        let inputs = Inputs {
+            settings: &self.settings,
+            machine: &self.machine,
+            runtime_version: version.as_deref(),
+            images: images.as_deref(),
+            not_ready: &not_ready,
+        };
+        let mut node = setters::initial_node(&self.settings);
+        let events = setters::set_node_status(&mut node, &inputs, now);
+        match self.api.create(&node) {
+            Ok(created) => {
+                self.record(&events);
+                self.adopt(created, node.status, true);
+                return Ok(());
+            }
+            Err(e) if e.is_already_exists() => {}
+            Err(e) => return Err(e),
+        }
+        let existing = self.api.get(false)?;
+        log::info!("Node {} was previously registered", self.settings.node_name);
+        let mut reconciled = existing.clone();
+        if setters::reconcile_existing(&node, &mut reconciled) {
+            let patch = patch::node_status_patch(&to_json(&existing), &to_json(&reconciled));
+            let answer = self.api.patch_status(&patch)?;
+            self.heartbeat.set_node_uid(answer.metadata.uid.clone());
+            self.last_node = Some(answer);
+        } else {
+            self.heartbeat.set_node_uid(existing.metadata.uid.clone());
+            self.last_node = Some(existing);
+        }
+        // Its status is whatever the last kubelet left: the next update reads and
+        // corrects it.
+        self.resync = true;
+        Ok(())
+    }
+
+    /// Takes `node` (an API answer) as the last known Node, `sent` as what was sent.
+    fn adopt(&mut self, node: Node, sent: Option<NodeStatus>, reported: bool) {
+        self.heartbeat.set_node_uid(node.metadata.uid.clone());
+        self.last_node = Some(node);
+        self.last_reported = sent;
+        if reported {
+            self.last_report = Some(Instant::now());
+        }
+        self.resync = false;
+    }
+
+    /// Upstream `updateNodeStatus`: decides whether to write, then up to
+    /// [`NODE_STATUS_UPDATE_RETRY`] attempts.
+    pub fn update_node_status(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Result<(), NodeStatusError> {
+        let (version, images, not_ready) = self.gather();
+        // Copies (a few strings): the attempts below update `self`.
+        let (settings, machine) = (self.settings.clone(), self.machine.clone());
+        let inputs = Inputs {
+            settings: &settings,
+            machine: &machine,
+            runtime_version: version.as_deref(),
+            images: images.as_deref(),
+            not_ready: &not_ready,
+        };
+        let report_due = self
+            .last_report
+            .is_none_or(|t| now.saturating_duration_since(t) >= self.report_frequency);
+        let trouble = self.heartbeat.take_trouble();
+        if let (Some(last), false, false) = (&self.last_node, trouble, self.resync) {
+            let mut candidate = last.clone();
+            // Events are recorded by the write that sends a flip, not here.
+            let _ = setters::set_node_status(&mut candidate, &inputs, wall);
+            let changed =
+                setters::status_changed(self.last_reported.as_ref(), candidate.status.as_ref());
+            if !changed && !report_due {
+                return Ok(());
+            }
+        }
+        let mut last_err = None;
+        for attempt in 0..NODE_STATUS_UPDATE_RETRY {
+            match self.try_update(attempt == 0, &inputs, report_due, wall) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    log::debug!(
+                        "Error updating node status, will retry: {}",
+                        crate::loops::error_chain(&e)
+                    );
+                    let not_found = e.is_not_found();
+                    last_err = Some(e);
+                    if not_found {
+                        break;
+                    }
+                }
+            }
+        }
+        self.resync = true;
+        Err(NodeStatusError::Update {
+            node: self.settings.node_name.clone(),
+            source: Box::new(last_err.unwrap_or_else(|| ApiError::Tls("no attempt".into()))),
+        })
+    }
+
+    /// Upstream `tryUpdateNodeStatus` (its `inputs` gathered by the caller).
+    fn try_update(
+        &mut self,
+        from_cache: bool,
+        inputs: &Inputs<'_>,
+        report_due: bool,
+        wall: SystemTime,
+    ) -> Result<(), ApiError> {
+        let fetched = self.api.get(from_cache)?;
+        let mut node = fetched.clone();
+        let events = setters::set_node_status(&mut node, inputs, wall);
+        let changed = setters::status_changed(fetched.status.as_ref(), node.status.as_ref());
+        if !changed && !report_due {
+            // The API server already has it (heartbeat times aside).
+            self.adopt(fetched, node.status, false);
+            return Ok(());
+        }
+        let patch = patch::node_status_patch(&to_json(&fetched), &to_json(&node));
+        let answer = self.api.patch_status(&patch)?;
+        self.record(&events);
+        self.adopt(answer, node.status, true);
+        Ok(())
+    }
+}
+
+fn to_json(node: &Node) -> serde_json::Value {
+    serde_json::to_value(node).unwrap_or_default()
+}
+
+/// The node's InternalIP when `--node-ip` is not given (upstream, no cloud provider):
+/// the host name if it is an IP; else its first resolved IPv4 address that is on one
+/// of this host's interfaces and not loopback; else the address of the default
+/// route's interface; else the first interface's.
+pub fn detect_node_ip(hostname: &str) -> String {
+    use std::net::{IpAddr, ToSocketAddrs};
+    if let Ok(ip) = hostname.parse::<IpAddr>() {
+        return ip.to_string();
+    }
+    let local = crate::netutil::host_interfaces();
+    let resolved: Vec<IpAddr> = (hostname, 0)
+        .to_socket_addrs()
+        .map(|a| a.map(|s| s.ip()).collect())
+        .unwrap_or_default();
+    let on_host = resolved.iter().find_map(|ip| match ip {
+        IpAddr::V4(v4) if !v4.is_loopback() && local.iter().any(|(_, l)| l == v4) => {
+            Some(v4.to_string())
+        }
+        _ => None,
+    });
+    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    on_host
+        .or_else(|| {
+            let iface = default_route_interface(&routes)?;
+            local
+                .iter()
+                .find(|(name, _)| *name == iface)
+                .map(|(_, ip)| ip.to_string())
+        })
+        .unwrap_or_else(crate::netutil::node_ip)
+}
+
+/// The interface of the IPv4 default route in `/proc/net/route` (destination and
+/// mask 0, the lowest metric).
+fn default_route_interface(routes: &str) -> Option<String> {
+    routes
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (iface, dest, metric, mask) = (f.first()?, f.get(1)?, f.get(6)?, f.get(7)?);
+            (*dest == "00000000" && *mask == "00000000")
+                .then(|| (metric.parse::<u64>().unwrap_or(u64::MAX), iface.to_string()))
+        })
+        .min()
+        .map(|(_, iface)| iface)
+}
+
+/// What [`start`] needs.
+#[allow(missing_debug_implementations)] // A boxed closure.
+pub struct Start {
+    /// The client of `--kubeconfig`.
+    pub client: Arc<ApiClient>,
+    /// The node's settings (`node_ip` empty: detected on the loop's thread).
+    pub settings: NodeSettings,
+    /// The runtime.
+    pub runtime: Arc<dyn Runtime>,
+    /// The Ready condition's source.
+    pub readiness: ReadinessCheck,
+    /// Shared with the lease loop.
+    pub heartbeat: Arc<Heartbeat>,
+    /// `--register-node`.
+    pub register_node: bool,
+    /// `nodeStatusUpdateFrequency`.
+    pub update_frequency: Duration,
+    /// `nodeStatusReportFrequency`.
+    pub report_frequency: Duration,
+    /// The heartbeat timeout of each call.
+    pub timeout: Duration,
+    /// `--root-dir` (its filesystem is the ephemeral storage).
+    pub root_dir: std::path::PathBuf,
+}
+
+/// Starts the `node-status` loop.
+pub fn start(loops: &Loops, s: Start) -> Result<(), SpawnError> {
+    let period = s.update_frequency;
+    loops.spawn("node-status", move |stop: Stop, handle| {
+        let node = s.settings.node_name.clone();
+        crate::record::node_event(&node, false, "Starting", "Starting kubelet.");
+        let mut settings = s.settings;
+        if settings.node_ip.is_empty() {
+            settings.node_ip = detect_node_ip(&settings.node_name);
+        }
+        log::info!("node {node}: InternalIP {}", settings.node_ip);
+        let mut manager = NodeStatusManager::new(Setup {
+            api: Box::new(ApiNodes {
+                client: s.client,
+                name: node.clone(),
+                timeout: s.timeout,
+            }),
+            settings,
+            machine: machine::read(&s.root_dir),
+            runtime: s.runtime,
+            readiness: s.readiness,
+            heartbeat: s.heartbeat,
+            register_node: s.register_node,
+            report_frequency: s.report_frequency,
+        });
+        loop {
+            let began = handle.begin_tick();
+            let err = manager
+                .sync(&|d| stop.sleep(d))
+                .err()
+                .map(|e| crate::loops::error_chain(&e));
+            handle.end_tick(began, err);
+            let wait = period.mul_f64(1.0 + STATUS_JITTER * crate::wait::jitter_fraction());
+            if stop.sleep(wait) {
+                return;
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;
