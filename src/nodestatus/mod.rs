@@ -479,7 +479,6 @@ pub fn start(loops: &Loops, s: Start) -> Result<(), SpawnError> {
     let period = s.update_frequency;
     loops.spawn("node-status", move |stop: Stop, handle| {
         let node = s.settings.node_name.clone();
-        crate::record::node_event(&node, false, "Starting", "Starting kubelet.");
         let mut settings = s.settings;
         if settings.node_ip.is_empty() {
             settings.node_ip = detect_node_ip(&settings.node_name);
