@@ -25,6 +25,7 @@
 
 pub mod exec;
 pub mod kubeconfig;
+pub mod pods;
 pub mod review;
 
 use std::fmt;
@@ -568,7 +569,13 @@ impl ApiClient {
         timeout: Duration,
     ) -> Result<T, ApiError> {
         let body = encode(what, object)?;
-        self.call_json(what, "POST", path, Some(("application/json", body)), timeout)
+        self.call_json(
+            what,
+            "POST",
+            path,
+            Some(("application/json", body)),
+            timeout,
+        )
     }
 
     /// PUTs `object` to `path` (an update; with `metadata.resourceVersion` set, the
@@ -595,7 +602,13 @@ impl ApiClient {
         timeout: Duration,
     ) -> Result<T, ApiError> {
         let body = encode(what, patch)?;
-        self.call_json(what, "PATCH", path, Some((kind.content_type(), body)), timeout)
+        self.call_json(
+            what,
+            "PATCH",
+            path,
+            Some((kind.content_type(), body)),
+            timeout,
+        )
     }
 
     /// DELETEs the object at `path` with `options`. The answer (the object while a

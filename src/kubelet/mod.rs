@@ -44,6 +44,7 @@ use crate::server::http_metrics::ServerType;
 use crate::server::kubelet::KubeletServer;
 use crate::server::readonly::{PodsView, ReadOnly};
 use crate::server::{self, ServerError, Unblockers};
+use crate::status::manager::{PodManagerView, StatusManager};
 use crate::status::StatusCache;
 use crate::volume::{VolumeManager, VOLUME_MGR_PERIOD};
 
@@ -167,6 +168,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     make_root_dir(&cfg.root_dir)?;
     // Source settings are checked before anything starts, like the ports.
     let prepared = PreparedSources::prepare(&cfg)?;
+    let api = prepared.api().cloned();
     let mut listeners = Vec::new();
     if cfg.healthz_port != 0 {
         let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
@@ -354,6 +356,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // Pod workers.
     parts.workers.start(&loops, DEFAULT_WORKERS, handler)?;
 
+    // The status manager: statuses, mirror pods and final deletes to the API server.
+    if let Some(api) = api {
+        parts.start_status_manager(&loops, api, &cfg.node_name)?;
+    }
+
     // The sync loop.
     let sync_loop = parts.sync_loop(
         PodConfig::new(&sources),
@@ -398,7 +405,10 @@ struct LoopInputs {
 struct Components {
     probes: Arc<ProbeManager>,
     statuses: Arc<StatusCache>,
+    /// Pokes the status manager when a status changes (bounded 1).
+    status_wake: Receiver<()>,
     pods_view: Arc<PodsView>,
+    manager_view: Arc<PodManagerView>,
     pleg_shared: Arc<PlegShared>,
     runtime_health: Arc<RuntimeHealth>,
     work_queue: Arc<WorkQueue>,
@@ -433,7 +443,8 @@ impl Components {
             crate::prober::PROBE_WORKERS,
             probe_tx,
         )?;
-        let statuses = Arc::new(StatusCache::default());
+        let (status_tx, status_wake) = crossbeam_channel::bounded(1);
+        let statuses = Arc::new(StatusCache::with_notify(status_tx));
         let pods_view = Arc::new(PodsView::new(statuses.clone()));
         let host_ip = crate::netutil::node_ip();
         let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
@@ -468,7 +479,9 @@ impl Components {
         Ok(Components {
             probes,
             statuses,
+            status_wake,
             pods_view,
+            manager_view: Arc::new(PodManagerView::default()),
             pleg_shared: Arc::new(PlegShared::default()),
             runtime_health: Arc::new(RuntimeHealth::default()),
             work_queue: Arc::new(WorkQueue::default()),
@@ -497,12 +510,45 @@ impl Components {
         }))
     }
 
+    /// Starts the `status-mgr` loop: woken by status changes, ticking every second.
+    /// A pod is finished (may be reported terminal, may be deleted) when no kill of it
+    /// is under way and the last relist saw none of its containers running.
+    fn start_status_manager(
+        &self,
+        loops: &Loops,
+        api: Arc<crate::apiclient::ApiClient>,
+        node_name: &str,
+    ) -> Result<(), SpawnError> {
+        let workers = self.workers.clone();
+        let pleg = self.pleg_shared.clone();
+        let finished: crate::status::manager::PodFinished = Arc::new(move |uid: &str| {
+            !workers.is_active(uid) && pleg.runtime_pods().get(uid).is_none_or(|p| !p.running)
+        });
+        let mut manager = StatusManager::new(
+            api,
+            self.statuses.clone(),
+            self.manager_view.clone(),
+            finished,
+            node_name,
+        )
+        .with_metrics(self.metrics.clone());
+        loops.spawn_periodic(
+            Periodic {
+                name: "status-mgr".into(),
+                period: crate::status::manager::TICK,
+                wake: Some(self.status_wake.clone()),
+            },
+            move || manager.tick(std::time::Instant::now()),
+        )
+    }
+
     /// The sync loop over these components, fed by `inputs`.
     fn sync_loop(self, pod_config: PodConfig, inputs: LoopInputs) -> SyncLoop {
         SyncLoop {
             pod_config,
             pods: HashMap::new(),
             view: self.pods_view,
+            manager_view: self.manager_view,
             workers: self.workers,
             queue: self.work_queue,
             pleg: self.pleg_shared,

@@ -19,6 +19,7 @@ use crate::pod_workers::{Kill, PodWorkers, Work, WorkQueue};
 use crate::podconfig::{PodConfig, PodOp, PodUpdate, SourceUpdate};
 use crate::prober::{ProbeEvent, ProbeManager, ProbeResult, ProbeType};
 use crate::server::readonly::PodsView;
+use crate::status::manager::{PodManagerView, PodSnapshot};
 use crate::status::{self, StatusCache};
 use crate::volume::VolumeManager;
 
@@ -43,6 +44,9 @@ pub(super) struct SyncLoop {
     /// The pod manager: desired pods by UID. Owned here only.
     pub(super) pods: HashMap<String, Arc<Pod>>,
     pub(super) view: Arc<PodsView>,
+    /// The pod manager as the status manager reads it (pods with the API's copies,
+    /// mirror pods).
+    pub(super) manager_view: Arc<PodManagerView>,
     pub(super) workers: Arc<PodWorkers>,
     pub(super) queue: Arc<WorkQueue>,
     pub(super) pleg: Arc<PlegShared>,
@@ -300,6 +304,17 @@ impl SyncLoop {
         let m = &self.metrics.desired_pods;
         m.set(["true"], statics as f64);
         m.set(["false"], (pods.len() - statics) as f64);
+        self.manager_view.publish(PodSnapshot {
+            pods: pods.clone(),
+            mirrors: self
+                .pod_config
+                .mirror_pods()
+                .iter()
+                .cloned()
+                .map(Arc::new)
+                .collect(),
+            sources_ready: self.pod_config.seen_all_sources(),
+        });
         self.view.publish(pods);
     }
 

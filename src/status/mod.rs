@@ -12,6 +12,10 @@
 //! Over 800 lines: nearly half of it is the table tests of phases, conditions and
 //! container statuses, beside the pure functions they pin down.
 
+pub mod manager;
+pub mod mirror;
+pub mod patch;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -43,31 +47,68 @@ pub const MESSAGE_DEADLINE_EXCEEDED: &str =
     "Pod was active on the node longer than the specified deadline";
 
 /// The computed statuses of every pod the kubelet runs, by UID. Written by pod workers,
-/// read by the servers. One small lock.
+/// read by the servers and the status manager. One small lock. Every `set` takes a
+/// new version (one counter for all pods), so the status manager knows which statuses
+/// changed since it wrote them, and pokes it (a bounded channel of one: a poke that
+/// finds it full is dropped, the pending one covers it).
 #[derive(Debug, Default)]
 pub struct StatusCache {
-    inner: Mutex<HashMap<String, Arc<PodStatus>>>,
+    inner: Mutex<CacheInner>,
+    notify: Option<crossbeam_channel::Sender<()>>,
+}
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    statuses: HashMap<String, (u64, Arc<PodStatus>)>,
+    version: u64,
 }
 
 impl StatusCache {
-    /// The last status computed for a pod.
-    pub fn get(&self, uid: &str) -> Option<Arc<PodStatus>> {
-        lock(&self.inner).get(uid).cloned()
+    /// A cache that pokes `notify` on every change (the status manager's wake-up).
+    pub fn with_notify(notify: crossbeam_channel::Sender<()>) -> Self {
+        StatusCache {
+            inner: Mutex::default(),
+            notify: Some(notify),
+        }
     }
 
-    /// Publishes a pod's status.
+    /// The last status computed for a pod.
+    pub fn get(&self, uid: &str) -> Option<Arc<PodStatus>> {
+        lock(&self.inner).statuses.get(uid).map(|(_, s)| s.clone())
+    }
+
+    /// The last status computed for a pod, with its version.
+    pub fn get_versioned(&self, uid: &str) -> Option<(u64, Arc<PodStatus>)> {
+        lock(&self.inner).statuses.get(uid).cloned()
+    }
+
+    /// Publishes a pod's status. An unchanged status keeps its version.
     pub fn set(&self, uid: &str, status: PodStatus) {
-        lock(&self.inner).insert(uid.to_string(), Arc::new(status));
+        {
+            let mut inner = lock(&self.inner);
+            if inner.statuses.get(uid).is_some_and(|(_, s)| **s == status) {
+                return;
+            }
+            inner.version += 1;
+            let v = inner.version;
+            inner
+                .statuses
+                .insert(uid.to_string(), (v, Arc::new(status)));
+        }
+        if let Some(tx) = &self.notify {
+            // Full: a poke is pending already; never block a pod worker.
+            let _ = tx.try_send(());
+        }
     }
 
     /// Forgets a pod (after it is gone).
     pub fn remove(&self, uid: &str) {
-        lock(&self.inner).remove(uid);
+        lock(&self.inner).statuses.remove(uid);
     }
 
     /// The UIDs with a status.
     pub fn uids(&self) -> Vec<String> {
-        lock(&self.inner).keys().cloned().collect()
+        lock(&self.inner).statuses.keys().cloned().collect()
     }
 }
 
