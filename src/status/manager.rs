@@ -19,6 +19,9 @@
 //! Mirror pods are done here too, off the pod workers: upstream creates them in
 //! `SyncPod`, where a slow API server would hold the worker and, here, the few
 //! workers every pod shares. Deciding needs only the snapshot ([`super::mirror`]).
+//!
+//! Over 800 lines: half of it is the tests, over a fake API server that applies the
+//! patches it is sent.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
