@@ -182,7 +182,7 @@ mod tests {
     fn a_static_pod_without_a_mirror_gets_one() {
         let s = static_pod("web-node1", "h1");
         assert_eq!(
-            mirror_actions(&[s.clone()], &[], true),
+            mirror_actions(std::slice::from_ref(&s), &[], true),
             [MirrorAction::Create(s)]
         );
     }
@@ -192,8 +192,8 @@ mod tests {
         let s = static_pod("web-node1", "h1");
         let api = pod("db", "api", "u9", &[]);
         let m = mirror("web-node1", "m1", "h1");
-        assert_eq!(mirror_actions(&[s.clone(), api], &[m.clone()], true), []);
-        assert_eq!(current_mirror(&s, &[m.clone()]), Some(&m));
+        assert_eq!(mirror_actions(&[s.clone(), api], std::slice::from_ref(&m), true), []);
+        assert_eq!(current_mirror(&s, std::slice::from_ref(&m)), Some(&m));
     }
 
     #[test]
@@ -201,7 +201,7 @@ mod tests {
         let s = static_pod("web-node1", "h2");
         let m = mirror("web-node1", "m1", "h1");
         assert_eq!(
-            mirror_actions(&[s.clone()], &[m.clone()], true),
+            mirror_actions(std::slice::from_ref(&s), std::slice::from_ref(&m), true),
             [del("web-node1", "m1"), MirrorAction::Create(s.clone())]
         );
         assert_eq!(current_mirror(&s, &[m]), None);
@@ -209,7 +209,7 @@ mod tests {
         deleting.metadata.deletion_timestamp =
             Some(crate::time::k8s_time(std::time::SystemTime::now()));
         assert_eq!(
-            mirror_actions(&[s.clone()], &[Arc::new(deleting)], true),
+            mirror_actions(std::slice::from_ref(&s), &[Arc::new(deleting)], true),
             [del("web-node1", "m2"), MirrorAction::Create(s)]
         );
     }
@@ -217,7 +217,7 @@ mod tests {
     #[test]
     fn an_orphaned_mirror_is_deleted_once_every_source_has_spoken() {
         let m = mirror("gone-node1", "m1", "h1");
-        assert_eq!(mirror_actions(&[], &[m.clone()], false), []);
+        assert_eq!(mirror_actions(&[], std::slice::from_ref(&m), false), []);
         assert_eq!(mirror_actions(&[], &[m], true), [del("gone-node1", "m1")]);
     }
 
