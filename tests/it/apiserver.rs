@@ -1,43 +1,55 @@
 //! A TEST STAND-IN for a Kubernetes API server. No real kube-apiserver can be installed
-//! on these machines, so the tests of rkubelet's API source run against this small
-//! server, which implements exactly the documented API conventions rkubelet relies on
-//! and nothing more:
+//! on these machines, so rkubelet's tests against "a cluster" run against this small
+//! server, which implements the API conventions a kubelet and kubectl rely on with the
+//! API server's semantics, and says below where it is not faithful. Its parts:
 //!
-//! - `GET /api/v1/pods` with `fieldSelector=spec.nodeName=<node>` (also `==`, several
-//!   terms comma-separated), answering a `PodList` with `metadata.resourceVersion`;
-//! - the same with `watch=true`: a chunked stream of `{"type":…,"object":…}` lines,
-//!   ADDED / MODIFIED / DELETED for every change after the `resourceVersion` asked
-//!   for (`0` or empty: the current pods as ADDED first), BOOKMARK events when
-//!   `allowWatchBookmarks=true`, and an ERROR event with a 410 `Expired` Status when
-//!   the version is older than the oldest the server keeps (after [`TestApiServer::compact`]);
-//!   or, if configured, a plain HTTP 410 answer instead;
-//! - server-side watch timeouts: the stream ends cleanly after `timeoutSeconds`, or
-//!   the server's own cap ([`Options::max_watch`]), whichever is shorter;
-//! - authentication over TLS: a bearer token from the accepted set, or a client
-//!   certificate signed by the test CA; anything else gets 401 with a Status body;
-//! - `POST /apis/authentication.k8s.io/v1/tokenreviews` and
-//!   `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`, answered from a
-//!   scripted table (tokens → users; (user, subresource) pairs allowed, all else no
-//!   opinion), counted, and switchable to answer 500 or to hang ([`ReviewFault`]), for
-//!   the kubelet port's webhooks.
-//! - what kubectl needs to reach a pod: discovery (`/version`, `/api`, `/apis`,
-//!   `/api/v1`), `GET /api/v1/namespaces/{ns}/pods/{name}`, and the pod subresources
-//!   `log`, `exec`, `attach` and `portforward` proxied to the kubelet of the pod's node
-//!   as kube-apiserver proxies them ([`proxy`]; the kubelet's address is set with
-//!   [`TestApiServer::set_kubelet`]).
+//! - this file: the TLS server, authentication, the request log, the test-side
+//!   helpers ([`TestApiServer`]), faults (stop/restart, [`TestApiServer::down_for`],
+//!   [`TestApiServer::fail_requests`], [`TestApiServer::restart_with_new_versions`]),
+//!   the review endpoints, and the routing to the parts below;
+//! - [`store`] (apiserver_store.rs): a generic object store for pods, nodes, events,
+//!   configmaps, secrets, serviceaccounts, namespaces, leases and CSRs with one
+//!   resourceVersion counter, create/update/patch/delete semantics (409 AlreadyExists
+//!   and Conflict, uid and resourceVersion preconditions, status subresources,
+//!   graceful pod deletion, finalizers) and field/label selectors;
+//! - [`patch`] (apiserver_patch.rs): strategic merge, JSON merge and JSON patches;
+//! - `rest` (apiserver_rest.rs): the REST routes onto the store — GET, LIST, WATCH
+//!   (chunked `{"type":…,"object":…}` lines after the `resourceVersion` asked for,
+//!   BOOKMARKs when `allowWatchBookmarks=true`, a 410 `Expired` ERROR event — or a
+//!   plain 410 answer, [`Options::gone_as_status`] — for a compacted version, an end
+//!   at `timeoutSeconds` or [`Options::max_watch`]), POST, PUT, PATCH, DELETE, the
+//!   request counts ([`TestApiServer::call_counts`]) and discovery;
+//! - [`proxy`] (apiserver_proxy.rs): the pod subresources `log`, `exec`, `attach` and
+//!   `portforward` proxied to the kubelet of the pod's node as kube-apiserver proxies
+//!   them (the kubelet's address is set with [`TestApiServer::set_kubelet`]).
 //!
-//! Each connection serves one request (`Connection: close`). Certificates are made at
-//! test time with the `openssl` CLI ([`Pki`]). It lives only under `tests/` and is used
-//! by the integration tests and the sources and kubelet_port benchmarks.
+//! Authentication over TLS: a bearer token from the accepted set (the user from the
+//! TokenReview table, else `token-user`), or a client certificate signed by the test CA
+//! (the user is its subject's CN, its groups the O values); anything else gets 401
+//! with a Status body. There is no authorization: every authenticated user may do
+//! everything (upstream's Node authorizer would limit a kubelet to its own node and
+//! its pods' objects). `POST /apis/authentication.k8s.io/v1/tokenreviews` and
+//! `POST /apis/authorization.k8s.io/v1/subjectaccessreviews` are answered from a
+//! scripted table (tokens → users; (user, subresource) pairs allowed, all else no
+//! opinion), counted, and switchable to answer 500 or to hang ([`ReviewFault`]), for
+//! the kubelet port's webhooks.
 //!
-//! Over 800 lines: one server's state (store, history, tables, faults, request log)
-//! and the handlers that share it; split, every file would need all of it.
+//! Not faithful, besides what each part's header says: each connection serves one
+//! request (`Connection: close`; no HTTP/2, no keep-alive); JSON only (no protobuf, no
+//! CBOR); no admission (no ServiceAccount token volume injected into pods, no default
+//! namespace objects); no API priority and fairness. Certificates are made at test
+//! time with the `openssl` CLI ([`Pki`]). It lives only under `tests/` and is used by
+//! the integration tests and the sources, kubelet_port, logs and streams benchmarks.
+//!
+//! Over 800 lines: one server's state (store, tables, faults, request log), the
+//! test-side helpers over it and the handlers that share it; the object semantics,
+//! patches and REST routes are in their own files.
 
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,6 +58,22 @@ use std::time::{Duration, Instant};
 
 #[path = "apiserver_proxy.rs"]
 pub mod proxy;
+
+#[path = "apiserver_patch.rs"]
+pub mod patch;
+
+#[path = "apiserver_store.rs"]
+pub mod store;
+
+#[path = "apiserver_rest.rs"]
+mod rest;
+
+#[cfg(test)]
+#[path = "apiserver_http.rs"]
+mod http_tests;
+
+pub use store::{Identity, PatchType};
+use store::{Selector, Store, Sub};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -262,20 +290,50 @@ impl Default for Options {
     }
 }
 
+/// A scripted failure of the API endpoints.
+#[derive(Debug, Clone)]
+struct Fault {
+    /// The HTTP code answered (500, 503 …).
+    code: u16,
+    /// Only requests for this resource (`pods`, `leases` …); `None`: every API request.
+    resource: Option<String>,
+    /// Until when (`None`: until cleared).
+    until: Option<Instant>,
+}
+
+/// One request as the API machinery sees it (for request counts).
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// `GET`, `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`, `DELETE`.
+    pub verb: String,
+    /// `pods`, `nodes/status`, `leases`, `serviceaccounts/token` … (empty for
+    /// discovery and reviews).
+    pub kind: String,
+    /// Namespace and name (empty when none).
+    pub namespace: String,
+    pub name: String,
+    /// The authenticated user.
+    pub user: String,
+    /// The HTTP status answered (0 for a watch or a proxied request).
+    pub code: u16,
+    /// When it arrived.
+    pub at: Instant,
+}
+
 #[derive(Default)]
 struct State {
-    /// The store's resourceVersion (incremented by every change).
-    rv: u64,
-    /// Pods by namespace/name.
-    pods: BTreeMap<(String, String), Value>,
-    /// Every change: (rv, type, object).
-    history: Vec<(u64, &'static str, Value)>,
-    /// Versions below this are gone (410).
-    oldest: u64,
+    /// Every object and the change history.
+    store: Store,
     /// Bumped to make every open watch break off without a clean end.
     drop_generation: u64,
     /// Request log: "GET <path> ua=<user agent> auth=<token|cert|none>".
     requests: Vec<String>,
+    /// Requests to the object store, with their verb and kind.
+    calls: Vec<Call>,
+    /// A scripted failure of the object endpoints.
+    fault: Option<Fault>,
+    /// Refuse connections until then (the listener is closed).
+    down_until: Option<Instant>,
     /// Accepted tokens (may change while running).
     tokens: BTreeSet<String>,
     /// TokenReview answers: token → (user, groups); other tokens are refused.
@@ -321,8 +379,7 @@ impl TestApiServer {
     pub fn start_on(port: u16, opts: Options) -> TestApiServer {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                rv: 100,
-                oldest: 1,
+                store: Store::new(100),
                 tokens: opts.tokens.iter().cloned().collect(),
                 ..State::default()
             }),
@@ -347,11 +404,32 @@ impl TestApiServer {
         let accept = std::thread::Builder::new()
             .name("test-apiserver".into())
             .spawn(move || {
-                for conn in listener.incoming() {
+                let mut listener = listener;
+                loop {
+                    let conn = listener.accept();
                     if sh.stopped.load(Ordering::SeqCst) {
                         return;
                     }
-                    let Ok(conn) = conn else { continue };
+                    let down = lock(&sh.state).down_until.filter(|t| *t > Instant::now());
+                    if let Some(until) = down {
+                        // Down: the port refuses connections until then.
+                        drop(conn);
+                        drop(listener);
+                        loop {
+                            if sh.stopped.load(Ordering::SeqCst) {
+                                return;
+                            }
+                            if Instant::now() >= until {
+                                if let Ok(l) = TcpListener::bind(addr) {
+                                    listener = l;
+                                    break;
+                                }
+                            }
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        continue;
+                    }
+                    let Ok((conn, _)) = conn else { continue };
                     let sh = sh.clone();
                     let tls = tls.clone();
                     let _ = std::thread::Builder::new()
@@ -385,34 +463,62 @@ impl TestApiServer {
         self.accept = Some(accept);
     }
 
-    fn change(&self, kind: &'static str, mut pod: Value) -> u64 {
+    /// Goes down for `d` without the test waiting: open watches break off and the
+    /// port refuses connections (it is closed), then it serves again with the same
+    /// store. Returns at once.
+    pub fn down_for(&self, d: Duration) {
+        lock(&self.shared.state).down_until = Some(Instant::now() + d);
+        self.drop_watches();
+        // Wakes the accept loop, which closes the port.
+        let _ = TcpStream::connect(self.addr);
+    }
+
+    /// Whether a [`Self::down_for`] is still in force.
+    pub fn is_down(&self) -> bool {
+        lock(&self.shared.state)
+            .down_until
+            .is_some_and(|t| t > Instant::now())
+    }
+
+    /// Answers every request for `resource` (`None`: every object request; discovery,
+    /// reviews and pod subresources are not affected) with HTTP `code` and a Status,
+    /// for `d` (`None`: until [`Self::clear_fault`]). Open watches break off.
+    pub fn fail_requests(&self, code: u16, resource: Option<&str>, d: Option<Duration>) {
+        lock(&self.shared.state).fault = Some(Fault {
+            code,
+            resource: resource.map(str::to_string),
+            until: d.map(|d| Instant::now() + d),
+        });
+        self.drop_watches();
+    }
+
+    /// Ends a [`Self::fail_requests`].
+    pub fn clear_fault(&self) {
+        lock(&self.shared.state).fault = None;
+    }
+
+    /// As an API server restored from a backup: every object kept, the
+    /// resourceVersion counter far ahead (each object gets a new version), the watch
+    /// history gone so that every old version is answered 410 Gone, and open watches
+    /// broken off.
+    pub fn restart_with_new_versions(&self) {
+        lock(&self.shared.state).store.renumber(1_000_000);
+        self.drop_watches();
+    }
+
+    fn change(&self, kind: &'static str, pod: Value) -> u64 {
+        let res = store::resource("pods").expect("pods are served");
         let mut st = lock(&self.shared.state);
-        st.rv += 1;
-        let rv = st.rv;
-        pod["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let key = (
-            pod["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or("default")
-                .to_string(),
-            pod["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
-        if kind == "DELETED" {
-            st.pods.remove(&key);
-        } else {
-            st.pods.insert(key, pod.clone());
-        }
-        st.history.push((rv, kind, pod));
+        st.store.put_raw(res, kind, pod);
+        let rv = st.store.rv;
         drop(st);
         self.shared.changed.notify_all();
         rv
     }
 
-    /// Creates a pod (a v1 Pod as JSON); fills in namespace, uid and
-    /// creationTimestamp if absent. Returns the pod as stored.
+    /// Creates a pod (a v1 Pod as JSON) as it is, status included (a test's
+    /// shortcut, not the API's create); fills in namespace, uid and creationTimestamp
+    /// if absent. Returns the pod as stored.
     pub fn create_pod(&self, mut pod: Value) -> Value {
         let meta = &mut pod["metadata"];
         if meta["namespace"].is_null() {
@@ -422,7 +528,7 @@ impl TestApiServer {
             meta["uid"] = json!(format!(
                 "uid-{}-{}",
                 meta["name"].as_str().unwrap_or_default(),
-                lock(&self.shared.state).rv + 1
+                lock(&self.shared.state).store.rv + 1
             ));
         }
         if meta["creationTimestamp"].is_null() {
@@ -432,7 +538,7 @@ impl TestApiServer {
         pod["kind"] = json!("Pod");
         self.change("ADDED", pod.clone());
         self.get_pod(
-            "default",
+            pod["metadata"]["namespace"].as_str().unwrap_or("default"),
             pod["metadata"]["name"].as_str().unwrap_or_default(),
         )
         .unwrap_or(pod)
@@ -440,13 +546,10 @@ impl TestApiServer {
 
     /// The stored pod.
     pub fn get_pod(&self, ns: &str, name: &str) -> Option<Value> {
-        lock(&self.shared.state)
-            .pods
-            .get(&(ns.to_string(), name.to_string()))
-            .cloned()
+        self.get("pods", ns, name)
     }
 
-    /// Replaces a pod (MODIFIED).
+    /// Replaces a pod as it is (MODIFIED; no version check).
     pub fn update_pod(&self, pod: Value) {
         self.change("MODIFIED", pod);
     }
@@ -466,11 +569,91 @@ impl TestApiServer {
         self.change("DELETED", pod);
     }
 
+    /// The stored object of `resource` (plural: `nodes`, `leases` …); `ns` is
+    /// ignored for cluster-scoped kinds.
+    pub fn get(&self, resource: &str, ns: &str, name: &str) -> Option<Value> {
+        let res = store::resource(resource).expect("a served resource");
+        lock(&self.shared.state).store.get(res, ns, name).cloned()
+    }
+
+    /// Every stored object of `resource` in `ns` (`None`: all namespaces).
+    pub fn list(&self, resource: &str, ns: Option<&str>) -> Vec<Value> {
+        let res = store::resource(resource).expect("a served resource");
+        lock(&self.shared.state)
+            .store
+            .list(res, ns, &Selector::default())
+    }
+
+    /// Runs a store operation as a request would, waking watches.
+    fn write<T>(&self, f: impl FnOnce(&mut Store) -> T) -> T {
+        let out = f(&mut lock(&self.shared.state).store);
+        self.shared.changed.notify_all();
+        out
+    }
+
+    /// Creates an object with the API's semantics (POST), as the test (user
+    /// `test`); the error is the Status the API would answer.
+    pub fn create(&self, resource: &str, ns: &str, obj: Value) -> Result<Value, Value> {
+        let res = store::resource(resource).expect("a served resource");
+        let who = Identity {
+            user: "test".into(),
+            groups: vec!["system:masters".into()],
+        };
+        self.write(|s| s.create(res, ns, obj, &who))
+            .map_err(|e| e.status())
+    }
+
+    /// Replaces an object (PUT; `status`: the status subresource).
+    pub fn update(
+        &self,
+        resource: &str,
+        ns: &str,
+        obj: Value,
+        status: bool,
+    ) -> Result<Value, Value> {
+        let res = store::resource(resource).expect("a served resource");
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let sub = if status { Sub::Status } else { Sub::Main };
+        self.write(|s| s.update(res, ns, &name, sub, obj))
+            .map_err(|e| e.status())
+    }
+
+    /// Patches an object (PATCH; `status`: the status subresource).
+    pub fn patch(
+        &self,
+        resource: &str,
+        ns: &str,
+        name: &str,
+        status: bool,
+        how: PatchType,
+        p: &Value,
+    ) -> Result<Value, Value> {
+        let res = store::resource(resource).expect("a served resource");
+        let sub = if status { Sub::Status } else { Sub::Main };
+        self.write(|s| s.patch(res, ns, name, sub, how, p))
+            .map_err(|e| e.status())
+    }
+
+    /// Deletes an object with DeleteOptions `opts` (`json!({})` for none); the answer
+    /// as the API gives it (the pod, or a Status).
+    pub fn delete(
+        &self,
+        resource: &str,
+        ns: &str,
+        name: &str,
+        opts: &Value,
+    ) -> Result<Value, Value> {
+        let res = store::resource(resource).expect("a served resource");
+        self.write(|s| s.delete(res, ns, name, opts))
+            .map_err(|e| e.status())
+    }
+
     /// Forgets the history: every version before now is gone (410).
     pub fn compact(&self) {
-        let mut st = lock(&self.shared.state);
-        st.oldest = st.rv + 1;
-        st.history.clear();
+        lock(&self.shared.state).store.compact();
     }
 
     /// Breaks every open watch off mid-stream (no clean end).
@@ -484,7 +667,8 @@ impl TestApiServer {
         lock(&self.shared.state).tokens = tokens.iter().map(|t| t.to_string()).collect();
     }
 
-    /// The TokenReview table: `token` is `user` in `groups`.
+    /// The TokenReview table: `token` is `user` in `groups`. A token accepted for
+    /// requests ([`Self::set_tokens`]) also authenticates as this user.
     pub fn set_token_user(&self, token: &str, user: &str, groups: &[&str]) {
         lock(&self.shared.state).token_users.insert(
             token.to_string(),
@@ -540,9 +724,28 @@ impl TestApiServer {
         lock(&self.shared.state).requests.clone()
     }
 
+    /// Every object request so far (verb, kind, namespace, name, user, code, time).
+    pub fn calls(&self) -> Vec<Call> {
+        lock(&self.shared.state).calls.clone()
+    }
+
+    /// Object requests since `since`, counted by (verb, kind), e.g.
+    /// `("PATCH", "nodes/status")`, `("PUT", "leases")`, `("WATCH", "pods")`.
+    pub fn call_counts(&self, since: Instant) -> BTreeMap<(String, String), usize> {
+        let mut out = BTreeMap::new();
+        for c in lock(&self.shared.state)
+            .calls
+            .iter()
+            .filter(|c| c.at >= since)
+        {
+            *out.entry((c.verb.clone(), c.kind.clone())).or_insert(0) += 1;
+        }
+        out
+    }
+
     /// The store's resourceVersion.
     pub fn resource_version(&self) -> u64 {
-        lock(&self.shared.state).rv
+        lock(&self.shared.state).store.rv
     }
 
     /// Writes a kubeconfig for this server into `dir`; `user` is the YAML of the
@@ -613,10 +816,11 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
             return;
         }
     }
-    let has_cert = stream
+    let cert: Option<Vec<u8>> = stream
         .conn
         .peer_certificates()
-        .is_some_and(|c| !c.is_empty());
+        .and_then(|c| c.first())
+        .map(|c| c.as_ref().to_vec());
     let Some(head) = proxy::read_head(&mut stream).and_then(|(t, r)| proxy::parse_request(&t, r))
     else {
         return;
@@ -627,11 +831,11 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
         .strip_prefix("Bearer ")
         .unwrap_or_default()
         .to_string();
-    let authed_by = {
+    let (authed_by, who) = {
         let mut st = lock(&sh.state);
         let by = if !token.is_empty() && st.tokens.contains(&token) {
             "token"
-        } else if has_cert && token.is_empty() {
+        } else if cert.is_some() && token.is_empty() {
             "cert"
         } else if token.is_empty() {
             "none"
@@ -643,7 +847,21 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
             head.method,
             header("user-agent")
         ));
-        by
+        let who = match by {
+            "token" => match st.token_users.get(&token) {
+                Some((user, groups)) => Identity {
+                    user: user.clone(),
+                    groups: groups.clone(),
+                },
+                None => Identity {
+                    user: "token-user".into(),
+                    groups: vec!["system:authenticated".into()],
+                },
+            },
+            "cert" => cert.as_deref().map(cert_identity).unwrap_or_default(),
+            _ => Identity::default(),
+        };
+        (by, who)
     };
     if authed_by == "none" || authed_by == "bad-token" {
         let body = json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
@@ -661,42 +879,34 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
         .collect();
     let segments: Vec<&str> = route.split('/').filter(|s| !s.is_empty()).collect();
     match (head.method.as_str(), segments.as_slice()) {
-        ("GET", ["api", "v1", "pods"]) => {}
         ("GET", ["version"]) => {
             let v = json!({"major":"1","minor":"32","gitVersion":"v1.32.0-test-apiserver",
                 "platform":"linux/amd64"});
-            return respond(&mut stream, 200, &v);
+            respond(&mut stream, 200, &v)
         }
         ("GET", ["api"]) => {
             let v = json!({"kind":"APIVersions","versions":["v1"],"serverAddressByClientCIDRs":
                 [{"clientCIDR":"0.0.0.0/0","serverAddress":"127.0.0.1"}]});
-            return respond(&mut stream, 200, &v);
+            respond(&mut stream, 200, &v)
         }
-        ("GET", ["apis"]) => {
-            let v = json!({"kind":"APIGroupList","apiVersion":"v1","groups":[]});
-            return respond(&mut stream, 200, &v);
-        }
-        ("GET", ["api", "v1"]) => return respond(&mut stream, 200, &discovery_v1()),
-        ("GET", ["api", "v1", "namespaces", ns, "pods", name]) => {
-            let pod = lock(&sh.state)
-                .pods
-                .get(&(ns.to_string(), name.to_string()))
-                .cloned();
-            return match pod {
-                Some(p) => respond(&mut stream, 200, &p),
-                None => respond(&mut stream, 404, &pod_not_found(name)),
-            };
+        ("GET", ["apis"]) => respond(&mut stream, 200, &rest::discovery_groups()),
+        ("GET", ["api", "v1"]) => respond(&mut stream, 200, &rest::discovery("", "v1")),
+        ("GET", ["apis", group, version]) => {
+            respond(&mut stream, 200, &rest::discovery(group, version))
         }
         ("POST", ["apis", "authentication.k8s.io" | "authorization.k8s.io", ..]) => {
             let Some(body) = read_body(&mut stream, &head) else {
                 return;
             };
-            return review(&mut stream, &sh, route, &body);
+            review(&mut stream, &sh, route, &body)
         }
-        (_, ["api", "v1", "namespaces", ns, "pods", name, sub]) => {
+        (_, ["api", "v1", "namespaces", ns, "pods", name, sub])
+            if matches!(*sub, "log" | "exec" | "attach" | "portforward") =>
+        {
             let (pod, kubelet) = {
                 let st = lock(&sh.state);
-                let pod = st.pods.get(&(ns.to_string(), name.to_string())).cloned();
+                let pods = store::resource("pods").expect("pods are served");
+                let pod = st.store.get(pods, ns, name).cloned();
                 let node = pod
                     .as_ref()
                     .and_then(|p| p["spec"]["nodeName"].as_str())
@@ -708,40 +918,46 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
                 return respond(&mut stream, 404, &pod_not_found(name));
             };
             let sub = sub.to_string();
-            return proxy::serve(stream, &head, &sub, &pod, kubelet, &sh.stopped);
+            proxy::serve(stream, &head, &sub, &pod, kubelet, &sh.stopped)
         }
-        _ => {
-            let body = json!({"kind":"Status","apiVersion":"v1","status":"Failure",
-                "message":format!("the server could not find the requested resource ({route})"),
-                "reason":"NotFound","code":404});
-            return respond(&mut stream, 404, &body);
-        }
+        _ => rest::serve(stream, &sh, &head, route, &q, &who),
     }
-    let selector = match parse_selector(q.get("fieldSelector").map(String::as_str).unwrap_or("")) {
-        Ok(s) => s,
-        Err(msg) => {
-            let body = json!({"kind":"Status","apiVersion":"v1","status":"Failure",
-                "message":msg,"reason":"BadRequest","code":400});
-            return respond(&mut stream, 400, &body);
+}
+
+/// The user of a client certificate: its subject's CN, and its O values as groups
+/// (a minimal DER walk: the subject is the name after the validity times).
+fn cert_identity(der: &[u8]) -> Identity {
+    let mut who = Identity::default();
+    let mut after_validity = false;
+    let mut i = 0;
+    while i + 2 < der.len() {
+        // UTCTime or GeneralizedTime: the validity; the subject follows.
+        if (der[i] == 0x17 || der[i] == 0x18) && (der[i + 1] == 13 || der[i + 1] == 15) {
+            after_validity = true;
         }
-    };
-    if q.get("watch").map(String::as_str) == Some("true")
-        || q.get("watch").map(String::as_str) == Some("1")
-    {
-        watch(stream, &sh, &q, &selector);
-    } else {
-        let st = lock(&sh.state);
-        let items: Vec<Value> = st
-            .pods
-            .values()
-            .filter(|p| matches(p, &selector))
-            .cloned()
-            .collect();
-        let body = json!({"kind":"PodList","apiVersion":"v1",
-            "metadata":{"resourceVersion": st.rv.to_string()},"items":items});
-        drop(st);
-        respond(&mut stream, 200, &body);
+        if after_validity
+            && der[i] == 0x06
+            && der[i + 1] == 3
+            && der.get(i + 2..i + 4) == Some(&[0x55, 0x04])
+        {
+            let attr = der.get(i + 4).copied();
+            let (tag, len) = (der.get(i + 5).copied(), der.get(i + 6).copied());
+            if let (Some(attr), Some(0x0c | 0x13), Some(len)) = (attr, tag, len) {
+                let start = i + 7;
+                if let Some(v) = der.get(start..start + len as usize) {
+                    let v = String::from_utf8_lossy(v).into_owned();
+                    match attr {
+                        3 if who.user.is_empty() => who.user = v,
+                        10 => who.groups.push(v),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        i += 1;
     }
+    who.groups.push("system:authenticated".into());
+    who
 }
 
 fn unescape(v: &str) -> String {
@@ -760,33 +976,6 @@ fn unescape(v: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// `field=value` terms (`=` or `==`), comma-separated; only the fields a kubelet uses.
-fn parse_selector(s: &str) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
-    for term in s.split(',').filter(|t| !t.is_empty()) {
-        let (f, v) = term
-            .split_once("==")
-            .or_else(|| term.split_once('='))
-            .ok_or_else(|| format!("invalid field selector term {term:?}"))?;
-        if !["spec.nodeName", "metadata.name", "metadata.namespace"].contains(&f) {
-            return Err(format!("field label not supported: {f}"));
-        }
-        out.push((f.to_string(), v.to_string()));
-    }
-    Ok(out)
-}
-
-fn matches(pod: &Value, selector: &[(String, String)]) -> bool {
-    selector.iter().all(|(f, v)| {
-        let got = match f.as_str() {
-            "spec.nodeName" => &pod["spec"]["nodeName"],
-            "metadata.name" => &pod["metadata"]["name"],
-            _ => &pod["metadata"]["namespace"],
-        };
-        got.as_str().unwrap_or("") == v
-    })
 }
 
 /// A request's body by its Content-Length (at most 1 MiB): what came with the head,
@@ -888,31 +1077,23 @@ fn pod_not_found(name: &str) -> Value {
         "details":{"name":name,"kind":"pods"},"code":404})
 }
 
-/// The `v1` resources kubectl looks up before it asks for a pod or its subresources.
-fn discovery_v1() -> Value {
-    let sub = |name: &str, kind: &str, verbs: &[&str]| json!({"name":name,"singularName":"","namespaced":true,"kind":kind,"verbs":verbs});
-    json!({"kind":"APIResourceList","groupVersion":"v1","resources":[
-        {"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod",
-         "verbs":["create","delete","get","list","patch","update","watch"],
-         "shortNames":["po"],"categories":["all"]},
-        sub("pods/attach", "PodAttachOptions", &["create", "get"]),
-        sub("pods/exec", "PodExecOptions", &["create", "get"]),
-        sub("pods/log", "Pod", &["get"]),
-        sub("pods/portforward", "PodPortForwardOptions", &["create", "get"]),
-        sub("pods/status", "Pod", &["get", "patch", "update"]),
-    ]})
-}
-
 fn reason(code: u16) -> &'static str {
     match code {
         200 => "OK",
         201 => "Created",
         400 => "Bad Request",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        409 => "Conflict",
         410 => "Gone",
+        415 => "Unsupported Media Type",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
         500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
         _ => "Error",
     }
 }
@@ -946,124 +1127,6 @@ fn respond_text(stream: &mut Tls, code: u16, body: &str) {
 fn chunk(stream: &mut Tls, event: &Value) -> bool {
     let line = format!("{event}\n");
     write!(stream, "{:x}\r\n{line}\r\n", line.len()).is_ok() && stream.flush().is_ok()
-}
-
-fn watch(
-    mut stream: Tls,
-    sh: &Shared,
-    q: &BTreeMap<String, String>,
-    selector: &[(String, String)],
-) {
-    let from: u64 = q
-        .get("resourceVersion")
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0);
-    let bookmarks = q.get("allowWatchBookmarks").map(String::as_str) == Some("true");
-    let asked = q
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(sh.opts.max_watch);
-    let until = Instant::now() + asked.min(sh.opts.max_watch);
-
-    let st = lock(&sh.state);
-    let generation = st.drop_generation;
-    if from != 0 && from < st.oldest - 1 {
-        let oldest = st.oldest;
-        drop(st);
-        let status = json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-            "message":format!("too old resource version: {from} ({oldest})"),
-            "reason":"Expired","code":410});
-        if sh.opts.gone_as_status {
-            return respond(&mut stream, 410, &status);
-        }
-        let _ = write!(
-            stream,
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-        );
-        chunk(&mut stream, &json!({"type":"ERROR","object":status}));
-        let _ = write!(stream, "0\r\n\r\n");
-        let _ = stream.flush();
-        return;
-    }
-    let mut initial = Vec::new();
-    let mut cursor = from;
-    if from == 0 {
-        initial = st
-            .pods
-            .values()
-            .filter(|p| matches(p, selector))
-            .cloned()
-            .collect();
-        cursor = st.rv;
-    }
-    drop(st);
-    if write!(
-        stream,
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-    )
-    .is_err()
-        || stream.flush().is_err()
-    {
-        return;
-    }
-    for p in initial {
-        if !chunk(&mut stream, &json!({"type":"ADDED","object":p})) {
-            return;
-        }
-    }
-    let mut next_bookmark = Instant::now() + sh.opts.bookmark_every;
-    loop {
-        let mut st = lock(&sh.state);
-        loop {
-            if st.drop_generation != generation || sh.stopped.load(Ordering::SeqCst) {
-                // Break off without the terminating chunk: a dropped connection.
-                drop(st);
-                let _ = stream.sock.shutdown(Shutdown::Both);
-                return;
-            }
-            let now = Instant::now();
-            if now >= until {
-                drop(st);
-                let _ = write!(stream, "0\r\n\r\n");
-                let _ = stream.flush();
-                return;
-            }
-            let pending = st.history.iter().any(|(rv, _, _)| *rv > cursor);
-            if pending || (bookmarks && now >= next_bookmark) {
-                break;
-            }
-            let wait = until.min(next_bookmark).saturating_duration_since(now);
-            st = sh
-                .changed
-                .wait_timeout(st, wait.max(Duration::from_millis(10)))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        let events: Vec<(u64, &'static str, Value)> = st
-            .history
-            .iter()
-            .filter(|(rv, _, _)| *rv > cursor)
-            .cloned()
-            .collect();
-        let store_rv = st.rv;
-        drop(st);
-        for (rv, kind, obj) in events {
-            cursor = rv;
-            if matches(&obj, selector) && !chunk(&mut stream, &json!({"type":kind,"object":obj})) {
-                return;
-            }
-        }
-        if bookmarks && Instant::now() >= next_bookmark {
-            cursor = cursor.max(store_rv);
-            let bm = json!({"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1",
-                "metadata":{"resourceVersion": cursor.to_string()}}});
-            if !chunk(&mut stream, &bm) {
-                return;
-            }
-            next_bookmark = Instant::now() + sh.opts.bookmark_every;
-        }
-    }
 }
 
 /// Reads one whole HTTP answer body from `stream` (tests of the stand-in itself).
