@@ -192,7 +192,10 @@ mod tests {
         let s = static_pod("web-node1", "h1");
         let api = pod("db", "api", "u9", &[]);
         let m = mirror("web-node1", "m1", "h1");
-        assert_eq!(mirror_actions(&[s.clone(), api], std::slice::from_ref(&m), true), []);
+        assert_eq!(
+            mirror_actions(&[s.clone(), api], std::slice::from_ref(&m), true),
+            []
+        );
         assert_eq!(current_mirror(&s, std::slice::from_ref(&m)), Some(&m));
     }
 

@@ -23,3 +23,4 @@ mod logs;
 mod metrics;
 mod spdy;
 mod streams;
+mod status_manager;
