@@ -432,6 +432,7 @@ fn a_status_write_that_meets_a_recreated_pod_is_dropped() {
             .count()
     };
     let seen = conflicts();
+    eprintln!("status patches answered 409: {seen}");
     assert!(seen <= 1, "{:?}", w.kubelet_calls());
     std::thread::sleep(Duration::from_secs(12));
     assert_eq!(conflicts(), seen, "{:?}", w.kubelet_calls());
