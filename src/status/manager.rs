@@ -290,8 +290,15 @@ impl StatusManager {
         }
         let api_status = self.api_status(target);
         let merged = merge_pod_status(&api_status, &status, !(self.finished)(kuid));
+        // A terminal phase held back until the containers are down is looked at again
+        // every tick, not only at the next resync: the pod's being down changes no
+        // status version.
+        let held_back = super::is_terminal_phase(status.phase.as_deref())
+            && !super::is_terminal_phase(merged.phase.as_deref());
         let Some(patch) = status_patch(&api_uid, &api_status, &merged) else {
-            self.written(&api_uid, version, now);
+            if !held_back {
+                self.written(&api_uid, version, now);
+            }
             return Ok(());
         };
         let ns = target.metadata.namespace.as_deref().unwrap_or_default();
@@ -302,7 +309,9 @@ impl StatusManager {
                     "Status for pod updated successfully pod={ns}/{name} phase={}",
                     merged.phase.as_deref().unwrap_or_default()
                 );
-                self.written(&api_uid, version, now);
+                if !held_back {
+                    self.written(&api_uid, version, now);
+                }
                 self.patched.insert(
                     api_uid,
                     (
@@ -792,9 +801,10 @@ mod tests {
             "{calls:?}"
         );
         assert_eq!(lock(&h.api.statuses)["web"]["phase"], "Running");
-        // Everything stopped: the final status, then the delete with its UID.
+        // Everything stopped (no new status version): the next tick writes the final
+        // status, then deletes it with its UID.
         *lock(&h.finished) = true;
-        h.tick_after(11).expect("resync");
+        h.tick_after(1).expect("tick");
         let calls = h.api.calls();
         assert_eq!(lock(&h.api.statuses)["web"]["phase"], "Failed");
         assert_eq!(
