@@ -9,6 +9,11 @@
 //! and it is not being deleted. A stale one is deleted (grace 0, UID precondition) and
 //! a new one created; one whose static pod is gone is deleted once every source has
 //! spoken (so a restart never deletes the mirror of a pod its source has not sent yet).
+//!
+//! rkubelet's static pod hash leaves `spec.containers` out (an edited container is
+//! replaced alone, see ARCHITECTURE.md), so the hash alone would keep a mirror with an
+//! old container spec: each mirror also carries [`MIRROR_SPEC_ANNOTATION`], a digest of
+//! the spec it copied, and one whose digest differs is stale too.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +22,30 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::podconfig::{annotation, full_name, CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION};
+
+/// The annotation holding the SHA-256 (first 16 hex digits) of the spec a mirror
+/// copied.
+pub const MIRROR_SPEC_ANNOTATION: &str = "rkubelet.io/mirror-spec-hash";
+
+/// The digest of a static pod's spec, as [`MIRROR_SPEC_ANNOTATION`] holds it.
+pub fn spec_hash(pod: &Pod) -> String {
+    let json = serde_json::to_vec(&pod.spec).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &json);
+    digest
+        .as_ref()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Whether mirror `m` is a current copy of the static pod whose hash and spec digest
+/// these are.
+fn is_current(m: &Pod, hash: &str, spec: &str) -> bool {
+    m.metadata.deletion_timestamp.is_none()
+        && annotation(m, CONFIG_MIRROR_ANNOTATION).as_deref() == Some(hash)
+        && annotation(m, MIRROR_SPEC_ANNOTATION).as_deref() == Some(spec)
+}
 
 /// One thing to do on the API server.
 #[derive(Clone, Debug, PartialEq)]
@@ -51,12 +80,10 @@ pub fn static_hash(pod: &Pod) -> String {
 /// `IsMirrorPodOf` and no deletion timestamp).
 pub fn current_mirror<'a>(static_pod: &Pod, mirrors: &'a [Arc<Pod>]) -> Option<&'a Arc<Pod>> {
     let full = full_name(static_pod);
-    let hash = static_hash(static_pod);
-    mirrors.iter().find(|m| {
-        full_name(m) == full
-            && m.metadata.deletion_timestamp.is_none()
-            && annotation(m, CONFIG_MIRROR_ANNOTATION).as_deref() == Some(hash.as_str())
-    })
+    let (hash, spec) = (static_hash(static_pod), spec_hash(static_pod));
+    mirrors
+        .iter()
+        .find(|m| full_name(m) == full && is_current(m, &hash, &spec))
 }
 
 fn delete(m: &Pod) -> MirrorAction {
@@ -85,16 +112,14 @@ pub fn mirror_actions(
     for pod in pods.iter().filter(|p| crate::container::is_static_pod(p)) {
         let full = full_name(pod);
         statics.insert(full.clone());
-        let hash = static_hash(pod);
+        let (hash, spec) = (static_hash(pod), spec_hash(pod));
         let mine = by_name.get(&full).map(Vec::as_slice).unwrap_or_default();
         let mut current = false;
         for m in mine {
-            let stale = m.metadata.deletion_timestamp.is_some()
-                || annotation(m, CONFIG_MIRROR_ANNOTATION).as_deref() != Some(hash.as_str());
-            if stale {
-                out.push(delete(m));
-            } else {
+            if is_current(m, &hash, &spec) {
                 current = true;
+            } else {
+                out.push(delete(m));
             }
         }
         if !current {
@@ -117,6 +142,7 @@ pub fn mirror_actions(
 pub fn mirror_pod(static_pod: &Pod, node_name: &str, node_uid: &str) -> Pod {
     let mut annotations = static_pod.metadata.annotations.clone().unwrap_or_default();
     annotations.insert(CONFIG_MIRROR_ANNOTATION.into(), static_hash(static_pod));
+    annotations.insert(MIRROR_SPEC_ANNOTATION.into(), spec_hash(static_pod));
     let mut spec = static_pod.spec.clone().unwrap_or_default();
     spec.node_name = Some(node_name.to_string());
     Pod {
@@ -167,7 +193,16 @@ mod tests {
     }
 
     fn mirror(name: &str, uid: &str, hash: &str) -> Arc<Pod> {
-        pod(name, "api", uid, &[(CONFIG_MIRROR_ANNOTATION, hash)])
+        let spec = spec_hash(&static_pod(name, hash));
+        pod(
+            name,
+            "api",
+            uid,
+            &[
+                (CONFIG_MIRROR_ANNOTATION, hash),
+                (MIRROR_SPEC_ANNOTATION, &spec),
+            ],
+        )
     }
 
     fn del(name: &str, uid: &str) -> MirrorAction {
@@ -214,6 +249,34 @@ mod tests {
         assert_eq!(
             mirror_actions(std::slice::from_ref(&s), &[Arc::new(deleting)], true),
             [del("web-node1", "m2"), MirrorAction::Create(s)]
+        );
+    }
+
+    #[test]
+    fn a_mirror_of_an_older_spec_under_the_same_hash_is_recreated() {
+        let mut edited = (*static_pod("web-node1", "h1")).clone();
+        edited.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            containers: vec![k8s_openapi::api::core::v1::Container {
+                name: "c".into(),
+                image: Some("new:2".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let edited = Arc::new(edited);
+        let m = mirror("web-node1", "m1", "h1");
+        assert_eq!(
+            mirror_actions(
+                std::slice::from_ref(&edited),
+                std::slice::from_ref(&m),
+                true
+            ),
+            [del("web-node1", "m1"), MirrorAction::Create(edited.clone())]
+        );
+        let fresh = mirror_pod(&edited, "node1", "n");
+        assert_eq!(
+            annotation(&fresh, MIRROR_SPEC_ANNOTATION),
+            Some(spec_hash(&edited))
         );
     }
 

@@ -265,6 +265,21 @@ fn a_static_pod_gets_a_mirror_pod_that_is_recreated_and_removed_with_it() {
         "not restarted"
     );
 
+    // The container is edited (the static pod's UID and hash stay, see
+    // ARCHITECTURE.md): the mirror is replaced by a copy of the new spec.
+    let edited = "trap 'exit 0' TERM; while true; do sleep 2 & wait $!; done";
+    w.node.write_manifest(
+        "static.yaml",
+        &crate::util::pod_yaml("static", 1, &[("c", edited)]),
+    );
+    wait_for("a mirror of the edited spec", LONG, || {
+        let p = w.pod(&name)?;
+        (p["spec"]["containers"][0]["command"][2] == edited
+            && p["metadata"]["deletionTimestamp"].is_null())
+        .then_some(())
+    });
+    w.wait_running(&name);
+
     // The manifest goes: so does the mirror.
     std::fs::remove_file(w.node.manifests().join("static.yaml")).expect("remove manifest");
     wait_for("the mirror pod to go", LONG, || {
