@@ -633,6 +633,37 @@ mod tests {
     }
 
     #[test]
+    fn a_mirror_pod_from_the_api_is_never_run_and_is_published_apart() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File, Source::Api]);
+        let static_pod = pod("web", "u1", ONE);
+        n.snapshot(Source::File, vec![static_pod.clone()]);
+        let mut mirror = static_pod.clone();
+        mirror.metadata.uid = Some("m1".into());
+        let mut ann = mirror.metadata.annotations.clone().unwrap_or_default();
+        ann.insert(
+            crate::podconfig::CONFIG_MIRROR_ANNOTATION.into(),
+            "u1".into(),
+        );
+        ann.insert(
+            crate::podconfig::CONFIG_SOURCE_ANNOTATION.into(),
+            "api".into(),
+        );
+        mirror.metadata.annotations = Some(ann);
+        n.snapshot(Source::Api, vec![mirror]);
+        assert!(n.containers_of("m1").is_empty(), "the mirror never runs");
+        assert!(n.running("u1", "a").is_some(), "the static pod runs");
+        let snap = n.sl.manager_view.get();
+        assert!(snap.sources_ready);
+        let uids = |pods: &[Arc<Pod>]| -> Vec<String> {
+            pods.iter().filter_map(|p| p.metadata.uid.clone()).collect()
+        };
+        assert_eq!(uids(&snap.pods), ["u1"]);
+        assert_eq!(uids(&snap.mirrors), ["m1"]);
+        assert!(n.sl.pod_config.held_back().is_empty(), "no name conflict");
+    }
+
+    #[test]
     fn runtime_up_resyncs_every_pod() {
         let rt = testing::runtime(&testing::clock());
         let mut n = Node::new(&rt, &[Source::File]);
