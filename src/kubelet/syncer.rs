@@ -168,6 +168,11 @@ impl PodSyncer for SyncHandler {
         let queue = self.queue.clone();
         let u = uid.to_string();
         let remove = kill.remove;
+        // Upstream `TerminatePod`: a deleted pod that is not static ends terminal.
+        let force_terminal = kill
+            .pod
+            .as_deref()
+            .is_some_and(|p| !crate::container::is_static_pod(p));
         self.hand_over(req, true, move |res| match res {
             Ok(()) if remove => {
                 statuses.remove(&u);
@@ -176,7 +181,7 @@ impl PodSyncer for SyncHandler {
             Ok(()) => {
                 // Upstream `TerminatePod`: what did not end visibly ended unknown.
                 if let Some(prev) = statuses.get(&u) {
-                    statuses.set(&u, status::terminate(&prev));
+                    statuses.set(&u, status::terminate(&prev, force_terminal));
                 }
             }
             Err(e) => log::warn!(

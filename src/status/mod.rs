@@ -622,9 +622,14 @@ fn truncate_termination_messages(pod: &Pod, status: &mut PodStatus) {
 
 /// Upstream `TerminatePod`: once a pod has been stopped for good, every container that
 /// shows no terminated state gets one (`ContainerStatusUnknown`, exit code 137): it was
-/// not seen ending. Run after a kill whose pod keeps a status.
-pub fn terminate(status: &PodStatus) -> PodStatus {
+/// not seen ending; and a pod that is not static and not yet Succeeded or Failed is
+/// Failed (`force_terminal`), so a deleted pod that never ran still ends terminal and
+/// can be deleted for good. Run after a kill whose pod keeps a status.
+pub fn terminate(status: &PodStatus, force_terminal: bool) -> PodStatus {
     let mut s = status.clone();
+    if force_terminal && !is_terminal_phase(s.phase.as_deref()) {
+        s.phase = Some("Failed".into());
+    }
     for c in s
         .init_container_statuses
         .iter_mut()
@@ -1355,7 +1360,13 @@ mod tests {
         assert_eq!(last.exit_code, 137);
         assert_eq!(c.restart_count, 5);
         // TerminatePod: whatever is not terminated becomes ContainerStatusUnknown.
-        let done = terminate(&running);
+        let done = terminate(&running, false);
+        assert_eq!(done.phase, running.phase, "a static pod keeps its phase");
+        assert_eq!(
+            terminate(&running, true).phase.as_deref(),
+            Some("Failed"),
+            "any other pod ends terminal"
+        );
         let t = done.container_statuses.as_ref().expect("statuses")[0]
             .state
             .as_ref()

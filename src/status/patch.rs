@@ -58,8 +58,9 @@ pub fn merge_pod_status(
             .cloned(),
     );
     out.conditions = (!conditions.is_empty()).then_some(conditions);
-    // Not the kubelet's to change.
+    // Not the kubelet's to change (the scheduler's, the resource claim controller's).
     out.resource_claim_statuses = old.resource_claim_statuses.clone();
+    out.nominated_node_name = old.nominated_node_name.clone();
 
     let (old_terminal, new_terminal) = (
         terminal(old.phase.as_deref()),

@@ -350,13 +350,33 @@ fn kubectl_delete_pod_stops_it_with_its_grace_and_the_pod_goes() {
     );
     eprintln!("kubectl delete --grace-period=5 took {:?}", began.elapsed());
 
+    // One that never ran (its image is not there and may not be pulled) goes too: it
+    // ends Failed once stopped, then the kubelet deletes it.
+    w.api
+        .create(
+            "pods",
+            "default",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "never"},
+                "spec": {"nodeName": w.node.name, "containers": [{"name": "c",
+                    "image": "rkubelet/absent:1", "imagePullPolicy": "Never"}]}}),
+        )
+        .expect("create pod");
+    wait_for("the kubelet to report it waiting", LONG, || {
+        let p = w.pod("never")?;
+        let reason = p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].clone();
+        (reason == "ErrImageNeverPull").then_some(())
+    });
+    let out = w.kubectl(&["delete", "pod", "never"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(w.pod("never").is_none());
+
     // The kubelet wrote the final status, then deleted each pod with its UID.
     let calls = w.kubelet_calls();
     let deletes: Vec<_> = calls
         .iter()
         .filter(|c| c.0 == "DELETE" && c.1 == "pods")
         .collect();
-    assert_eq!(deletes.len(), 2, "{calls:?}");
+    assert_eq!(deletes.len(), 3, "{calls:?}");
     assert!(deletes.iter().all(|c| c.3 == 200), "{calls:?}");
     wait_for("both pods' containers to be removed", LONG, || {
         w.node.containers().is_empty().then_some(())
