@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 
 use super::mirror::{self, MirrorAction};
-use super::patch::{merge_pod_status, status_patch};
+use super::patch::{check_container_state_transition, merge_pod_status, status_patch};
 use super::StatusCache;
 use crate::apiclient::{ApiClient, ApiError};
 use crate::loops::lock;
@@ -289,6 +289,18 @@ impl StatusManager {
             return Ok(());
         }
         let api_status = self.api_status(target);
+        let policy = target
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.as_deref())
+            .unwrap_or("Always");
+        if let Err(e) = check_container_state_transition(&api_status, &status, policy) {
+            log::warn!(
+                "Status update on pod aborted: pod {}: {e}",
+                crate::container::format_pod(target)
+            );
+            return Ok(());
+        }
         let merged = merge_pod_status(&api_status, &status, !(self.finished)(kuid));
         // A terminal phase held back until the containers are down is looked at again
         // every tick, not only at the next resync: the pod's being down changes no

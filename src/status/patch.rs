@@ -1,5 +1,5 @@
 //! The pure rules of a pod status write (upstream `status_manager.go`'s
-//! `mergePodStatus` and the terminal-phase guard, and `statusutil.PatchPodStatus`'s
+//! `mergePodStatus`, `checkContainerStateTransition` and the terminal-phase guard, and `statusutil.PatchPodStatus`'s
 //! two-way strategic merge patch): what the kubelet sends is the status it computed,
 //! merged with the conditions it does not own, never moving a terminal phase back,
 //! as the difference from what the API server holds.
@@ -92,6 +92,44 @@ pub fn merge_pod_status(
     out
 }
 
+/// Upstream `checkContainerStateTransition`: a container the API shows terminated may
+/// not be reported running or waiting again unless the pod's `restart_policy` restarts
+/// it (`Always`; `OnFailure` after a non-zero exit). Err names the container: the
+/// whole update is dropped.
+pub fn check_container_state_transition(
+    old: &PodStatus,
+    new: &PodStatus,
+    restart_policy: &str,
+) -> Result<(), String> {
+    if restart_policy == "Always" {
+        return Ok(());
+    }
+    let lists = [
+        (&old.container_statuses, &new.container_statuses),
+        (&old.init_container_statuses, &new.init_container_statuses),
+    ];
+    for (olds, news) in lists {
+        for o in olds.iter().flatten() {
+            let Some(t) = o.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
+                continue;
+            };
+            if t.exit_code != 0 && restart_policy == "OnFailure" {
+                continue;
+            }
+            let back = news.iter().flatten().any(|n| {
+                n.name == o.name && n.state.as_ref().is_none_or(|s| s.terminated.is_none())
+            });
+            if back {
+                return Err(format!(
+                    "terminated container {} attempted illegal transition to non-terminated state",
+                    o.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The body of upstream's `PatchPodStatus`: a two-way strategic merge patch from
 /// `{status: old}` to `{metadata: {uid}, status: new}`. None when the statuses are
 /// the same (the uid alone is no change: nothing to send).
@@ -141,7 +179,9 @@ fn diff_maps(
                 let nl = nv.as_array().map(Vec::as_slice).unwrap_or_default();
                 if let Some(d) = diff_merge_list(ol, nl, key, &child) {
                     out.insert(format!("$setElementOrder/{k}"), order_of(nl, key));
-                    out.insert(k.clone(), Value::Array(d));
+                    if !d.is_empty() {
+                        out.insert(k.clone(), Value::Array(d));
+                    }
                 }
             }
             _ => {
@@ -261,6 +301,36 @@ mod tests {
             p["status"],
             json!({"containerStatuses": [{"name": "a", "ready": false, "restartCount": 0,
                 "image": "x", "imageID": ""}]})
+        );
+    }
+
+    #[test]
+    fn a_terminated_container_comes_back_only_if_the_policy_restarts_it() {
+        let done = |code: i32| {
+            status(json!({"containerStatuses": [{"name": "a", "ready": false,
+                "restartCount": 0, "image": "x", "imageID": "",
+                "state": {"terminated": {"exitCode": code}}}]}))
+        };
+        let running = status(json!({"containerStatuses": [{"name": "a", "ready": true,
+            "restartCount": 1, "image": "x", "imageID": "",
+            "state": {"running": {}}}]}));
+        assert!(check_container_state_transition(&done(0), &running, "Always").is_ok());
+        assert!(check_container_state_transition(&done(1), &running, "OnFailure").is_ok());
+        assert!(check_container_state_transition(&done(0), &running, "OnFailure").is_err());
+        assert!(check_container_state_transition(&done(1), &running, "Never").is_err());
+        assert!(check_container_state_transition(&done(1), &done(1), "Never").is_ok());
+    }
+
+    #[test]
+    fn a_new_order_alone_is_sent_as_the_order() {
+        let old =
+            status(json!({"conditions": [cond("Ready", "True"), cond("PodScheduled", "True")]}));
+        let new =
+            status(json!({"conditions": [cond("PodScheduled", "True"), cond("Ready", "True")]}));
+        assert_eq!(
+            status_patch("u1", &old, &new),
+            Some(json!({"metadata": {"uid": "u1"}, "status": {
+                "$setElementOrder/conditions": [{"type": "PodScheduled"}, {"type": "Ready"}]}}))
         );
     }
 
