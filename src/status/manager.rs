@@ -44,6 +44,9 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// The longest wait after an unreachable API server: short enough that every status
 /// is right within a resync period of its return.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(4);
+/// The most one tick works (a slow but reachable API server, many pods): the rest is
+/// done by the next ticks, so the loop stays well inside its health check.
+const MAX_TICK_WORK: Duration = Duration::from_secs(30);
 /// A mirror just created is not created again for this long while the watch has not
 /// shown it yet (the API source's copy lags the create by a watch event).
 const MIRROR_CREATE_WAIT: Duration = Duration::from_secs(5);
@@ -247,7 +250,12 @@ impl StatusManager {
         let resync = self
             .last_resync
             .is_none_or(|t| now.duration_since(t) >= RESYNC_PERIOD);
+        let began = Instant::now();
         for pod in &snap.pods {
+            if began.elapsed() > MAX_TICK_WORK {
+                log::warn!("status manager: tick cut after {MAX_TICK_WORK:?}, the rest next tick");
+                return Ok(());
+            }
             if crate::container::is_static_pod(pod) {
                 if let Some(m) = mirror::current_mirror(pod, &snap.mirrors) {
                     self.sync_status(uid_of(pod), m, resync, now)?;
