@@ -44,6 +44,9 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// The longest wait after an unreachable API server: short enough that every status
 /// is right within a resync period of its return.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(4);
+/// While the Node is not registered, it is looked for this often (mirror pods wait
+/// for it).
+const NODE_RETRY: Duration = Duration::from_secs(5);
 /// The most one tick works (a slow but reachable API server, many pods): the rest is
 /// done by the next ticks, so the loop stays well inside its health check.
 const MAX_TICK_WORK: Duration = Duration::from_secs(30);
@@ -168,6 +171,8 @@ pub struct StatusManager {
     /// Mirrors created and not yet seen in the snapshot: full name → (UID, when).
     created: HashMap<String, (String, Instant)>,
     node_uid: Option<String>,
+    /// No GET of the Node before this (it was not there).
+    node_retry_at: Option<Instant>,
     last_resync: Option<Instant>,
     backoff: Duration,
     retry_at: Option<Instant>,
@@ -209,6 +214,7 @@ impl StatusManager {
             dropped: HashSet::new(),
             created: HashMap::new(),
             node_uid: None,
+            node_retry_at: None,
             last_resync: None,
             backoff: Duration::ZERO,
             retry_at: None,
@@ -441,7 +447,7 @@ impl StatusManager {
                     if self.created.contains_key(&full) {
                         continue;
                     }
-                    let Some(node_uid) = self.node_uid()? else {
+                    let Some(node_uid) = self.node_uid(now)? else {
                         continue;
                     };
                     let m = mirror::mirror_pod(&pod, &self.node_name, &node_uid);
@@ -474,10 +480,14 @@ impl StatusManager {
 
     /// The Node's UID, fetched once (upstream refuses mirror pods while the node object
     /// cannot be read). None while the Node is not registered.
-    fn node_uid(&mut self) -> Result<Option<String>, ApiError> {
+    fn node_uid(&mut self, now: Instant) -> Result<Option<String>, ApiError> {
         if let Some(uid) = &self.node_uid {
             return Ok(Some(uid.clone()));
         }
+        if self.node_retry_at.is_some_and(|t| now < t) {
+            return Ok(None);
+        }
+        self.node_retry_at = Some(now + NODE_RETRY);
         match self.api.node(&self.node_name) {
             Ok(node) if node.metadata.deletion_timestamp.is_none() => {
                 self.node_uid = node.metadata.uid;
@@ -859,6 +869,8 @@ mod tests {
         assert_eq!(h.api.calls(), [Call::Node]);
         *lock(&h.api.node) = Some("node-uid".into());
         h.tick_after(1).expect("tick");
+        assert_eq!(h.api.calls(), [], "not looked for again at once");
+        h.tick_after(5).expect("tick");
         let calls = h.api.calls();
         assert_eq!(calls.len(), 2, "{calls:?}");
         let Call::Create(m) = &calls[1] else {
