@@ -68,9 +68,22 @@ pub mod store;
 #[path = "apiserver_rest.rs"]
 mod rest;
 
+#[path = "apiserver_tables.rs"]
+pub mod tables;
+
+#[path = "apiserver_credentials.rs"]
+pub mod credentials;
+
+#[path = "apiserver_admission.rs"]
+pub mod admission;
+
 #[cfg(test)]
 #[path = "apiserver_http.rs"]
 mod http_tests;
+
+#[cfg(test)]
+#[path = "apiserver_kubectl.rs"]
+mod kubectl_tests;
 
 pub use store::{Identity, PatchType};
 use store::{Selector, Store, Sub};
@@ -348,6 +361,16 @@ struct State {
     access_reviews: Vec<Value>,
     /// The kubelet port of each node, for the pod subresources.
     kubelets: proxy::Kubelets,
+    /// Every TokenRequest answered: (namespace, service account, the TokenRequest).
+    token_requests: Vec<(String, String, Value)>,
+    /// A TokenRequest for a missing service account is 404 (upstream); off: any name.
+    require_service_accounts: bool,
+    /// Bootstrap tokens accepted: id → secret.
+    bootstrap_tokens: BTreeMap<String, String>,
+    /// Approve (and issue) every CSR when it is created.
+    csr_auto_approve: bool,
+    /// The lifetime of issued certificates, in seconds.
+    csr_lifetime: i64,
 }
 
 struct Shared {
@@ -381,6 +404,7 @@ impl TestApiServer {
             state: Mutex::new(State {
                 store: Store::new(100),
                 tokens: opts.tokens.iter().cloned().collect(),
+                csr_lifetime: 365 * 86400,
                 ..State::default()
             }),
             changed: Condvar::new(),
@@ -509,6 +533,8 @@ impl TestApiServer {
     fn change(&self, kind: &'static str, pod: Value) -> u64 {
         let res = store::resource("pods").expect("pods are served");
         let mut st = lock(&self.shared.state);
+        st.store
+            .ensure_namespace(pod["metadata"]["namespace"].as_str().unwrap_or("default"));
         st.store.put_raw(res, kind, pod);
         let rv = st.store.rv;
         drop(st);
@@ -599,8 +625,11 @@ impl TestApiServer {
             user: "test".into(),
             groups: vec!["system:masters".into()],
         };
-        self.write(|s| s.create(res, ns, obj, &who))
-            .map_err(|e| e.status())
+        self.write(|s| {
+            s.ensure_namespace(ns);
+            s.create(res, ns, obj, &who)
+        })
+        .map_err(|e| e.status())
     }
 
     /// Replaces an object (PUT; `status`: the status subresource).
@@ -743,6 +772,77 @@ impl TestApiServer {
         out
     }
 
+    /// Every TokenRequest answered so far: (namespace, service account, the
+    /// TokenRequest with its token).
+    pub fn token_requests(&self) -> Vec<(String, String, Value)> {
+        lock(&self.shared.state).token_requests.clone()
+    }
+
+    /// Makes a TokenRequest for a service account that is not in the store 404, as
+    /// upstream (default: off, any name is served).
+    pub fn require_service_accounts(&self, on: bool) {
+        lock(&self.shared.state).require_service_accounts = on;
+    }
+
+    /// Accepts bootstrap token `<id>.<secret>` (user `system:bootstrap:<id>`, group
+    /// `system:bootstrappers`; CSRs only).
+    pub fn add_bootstrap_token(&self, id: &str, secret: &str) {
+        lock(&self.shared.state)
+            .bootstrap_tokens
+            .insert(id.to_string(), secret.to_string());
+    }
+
+    /// Turns the ServiceAccount admission plugin (and the controllers making each
+    /// namespace's `default` ServiceAccount and `kube-root-ca.crt` ConfigMap, with the
+    /// test CA) on or off: pods created through the API from now on get the projected
+    /// `kube-api-access-*` volume, as in a real cluster.
+    pub fn set_service_account_admission(&self, on: bool) {
+        let ca = std::fs::read_to_string(Pki::get().ca).expect("test CA");
+        let mut st = lock(&self.shared.state);
+        st.store.sa_admission = on;
+        st.store.root_ca = ca;
+        let namespaces: Vec<String> = st
+            .store
+            .list(
+                store::resource("namespaces").expect("served"),
+                None,
+                &Selector::default(),
+            )
+            .iter()
+            .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
+            .collect();
+        for ns in namespaces {
+            st.store.publish(&ns);
+        }
+    }
+
+    /// Approves CSR `name` and issues its certificate (signed by the test CA, or a
+    /// `Failed` condition if the request is not acceptable). False if there is none.
+    pub fn approve_csr(&self, name: &str) -> bool {
+        if !credentials::decide(&self.shared, name, true) {
+            return false;
+        }
+        let lifetime = lock(&self.shared.state).csr_lifetime;
+        credentials::sign(&self.shared, name, lifetime);
+        true
+    }
+
+    /// Denies CSR `name`. False if there is none.
+    pub fn deny_csr(&self, name: &str) -> bool {
+        credentials::decide(&self.shared, name, false)
+    }
+
+    /// Approves and issues every CSR as soon as it is created.
+    pub fn set_csr_auto_approve(&self, on: bool) {
+        lock(&self.shared.state).csr_auto_approve = on;
+    }
+
+    /// The lifetime of the certificates issued from now on (default 365 days; any
+    /// number of seconds, for rotation tests).
+    pub fn set_csr_lifetime(&self, d: Duration) {
+        lock(&self.shared.state).csr_lifetime = d.as_secs() as i64;
+    }
+
     /// The store's resourceVersion.
     pub fn resource_version(&self) -> u64 {
         lock(&self.shared.state).store.rv
@@ -833,8 +933,11 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
         .to_string();
     let (authed_by, who) = {
         let mut st = lock(&sh.state);
+        let bootstrap = credentials::bootstrap_identity(&token, &st.bootstrap_tokens);
         let by = if !token.is_empty() && st.tokens.contains(&token) {
             "token"
+        } else if bootstrap.is_some() {
+            "bootstrap"
         } else if cert.is_some() && token.is_empty() {
             "cert"
         } else if token.is_empty() {
@@ -859,6 +962,7 @@ fn handle_conn(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, sh: Arc<Shared>) 
                 },
             },
             "cert" => cert.as_deref().map(cert_identity).unwrap_or_default(),
+            "bootstrap" => bootstrap.unwrap_or_default(),
             _ => Identity::default(),
         };
         (by, who)

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::store::{ApiError, Identity, PatchType, Resource, Selector, Sub, RESOURCES};
-use super::{chunk, lock, proxy, read_body, respond, Call, Shared, Tls};
+use super::{chunk, credentials, lock, proxy, read_body, respond, tables, Call, Shared, Tls};
 
 /// A parsed object URL.
 struct Target {
@@ -147,12 +147,29 @@ pub fn serve(
             "message":format!("scripted failure ({code})"),"reason":reason,"code":code});
         return respond(&mut stream, code, &body);
     }
+    let lower = match verb.as_str() {
+        "PUT" => "update".to_string(),
+        "POST" => "create".to_string(),
+        v => v.to_lowercase(),
+    };
+    if let Err(e) = credentials::authorize(who, &lower, t.res, &ns) {
+        return record(fail(&mut stream, &e));
+    }
     let sub = match t.sub.as_deref() {
         None => Some(Sub::Main),
         Some("status") if t.res.has_status => Some(Sub::Status),
+        Some("approval") if t.res.name == "certificatesigningrequests" => Some(Sub::Approval),
+        Some("token") if t.res.name == "serviceaccounts" && method_is_post(head) => {
+            return token(stream, sh, head, &ns, &name, record);
+        }
         _ => None,
     };
     let method = head.method.as_str();
+    let as_table = tables::wants_table(head.header("accept").unwrap_or_default());
+    let include = q
+        .get("includeObject")
+        .map(String::as_str)
+        .unwrap_or("Metadata");
     if verb == "WATCH" {
         record(0);
         return watch(stream, sh, q, t.res, t.ns.as_deref());
@@ -168,9 +185,14 @@ pub fn serve(
         };
         let st = lock(&sh.state);
         let items = st.store.list(t.res, t.ns.as_deref(), &sel);
-        let body = json!({"kind":format!("{}List", t.res.kind),"apiVersion":t.res.api_version(),
-            "metadata":{"resourceVersion": st.store.rv.to_string()},"items":items});
+        let rv = st.store.rv;
         drop(st);
+        let body = if as_table {
+            tables::table(t.res, &items, Some(rv), include)
+        } else {
+            json!({"kind":format!("{}List", t.res.kind),"apiVersion":t.res.api_version(),
+                "metadata":{"resourceVersion": rv.to_string()},"items":items})
+        };
         respond(&mut stream, 200, &body);
         return record(200);
     }
@@ -182,6 +204,17 @@ pub fn serve(
         let Some(raw) = read_body(&mut stream, head) else {
             return;
         };
+        let ct = head.header("content-type").unwrap_or("application/json");
+        if !ct.contains("json") {
+            // Protobuf and CBOR are not spoken: 415, as a server without them.
+            let e = ApiError {
+                code: 415,
+                reason: "UnsupportedMediaType",
+                message: format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({ct})"),
+                details: Value::Null,
+            };
+            return record(fail(&mut stream, &e));
+        }
         if raw.iter().all(u8::is_ascii_whitespace) {
             Value::Null
         } else {
@@ -205,7 +238,10 @@ pub fn serve(
                 .cloned()
                 .ok_or_else(|| ApiError::not_found(t.res, n))
                 .map(|o| (200, o)),
-            ("POST", None) => s.create(t.res, &ns, body, who).map(|o| (201, o)),
+            ("POST", None) => s
+                .require_namespace(t.res, &ns)
+                .and_then(|()| s.create(t.res, &ns, body, who))
+                .map(|o| (201, o)),
             ("PUT", Some(n)) => s.update(t.res, &ns, n, sub, body).map(|o| (200, o)),
             ("PATCH", Some(n)) => {
                 let ct = head.header("content-type").unwrap_or_default();
@@ -235,10 +271,79 @@ pub fn serve(
         }
     };
     sh.changed.notify_all();
+    // The approver and signer, after the answer (as the controllers act after it).
+    let csr_to_sign = match (&result, t.res.name, method, sub) {
+        (Ok(_), "certificatesigningrequests", "POST", _) if lock(&sh.state).csr_auto_approve => {
+            Some(true)
+        }
+        (Ok(_), "certificatesigningrequests", "PUT" | "PATCH", Sub::Approval) => Some(false),
+        _ => None,
+    };
+    let csr_name = match &result {
+        Ok((_, o)) => o["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        Err(_) => String::new(),
+    };
     match result {
         Ok((code, obj)) => {
+            let obj = if method == "GET" && as_table && sub == Sub::Main {
+                tables::table(t.res, &[obj], None, include)
+            } else {
+                obj
+            };
             respond(&mut stream, code, &obj);
-            record(code)
+            record(code);
+        }
+        Err(e) => record(fail(&mut stream, &e)),
+    }
+    if let Some(approve) = csr_to_sign {
+        if approve {
+            credentials::decide(sh, &csr_name, true);
+        }
+        let lifetime = lock(&sh.state).csr_lifetime;
+        credentials::sign(sh, &csr_name, lifetime);
+    }
+}
+
+fn method_is_post(head: &proxy::Head) -> bool {
+    head.method == "POST"
+}
+
+/// `POST …/serviceaccounts/{name}/token`: a TokenRequest.
+fn token(
+    mut stream: Tls,
+    sh: &Shared,
+    head: &proxy::Head,
+    ns: &str,
+    name: &str,
+    record: impl Fn(u16),
+) {
+    let Some(raw) = read_body(&mut stream, head) else {
+        return;
+    };
+    let req: Value = match serde_json::from_slice(&raw) {
+        Ok(v) => v,
+        Err(e) => {
+            let e = ApiError::bad_request(format!("the request body is not JSON: {e}"));
+            return record(fail(&mut stream, &e));
+        }
+    };
+    let answer = {
+        let mut st = lock(&sh.state);
+        let require = st.require_service_accounts;
+        let answer = credentials::token_request(&mut st.store, require, ns, name, &req);
+        if let Ok(a) = &answer {
+            st.token_requests
+                .push((ns.to_string(), name.to_string(), a.clone()));
+        }
+        answer
+    };
+    match answer {
+        Ok(a) => {
+            respond(&mut stream, 201, &a);
+            record(201)
         }
         Err(e) => record(fail(&mut stream, &e)),
     }
@@ -355,11 +460,11 @@ fn watch(
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        let events: Vec<(u64, &'static str, Value)> = st
-            .store
-            .history
+        let history = &st.store.history;
+        let first = history.partition_point(|c| c.rv <= cursor);
+        let events: Vec<(u64, &'static str, Value)> = history[first..]
             .iter()
-            .filter(|c| c.rv > cursor && c.resource == res.name)
+            .filter(|c| c.resource == res.name)
             .map(|c| (c.rv, c.kind, c.object.clone()))
             .collect();
         let store_rv = st.store.rv;

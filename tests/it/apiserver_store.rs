@@ -28,9 +28,11 @@
 
 use std::collections::BTreeMap;
 
+use base64::Engine as _;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{json, Value};
 
+use super::admission;
 use super::patch::{self, PatchError};
 
 /// A kind the stand-in serves.
@@ -219,7 +221,7 @@ impl ApiError {
         ApiError::new(400, "BadRequest", message.into())
     }
 
-    fn invalid(res: &Resource, name: &str, message: impl Into<String>) -> ApiError {
+    pub fn invalid(res: &Resource, name: &str, message: impl Into<String>) -> ApiError {
         ApiError::new(
             422,
             "Invalid",
@@ -251,6 +253,8 @@ pub const MODIFIED: &str =
 pub enum Sub {
     Main,
     Status,
+    /// A CSR's `approval`: only `status.conditions`.
+    Approval,
 }
 
 /// The three patch content types.
@@ -304,6 +308,10 @@ pub struct Store {
     /// Versions below this are gone (410).
     pub oldest: u64,
     seq: u64,
+    /// The ServiceAccount admission plugin and its controllers are on.
+    pub sa_admission: bool,
+    /// The CA published as `kube-root-ca.crt` (PEM) when they are.
+    pub root_ca: String,
 }
 
 /// Now, as the API server writes timestamps (RFC 3339, seconds, UTC).
@@ -331,11 +339,73 @@ fn meta_str<'a>(o: &'a Value, field: &str) -> &'a str {
 impl Store {
     /// An empty store whose next resourceVersion is `rv + 1`.
     pub fn new(rv: u64) -> Store {
-        Store {
+        let mut s = Store {
             rv,
             oldest: 1,
             ..Store::default()
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            s.ensure_namespace(ns);
         }
+        s
+    }
+
+    /// Makes namespace `ns` exist (Active), quietly: no new resourceVersion, no watch
+    /// event (what kube-apiserver makes at start, or what a test's own objects need).
+    pub fn ensure_namespace(&mut self, ns: &str) {
+        let res = resource("namespaces").expect("served");
+        let key = Self::key(res, "", ns);
+        if ns.is_empty() || self.objects.contains_key(&key) {
+            return;
+        }
+        let uid = self.new_uid();
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": ns, "uid": uid, "creationTimestamp": now(),
+                         "resourceVersion": self.rv.to_string(),
+                         "labels": {"kubernetes.io/metadata.name": ns}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        self.objects.insert(key, obj);
+        self.publish(ns);
+    }
+
+    /// With ServiceAccount admission on: the `default` ServiceAccount and the
+    /// `kube-root-ca.crt` ConfigMap in `ns`, quietly, if missing (what the
+    /// serviceaccount and root-ca-cert-publisher controllers make).
+    pub fn publish(&mut self, ns: &str) {
+        if !self.sa_admission {
+            return;
+        }
+        let objects = [
+            (
+                "serviceaccounts",
+                "default",
+                json!({"apiVersion": "v1", "kind": "ServiceAccount"}),
+            ),
+            (
+                "configmaps",
+                "kube-root-ca.crt",
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"ca.crt": self.root_ca}}),
+            ),
+        ];
+        for (r, name, mut obj) in objects {
+            let res = resource(r).expect("served");
+            let key = Self::key(res, ns, name);
+            if self.objects.contains_key(&key) {
+                continue;
+            }
+            obj["metadata"] = json!({"name": name, "namespace": ns, "uid": self.new_uid(),
+                "creationTimestamp": now(), "resourceVersion": self.rv.to_string()});
+            self.objects.insert(key, obj);
+        }
+    }
+
+    /// NamespaceLifecycle admission for a client's create: the namespace must exist.
+    pub fn require_namespace(&self, res: &Resource, ns: &str) -> Result<(), ApiError> {
+        let nsres = resource("namespaces").expect("served");
+        if !res.namespaced || self.get(nsres, "", ns).is_some() {
+            return Ok(());
+        }
+        Err(ApiError::not_found(nsres, ns))
     }
 
     fn key(res: &Resource, ns: &str, name: &str) -> Key {
@@ -393,6 +463,19 @@ impl Store {
         z ^ (z >> 31)
     }
 
+    /// Five characters as `generateName` appends them.
+    fn random_suffix(&mut self) -> String {
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        let mut r = self.random();
+        (0..5)
+            .map(|_| {
+                let c = ALPHABET[(r % ALPHABET.len() as u64) as usize];
+                r /= ALPHABET.len() as u64;
+                char::from(c)
+            })
+            .collect()
+    }
+
     /// A UUID-shaped uid.
     pub fn new_uid(&mut self) -> String {
         let (a, b) = (self.random(), self.random());
@@ -441,16 +524,7 @@ impl Store {
                     "metadata.name: Required value: name or generateName is required",
                 ));
             }
-            const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-            let mut r = self.random();
-            let suffix: String = (0..5)
-                .map(|_| {
-                    let c = ALPHABET[(r % ALPHABET.len() as u64) as usize];
-                    r /= ALPHABET.len() as u64;
-                    char::from(c)
-                })
-                .collect();
-            name = format!("{prefix}{suffix}");
+            name = format!("{prefix}{}", self.random_suffix());
             obj["metadata"]["name"] = json!(name);
         }
         if self.get(res, ns, &name).is_some() {
@@ -478,10 +552,23 @@ impl Store {
         }
         match res.kind {
             "Pod" => {
+                admission::validate_pod(&obj).map_err(|msg| ApiError::invalid(res, &name, msg))?;
+                admission::default_pod(&mut obj);
+                if self.sa_admission {
+                    let suffix = self.random_suffix();
+                    admission::service_account(&mut obj, &suffix);
+                }
                 let qos = qos_class(&obj["spec"]);
                 obj["status"] = json!({"phase": "Pending", "qosClass": qos});
             }
+            "Namespace" => {
+                self.publish(&name);
+                obj["status"] = json!({"phase": "Active"});
+                obj["spec"] = json!({"finalizers": ["kubernetes"]});
+                obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+            }
             "CertificateSigningRequest" => {
+                validate_csr(&name, &obj["spec"])?;
                 obj["status"] = json!({});
                 obj["spec"]["username"] = json!(who.user);
                 obj["spec"]["groups"] = json!(who.groups);
@@ -574,6 +661,11 @@ impl Store {
             return Err(ApiError::conflict(res, &name, MODIFIED));
         }
         let mut out = match sub {
+            Sub::Approval => {
+                let mut o = old.clone();
+                o["status"]["conditions"] = new["status"]["conditions"].clone();
+                o
+            }
             Sub::Status => {
                 let mut o = old.clone();
                 o["status"] = new.get("status").cloned().unwrap_or(json!({}));
@@ -749,6 +841,37 @@ impl Store {
         }
         self.compact();
     }
+}
+
+/// Checks a CSR's `spec` on create (upstream's `ValidateCertificateRequestCreate`, the
+/// parts a kubelet can get wrong).
+fn validate_csr(name: &str, spec: &Value) -> Result<(), ApiError> {
+    let invalid = |msg: &str| ApiError {
+        code: 422,
+        reason: "Invalid",
+        message: format!(
+            "CertificateSigningRequest.certificates.k8s.io \"{name}\" is invalid: {msg}"
+        ),
+        details: json!({"name": name, "group": "certificates.k8s.io",
+            "kind": "CertificateSigningRequest"}),
+    };
+    let pem = spec["request"]
+        .as_str()
+        .and_then(|r| base64::engine::general_purpose::STANDARD.decode(r).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    if !pem.contains("-----BEGIN CERTIFICATE REQUEST-----") {
+        return Err(invalid(
+            "spec.request: Invalid value: \"...\": PEM block type must be CERTIFICATE REQUEST",
+        ));
+    }
+    if spec["signerName"].as_str().unwrap_or_default().is_empty() {
+        return Err(invalid("spec.signerName: Required value"));
+    }
+    if spec["usages"].as_array().is_none_or(|u| u.is_empty()) {
+        return Err(invalid("spec.usages: Required value"));
+    }
+    Ok(())
 }
 
 /// A pod's QoS class from its containers' resources (`qos.GetPodQOS`, simplified: cpu
@@ -966,7 +1089,7 @@ mod tests {
             .create(
                 res("pods"),
                 "default",
-                json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]},
+                json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i:1"}]},
                        "status": {"phase": "Running"}}),
                 &who,
             )
@@ -1053,7 +1176,7 @@ mod tests {
                 res("pods"),
                 "default",
                 json!({"metadata": {"name": "p", "labels": {"a": "1"}},
-                       "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}}),
+                       "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i:1"}]}}),
                 &who,
             )
             .expect("created");
@@ -1131,7 +1254,7 @@ mod tests {
         let pod = |name: &str, node: &str| {
             json!({"metadata": {"name": name},
                    "spec": {"nodeName": node, "terminationGracePeriodSeconds": 20,
-                            "containers": [{"name": "c"}]}})
+                            "containers": [{"name": "c", "image": "i:1"}]}})
         };
         s.create(res("pods"), "d", pod("bound", "n1"), &who)
             .expect("created");
