@@ -169,13 +169,16 @@ fn an_api_pods_status_is_written_and_kubectl_sees_it_running() {
         "{}",
         text(&out.stderr)
     );
-    if table.contains("READY") {
-        // The stand-in answers kubectl's Table request.
-        let row = table.lines().find(|l| l.starts_with("web")).expect("a row");
-        for want in ["Running", "1/1", &ip, &w.node.name] {
-            assert!(row.contains(want), "{want} in {table}");
-        }
-    }
+    eprintln!("{table}");
+    // kubectl's own table: NAME READY STATUS RESTARTS AGE IP NODE …
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("web "))
+        .expect("a row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[1..3], ["1/1", "Running"], "{table}");
+    assert!(cells.contains(&ip.as_str()), "{table}");
+    assert!(cells.contains(&w.node.name.as_str()), "{table}");
 
     // Steady: a status that does not change costs no request (two resync periods).
     let settled = wait_for("the status writes to settle", LONG, || {
@@ -240,6 +243,12 @@ fn a_static_pod_gets_a_mirror_pod_that_is_recreated_and_removed_with_it() {
     );
     assert_eq!(mirror["spec"]["nodeName"], json!(w.node.name));
     let first_uid = meta["uid"].as_str().expect("uid").to_string();
+    let out = w.kubectl(&["get", "pods", "-o", "wide"]);
+    let table = text(&out.stdout);
+    let row = table.lines().find(|l| l.starts_with(&name)).expect("a row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[1..3], ["1/1", "Running"], "{table}");
+    assert!(cells.contains(&w.node.name.as_str()), "{table}");
     let key = format!("{name}/c");
     let container = w.node.running()[&key].clone();
     assert_eq!(container.len(), 1, "the mirror is never run: {container:?}");
