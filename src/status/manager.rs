@@ -652,7 +652,8 @@ mod tests {
             view.clone(),
             Arc::new(move |_: &str| *lock(&f)),
             "node1",
-        );
+        )
+        .with_metrics(Arc::new(KubeletMetrics::new(Arc::default())));
         Harness {
             api,
             statuses,
@@ -724,6 +725,11 @@ mod tests {
             "the UID precondition"
         );
         assert_eq!(p[0]["status"]["phase"], "Running");
+        let synced =
+            h.m.metrics
+                .as_ref()
+                .map(|m| m.pod_status_sync_duration.count([]));
+        assert_eq!(synced, Some(1), "kubelet_pod_status_sync_duration_seconds");
         // Nothing changed: no call, not even at the resync while the watch lags...
         h.tick_after(1).expect("tick");
         h.tick_after(11).expect("resync");
