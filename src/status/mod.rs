@@ -825,6 +825,34 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use std::time::Duration;
 
+    #[test]
+    fn the_cache_versions_changes_only_and_pokes_without_blocking() {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let cache = StatusCache::with_notify(tx);
+        let running = PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        };
+        cache.set("u1", running.clone());
+        let (v1, _) = cache.get_versioned("u1").expect("a status");
+        cache.set("u1", running.clone());
+        assert_eq!(
+            cache.get_versioned("u1").map(|(v, _)| v),
+            Some(v1),
+            "same status"
+        );
+        let failed = PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        };
+        // The channel is full (one poke pending): set returns all the same.
+        cache.set("u1", failed);
+        let (v2, st) = cache.get_versioned("u1").expect("a status");
+        assert!(v2 > v1);
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(rx.try_iter().count(), 1, "one pending poke covers both");
+    }
+
     fn t(s: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
     }
