@@ -313,6 +313,8 @@ impl StatusManager {
                 "Status update on pod aborted: pod {}: {e}",
                 crate::container::format_pod(target)
             );
+            // Looked at again with the next status or the next resync, not every tick.
+            self.synced.insert(api_uid, version);
             return Ok(());
         }
         let merged = merge_pod_status(&api_status, &status, !(self.finished)(kuid));
