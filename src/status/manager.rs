@@ -303,12 +303,8 @@ impl StatusManager {
             return Ok(());
         }
         let api_status = self.api_status(target);
-        let policy = target
-            .spec
-            .as_ref()
-            .and_then(|s| s.restart_policy.as_deref())
-            .unwrap_or("Always");
-        if let Err(e) = check_container_state_transition(&api_status, &status, policy) {
+        let spec = target.spec.clone().unwrap_or_default();
+        if let Err(e) = check_container_state_transition(&api_status, &status, &spec) {
             log::warn!(
                 "Status update on pod aborted: pod {}: {e}",
                 crate::container::format_pod(target)

@@ -10,7 +10,7 @@
 //! As client-go's `CreateTwoWayMergePatch`, a merged list that changed carries
 //! `$setElementOrder/<list>` and its removed items as `{"$patch": "delete"}`.
 
-use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
 use serde_json::{Map, Value};
 
 /// Conditions the kubelet owns (upstream `PodConditionByKubelet`): computed here, so
@@ -93,17 +93,25 @@ pub fn merge_pod_status(
 }
 
 /// Upstream `checkContainerStateTransition`: a container the API shows terminated may
-/// not be reported running or waiting again unless the pod's `restart_policy` restarts
-/// it (`Always`; `OnFailure` after a non-zero exit). Err names the container: the
-/// whole update is dropped.
+/// not be reported running or waiting again unless the pod's restart policy restarts
+/// it (`Always`; `OnFailure` after a non-zero exit) or it is a sidecar (an init
+/// container with `restartPolicy: Always`). Err names the container: the whole update
+/// is dropped.
 pub fn check_container_state_transition(
     old: &PodStatus,
     new: &PodStatus,
-    restart_policy: &str,
+    spec: &PodSpec,
 ) -> Result<(), String> {
+    let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
     if restart_policy == "Always" {
         return Ok(());
     }
+    let sidecar = |name: &str| {
+        spec.init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == name && c.restart_policy.as_deref() == Some("Always"))
+    };
     let lists = [
         (&old.container_statuses, &new.container_statuses),
         (&old.init_container_statuses, &new.init_container_statuses),
@@ -113,7 +121,7 @@ pub fn check_container_state_transition(
             let Some(t) = o.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
                 continue;
             };
-            if t.exit_code != 0 && restart_policy == "OnFailure" {
+            if (t.exit_code != 0 && restart_policy == "OnFailure") || sidecar(&o.name) {
                 continue;
             }
             let back = news.iter().flatten().any(|n| {
@@ -314,11 +322,28 @@ mod tests {
         let running = status(json!({"containerStatuses": [{"name": "a", "ready": true,
             "restartCount": 1, "image": "x", "imageID": "",
             "state": {"running": {}}}]}));
-        assert!(check_container_state_transition(&done(0), &running, "Always").is_ok());
-        assert!(check_container_state_transition(&done(1), &running, "OnFailure").is_ok());
-        assert!(check_container_state_transition(&done(0), &running, "OnFailure").is_err());
-        assert!(check_container_state_transition(&done(1), &running, "Never").is_err());
-        assert!(check_container_state_transition(&done(1), &done(1), "Never").is_ok());
+        let spec = |policy: &str| -> PodSpec {
+            serde_json::from_value(json!({"restartPolicy": policy, "containers": []}))
+                .expect("spec")
+        };
+        let check = check_container_state_transition;
+        assert!(check(&done(0), &running, &spec("Always")).is_ok());
+        assert!(check(&done(1), &running, &spec("OnFailure")).is_ok());
+        assert!(check(&done(0), &running, &spec("OnFailure")).is_err());
+        assert!(check(&done(1), &running, &spec("Never")).is_err());
+        assert!(check(&done(1), &done(1), &spec("Never")).is_ok());
+        // A sidecar restarts whatever the pod's policy.
+        let as_init = |s: PodStatus| PodStatus {
+            init_container_statuses: s.container_statuses,
+            ..Default::default()
+        };
+        let mut with_sidecar = spec("Never");
+        with_sidecar.init_containers = Some(vec![serde_json::from_value(
+            json!({"name": "a", "restartPolicy": "Always"}),
+        )
+        .expect("container")]);
+        assert!(check(&as_init(done(1)), &as_init(running.clone()), &with_sidecar).is_ok());
+        assert!(check(&as_init(done(1)), &as_init(running), &spec("Never")).is_err());
     }
 
     #[test]
