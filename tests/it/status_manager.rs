@@ -28,6 +28,11 @@ struct World {
 
 impl World {
     fn start(prefix: &str) -> World {
+        Self::start_after(prefix, |_, _| {})
+    }
+
+    /// Starts the kubelet after `before` has prepared the stand-in.
+    fn start_after(prefix: &str, before: impl FnOnce(&TestApiServer, &Node)) -> World {
         let api = TestApiServer::start(Options {
             tokens: vec![KUBELET_TOKEN.into(), KUBECTL_TOKEN.into()],
             ..Options::default()
@@ -41,6 +46,7 @@ impl World {
         api.set_token_user(KUBECTL_TOKEN, "admin", &["system:masters"]);
         let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
         let kubectl_config = api.kubeconfig(&node.dir, "user.kubeconfig", "token: kubectl-token");
+        before(&api, &node);
         node.start(&[&format!("--kubeconfig={}", kc.display())]);
         World {
             api,
@@ -480,4 +486,21 @@ fn a_status_write_that_meets_a_recreated_pod_is_dropped() {
     assert!(seen <= 1, "{:?}", w.kubelet_calls());
     std::thread::sleep(Duration::from_secs(12));
     assert_eq!(conflicts(), seen, "{:?}", w.kubelet_calls());
+}
+
+#[test]
+fn a_pod_deleted_before_the_kubelet_ever_ran_it_is_deleted_for_good() {
+    let w = World::start_after("sm-early", |api, node| {
+        // Bound, then deleted (30 s grace) while no kubelet ran it.
+        api.create_pod(
+            json!({"metadata": {"name": "early", "deletionTimestamp": "2024-01-01T00:00:00Z",
+            "deletionGracePeriodSeconds": 30},
+            "spec": {"nodeName": node.name, "containers": [{"name": "c", "image": BUSYBOX}]},
+            "status": {"phase": "Pending"}}),
+        );
+    });
+    wait_for("the pod to be deleted for good", LONG, || {
+        w.pod("early").is_none().then_some(())
+    });
+    assert!(w.node.containers().is_empty(), "never started");
 }
