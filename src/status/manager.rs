@@ -8,8 +8,9 @@
 //! snapshot ([`PodManagerView`], published by the sync loop: the desired pods with
 //! the API's copy of each, status included, from the API source's watch, and the
 //! mirror pods). A tick writes each pod whose status has a version newer than the one
-//! written; every [`RESYNC_PERIOD`] it compares every pod with the API's copy
-//! (upstream `needsReconcile`). Either way a write is a strategic merge PATCH of
+//! written, and each pod whose API copy changed (a new resourceVersion from the watch:
+//! another writer, a relist); every [`RESYNC_PERIOD`] it compares every pod with the
+//! API's copy (upstream `needsReconcile`). Either way a write is a strategic merge PATCH of
 //! `pods/<name>/status` ([`super::patch`]), sent only when it is not empty: a pod
 //! whose status did not change costs no request. A 404 or a UID conflict (the pod was
 //! deleted, or recreated under its name) drops the pod: nothing is written for it
@@ -165,6 +166,10 @@ pub struct StatusManager {
     /// By API UID: the status the last PATCH answered, and the resourceVersion of the
     /// snapshot's copy it replaces (used while the watch has not caught up).
     patched: HashMap<String, (Option<String>, PodStatus)>,
+    /// By API UID: the resourceVersion of the snapshot's copy last compared; a copy
+    /// that changed (someone wrote the pod, a relist) is compared at once, not at the
+    /// next resync.
+    seen_rv: HashMap<String, Option<String>>,
     /// API UIDs never to write again: the API has no such pod (404) or another pod
     /// of that name (409), or it was deleted for good.
     dropped: HashSet<String>,
@@ -212,6 +217,7 @@ impl StatusManager {
             pending_since: HashMap::new(),
             patched: HashMap::new(),
             dropped: HashSet::new(),
+            seen_rv: HashMap::new(),
             created: HashMap::new(),
             node_uid: None,
             node_retry_at: None,
@@ -299,9 +305,12 @@ impl StatusManager {
         if newer {
             self.pending_since.entry(api_uid.clone()).or_insert(now);
         }
-        if !newer && !resync {
+        let copy_changed = self.seen_rv.get(&api_uid) != Some(&target.metadata.resource_version);
+        if !newer && !resync && !copy_changed {
             return Ok(());
         }
+        self.seen_rv
+            .insert(api_uid.clone(), target.metadata.resource_version.clone());
         let api_status = self.api_status(target);
         let spec = target.spec.clone().unwrap_or_default();
         if let Err(e) = check_container_state_transition(&api_status, &status, &spec) {
@@ -515,6 +524,7 @@ impl StatusManager {
         self.pending_since
             .retain(|u, _| api_uids.contains(u.as_str()));
         self.patched.retain(|u, _| api_uids.contains(u.as_str()));
+        self.seen_rv.retain(|u, _| api_uids.contains(u.as_str()));
         self.dropped.retain(|u| api_uids.contains(u.as_str()));
     }
 }
@@ -743,6 +753,31 @@ mod tests {
             patches(&calls)[0]["status"]["conditions"],
             json!([{"type": "Ready", "status": "True"}])
         );
+    }
+
+    #[test]
+    fn a_changed_api_copy_is_compared_at_once_not_at_the_resync() {
+        let mut h = harness();
+        h.publish(vec![api_pod("web", "u1")], vec![]);
+        h.statuses.set("u1", status("Running", "True"));
+        h.tick_after(0).expect("tick");
+        assert_eq!(patches(&h.api.calls()).len(), 1);
+        // Someone else overwrites the status (a new resourceVersion in the watch).
+        let mut p = api_pod("web", "u1");
+        p.status = Some(status("Pending", "False"));
+        p.metadata.resource_version = Some("99".into());
+        h.view.publish(PodSnapshot {
+            pods: vec![Arc::new(p)],
+            mirrors: vec![],
+            sources_ready: true,
+        });
+        h.tick_after(1).expect("tick");
+        let calls = h.api.calls();
+        assert_eq!(patches(&calls).len(), 1, "{calls:?}");
+        assert_eq!(patches(&calls)[0]["status"]["phase"], "Running");
+        // The copy is unchanged since: nothing more.
+        h.tick_after(1).expect("tick");
+        assert_eq!(h.api.calls(), []);
     }
 
     #[test]
