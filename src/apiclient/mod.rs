@@ -37,6 +37,7 @@ pub mod kubeconfig;
 pub mod leases;
 pub mod nodes;
 pub mod objects;
+pub mod pods;
 pub mod review;
 
 use std::fmt;

@@ -1,6 +1,7 @@
-//! The wiring of the node's own objects in the API server: with `--kubeconfig`, the
+//! The wiring of what the node writes to the API server, with `--kubeconfig`: the
 //! `node-status` loop (registration and status) and the `node-lease` loop (the
-//! heartbeat), sharing the API client, the Node's UID and the heartbeat trouble flag.
+//! heartbeat), sharing the API client, the Node's UID and the heartbeat trouble flag;
+//! and the `status-mgr` loop (pod statuses, mirror pods, final deletes).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,11 +9,14 @@ use std::time::{Duration, Instant};
 use crate::apiclient::ApiClient;
 use crate::config::KubeletConfig;
 use crate::health::RuntimeHealth;
-use crate::loops::{Loops, SpawnError};
+use crate::loops::{Loops, Periodic, SpawnError};
 use crate::nodelease::{self, Heartbeat};
 use crate::nodestatus::{self, setters::NodeSettings, ReadinessCheck};
 use crate::pleg::PlegShared;
 use crate::runtime::Runtime;
+use crate::status::manager::{PodFinished, StatusManager, TICK};
+
+use super::Components;
 
 /// The Ready condition's reasons from the kubelet's own checks, in upstream's order
 /// (`runtimeState.runtimeErrors`): the runtime, then the PLEG.
@@ -77,4 +81,38 @@ pub(super) fn start(
         timeout,
         heartbeat,
     )
+}
+
+impl Components {
+    /// Starts the `status-mgr` loop: woken by status changes, ticking every second.
+    /// A pod is finished (may be reported terminal, may be deleted) when no kill of it
+    /// is under way and the last relist saw none of its containers running.
+    pub(super) fn start_status_manager(
+        &self,
+        loops: &Loops,
+        api: Arc<ApiClient>,
+        node_name: &str,
+    ) -> Result<(), SpawnError> {
+        let workers = self.workers.clone();
+        let pleg = self.pleg_shared.clone();
+        let finished: PodFinished = Arc::new(move |uid: &str| {
+            !workers.is_active(uid) && pleg.runtime_pods().get(uid).is_none_or(|p| !p.running)
+        });
+        let mut manager = StatusManager::new(
+            api,
+            self.statuses.clone(),
+            self.manager_view.clone(),
+            finished,
+            node_name,
+        )
+        .with_metrics(self.metrics.clone());
+        loops.spawn_periodic(
+            Periodic {
+                name: "status-mgr".into(),
+                period: TICK,
+                wake: Some(self.status_wake.clone()),
+            },
+            move || manager.tick(Instant::now()),
+        )
+    }
 }

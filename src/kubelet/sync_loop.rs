@@ -19,6 +19,7 @@ use crate::pod_workers::{Kill, PodWorkers, Work, WorkQueue};
 use crate::podconfig::{PodConfig, PodOp, PodUpdate, SourceUpdate};
 use crate::prober::{ProbeEvent, ProbeManager, ProbeResult, ProbeType};
 use crate::server::readonly::PodsView;
+use crate::status::manager::{PodManagerView, PodSnapshot};
 use crate::status::{self, StatusCache};
 use crate::volume::VolumeManager;
 
@@ -43,6 +44,9 @@ pub(super) struct SyncLoop {
     /// The pod manager: desired pods by UID. Owned here only.
     pub(super) pods: HashMap<String, Arc<Pod>>,
     pub(super) view: Arc<PodsView>,
+    /// The pod manager as the status manager reads it (pods with the API's copies,
+    /// mirror pods).
+    pub(super) manager_view: Arc<PodManagerView>,
     pub(super) workers: Arc<PodWorkers>,
     pub(super) queue: Arc<WorkQueue>,
     pub(super) pleg: Arc<PlegShared>,
@@ -300,6 +304,17 @@ impl SyncLoop {
         let m = &self.metrics.desired_pods;
         m.set(["true"], statics as f64);
         m.set(["false"], (pods.len() - statics) as f64);
+        self.manager_view.publish(PodSnapshot {
+            pods: pods.clone(),
+            mirrors: self
+                .pod_config
+                .mirror_pods()
+                .iter()
+                .cloned()
+                .map(Arc::new)
+                .collect(),
+            sources_ready: self.pod_config.seen_all_sources(),
+        });
         self.view.publish(pods);
     }
 
@@ -615,6 +630,37 @@ mod tests {
         n.snapshot(Source::Api, vec![]);
         n.handle(Event::Housekeeping);
         assert!(n.containers_of("u-old").is_empty(), "the orphan is gone");
+    }
+
+    #[test]
+    fn a_mirror_pod_from_the_api_is_never_run_and_is_published_apart() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File, Source::Api]);
+        let static_pod = pod("web", "u1", ONE);
+        n.snapshot(Source::File, vec![static_pod.clone()]);
+        let mut mirror = static_pod.clone();
+        mirror.metadata.uid = Some("m1".into());
+        let mut ann = mirror.metadata.annotations.clone().unwrap_or_default();
+        ann.insert(
+            crate::podconfig::CONFIG_MIRROR_ANNOTATION.into(),
+            "u1".into(),
+        );
+        ann.insert(
+            crate::podconfig::CONFIG_SOURCE_ANNOTATION.into(),
+            "api".into(),
+        );
+        mirror.metadata.annotations = Some(ann);
+        n.snapshot(Source::Api, vec![mirror]);
+        assert!(n.containers_of("m1").is_empty(), "the mirror never runs");
+        assert!(n.running("u1", "a").is_some(), "the static pod runs");
+        let snap = n.sl.manager_view.get();
+        assert!(snap.sources_ready);
+        let uids = |pods: &[Arc<Pod>]| -> Vec<String> {
+            pods.iter().filter_map(|p| p.metadata.uid.clone()).collect()
+        };
+        assert_eq!(uids(&snap.pods), ["u1"]);
+        assert_eq!(uids(&snap.mirrors), ["m1"]);
+        assert!(n.sl.pod_config.held_back().is_empty(), "no name conflict");
     }
 
     #[test]

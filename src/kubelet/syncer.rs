@@ -168,6 +168,14 @@ impl PodSyncer for SyncHandler {
         let queue = self.queue.clone();
         let u = uid.to_string();
         let remove = kill.remove;
+        // Upstream `TerminatePod`: a deleted pod that is not static ends terminal; one
+        // killed before any sync of this kubelet (deleted while it was down, or before
+        // it ran) starts from the API's copy of its status.
+        let force_terminal = kill
+            .pod
+            .as_deref()
+            .is_some_and(|p| !crate::container::is_static_pod(p));
+        let api_status = kill.pod.as_deref().and_then(|p| p.status.clone());
         self.hand_over(req, true, move |res| match res {
             Ok(()) if remove => {
                 statuses.remove(&u);
@@ -175,8 +183,12 @@ impl PodSyncer for SyncHandler {
             }
             Ok(()) => {
                 // Upstream `TerminatePod`: what did not end visibly ended unknown.
-                if let Some(prev) = statuses.get(&u) {
-                    statuses.set(&u, status::terminate(&prev));
+                let prev = statuses
+                    .get(&u)
+                    .map(|p| (*p).clone())
+                    .or_else(|| force_terminal.then(|| api_status.unwrap_or_default()));
+                if let Some(prev) = prev {
+                    statuses.set(&u, status::terminate(&prev, force_terminal));
                 }
             }
             Err(e) => log::warn!(
@@ -245,6 +257,32 @@ mod tests {
                 "{fault:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_deleted_api_pod_killed_before_any_sync_ends_failed() {
+        let rt = testing::runtime(&testing::clock());
+        let n = Node::new(&rt, &[Source::Api]);
+        let mut p = pod("web", "u1", PROBED);
+        let ann = p.metadata.annotations.get_or_insert_with(Default::default);
+        ann.insert(
+            crate::podconfig::CONFIG_SOURCE_ANNOTATION.into(),
+            "api".into(),
+        );
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Pending".into()),
+            ..Default::default()
+        });
+        n.sl.workers.update_pod(
+            "u1",
+            Work::Kill(Kill {
+                pod: Some(Arc::new(p)),
+                grace: None,
+                remove: false,
+            }),
+        );
+        n.settle();
+        assert_eq!(n.phase("u1").as_deref(), Some("Failed"));
     }
 
     #[test]

@@ -20,6 +20,9 @@ use super::{
 };
 use crate::loops::LoopRegistry;
 
+/// Upstream `PodStatusSyncDuration`'s buckets.
+pub const POD_STATUS_SYNC_BUCKETS: &[f64] =
+    &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0];
 /// Upstream `podStartupDurationBuckets`.
 pub const POD_STARTUP_BUCKETS: &[f64] = &[
     0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0,
@@ -46,6 +49,9 @@ pub struct KubeletMetrics {
     pub desired_pods: GaugeVec<1>,
     /// From a pod's `config.seen` to the first sync that finds it Running (the syncer).
     pub pod_start_duration: Histogram,
+    /// From the status manager seeing a pod's status change to the API server having
+    /// it (the status manager).
+    pub pod_status_sync_duration: Histogram,
     /// From a pod's work being handed to the pod workers to its end, by
     /// `operation_type` (`create`, `update`, `sync`, `kill`).
     pub pod_worker_duration: HistogramVec<1>,
@@ -138,6 +144,17 @@ impl KubeletMetrics {
                 ),
                 [],
                 POD_STARTUP_BUCKETS,
+            ),
+            pod_status_sync_duration: Histogram::new(
+                a(
+                    "kubelet_pod_status_sync_duration_seconds",
+                    "Duration in seconds to sync a pod status update. Measures time from \
+                     detection of a change to pod status until the API is successfully \
+                     updated for that pod, even if multiple intevening changes to pod \
+                     status occur.",
+                ),
+                [],
+                POD_STATUS_SYNC_BUCKETS,
             ),
             pod_worker_duration: HistogramVec::new(
                 a(
@@ -293,6 +310,7 @@ impl KubeletMetrics {
             &self.running_containers,
             &self.desired_pods,
             &self.pod_start_duration,
+            &self.pod_status_sync_duration,
             &self.pod_worker_duration,
             &self.containers_per_pod,
             &self.pleg_relist_duration,

@@ -106,6 +106,10 @@ pub struct PodConfig {
     conflicts: std::collections::BTreeMap<Source, Vec<String>>,
     /// Per source: its pods refused by validation, one message each (pod and errors).
     invalid: std::collections::BTreeMap<Source, Vec<String>>,
+    /// The mirror pods the API source holds (upstream's pod manager keeps them apart):
+    /// never run, never in a conflict; the status manager matches them to their
+    /// static pods by full name.
+    mirrors: Vec<Pod>,
 }
 
 impl PodConfig {
@@ -117,7 +121,13 @@ impl PodConfig {
             last: Default::default(),
             conflicts: Default::default(),
             invalid: Default::default(),
+            mirrors: Vec::new(),
         }
+    }
+
+    /// The mirror pods the API source sent last (pods with `config.mirror`).
+    pub fn mirror_pods(&self) -> &[Pod] {
+        &self.mirrors
     }
 
     /// True once every configured source has delivered at least one snapshot
@@ -187,6 +197,16 @@ impl PodConfig {
         now_rfc3339: &str,
     ) -> Vec<PodUpdate> {
         let first_snapshot = !self.pods.contains_key(&source);
+        let pods = if source == Source::Api {
+            // Mirror pods are the API's copies of static pods: never run.
+            let (mirrors, pods) = pods
+                .into_iter()
+                .partition(|p| annotation(p, CONFIG_MIRROR_ANNOTATION).is_some());
+            self.mirrors = mirrors;
+            pods
+        } else {
+            pods
+        };
         let incoming = self.validate(source, pods);
         let old = self.pods.remove(&source).unwrap_or_default();
 
@@ -592,5 +612,26 @@ mod tests {
         );
         assert_eq!(ops(&out), vec![(PodOp::Add, vec!["2".to_string()])]);
         assert!(pc.held_back().is_empty());
+    }
+
+    #[test]
+    fn mirror_pods_from_the_api_are_kept_apart_and_never_run_nor_conflict() {
+        let mut pc = PodConfig::new(&[Source::File, Source::Api]);
+        let out = pc.merge(set(Source::File, vec![pod("web-node1", "s1", "x")]), "T0");
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec!["s1".to_string()])]);
+        let mut mirror = pod("web-node1", "m1", "x");
+        set_annotation(&mut mirror, CONFIG_MIRROR_ANNOTATION, "s1");
+        let out = pc.merge(
+            set(Source::Api, vec![mirror.clone(), pod("db", "a1", "x")]),
+            "T1",
+        );
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec!["a1".to_string()])]);
+        assert!(pc.held_back().is_empty(), "a mirror is no name conflict");
+        assert_eq!(pc.mirror_pods().len(), 1);
+        assert_eq!(pc.mirror_pods()[0].metadata.uid.as_deref(), Some("m1"));
+        // The mirror goes: nothing is removed from the pods that run.
+        let out = pc.merge(set(Source::Api, vec![pod("db", "a1", "x")]), "T2");
+        assert!(ops(&out).is_empty(), "{:?}", ops(&out));
+        assert!(pc.mirror_pods().is_empty());
     }
 }

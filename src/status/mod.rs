@@ -12,6 +12,10 @@
 //! Over 800 lines: nearly half of it is the table tests of phases, conditions and
 //! container statuses, beside the pure functions they pin down.
 
+pub mod manager;
+pub mod mirror;
+pub mod patch;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -43,31 +47,68 @@ pub const MESSAGE_DEADLINE_EXCEEDED: &str =
     "Pod was active on the node longer than the specified deadline";
 
 /// The computed statuses of every pod the kubelet runs, by UID. Written by pod workers,
-/// read by the servers. One small lock.
+/// read by the servers and the status manager. One small lock. Every `set` takes a
+/// new version (one counter for all pods), so the status manager knows which statuses
+/// changed since it wrote them, and pokes it (a bounded channel of one: a poke that
+/// finds it full is dropped, the pending one covers it).
 #[derive(Debug, Default)]
 pub struct StatusCache {
-    inner: Mutex<HashMap<String, Arc<PodStatus>>>,
+    inner: Mutex<CacheInner>,
+    notify: Option<crossbeam_channel::Sender<()>>,
+}
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    statuses: HashMap<String, (u64, Arc<PodStatus>)>,
+    version: u64,
 }
 
 impl StatusCache {
-    /// The last status computed for a pod.
-    pub fn get(&self, uid: &str) -> Option<Arc<PodStatus>> {
-        lock(&self.inner).get(uid).cloned()
+    /// A cache that pokes `notify` on every change (the status manager's wake-up).
+    pub fn with_notify(notify: crossbeam_channel::Sender<()>) -> Self {
+        StatusCache {
+            inner: Mutex::default(),
+            notify: Some(notify),
+        }
     }
 
-    /// Publishes a pod's status.
+    /// The last status computed for a pod.
+    pub fn get(&self, uid: &str) -> Option<Arc<PodStatus>> {
+        lock(&self.inner).statuses.get(uid).map(|(_, s)| s.clone())
+    }
+
+    /// The last status computed for a pod, with its version.
+    pub fn get_versioned(&self, uid: &str) -> Option<(u64, Arc<PodStatus>)> {
+        lock(&self.inner).statuses.get(uid).cloned()
+    }
+
+    /// Publishes a pod's status. An unchanged status keeps its version.
     pub fn set(&self, uid: &str, status: PodStatus) {
-        lock(&self.inner).insert(uid.to_string(), Arc::new(status));
+        {
+            let mut inner = lock(&self.inner);
+            if inner.statuses.get(uid).is_some_and(|(_, s)| **s == status) {
+                return;
+            }
+            inner.version += 1;
+            let v = inner.version;
+            inner
+                .statuses
+                .insert(uid.to_string(), (v, Arc::new(status)));
+        }
+        if let Some(tx) = &self.notify {
+            // Full: a poke is pending already; never block a pod worker.
+            let _ = tx.try_send(());
+        }
     }
 
     /// Forgets a pod (after it is gone).
     pub fn remove(&self, uid: &str) {
-        lock(&self.inner).remove(uid);
+        lock(&self.inner).statuses.remove(uid);
     }
 
     /// The UIDs with a status.
     pub fn uids(&self) -> Vec<String> {
-        lock(&self.inner).keys().cloned().collect()
+        lock(&self.inner).statuses.keys().cloned().collect()
     }
 }
 
@@ -581,9 +622,14 @@ fn truncate_termination_messages(pod: &Pod, status: &mut PodStatus) {
 
 /// Upstream `TerminatePod`: once a pod has been stopped for good, every container that
 /// shows no terminated state gets one (`ContainerStatusUnknown`, exit code 137): it was
-/// not seen ending. Run after a kill whose pod keeps a status.
-pub fn terminate(status: &PodStatus) -> PodStatus {
+/// not seen ending; and a pod that is not static and not yet Succeeded or Failed is
+/// Failed (`force_terminal`), so a deleted pod that never ran still ends terminal and
+/// can be deleted for good. Run after a kill whose pod keeps a status.
+pub fn terminate(status: &PodStatus, force_terminal: bool) -> PodStatus {
     let mut s = status.clone();
+    if force_terminal && !is_terminal_phase(s.phase.as_deref()) {
+        s.phase = Some("Failed".into());
+    }
     for c in s
         .init_container_statuses
         .iter_mut()
@@ -778,6 +824,34 @@ mod tests {
     use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use std::time::Duration;
+
+    #[test]
+    fn the_cache_versions_changes_only_and_pokes_without_blocking() {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let cache = StatusCache::with_notify(tx);
+        let running = PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        };
+        cache.set("u1", running.clone());
+        let (v1, _) = cache.get_versioned("u1").expect("a status");
+        cache.set("u1", running.clone());
+        assert_eq!(
+            cache.get_versioned("u1").map(|(v, _)| v),
+            Some(v1),
+            "same status"
+        );
+        let failed = PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        };
+        // The channel is full (one poke pending): set returns all the same.
+        cache.set("u1", failed);
+        let (v2, st) = cache.get_versioned("u1").expect("a status");
+        assert!(v2 > v1);
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(rx.try_iter().count(), 1, "one pending poke covers both");
+    }
 
     fn t(s: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
@@ -1314,7 +1388,13 @@ mod tests {
         assert_eq!(last.exit_code, 137);
         assert_eq!(c.restart_count, 5);
         // TerminatePod: whatever is not terminated becomes ContainerStatusUnknown.
-        let done = terminate(&running);
+        let done = terminate(&running, false);
+        assert_eq!(done.phase, running.phase, "a static pod keeps its phase");
+        assert_eq!(
+            terminate(&running, true).phase.as_deref(),
+            Some("Failed"),
+            "any other pod ends terminal"
+        );
         let t = done.container_statuses.as_ref().expect("statuses")[0]
             .state
             .as_ref()

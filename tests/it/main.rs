@@ -27,3 +27,4 @@ mod streams;
 mod events;
 mod bootstrap;
 mod node;
+mod status_manager;

@@ -89,14 +89,14 @@ impl Cluster {
                 node.running().contains_key(*r).then_some(())
             });
         }
-        // rkubelet does not write pod statuses to an API server yet; kubectl
-        // port-forward wants the phase Running, so the test says it.
+        // kubectl port-forward wants the phase Running: the kubelet's status manager
+        // writes it.
         for p in pods {
             let name = p["metadata"]["name"].as_str().unwrap_or_default();
-            if let Some(mut obj) = api.get_pod("default", name) {
-                obj["status"] = json!({"phase": "Running"});
-                api.update_pod(obj);
-            }
+            wait_for(&format!("{name} Running in the API"), LONG, || {
+                let obj = api.get_pod("default", name)?;
+                (obj["status"]["phase"] == "Running").then_some(())
+            });
         }
         let kubectl_config = api.kubeconfig(&node.dir, "user.kubeconfig", "token: good-token");
         Cluster {
