@@ -78,11 +78,7 @@ pub fn volume_references(pod: &Pod) -> Vec<ObjectRef> {
         name: name.to_string(),
     };
     let mut out = Vec::new();
-    for v in pod
-        .spec
-        .iter()
-        .flat_map(|s| s.volumes.iter().flatten())
-    {
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         if let Some(c) = &v.config_map {
             out.push(r(Kind::ConfigMap, &c.name));
         }
@@ -237,12 +233,10 @@ impl ObjectManager {
     pub fn refresh(&self, r: &ObjectRef) -> Result<Refreshed, ObjectError> {
         let (ns, name) = (r.namespace.as_str(), r.name.as_str());
         match r.kind {
-            Kind::ConfigMap => self.refresh_one(r, |s| &mut s.config_maps, |f, c| {
-                f.config_map(ns, name, c)
-            }),
-            Kind::Secret => {
-                self.refresh_one(r, |s| &mut s.secrets, |f, c| f.secret(ns, name, c))
+            Kind::ConfigMap => {
+                self.refresh_one(r, |s| &mut s.config_maps, |f, c| f.config_map(ns, name, c))
             }
+            Kind::Secret => self.refresh_one(r, |s| &mut s.secrets, |f, c| f.secret(ns, name, c)),
             Kind::Token => Ok(Refreshed::Unchanged),
         }
     }
@@ -309,7 +303,11 @@ mod tests {
         let f = Arc::new(FakeFetcher::default());
         lock(&f.config_maps).insert("ns/a".into(), config_map(&[("k", "1")]));
         let m = ObjectManager::new(Some(f.clone() as Arc<dyn Fetcher>));
-        assert_eq!(m.refresh(&cm("a")).expect("a"), Refreshed::Changed, "first sight");
+        assert_eq!(
+            m.refresh(&cm("a")).expect("a"),
+            Refreshed::Changed,
+            "first sight"
+        );
         let g = m.generation();
         assert_eq!(m.refresh(&cm("a")).expect("a"), Refreshed::Unchanged);
         // A new pod's invalidation and refetch of the same content is no change.
@@ -346,13 +344,16 @@ mod tests {
     fn a_token_is_due_when_missing_or_in_the_last_fifth_of_its_lifetime() {
         let f = Arc::new(FakeFetcher::default());
         let m = ObjectManager::new(Some(f.clone() as Arc<dyn Fetcher>));
-        let p: Pod = serde_yaml::from_str("metadata: {name: p, namespace: ns, uid: u}")
-            .expect("pod");
+        let p: Pod =
+            serde_yaml::from_str("metadata: {name: p, namespace: ns, uid: u}").expect("pod");
         assert!(m.token_due(&p, "default", None, 3607));
         m.service_account_token(&p, "default", None, 3607)
             .expect("token");
         assert!(!m.token_due(&p, "default", None, 3607));
-        assert!(m.token_due(&p, "default", Some("vault"), 3607), "another key");
+        assert!(
+            m.token_due(&p, "default", Some("vault"), 3607),
+            "another key"
+        );
         // The server grants 60 s where 600 were asked: due at once.
         *lock(&f.token_lifetime) = Some(60);
         m.service_account_token(&p, "default", None, 600)

@@ -203,10 +203,7 @@ impl VolumeManager {
             }
         }
         for (uid, t) in &pods {
-            let stale = t
-                .refs
-                .iter()
-                .any(|r| objects.changed_at(r) > t.written_at);
+            let stale = t.refs.iter().any(|r| objects.changed_at(r) > t.written_at);
             // A token refresh is a TokenRequest: it counts against the bound.
             let token_due = !stale
                 && reachable
@@ -321,7 +318,11 @@ mod tests {
             ))
             .expect("pod");
             let v = self.vm.setup_pod(&p);
-            assert_eq!(v.volumes.values().filter(|r| r.is_err()).count(), 0, "{v:?}");
+            assert_eq!(
+                v.volumes.values().filter(|r| r.is_err()).count(),
+                0,
+                "{v:?}"
+            );
             p
         }
 
@@ -430,7 +431,11 @@ mod tests {
         let calls = x.calls();
         let r = x.vm.refresh_tick(MAX_FETCHES_PER_TICK);
         assert!(r.error.is_some());
-        assert_eq!((x.calls(), r.deferred), (calls + 1, 1), "one try, then none");
+        assert_eq!(
+            (x.calls(), r.deferred),
+            (calls + 1, 1),
+            "one try, then none"
+        );
         assert!(r.rewritten.is_empty());
         assert_eq!(x.file("pa", "a"), "1");
         // Within the fail-fast window, no request at all.
@@ -478,7 +483,8 @@ mod tests {
         x.settle();
         x.set("a", "2");
         x.clock.advance(REFRESH_AFTER);
-        let r = x.vm.with_pod("pa", |_| x.vm.refresh_tick(MAX_FETCHES_PER_TICK));
+        let r =
+            x.vm.with_pod("pa", |_| x.vm.refresh_tick(MAX_FETCHES_PER_TICK));
         assert_eq!((r.changed, r.busy), (1, 1));
         assert_eq!(x.file("pa", "a"), "1");
         let r = x.vm.refresh_tick(MAX_FETCHES_PER_TICK);

@@ -1,6 +1,7 @@
 //! Volumes and env from the API server (issue 11): the projected `kube-api-access`
-//! volume every API pod gets, configMap and secret volumes (the secret on tmpfs), a
-//! ConfigMap update reaching a running container, a short-lived projected token
+//! volume every API pod gets, configMap and secret volumes (the secret on tmpfs),
+//! ConfigMap and Secret updates and a label change reaching a running container
+//! between its syncs (the `object-refresh` loop, the pod UPDATE), a short-lived projected token
 //! refreshed before it expires, env from a ConfigMap and a Secret, and a pod that
 //! waits for a missing ConfigMap and starts once it appears. Against real Docker and
 //! the stand-in API server.
@@ -18,6 +19,10 @@ const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// A ConfigMap update or a token refresh reaches a running container within a sync
 /// (10 s here) plus the object cache's TTL (60 s): this leaves room on a loaded host.
 const UPDATE_DEADLINE: Duration = Duration::from_secs(200);
+/// Issue 11: an update reaches running pods within a minute (the `object-refresh`
+/// loop fetches it within 45 s); 75 s is the deadline on a loaded host, not the
+/// typical delay.
+const REFRESH_DEADLINE: Duration = Duration::from_secs(75);
 
 /// The projected volume kube-apiserver injects into every pod, verbatim.
 fn kube_api_access(expiration: u64) -> Value {
@@ -78,11 +83,16 @@ fn status_of(node: &Node, pod: &str) -> Option<Value> {
 }
 
 fn start(server: &TestApiServer, prefix: &str) -> Node {
+    start_syncing(server, prefix, "10s")
+}
+
+/// A node whose running pods are synced every `sync_frequency`.
+fn start_syncing(server: &TestApiServer, prefix: &str, sync_frequency: &str) -> Node {
     let mut node = Node::new(prefix);
     let kc = server.kubeconfig(&node.dir, "kubeconfig", "token: good-token");
     node.start(&[
         &format!("--kubeconfig={}", kc.display()),
-        "--sync-frequency=10s",
+        &format!("--sync-frequency={sync_frequency}"),
     ]);
     node
 }
@@ -253,16 +263,21 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
         "sec",
         json!({"type": "Opaque", "data": {"password": base64(b"hunter2", false)}}),
     );
-    let node = start(&server, "apivol-cm");
+    // Synced every 10 minutes: only the `object-refresh` loop (objects) and the
+    // pod's UPDATE (labels) can bring the changes below within their deadline.
+    let node = start_syncing(&server, "apivol-cm", "10m");
     let _unmount = Unmount(node.dir.clone());
     let volumes = json!([
         {"name": "config", "configMap": {"name": "cfg"}},
         {"name": "sec", "secret": {"secretName": "sec", "defaultMode": 256,
-            "items": [{"key": "password", "path": "pw"}]}}
+            "items": [{"key": "password", "path": "pw"}]}},
+        {"name": "info", "downwardAPI": {"items": [{"path": "labels",
+            "fieldRef": {"fieldPath": "metadata.labels"}}]}}
     ]);
     let mounts = json!([
         {"name": "config", "mountPath": "/etc/config"},
-        {"name": "sec", "mountPath": "/etc/sec"}
+        {"name": "sec", "mountPath": "/etc/sec"},
+        {"name": "info", "mountPath": "/etc/info"}
     ]);
     let env = json!({
         "envFrom": [{"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}],
@@ -273,6 +288,7 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
     // A non-root container reads the 0400 secret through its pod's fsGroup (0440).
     let mut p = pod("cm", &node.name, volumes, mounts, env);
     p["spec"]["securityContext"] = json!({"fsGroup": 2345});
+    p["metadata"]["labels"] = json!({"app": "web"});
     server.create_pod(p);
     let id = running_id(&node, "cm");
 
@@ -310,7 +326,10 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
         "{ours:?}"
     );
 
-    // An update reaches the running container (the next syncs after the cache's TTL).
+    assert_eq!(cat(&node, &id, "/etc/info/labels"), "app=\"web\"");
+
+    // An update reaches the running container within the deadline, between syncs.
+    let since = std::time::Instant::now();
     apply(
         &server,
         "configmaps",
@@ -319,10 +338,54 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
     );
     wait_for(
         "the ConfigMap update in the container",
-        UPDATE_DEADLINE,
+        REFRESH_DEADLINE,
         || (cat(&node, &id, "/etc/config/key") == "v2").then_some(()),
     );
+    eprintln!("ConfigMap update seen after {:?}", since.elapsed());
     assert_eq!(cat(&node, &id, "/etc/config/new"), "n");
+    let since = std::time::Instant::now();
+    apply(
+        &server,
+        "secrets",
+        "sec",
+        json!({"type": "Opaque", "data": {"password": base64(b"hunter3", false)}}),
+    );
+    wait_for(
+        "the Secret update in the container",
+        REFRESH_DEADLINE,
+        || (cat(&node, &id, "/etc/sec/pw") == "hunter3").then_some(()),
+    );
+    eprintln!("Secret update seen after {:?}", since.elapsed());
+    // Still the pod's group's, read-only to it.
+    let mode = exec(&node, &id, &["stat", "-L", "-c", "%a %g", "/etc/sec/pw"]);
+    assert_eq!(mode.trim(), "440 2345");
+    // A label change is a pod UPDATE: its sync rewrites the downwardAPI file.
+    let since = std::time::Instant::now();
+    server
+        .patch(
+            "pods",
+            "default",
+            "cm",
+            false,
+            crate::apiserver::PatchType::Merge,
+            &json!({"metadata": {"labels": {"app": "web", "tier": "front"}}}),
+        )
+        .expect("label the pod");
+    wait_for(
+        "the label change in the downwardAPI file",
+        REFRESH_DEADLINE,
+        || (cat(&node, &id, "/etc/info/labels") == "app=\"web\"\ntier=\"front\"").then_some(()),
+    );
+    eprintln!("label change seen after {:?}", since.elapsed());
+    // No refetch per pod sync: the objects were read a few times a minute at most.
+    let since = std::time::Instant::now();
+    std::thread::sleep(Duration::from_secs(35));
+    let counts = server.call_counts(since);
+    eprintln!("API calls in 35 s: {counts:?}");
+    for kind in ["configmaps", "secrets"] {
+        let gets = counts.get(&("GET".to_string(), kind.to_string())).copied();
+        assert!(gets.unwrap_or(0) <= 3, "{kind}: {counts:?}");
+    }
     let listing = exec(&node, &id, &["ls", "-a", "/etc/config"]);
     assert!(!listing.lines().any(|l| l == "bad=name"), "{listing}");
     assert_eq!(node.running().get("cm/c").map(Vec::len), Some(1));
