@@ -341,6 +341,12 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
         || (cat(&node, &id, "/etc/config/key") == "v2").then_some(()),
     );
     eprintln!("ConfigMap update seen after {:?}", since.elapsed());
+    assert!(
+        node.log()
+            .contains("configmap default/cfg changed: rewriting the volumes of 1 pod(s)"),
+        "the object-refresh loop brought it: {}",
+        node.log()
+    );
     assert_eq!(cat(&node, &id, "/etc/config/new"), "n");
     let since = std::time::Instant::now();
     apply(
