@@ -41,6 +41,7 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Exit {
+    rkubelet::fsutil::limit_malloc_arenas();
     let args: Vec<String> = std::env::args().collect();
     let cfg = match config::load(args) {
         Ok(Loaded::Run(cfg)) => cfg,
