@@ -53,6 +53,8 @@ pub mod status;
 pub mod prober;
 pub mod health;
 pub mod nodelease;
+pub mod eviction;
+pub mod oom_watcher;
 pub mod nodestatus;
 
 // The HTTP ports.

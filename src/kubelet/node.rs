@@ -55,6 +55,7 @@ pub(super) fn start(
         labels: cfg.node_labels.clone(),
         taints: cfg.register_with_taints.clone(),
         reserved: Default::default(),
+        pressure: None,
     };
     settings.reserve(&cfg.kube_reserved);
     settings.reserve(&cfg.system_reserved);
