@@ -158,6 +158,12 @@ impl Manager {
         self
     }
 
+    /// Publishes the conditions in `state` (shared with the node status and admission).
+    pub fn with_state(mut self, state: Arc<PressureState>) -> Self {
+        self.state = state;
+        self
+    }
+
     /// Counts evictions in `kubelet_evictions`.
     pub fn with_metrics(mut self, m: Arc<KubeletMetrics>) -> Self {
         self.metrics = Some(m);
