@@ -5,6 +5,9 @@
 //! path (upstream `killPodNow`): the pod's status becomes Failed, reason `Evicted`, with
 //! a `DisruptionTarget` condition, and the pod workers stop it with the eviction's
 //! grace, as any kill. Also admission under pressure (§9.4) for the sync loop.
+//!
+//! A container's ephemeral usage is its Docker log file only for now; Docker's root
+//! directory is taken as `/var/lib/docker` until the runtime reports its own.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -147,13 +150,20 @@ impl Inputs for KubeletInputs {
                         continue;
                     };
                     let ws = container_working_set(&self.signals.cgroup_root, &c.id);
+                    // Its log file (the writable layer is not measured yet: the stats
+                    // work's per-container rootfs figures will add it).
+                    let log = PathBuf::from(DOCKER_ROOT)
+                        .join("containers")
+                        .join(&c.id)
+                        .join(format!("{}-json.log", c.id));
+                    let logs = std::fs::metadata(log).ok().map(|m| m.len());
                     out.entry(uid.clone())
                         .or_default()
                         .containers
                         .push(ContainerUsage {
                             name: name.clone(),
                             working_set: ws,
-                            ephemeral: None,
+                            ephemeral: logs,
                         });
                 }
             }

@@ -235,6 +235,15 @@ impl SyncLoop {
                             );
                             self.statuses
                                 .set(&uid, super::eviction::rejected_status(&message));
+                            // Containers it may have from before a restart stop too.
+                            self.workers.update_pod(
+                                &uid,
+                                Work::Kill(Kill {
+                                    pod: Some(pod),
+                                    grace: None,
+                                    remove: false,
+                                }),
+                            );
                             continue;
                         }
                     }
