@@ -28,7 +28,11 @@ impl Tmpfs {
             .arg(&dir)
             .status()
             .expect("mount");
-        assert!(ok.success(), "mounting a tmpfs at {} (root needed)", dir.display());
+        assert!(
+            ok.success(),
+            "mounting a tmpfs at {} (root needed)",
+            dir.display()
+        );
         Tmpfs(dir)
     }
 }
@@ -95,8 +99,13 @@ fn disk_pressure_evicts_besteffort_pods_first_never_static_ones_and_clears() {
             (p["status"]["phase"] == "Running").then_some(())
         });
     }
-    let node_obj = wait_for("the Node registered", LONG, || api.get("nodes", "", &node.name));
-    assert_eq!(condition(&node_obj, "DiskPressure").as_deref(), Some("False"));
+    let node_obj = wait_for("the Node registered", LONG, || {
+        api.get("nodes", "", &node.name)
+    });
+    assert_eq!(
+        condition(&node_obj, "DiskPressure").as_deref(),
+        Some("False")
+    );
 
     // Fill the root filesystem past the threshold (40 of 64 MiB).
     let filler = root.0.join("filler");
@@ -115,7 +124,10 @@ fn disk_pressure_evicts_besteffort_pods_first_never_static_ones_and_clears() {
         evicted("be-1").or_else(|| evicted("be-2"))
     });
     assert_eq!(first["status"]["phase"], "Failed");
-    let msg = first["status"]["message"].as_str().unwrap_or_default().to_string();
+    let msg = first["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(
         msg.starts_with("The node was low on resource: ephemeral-storage. Threshold quantity: 32Mi, available: "),
         "{msg}"
@@ -158,7 +170,11 @@ fn disk_pressure_evicts_besteffort_pods_first_never_static_ones_and_clears() {
         .as_array()
         .and_then(|a| {
             a.iter()
-                .find(|p| p["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("static")))
+                .find(|p| {
+                    p["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("static"))
+                })
                 .cloned()
         })
         .expect("the static pod");
@@ -187,8 +203,84 @@ spec:
     let status = wait_for("the hog OOMKilled", Duration::from_secs(120), || {
         let pods = node.pods();
         let p = pods["items"].as_array()?.first()?.clone();
-        let cs = p["status"]["containerStatuses"].as_array()?.first()?.clone();
+        let cs = p["status"]["containerStatuses"]
+            .as_array()?
+            .first()?
+            .clone();
         (cs["state"]["terminated"]["reason"] == "OOMKilled").then_some(cs)
     });
     assert_eq!(status["name"], "hog");
+}
+
+#[test]
+fn memory_pressure_refuses_besteffort_pods_and_evicts_but_never_static_ones() {
+    let api = TestApiServer::start(Options {
+        tokens: vec![KUBELET_TOKEN.into()],
+        ..Options::default()
+    });
+    let mut node = Node::new("evmem");
+    api.set_token_user(
+        KUBELET_TOKEN,
+        &format!("system:node:{}", node.name),
+        &["system:nodes"],
+    );
+    let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    // A threshold of the whole memory: available is always below it, whatever the
+    // machine's other load does, so the node is under memory pressure from the start.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("MemTotal");
+    node.write_manifest(
+        "static.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static, namespace: default}}\n\
+             spec:\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, \"{SLEEPER}\"]}}\n"
+        ),
+    );
+    node.start(&[
+        &format!("--kubeconfig={}", kc.display()),
+        &format!("--eviction-hard=memory.available<{total_kib}Ki"),
+        "--node-status-update-frequency=2s",
+    ]);
+    wait_for("MemoryPressure on the Node", LONG, || {
+        let n = api.get("nodes", "", &node.name)?;
+        (condition(&n, "MemoryPressure").as_deref() == Some("True")).then_some(())
+    });
+    let pod = |name: &str, resources: Value| {
+        json!({"metadata": {"name": name}, "spec": {"nodeName": node.name,
+            "containers": [{"name": "c", "image": BUSYBOX, "resources": resources,
+                "command": ["sh", "-c", SLEEPER]}]}})
+    };
+    // BestEffort: refused under memory pressure.
+    api.create_pod(pod("be", json!({})));
+    let be = wait_for("the BestEffort pod rejected", LONG, || {
+        let p = api.get("pods", "default", "be")?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(
+        be["status"]["message"],
+        "Pod was rejected: The node had condition: [MemoryPressure]. "
+    );
+    // Burstable: admitted, then evicted (the only pod that may be).
+    api.create_pod(pod("burstable", json!({"requests": {"memory": "10Mi"}})));
+    let b = wait_for("the Burstable pod evicted", LONG, || {
+        let p = api.get("pods", "default", "burstable")?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    let msg = b["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with("The node was low on resource: memory. Threshold quantity: "),
+        "{msg}"
+    );
+    // The static pod keeps running.
+    let log = node.log();
+    assert!(!log.contains("evicting pod default/static"), "{log}");
+    assert!(
+        log.contains("cannot evict a critical pod default/static"),
+        "{log}"
+    );
 }
