@@ -303,7 +303,7 @@ mod tests {
         // The watcher starts, waits in poll and stops within its poll timeout.
         let (shutdown, stop) = crate::loops::shutdown_channel();
         let loops = Loops::new(stop);
-        assert_eq!(start(&loops, "node-1", path).expect("spawn"), true);
+        assert!(start(&loops, "node-1", path).expect("spawn"));
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(5)).is_empty());
     }
