@@ -54,6 +54,8 @@ pub mod prober;
 pub mod health;
 pub mod nodelease;
 pub mod nodestatus;
+// Resource usage: cgroupfs and /proc readers, the resource analyzer.
+pub mod stats;
 
 // The HTTP ports.
 pub mod server;
