@@ -56,6 +56,8 @@ pub mod nodelease;
 pub mod eviction;
 pub mod oom_watcher;
 pub mod nodestatus;
+// Resource usage: cgroupfs and /proc readers, the resource analyzer.
+pub mod stats;
 
 // The HTTP ports.
 pub mod server;
