@@ -1,12 +1,11 @@
 //! The node's eviction signals read from the kernel (upstream
-//! `makeSignalObservations` over the summary; here straight from cgroupfs, procfs and
-//! statvfs, never Docker's stats API): `memory.available` = MemTotal − the root
-//! cgroup's working set (usage − inactive file pages; v1 `memory.usage_in_bytes` and
-//! `memory.stat`'s `total_inactive_file`, v2 — where the root has no `memory.current` —
-//! MemTotal − MemFree and `memory.stat`'s `inactive_file`, as cAdvisor does),
+//! `makeSignalObservations` over the summary; here straight from the stats module's
+//! cgroupfs, procfs and statvfs readers, never Docker's stats API): `memory.available`
+//! = MemTotal − the root cgroup's working set (usage − inactive file pages; on v2,
+//! where the root has no `memory.current`, runc's figures from `/proc/meminfo`),
 //! `nodefs.*` from statvfs of the kubelet's root directory, `imagefs.*` of Docker's
-//! root directory, `pid.available` = `pid_max` − the tasks in `/proc/loadavg`. Every
-//! path is a setting so unit tests read a fake tree.
+//! root directory, `pid.available` = min(`pid_max`, `threads-max`) − the tasks in
+//! `/proc/loadavg`. Every path is a setting so unit tests read a fake tree.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -14,6 +13,7 @@ use std::time::Instant;
 
 use super::api::Signal;
 use super::helpers::{Observation, Observations};
+use crate::stats::cgroupfs::{read_rlimit, CgroupFs};
 
 /// Where the signals are read.
 #[derive(Clone, Debug)]
@@ -79,63 +79,20 @@ impl NodeSignals {
 
     /// (available, capacity) of memory.
     pub fn memory(&self) -> Option<(i128, i128)> {
-        let meminfo = fs::read_to_string(self.proc_root.join("meminfo")).ok()?;
-        let total = meminfo_field(&meminfo, "MemTotal")?;
-        let v2 = self.cgroup_root.join("cgroup.controllers").exists();
-        let working_set = if v2 {
-            let free = meminfo_field(&meminfo, "MemFree")?;
-            let stat = fs::read_to_string(self.cgroup_root.join("memory.stat")).ok()?;
-            let inactive = stat_field(&stat, "inactive_file").unwrap_or(0);
-            (total - free - inactive).max(0)
-        } else {
-            let dir = self.cgroup_root.join("memory");
-            let usage: i128 = fs::read_to_string(dir.join("memory.usage_in_bytes"))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()?;
-            let stat = fs::read_to_string(dir.join("memory.stat")).ok()?;
-            let inactive = stat_field(&stat, "total_inactive_file").unwrap_or(0);
-            (usage - inactive).max(0)
-        };
-        Some((total - working_set, total))
+        let m = CgroupFs::detect(&self.cgroup_root)
+            .node_memory(&self.proc_root)
+            .map_err(|e| log::debug!("eviction: node memory: {e}"))
+            .ok()?;
+        let total = i128::from(m.limit_bytes?);
+        Some((total - i128::from(m.working_set_bytes), total))
     }
 
     /// (available, capacity) of pids.
     pub fn pids(&self) -> Option<(i128, i128)> {
-        let max: i128 = fs::read_to_string(self.proc_root.join("sys/kernel/pid_max"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        let loadavg = fs::read_to_string(self.proc_root.join("loadavg")).ok()?;
-        let tasks: i128 = loadavg
-            .split_whitespace()
-            .nth(3)?
-            .split_once('/')?
-            .1
-            .parse()
-            .ok()?;
-        Some((max - tasks, max))
+        let r = read_rlimit(&self.proc_root);
+        let max = i128::from(r.max_pid?);
+        Some((max - i128::from(r.running_processes?), max))
     }
-}
-
-/// A `/proc/meminfo` line's value in bytes (`MemTotal:  8025760 kB`).
-pub fn meminfo_field(text: &str, name: &str) -> Option<i128> {
-    text.lines().find_map(|l| {
-        let rest = l.strip_prefix(name)?.strip_prefix(':')?;
-        let mut it = rest.split_whitespace();
-        let n: i128 = it.next()?.parse().ok()?;
-        Some(if it.next() == Some("kB") { n * 1024 } else { n })
-    })
-}
-
-/// A `memory.stat` line's value (`total_inactive_file 1234`).
-pub fn stat_field(text: &str, name: &str) -> Option<i128> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == name).then(|| v.trim().parse().ok()).flatten()
-    })
 }
 
 /// A filesystem's figures (bytes and inodes).
@@ -151,25 +108,16 @@ pub struct FsFigures {
     pub inodes: i128,
 }
 
-/// statvfs(3) of `path`.
+/// statvfs(3) of `path`, as the signals use it.
 pub fn statvfs(path: &Path) -> Option<FsFigures> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut s = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: `c` is a NUL-terminated path and `s` points to writable memory of the
-    // struct's size; statvfs fills it on success only, which we check.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), s.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: statvfs returned 0, so it initialised the struct.
-    let s = unsafe { s.assume_init() };
-    let frsize = i128::from(s.f_frsize);
+    let f = crate::stats::cgroupfs::statvfs(path)
+        .map_err(|e| log::debug!("eviction: {e}"))
+        .ok()?;
     Some(FsFigures {
-        avail: i128::from(s.f_bavail) * frsize,
-        size: i128::from(s.f_blocks) * frsize,
-        inodes_free: i128::from(s.f_ffree),
-        inodes: i128::from(s.f_files),
+        avail: i128::from(f.available_bytes),
+        size: i128::from(f.capacity_bytes),
+        inodes_free: i128::from(f.inodes_free),
+        inodes: i128::from(f.inodes),
     })
 }
 
@@ -195,41 +143,17 @@ pub fn disk_usage(dir: &Path, budget: usize) -> Option<u64> {
     Some(total)
 }
 
-/// A container's memory working set from cgroup v1 under Docker's cgroupfs parent
-/// (`memory/docker/<id>`) or cgroup v2 (`docker/<id>`, or the systemd driver's
-/// `system.slice/docker-<id>.scope`), in bytes.
+/// A container's memory working set in bytes, under Docker's cgroupfs parent
+/// (`/docker/<id>`) or the systemd driver's (`/system.slice/docker-<id>.scope`).
 pub fn container_working_set(cgroup_root: &Path, id: &str) -> Option<u64> {
-    let v2 = cgroup_root.join("cgroup.controllers").exists();
-    if v2 {
-        for rel in [
-            format!("docker/{id}"),
-            format!("system.slice/docker-{id}.scope"),
-        ] {
-            let dir = cgroup_root.join(rel);
-            let Ok(cur) = fs::read_to_string(dir.join("memory.current")) else {
-                continue;
-            };
-            let usage: i128 = cur.trim().parse().ok()?;
-            let stat = fs::read_to_string(dir.join("memory.stat")).ok()?;
-            let inactive = stat_field(&stat, "inactive_file").unwrap_or(0);
-            return u64::try_from((usage - inactive).max(0)).ok();
-        }
-        return None;
-    }
-    for rel in [
-        format!("memory/docker/{id}"),
-        format!("memory/system.slice/docker-{id}.scope"),
-    ] {
-        let dir = cgroup_root.join(rel);
-        let Ok(u) = fs::read_to_string(dir.join("memory.usage_in_bytes")) else {
-            continue;
-        };
-        let usage: i128 = u.trim().parse().ok()?;
-        let stat = fs::read_to_string(dir.join("memory.stat")).ok()?;
-        let inactive = stat_field(&stat, "total_inactive_file").unwrap_or(0);
-        return u64::try_from((usage - inactive).max(0)).ok();
-    }
-    None
+    let fs = CgroupFs::detect(cgroup_root);
+    [
+        format!("/docker/{id}"),
+        format!("/system.slice/docker-{id}.scope"),
+    ]
+    .iter()
+    .find_map(|cg| fs.memory(cg).ok())
+    .map(|m| m.working_set_bytes)
 }
 
 #[cfg(test)]
@@ -251,7 +175,7 @@ mod tests {
     }
 
     const MEMINFO: &str = "MemTotal:        1048576 kB\nMemFree:          262144 kB\n\
-                           MemAvailable:     524288 kB\n";
+                           MemAvailable:     524288 kB\nInactive(file):   131072 kB\n";
 
     #[test]
     fn memory_available_from_a_v1_tree() {
@@ -328,12 +252,5 @@ mod tests {
         assert!(used >= 10_000, "{used}");
         assert_eq!(disk_usage(&d, 2), None);
         let _ = fs::remove_dir_all(&d);
-    }
-
-    #[test]
-    fn meminfo_and_stat_fields() {
-        assert_eq!(meminfo_field(MEMINFO, "MemTotal"), Some(1 << 30));
-        assert_eq!(meminfo_field(MEMINFO, "Mem"), None);
-        assert_eq!(stat_field("a 1\ntotal_a 2\n", "total_a"), Some(2));
     }
 }
