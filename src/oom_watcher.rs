@@ -200,9 +200,13 @@ pub fn watch(
             match file.read(&mut buf) {
                 Ok(0) => break,
                 Ok(len) => {
+                    // /dev/kmsg gives one record per read, its continuation lines
+                    // indented; a pipe (tests) may give several records at once.
                     let text = String::from_utf8_lossy(&buf[..len]);
-                    if let Some(oom) = parser.feed(&text) {
-                        on_oom(oom);
+                    for record in text.split('\n').filter(|l| !l.starts_with(' ')) {
+                        if let Some(oom) = parser.feed(record) {
+                            on_oom(oom);
+                        }
                     }
                 }
                 // Records overwritten before we read them: go on with the next.
@@ -304,6 +308,47 @@ mod tests {
         let (shutdown, stop) = crate::loops::shutdown_channel();
         let loops = Loops::new(stop);
         assert!(start(&loops, "node-1", path).expect("spawn"));
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(5)).is_empty());
+    }
+
+    #[test]
+    fn the_reader_turns_records_from_a_pipe_into_system_ooms() {
+        use std::io::Write;
+        use std::os::unix::io::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the two descriptors of the array it is given.
+        assert_eq!(
+            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) },
+            0
+        );
+        // SAFETY: both descriptors were just created and are owned here only.
+        let (reader, mut writer) =
+            unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+        let (shutdown, stop) = crate::loops::shutdown_channel();
+        let loops = Loops::new(stop);
+        let (tx, rx) = crossbeam_channel::bounded(4);
+        loops
+            .spawn("oom-test", move |stop, handle| {
+                watch(reader, &stop, &handle, |oom| {
+                    let _ = tx.send(oom.system_oom_message());
+                })
+            })
+            .expect("spawn");
+        for line in MEMCG_OOM.iter().chain(SYSTEM_OOM) {
+            writer
+                .write_all(format!("{line}\n").as_bytes())
+                .expect("write");
+        }
+        let first = rx.recv_timeout(Duration::from_secs(10)).expect("first OOM");
+        assert_eq!(first, None, "a container's own OOM is no system OOM");
+        let second = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("second OOM");
+        assert_eq!(
+            second.as_deref(),
+            Some("System OOM encountered, victim process: stress, pid: 23544")
+        );
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(5)).is_empty());
     }

@@ -29,3 +29,4 @@ mod bootstrap;
 mod node;
 mod status_manager;
 mod eviction;
+mod log_file;
