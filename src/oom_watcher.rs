@@ -318,10 +318,8 @@ mod tests {
         use std::os::unix::io::FromRawFd;
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills the two descriptors of the array it is given.
-        assert_eq!(
-            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) },
-            0
-        );
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) };
+        assert_eq!(rc, 0);
         // SAFETY: both descriptors were just created and are owned here only.
         let (reader, mut writer) =
             unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
