@@ -59,6 +59,10 @@ pub trait Evictor: Send {
     /// Kills `pod` with `grace`, its status Failed, reason `Evicted`, `message`;
     /// false when it could not be.
     fn evict(&mut self, pod: &Pod, grace: Duration, message: &str) -> bool;
+
+    /// Called at the start of every pass (the kubelet's re-applies the status of
+    /// recent evictions that a sync in flight overwrote).
+    fn tick(&mut self) {}
 }
 
 /// A node-level reclaim step (container GC, image GC).
@@ -177,6 +181,7 @@ impl Manager {
 
     /// One pass (upstream `synchronize`).
     pub fn tick(&mut self, now: Instant) -> Outcome {
+        self.evictor.tick();
         let observations = self.inputs.observe();
         let mut met = helpers::thresholds_met(&self.config.thresholds, &observations, false);
         if !self.thresholds_met.is_empty() {

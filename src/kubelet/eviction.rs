@@ -87,6 +87,7 @@ pub(super) fn start(
     let evictor = KubeletEvictor {
         statuses: parts.statuses,
         workers: parts.workers,
+        recent: Vec::new(),
     };
     let mut manager = Manager::new(config, &cfg.node_name, Box::new(inputs), Box::new(evictor))
         .with_state(parts.state)
@@ -200,7 +201,13 @@ impl Inputs for KubeletInputs {
 struct KubeletEvictor {
     statuses: Arc<StatusCache>,
     workers: Arc<PodWorkers>,
+    /// Evictions of the last [`REASSERT_FOR`]: (UID, message, when).
+    recent: Vec<(String, String, std::time::Instant)>,
 }
+
+/// How long an eviction's status is re-applied when a sync that was in flight when
+/// the pod was evicted wrote its own status over it.
+const REASSERT_FOR: Duration = Duration::from_secs(120);
 
 impl Evictor for KubeletEvictor {
     fn evict(&mut self, pod: &Pod, grace: Duration, message: &str) -> bool {
@@ -214,6 +221,11 @@ impl Evictor for KubeletEvictor {
             .unwrap_or_default();
         evicted_status(&mut st, message, std::time::SystemTime::now());
         self.statuses.set(uid, st);
+        self.recent.push((
+            uid.to_string(),
+            message.to_string(),
+            std::time::Instant::now(),
+        ));
         self.workers.update_pod(
             uid,
             Work::Kill(Kill {
@@ -223,6 +235,20 @@ impl Evictor for KubeletEvictor {
             }),
         );
         true
+    }
+
+    fn tick(&mut self) {
+        self.recent.retain(|(_, _, at)| at.elapsed() < REASSERT_FOR);
+        for (uid, message, _) in &self.recent {
+            let Some(st) = self.statuses.get(uid) else {
+                continue;
+            };
+            if st.reason.as_deref() != Some(REASON) {
+                let mut st = (*st).clone();
+                evicted_status(&mut st, message, std::time::SystemTime::now());
+                self.statuses.set(uid, st);
+            }
+        }
     }
 }
 
@@ -281,6 +307,36 @@ mod tests {
                 .as_deref(),
             Some("Pod was rejected: The node had condition: [DiskPressure]. ")
         );
+    }
+
+    #[test]
+    fn an_evicted_status_overwritten_by_a_sync_in_flight_is_applied_again() {
+        let statuses = Arc::new(StatusCache::default());
+        let mut e = KubeletEvictor {
+            statuses: statuses.clone(),
+            workers: Arc::new(PodWorkers::default()),
+            recent: Vec::new(),
+        };
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+        .expect("pod");
+        assert!(e.evict(&pod, Duration::ZERO, "m. "));
+        assert_eq!(
+            statuses.get("u1").and_then(|s| s.reason.clone()).as_deref(),
+            Some("Evicted")
+        );
+        statuses.set(
+            "u1",
+            PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            },
+        );
+        e.tick();
+        let st = statuses.get("u1").expect("status");
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.message.as_deref(), Some("m. "));
     }
 
     #[test]
