@@ -53,7 +53,11 @@ pub mod status;
 pub mod prober;
 pub mod health;
 pub mod nodelease;
+pub mod eviction;
+pub mod oom_watcher;
 pub mod nodestatus;
+// Resource usage: cgroupfs and /proc readers, the resource analyzer.
+pub mod stats;
 
 // The HTTP ports.
 pub mod server;

@@ -475,6 +475,67 @@ settings_table! {
             parse: text::positive_int,
             file: "maxParallelImagePulls", decode: yaml::positive_int, examples: ["1", "~"],
         }
+        eviction_hard: String {
+            help: "Hard eviction thresholds, comma-separated signal<value (memory.available, \
+                   nodefs.available, nodefs.inodesFree, imagefs.available, \
+                   imagefs.inodesFree, pid.available; a quantity or a percentage). Setting it \
+                   replaces the defaults wholesale: memory.available<100Mi, \
+                   nodefs.available<10%, nodefs.inodesFree<5%, imagefs.available<15%.",
+            parse: text::any_string,
+            flag: "eviction-hard" <"signal<value,…">,
+        }
+        eviction_soft: String {
+            help: "Soft eviction thresholds, as --eviction-hard; each needs its \
+                   --eviction-soft-grace-period. Empty: none.",
+            parse: text::any_string,
+            flag: "eviction-soft" <"signal<value,…">,
+        }
+        eviction_soft_grace_period: String {
+            help: "How long each soft threshold must hold before a pod is evicted, \
+                   comma-separated signal=duration.",
+            parse: text::any_string,
+            flag: "eviction-soft-grace-period" <"signal=duration,…">,
+        }
+        eviction_minimum_reclaim: String {
+            help: "Once a threshold is met, how much beyond it to reclaim before it counts as \
+                   resolved, comma-separated signal=quantity (or percentage).",
+            parse: text::any_string,
+            flag: "eviction-minimum-reclaim" <"signal=value,…">,
+        }
+        eviction_max_pod_grace_period: u32 {
+            help: "The longest termination grace (seconds) of a pod evicted for a soft \
+                   threshold (the smaller of it and the pod's); hard thresholds evict at once.",
+            parse: text::non_negative_int,
+            flag: "eviction-max-pod-grace-period" <"seconds">,
+            default: EVICTION_MAX_POD_GRACE_PERIOD = "0",
+        }
+        eviction_pressure_transition_period: Duration {
+            help: "How long a pressure condition stays True after its threshold was last met \
+                   (so it does not flap).",
+            parse: text::duration,
+            flag: "eviction-pressure-transition-period" <"duration">,
+            default: EVICTION_PRESSURE_TRANSITION_PERIOD = "5m0s",
+        }
+        log_file: PathBuf {
+            help: "Also write the log to this file (buffered, flushed every \
+                   --log-flush-frequency and at exit); stderr gets every line as before.",
+            parse: text::path,
+            flag: "log-file" <"path">,
+        }
+        log_file_max_size: u32 {
+            help: "Megabytes after which --log-file is renamed to <file>.1 and started anew; \
+                   0: no limit.",
+            parse: text::non_negative_int,
+            flag: "log-file-max-size" <"MB">,
+            // klog's.
+            default: LOG_FILE_MAX_SIZE = "1800",
+        }
+        log_flush_frequency: Duration {
+            help: "Longest time a line waits in the --log-file buffer.",
+            parse: text::period,
+            flag: "log-flush-frequency" <"duration">,
+            default: LOG_FLUSH_FREQUENCY = "5s",
+        }
         verbosity: u8 {
             help: "Log verbosity, 0 to 10: 0-1 info, 2-4 debug, 5 and up trace. Without it, \
                    RUST_LOG (else info) decides.",

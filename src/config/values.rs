@@ -397,6 +397,13 @@ pub mod text {
         ip(v).map(|a| a.to_string())
     }
 
+    /// A count or size, zero included (`--eviction-max-pod-grace-period` seconds,
+    /// `--log-file-max-size` MB).
+    pub fn non_negative_int(v: &str) -> Result<u32, String> {
+        v.parse::<u32>()
+            .map_err(|_| format!("{v:?} is not a whole number of 0 or more"))
+    }
+
     /// `--node-status-max-images`: a count, or -1 for no cap.
     pub fn max_images(v: &str) -> Result<i32, String> {
         match v.parse::<i32>() {

@@ -12,6 +12,7 @@
 //! the sync loop's and the syncer's tests share (as a sibling file it would be an
 //! import cycle).
 
+mod eviction;
 mod node;
 mod port;
 mod sources;
@@ -78,6 +79,8 @@ pub enum StartError {
     Source(Box<dyn std::error::Error + Send + Sync>),
     /// The kubelet port's TLS cannot be set up (files, self-signed pair).
     Tls(crate::server::tls::TlsError),
+    /// The eviction flags are refused.
+    Eviction(crate::eviction::api::ThresholdError),
     /// The root directory could not be created.
     RootDir {
         /// The directory.
@@ -94,6 +97,7 @@ impl fmt::Display for StartError {
             StartError::Spawn(e) => e.fmt(f),
             StartError::Source(e) => e.fmt(f),
             StartError::Tls(e) => write!(f, "kubelet port: {e}"),
+            StartError::Eviction(e) => write!(f, "eviction thresholds: {e}"),
             StartError::RootDir { path, .. } => {
                 write!(f, "cannot create root directory {}", path.display())
             }
@@ -108,6 +112,7 @@ impl std::error::Error for StartError {
             StartError::Spawn(e) => e.source(),
             StartError::Source(e) => e.source(),
             StartError::Tls(e) => Some(e),
+            StartError::Eviction(e) => Some(e),
             StartError::RootDir { source, .. } => Some(source),
         }
     }
@@ -174,6 +179,7 @@ fn make_root_dir(root: &std::path::Path) -> Result<(), StartError> {
 /// port in use fails here with nothing left running.
 pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, StartError> {
     make_root_dir(&cfg.root_dir)?;
+    let eviction_config = eviction::config(&cfg).map_err(StartError::Eviction)?;
     // Source settings are checked before anything starts, like the ports.
     let mut prepared = PreparedSources::prepare(&cfg)?;
     let mut listeners = Vec::new();
@@ -390,6 +396,24 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // Pod workers.
     parts.workers.start(&loops, DEFAULT_WORKERS, handler)?;
 
+    // The eviction manager (its conditions reach admission and the node status) and
+    // the OOM watcher.
+    eviction::start(
+        &loops,
+        &cfg,
+        eviction_config,
+        eviction::Parts {
+            view: parts.manager_view.clone(),
+            statuses: parts.statuses.clone(),
+            workers: parts.workers.clone(),
+            runtime: parts.runtime.clone(),
+            metrics: parts.metrics.clone(),
+            state: parts.pressure.clone(),
+        },
+    )?;
+    crate::oom_watcher::start(&loops, &cfg.node_name, std::path::Path::new("/dev/kmsg"))?;
+    crate::logging::start_flush(&loops, cfg.log_flush_frequency)?;
+
     // With an API server: the Node and its lease; the status manager (statuses, mirror
     // pods and final deletes).
     if let Some(client) = api {
@@ -400,6 +424,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             parts.runtime.clone(),
             parts.runtime_health.clone(),
             parts.pleg_shared.clone(),
+            parts.pressure.clone(),
         )?;
         parts.start_status_manager(&loops, client, &cfg.node_name)?;
     }
@@ -464,6 +489,8 @@ struct Components {
     metrics: Arc<KubeletMetrics>,
     /// The runtime everyone calls: the one given, counted and timed into `metrics`.
     runtime: Arc<dyn Runtime>,
+    /// The eviction manager's pressure conditions (admission, the node status).
+    pressure: Arc<crate::eviction::PressureState>,
 }
 
 impl Components {
@@ -549,6 +576,7 @@ impl Components {
             host_ip,
             metrics,
             runtime: runtime.clone(),
+            pressure: Arc::default(),
         })
     }
 
@@ -590,6 +618,7 @@ impl Components {
             up_rx: inputs.runtime_up,
             last_status_line: String::new(),
             metrics: self.metrics,
+            pressure: self.pressure,
         }
     }
 }

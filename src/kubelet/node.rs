@@ -42,6 +42,7 @@ pub(super) fn start(
     runtime: Arc<dyn Runtime>,
     runtime_health: Arc<RuntimeHealth>,
     pleg: Arc<PlegShared>,
+    pressure: Arc<crate::eviction::PressureState>,
 ) -> Result<(), SpawnError> {
     let heartbeat = Arc::new(Heartbeat::default());
     let lease_duration = Duration::from_secs(u64::from(cfg.node_lease_duration_seconds));
@@ -55,6 +56,7 @@ pub(super) fn start(
         labels: cfg.node_labels.clone(),
         taints: cfg.register_with_taints.clone(),
         reserved: Default::default(),
+        pressure: Some(pressure),
     };
     settings.reserve(&cfg.kube_reserved);
     settings.reserve(&cfg.system_reserved);

@@ -63,6 +63,8 @@ pub(super) struct SyncLoop {
     pub(super) up_rx: Receiver<()>,
     pub(super) last_status_line: String,
     pub(super) metrics: Arc<KubeletMetrics>,
+    /// The eviction manager's conditions, for admission under pressure.
+    pub(super) pressure: Arc<crate::eviction::PressureState>,
 }
 
 impl SyncLoop {
@@ -221,7 +223,30 @@ impl SyncLoop {
                             crate::container::format_pod(&pod)
                         );
                     }
-                    self.pods.insert(uid.clone(), pod.clone());
+                    let new = self.pods.insert(uid.clone(), pod.clone()).is_none();
+                    // Admission under pressure (upstream's eviction admit handler):
+                    // a refused pod is Failed and never started. The cgroups work's
+                    // admission (resources, ports, affinity) belongs beside it.
+                    if new && self.statuses.get(&uid).is_none() {
+                        if let Some(message) = self.pressure.admit(&pod) {
+                            log::info!(
+                                "pod {} rejected: {message}",
+                                crate::container::format_pod(&pod)
+                            );
+                            self.statuses
+                                .set(&uid, super::eviction::rejected_status(&message));
+                            // Containers it may have from before a restart stop too.
+                            self.workers.update_pod(
+                                &uid,
+                                Work::Kill(Kill {
+                                    pod: Some(pod),
+                                    grace: None,
+                                    remove: false,
+                                }),
+                            );
+                            continue;
+                        }
+                    }
                     if pod.metadata.deletion_timestamp.is_some() {
                         // Gracefully deleted at its source: stop it with its grace
                         // (each container's: the deletion grace, else its spec's).

@@ -71,6 +71,8 @@ pub struct NodeSettings {
     pub taints: Vec<crate::config::values::Taint>,
     /// `--kube-reserved` and `--system-reserved` added up: resource → milli-units.
     pub reserved: BTreeMap<String, i128>,
+    /// The eviction manager's pressure conditions (None: never under pressure).
+    pub pressure: Option<std::sync::Arc<crate::eviction::PressureState>>,
 }
 
 impl NodeSettings {
@@ -278,7 +280,13 @@ pub fn set_node_status(node: &mut Node, inputs: &Inputs<'_>, now: SystemTime) ->
     let time = crate::time::k8s_time(now);
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     let mut events = Vec::new();
-    // No eviction manager yet: never under pressure.
+    // The eviction manager's conditions (upstream's MemoryPressureCondition … read
+    // `kl.evictionManager.IsUnderMemoryPressure` and the like).
+    let pressure: Vec<&str> = s
+        .pressure
+        .as_ref()
+        .map(|p| p.conditions().iter().map(|c| c.name()).collect())
+        .unwrap_or_default();
     for (kind, (true_reason, true_msg, true_event), (false_reason, false_msg, false_event)) in
         PRESSURE
     {
@@ -295,8 +303,7 @@ pub fn set_node_status(node: &mut Node, inputs: &Inputs<'_>, now: SystemTime) ->
             }
         };
         c.last_heartbeat_time = Some(time.clone());
-        let pressure = false;
-        let (want, reason, msg, event) = if pressure {
+        let (want, reason, msg, event) = if pressure.contains(&kind) {
             ("True", true_reason, true_msg, true_event)
         } else {
             ("False", false_reason, false_msg, false_event)
@@ -728,6 +735,47 @@ mod tests {
             set_node_status(&mut node, &inputs(&[]), t2),
             [("NodeReady", false)]
         );
+    }
+
+    #[test]
+    fn pressure_conditions_follow_the_eviction_manager() {
+        use crate::eviction::{api::Condition, PressureState};
+        let mut s = settings();
+        let state = std::sync::Arc::new(PressureState::default());
+        s.pressure = Some(std::sync::Arc::clone(&state));
+        let m = machine();
+        let inputs = Inputs {
+            settings: &s,
+            machine: &m,
+            runtime_version: None,
+            images: None,
+            not_ready: &[],
+        };
+        let mut node = initial_node(&s);
+        set_node_status(&mut node, &inputs, SystemTime::UNIX_EPOCH);
+        state.set(vec![Condition::DiskPressure]);
+        let events = set_node_status(&mut node, &inputs, SystemTime::UNIX_EPOCH);
+        assert_eq!(events, [("NodeHasDiskPressure", false)]);
+        let conds = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .expect("conditions");
+        let disk = conds
+            .iter()
+            .find(|c| c.type_ == "DiskPressure")
+            .expect("disk");
+        assert_eq!(disk.status, "True");
+        assert_eq!(disk.reason.as_deref(), Some("KubeletHasDiskPressure"));
+        assert_eq!(disk.message.as_deref(), Some("kubelet has disk pressure"));
+        let mem = conds
+            .iter()
+            .find(|c| c.type_ == "MemoryPressure")
+            .expect("mem");
+        assert_eq!(mem.status, "False");
+        state.set(vec![]);
+        let events = set_node_status(&mut node, &inputs, SystemTime::UNIX_EPOCH);
+        assert_eq!(events, [("NodeHasNoDiskPressure", false)]);
     }
 
     #[test]

@@ -29,3 +29,5 @@ mod bootstrap;
 mod node;
 mod status_manager;
 mod cluster;
+mod eviction;
+mod log_file;

@@ -146,6 +146,10 @@ impl Node {
             .arg("--address=127.0.0.1")
             .arg("--port=0")
             .arg("--v=2")
+            // The host's disk is shared by every test and close to upstream's default
+            // thresholds (imagefs.available<15%): a test node must not start evicting
+            // or refusing pods because of it. Eviction tests pass their own.
+            .arg("--eviction-hard=memory.available<1Ki")
             .args(extra)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
