@@ -12,6 +12,7 @@
 //! the sync loop's and the syncer's tests share (as a sibling file it would be an
 //! import cycle).
 
+mod admit;
 mod node;
 mod port;
 mod sources;
@@ -451,6 +452,10 @@ struct Components {
     metrics: Arc<KubeletMetrics>,
     /// The runtime everyone calls: the one given, counted and timed into `metrics`.
     runtime: Arc<dyn Runtime>,
+    /// The pod and QoS cgroups.
+    cm: Arc<crate::cm::ContainerManager>,
+    /// What admission checks new pods against.
+    admission_node: crate::admission::NodeInfo,
 }
 
 impl Components {
@@ -480,6 +485,14 @@ impl Components {
         let pods_view = Arc::new(PodsView::new(statuses.clone()));
         let host_ip = cfg.node_ip.clone().unwrap_or_else(crate::netutil::node_ip);
         let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
+        // The machine's facts, once: admission's allocatable is the node status's.
+        let machine = crate::nodestatus::machine::read(&cfg.root_dir);
+        let node_settings = node::node_settings(cfg);
+        let admission_node = node::admission_node(&node_settings, &machine);
+        let cm = Arc::new(crate::cm::ContainerManager::new(
+            node::cm_settings(cfg, &node_settings, &machine),
+            runtime.clone(),
+        ));
         // The ConfigMaps, Secrets and tokens of API pods' volumes, env and pulls.
         let objects = Arc::new(crate::objects::ObjectManager::new(
             api.map(|c| c as Arc<dyn crate::objects::Fetcher>),
@@ -536,6 +549,8 @@ impl Components {
             host_ip,
             metrics,
             runtime: runtime.clone(),
+            cm,
+            admission_node,
         })
     }
 
@@ -552,6 +567,7 @@ impl Components {
             killer,
             workers: self.workers.clone(),
             metrics: self.metrics.clone(),
+            cm: self.cm.clone(),
         }))
     }
 
@@ -577,6 +593,7 @@ impl Components {
             up_rx: inputs.runtime_up,
             last_status_line: String::new(),
             metrics: self.metrics,
+            admission: admit::Admission::new(self.admission_node),
         }
     }
 }

@@ -63,6 +63,8 @@ pub(super) struct SyncLoop {
     pub(super) up_rx: Receiver<()>,
     pub(super) last_status_line: String,
     pub(super) metrics: Arc<KubeletMetrics>,
+    /// Admission: the node's allocatable, extra checks, the pods it rejected.
+    pub(super) admission: super::admit::Admission,
 }
 
 impl SyncLoop {
@@ -178,6 +180,9 @@ impl SyncLoop {
             }
             Event::RuntimeUp => {
                 for (uid, pod) in &self.pods {
+                    if self.admission.is_rejected(uid) {
+                        continue;
+                    }
                     self.workers.update_pod(uid, Work::Sync(pod.clone()));
                 }
             }
@@ -205,7 +210,19 @@ impl SyncLoop {
     pub(super) fn handle_update(&mut self, u: PodUpdate) {
         match u.op {
             PodOp::Add | PodOp::Update | PodOp::Delete => {
-                for pod in u.pods {
+                let mut pods = u.pods;
+                if u.op == PodOp::Add {
+                    // Upstream `HandlePodAdditions`: oldest first, each admitted against
+                    // the pods admitted before it.
+                    pods.sort_by(|a, b| {
+                        a.metadata
+                            .creation_timestamp
+                            .as_ref()
+                            .map(|t| t.0)
+                            .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                    });
+                }
+                for pod in pods {
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
                     let pod = Arc::new(pod);
                     if u.op == PodOp::Add {
@@ -221,7 +238,14 @@ impl SyncLoop {
                             crate::container::format_pod(&pod)
                         );
                     }
+                    if u.op == PodOp::Add {
+                        self.admit(&uid, &pod);
+                    }
                     self.pods.insert(uid.clone(), pod.clone());
+                    if self.admission.is_rejected(&uid) {
+                        // A rejected pod never runs; its status stays Failed.
+                        continue;
+                    }
                     if pod.metadata.deletion_timestamp.is_some() {
                         // Gracefully deleted at its source: stop it with its grace
                         // (each container's: the deletion grace, else its spec's).
@@ -248,6 +272,7 @@ impl SyncLoop {
                     );
                     self.pods.remove(&uid);
                     self.queue.remove(&uid);
+                    self.admission.forget(&uid);
                     if self.pod_config.seen_all_sources() {
                         self.workers.update_pod(
                             &uid,
