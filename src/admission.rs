@@ -402,7 +402,7 @@ mod tests {
     }
 
     fn with_port(mut p: Pod, port: i32, ip: &str) -> Pod {
-        p.spec.as_mut().unwrap().containers[0].ports = Some(vec![ContainerPort {
+        p.spec.as_mut().expect("test pod").containers[0].ports = Some(vec![ContainerPort {
             container_port: 80,
             host_port: Some(port),
             host_ip: (!ip.is_empty()).then(|| ip.to_string()),
@@ -436,7 +436,7 @@ mod tests {
             })
         );
         let c = pod("c", "", "600Mi");
-        let r = can_admit(&c, &[&a], &n, &[]).unwrap_err();
+        let r = can_admit(&c, &[&a], &n, &[]).expect_err("rejected");
         assert_eq!(r.reason, "OutOfmemory");
         assert_eq!(
             r.message,
@@ -452,7 +452,7 @@ mod tests {
         // BestEffort pods only count.
         let e = pod("e", "", "");
         assert_eq!(can_admit(&e, &[&a, &a], &n, &[]), Ok(()));
-        let r = can_admit(&e, &[&a, &a, &a], &n, &[]).unwrap_err();
+        let r = can_admit(&e, &[&a, &a, &a], &n, &[]).expect_err("rejected");
         assert_eq!(r.reason, "OutOfpods");
         assert_eq!(
             r.message,
@@ -465,7 +465,7 @@ mod tests {
         let n = node();
         let a = with_port(pod("a", "", ""), 8080, "");
         let b = with_port(pod("b", "", ""), 8080, "127.0.0.1");
-        let r = can_admit(&b, &[&a], &n, &[]).unwrap_err();
+        let r = can_admit(&b, &[&a], &n, &[]).expect_err("rejected");
         assert_eq!(r.reason, "NodePorts");
         assert_eq!(
             r.message,
@@ -482,13 +482,13 @@ mod tests {
     fn selectors_affinity_node_name_taints_and_os() {
         let n = node();
         let mut p = pod("p", "", "");
-        p.spec.as_mut().unwrap().node_selector =
+        p.spec.as_mut().expect("test pod").node_selector =
             Some([("disk".to_string(), "hdd".to_string())].into());
         assert_eq!(
-            can_admit(&p, &[], &n, &[]).unwrap_err().reason,
+            can_admit(&p, &[], &n, &[]).expect_err("rejected").reason,
             "NodeAffinity"
         );
-        p.spec.as_mut().unwrap().node_selector =
+        p.spec.as_mut().expect("test pod").node_selector =
             Some([("disk".to_string(), "ssd".to_string())].into());
         assert_eq!(can_admit(&p, &[], &n, &[]), Ok(()));
         let term = |op: &str, vals: &[&str]| NodeSelectorTerm {
@@ -499,7 +499,7 @@ mod tests {
             }]),
             ..Default::default()
         };
-        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+        p.spec.as_mut().expect("test pod").affinity = Some(Affinity {
             node_affinity: Some(NodeAffinity {
                 required_during_scheduling_ignored_during_execution: Some(NodeSelector {
                     node_selector_terms: vec![term("In", &["nvme"]), term("NotIn", &["ssd"])],
@@ -508,30 +508,33 @@ mod tests {
             }),
             ..Default::default()
         });
-        let r = can_admit(&p, &[], &n, &[]).unwrap_err();
+        let r = can_admit(&p, &[], &n, &[]).expect_err("rejected");
         assert_eq!(
             r.message,
             "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
         );
         p.spec
             .as_mut()
-            .unwrap()
+            .expect("test pod")
             .affinity
             .as_mut()
-            .unwrap()
+            .expect("test pod")
             .node_affinity
             .as_mut()
-            .unwrap()
+            .expect("test pod")
             .required_during_scheduling_ignored_during_execution
             .as_mut()
-            .unwrap()
+            .expect("test pod")
             .node_selector_terms
             .push(term("Exists", &[]));
         assert_eq!(can_admit(&p, &[], &n, &[]), Ok(()));
 
         let mut q = pod("q", "", "");
-        q.spec.as_mut().unwrap().node_name = Some("other".into());
-        assert_eq!(can_admit(&q, &[], &n, &[]).unwrap_err().reason, "NodeName");
+        q.spec.as_mut().expect("test pod").node_name = Some("other".into());
+        assert_eq!(
+            can_admit(&q, &[], &n, &[]).expect_err("rejected").reason,
+            "NodeName"
+        );
 
         let mut tainted = node();
         tainted.taints.push(NodeTaint {
@@ -541,7 +544,9 @@ mod tests {
         });
         let t = pod("t", "", "");
         assert_eq!(
-            can_admit(&t, &[], &tainted, &[]).unwrap_err().reason,
+            can_admit(&t, &[], &tainted, &[])
+                .expect_err("rejected")
+                .reason,
             "TaintToleration"
         );
         assert_eq!(
@@ -549,7 +554,7 @@ mod tests {
             Ok(())
         );
         let mut tol = t.clone();
-        tol.spec.as_mut().unwrap().tolerations = Some(vec![Toleration {
+        tol.spec.as_mut().expect("test pod").tolerations = Some(vec![Toleration {
             key: Some("k".into()),
             operator: Some("Exists".into()),
             ..Default::default()
@@ -557,17 +562,17 @@ mod tests {
         assert_eq!(can_admit(&tol, &[], &tainted, &[]), Ok(()));
 
         let mut w = pod("w", "", "");
-        w.spec.as_mut().unwrap().os = Some(PodOS {
+        w.spec.as_mut().expect("test pod").os = Some(PodOS {
             name: "windows".into(),
         });
         assert_eq!(
-            can_admit(&w, &[], &n, &[]).unwrap_err().reason,
+            can_admit(&w, &[], &n, &[]).expect_err("rejected").reason,
             "PodOSNotSupported"
         );
         let mut l = pod("l", "", "");
         l.metadata.labels = Some([("kubernetes.io/os".to_string(), "windows".to_string())].into());
         assert_eq!(
-            can_admit(&l, &[], &n, &[]).unwrap_err().reason,
+            can_admit(&l, &[], &n, &[]).expect_err("rejected").reason,
             "PodOSSelectorNodeLabelDoesNotMatch"
         );
     }
@@ -585,7 +590,7 @@ mod tests {
     #[test]
     fn extra_handlers_run_first() {
         let handlers: Vec<Box<dyn AdmitHandler>> = vec![Box::new(Pressure)];
-        let r = can_admit(&pod("p", "", ""), &[], &node(), &handlers).unwrap_err();
+        let r = can_admit(&pod("p", "", ""), &[], &node(), &handlers).expect_err("rejected");
         assert_eq!(r.reason, "Evicted");
     }
 }

@@ -311,7 +311,7 @@ mod tests {
     fn v1_writes_per_controller() {
         let tmp = crate::testutil::TempDir::new("cgv1");
         for c in V1_CONTROLLERS {
-            std::fs::create_dir_all(tmp.0.join(c)).unwrap();
+            std::fs::create_dir_all(tmp.0.join(c)).expect("fake cgroupfs");
         }
         let fs = CgroupFs {
             mount: tmp.0.clone(),
@@ -326,8 +326,8 @@ mod tests {
             cpu_period: Some(100_000),
             memory: Some(64 << 20),
         };
-        fs.ensure(&name, &cfg).unwrap();
-        let read = |p: &str| std::fs::read_to_string(tmp.0.join(p)).unwrap();
+        fs.ensure(&name, &cfg).expect("fake cgroupfs");
+        let read = |p: &str| std::fs::read_to_string(tmp.0.join(p)).expect("fake cgroupfs");
         assert_eq!(read("cpu/t/kubepods/podx/cpu.shares"), "512");
         assert_eq!(read("cpu/t/kubepods/podx/cpu.cfs_quota_us"), "50000");
         assert_eq!(read("cpu/t/kubepods/podx/cpu.cfs_period_us"), "100000");
@@ -343,19 +343,19 @@ mod tests {
         );
         // A real cgroupfs removes its files with the directory; a fake one cannot.
         for d in fs.dirs(&name) {
-            for f in std::fs::read_dir(&d).unwrap() {
-                std::fs::remove_file(f.unwrap().path()).unwrap();
+            for f in std::fs::read_dir(&d).expect("fake cgroupfs") {
+                std::fs::remove_file(f.expect("fake cgroupfs").path()).expect("fake cgroupfs");
             }
         }
-        fs.remove(&name).unwrap();
+        fs.remove(&name).expect("fake cgroupfs");
         assert!(!fs.exists(&name));
-        fs.remove(&name).unwrap();
+        fs.remove(&name).expect("fake cgroupfs");
     }
 
     #[test]
     fn v2_writes_weight_max_and_enables_controllers() {
         let tmp = crate::testutil::TempDir::new("cgv2");
-        std::fs::write(tmp.0.join("cgroup.controllers"), "cpu memory pids").unwrap();
+        std::fs::write(tmp.0.join("cgroup.controllers"), "cpu memory pids").expect("fake cgroupfs");
         let fs = CgroupFs {
             mount: tmp.0.clone(),
             version: detect_version(&tmp.0),
@@ -372,8 +372,8 @@ mod tests {
                 memory: Some(1 << 20),
             },
         )
-        .unwrap();
-        let read = |p: &str| std::fs::read_to_string(tmp.0.join(p)).unwrap();
+        .expect("fake cgroupfs");
+        let read = |p: &str| std::fs::read_to_string(tmp.0.join(p)).expect("fake cgroupfs");
         let pod = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda_b.slice";
         assert_eq!(read(&format!("{pod}/cpu.weight")), "39");
         assert_eq!(read(&format!("{pod}/cpu.max")), "20000 100000");
@@ -393,7 +393,7 @@ mod tests {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .expect("fake cgroupfs");
         assert_eq!(read(&format!("{pod}/cpu.max")), "max 100000");
         assert_eq!(read(&format!("{pod}/memory.max")), "max");
     }

@@ -28,6 +28,8 @@ use resources::{QosClass, ResourceConfig};
 
 /// Upstream's event reason when `kubepods` got its limits.
 pub const NODE_ALLOCATABLE_ENFORCED: &str = "NodeAllocatableEnforced";
+/// How often `pod-cgroup-gc` looks for pod cgroups of pods that are gone.
+pub const POD_CGROUP_GC_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 /// The cgroupfs mount.
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 
@@ -303,6 +305,9 @@ impl ContainerManager {
     /// Removes a pod's cgroup once its containers are gone (upstream
     /// `cleanupOrphanedPodCgroups`' `Destroy`), wherever its QoS class put it.
     pub fn remove_pod(&self, uid: &str) {
+        if !self.settings.cgroups_per_qos {
+            return;
+        }
         let Ok(Some(ready)) = self.ready() else {
             return;
         };
@@ -336,9 +341,12 @@ impl ContainerManager {
 
     /// The pod cgroups on disk whose UIDs `keep` rejects, removed (a kubelet restart
     /// forgets pods removed meanwhile). Called off the sync loop.
-    pub fn remove_orphans(&self, keep: &dyn Fn(&str) -> bool) {
-        let Ok(Some(ready)) = self.ready() else {
-            return;
+    pub fn remove_orphans(&self, keep: &dyn Fn(&str) -> bool) -> Result<(), CmError> {
+        if !self.settings.cgroups_per_qos {
+            return Ok(());
+        }
+        let Some(ready) = self.ready()? else {
+            return Ok(());
         };
         let parents = [
             ready.kubepods.clone(),
@@ -360,6 +368,7 @@ impl ContainerManager {
                 }
             }
         }
+        Ok(())
     }
 
     /// Writes the burstable QoS cgroup's shares: its pods' cpu requests added up.
@@ -433,8 +442,11 @@ mod tests {
         let tmp = crate::testutil::TempDir::new("cm-none");
         let cm = ContainerManager::new(settings(tmp.0.clone()), Arc::new(FakeRuntime::default()));
         let pod = Pod::default();
-        assert_eq!(cm.ensure_pod(&pod).unwrap(), "");
-        assert!(std::fs::read_dir(&tmp.0).unwrap().next().is_none());
+        assert_eq!(cm.ensure_pod(&pod).expect("fake cgroupfs"), "");
+        assert!(std::fs::read_dir(&tmp.0)
+            .expect("fake cgroupfs")
+            .next()
+            .is_none());
     }
 
     #[test]
@@ -483,7 +495,7 @@ mod tests {
     #[test]
     fn v2_tree_pods_qos_shares_and_removal() {
         let tmp = crate::testutil::TempDir::new("cm-v2");
-        std::fs::write(tmp.0.join("cgroup.controllers"), "cpu memory pids").unwrap();
+        std::fs::write(tmp.0.join("cgroup.controllers"), "cpu memory pids").expect("fake cgroupfs");
         let rt = FakeRuntime::default();
         rt.set_info(crate::runtime::RuntimeInfo {
             cgroup_driver: "systemd".into(),
@@ -493,10 +505,10 @@ mod tests {
         let mut s = settings(tmp.0.clone());
         s.cgroup_root = String::new();
         let cm = ContainerManager::new(s, Arc::new(rt));
-        let parent = cm.ensure_pod(&pod("a-1", "500m")).unwrap();
+        let parent = cm.ensure_pod(&pod("a-1", "500m")).expect("fake cgroupfs");
         assert_eq!(parent, "kubepods-burstable-poda_1.slice");
-        cm.ensure_pod(&pod("b-2", "250m")).unwrap();
-        let read = |p: &str| std::fs::read_to_string(tmp.0.join(p)).unwrap();
+        cm.ensure_pod(&pod("b-2", "250m")).expect("fake cgroupfs");
+        let read = |p: &str| std::fs::read_to_string(tmp.0.join(p)).expect("fake cgroupfs");
         // kubepods: allocatable 1500m -> 1536 shares -> weight 59; 3 GiB.
         assert_eq!(read("kubepods.slice/cpu.weight"), "59");
         assert_eq!(read("kubepods.slice/memory.max"), (3u64 << 30).to_string());
@@ -517,10 +529,11 @@ mod tests {
         let dir = tmp
             .0
             .join("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda_1.slice");
-        for f in std::fs::read_dir(&dir).unwrap() {
-            std::fs::remove_file(f.unwrap().path()).unwrap();
+        for f in std::fs::read_dir(&dir).expect("fake cgroupfs") {
+            std::fs::remove_file(f.expect("fake cgroupfs").path()).expect("fake cgroupfs");
         }
-        cm.remove_orphans(&|uid| uid == "b-2");
+        cm.remove_orphans(&|uid| uid == "b-2")
+            .expect("fake cgroupfs");
         assert!(!dir.exists());
         // 250m -> 256 shares -> weight 10.
         assert_eq!(

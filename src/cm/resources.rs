@@ -306,7 +306,7 @@ mod tests {
         let mut side = container("side", &[("cpu", "50m")], &[]);
         side.restart_policy = Some("Always".into());
         let init = container("init", &[("cpu", "500m")], &[]);
-        p.spec.as_mut().unwrap().init_containers = Some(vec![side, init]);
+        p.spec.as_mut().expect("test pod").init_containers = Some(vec![side, init]);
         // app + sidecar = 150m; init after the sidecar needs 550m.
         assert_eq!(pod_requests(&p)["cpu"], 550);
         let p = pod(vec![

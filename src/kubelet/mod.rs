@@ -375,6 +375,10 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         )?;
     }
 
+    // Pod cgroups of pods that are gone (removed while the kubelet was down, or a
+    // removal that failed).
+    parts.start_pod_cgroup_gc(&loops)?;
+
     // Pod workers.
     parts.workers.start(&loops, DEFAULT_WORKERS, handler)?;
 
@@ -484,10 +488,20 @@ impl Components {
         let statuses = Arc::new(StatusCache::with_notify(status_tx));
         let pods_view = Arc::new(PodsView::new(statuses.clone()));
         let host_ip = cfg.node_ip.clone().unwrap_or_else(crate::netutil::node_ip);
-        let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
-        // The machine's facts, once: admission's allocatable is the node status's.
+        // The machine's facts, once: the downward API's and admission's allocatable
+        // is the node status's.
         let machine = crate::nodestatus::machine::read(&cfg.root_dir);
         let node_settings = node::node_settings(cfg);
+        let a = crate::nodestatus::setters::allocatable(
+            &machine,
+            node_settings.max_pods,
+            &node_settings.reserved,
+        );
+        let allocatable = crate::kuberuntime::container::Allocatable {
+            cpu_milli: i128::from(a.cpu_milli),
+            memory: i128::from(a.memory),
+            ephemeral_storage: i128::from(a.ephemeral_storage.unwrap_or(0)),
+        };
         let admission_node = node::admission_node(&node_settings, &machine);
         let cm = Arc::new(crate::cm::ContainerManager::new(
             node::cm_settings(cfg, &node_settings, &machine),
@@ -552,6 +566,37 @@ impl Components {
             cm,
             admission_node,
         })
+    }
+
+    /// Starts `pod-cgroup-gc`: once every source has spoken, removes the pod cgroups
+    /// of pods no source wants, no worker holds and Docker no longer lists (upstream
+    /// `cleanupOrphanedPodCgroups` in housekeeping; here off the sync loop).
+    fn start_pod_cgroup_gc(&self, loops: &Loops) -> Result<(), SpawnError> {
+        let cm = self.cm.clone();
+        let view = self.manager_view.clone();
+        let workers = self.workers.clone();
+        let pleg = self.pleg_shared.clone();
+        loops.spawn_periodic(
+            Periodic {
+                name: "pod-cgroup-gc".into(),
+                period: crate::cm::POD_CGROUP_GC_PERIOD,
+                wake: None,
+            },
+            move || {
+                let snap = view.get();
+                if !snap.sources_ready {
+                    return Ok(());
+                }
+                let running = pleg.runtime_pods();
+                cm.remove_orphans(&|uid: &str| {
+                    snap.pods
+                        .iter()
+                        .any(|p| p.metadata.uid.as_deref() == Some(uid))
+                        || workers.is_active(uid)
+                        || running.contains_key(uid)
+                })
+            },
+        )
     }
 
     /// Starts the pod killer and returns the pod workers' syncer.
