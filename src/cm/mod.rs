@@ -450,6 +450,23 @@ mod tests {
     }
 
     #[test]
+    fn an_unwritable_cgroupfs_runs_pods_without_cgroups() {
+        let tmp = crate::testutil::TempDir::new("cm-ro");
+        // A file where the controllers' directories should be: nothing can be made.
+        let mount = tmp.write("not-a-dir", "");
+        let rt = FakeRuntime::default();
+        rt.set_info(crate::runtime::RuntimeInfo {
+            cgroup_driver: "cgroupfs".into(),
+            ..Default::default()
+        });
+        let cm = ContainerManager::new(settings(mount), Arc::new(rt));
+        assert_eq!(cm.ensure_pod(&pod("a", "100m")).expect("no error"), "");
+        assert!(matches!(*lock(&cm.state), State::Disabled));
+        // Said once; later pods go on without asking again.
+        assert_eq!(cm.ensure_pod(&pod("b", "100m")).expect("no error"), "");
+    }
+
+    #[test]
     fn kubepods_gets_allocatable_or_capacity() {
         let tmp = crate::testutil::TempDir::new("cm-alloc");
         let mut s = settings(tmp.0.clone());

@@ -17,7 +17,8 @@ pub(super) struct Admission {
     node: NodeInfo,
     /// Checks run before the resource fit (the eviction manager's goes here).
     handlers: Vec<Box<dyn AdmitHandler>>,
-    /// Pods rejected, by UID, until their source removes them.
+    /// Pods that never run, by UID, until their source removes them: those rejected,
+    /// and those already terminal in the API when added.
     rejected: HashSet<String>,
 }
 
@@ -71,8 +72,10 @@ pub(super) fn rejected_status(pod: &Pod, r: &Rejection) -> PodStatus {
 
 impl Admission {
     /// Admits a newly added pod or rejects it (status, event; the caller never runs
-    /// it). `pods` are the pod manager's pods; pods already terminal or being deleted
-    /// are not checked.
+    /// it). `pods` are the pod manager's pods. A pod the API already says is terminal
+    /// (rejected before a restart, or finished) is not checked and never runs again
+    /// (upstream's pod workers only terminate a terminal pod); one being deleted is
+    /// not checked.
     pub(super) fn admit(
         &mut self,
         uid: &str,
@@ -81,7 +84,11 @@ impl Admission {
         statuses: &StatusCache,
     ) {
         let api_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        if status::is_terminal_phase(api_phase) || pod.metadata.deletion_timestamp.is_some() {
+        if status::is_terminal_phase(api_phase) {
+            self.rejected.insert(uid.to_string());
+            return;
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
             return;
         }
         // Upstream `filterOutInactivePods`: admitted pods that are not terminal.

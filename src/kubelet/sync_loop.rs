@@ -712,6 +712,7 @@ mod admission_tests {
     use super::*;
     use crate::podconfig::Source;
     use crate::runtime::fake::Op;
+    use k8s_openapi::api::core::v1::PodStatus;
 
     const HUGE: &str = "{containers: [{name: a, image: 'busybox:1', \
                         resources: {requests: {cpu: '100000'}}}]}";
@@ -753,6 +754,21 @@ mod admission_tests {
         assert!(n.sl.admission.is_rejected("u-big"));
         n.snapshot(Source::Api, vec![api_pod("ok", "u-ok", SMALL)]);
         assert!(!n.sl.admission.is_rejected("u-big"));
+    }
+
+    #[test]
+    fn a_pod_the_api_says_failed_is_not_run_again_after_a_restart() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::Api]);
+        let mut p = api_pod("big", "u-big", SMALL);
+        p.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some("OutOfmemory".into()),
+            ..Default::default()
+        });
+        n.snapshot(Source::Api, vec![p]);
+        assert!(n.containers_of("u-big").is_empty());
+        assert_eq!(rt.count(Op::Create), 0);
     }
 
     #[test]
