@@ -118,3 +118,105 @@ impl Admission {
         self.rejected.insert(uid.to_string());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{self, pod, Node};
+    use super::*;
+    use crate::podconfig::Source;
+    use crate::runtime::fake::Op;
+    use k8s_openapi::api::core::v1::PodStatus;
+
+    const HUGE: &str = "{containers: [{name: a, image: 'busybox:1', \
+                        resources: {requests: {cpu: '100000'}}}]}";
+    const SMALL: &str = "{containers: [{name: a, image: 'busybox:1', \
+                         resources: {requests: {cpu: 10m}}}]}";
+
+    fn api_pod(name: &str, uid: &str, spec: &str) -> Pod {
+        let mut p = pod(name, uid, spec);
+        let mut ann = p.metadata.annotations.clone().unwrap_or_default();
+        ann.insert(
+            crate::podconfig::CONFIG_SOURCE_ANNOTATION.into(),
+            "api".into(),
+        );
+        p.metadata.annotations = Some(ann);
+        p
+    }
+
+    #[test]
+    fn a_pod_that_does_not_fit_is_failed_and_never_run() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::Api]);
+        n.snapshot(
+            Source::Api,
+            vec![api_pod("big", "u-big", HUGE), api_pod("ok", "u-ok", SMALL)],
+        );
+        assert!(n.containers_of("u-big").is_empty(), "never started");
+        assert!(n.running("u-ok", "a").is_some(), "the one that fits runs");
+        let st = n.sl.statuses.get("u-big").expect("a status");
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some("OutOfcpu"));
+        assert!(st
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("Pod was rejected: Node didn't have enough resource: cpu, requested: 100000000, used: 0,"));
+        // Later syncs leave it alone; its removal forgets it.
+        n.snapshot(
+            Source::Api,
+            vec![api_pod("big", "u-big", HUGE), api_pod("ok", "u-ok", SMALL)],
+        );
+        assert!(n.containers_of("u-big").is_empty());
+        assert!(n.sl.admission.is_rejected("u-big"));
+        n.snapshot(Source::Api, vec![api_pod("ok", "u-ok", SMALL)]);
+        assert!(!n.sl.admission.is_rejected("u-big"));
+    }
+
+    #[test]
+    fn a_pod_the_api_says_failed_is_not_run_again_after_a_restart() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::Api]);
+        let mut p = api_pod("big", "u-big", SMALL);
+        p.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some("OutOfmemory".into()),
+            ..Default::default()
+        });
+        n.snapshot(Source::Api, vec![p]);
+        assert!(n.containers_of("u-big").is_empty());
+        assert_eq!(rt.count(Op::Create), 0);
+    }
+
+    #[test]
+    fn static_pods_are_critical_and_admitted_whatever_they_ask() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        n.snapshot(Source::File, vec![pod("big", "u-big", HUGE)]);
+        assert!(n.running("u-big", "a").is_some());
+        assert_eq!(rt.count(Op::Create), 2);
+    }
+
+    #[test]
+    fn a_host_port_taken_by_an_admitted_pod_rejects_the_newer_one() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        let port = "{containers: [{name: a, image: 'busybox:1', \
+                    ports: [{containerPort: 80, hostPort: 18080}]}]}";
+        let mut older = pod("older", "u-1", port);
+        older.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2020-01-01T00:00:00Z".parse().expect("time"),
+            ));
+        let mut newer = pod("newer", "u-2", port);
+        newer.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2021-01-01T00:00:00Z".parse().expect("time"),
+            ));
+        // Listed newest first: admission still goes oldest first.
+        n.snapshot(Source::File, vec![newer, older]);
+        assert!(n.running("u-1", "a").is_some());
+        assert!(n.containers_of("u-2").is_empty());
+        let st = n.sl.statuses.get("u-2").expect("a status");
+        assert_eq!(st.reason.as_deref(), Some("NodePorts"));
+    }
+}
