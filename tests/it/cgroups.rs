@@ -206,6 +206,7 @@ fn label_of(node: &Node, id: &str, key: &str) -> String {
 }
 
 const KUBELET_TOKEN: &str = "good-token";
+const KUBECTL_TOKEN: &str = "kubectl-token";
 
 /// An API pod bound to the node.
 fn api_pod(api: &TestApiServer, node: &Node, name: &str, resources: Value, host_port: u16) {
@@ -246,7 +247,7 @@ fn phase(api: &TestApiServer, name: &str, want: &str) -> Value {
 #[test]
 fn api_pods_that_do_not_fit_are_rejected_and_never_start() {
     let api = TestApiServer::start(Options {
-        tokens: vec![KUBELET_TOKEN.into()],
+        tokens: vec![KUBELET_TOKEN.into(), KUBECTL_TOKEN.into()],
         ..Options::default()
     });
     let mut node = Node::new("cg-admit");
@@ -255,7 +256,9 @@ fn api_pods_that_do_not_fit_are_rejected_and_never_start() {
         &format!("system:node:{}", node.name),
         &["system:nodes"],
     );
+    api.set_token_user(KUBECTL_TOKEN, "admin", &["system:masters"]);
     let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    let user_kc = api.kubeconfig(&node.dir, "user.kubeconfig", "token: kubectl-token");
     node.start(&[&format!("--kubeconfig={}", kc.display()), "--max-pods=2"]);
 
     // More memory than the node has.
@@ -275,6 +278,25 @@ fn api_pods_that_do_not_fit_are_rejected_and_never_start() {
             100_000u128 << 30
         )),
         "{msg}"
+    );
+
+    // What a user sees: kubectl's STATUS column is the reason.
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&user_kc)
+        .arg("--cache-dir")
+        .arg(node.dir.join("kubectl-cache"))
+        .args(["get", "pod", "big", "--no-headers"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("kubectl");
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    let cells: Vec<&str> = table.split_whitespace().collect();
+    assert_eq!(
+        cells.get(1..3),
+        Some(&["0/1", "OutOfmemory"][..]),
+        "{table} {}",
+        String::from_utf8_lossy(&out.stderr)
     );
 
     // A host port taken by an admitted pod.
