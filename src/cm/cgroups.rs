@@ -133,14 +133,18 @@ pub struct CgroupFs {
 }
 
 impl CgroupFs {
-    /// The directories of a cgroup: one per v1 controller, or the one v2 directory.
+    /// The directories of a cgroup: one per mounted v1 controller, or the one v2
+    /// directory.
     pub fn dirs(&self, name: &CgroupName) -> Vec<PathBuf> {
         let rel = name.path(self.driver);
         let rel = rel.trim_start_matches('/');
         match self.version {
+            // Only the controllers mounted here (a kernel may lack one).
             Version::V1 => V1_CONTROLLERS
                 .iter()
-                .map(|c| self.mount.join(c).join(rel))
+                .map(|c| self.mount.join(c))
+                .filter(|root| root.is_dir())
+                .map(|root| root.join(rel))
                 .collect(),
             Version::V2 => vec![self.mount.join(rel)],
         }
