@@ -327,8 +327,10 @@ settings_table! {
             flag: "etcd-keyfile" <"file">,
         }
         kubeconfig: PathBuf {
-            help: "kubeconfig of the API server to take this node's pods from (list and \
-                   watch). Empty: standalone (no API server).",
+            help: "kubeconfig of the API server this node is a member of: its pods are \
+                   listed and watched from it, and the Node, its Lease, pod statuses, \
+                   mirror pods and events are written to it. Empty: standalone (no API \
+                   server).",
             parse: text::any_path,
             flag: "kubeconfig" <"file">,
         }

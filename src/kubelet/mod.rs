@@ -374,6 +374,19 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             move || volumes.cleanup_orphans(),
         )?;
     }
+    // Object refresh: ConfigMap, Secret and token updates reach running pods' volumes
+    // between their syncs (only with an API server to read them from).
+    if parts.volumes.objects().has_client() {
+        let volumes = parts.volumes.clone();
+        loops.spawn_periodic(
+            Periodic {
+                name: "object-refresh".into(),
+                period: crate::volume::refresh::REFRESH_PERIOD,
+                wake: None,
+            },
+            move || volumes.refresh_objects(),
+        )?;
+    }
 
     // Pod cgroups of pods that are gone (removed while the kubelet was down, or a
     // removal that failed).

@@ -425,6 +425,9 @@ impl RuntimeManager {
             {
                 self.cfg.node.volumes.setup_pod(pod);
             }
+        } else {
+            // Not running: the `object-refresh` loop leaves its volumes alone.
+            self.cfg.node.volumes.stop_refreshing(&uid);
         }
         let acts = {
             let b = lock(&self.backoff);

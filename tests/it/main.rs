@@ -28,4 +28,5 @@ mod events;
 mod bootstrap;
 mod node;
 mod status_manager;
+mod cluster;
 mod cgroups;
