@@ -32,7 +32,8 @@ const ROUNDS: usize = 5;
 const STEADY_PODS: usize = 30;
 const DEADLINE: Duration = Duration::from_secs(120);
 
-fn kubectl(config: &Path, args: &[&str]) -> (bool, String) {
+/// Runs kubectl; (success, stdout, stderr).
+fn kubectl(config: &Path, args: &[&str]) -> (bool, String, String) {
     let out = Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(config)
@@ -40,22 +41,18 @@ fn kubectl(config: &Path, args: &[&str]) -> (bool, String) {
         .stdin(Stdio::null())
         .output()
         .expect("run kubectl");
-    if !out.status.success() {
-        eprintln!(
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
 
 /// Polls `kubectl get pod` until it says Running; the time since `t0`.
 fn until_running(config: &Path, name: &str, t0: Instant) -> Duration {
     loop {
-        let (_, phase) = kubectl(
+        // NotFound until the mirror pod exists: polled like any other answer.
+        let (_, phase, _) = kubectl(
             config,
             &["get", "pod", name, "-o", "jsonpath={.status.phase}"],
         );
@@ -124,11 +121,11 @@ fn main() {
         std::fs::write(&file, pod_json(&name, &node.name).to_string()).expect("pod file");
         let t0 = Instant::now();
         // The stand-in serves no OpenAPI schema for kubectl's client-side validation.
-        let (ok, _) = kubectl(
+        let (ok, _, err) = kubectl(
             &user,
             &["create", "--validate=false", "-f", &file.display().to_string()],
         );
-        assert!(ok, "kubectl create");
+        assert!(ok, "kubectl create: {err}");
         api_times.push(until_running(&user, &name, t0));
 
         let st = format!("s{round}");

@@ -46,6 +46,8 @@ pub mod kubelet;
 pub mod pod_workers;
 pub mod pod_killer;
 pub mod kuberuntime;
+pub mod cm;
+pub mod admission;
 pub mod images;
 pub mod volume;
 pub mod pleg;

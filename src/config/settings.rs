@@ -409,6 +409,31 @@ settings_table! {
             examples: ["{cpu: 200m}", "{memory: 512Mi}"],
             default: "",
         }
+        cgroups_per_qos: bool {
+            help: "Build the kubepods cgroup hierarchy (QoS cgroups, one cgroup per pod) \
+                   and give each pod's containers their pod's cgroup as parent.",
+            parse: text::boolean,
+            flag: "cgroups-per-qos",
+            file: "cgroupsPerQOS", decode: yaml::boolean, examples: ["false", "true"],
+            default: CGROUPS_PER_QOS = "true",
+        }
+        cgroup_root: String {
+            help: "The cgroup the kubepods hierarchy is built under; empty: the root (/).",
+            parse: text::any_string,
+            flag: "cgroup-root" <"cgroup">,
+            file: "cgroupRoot", decode: yaml::string, examples: ["/a", "/b/c"],
+            default: "",
+        }
+        enforce_node_allocatable: Vec<String> {
+            help: "Comma-separated levels whose allocatable is enforced with cgroup \
+                   limits: pods (the kubepods cgroup), or none; repeatable. \
+                   system-reserved and kube-reserved are accepted and not enforced.",
+            append: text::enforce_node_allocatable,
+            flag: "enforce-node-allocatable" <"levels">,
+            file: "enforceNodeAllocatable", decode: yaml::enforce_node_allocatable,
+            examples: ["[none]", "[pods, kube-reserved]"],
+            default: ENFORCE_NODE_ALLOCATABLE = "pods",
+        }
         node_status_update_frequency: Duration {
             help: "How often the node's status is computed (and sent if it changed).",
             parse: text::period,

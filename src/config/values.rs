@@ -430,6 +430,39 @@ pub mod text {
         Ok(out)
     }
 
+    /// `--enforce-node-allocatable`: comma-separated `pods`, `system-reserved`,
+    /// `kube-reserved` or `none` (upstream's validation: `none` stands alone).
+    pub fn enforce_node_allocatable(v: &str) -> Result<Vec<String>, String> {
+        let list: Vec<String> = v
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        check_enforce_node_allocatable(&list)?;
+        Ok(list)
+    }
+
+    /// Upstream's check of `enforceNodeAllocatable`'s levels.
+    pub fn check_enforce_node_allocatable(list: &[String]) -> Result<(), String> {
+        for l in list {
+            if !["pods", "system-reserved", "kube-reserved", "none"].contains(&l.as_str()) {
+                return Err(format!(
+                    "invalid option {l:?} specified for enforceNodeAllocatable setting. \
+                     Valid options are \"pods\", \"system-reserved\", \"kube-reserved\", or \"none\""
+                ));
+            }
+        }
+        if list.len() > 1 && list.iter().any(|l| l == "none") {
+            return Err(
+                "enforceNodeAllocatable (--enforce-node-allocatable) may not \
+                        contain additional enforcements when \"none\" is specified"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// One reserved resource, in upstream's words when it is refused.
     pub fn reserved_one(name: &str, q: &str) -> Result<(), String> {
         if !["cpu", "memory", "ephemeral-storage", "pid"].contains(&name) {
@@ -656,6 +689,22 @@ pub mod yaml {
             text::reserved_one(name, &q)?;
             out.push((name.clone(), q));
         }
+        Ok(Some(out))
+    }
+
+    /// `enforceNodeAllocatable`: a list of levels.
+    pub fn enforce_node_allocatable(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
+        let Value::Sequence(seq) = v else {
+            return Err(invalid(v, "not a list of strings"));
+        };
+        let mut out = Vec::new();
+        for item in seq {
+            let Value::String(s) = item else {
+                return Err(invalid(item, "not a string"));
+            };
+            out.push(s.clone());
+        }
+        text::check_enforce_node_allocatable(&out)?;
         Ok(Some(out))
     }
 

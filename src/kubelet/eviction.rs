@@ -271,13 +271,17 @@ pub(super) fn evicted_status(st: &mut PodStatus, message: &str, now: std::time::
     });
 }
 
-/// The status of a pod refused under pressure (upstream `rejectPod`).
-pub(super) fn rejected_status(message: &str) -> PodStatus {
-    PodStatus {
-        phase: Some("Failed".into()),
-        reason: Some(REASON.into()),
-        message: Some(format!("Pod was rejected: {message}")),
-        ..Default::default()
+/// Admission under pressure (upstream's eviction admit handler, §9.4), as one of the
+/// sync loop's admit handlers: a refused pod is rejected with reason `Evicted` and the
+/// message `The node had condition: [..]. `, before the resource fit is checked.
+pub(super) struct PressureAdmit(pub(super) Arc<PressureState>);
+
+impl crate::admission::AdmitHandler for PressureAdmit {
+    fn admit(&self, pod: &Pod, _others: &[&Pod]) -> Option<crate::admission::Rejection> {
+        self.0.admit(pod).map(|message| crate::admission::Rejection {
+            reason: REASON.into(),
+            message,
+        })
     }
 }
 
@@ -301,12 +305,23 @@ mod tests {
         let c = &st.conditions.as_ref().expect("conditions")[0];
         assert_eq!(c.type_, "DisruptionTarget");
         assert_eq!(c.reason.as_deref(), Some("TerminationByKubelet"));
-        assert_eq!(
-            rejected_status("The node had condition: [DiskPressure]. ")
-                .message
-                .as_deref(),
-            Some("Pod was rejected: The node had condition: [DiskPressure]. ")
-        );
+    }
+
+    #[test]
+    fn under_disk_pressure_admission_rejects_with_the_condition() {
+        use crate::admission::AdmitHandler;
+        let state = Arc::new(PressureState::default());
+        let handler = PressureAdmit(state.clone());
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}
+        }))
+        .expect("pod");
+        assert!(handler.admit(&pod, &[]).is_none());
+        state.set(vec![crate::eviction::api::Condition::DiskPressure]);
+        let r = handler.admit(&pod, &[]).expect("rejected");
+        assert_eq!(r.reason, "Evicted");
+        assert_eq!(r.message, "The node had condition: [DiskPressure]. ");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! the sync loop's and the syncer's tests share (as a sibling file it would be an
 //! import cycle).
 
+mod admit;
 mod eviction;
 mod node;
 mod port;
@@ -393,6 +394,10 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         )?;
     }
 
+    // Pod cgroups of pods that are gone (removed while the kubelet was down, or a
+    // removal that failed).
+    parts.start_pod_cgroup_gc(&loops)?;
+
     // Pod workers.
     parts.workers.start(&loops, DEFAULT_WORKERS, handler)?;
 
@@ -491,6 +496,10 @@ struct Components {
     runtime: Arc<dyn Runtime>,
     /// The eviction manager's pressure conditions (admission, the node status).
     pressure: Arc<crate::eviction::PressureState>,
+    /// The pod and QoS cgroups.
+    cm: Arc<crate::cm::ContainerManager>,
+    /// What admission checks new pods against.
+    admission_node: crate::admission::NodeInfo,
 }
 
 impl Components {
@@ -519,7 +528,25 @@ impl Components {
         let statuses = Arc::new(StatusCache::with_notify(status_tx));
         let pods_view = Arc::new(PodsView::new(statuses.clone()));
         let host_ip = cfg.node_ip.clone().unwrap_or_else(crate::netutil::node_ip);
-        let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
+        // The machine's facts, once: the downward API's and admission's allocatable
+        // is the node status's.
+        let machine = crate::nodestatus::machine::read(&cfg.root_dir);
+        let node_settings = node::node_settings(cfg);
+        let a = crate::nodestatus::setters::allocatable(
+            &machine,
+            node_settings.max_pods,
+            &node_settings.reserved,
+        );
+        let allocatable = crate::kuberuntime::container::Allocatable {
+            cpu_milli: i128::from(a.cpu_milli),
+            memory: i128::from(a.memory),
+            ephemeral_storage: i128::from(a.ephemeral_storage.unwrap_or(0)),
+        };
+        let admission_node = node::admission_node(&node_settings, &machine);
+        let cm = Arc::new(crate::cm::ContainerManager::new(
+            node::cm_settings(cfg, &node_settings, &machine),
+            runtime.clone(),
+        ));
         // The ConfigMaps, Secrets and tokens of API pods' volumes, env and pulls.
         let objects = Arc::new(crate::objects::ObjectManager::new(
             api.map(|c| c as Arc<dyn crate::objects::Fetcher>),
@@ -577,7 +604,40 @@ impl Components {
             metrics,
             runtime: runtime.clone(),
             pressure: Arc::default(),
+            cm,
+            admission_node,
         })
+    }
+
+    /// Starts `pod-cgroup-gc`: once every source has spoken, removes the pod cgroups
+    /// of pods no source wants, no worker holds and Docker no longer lists (upstream
+    /// `cleanupOrphanedPodCgroups` in housekeeping; here off the sync loop).
+    fn start_pod_cgroup_gc(&self, loops: &Loops) -> Result<(), SpawnError> {
+        let cm = self.cm.clone();
+        let view = self.manager_view.clone();
+        let workers = self.workers.clone();
+        let pleg = self.pleg_shared.clone();
+        loops.spawn_periodic(
+            Periodic {
+                name: "pod-cgroup-gc".into(),
+                period: crate::cm::POD_CGROUP_GC_PERIOD,
+                wake: None,
+            },
+            move || {
+                let snap = view.get();
+                if !snap.sources_ready {
+                    return Ok(());
+                }
+                let running = pleg.runtime_pods();
+                cm.remove_orphans(&|uid: &str| {
+                    snap.pods
+                        .iter()
+                        .any(|p| p.metadata.uid.as_deref() == Some(uid))
+                        || workers.is_active(uid)
+                        || running.contains_key(uid)
+                })
+            },
+        )
     }
 
     /// Starts the pod killer and returns the pod workers' syncer.
@@ -593,6 +653,7 @@ impl Components {
             killer,
             workers: self.workers.clone(),
             metrics: self.metrics.clone(),
+            cm: self.cm.clone(),
         }))
     }
 
@@ -618,7 +679,13 @@ impl Components {
             up_rx: inputs.runtime_up,
             last_status_line: String::new(),
             metrics: self.metrics,
-            pressure: self.pressure,
+            admission: {
+                let mut admission = admit::Admission::new(self.admission_node);
+                // Admission under pressure first (upstream registers the eviction
+                // manager's admit handler before the predicates).
+                admission.add_handler(Box::new(eviction::PressureAdmit(self.pressure)));
+                admission
+            },
         }
     }
 }

@@ -63,8 +63,8 @@ pub(super) struct SyncLoop {
     pub(super) up_rx: Receiver<()>,
     pub(super) last_status_line: String,
     pub(super) metrics: Arc<KubeletMetrics>,
-    /// The eviction manager's conditions, for admission under pressure.
-    pub(super) pressure: Arc<crate::eviction::PressureState>,
+    /// Admission: the node's allocatable, extra checks, the pods it rejected.
+    pub(super) admission: super::admit::Admission,
 }
 
 impl SyncLoop {
@@ -180,6 +180,9 @@ impl SyncLoop {
             }
             Event::RuntimeUp => {
                 for (uid, pod) in &self.pods {
+                    if self.admission.is_rejected(uid) {
+                        continue;
+                    }
                     self.workers.update_pod(uid, Work::Sync(pod.clone()));
                 }
             }
@@ -207,7 +210,19 @@ impl SyncLoop {
     pub(super) fn handle_update(&mut self, u: PodUpdate) {
         match u.op {
             PodOp::Add | PodOp::Update | PodOp::Delete => {
-                for pod in u.pods {
+                let mut pods = u.pods;
+                if u.op == PodOp::Add {
+                    // Upstream `HandlePodAdditions`: oldest first, each admitted against
+                    // the pods admitted before it.
+                    pods.sort_by(|a, b| {
+                        a.metadata
+                            .creation_timestamp
+                            .as_ref()
+                            .map(|t| t.0)
+                            .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                    });
+                }
+                for pod in pods {
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
                     let pod = Arc::new(pod);
                     if u.op == PodOp::Add {
@@ -223,29 +238,13 @@ impl SyncLoop {
                             crate::container::format_pod(&pod)
                         );
                     }
-                    let new = self.pods.insert(uid.clone(), pod.clone()).is_none();
-                    // Admission under pressure (upstream's eviction admit handler):
-                    // a refused pod is Failed and never started. The cgroups work's
-                    // admission (resources, ports, affinity) belongs beside it.
-                    if new && self.statuses.get(&uid).is_none() {
-                        if let Some(message) = self.pressure.admit(&pod) {
-                            log::info!(
-                                "pod {} rejected: {message}",
-                                crate::container::format_pod(&pod)
-                            );
-                            self.statuses
-                                .set(&uid, super::eviction::rejected_status(&message));
-                            // Containers it may have from before a restart stop too.
-                            self.workers.update_pod(
-                                &uid,
-                                Work::Kill(Kill {
-                                    pod: Some(pod),
-                                    grace: None,
-                                    remove: false,
-                                }),
-                            );
-                            continue;
-                        }
+                    if u.op == PodOp::Add {
+                        self.admission.admit(&uid, &pod, &self.pods, &self.statuses);
+                    }
+                    self.pods.insert(uid.clone(), pod.clone());
+                    if self.admission.is_rejected(&uid) {
+                        // A rejected pod never runs; its status stays Failed.
+                        continue;
                     }
                     if pod.metadata.deletion_timestamp.is_some() {
                         // Gracefully deleted at its source: stop it with its grace
@@ -273,6 +272,7 @@ impl SyncLoop {
                     );
                     self.pods.remove(&uid);
                     self.queue.remove(&uid);
+                    self.admission.forget(&uid);
                     if self.pod_config.seen_all_sources() {
                         self.workers.update_pod(
                             &uid,

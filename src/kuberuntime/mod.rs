@@ -99,6 +99,9 @@ pub struct SyncInputs {
     /// The pod must not run any more (terminal phase, active deadline passed, being
     /// deleted): stop it, start nothing.
     pub terminal: bool,
+    /// The pod's cgroup as the runtime's `CgroupParent` ("" for the runtime's
+    /// default): the sandbox and every container are created under it.
+    pub cgroup_parent: String,
 }
 
 /// What one sync found and decided, for the status computation.
@@ -235,6 +238,9 @@ pub struct RuntimeManager {
     probes: Option<Arc<crate::prober::results::ResultsCache>>,
     /// Started pods and containers, and their failures.
     metrics: Arc<KubeletMetrics>,
+    /// Each pod's cgroup parent, from its last sync's inputs (forgotten when the
+    /// pod's containers are removed).
+    cgroup_parents: Mutex<HashMap<String, String>>,
 }
 
 /// The per-container directory of a pod (upstream `getPodContainerDir`):
@@ -258,6 +264,7 @@ impl RuntimeManager {
             messages: Mutex::new(HashMap::new()),
             probes: None,
             metrics: Arc::default(),
+            cgroup_parents: Mutex::new(HashMap::new()),
         }
     }
 
@@ -394,6 +401,11 @@ impl RuntimeManager {
             let pod = fmt_pod.clone();
             move |source| SyncError::Runtime { pod, what, source }
         };
+        if inp.cgroup_parent.is_empty() {
+            lock(&self.cgroup_parents).remove(&uid);
+        } else {
+            lock(&self.cgroup_parents).insert(uid.clone(), inp.cgroup_parent.clone());
+        }
         let rp = self
             .get_pod_status(&uid)
             .map_err(rt_err("reading pod status"))?;
@@ -955,11 +967,21 @@ impl RuntimeManager {
             for c in plan_pod.containers.iter().chain(&plan_pod.sandboxes) {
                 self.runtime.remove_container(&c.id)?;
             }
+            lock(&self.cgroup_parents).remove(&req.uid);
             // The pod's directory (volumes, termination messages) is the volume
             // manager's to remove: it unmounts tmpfs volumes first, and waits until
             // Docker lists no container of the pod.
         }
         Ok(())
+    }
+
+    /// The pod's cgroup parent its last sync was given ("" for the runtime's default).
+    fn cgroup_parent(&self, pod: &Pod) -> String {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        lock(&self.cgroup_parents)
+            .get(uid)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Creates and starts a pod's sandbox; returns its ID. Counted as a started pod,
@@ -985,13 +1007,14 @@ impl RuntimeManager {
                 message: w.message,
             });
         }
-        let cfg = container::sandbox_config(&self.cfg, pod, attempt).map_err(|message| {
+        let mut cfg = container::sandbox_config(&self.cfg, pod, attempt).map_err(|message| {
             RuntimeError::Api {
                 op: "generate pod sandbox config".into(),
                 status: 0,
                 message,
             }
         })?;
+        cfg.cgroup_parent = self.cgroup_parent(pod);
         let id = self.create_replacing(&cfg)?;
         self.runtime.start_container(&id)?;
         log::info!(
@@ -1112,6 +1135,7 @@ impl RuntimeManager {
                     return Ok(Some(w));
                 }
             };
+        cfg.cgroup_parent = self.cgroup_parent(pod);
         match self.termination_message_mount(pod, c, s.restart_count) {
             Ok(Some(m)) => cfg.mounts.push(m),
             Ok(None) => {}

@@ -143,50 +143,95 @@ fn cpu_quantity(milli: u64) -> String {
     }
 }
 
-/// Capacity and allocatable (upstream `MachineInfo` setter): allocatable is capacity
-/// less `reserved` (kube and system reserved, milli-units) and the hard eviction
-/// thresholds; hugepages also come out of allocatable memory; never below zero.
-pub fn capacity(
+/// A node's amounts of its resources: cpu in milli-units, memory and storage in
+/// bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Amounts {
+    /// CPU, milli-units.
+    pub cpu_milli: u64,
+    /// Memory, bytes.
+    pub memory: u64,
+    /// Pods.
+    pub pods: u64,
+    /// Ephemeral storage, bytes (None: unknown).
+    pub ephemeral_storage: Option<u64>,
+}
+
+/// Capacity less `reserved` (kube and system reserved, milli-units), never below
+/// zero: what `--enforce-node-allocatable=pods` limits the `kubepods` cgroup to
+/// (upstream `GetNodeAllocatableAbsolute`; eviction thresholds stay out of it).
+pub fn reserved_allocatable(
     machine: &MachineInfo,
     max_pods: u32,
     reserved: &BTreeMap<String, i128>,
-) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+) -> Amounts {
     // A reserved resource in whole units (bytes), or milli-units for cpu.
     let r = |name: &str, milli: bool| -> u64 {
         let m = reserved.get(name).copied().unwrap_or(0).max(0);
         u64::try_from(if milli { m } else { m / 1000 }).unwrap_or(u64::MAX)
     };
-    let mut cap = BTreeMap::new();
-    let mut alloc = BTreeMap::new();
-    let cpu_milli = machine.cpus.saturating_mul(1000);
-    cap.insert("cpu".to_string(), Quantity(cpu_quantity(cpu_milli)));
-    let cpu = cpu_milli.saturating_sub(r("cpu", true));
-    alloc.insert("cpu".to_string(), Quantity(cpu_quantity(cpu)));
-    cap.insert(
-        "memory".to_string(),
-        Quantity(binary_si(machine.memory_bytes)),
-    );
+    Amounts {
+        cpu_milli: machine
+            .cpus
+            .saturating_mul(1000)
+            .saturating_sub(r("cpu", true)),
+        memory: machine.memory_bytes.saturating_sub(r("memory", false)),
+        pods: u64::from(max_pods),
+        ephemeral_storage: machine
+            .ephemeral_storage_bytes
+            .map(|fs| fs.saturating_sub(r("ephemeral-storage", false))),
+    }
+}
+
+/// The node's allocatable (what the status reports and admission checks against):
+/// capacity less `reserved` and the hard eviction thresholds; hugepages also come out
+/// of memory; never below zero.
+pub fn allocatable(
+    machine: &MachineInfo,
+    max_pods: u32,
+    reserved: &BTreeMap<String, i128>,
+) -> Amounts {
+    let mut a = reserved_allocatable(machine, max_pods, reserved);
     let hugepage_bytes: u64 = machine
         .hugepages
         .iter()
         .map(|(size, pages)| size.saturating_mul(*pages))
         .fold(0, u64::saturating_add);
-    let memory = machine
-        .memory_bytes
-        .saturating_sub(r("memory", false))
+    a.memory = a
+        .memory
         .saturating_sub(EVICTION_HARD_MEMORY)
         .saturating_sub(hugepage_bytes);
-    alloc.insert("memory".to_string(), Quantity(binary_si(memory)));
-    let pods = Quantity(decimal_si(u64::from(max_pods)));
-    cap.insert("pods".to_string(), pods.clone());
-    alloc.insert("pods".to_string(), pods);
-    if let Some(fs) = machine.ephemeral_storage_bytes {
-        cap.insert("ephemeral-storage".to_string(), Quantity(binary_si(fs)));
+    if let (Some(left), Some(fs)) = (a.ephemeral_storage, machine.ephemeral_storage_bytes) {
         // Upstream: int64(float64(capacity) * percentage).
         let eviction = (fs as f64 * EVICTION_HARD_NODEFS_PERCENT) as u64;
-        let left = fs
-            .saturating_sub(r("ephemeral-storage", false))
-            .saturating_sub(eviction);
+        a.ephemeral_storage = Some(left.saturating_sub(eviction));
+    }
+    a
+}
+
+/// Capacity and allocatable (upstream `MachineInfo` setter), as quantities: see
+/// [`allocatable`].
+pub fn capacity(
+    machine: &MachineInfo,
+    max_pods: u32,
+    reserved: &BTreeMap<String, i128>,
+) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+    let a = allocatable(machine, max_pods, reserved);
+    let mut cap = BTreeMap::new();
+    let mut alloc = BTreeMap::new();
+    let cpu_milli = machine.cpus.saturating_mul(1000);
+    cap.insert("cpu".to_string(), Quantity(cpu_quantity(cpu_milli)));
+    alloc.insert("cpu".to_string(), Quantity(cpu_quantity(a.cpu_milli)));
+    cap.insert(
+        "memory".to_string(),
+        Quantity(binary_si(machine.memory_bytes)),
+    );
+    alloc.insert("memory".to_string(), Quantity(binary_si(a.memory)));
+    let pods = Quantity(decimal_si(a.pods));
+    cap.insert("pods".to_string(), pods.clone());
+    alloc.insert("pods".to_string(), pods);
+    if let (Some(fs), Some(left)) = (machine.ephemeral_storage_bytes, a.ephemeral_storage) {
+        cap.insert("ephemeral-storage".to_string(), Quantity(binary_si(fs)));
         alloc.insert("ephemeral-storage".to_string(), Quantity(binary_si(left)));
     }
     for (size, pages) in &machine.hugepages {

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant, SystemTime};
 use super::{
     ContainerConfig, ContainerDetails, ContainerSettings, ContainerState, ContainerSummary,
     ExecResult, ExecSession, ImageDetails, LogOptions, LogStream, NamespaceMode, OutputKind,
-    ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion, StreamOptions,
-    TermSize, SIGKILL,
+    ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeInfo, RuntimeVersion,
+    StreamOptions, TermSize, SIGKILL,
 };
 use crate::loops::lock;
 
@@ -69,6 +69,8 @@ impl FakeClock {
 pub enum Op {
     /// `version`
     Version,
+    /// `info`
+    Info,
     /// `list_containers`
     List,
     /// `inspect_container`
@@ -193,6 +195,8 @@ struct State {
     execs: BTreeMap<String, String>,
     /// Every resize, by exec or container ID.
     resizes: Vec<(String, TermSize)>,
+    /// What `info` answers.
+    info: RuntimeInfo,
 }
 
 /// The in-memory runtime.
@@ -203,6 +207,11 @@ pub struct FakeRuntime {
 }
 
 impl FakeRuntime {
+    /// Scripts what `info` answers (its cgroup driver).
+    pub fn set_info(&self, info: RuntimeInfo) {
+        lock(&self.state).info = info;
+    }
+
     /// An empty runtime on `clock`.
     pub fn new(clock: FakeClock) -> Self {
         FakeRuntime {
@@ -489,6 +498,12 @@ impl Runtime for FakeRuntime {
             runtime_version: "0.0.0".into(),
             api_version: "1.41".into(),
         })
+    }
+
+    fn info(&self) -> Result<RuntimeInfo, RuntimeError> {
+        self.enter(Op::Info, "")?;
+        // By default no cgroup driver: the container manager builds no cgroups.
+        Ok(lock(&self.state).info.clone())
     }
 
     fn list_containers(

@@ -135,6 +135,17 @@ pub struct RuntimeVersion {
     pub api_version: String,
 }
 
+/// The runtime's system facts (Docker's `/info`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeInfo {
+    /// How the runtime names cgroups: `cgroupfs` or `systemd` ("" when it does not say).
+    pub cgroup_driver: String,
+    /// The cgroup version the runtime sees: `1` or `2` ("" when it does not say).
+    pub cgroup_version: String,
+    /// The runtime's data directory (`/var/lib/docker`).
+    pub root_dir: String,
+}
+
 /// The state of a container as the runtime reports it (CRI's four states).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ContainerState {
@@ -240,6 +251,8 @@ pub struct ContainerSettings {
     pub hostname: String,
     /// cgroup knobs.
     pub resources: Resources,
+    /// The parent cgroup ("" for the runtime's default).
+    pub cgroup_parent: String,
     /// Bind mounts as `host:container[:ro]`.
     pub binds: Vec<String>,
     /// Published ports.
@@ -351,6 +364,9 @@ pub struct ContainerConfig {
     pub ports: Vec<PortBinding>,
     /// cgroup knobs.
     pub resources: Resources,
+    /// The cgroup the container is created under (the pod's; "" for the runtime's
+    /// default), in the runtime's cgroup driver's spelling.
+    pub cgroup_parent: String,
     /// Run as this user (`uid`, `uid:gid`), "" for the image's.
     pub user: String,
     /// Extra groups.
@@ -562,6 +578,9 @@ pub struct ExecSession {
 pub trait Runtime: Send + Sync + fmt::Debug {
     /// Version and API version of the runtime; also the liveness check.
     fn version(&self) -> Result<RuntimeVersion, RuntimeError>;
+
+    /// The runtime's system facts: its cgroup driver and version, its data directory.
+    fn info(&self) -> Result<RuntimeInfo, RuntimeError>;
 
     /// All containers (running or not) that carry every label in `label_filter`
     /// (`key` or `key=value`). One call, filtered by the runtime.

@@ -31,3 +31,4 @@ mod status_manager;
 mod cluster;
 mod eviction;
 mod log_file;
+mod cgroups;

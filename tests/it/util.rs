@@ -117,6 +117,11 @@ impl Node {
         }
     }
 
+    /// The node's `--cgroup-root`: `/rkubelet-it/<name>`.
+    pub fn cgroup_root(&self) -> String {
+        format!("/rkubelet-it/{}", self.name)
+    }
+
     /// The manifest directory.
     pub fn manifests(&self) -> PathBuf {
         self.dir.join("manifests")
@@ -150,6 +155,8 @@ impl Node {
             // thresholds (imagefs.available<15%): a test node must not start evicting
             // or refusing pods because of it. Eviction tests pass their own.
             .arg("--eviction-hard=memory.available<1Ki")
+            // Each node's pod cgroups under its own root, never the host's kubepods.
+            .arg(format!("--cgroup-root={}", self.cgroup_root()))
             .args(extra)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -335,6 +342,35 @@ impl Drop for Node {
             std::thread::sleep(Duration::from_millis(100));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        remove_cgroups(&self.cgroup_root());
+    }
+}
+
+/// Removes a cgroup tree (deepest first) in every v1 hierarchy, or the v2 one, once
+/// no process is left in it; the shared `/rkubelet-it` parent too when empty.
+pub fn remove_cgroups(root: &str) {
+    fn rmdir_tree(dir: &std::path::Path) {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    rmdir_tree(&e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    let mount = std::path::Path::new("/sys/fs/cgroup");
+    let rel = root.trim_start_matches('/');
+    let parent = rel.split('/').next().unwrap_or_default();
+    let mut bases = vec![mount.to_path_buf()];
+    if let Ok(rd) = std::fs::read_dir(mount) {
+        bases.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    for base in bases {
+        rmdir_tree(&base.join(rel));
+        if !parent.is_empty() && parent != rel {
+            let _ = std::fs::remove_dir(base.join(parent));
+        }
     }
 }
 
