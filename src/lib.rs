@@ -54,6 +54,7 @@ pub mod prober;
 pub mod health;
 pub mod nodelease;
 pub mod nodestatus;
+pub mod gc;
 
 // The HTTP ports.
 pub mod server;

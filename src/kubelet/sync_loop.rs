@@ -63,6 +63,9 @@ pub(super) struct SyncLoop {
     pub(super) up_rx: Receiver<()>,
     pub(super) last_status_line: String,
     pub(super) metrics: Arc<KubeletMetrics>,
+    /// PLEG `ContainerDied` events for container GC's per-pod pruning (pod UID,
+    /// container ID); never waited for: a full channel leaves it to the next pass.
+    pub(super) container_died: Option<crossbeam_channel::Sender<(String, String)>>,
 }
 
 impl SyncLoop {
@@ -138,6 +141,11 @@ impl SyncLoop {
                 for e in events {
                     if e.kind == PlegEventType::ContainerRemoved {
                         continue;
+                    }
+                    if e.kind == PlegEventType::ContainerDied {
+                        if let Some(tx) = &self.container_died {
+                            let _ = tx.try_send((e.pod_uid.clone(), e.container_id.clone()));
+                        }
                     }
                     if let Some(pod) = self.pods.get(&e.pod_uid) {
                         self.workers.update_pod(&e.pod_uid, Work::Sync(pod.clone()));

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant, SystemTime};
 use super::{
     ContainerConfig, ContainerDetails, ContainerSettings, ContainerState, ContainerSummary,
     ExecResult, ExecSession, ImageDetails, LogOptions, LogStream, NamespaceMode, OutputKind,
-    ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion, StreamOptions,
-    TermSize, SIGKILL,
+    ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeInfo, RuntimeVersion,
+    StreamOptions, TermSize, SIGKILL,
 };
 use crate::loops::lock;
 
@@ -491,6 +491,13 @@ impl Runtime for FakeRuntime {
         })
     }
 
+    fn info(&self) -> Result<RuntimeInfo, RuntimeError> {
+        self.enter(Op::Version, "")?;
+        Ok(RuntimeInfo {
+            root_dir: "/var/lib/fake".into(),
+        })
+    }
+
     fn list_containers(
         &self,
         label_filter: &[String],
@@ -560,6 +567,7 @@ impl Runtime for FakeRuntime {
                 stop_signal: config.stop_signal.clone(),
                 ..ContainerSettings::default()
             },
+            log_path: String::new(),
         };
         st.containers.insert(id.clone(), details);
         Ok(id)
@@ -673,11 +681,15 @@ impl Runtime for FakeRuntime {
 
     fn remove_image(&self, image: &str) -> Result<(), RuntimeError> {
         self.enter(Op::RemoveImage, image)?;
-        lock(&self.state)
-            .images
-            .remove(image)
-            .map(|_| ())
-            .ok_or_else(|| not_found(Op::RemoveImage, image))
+        let mut st = lock(&self.state);
+        // By reference, or by ID (every reference of it, as Docker untags them).
+        let before = st.images.len();
+        st.images.retain(|r, i| r != image && i.id != image);
+        if st.images.len() < before {
+            Ok(())
+        } else {
+            Err(not_found(Op::RemoveImage, image))
+        }
     }
 
     fn logs(&self, id: &str, _tail: Option<u64>) -> Result<Vec<u8>, RuntimeError> {

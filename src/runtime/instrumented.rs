@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::{
     ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ExecSession, ImageDetails,
     LogOptions, LogStream, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
-    RuntimeVersion, StreamOptions, TermSize,
+    RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
 };
 use crate::metrics::kubelet::KubeletMetrics;
 
@@ -55,6 +55,10 @@ impl InstrumentedRuntime {
 impl Runtime for InstrumentedRuntime {
     fn version(&self) -> Result<RuntimeVersion, RuntimeError> {
         self.record("version", || self.inner.version())
+    }
+
+    fn info(&self) -> Result<RuntimeInfo, RuntimeError> {
+        self.record("info", || self.inner.info())
     }
 
     fn list_containers(

@@ -203,6 +203,9 @@ pub struct ContainerDetails {
     /// How the container was configured (what `docker inspect` shows of its create
     /// call): for checks and debugging.
     pub settings: ContainerSettings,
+    /// The runtime's log file of this container ("" when it has none): what the
+    /// `/var/log/pods` and `/var/log/containers` links point at.
+    pub log_path: String,
 }
 
 /// The signal that kills a process outright: what a stop ends with when the grace
@@ -381,6 +384,26 @@ pub struct ContainerConfig {
     pub extra_hosts: Vec<String>,
     /// Signal to stop the container with ("" for the image's STOPSIGNAL or SIGTERM).
     pub stop_signal: String,
+    /// Rotation of the container's log file (None: the runtime's default).
+    pub log_rotation: Option<LogRotation>,
+}
+
+/// Rotation of a container's log file (upstream `containerLogMaxSize` and
+/// `containerLogMaxFiles`; Docker's json-file `max-size` and `max-file`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogRotation {
+    /// A file is rotated when it reaches this many bytes.
+    pub max_size: u64,
+    /// At most this many files are kept, the current one included.
+    pub max_files: u32,
+}
+
+/// What the runtime says of itself beyond its version.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeInfo {
+    /// The runtime's root directory (Docker's `DockerRootDir`): the filesystem its
+    /// images and containers use.
+    pub root_dir: String,
 }
 
 /// An image present on the node.
@@ -562,6 +585,9 @@ pub struct ExecSession {
 pub trait Runtime: Send + Sync + fmt::Debug {
     /// Version and API version of the runtime; also the liveness check.
     fn version(&self) -> Result<RuntimeVersion, RuntimeError>;
+
+    /// The runtime's own facts (`/info`): its root directory.
+    fn info(&self) -> Result<RuntimeInfo, RuntimeError>;
 
     /// All containers (running or not) that carry every label in `label_filter`
     /// (`key` or `key=value`). One call, filtered by the runtime.

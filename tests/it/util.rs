@@ -139,6 +139,15 @@ impl Node {
                 self.manifests().display()
             ))
             .arg(format!("--root-dir={}", self.dir.join("root").display()))
+            // Container log links stay in the test's own directory.
+            .arg(format!(
+                "--pod-logs-dir={}",
+                self.dir.join("pod-logs").display()
+            ))
+            .arg(format!(
+                "--container-logs-dir={}",
+                self.dir.join("container-logs").display()
+            ))
             .arg(format!("--container-runtime-endpoint={}", self.endpoint))
             .arg(format!("--pod-infra-container-image={PAUSE}"))
             .arg(format!("--healthz-port={}", self.healthz_port))

@@ -55,7 +55,7 @@ use self::wire::REGISTRY_AUTH_BASE64;
 use super::{
     ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ExecSession, ImageDetails,
     LogOptions, LogStream, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
-    RuntimeVersion, StreamOptions, TermSize,
+    RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
 };
 use crate::lines::LineReader;
 use crate::netutil::query_escape as percent_encode;
@@ -154,6 +154,15 @@ impl Runtime for Docker {
             runtime_name: "docker".to_string(),
             runtime_version: version.version.unwrap_or_default(),
             api_version: api.to_string(),
+        })
+    }
+
+    fn info(&self) -> Result<RuntimeInfo, RuntimeError> {
+        let info: api::SystemInfo = self
+            .client
+            .call_json("system info", Req::get("/info".to_string()))?;
+        Ok(RuntimeInfo {
+            root_dir: info.docker_root_dir.unwrap_or_default(),
         })
     }
 
