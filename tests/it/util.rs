@@ -155,6 +155,9 @@ impl Node {
             .arg("--address=127.0.0.1")
             .arg("--port=0")
             .arg("--v=2")
+            // Image GC off: it acts on the whole Docker engine, which every test and
+            // the host share (tests/it/gc.rs turns it on over its own images only).
+            .arg("--image-gc-high-threshold=100")
             .args(extra)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
