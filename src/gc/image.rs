@@ -242,7 +242,10 @@ mod tests {
         r.detect(&[img("a", 1), img("b", 1)], &set(&[]), t(0));
         r.detect(&[img("b", 1)], &set(&[]), t(10));
         assert!(r.get("a").is_none());
-        assert_eq!(r.get("b").unwrap().first_detected, SystemTime::UNIX_EPOCH);
+        assert_eq!(
+            r.get("b").expect("test value").first_detected,
+            SystemTime::UNIX_EPOCH
+        );
     }
 
     #[test]

@@ -301,9 +301,9 @@ impl ImageGc {
         let mut in_use: HashSet<String> = containers.iter().map(|c| c.image_id.clone()).collect();
         // A container's image as it was named, for runtimes that list no image ID.
         for i in &images {
-            let named = containers.iter().any(|c| {
-                i.repo_tags.iter().any(|t| *t == c.image) || i.repo_digests.contains(&c.image)
-            });
+            let named = containers
+                .iter()
+                .any(|c| i.repo_tags.contains(&c.image) || i.repo_digests.contains(&c.image));
             if named {
                 in_use.insert(i.id.clone());
             }
@@ -581,9 +581,12 @@ pub fn start(
     Ok(gc)
 }
 
+/// A PLEG `ContainerDied`: the pod's UID and the container's ID.
+pub type Died = (String, String);
+
 /// The sender the sync loop hands PLEG `ContainerDied` events to (pod UID,
 /// container ID), and its receiver.
-pub fn died_channel() -> (Sender<(String, String)>, Receiver<(String, String)>) {
+pub fn died_channel() -> (Sender<Died>, Receiver<Died>) {
     crossbeam_channel::bounded(DIED_CHANNEL_CAPACITY)
 }
 

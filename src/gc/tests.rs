@@ -254,7 +254,7 @@ fn image_gc_frees_least_recently_used_first_never_in_use_or_pause() {
     let left = |rt: &FakeRuntime| {
         let mut v: Vec<String> = rt
             .list_images()
-            .unwrap()
+            .expect("test value")
             .into_iter()
             .flat_map(|i| i.repo_tags)
             .collect();

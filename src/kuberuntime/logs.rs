@@ -257,11 +257,11 @@ mod tests {
         let s = settings(Path::new("/l"));
         let l = labels_of("web", "default", "u1", "app", 3);
         assert_eq!(
-            container_log_link(&s, &l).unwrap(),
+            container_log_link(&s, &l).expect("test value"),
             Path::new("/l/pods/default_web_u1/app/3.log")
         );
         assert_eq!(
-            legacy_log_link(&s, &l, "abc").unwrap(),
+            legacy_log_link(&s, &l, "abc").expect("test value"),
             Path::new("/l/containers/web_default_app-abc.log")
         );
         assert_eq!(uid_of_pod_log_dir("default_web_u1"), Some("u1"));
@@ -271,8 +271,12 @@ mod tests {
     fn a_long_legacy_name_is_cut_to_255_bytes() {
         let s = settings(Path::new("/l"));
         let l = labels_of(&"p".repeat(200), "default", "u1", "app", 0);
-        let link = legacy_log_link(&s, &l, &"f".repeat(64)).unwrap();
-        let name = link.file_name().unwrap().to_str().unwrap();
+        let link = legacy_log_link(&s, &l, &"f".repeat(64)).expect("test value");
+        let name = link
+            .file_name()
+            .expect("test value")
+            .to_str()
+            .expect("test value");
         assert_eq!(name.len(), 255);
         assert!(name.ends_with(".log"));
     }
@@ -289,19 +293,21 @@ mod tests {
         let dir = TempDir::new("logs");
         let s = settings(&dir.0);
         let file = dir.0.join("abc-json.log");
-        std::fs::write(&file, b"line\n").unwrap();
+        std::fs::write(&file, b"line\n").expect("test value");
         let l = labels_of("web", "default", "u1", "app", 0);
-        make_links(&s, &l, "abc", file.to_str().unwrap()).unwrap();
-        let legacy = legacy_log_link(&s, &l, "abc").unwrap();
-        assert_eq!(std::fs::read(&legacy).unwrap(), b"line\n");
+        make_links(&s, &l, "abc", file.to_str().expect("test value")).expect("test value");
+        let legacy = legacy_log_link(&s, &l, "abc").expect("test value");
+        assert_eq!(std::fs::read(&legacy).expect("test value"), b"line\n");
         remove_links(&s, &l, "abc");
         assert!(std::fs::symlink_metadata(&legacy).is_err());
-        assert!(std::fs::symlink_metadata(container_log_link(&s, &l).unwrap()).is_err());
+        assert!(
+            std::fs::symlink_metadata(container_log_link(&s, &l).expect("test value")).is_err()
+        );
 
         // A dangling legacy link (its file gone) is swept; so is the directory of a
         // pod that is not kept, once sources are ready.
-        make_links(&s, &l, "abc", file.to_str().unwrap()).unwrap();
-        std::fs::remove_file(&file).unwrap();
+        make_links(&s, &l, "abc", file.to_str().expect("test value")).expect("test value");
+        std::fs::remove_file(&file).expect("test value");
         let (swept, errors) = sweep(&s, None);
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(swept.links, 1);
