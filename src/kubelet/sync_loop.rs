@@ -476,6 +476,23 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_container_is_named_to_container_gc_without_waiting() {
+        let rt = testing::runtime(&testing::clock());
+        rt.exit_on_start("a", 1);
+        let mut n = Node::new(&rt, &[Source::File]);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        n.sl.container_died = Some(tx);
+        n.snapshot(Source::File, vec![pod("web", "u1", ONE)]);
+        n.relist();
+        let (uid, id) = rx.try_recv().expect("a ContainerDied for container GC");
+        assert_eq!(uid, "u1");
+        // The instance that died (its death synced the pod, which may have restarted it).
+        assert!(n.instances("u1", "a").iter().any(|c| c.id == id));
+        // A full channel is never waited for.
+        n.relist();
+    }
+
+    #[test]
     fn an_update_of_one_container_replaces_only_that_container() {
         let rt = testing::runtime(&testing::clock());
         let mut n = Node::new(&rt, &[Source::File]);
