@@ -123,7 +123,12 @@ fn main() {
         // The stand-in serves no OpenAPI schema for kubectl's client-side validation.
         let (ok, _, err) = kubectl(
             &user,
-            &["create", "--validate=false", "-f", &file.display().to_string()],
+            &[
+                "create",
+                "--validate=false",
+                "-f",
+                &file.display().to_string(),
+            ],
         );
         assert!(ok, "kubectl create: {err}");
         api_times.push(until_running(&user, &name, t0));

@@ -60,6 +60,7 @@ pub mod oom_watcher;
 pub mod nodestatus;
 // Resource usage: cgroupfs and /proc readers, the resource analyzer.
 pub mod stats;
+pub mod gc;
 
 // The HTTP ports.
 pub mod server;

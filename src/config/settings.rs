@@ -4,6 +4,9 @@
 //! `KubeletConfig` the kubelet reads, the flag parser's list, the file's decoding and
 //! `--help`, and README's flag table is checked against it.
 //!
+//! Over 800 lines: one table of ~80 settings, each a few lines of help; split, there
+//! would be two places to declare a setting.
+//!
 //! Adding a setting is one entry here (then using its `KubeletConfig` field): its help
 //! text; its flag parser (`parse:` replaces, `append:` adds, for repeatable list flags);
 //! the flag, spelled as upstream's, with the placeholder `--help` shows; the
@@ -560,6 +563,100 @@ settings_table! {
             parse: text::period,
             flag: "log-flush-frequency" <"duration">,
             default: LOG_FLUSH_FREQUENCY = "5s",
+        }
+        minimum_container_ttl_duration: Duration {
+            help: "How long a finished container is kept at least before container GC may \
+                   remove it (deprecated upstream in favour of eviction; flag only).",
+            parse: text::duration,
+            flag: "minimum-container-ttl-duration" <"duration">,
+            default: MINIMUM_CONTAINER_TTL_DURATION = "0s",
+        }
+        maximum_dead_containers_per_container: i32 {
+            help: "The most dead instances of one container kept (the newest; flag only).",
+            parse: text::int,
+            flag: "maximum-dead-containers-per-container" <"n">,
+            default: MAXIMUM_DEAD_CONTAINERS_PER_CONTAINER = "1",
+        }
+        maximum_dead_containers: i32 {
+            help: "The most dead containers kept on the node; -1: no limit (flag only).",
+            parse: text::int,
+            flag: "maximum-dead-containers" <"n">,
+            default: MAXIMUM_DEAD_CONTAINERS = "-1",
+        }
+        container_gc_period: Duration {
+            help: "rkubelet's own: time between two container GC passes (upstream's is a \
+                   fixed 1m; tests shorten it).",
+            parse: text::period,
+            flag: "container-gc-period" <"duration">,
+            default: CONTAINER_GC_PERIOD = "1m0s",
+        }
+        image_gc_period: Duration {
+            help: "rkubelet's own: time between two image GC passes (upstream's is a fixed \
+                   5m; tests shorten it).",
+            parse: text::period,
+            flag: "image-gc-period" <"duration">,
+            default: IMAGE_GC_PERIOD = "5m0s",
+        }
+        image_gc_high_threshold_percent: u8 {
+            help: "Disk usage of the image filesystem at or above which image GC runs; 100 \
+                   disables it.",
+            parse: text::percent,
+            flag: "image-gc-high-threshold" <"percent">,
+            file: "imageGCHighThresholdPercent", decode: yaml::percent, examples: ["90", "70"],
+            default: IMAGE_GC_HIGH_THRESHOLD_PERCENT = "85",
+        }
+        image_gc_low_threshold_percent: u8 {
+            help: "Disk usage image GC frees down to.",
+            parse: text::percent,
+            flag: "image-gc-low-threshold" <"percent">,
+            file: "imageGCLowThresholdPercent", decode: yaml::percent, examples: ["60", "50"],
+            default: IMAGE_GC_LOW_THRESHOLD_PERCENT = "80",
+        }
+        image_minimum_gc_age: Duration {
+            help: "How long an unused image is kept at least after it was first seen.",
+            parse: text::duration,
+            flag: "minimum-image-ttl-duration" <"duration">,
+            file: "imageMinimumGCAge", decode: yaml::duration, examples: ["5m", "30s"],
+            default: IMAGE_MINIMUM_GC_AGE = "2m0s",
+        }
+        image_maximum_gc_age: Duration {
+            help: "An image unused this long is removed whatever the disk usage; 0: never \
+                   (config file only).",
+            parse: text::duration,
+            file: "imageMaximumGCAge", decode: yaml::duration, examples: ["24h", "1h"],
+            default: IMAGE_MAXIMUM_GC_AGE = "0s",
+        }
+        container_log_max_size: u64 {
+            help: "A container's log file is rotated at this size (Docker's json-file \
+                   max-size).",
+            parse: text::bytes,
+            flag: "container-log-max-size" <"quantity">,
+            file: "containerLogMaxSize", decode: yaml::bytes, examples: ["5Mi", "1Mi"],
+            default: CONTAINER_LOG_MAX_SIZE = "10Mi",
+        }
+        container_log_max_files: u32 {
+            help: "The most log files of one container, the current one included (Docker's \
+                   json-file max-file; at least 2).",
+            parse: text::log_files,
+            flag: "container-log-max-files" <"n">,
+            file: "containerLogMaxFiles", decode: yaml::log_files, examples: ["3", "2"],
+            default: CONTAINER_LOG_MAX_FILES = "5",
+        }
+        pod_logs_dir: PathBuf {
+            help: "Where each container's log link lives: \
+                   <dir>/<namespace>_<pod>_<uid>/<container>/<restartCount>.log (upstream's \
+                   podLogsDir; the flag is rkubelet's own).",
+            parse: text::path,
+            flag: "pod-logs-dir" <"path">,
+            file: "podLogsDir", decode: yaml::path, examples: ["/srv/pods", "/tmp/pods"],
+            default: POD_LOGS_DIR = "/var/log/pods",
+        }
+        container_logs_dir: PathBuf {
+            help: "rkubelet's own: where the log shippers' links \
+                   <pod>_<namespace>_<container>-<id>.log live (upstream's is fixed).",
+            parse: text::path,
+            flag: "container-logs-dir" <"path">,
+            default: CONTAINER_LOGS_DIR = "/var/log/containers",
         }
         verbosity: u8 {
             help: "Log verbosity, 0 to 10: 0-1 info, 2-4 debug, 5 and up trace. Without it, \

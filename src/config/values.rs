@@ -413,6 +413,40 @@ pub mod text {
         }
     }
 
+    /// A whole number, negative included (`--maximum-dead-containers`: -1 is no limit).
+    pub fn int(v: &str) -> Result<i32, String> {
+        v.parse::<i32>().map_err(|_| "not a whole number".into())
+    }
+
+    /// A percentage, 0 to 100 (the image GC thresholds).
+    pub fn percent(v: &str) -> Result<u8, String> {
+        match v.parse::<i64>() {
+            Ok(n) if (0..=100).contains(&n) => u8::try_from(n).map_err(|_| "too large".into()),
+            Ok(n) => Err(format!("{n} is not a percentage (0-100)")),
+            Err(_) => Err("not a whole number".into()),
+        }
+    }
+
+    /// A size as a resource quantity (`10Mi`), in bytes, above zero
+    /// (`containerLogMaxSize`).
+    pub fn bytes(v: &str) -> Result<u64, String> {
+        crate::quantity::parse_milli(v)
+            .map(|m| m / 1000)
+            .filter(|b| *b > 0)
+            .and_then(|b| u64::try_from(b).ok())
+            .ok_or_else(|| format!("{v:?} is not a size above zero (such as 10Mi)"))
+    }
+
+    /// A number of files of at least 2 (upstream's `containerLogMaxFiles` rule: the
+    /// file being written and one rotated).
+    pub fn log_files(v: &str) -> Result<u32, String> {
+        match v.parse::<i64>() {
+            Ok(n) if n < 2 => Err(format!("{n} must be 2 or more")),
+            Ok(n) => u32::try_from(n).map_err(|_| format!("{n} is too large")),
+            Err(_) => Err("not a whole number".into()),
+        }
+    }
+
     /// `--kube-reserved`, `--system-reserved`: comma-separated `name=quantity` of
     /// `cpu`, `memory`, `ephemeral-storage` and `pid` (upstream `parseResourceList`),
     /// each a non-negative quantity; a name given again replaces the earlier one.
@@ -630,6 +664,28 @@ pub mod yaml {
         u32::try_from(n)
             .map(Some)
             .map_err(|_| invalid(v, "too large"))
+    }
+
+    /// A percentage, 0 to 100.
+    pub fn percent(v: &Value, _: &Path) -> Result<Option<u8>, String> {
+        let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
+        text::percent(&n.to_string()).map(Some)
+    }
+
+    /// A size as a quantity string (`10Mi`), in bytes; empty is unset.
+    pub fn bytes(v: &Value, _: &Path) -> Result<Option<u64>, String> {
+        match v {
+            Value::String(s) if s.is_empty() => Ok(None),
+            Value::String(s) => text::bytes(s).map(Some),
+            Value::Number(n) => text::bytes(&n.to_string()).map(Some),
+            other => Err(invalid(other, "not a size such as \"10Mi\"")),
+        }
+    }
+
+    /// `containerLogMaxFiles`: at least 2.
+    pub fn log_files(v: &Value, _: &Path) -> Result<Option<u32>, String> {
+        let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
+        text::log_files(&n.to_string()).map(Some)
     }
 
     /// `nodeStatusMaxImages`: a count, or -1 for no cap.

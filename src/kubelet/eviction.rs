@@ -62,6 +62,8 @@ pub(super) struct Parts {
     pub(super) runtime: Arc<dyn Runtime>,
     pub(super) metrics: Arc<KubeletMetrics>,
     pub(super) state: Arc<PressureState>,
+    /// Container and image GC, the node-level reclaim tried before evicting a pod.
+    pub(super) gc: Option<crate::gc::Gc>,
 }
 
 /// Starts the `eviction` loop (every 10 s).
@@ -92,6 +94,27 @@ pub(super) fn start(
     let mut manager = Manager::new(config, &cfg.node_name, Box::new(inputs), Box::new(evictor))
         .with_state(parts.state)
         .with_metrics(parts.metrics);
+    if let Some(gc) = parts.gc {
+        // Upstream's disk reclaim: every dead container, then every unused image —
+        // the images only while image GC is on (`--image-gc-high-threshold` under 100;
+        // upstream deletes them even then).
+        let images = (cfg.image_gc_high_threshold_percent < 100).then(|| gc.clone());
+        manager = manager.with_reclaimer(
+            "containers",
+            Box::new(move || gc.collect_containers().map(drop).map_err(|e| e.to_string())),
+        );
+        if let Some(images) = images {
+            manager = manager.with_reclaimer(
+                "images",
+                Box::new(move || {
+                    images
+                        .delete_unused_images()
+                        .map(drop)
+                        .map_err(|e| e.to_string())
+                }),
+            );
+        }
+    }
     loops.spawn_periodic(
         Periodic {
             name: THREAD.into(),
@@ -278,10 +301,12 @@ pub(super) struct PressureAdmit(pub(super) Arc<PressureState>);
 
 impl crate::admission::AdmitHandler for PressureAdmit {
     fn admit(&self, pod: &Pod, _others: &[&Pod]) -> Option<crate::admission::Rejection> {
-        self.0.admit(pod).map(|message| crate::admission::Rejection {
-            reason: REASON.into(),
-            message,
-        })
+        self.0
+            .admit(pod)
+            .map(|message| crate::admission::Rejection {
+                reason: REASON.into(),
+                message,
+            })
     }
 }
 

@@ -401,8 +401,13 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // Pod workers.
     parts.workers.start(&loops, DEFAULT_WORKERS, handler)?;
 
-    // The eviction manager (its conditions reach admission and the node status) and
-    // the OOM watcher.
+    // Garbage collection: dead containers (and a pod's own pruning after a PLEG
+    // `ContainerDied`), images. The handle is eviction's node-level reclaim.
+    let (died_tx, died_rx) = crate::gc::died_channel();
+    let gc = parts.start_gc(&loops, &cfg, died_rx)?;
+
+    // The eviction manager (its conditions reach admission and the node status; its
+    // node-level reclaim is container GC, then image GC) and the OOM watcher.
     eviction::start(
         &loops,
         &cfg,
@@ -414,6 +419,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             runtime: parts.runtime.clone(),
             metrics: parts.metrics.clone(),
             state: parts.pressure.clone(),
+            gc: Some(gc),
         },
     )?;
     crate::oom_watcher::start(&loops, &cfg.node_name, std::path::Path::new("/dev/kmsg"))?;
@@ -435,7 +441,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     }
 
     // The sync loop.
-    let sync_loop = parts.sync_loop(
+    let mut sync_loop = parts.sync_loop(
         PodConfig::new(&sources),
         LoopInputs {
             sources: source_rx,
@@ -445,6 +451,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             pulled: pulled_rx,
         },
     );
+    sync_loop.container_died = Some(died_tx);
     loops.spawn("sync-loop", move |stop, handle| {
         sync_loop.run(&stop, &handle)
     })?;
@@ -583,6 +590,14 @@ impl Components {
                         allocatable,
                         volumes: volumes.clone(),
                     },
+                    logs: crate::kuberuntime::logs::LogSettings {
+                        pods_dir: cfg.pod_logs_dir.clone(),
+                        containers_dir: cfg.container_logs_dir.clone(),
+                        rotation: Some(crate::runtime::LogRotation {
+                            max_size: cfg.container_log_max_size,
+                            max_files: cfg.container_log_max_files,
+                        }),
+                    },
                 },
             )
             .with_probe_results(probes.results().clone())
@@ -657,6 +672,52 @@ impl Components {
         }))
     }
 
+    /// Starts `container-gc` and `image-gc` over these components.
+    fn start_gc(
+        &self,
+        loops: &Loops,
+        cfg: &KubeletConfig,
+        died: Receiver<(String, String)>,
+    ) -> Result<crate::gc::Gc, SpawnError> {
+        let containers = crate::gc::ContainerGc::new(
+            self.runtime.clone(),
+            self.manager.clone(),
+            &cfg.node_name,
+            crate::gc::GcPolicy {
+                min_age: cfg.minimum_container_ttl_duration,
+                max_per_pod_container: cfg.maximum_dead_containers_per_container,
+                max_containers: cfg.maximum_dead_containers,
+            },
+            crate::gc::PodState {
+                pods: self.manager_view.clone(),
+                workers: self.workers.clone(),
+            },
+        );
+        let images = crate::gc::ImageGc::new(
+            self.runtime.clone(),
+            crate::gc::ImagePolicy {
+                high_percent: cfg.image_gc_high_threshold_percent,
+                low_percent: cfg.image_gc_low_threshold_percent,
+                min_age: cfg.image_minimum_gc_age,
+                max_age: cfg.image_maximum_gc_age,
+            },
+            &cfg.pod_infra_container_image,
+            &cfg.node_name,
+        );
+        crate::gc::start(
+            loops,
+            crate::gc::Gc {
+                containers: Arc::new(containers),
+                images: Arc::new(images),
+            },
+            crate::gc::GcPeriods {
+                containers: cfg.container_gc_period,
+                images: cfg.image_gc_period,
+            },
+            died,
+        )
+    }
+
     /// The sync loop over these components, fed by `inputs`.
     fn sync_loop(self, pod_config: PodConfig, inputs: LoopInputs) -> SyncLoop {
         SyncLoop {
@@ -686,6 +747,7 @@ impl Components {
                 admission.add_handler(Box::new(eviction::PressureAdmit(self.pressure)));
                 admission
             },
+            container_died: None,
         }
     }
 }

@@ -65,6 +65,9 @@ pub(super) struct SyncLoop {
     pub(super) metrics: Arc<KubeletMetrics>,
     /// Admission: the node's allocatable, extra checks, the pods it rejected.
     pub(super) admission: super::admit::Admission,
+    /// PLEG `ContainerDied` events for container GC's per-pod pruning (pod UID,
+    /// container ID); never waited for: a full channel leaves it to the next pass.
+    pub(super) container_died: Option<crossbeam_channel::Sender<(String, String)>>,
 }
 
 impl SyncLoop {
@@ -140,6 +143,11 @@ impl SyncLoop {
                 for e in events {
                     if e.kind == PlegEventType::ContainerRemoved {
                         continue;
+                    }
+                    if e.kind == PlegEventType::ContainerDied {
+                        if let Some(tx) = &self.container_died {
+                            let _ = tx.try_send((e.pod_uid.clone(), e.container_id.clone()));
+                        }
                     }
                     if let Some(pod) = self.pods.get(&e.pod_uid) {
                         self.workers.update_pod(&e.pod_uid, Work::Sync(pod.clone()));
@@ -490,6 +498,23 @@ mod tests {
             m.started_containers.get(["container"]),
             "every attempt failed with its waiting reason"
         );
+    }
+
+    #[test]
+    fn a_dead_container_is_named_to_container_gc_without_waiting() {
+        let rt = testing::runtime(&testing::clock());
+        rt.exit_on_start("a", 1);
+        let mut n = Node::new(&rt, &[Source::File]);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        n.sl.container_died = Some(tx);
+        n.snapshot(Source::File, vec![pod("web", "u1", ONE)]);
+        n.relist();
+        let (uid, id) = rx.try_recv().expect("a ContainerDied for container GC");
+        assert_eq!(uid, "u1");
+        // The instance that died (its death synced the pod, which may have restarted it).
+        assert!(n.instances("u1", "a").iter().any(|c| c.id == id));
+        // A full channel is never waited for.
+        n.relist();
     }
 
     #[test]

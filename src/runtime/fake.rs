@@ -575,6 +575,7 @@ impl Runtime for FakeRuntime {
                 stop_signal: config.stop_signal.clone(),
                 ..ContainerSettings::default()
             },
+            log_path: String::new(),
         };
         st.containers.insert(id.clone(), details);
         Ok(id)
@@ -688,11 +689,15 @@ impl Runtime for FakeRuntime {
 
     fn remove_image(&self, image: &str) -> Result<(), RuntimeError> {
         self.enter(Op::RemoveImage, image)?;
-        lock(&self.state)
-            .images
-            .remove(image)
-            .map(|_| ())
-            .ok_or_else(|| not_found(Op::RemoveImage, image))
+        let mut st = lock(&self.state);
+        // By reference, or by ID (every reference of it, as Docker untags them).
+        let before = st.images.len();
+        st.images.retain(|r, i| r != image && i.id != image);
+        if st.images.len() < before {
+            Ok(())
+        } else {
+            Err(not_found(Op::RemoveImage, image))
+        }
     }
 
     fn logs(&self, id: &str, _tail: Option<u64>) -> Result<Vec<u8>, RuntimeError> {

@@ -214,6 +214,9 @@ pub struct ContainerDetails {
     /// How the container was configured (what `docker inspect` shows of its create
     /// call): for checks and debugging.
     pub settings: ContainerSettings,
+    /// The runtime's log file of this container ("" when it has none): what the
+    /// `/var/log/pods` and `/var/log/containers` links point at.
+    pub log_path: String,
 }
 
 /// The signal that kills a process outright: what a stop ends with when the grace
@@ -397,6 +400,18 @@ pub struct ContainerConfig {
     pub extra_hosts: Vec<String>,
     /// Signal to stop the container with ("" for the image's STOPSIGNAL or SIGTERM).
     pub stop_signal: String,
+    /// Rotation of the container's log file (None: the runtime's default).
+    pub log_rotation: Option<LogRotation>,
+}
+
+/// Rotation of a container's log file (upstream `containerLogMaxSize` and
+/// `containerLogMaxFiles`; Docker's json-file `max-size` and `max-file`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogRotation {
+    /// A file is rotated when it reaches this many bytes.
+    pub max_size: u64,
+    /// At most this many files are kept, the current one included.
+    pub max_files: u32,
 }
 
 /// An image present on the node.

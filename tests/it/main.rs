@@ -32,3 +32,4 @@ mod cluster;
 mod eviction;
 mod log_file;
 mod cgroups;
+mod gc;

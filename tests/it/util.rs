@@ -144,6 +144,15 @@ impl Node {
                 self.manifests().display()
             ))
             .arg(format!("--root-dir={}", self.dir.join("root").display()))
+            // Container log links stay in the test's own directory.
+            .arg(format!(
+                "--pod-logs-dir={}",
+                self.dir.join("pod-logs").display()
+            ))
+            .arg(format!(
+                "--container-logs-dir={}",
+                self.dir.join("container-logs").display()
+            ))
             .arg(format!("--container-runtime-endpoint={}", self.endpoint))
             .arg(format!("--pod-infra-container-image={PAUSE}"))
             .arg(format!("--healthz-port={}", self.healthz_port))
@@ -157,6 +166,9 @@ impl Node {
             .arg("--eviction-hard=memory.available<1Ki")
             // Each node's pod cgroups under its own root, never the host's kubepods.
             .arg(format!("--cgroup-root={}", self.cgroup_root()))
+            // Image GC off: it acts on the whole Docker engine, which every test and
+            // the host share (tests/it/gc.rs turns it on over its own images only).
+            .arg("--image-gc-high-threshold=100")
             .args(extra)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())

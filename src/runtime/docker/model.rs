@@ -110,6 +110,7 @@ pub(super) fn details_from(c: api::ContainerInspectResponse) -> ContainerDetails
             .and_then(|h| h.network_mode)
             .unwrap_or_default(),
         settings,
+        log_path: c.log_path.unwrap_or_default(),
     }
 }
 
@@ -277,6 +278,13 @@ pub(super) fn create_body(cfg: &ContainerConfig) -> api::ContainerCreateBody {
         dns_search: non_empty(&cfg.dns_search),
         dns_options: non_empty(&cfg.dns_options),
         extra_hosts: non_empty(&cfg.extra_hosts),
+        log_config: cfg.log_rotation.map(|r| api::HostConfigLogConfig {
+            typ: Some("json-file".into()),
+            config: Some(HashMap::from([
+                ("max-size".to_string(), r.max_size.to_string()),
+                ("max-file".to_string(), r.max_files.to_string()),
+            ])),
+        }),
         ..Default::default()
     };
     api::ContainerCreateBody {
