@@ -21,9 +21,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::{
     ContainerConfig, ContainerDetails, ContainerSettings, ContainerState, ContainerSummary,
-    ExecResult, ExecSession, ImageDetails, LogOptions, LogStream, NamespaceMode, OutputKind,
-    ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion, StreamOptions,
-    TermSize, SIGKILL,
+    ExecResult, ExecSession, ImageDetails, LogOptions, LogStream, NamespaceMode, NetworkStatus,
+    OutputKind, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion,
+    StreamOptions, TermSize, SIGKILL,
 };
 use crate::loops::lock;
 
@@ -107,6 +107,10 @@ pub enum Op {
     Resize,
     /// `events`
     Events,
+    /// `network_status`
+    NetworkStatus,
+    /// `root_dir`
+    RootDir,
 }
 
 /// One recorded call: the operation and what it was about (a container ID or name,
@@ -193,6 +197,8 @@ struct State {
     execs: BTreeMap<String, String>,
     /// Every resize, by exec or container ID.
     resizes: Vec<(String, TermSize)>,
+    /// What `network_status` answers; None: ready.
+    network: Option<NetworkStatus>,
 }
 
 /// The in-memory runtime.
@@ -280,6 +286,11 @@ impl FakeRuntime {
     /// Every signal sent with `kill_container`, in order.
     pub fn signals(&self) -> Vec<Signal> {
         lock(&self.state).signals.clone()
+    }
+
+    /// What `network_status` answers from now on.
+    pub fn set_network_status(&self, status: NetworkStatus) {
+        lock(&self.state).network = Some(status);
     }
 
     /// What `exec` in container `id` answers.
@@ -775,6 +786,19 @@ impl Runtime for FakeRuntime {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(())
+    }
+
+    fn network_status(&self) -> Result<NetworkStatus, RuntimeError> {
+        self.enter(Op::NetworkStatus, "")?;
+        Ok(lock(&self.state).network.clone().unwrap_or(NetworkStatus {
+            ready: true,
+            ..NetworkStatus::default()
+        }))
+    }
+
+    fn root_dir(&self) -> Result<String, RuntimeError> {
+        self.enter(Op::RootDir, "")?;
+        Ok("/var/lib/fake-runtime".into())
     }
 }
 

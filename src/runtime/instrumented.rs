@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use super::{
     ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ExecSession, ImageDetails,
-    LogOptions, LogStream, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
-    RuntimeVersion, StreamOptions, TermSize,
+    LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth, Runtime, RuntimeError,
+    RuntimeEvent, RuntimeVersion, StreamOptions, TermSize,
 };
 use crate::metrics::kubelet::KubeletMetrics;
 
@@ -167,6 +167,16 @@ impl Runtime for InstrumentedRuntime {
         self.record("get_container_events", || {
             self.inner.events(label_filter, on_event, should_stop)
         })
+    }
+
+    fn network_status(&self) -> Result<NetworkStatus, RuntimeError> {
+        // CRI's `Status` call, upstream's operation name.
+        self.record("status", || self.inner.network_status())
+    }
+
+    fn root_dir(&self) -> Result<String, RuntimeError> {
+        // What upstream learns from CRI's `ImageFsInfo`.
+        self.record("image_fs_info", || self.inner.root_dir())
     }
 }
 
