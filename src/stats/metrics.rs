@@ -1,7 +1,8 @@
 //! `/metrics/resource` (upstream's `pkg/kubelet/metrics/collectors/resource_metrics.go`:
 //! the node's, pods' and containers' CPU and working set from the summary) and
 //! `/metrics/cadvisor` (the cAdvisor families the analyzer's figures support, with
-//! cAdvisor's labels `container`, `id`, `image`, `name`, `namespace`, `pod`), rendered
+//! cAdvisor's labels `container`, `id`, `image`, `name`, `namespace`, `pod`; not
+//! cAdvisor's `container_fs_inodes_total`, a gauge whose name `promtool` refuses), rendered
 //! from the latest [`Snapshot`] in the Prometheus text format 0.0.4, each sample with
 //! its explicit timestamp (ms) as upstream's. Label values come from the pods running
 //! on the node: the series are bounded by the pods and containers there.
@@ -259,24 +260,6 @@ pub fn render_cadvisor(s: &Snapshot) -> String {
                 f.sample(
                     &[a, ("cpu", "total"), b, d, e, g, h],
                     ns as f64 / 1e9,
-                    sys_ms(c.time),
-                );
-            }
-        }
-    }
-    {
-        let mut f = Family::new(
-            &mut out,
-            "container_fs_inodes_total",
-            "Number of available Inodes",
-            "gauge",
-        );
-        for c in &cgroups {
-            if let Some(fs) = c.rootfs.and_then(|r| r.fs) {
-                let [a, b, d, e, g, h] = cadvisor_labels(c);
-                f.sample(
-                    &[a, ("device", ""), b, d, e, g, h],
-                    fs.inodes as f64,
                     sys_ms(c.time),
                 );
             }

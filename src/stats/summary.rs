@@ -18,6 +18,9 @@ use crate::time::k8s_time;
 /// (upstream's `defaultNetworkInterfaceName`).
 const DEFAULT_INTERFACE: &str = "eth0";
 
+/// Interface name prefixes cAdvisor leaves out of network figures.
+const IGNORED_DEVICES: [&str; 4] = ["lo", "veth", "docker", "nerdctl"];
+
 /// One cgroup's figures, as sampled, with the labels `/metrics/cadvisor` gives it.
 #[derive(Clone, Debug, Default)]
 pub struct CgroupSample {
@@ -172,7 +175,7 @@ pub fn network_stats(interfaces: Vec<InterfaceStats>, at: SystemTime) -> Network
     }
 }
 
-/// The interfaces of a `/proc/<pid>/net/dev` text, loopback left out.
+/// The interfaces of a `/proc/<pid>/net/dev` text, cAdvisor's ignored ones left out.
 pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
     let mut out = Vec::new();
     for line in text.lines().skip(2) {
@@ -180,7 +183,9 @@ pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
             continue;
         };
         let name = name.trim();
-        if name == "lo" || name.is_empty() {
+        // cAdvisor's `isIgnoredDevice`: loopback, the host ends of veth pairs and the
+        // runtime's bridges are not the node's or the pod's traffic.
+        if name.is_empty() || IGNORED_DEVICES.iter().any(|p| name.starts_with(p)) {
             continue;
         }
         let f: Vec<u64> = rest

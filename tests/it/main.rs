@@ -28,3 +28,4 @@ mod events;
 mod bootstrap;
 mod node;
 mod status_manager;
+mod stats;
