@@ -126,8 +126,9 @@ impl RuntimeHealth {
 /// runtime's network has been seen.
 const NETWORK_UNKNOWN: &str = "network state unknown";
 
-/// The `net-status` period (the runtime's network changes rarely; a bridge taken
-/// down shows within 30 s).
+/// How often a ready network is asked again (it changes rarely; a bridge taken down
+/// shows within 30 s). While it is not ready, or unknown (Docker down at start), it is
+/// asked every [`RUNTIME_UP_PERIOD`], so the node turns Ready within 5 s of Docker.
 pub const NET_STATUS_PERIOD: Duration = Duration::from_secs(30);
 
 /// The runtime's network readiness, written by the `net-status` loop (upstream's
@@ -135,6 +136,8 @@ pub const NET_STATUS_PERIOD: Duration = Duration::from_secs(30);
 #[derive(Debug, Default)]
 pub struct NetworkHealth {
     error: Mutex<Option<Result<(), String>>>,
+    /// When the network was last seen ready.
+    ready_at: Mutex<Option<Instant>>,
 }
 
 impl NetworkHealth {
@@ -148,8 +151,15 @@ impl NetworkHealth {
     /// One `net-status` tick. A runtime that does not answer leaves the last state
     /// (the `runtime` check reports it), as upstream's `updateRuntimeUp`.
     pub fn tick(&self, runtime: &dyn Runtime) -> Result<(), RuntimeError> {
+        let now = Instant::now();
+        let fresh = lock(&self.ready_at)
+            .is_some_and(|at| now.saturating_duration_since(at) < NET_STATUS_PERIOD);
+        if fresh {
+            return Ok(());
+        }
         let st = runtime.network_status()?;
-        let now = if st.ready {
+        *lock(&self.ready_at) = st.ready.then_some(now);
+        let state = if st.ready {
             Ok(())
         } else {
             Err(format!(
@@ -157,9 +167,9 @@ impl NetworkHealth {
                 st.reason, st.message
             ))
         };
-        let before = lock(&self.error).replace(now.clone());
-        if before.as_ref() != Some(&now) {
-            match &now {
+        let before = lock(&self.error).replace(state.clone());
+        if before.as_ref() != Some(&state) {
+            match &state {
                 Ok(()) => log::info!("container runtime network is ready"),
                 Err(e) => log::warn!("{e}"),
             }
@@ -178,7 +188,7 @@ pub fn start_net_status(
     loops.spawn_periodic(
         crate::loops::Periodic {
             name: "net-status".into(),
-            period: NET_STATUS_PERIOD,
+            period: RUNTIME_UP_PERIOD,
             wake: None,
         },
         move || h.tick(runtime.as_ref()),
@@ -385,6 +395,13 @@ mod tests {
         assert_eq!(h.healthy(), Err("network state unknown".into()));
         h.tick(&rt).expect("tick");
         assert_eq!(h.healthy(), Ok(()));
+        h.tick(&rt).expect("tick");
+        assert_eq!(
+            rt.count(Op::NetworkStatus),
+            1,
+            "a ready network is asked every 30 s"
+        );
+        *lock(&h.ready_at) = None;
         rt.set_network_status(NetworkStatus {
             ready: false,
             reason: "NetworkPluginNotReady".into(),
