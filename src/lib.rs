@@ -46,6 +46,8 @@ pub mod kubelet;
 pub mod pod_workers;
 pub mod pod_killer;
 pub mod kuberuntime;
+pub mod cm;
+pub mod admission;
 pub mod images;
 pub mod volume;
 pub mod pleg;
@@ -53,9 +55,12 @@ pub mod status;
 pub mod prober;
 pub mod health;
 pub mod nodelease;
+pub mod eviction;
+pub mod oom_watcher;
 pub mod nodestatus;
 // Resource usage: cgroupfs and /proc readers, the resource analyzer.
 pub mod stats;
+pub mod gc;
 
 // The HTTP ports.
 pub mod server;

@@ -37,10 +37,14 @@ impl From<Exit> for ExitCode {
 }
 
 fn main() -> ExitCode {
-    run().into()
+    let exit = run();
+    // What the log file's buffer still holds (`--log-file`).
+    logging::flush();
+    exit.into()
 }
 
 fn run() -> Exit {
+    rkubelet::fsutil::limit_malloc_arenas();
     let args: Vec<String> = std::env::args().collect();
     let cfg = match config::load(args) {
         Ok(Loaded::Run(cfg)) => cfg,
@@ -61,6 +65,12 @@ fn run() -> Exit {
         }
     };
     logging::init(cfg.verbosity);
+    if let Some(path) = &cfg.log_file {
+        if let Err(e) = logging::set_log_file(path, u64::from(cfg.log_file_max_size)) {
+            eprintln!("rkubelet: --log-file {}: {e}", path.display());
+            return Exit::Usage;
+        }
+    }
     install_panic_hook();
     raise_nofile_limit();
     cfg.log_unsupported_fields();

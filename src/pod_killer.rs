@@ -711,6 +711,7 @@ mod tests {
                     allocatable: Default::default(),
                     volumes: Arc::new(VolumeManager::new(root.0.clone(), runtime, NODE.into(), 0)),
                 },
+                logs: Default::default(),
             },
         ))
     }

@@ -48,6 +48,17 @@ pub fn cpu_ticks(pid: u32) -> u64 {
 /// `dir/rkubelet.log`, and healthz and read-only ports picked free on 127.0.0.1.
 /// Returns the process and the (healthz, read-only) ports; the caller waits for it.
 pub fn spawn_kubelet(dir: &Path, node: &str, pause: &str) -> (Child, u16, u16) {
+    spawn_kubelet_with(dir, node, pause, &[])
+}
+
+/// [`spawn_kubelet`] with extra flags. Container log links go under `dir`; image GC
+/// is off (it would act on the whole engine the host shares).
+pub fn spawn_kubelet_with(
+    dir: &Path,
+    node: &str,
+    pause: &str,
+    extra: &[&str],
+) -> (Child, u16, u16) {
     let port = |l: std::net::TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
     let hz = port(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
     let ro = port(std::net::TcpListener::bind("127.0.0.1:0").expect("port"));
@@ -66,6 +77,13 @@ pub fn spawn_kubelet(dir: &Path, node: &str, pause: &str) -> (Child, u16, u16) {
         // The kubelet port now listens by default; benches measure the plain ports and
         // must not collide on 10250.
         .arg("--port=0")
+        .arg(format!("--pod-logs-dir={}", dir.join("pod-logs").display()))
+        .arg(format!(
+            "--container-logs-dir={}",
+            dir.join("container-logs").display()
+        ))
+        .arg("--image-gc-high-threshold=100")
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))

@@ -469,6 +469,15 @@ mod tests {
                 "nodeStatusReportFrequency" => "\"1m\"",
                 "nodeStatusMaxImages" => "10",
                 "nodeLeaseDurationSeconds" => "30",
+                "cgroupsPerQOS" => "false",
+                "cgroupRoot" => "/rk",
+                "enforceNodeAllocatable" => "[pods]",
+                "imageMinimumGCAge" | "imageMaximumGCAge" => "\"5m\"",
+                "imageGCHighThresholdPercent" => "90",
+                "imageGCLowThresholdPercent" => "70",
+                "containerLogMaxSize" => "5Mi",
+                "containerLogMaxFiles" => "3",
+                "podLogsDir" => "/srv/pods",
                 _ => "{}",
             };
             body.push_str(&format!("{f}: {value}\n"));
@@ -481,9 +490,9 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 34 implemented fields and `logging`, plus
+        // All but the type meta, the 44 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 37 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 47 + 1);
         assert_eq!(s.serialize_image_pulls, Some(false));
         assert_eq!(s.max_parallel_image_pulls, Some(3));
         assert_eq!(s.cluster_dns, Some(vec!["10.96.0.10".to_string()]));

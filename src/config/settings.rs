@@ -4,6 +4,9 @@
 //! `KubeletConfig` the kubelet reads, the flag parser's list, the file's decoding and
 //! `--help`, and README's flag table is checked against it.
 //!
+//! Over 800 lines: one table of ~80 settings, each a few lines of help; split, there
+//! would be two places to declare a setting.
+//!
 //! Adding a setting is one entry here (then using its `KubeletConfig` field): its help
 //! text; its flag parser (`parse:` replaces, `append:` adds, for repeatable list flags);
 //! the flag, spelled as upstream's, with the placeholder `--help` shows; the
@@ -327,8 +330,10 @@ settings_table! {
             flag: "etcd-keyfile" <"file">,
         }
         kubeconfig: PathBuf {
-            help: "kubeconfig of the API server to take this node's pods from (list and \
-                   watch). Empty: standalone (no API server).",
+            help: "kubeconfig of the API server this node is a member of: its pods are \
+                   listed and watched from it, and the Node, its Lease, pod statuses, \
+                   mirror pods and events are written to it. Empty: standalone (no API \
+                   server).",
             parse: text::any_path,
             flag: "kubeconfig" <"file">,
         }
@@ -407,6 +412,31 @@ settings_table! {
             examples: ["{cpu: 200m}", "{memory: 512Mi}"],
             default: "",
         }
+        cgroups_per_qos: bool {
+            help: "Build the kubepods cgroup hierarchy (QoS cgroups, one cgroup per pod) \
+                   and give each pod's containers their pod's cgroup as parent.",
+            parse: text::boolean,
+            flag: "cgroups-per-qos",
+            file: "cgroupsPerQOS", decode: yaml::boolean, examples: ["false", "true"],
+            default: CGROUPS_PER_QOS = "true",
+        }
+        cgroup_root: String {
+            help: "The cgroup the kubepods hierarchy is built under; empty: the root (/).",
+            parse: text::any_string,
+            flag: "cgroup-root" <"cgroup">,
+            file: "cgroupRoot", decode: yaml::string, examples: ["/a", "/b/c"],
+            default: "",
+        }
+        enforce_node_allocatable: Vec<String> {
+            help: "Comma-separated levels whose allocatable is enforced with cgroup \
+                   limits: pods (the kubepods cgroup), or none; repeatable. \
+                   system-reserved and kube-reserved are accepted and not enforced.",
+            append: text::enforce_node_allocatable,
+            flag: "enforce-node-allocatable" <"levels">,
+            file: "enforceNodeAllocatable", decode: yaml::enforce_node_allocatable,
+            examples: ["[none]", "[pods, kube-reserved]"],
+            default: ENFORCE_NODE_ALLOCATABLE = "pods",
+        }
         node_status_update_frequency: Duration {
             help: "How often the node's status is computed (and sent if it changed).",
             parse: text::period,
@@ -472,6 +502,161 @@ settings_table! {
                    file only; at most 10 here).",
             parse: text::positive_int,
             file: "maxParallelImagePulls", decode: yaml::positive_int, examples: ["1", "~"],
+        }
+        eviction_hard: String {
+            help: "Hard eviction thresholds, comma-separated signal<value (memory.available, \
+                   nodefs.available, nodefs.inodesFree, imagefs.available, \
+                   imagefs.inodesFree, pid.available; a quantity or a percentage). Setting it \
+                   replaces the defaults wholesale: memory.available<100Mi, \
+                   nodefs.available<10%, nodefs.inodesFree<5%, imagefs.available<15%.",
+            parse: text::any_string,
+            flag: "eviction-hard" <"signal<value,…">,
+        }
+        eviction_soft: String {
+            help: "Soft eviction thresholds, as --eviction-hard; each needs its \
+                   --eviction-soft-grace-period. Empty: none.",
+            parse: text::any_string,
+            flag: "eviction-soft" <"signal<value,…">,
+        }
+        eviction_soft_grace_period: String {
+            help: "How long each soft threshold must hold before a pod is evicted, \
+                   comma-separated signal=duration.",
+            parse: text::any_string,
+            flag: "eviction-soft-grace-period" <"signal=duration,…">,
+        }
+        eviction_minimum_reclaim: String {
+            help: "Once a threshold is met, how much beyond it to reclaim before it counts as \
+                   resolved, comma-separated signal=quantity (or percentage).",
+            parse: text::any_string,
+            flag: "eviction-minimum-reclaim" <"signal=value,…">,
+        }
+        eviction_max_pod_grace_period: u32 {
+            help: "The longest termination grace (seconds) of a pod evicted for a soft \
+                   threshold (the smaller of it and the pod's); hard thresholds evict at once.",
+            parse: text::non_negative_int,
+            flag: "eviction-max-pod-grace-period" <"seconds">,
+            default: EVICTION_MAX_POD_GRACE_PERIOD = "0",
+        }
+        eviction_pressure_transition_period: Duration {
+            help: "How long a pressure condition stays True after its threshold was last met \
+                   (so it does not flap).",
+            parse: text::duration,
+            flag: "eviction-pressure-transition-period" <"duration">,
+            default: EVICTION_PRESSURE_TRANSITION_PERIOD = "5m0s",
+        }
+        log_file: PathBuf {
+            help: "Also write the log to this file (buffered, flushed every \
+                   --log-flush-frequency and at exit); stderr gets every line as before.",
+            parse: text::path,
+            flag: "log-file" <"path">,
+        }
+        log_file_max_size: u32 {
+            help: "Megabytes after which --log-file is renamed to <file>.1 and started anew; \
+                   0: no limit.",
+            parse: text::non_negative_int,
+            flag: "log-file-max-size" <"MB">,
+            // klog's.
+            default: LOG_FILE_MAX_SIZE = "1800",
+        }
+        log_flush_frequency: Duration {
+            help: "Longest time a line waits in the --log-file buffer.",
+            parse: text::period,
+            flag: "log-flush-frequency" <"duration">,
+            default: LOG_FLUSH_FREQUENCY = "5s",
+        }
+        minimum_container_ttl_duration: Duration {
+            help: "How long a finished container is kept at least before container GC may \
+                   remove it (deprecated upstream in favour of eviction; flag only).",
+            parse: text::duration,
+            flag: "minimum-container-ttl-duration" <"duration">,
+            default: MINIMUM_CONTAINER_TTL_DURATION = "0s",
+        }
+        maximum_dead_containers_per_container: i32 {
+            help: "The most dead instances of one container kept (the newest; flag only).",
+            parse: text::int,
+            flag: "maximum-dead-containers-per-container" <"n">,
+            default: MAXIMUM_DEAD_CONTAINERS_PER_CONTAINER = "1",
+        }
+        maximum_dead_containers: i32 {
+            help: "The most dead containers kept on the node; -1: no limit (flag only).",
+            parse: text::int,
+            flag: "maximum-dead-containers" <"n">,
+            default: MAXIMUM_DEAD_CONTAINERS = "-1",
+        }
+        container_gc_period: Duration {
+            help: "rkubelet's own: time between two container GC passes (upstream's is a \
+                   fixed 1m; tests shorten it).",
+            parse: text::period,
+            flag: "container-gc-period" <"duration">,
+            default: CONTAINER_GC_PERIOD = "1m0s",
+        }
+        image_gc_period: Duration {
+            help: "rkubelet's own: time between two image GC passes (upstream's is a fixed \
+                   5m; tests shorten it).",
+            parse: text::period,
+            flag: "image-gc-period" <"duration">,
+            default: IMAGE_GC_PERIOD = "5m0s",
+        }
+        image_gc_high_threshold_percent: u8 {
+            help: "Disk usage of the image filesystem at or above which image GC runs; 100 \
+                   disables it.",
+            parse: text::percent,
+            flag: "image-gc-high-threshold" <"percent">,
+            file: "imageGCHighThresholdPercent", decode: yaml::percent, examples: ["90", "70"],
+            default: IMAGE_GC_HIGH_THRESHOLD_PERCENT = "85",
+        }
+        image_gc_low_threshold_percent: u8 {
+            help: "Disk usage image GC frees down to.",
+            parse: text::percent,
+            flag: "image-gc-low-threshold" <"percent">,
+            file: "imageGCLowThresholdPercent", decode: yaml::percent, examples: ["60", "50"],
+            default: IMAGE_GC_LOW_THRESHOLD_PERCENT = "80",
+        }
+        image_minimum_gc_age: Duration {
+            help: "How long an unused image is kept at least after it was first seen.",
+            parse: text::duration,
+            flag: "minimum-image-ttl-duration" <"duration">,
+            file: "imageMinimumGCAge", decode: yaml::duration, examples: ["5m", "30s"],
+            default: IMAGE_MINIMUM_GC_AGE = "2m0s",
+        }
+        image_maximum_gc_age: Duration {
+            help: "An image unused this long is removed whatever the disk usage; 0: never \
+                   (config file only).",
+            parse: text::duration,
+            file: "imageMaximumGCAge", decode: yaml::duration, examples: ["24h", "1h"],
+            default: IMAGE_MAXIMUM_GC_AGE = "0s",
+        }
+        container_log_max_size: u64 {
+            help: "A container's log file is rotated at this size (Docker's json-file \
+                   max-size).",
+            parse: text::bytes,
+            flag: "container-log-max-size" <"quantity">,
+            file: "containerLogMaxSize", decode: yaml::bytes, examples: ["5Mi", "1Mi"],
+            default: CONTAINER_LOG_MAX_SIZE = "10Mi",
+        }
+        container_log_max_files: u32 {
+            help: "The most log files of one container, the current one included (Docker's \
+                   json-file max-file; at least 2).",
+            parse: text::log_files,
+            flag: "container-log-max-files" <"n">,
+            file: "containerLogMaxFiles", decode: yaml::log_files, examples: ["3", "2"],
+            default: CONTAINER_LOG_MAX_FILES = "5",
+        }
+        pod_logs_dir: PathBuf {
+            help: "Where each container's log link lives: \
+                   <dir>/<namespace>_<pod>_<uid>/<container>/<restartCount>.log (upstream's \
+                   podLogsDir; the flag is rkubelet's own).",
+            parse: text::path,
+            flag: "pod-logs-dir" <"path">,
+            file: "podLogsDir", decode: yaml::path, examples: ["/srv/pods", "/tmp/pods"],
+            default: POD_LOGS_DIR = "/var/log/pods",
+        }
+        container_logs_dir: PathBuf {
+            help: "rkubelet's own: where the log shippers' links \
+                   <pod>_<namespace>_<container>-<id>.log live (upstream's is fixed).",
+            parse: text::path,
+            flag: "container-logs-dir" <"path">,
+            default: CONTAINER_LOGS_DIR = "/var/log/containers",
         }
         verbosity: u8 {
             help: "Log verbosity, 0 to 10: 0-1 info, 2-4 debug, 5 and up trace. Without it, \

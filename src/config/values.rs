@@ -397,11 +397,52 @@ pub mod text {
         ip(v).map(|a| a.to_string())
     }
 
+    /// A count or size, zero included (`--eviction-max-pod-grace-period` seconds,
+    /// `--log-file-max-size` MB).
+    pub fn non_negative_int(v: &str) -> Result<u32, String> {
+        v.parse::<u32>()
+            .map_err(|_| format!("{v:?} is not a whole number of 0 or more"))
+    }
+
     /// `--node-status-max-images`: a count, or -1 for no cap.
     pub fn max_images(v: &str) -> Result<i32, String> {
         match v.parse::<i32>() {
             Ok(n) if n < -1 => Err(format!("{n} must be -1 (no cap) or more")),
             Ok(n) => Ok(n),
+            Err(_) => Err("not a whole number".into()),
+        }
+    }
+
+    /// A whole number, negative included (`--maximum-dead-containers`: -1 is no limit).
+    pub fn int(v: &str) -> Result<i32, String> {
+        v.parse::<i32>().map_err(|_| "not a whole number".into())
+    }
+
+    /// A percentage, 0 to 100 (the image GC thresholds).
+    pub fn percent(v: &str) -> Result<u8, String> {
+        match v.parse::<i64>() {
+            Ok(n) if (0..=100).contains(&n) => u8::try_from(n).map_err(|_| "too large".into()),
+            Ok(n) => Err(format!("{n} is not a percentage (0-100)")),
+            Err(_) => Err("not a whole number".into()),
+        }
+    }
+
+    /// A size as a resource quantity (`10Mi`), in bytes, above zero
+    /// (`containerLogMaxSize`).
+    pub fn bytes(v: &str) -> Result<u64, String> {
+        crate::quantity::parse_milli(v)
+            .map(|m| m / 1000)
+            .filter(|b| *b > 0)
+            .and_then(|b| u64::try_from(b).ok())
+            .ok_or_else(|| format!("{v:?} is not a size above zero (such as 10Mi)"))
+    }
+
+    /// A number of files of at least 2 (upstream's `containerLogMaxFiles` rule: the
+    /// file being written and one rotated).
+    pub fn log_files(v: &str) -> Result<u32, String> {
+        match v.parse::<i64>() {
+            Ok(n) if n < 2 => Err(format!("{n} must be 2 or more")),
+            Ok(n) => u32::try_from(n).map_err(|_| format!("{n} is too large")),
             Err(_) => Err("not a whole number".into()),
         }
     }
@@ -421,6 +462,39 @@ pub mod text {
             out.push((name.to_string(), q.to_string()));
         }
         Ok(out)
+    }
+
+    /// `--enforce-node-allocatable`: comma-separated `pods`, `system-reserved`,
+    /// `kube-reserved` or `none` (upstream's validation: `none` stands alone).
+    pub fn enforce_node_allocatable(v: &str) -> Result<Vec<String>, String> {
+        let list: Vec<String> = v
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        check_enforce_node_allocatable(&list)?;
+        Ok(list)
+    }
+
+    /// Upstream's check of `enforceNodeAllocatable`'s levels.
+    pub fn check_enforce_node_allocatable(list: &[String]) -> Result<(), String> {
+        for l in list {
+            if !["pods", "system-reserved", "kube-reserved", "none"].contains(&l.as_str()) {
+                return Err(format!(
+                    "invalid option {l:?} specified for enforceNodeAllocatable setting. \
+                     Valid options are \"pods\", \"system-reserved\", \"kube-reserved\", or \"none\""
+                ));
+            }
+        }
+        if list.len() > 1 && list.iter().any(|l| l == "none") {
+            return Err(
+                "enforceNodeAllocatable (--enforce-node-allocatable) may not \
+                        contain additional enforcements when \"none\" is specified"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// One reserved resource, in upstream's words when it is refused.
@@ -592,6 +666,28 @@ pub mod yaml {
             .map_err(|_| invalid(v, "too large"))
     }
 
+    /// A percentage, 0 to 100.
+    pub fn percent(v: &Value, _: &Path) -> Result<Option<u8>, String> {
+        let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
+        text::percent(&n.to_string()).map(Some)
+    }
+
+    /// A size as a quantity string (`10Mi`), in bytes; empty is unset.
+    pub fn bytes(v: &Value, _: &Path) -> Result<Option<u64>, String> {
+        match v {
+            Value::String(s) if s.is_empty() => Ok(None),
+            Value::String(s) => text::bytes(s).map(Some),
+            Value::Number(n) => text::bytes(&n.to_string()).map(Some),
+            other => Err(invalid(other, "not a size such as \"10Mi\"")),
+        }
+    }
+
+    /// `containerLogMaxFiles`: at least 2.
+    pub fn log_files(v: &Value, _: &Path) -> Result<Option<u32>, String> {
+        let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
+        text::log_files(&n.to_string()).map(Some)
+    }
+
     /// `nodeStatusMaxImages`: a count, or -1 for no cap.
     pub fn max_images(v: &Value, _: &Path) -> Result<Option<i32>, String> {
         let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
@@ -649,6 +745,22 @@ pub mod yaml {
             text::reserved_one(name, &q)?;
             out.push((name.clone(), q));
         }
+        Ok(Some(out))
+    }
+
+    /// `enforceNodeAllocatable`: a list of levels.
+    pub fn enforce_node_allocatable(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
+        let Value::Sequence(seq) = v else {
+            return Err(invalid(v, "not a list of strings"));
+        };
+        let mut out = Vec::new();
+        for item in seq {
+            let Value::String(s) = item else {
+                return Err(invalid(item, "not a string"));
+            };
+            out.push(s.clone());
+        }
+        text::check_enforce_node_allocatable(&out)?;
         Ok(Some(out))
     }
 

@@ -12,6 +12,8 @@
 //! the sync loop's and the syncer's tests share (as a sibling file it would be an
 //! import cycle).
 
+mod admit;
+mod eviction;
 mod node;
 mod port;
 mod sources;
@@ -79,6 +81,8 @@ pub enum StartError {
     Source(Box<dyn std::error::Error + Send + Sync>),
     /// The kubelet port's TLS cannot be set up (files, self-signed pair).
     Tls(crate::server::tls::TlsError),
+    /// The eviction flags are refused.
+    Eviction(crate::eviction::api::ThresholdError),
     /// The root directory could not be created.
     RootDir {
         /// The directory.
@@ -95,6 +99,7 @@ impl fmt::Display for StartError {
             StartError::Spawn(e) => e.fmt(f),
             StartError::Source(e) => e.fmt(f),
             StartError::Tls(e) => write!(f, "kubelet port: {e}"),
+            StartError::Eviction(e) => write!(f, "eviction thresholds: {e}"),
             StartError::RootDir { path, .. } => {
                 write!(f, "cannot create root directory {}", path.display())
             }
@@ -109,6 +114,7 @@ impl std::error::Error for StartError {
             StartError::Spawn(e) => e.source(),
             StartError::Source(e) => e.source(),
             StartError::Tls(e) => Some(e),
+            StartError::Eviction(e) => Some(e),
             StartError::RootDir { source, .. } => Some(source),
         }
     }
@@ -175,6 +181,7 @@ fn make_root_dir(root: &std::path::Path) -> Result<(), StartError> {
 /// port in use fails here with nothing left running.
 pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, StartError> {
     make_root_dir(&cfg.root_dir)?;
+    let eviction_config = eviction::config(&cfg).map_err(StartError::Eviction)?;
     // Source settings are checked before anything starts, like the ports.
     let mut prepared = PreparedSources::prepare(&cfg)?;
     let mut listeners = Vec::new();
@@ -380,9 +387,50 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             move || volumes.cleanup_orphans(),
         )?;
     }
+    // Object refresh: ConfigMap, Secret and token updates reach running pods' volumes
+    // between their syncs (only with an API server to read them from).
+    if parts.volumes.objects().has_client() {
+        let volumes = parts.volumes.clone();
+        loops.spawn_periodic(
+            Periodic {
+                name: "object-refresh".into(),
+                period: crate::volume::refresh::REFRESH_PERIOD,
+                wake: None,
+            },
+            move || volumes.refresh_objects(),
+        )?;
+    }
+
+    // Pod cgroups of pods that are gone (removed while the kubelet was down, or a
+    // removal that failed).
+    parts.start_pod_cgroup_gc(&loops)?;
 
     // Pod workers.
     parts.workers.start(&loops, DEFAULT_WORKERS, handler)?;
+
+    // Garbage collection: dead containers (and a pod's own pruning after a PLEG
+    // `ContainerDied`), images. The handle is eviction's node-level reclaim.
+    let (died_tx, died_rx) = crate::gc::died_channel();
+    let gc = parts.start_gc(&loops, &cfg, died_rx)?;
+
+    // The eviction manager (its conditions reach admission and the node status; its
+    // node-level reclaim is container GC, then image GC) and the OOM watcher.
+    eviction::start(
+        &loops,
+        &cfg,
+        eviction_config,
+        eviction::Parts {
+            view: parts.manager_view.clone(),
+            statuses: parts.statuses.clone(),
+            workers: parts.workers.clone(),
+            runtime: parts.runtime.clone(),
+            metrics: parts.metrics.clone(),
+            state: parts.pressure.clone(),
+            gc: Some(gc),
+        },
+    )?;
+    crate::oom_watcher::start(&loops, &cfg.node_name, std::path::Path::new("/dev/kmsg"))?;
+    crate::logging::start_flush(&loops, cfg.log_flush_frequency)?;
 
     // With an API server: the Node and its lease; the status manager (statuses, mirror
     // pods and final deletes).
@@ -392,15 +440,14 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             &cfg,
             client.clone(),
             parts.runtime.clone(),
-            parts.runtime_health.clone(),
-            parts.pleg_shared.clone(),
-            network,
+            &checks,
+            parts.pressure.clone(),
         )?;
         parts.start_status_manager(&loops, client, &cfg.node_name)?;
     }
 
     // The sync loop.
-    let sync_loop = parts.sync_loop(
+    let mut sync_loop = parts.sync_loop(
         PodConfig::new(&sources),
         LoopInputs {
             sources: source_rx,
@@ -410,6 +457,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             pulled: pulled_rx,
         },
     );
+    sync_loop.container_died = Some(died_tx);
     loops.spawn("sync-loop", move |stop, handle| {
         sync_loop.run(&stop, &handle)
     })?;
@@ -459,6 +507,12 @@ struct Components {
     metrics: Arc<KubeletMetrics>,
     /// The runtime everyone calls: the one given, counted and timed into `metrics`.
     runtime: Arc<dyn Runtime>,
+    /// The eviction manager's pressure conditions (admission, the node status).
+    pressure: Arc<crate::eviction::PressureState>,
+    /// The pod and QoS cgroups.
+    cm: Arc<crate::cm::ContainerManager>,
+    /// What admission checks new pods against.
+    admission_node: crate::admission::NodeInfo,
 }
 
 impl Components {
@@ -487,7 +541,25 @@ impl Components {
         let statuses = Arc::new(StatusCache::with_notify(status_tx));
         let pods_view = Arc::new(PodsView::new(statuses.clone()));
         let host_ip = cfg.node_ip.clone().unwrap_or_else(crate::netutil::node_ip);
-        let allocatable = crate::kuberuntime::container::node_allocatable(&cfg.root_dir);
+        // The machine's facts, once: the downward API's and admission's allocatable
+        // is the node status's.
+        let machine = crate::nodestatus::machine::read(&cfg.root_dir);
+        let node_settings = node::node_settings(cfg);
+        let a = crate::nodestatus::setters::allocatable(
+            &machine,
+            node_settings.max_pods,
+            &node_settings.reserved,
+        );
+        let allocatable = crate::kuberuntime::container::Allocatable {
+            cpu_milli: i128::from(a.cpu_milli),
+            memory: i128::from(a.memory),
+            ephemeral_storage: i128::from(a.ephemeral_storage.unwrap_or(0)),
+        };
+        let admission_node = node::admission_node(&node_settings, &machine);
+        let cm = Arc::new(crate::cm::ContainerManager::new(
+            node::cm_settings(cfg, &node_settings, &machine),
+            runtime.clone(),
+        ));
         // The ConfigMaps, Secrets and tokens of API pods' volumes, env and pulls.
         let objects = Arc::new(crate::objects::ObjectManager::new(
             api.map(|c| c as Arc<dyn crate::objects::Fetcher>),
@@ -524,6 +596,14 @@ impl Components {
                         allocatable,
                         volumes: volumes.clone(),
                     },
+                    logs: crate::kuberuntime::logs::LogSettings {
+                        pods_dir: cfg.pod_logs_dir.clone(),
+                        containers_dir: cfg.container_logs_dir.clone(),
+                        rotation: Some(crate::runtime::LogRotation {
+                            max_size: cfg.container_log_max_size,
+                            max_files: cfg.container_log_max_files,
+                        }),
+                    },
                 },
             )
             .with_probe_results(probes.results().clone())
@@ -544,7 +624,41 @@ impl Components {
             host_ip,
             metrics,
             runtime: runtime.clone(),
+            pressure: Arc::default(),
+            cm,
+            admission_node,
         })
+    }
+
+    /// Starts `pod-cgroup-gc`: once every source has spoken, removes the pod cgroups
+    /// of pods no source wants, no worker holds and Docker no longer lists (upstream
+    /// `cleanupOrphanedPodCgroups` in housekeeping; here off the sync loop).
+    fn start_pod_cgroup_gc(&self, loops: &Loops) -> Result<(), SpawnError> {
+        let cm = self.cm.clone();
+        let view = self.manager_view.clone();
+        let workers = self.workers.clone();
+        let pleg = self.pleg_shared.clone();
+        loops.spawn_periodic(
+            Periodic {
+                name: "pod-cgroup-gc".into(),
+                period: crate::cm::POD_CGROUP_GC_PERIOD,
+                wake: None,
+            },
+            move || {
+                let snap = view.get();
+                if !snap.sources_ready {
+                    return Ok(());
+                }
+                let running = pleg.runtime_pods();
+                cm.remove_orphans(&|uid: &str| {
+                    snap.pods
+                        .iter()
+                        .any(|p| p.metadata.uid.as_deref() == Some(uid))
+                        || workers.is_active(uid)
+                        || running.contains_key(uid)
+                })
+            },
+        )
     }
 
     /// Starts the pod killer and returns the pod workers' syncer.
@@ -560,7 +674,54 @@ impl Components {
             killer,
             workers: self.workers.clone(),
             metrics: self.metrics.clone(),
+            cm: self.cm.clone(),
         }))
+    }
+
+    /// Starts `container-gc` and `image-gc` over these components.
+    fn start_gc(
+        &self,
+        loops: &Loops,
+        cfg: &KubeletConfig,
+        died: Receiver<(String, String)>,
+    ) -> Result<crate::gc::Gc, SpawnError> {
+        let containers = crate::gc::ContainerGc::new(
+            self.runtime.clone(),
+            self.manager.clone(),
+            &cfg.node_name,
+            crate::gc::GcPolicy {
+                min_age: cfg.minimum_container_ttl_duration,
+                max_per_pod_container: cfg.maximum_dead_containers_per_container,
+                max_containers: cfg.maximum_dead_containers,
+            },
+            crate::gc::PodState {
+                pods: self.manager_view.clone(),
+                workers: self.workers.clone(),
+            },
+        );
+        let images = crate::gc::ImageGc::new(
+            self.runtime.clone(),
+            crate::gc::ImagePolicy {
+                high_percent: cfg.image_gc_high_threshold_percent,
+                low_percent: cfg.image_gc_low_threshold_percent,
+                min_age: cfg.image_minimum_gc_age,
+                max_age: cfg.image_maximum_gc_age,
+            },
+            &cfg.pod_infra_container_image,
+            &cfg.node_name,
+        );
+        crate::gc::start(
+            loops,
+            crate::gc::Gc {
+                containers: Arc::new(containers),
+                images: Arc::new(images),
+            },
+            crate::gc::GcPeriods {
+                containers: cfg.container_gc_period,
+                images: cfg.image_gc_period,
+            },
+            died,
+        )
     }
 
     /// The sync loop over these components, fed by `inputs`.
@@ -585,6 +746,14 @@ impl Components {
             up_rx: inputs.runtime_up,
             last_status_line: String::new(),
             metrics: self.metrics,
+            admission: {
+                let mut admission = admit::Admission::new(self.admission_node);
+                // Admission under pressure first (upstream registers the eviction
+                // manager's admit handler before the predicates).
+                admission.add_handler(Box::new(eviction::PressureAdmit(self.pressure)));
+                admission
+            },
+            container_died: None,
         }
     }
 }

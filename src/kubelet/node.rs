@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::apiclient::ApiClient;
 use crate::config::KubeletConfig;
-use crate::health::{NetworkHealth, RuntimeHealth};
+use crate::health::{HealthChecks, NetworkHealth, RuntimeHealth};
 use crate::loops::{Loops, Periodic, SpawnError};
 use crate::nodelease::{self, Heartbeat};
 use crate::nodestatus::{self, setters::NodeSettings, ReadinessCheck};
@@ -43,19 +43,8 @@ fn readiness(
     })
 }
 
-/// Starts `node-status` and `node-lease`.
-pub(super) fn start(
-    loops: &Loops,
-    cfg: &KubeletConfig,
-    client: Arc<ApiClient>,
-    runtime: Arc<dyn Runtime>,
-    runtime_health: Arc<RuntimeHealth>,
-    pleg: Arc<PlegShared>,
-    network: Arc<NetworkHealth>,
-) -> Result<(), SpawnError> {
-    let heartbeat = Arc::new(Heartbeat::default());
-    let lease_duration = Duration::from_secs(u64::from(cfg.node_lease_duration_seconds));
-    let timeout = nodelease::heartbeat_timeout(lease_duration, cfg.node_status_update_frequency);
+/// The node's settings from the configuration (the node status's and admission's).
+pub(super) fn node_settings(cfg: &KubeletConfig) -> NodeSettings {
     let mut settings = NodeSettings {
         node_name: cfg.node_name.clone(),
         node_ip: cfg.node_ip.clone().unwrap_or_default(),
@@ -65,16 +54,87 @@ pub(super) fn start(
         labels: cfg.node_labels.clone(),
         taints: cfg.register_with_taints.clone(),
         reserved: Default::default(),
+        pressure: None,
     };
     settings.reserve(&cfg.kube_reserved);
     settings.reserve(&cfg.system_reserved);
+    settings
+}
+
+/// What admission knows of the node: its allocatable (the status's arithmetic), the
+/// labels and taints it registers with.
+pub(super) fn admission_node(
+    settings: &NodeSettings,
+    machine: &nodestatus::machine::MachineInfo,
+) -> crate::admission::NodeInfo {
+    let a = nodestatus::setters::allocatable(machine, settings.max_pods, &settings.reserved);
+    let node = nodestatus::setters::initial_node(settings);
+    crate::admission::NodeInfo {
+        name: settings.node_name.clone(),
+        labels: node.metadata.labels.unwrap_or_default(),
+        taints: settings
+            .taints
+            .iter()
+            .map(|t| crate::admission::NodeTaint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+            })
+            .collect(),
+        cpu_milli: i128::from(a.cpu_milli),
+        memory: i128::from(a.memory),
+        ephemeral_storage: a.ephemeral_storage.map(i128::from),
+        pods: i128::from(a.pods),
+    }
+}
+
+/// The container manager's settings: capacity, and capacity less reserved.
+pub(super) fn cm_settings(
+    cfg: &KubeletConfig,
+    settings: &NodeSettings,
+    machine: &nodestatus::machine::MachineInfo,
+) -> crate::cm::CmSettings {
+    let a =
+        nodestatus::setters::reserved_allocatable(machine, settings.max_pods, &settings.reserved);
+    let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+    crate::cm::CmSettings {
+        node_name: cfg.node_name.clone(),
+        cgroups_per_qos: cfg.cgroups_per_qos,
+        cgroup_root: cfg.cgroup_root.clone(),
+        enforce_pods: cfg.enforce_node_allocatable.iter().any(|l| l == "pods"),
+        mount: crate::cm::CGROUP_MOUNT.into(),
+        capacity_cpu_milli: i128::from(machine.cpus.saturating_mul(1000)),
+        capacity_memory: bytes(machine.memory_bytes),
+        allocatable_cpu_milli: i128::from(a.cpu_milli),
+        allocatable_memory: bytes(a.memory),
+    }
+}
+
+/// Starts `node-status` and `node-lease`.
+pub(super) fn start(
+    loops: &Loops,
+    cfg: &KubeletConfig,
+    client: Arc<ApiClient>,
+    runtime: Arc<dyn Runtime>,
+    checks: &HealthChecks,
+    pressure: Arc<crate::eviction::PressureState>,
+) -> Result<(), SpawnError> {
+    let heartbeat = Arc::new(Heartbeat::default());
+    let lease_duration = Duration::from_secs(u64::from(cfg.node_lease_duration_seconds));
+    let timeout = nodelease::heartbeat_timeout(lease_duration, cfg.node_status_update_frequency);
+    let mut settings = node_settings(cfg);
+    settings.pressure = Some(pressure);
     nodestatus::start(
         loops,
         nodestatus::Start {
             client: client.clone(),
             settings,
             runtime,
-            readiness: readiness(runtime_health, pleg, network),
+            readiness: readiness(
+                checks.runtime.clone(),
+                checks.pleg.clone(),
+                checks.network.clone(),
+            ),
             heartbeat: heartbeat.clone(),
             register_node: cfg.register_node,
             update_frequency: cfg.node_status_update_frequency,

@@ -63,6 +63,11 @@ pub(super) struct SyncLoop {
     pub(super) up_rx: Receiver<()>,
     pub(super) last_status_line: String,
     pub(super) metrics: Arc<KubeletMetrics>,
+    /// Admission: the node's allocatable, extra checks, the pods it rejected.
+    pub(super) admission: super::admit::Admission,
+    /// PLEG `ContainerDied` events for container GC's per-pod pruning (pod UID,
+    /// container ID); never waited for: a full channel leaves it to the next pass.
+    pub(super) container_died: Option<crossbeam_channel::Sender<(String, String)>>,
 }
 
 impl SyncLoop {
@@ -139,6 +144,11 @@ impl SyncLoop {
                     if e.kind == PlegEventType::ContainerRemoved {
                         continue;
                     }
+                    if e.kind == PlegEventType::ContainerDied {
+                        if let Some(tx) = &self.container_died {
+                            let _ = tx.try_send((e.pod_uid.clone(), e.container_id.clone()));
+                        }
+                    }
                     if let Some(pod) = self.pods.get(&e.pod_uid) {
                         self.workers.update_pod(&e.pod_uid, Work::Sync(pod.clone()));
                     }
@@ -178,6 +188,9 @@ impl SyncLoop {
             }
             Event::RuntimeUp => {
                 for (uid, pod) in &self.pods {
+                    if self.admission.is_rejected(uid) {
+                        continue;
+                    }
                     self.workers.update_pod(uid, Work::Sync(pod.clone()));
                 }
             }
@@ -205,7 +218,19 @@ impl SyncLoop {
     pub(super) fn handle_update(&mut self, u: PodUpdate) {
         match u.op {
             PodOp::Add | PodOp::Update | PodOp::Delete => {
-                for pod in u.pods {
+                let mut pods = u.pods;
+                if u.op == PodOp::Add {
+                    // Upstream `HandlePodAdditions`: oldest first, each admitted against
+                    // the pods admitted before it.
+                    pods.sort_by(|a, b| {
+                        a.metadata
+                            .creation_timestamp
+                            .as_ref()
+                            .map(|t| t.0)
+                            .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                    });
+                }
+                for pod in pods {
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
                     let pod = Arc::new(pod);
                     if u.op == PodOp::Add {
@@ -221,7 +246,14 @@ impl SyncLoop {
                             crate::container::format_pod(&pod)
                         );
                     }
+                    if u.op == PodOp::Add {
+                        self.admission.admit(&uid, &pod, &self.pods, &self.statuses);
+                    }
                     self.pods.insert(uid.clone(), pod.clone());
+                    if self.admission.is_rejected(&uid) {
+                        // A rejected pod never runs; its status stays Failed.
+                        continue;
+                    }
                     if pod.metadata.deletion_timestamp.is_some() {
                         // Gracefully deleted at its source: stop it with its grace
                         // (each container's: the deletion grace, else its spec's).
@@ -248,6 +280,7 @@ impl SyncLoop {
                     );
                     self.pods.remove(&uid);
                     self.queue.remove(&uid);
+                    self.admission.forget(&uid);
                     if self.pod_config.seen_all_sources() {
                         self.workers.update_pod(
                             &uid,
@@ -465,6 +498,23 @@ mod tests {
             m.started_containers.get(["container"]),
             "every attempt failed with its waiting reason"
         );
+    }
+
+    #[test]
+    fn a_dead_container_is_named_to_container_gc_without_waiting() {
+        let rt = testing::runtime(&testing::clock());
+        rt.exit_on_start("a", 1);
+        let mut n = Node::new(&rt, &[Source::File]);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        n.sl.container_died = Some(tx);
+        n.snapshot(Source::File, vec![pod("web", "u1", ONE)]);
+        n.relist();
+        let (uid, id) = rx.try_recv().expect("a ContainerDied for container GC");
+        assert_eq!(uid, "u1");
+        // The instance that died (its death synced the pod, which may have restarted it).
+        assert!(n.instances("u1", "a").iter().any(|c| c.id == id));
+        // A full channel is never waited for.
+        n.relist();
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::cm::ContainerManager;
 use crate::kuberuntime::{KillPodRequest, RuntimeManager, SyncInputs};
 use crate::metrics::kubelet::KubeletMetrics;
 use crate::pod_killer::PodKiller;
@@ -29,6 +30,8 @@ pub(super) struct SyncHandler {
     pub(super) killer: PodKiller,
     pub(super) workers: Arc<PodWorkers>,
     pub(super) metrics: Arc<KubeletMetrics>,
+    /// The pod cgroups (created before a sync, removed after the containers).
+    pub(super) cm: Arc<ContainerManager>,
 }
 
 impl SyncHandler {
@@ -90,7 +93,25 @@ impl PodSyncer for SyncHandler {
                 now,
             )
             || pod.metadata.deletion_timestamp.is_some();
-        match self.manager.sync_pod(pod, &SyncInputs { terminal }) {
+        // Upstream `SyncPod`: the pod's cgroup (and the QoS cgroups' shares) before its
+        // containers; a pod whose cgroup cannot be made waits and is tried again.
+        let cgroup_parent = if terminal {
+            String::new()
+        } else {
+            match self.cm.ensure_pod(pod) {
+                Ok(p) => p,
+                Err(e) => {
+                    log::warn!("{}", crate::loops::error_chain(&e));
+                    self.queue.enqueue(&uid, SYNC_ERROR_REQUEUE);
+                    return Outcome::Done;
+                }
+            }
+        };
+        let inputs = SyncInputs {
+            terminal,
+            cgroup_parent,
+        };
+        match self.manager.sync_pod(pod, &inputs) {
             Ok(r) => {
                 let st = status::generate(
                     pod,
@@ -168,6 +189,7 @@ impl PodSyncer for SyncHandler {
         let queue = self.queue.clone();
         let u = uid.to_string();
         let remove = kill.remove;
+        let cm = self.cm.clone();
         // Upstream `TerminatePod`: a deleted pod that is not static ends terminal; one
         // killed before any sync of this kubelet (deleted while it was down, or before
         // it ran) starts from the API's copy of its status.
@@ -180,6 +202,8 @@ impl PodSyncer for SyncHandler {
             Ok(()) if remove => {
                 statuses.remove(&u);
                 queue.remove(&u);
+                // Its containers are gone: its cgroup can go.
+                cm.remove_pod(&u);
             }
             Ok(()) => {
                 // Upstream `TerminatePod`: what did not end visibly ended unknown.

@@ -675,6 +675,7 @@ mod tests {
             ip_address: String::new(),
             network_mode: "container:sb0".into(),
             settings: Default::default(),
+            log_path: String::new(),
         }
     }
 
@@ -696,6 +697,7 @@ mod tests {
             ip_address: "172.17.0.9".into(),
             network_mode: "default".into(),
             settings: Default::default(),
+            log_path: String::new(),
         }
     }
 

@@ -81,41 +81,6 @@ pub struct Allocatable {
     pub ephemeral_storage: i128,
 }
 
-/// Upstream's default hard eviction threshold `memory.available<100Mi`, which node
-/// allocatable memory leaves out.
-const EVICTION_HARD_MEMORY: i128 = 100 << 20;
-
-/// The node's allocatable resources: capacity (online CPUs, `MemTotal`, the root
-/// directory's filesystem) less the default memory eviction threshold (no resources
-/// are reserved for the system).
-pub fn node_allocatable(root_dir: &Path) -> Allocatable {
-    // SAFETY: sysconf has no memory effects.
-    let cpus = i128::from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1));
-    let mem_total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i128>().ok())
-        })
-        .map_or(0, |kb| kb * 1024);
-    let storage = std::ffi::CString::new(root_dir.as_os_str().as_encoded_bytes())
-        .ok()
-        .and_then(|p| {
-            // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
-            let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-            // SAFETY: statvfs fills the struct we own; the path is NUL-terminated.
-            let rc = unsafe { libc::statvfs(p.as_ptr(), &mut s) };
-            (rc == 0).then(|| i128::from(s.f_blocks) * i128::from(s.f_frsize))
-        })
-        .unwrap_or(0);
-    Allocatable {
-        cpu_milli: cpus * 1000,
-        memory: (mem_total - EVICTION_HARD_MEMORY).max(0),
-        ephemeral_storage: storage,
-    }
-}
-
 /// What [`generate_container_config`] needs beyond the pod spec.
 #[derive(Clone, Debug, Default)]
 pub struct ContainerContext {

@@ -14,6 +14,7 @@
 pub mod actions;
 pub mod container;
 pub mod hooks;
+pub mod logs;
 
 use crate::safepath::{safe_join, UnsafePathError};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -99,6 +100,9 @@ pub struct SyncInputs {
     /// The pod must not run any more (terminal phase, active deadline passed, being
     /// deleted): stop it, start nothing.
     pub terminal: bool,
+    /// The pod's cgroup as the runtime's `CgroupParent` ("" for the runtime's
+    /// default): the sandbox and every container are created under it.
+    pub cgroup_parent: String,
 }
 
 /// What one sync found and decided, for the status computation.
@@ -217,6 +221,8 @@ pub struct ManagerConfig {
     pub pod_infra_image: String,
     /// What container configs need from the node: root dir, IPs, DNS, volumes.
     pub node: container::NodeContext,
+    /// Container log rotation and the log links' directories.
+    pub logs: logs::LogSettings,
 }
 
 /// Syncs and kills pods through the runtime. Shared by all pod workers and the pod
@@ -235,6 +241,9 @@ pub struct RuntimeManager {
     probes: Option<Arc<crate::prober::results::ResultsCache>>,
     /// Started pods and containers, and their failures.
     metrics: Arc<KubeletMetrics>,
+    /// Each pod's cgroup parent, from its last sync's inputs (forgotten when the
+    /// pod's containers are removed).
+    cgroup_parents: Mutex<HashMap<String, String>>,
 }
 
 /// The per-container directory of a pod (upstream `getPodContainerDir`):
@@ -258,6 +267,7 @@ impl RuntimeManager {
             messages: Mutex::new(HashMap::new()),
             probes: None,
             metrics: Arc::default(),
+            cgroup_parents: Mutex::new(HashMap::new()),
         }
     }
 
@@ -312,6 +322,59 @@ impl RuntimeManager {
         }
         rp.sort();
         Ok(rp)
+    }
+
+    /// Removes one dead container instance with what the kubelet keeps beside it: its
+    /// log links, its termination message (cached and on disk). Container GC and the
+    /// pruning before a restart both remove through here. Gone is not an error.
+    pub fn remove_dead_container(
+        &self,
+        id: &str,
+        container_labels: &BTreeMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        self.runtime.remove_container(id)?;
+        logs::remove_links(&self.cfg.logs, container_labels, id);
+        lock(&self.messages).remove(id);
+        let uid = container_labels
+            .get(labels::POD_UID)
+            .map(String::as_str)
+            .unwrap_or_default();
+        let name = container_labels
+            .get(labels::CONTAINER_NAME)
+            .map(String::as_str)
+            .unwrap_or_default();
+        if !uid.is_empty() && !name.is_empty() {
+            let rc = labels::restart_count(container_labels);
+            if let Some(f) = self.message_file(uid, name, rc) {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes a started container's log links (dockershim's
+    /// `createContainerLogSymlink`): one inspect for Docker's log path. A failure is
+    /// logged; the container runs anyway.
+    fn link_logs(&self, id: &str, container_labels: &BTreeMap<String, String>) {
+        if !self.cfg.logs.enabled() {
+            return;
+        }
+        let made = self
+            .runtime
+            .inspect_container(id)
+            .map_err(|e| crate::loops::error_chain(&e))
+            .and_then(|d| {
+                logs::make_links(&self.cfg.logs, container_labels, id, &d.log_path)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(e) = made {
+            log::warn!("cannot make the log links of container {}: {e}", short(id));
+        }
+    }
+
+    /// The log settings (container GC sweeps the links).
+    pub fn log_settings(&self) -> &logs::LogSettings {
+        &self.cfg.logs
     }
 
     /// The termination-message file of one container instance.
@@ -394,6 +457,11 @@ impl RuntimeManager {
             let pod = fmt_pod.clone();
             move |source| SyncError::Runtime { pod, what, source }
         };
+        if inp.cgroup_parent.is_empty() {
+            lock(&self.cgroup_parents).remove(&uid);
+        } else {
+            lock(&self.cgroup_parents).insert(uid.clone(), inp.cgroup_parent.clone());
+        }
         let rp = self
             .get_pod_status(&uid)
             .map_err(rt_err("reading pod status"))?;
@@ -413,6 +481,9 @@ impl RuntimeManager {
             {
                 self.cfg.node.volumes.setup_pod(pod);
             }
+        } else {
+            // Not running: the `object-refresh` loop leaves its volumes alone.
+            self.cfg.node.volumes.stop_refreshing(&uid);
         }
         let acts = {
             let b = lock(&self.backoff);
@@ -952,11 +1023,21 @@ impl RuntimeManager {
             for c in plan_pod.containers.iter().chain(&plan_pod.sandboxes) {
                 self.runtime.remove_container(&c.id)?;
             }
+            lock(&self.cgroup_parents).remove(&req.uid);
             // The pod's directory (volumes, termination messages) is the volume
             // manager's to remove: it unmounts tmpfs volumes first, and waits until
             // Docker lists no container of the pod.
         }
         Ok(())
+    }
+
+    /// The pod's cgroup parent its last sync was given ("" for the runtime's default).
+    fn cgroup_parent(&self, pod: &Pod) -> String {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        lock(&self.cgroup_parents)
+            .get(uid)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Creates and starts a pod's sandbox; returns its ID. Counted as a started pod,
@@ -982,13 +1063,14 @@ impl RuntimeManager {
                 message: w.message,
             });
         }
-        let cfg = container::sandbox_config(&self.cfg, pod, attempt).map_err(|message| {
+        let mut cfg = container::sandbox_config(&self.cfg, pod, attempt).map_err(|message| {
             RuntimeError::Api {
                 op: "generate pod sandbox config".into(),
                 status: 0,
                 message,
             }
         })?;
+        cfg.cgroup_parent = self.cgroup_parent(pod);
         let id = self.create_replacing(&cfg)?;
         self.runtime.start_container(&id)?;
         log::info!(
@@ -1083,16 +1165,9 @@ impl RuntimeManager {
         }
         // Keep one dead instance for lastState and logs; older ones go now, with their
         // termination-message files.
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         for old in rp.instances(&c.name, s.kind).into_iter().skip(1) {
-            if old.state != ContainerState::Running
-                && self.runtime.remove_container(&old.id).is_ok()
-            {
-                lock(&self.messages).remove(&old.id);
-                let rc = labels::restart_count(&old.labels);
-                if let Some(f) = self.message_file(uid, &c.name, rc) {
-                    let _ = std::fs::remove_file(f);
-                }
+            if old.state != ContainerState::Running {
+                let _ = self.remove_dead_container(&old.id, &old.labels);
             }
         }
         if let Some((key, finished)) = &s.backoff {
@@ -1109,6 +1184,8 @@ impl RuntimeManager {
                     return Ok(Some(w));
                 }
             };
+        cfg.cgroup_parent = self.cgroup_parent(pod);
+        cfg.log_rotation = self.cfg.logs.rotation;
         match self.termination_message_mount(pod, c, s.restart_count) {
             Ok(Some(m)) => cfg.mounts.push(m),
             Ok(None) => {}
@@ -1164,6 +1241,7 @@ impl RuntimeManager {
             }
             return Ok(refused("RunContainerError", &e));
         }
+        self.link_logs(&id, &cfg.labels);
         log::info!(
             "pod {fmt_pod}: started container {} ({}, restart {})",
             c.name,
@@ -1366,6 +1444,7 @@ mod tests {
             ip_address: String::new(),
             network_mode: String::new(),
             settings: Default::default(),
+            log_path: String::new(),
         }
     }
 

@@ -89,6 +89,10 @@ pub struct KubeletMetrics {
     /// Pods deleted and created again with the same UID while the kubelet still held
     /// them (the pod workers), by `static`.
     pub restarted_pods: CounterVec<1>,
+    /// Pods evicted by the eviction manager, by `eviction_signal`. Upstream calls it
+    /// `kubelet_evictions`, a counter without `_total`, which `promtool check metrics`
+    /// refuses; exported under rkubelet's prefix with the suffix, as the PLEG's.
+    pub evictions: CounterVec<1>,
     /// HTTP requests by `long_running`, `method`, `path`, `server_type` (counted when
     /// they arrive, before authentication, as upstream's `ServeHTTP`).
     pub http_requests: CounterVec<4>,
@@ -272,6 +276,14 @@ impl KubeletMetrics {
                 ),
                 ["static"],
             ),
+            evictions: CounterVec::new(
+                Desc::raw(
+                    "rkubelet_evictions_total",
+                    "Cumulative number of pod evictions by eviction signal (upstream's \
+                     kubelet_evictions).",
+                ),
+                ["eviction_signal"],
+            ),
             http_requests: CounterVec::new(
                 a(
                     "kubelet_http_requests_total",
@@ -326,6 +338,7 @@ impl KubeletMetrics {
             &self.started_containers,
             &self.started_containers_errors,
             &self.restarted_pods,
+            &self.evictions,
             &self.http_requests,
             &self.http_requests_duration,
             &self.http_inflight,
@@ -435,6 +448,7 @@ mod tests {
         m.started_containers_errors
             .inc(["CreateContainerError", CONTAINER]);
         m.restarted_pods.inc(["true"]);
+        m.evictions.inc(["memory.available"]);
         m.http_requests.inc(["false", "GET", "metrics", "readonly"]);
         m.http_requests_duration
             .observe(["false", "GET", "metrics", "readonly"], 0.001);
@@ -448,6 +462,7 @@ mod tests {
             "kubelet_running_containers{container_state=\"running\"} 2\n",
             "kubelet_started_containers_errors_total{code=\"CreateContainerError\",container_type=\"container\"} 1\n",
             "kubelet_http_requests_total{long_running=\"false\",method=\"GET\",path=\"metrics\",server_type=\"readonly\"} 1\n",
+            "rkubelet_evictions_total{eviction_signal=\"memory.available\"} 1\n",
             "kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"list_containers\",le=\"0.005\"} 1\n",
             "kubelet_pod_start_duration_seconds_bucket{le=\"3600\"} 1\n",
             "# TYPE rkubelet_pleg_discard_events_total counter\nrkubelet_pleg_discard_events_total 0\n",

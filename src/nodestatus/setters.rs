@@ -71,6 +71,8 @@ pub struct NodeSettings {
     pub taints: Vec<crate::config::values::Taint>,
     /// `--kube-reserved` and `--system-reserved` added up: resource → milli-units.
     pub reserved: BTreeMap<String, i128>,
+    /// The eviction manager's pressure conditions (None: never under pressure).
+    pub pressure: Option<std::sync::Arc<crate::eviction::PressureState>>,
 }
 
 impl NodeSettings {
@@ -141,50 +143,95 @@ fn cpu_quantity(milli: u64) -> String {
     }
 }
 
-/// Capacity and allocatable (upstream `MachineInfo` setter): allocatable is capacity
-/// less `reserved` (kube and system reserved, milli-units) and the hard eviction
-/// thresholds; hugepages also come out of allocatable memory; never below zero.
-pub fn capacity(
+/// A node's amounts of its resources: cpu in milli-units, memory and storage in
+/// bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Amounts {
+    /// CPU, milli-units.
+    pub cpu_milli: u64,
+    /// Memory, bytes.
+    pub memory: u64,
+    /// Pods.
+    pub pods: u64,
+    /// Ephemeral storage, bytes (None: unknown).
+    pub ephemeral_storage: Option<u64>,
+}
+
+/// Capacity less `reserved` (kube and system reserved, milli-units), never below
+/// zero: what `--enforce-node-allocatable=pods` limits the `kubepods` cgroup to
+/// (upstream `GetNodeAllocatableAbsolute`; eviction thresholds stay out of it).
+pub fn reserved_allocatable(
     machine: &MachineInfo,
     max_pods: u32,
     reserved: &BTreeMap<String, i128>,
-) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+) -> Amounts {
     // A reserved resource in whole units (bytes), or milli-units for cpu.
     let r = |name: &str, milli: bool| -> u64 {
         let m = reserved.get(name).copied().unwrap_or(0).max(0);
         u64::try_from(if milli { m } else { m / 1000 }).unwrap_or(u64::MAX)
     };
-    let mut cap = BTreeMap::new();
-    let mut alloc = BTreeMap::new();
-    let cpu_milli = machine.cpus.saturating_mul(1000);
-    cap.insert("cpu".to_string(), Quantity(cpu_quantity(cpu_milli)));
-    let cpu = cpu_milli.saturating_sub(r("cpu", true));
-    alloc.insert("cpu".to_string(), Quantity(cpu_quantity(cpu)));
-    cap.insert(
-        "memory".to_string(),
-        Quantity(binary_si(machine.memory_bytes)),
-    );
+    Amounts {
+        cpu_milli: machine
+            .cpus
+            .saturating_mul(1000)
+            .saturating_sub(r("cpu", true)),
+        memory: machine.memory_bytes.saturating_sub(r("memory", false)),
+        pods: u64::from(max_pods),
+        ephemeral_storage: machine
+            .ephemeral_storage_bytes
+            .map(|fs| fs.saturating_sub(r("ephemeral-storage", false))),
+    }
+}
+
+/// The node's allocatable (what the status reports and admission checks against):
+/// capacity less `reserved` and the hard eviction thresholds; hugepages also come out
+/// of memory; never below zero.
+pub fn allocatable(
+    machine: &MachineInfo,
+    max_pods: u32,
+    reserved: &BTreeMap<String, i128>,
+) -> Amounts {
+    let mut a = reserved_allocatable(machine, max_pods, reserved);
     let hugepage_bytes: u64 = machine
         .hugepages
         .iter()
         .map(|(size, pages)| size.saturating_mul(*pages))
         .fold(0, u64::saturating_add);
-    let memory = machine
-        .memory_bytes
-        .saturating_sub(r("memory", false))
+    a.memory = a
+        .memory
         .saturating_sub(EVICTION_HARD_MEMORY)
         .saturating_sub(hugepage_bytes);
-    alloc.insert("memory".to_string(), Quantity(binary_si(memory)));
-    let pods = Quantity(decimal_si(u64::from(max_pods)));
-    cap.insert("pods".to_string(), pods.clone());
-    alloc.insert("pods".to_string(), pods);
-    if let Some(fs) = machine.ephemeral_storage_bytes {
-        cap.insert("ephemeral-storage".to_string(), Quantity(binary_si(fs)));
+    if let (Some(left), Some(fs)) = (a.ephemeral_storage, machine.ephemeral_storage_bytes) {
         // Upstream: int64(float64(capacity) * percentage).
         let eviction = (fs as f64 * EVICTION_HARD_NODEFS_PERCENT) as u64;
-        let left = fs
-            .saturating_sub(r("ephemeral-storage", false))
-            .saturating_sub(eviction);
+        a.ephemeral_storage = Some(left.saturating_sub(eviction));
+    }
+    a
+}
+
+/// Capacity and allocatable (upstream `MachineInfo` setter), as quantities: see
+/// [`allocatable`].
+pub fn capacity(
+    machine: &MachineInfo,
+    max_pods: u32,
+    reserved: &BTreeMap<String, i128>,
+) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+    let a = allocatable(machine, max_pods, reserved);
+    let mut cap = BTreeMap::new();
+    let mut alloc = BTreeMap::new();
+    let cpu_milli = machine.cpus.saturating_mul(1000);
+    cap.insert("cpu".to_string(), Quantity(cpu_quantity(cpu_milli)));
+    alloc.insert("cpu".to_string(), Quantity(cpu_quantity(a.cpu_milli)));
+    cap.insert(
+        "memory".to_string(),
+        Quantity(binary_si(machine.memory_bytes)),
+    );
+    alloc.insert("memory".to_string(), Quantity(binary_si(a.memory)));
+    let pods = Quantity(decimal_si(a.pods));
+    cap.insert("pods".to_string(), pods.clone());
+    alloc.insert("pods".to_string(), pods);
+    if let (Some(fs), Some(left)) = (machine.ephemeral_storage_bytes, a.ephemeral_storage) {
+        cap.insert("ephemeral-storage".to_string(), Quantity(binary_si(fs)));
         alloc.insert("ephemeral-storage".to_string(), Quantity(binary_si(left)));
     }
     for (size, pages) in &machine.hugepages {
@@ -278,7 +325,13 @@ pub fn set_node_status(node: &mut Node, inputs: &Inputs<'_>, now: SystemTime) ->
     let time = crate::time::k8s_time(now);
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     let mut events = Vec::new();
-    // No eviction manager yet: never under pressure.
+    // The eviction manager's conditions (upstream's MemoryPressureCondition … read
+    // `kl.evictionManager.IsUnderMemoryPressure` and the like).
+    let pressure: Vec<&str> = s
+        .pressure
+        .as_ref()
+        .map(|p| p.conditions().iter().map(|c| c.name()).collect())
+        .unwrap_or_default();
     for (kind, (true_reason, true_msg, true_event), (false_reason, false_msg, false_event)) in
         PRESSURE
     {
@@ -295,8 +348,7 @@ pub fn set_node_status(node: &mut Node, inputs: &Inputs<'_>, now: SystemTime) ->
             }
         };
         c.last_heartbeat_time = Some(time.clone());
-        let pressure = false;
-        let (want, reason, msg, event) = if pressure {
+        let (want, reason, msg, event) = if pressure.contains(&kind) {
             ("True", true_reason, true_msg, true_event)
         } else {
             ("False", false_reason, false_msg, false_event)
@@ -728,6 +780,47 @@ mod tests {
             set_node_status(&mut node, &inputs(&[]), t2),
             [("NodeReady", false)]
         );
+    }
+
+    #[test]
+    fn pressure_conditions_follow_the_eviction_manager() {
+        use crate::eviction::{api::Condition, PressureState};
+        let mut s = settings();
+        let state = std::sync::Arc::new(PressureState::default());
+        s.pressure = Some(std::sync::Arc::clone(&state));
+        let m = machine();
+        let inputs = Inputs {
+            settings: &s,
+            machine: &m,
+            runtime_version: None,
+            images: None,
+            not_ready: &[],
+        };
+        let mut node = initial_node(&s);
+        set_node_status(&mut node, &inputs, SystemTime::UNIX_EPOCH);
+        state.set(vec![Condition::DiskPressure]);
+        let events = set_node_status(&mut node, &inputs, SystemTime::UNIX_EPOCH);
+        assert_eq!(events, [("NodeHasDiskPressure", false)]);
+        let conds = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .expect("conditions");
+        let disk = conds
+            .iter()
+            .find(|c| c.type_ == "DiskPressure")
+            .expect("disk");
+        assert_eq!(disk.status, "True");
+        assert_eq!(disk.reason.as_deref(), Some("KubeletHasDiskPressure"));
+        assert_eq!(disk.message.as_deref(), Some("kubelet has disk pressure"));
+        let mem = conds
+            .iter()
+            .find(|c| c.type_ == "MemoryPressure")
+            .expect("mem");
+        assert_eq!(mem.status, "False");
+        state.set(vec![]);
+        let events = set_node_status(&mut node, &inputs, SystemTime::UNIX_EPOCH);
+        assert_eq!(events, [("NodeHasNoDiskPressure", false)]);
     }
 
     #[test]

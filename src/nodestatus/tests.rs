@@ -117,6 +117,7 @@ fn fixture(existing: Option<Node>) -> Fixture {
             labels: vec![("example.com/a".into(), "b".into())],
             taints: vec![],
             reserved: Default::default(),
+            pressure: None,
         },
         machine: super::machine::MachineInfo {
             cpus: 2,

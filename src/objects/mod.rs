@@ -19,8 +19,13 @@
 //! the API server is unreachable, an object fetched before is served as last seen
 //! (as upstream's watch-based store would); only an object never fetched fails.
 //!
+//! The `object-refresh` loop (in `volume::refresh`) keeps the copies that running
+//! pods' volumes read fresher than the TTL and learns from [`refresh`] which objects
+//! changed, so updates reach running pods' files without waiting for their syncs.
+//!
 //! Without `--kubeconfig` (a standalone node) every lookup fails with a clear error.
 
+pub mod refresh;
 pub mod token;
 
 use std::collections::{HashMap, HashSet};
@@ -45,7 +50,7 @@ pub const UNAVAILABLE_FOR: Duration = Duration::from_secs(3);
 const UNUSED_FOR: Duration = Duration::from_secs(10 * 60);
 
 /// The kinds of objects read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     /// A core/v1 ConfigMap.
     ConfigMap,
@@ -206,6 +211,11 @@ struct State {
     pods: HashSet<String>,
     /// Fetches fail at once until then.
     unavailable_until: Option<Instant>,
+    /// Per object: the hash of the content last seen (None: not found) and the
+    /// generation at which it last changed (see [`refresh`]).
+    changes: HashMap<(Kind, String, String), (Option<u64>, u64)>,
+    /// Steps at every change of any object's content.
+    generation: u64,
 }
 
 /// The ConfigMaps, Secrets and tokens of this node's pods, shared by the pod workers,
@@ -217,6 +227,7 @@ pub struct ObjectManager {
     ttl: Duration,
     state: Mutex<State>,
     tokens: token::TokenManager,
+    clock: refresh::Clock,
 }
 
 impl ObjectManager {
@@ -227,6 +238,7 @@ impl ObjectManager {
             ttl: CACHE_TTL,
             state: Mutex::new(State::default()),
             tokens: token::TokenManager::default(),
+            clock: refresh::Clock::default(),
         }
     }
 
@@ -293,14 +305,7 @@ impl ObjectManager {
         audience: Option<&str>,
         expiration_seconds: i64,
     ) -> Result<String, ObjectError> {
-        let key = token::TokenKey {
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            service_account: service_account.to_string(),
-            audience: audience.map(str::to_string),
-            expiration_seconds,
-            pod_name: pod.metadata.name.clone().unwrap_or_default(),
-            pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
-        };
+        let key = token_key(pod, service_account, audience, expiration_seconds);
         let object = format!("{}/{}", key.namespace, key.service_account);
         let Some(fetcher) = &self.fetcher else {
             return Err(ObjectError::NoClient {
@@ -353,22 +358,22 @@ impl ObjectManager {
     fn is_unavailable(&self) -> bool {
         lock(&self.state)
             .unavailable_until
-            .is_some_and(|t| Instant::now() < t)
+            .is_some_and(|t| self.clock.now() < t)
     }
 
     fn note_error(&self, e: &ApiError) {
         if matches!(e, ApiError::Transport { .. } | ApiError::Stream { .. }) {
-            lock(&self.state).unavailable_until = Some(Instant::now() + UNAVAILABLE_FOR);
+            lock(&self.state).unavailable_until = Some(self.clock.now() + UNAVAILABLE_FOR);
         }
     }
 
     /// The cached object if fresh, else a fetch (without the lock), stored.
-    fn get<T>(
+    fn get<T: serde::Serialize>(
         &self,
         kind: Kind,
         namespace: &str,
         name: &str,
-        map: impl Fn(&mut State) -> &mut HashMap<Key, Entry<T>>,
+        map: impl Fn(&mut State) -> &mut HashMap<Key, Entry<T>> + Copy,
         fetch: impl FnOnce(&dyn Fetcher, bool) -> Result<T, ApiError>,
     ) -> Result<Arc<T>, ObjectError> {
         let object = format!("{namespace}/{name}");
@@ -376,7 +381,7 @@ impl ObjectManager {
             return Err(ObjectError::NoClient { kind, object });
         };
         let key = (namespace.to_string(), name.to_string());
-        let now = Instant::now();
+        let now = self.clock.now();
         let stale = {
             let mut st = lock(&self.state);
             let m = map(&mut st);
@@ -397,19 +402,11 @@ impl ObjectManager {
         match fetch(fetcher.as_ref(), stale.is_some()) {
             Ok(v) => {
                 let value = Arc::new(v);
-                let mut st = lock(&self.state);
-                map(&mut st).insert(
-                    key,
-                    Entry {
-                        value: value.clone(),
-                        fetched: now,
-                        used: now,
-                    },
-                );
+                lock(&self.state).store(kind, key, value.clone(), now, map);
                 Ok(value)
             }
             Err(e) if e.is_not_found() => {
-                map(&mut lock(&self.state)).remove(&key);
+                lock(&self.state).gone(kind, key, map);
                 Err(ObjectError::NotFound {
                     kind,
                     name: name.to_string(),
@@ -434,6 +431,23 @@ impl ObjectManager {
                 }
             }
         }
+    }
+}
+
+/// The token cache's key for `pod`'s token of `service_account`.
+fn token_key(
+    pod: &Pod,
+    service_account: &str,
+    audience: Option<&str>,
+    expiration_seconds: i64,
+) -> token::TokenKey {
+    token::TokenKey {
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        service_account: service_account.to_string(),
+        audience: audience.map(str::to_string),
+        expiration_seconds,
+        pod_name: pod.metadata.name.clone().unwrap_or_default(),
+        pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
     }
 }
 
@@ -522,6 +536,21 @@ pub mod fake {
         pub down: Mutex<bool>,
         /// The lifetime of the tokens issued (None: as asked).
         pub token_lifetime: Mutex<Option<i64>>,
+        /// Fail every call as a connection that broke (the API server unreachable).
+        pub unreachable: Mutex<bool>,
+    }
+
+    impl FakeFetcher {
+        fn fault(&self, what: &'static str) -> Option<ApiError> {
+            if *lock(&self.unreachable) {
+                return Some(ApiError::Stream {
+                    what,
+                    url: String::new(),
+                    source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+                });
+            }
+            (*lock(&self.down)).then(|| status(503, what))
+        }
     }
 
     fn status(code: u16, what: &'static str) -> ApiError {
@@ -543,8 +572,8 @@ pub mod fake {
         ) -> Result<ConfigMap, ApiError> {
             let key = format!("{namespace}/{name}");
             lock(&self.calls).push(format!("configmap {key}"));
-            if *lock(&self.down) {
-                return Err(status(503, "get configmap"));
+            if let Some(e) = self.fault("get configmap") {
+                return Err(e);
             }
             lock(&self.config_maps)
                 .get(&key)
@@ -559,8 +588,8 @@ pub mod fake {
         ) -> Result<Secret, ApiError> {
             let key = format!("{namespace}/{name}");
             lock(&self.calls).push(format!("secret {key}"));
-            if *lock(&self.down) {
-                return Err(status(503, "get secret"));
+            if let Some(e) = self.fault("get secret") {
+                return Err(e);
             }
             lock(&self.secrets)
                 .get(&key)
@@ -578,8 +607,8 @@ pub mod fake {
                 calls.push(format!("token {namespace}/{name}"));
                 calls.len()
             };
-            if *lock(&self.down) {
-                return Err(status(503, "create token"));
+            if let Some(e) = self.fault("create token") {
+                return Err(e);
             }
             let secs = lock(&self.token_lifetime)
                 .or(request.spec.expiration_seconds)

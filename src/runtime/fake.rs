@@ -22,8 +22,8 @@ use std::time::{Duration, Instant, SystemTime};
 use super::{
     ContainerConfig, ContainerDetails, ContainerSettings, ContainerState, ContainerSummary,
     ExecResult, ExecSession, ImageDetails, LogOptions, LogStream, NamespaceMode, NetworkStatus,
-    OutputKind, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion,
-    StreamOptions, TermSize, SIGKILL,
+    OutputKind, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeInfo,
+    RuntimeVersion, StreamOptions, TermSize, SIGKILL,
 };
 use crate::loops::lock;
 
@@ -69,6 +69,8 @@ impl FakeClock {
 pub enum Op {
     /// `version`
     Version,
+    /// `info`
+    Info,
     /// `list_containers`
     List,
     /// `inspect_container`
@@ -109,8 +111,6 @@ pub enum Op {
     Events,
     /// `network_status`
     NetworkStatus,
-    /// `root_dir`
-    RootDir,
 }
 
 /// One recorded call: the operation and what it was about (a container ID or name,
@@ -197,6 +197,8 @@ struct State {
     execs: BTreeMap<String, String>,
     /// Every resize, by exec or container ID.
     resizes: Vec<(String, TermSize)>,
+    /// What `info` answers.
+    info: RuntimeInfo,
     /// What `network_status` answers; None: ready.
     network: Option<NetworkStatus>,
 }
@@ -209,6 +211,11 @@ pub struct FakeRuntime {
 }
 
 impl FakeRuntime {
+    /// Scripts what `info` answers (its cgroup driver).
+    pub fn set_info(&self, info: RuntimeInfo) {
+        lock(&self.state).info = info;
+    }
+
     /// An empty runtime on `clock`.
     pub fn new(clock: FakeClock) -> Self {
         FakeRuntime {
@@ -502,6 +509,12 @@ impl Runtime for FakeRuntime {
         })
     }
 
+    fn info(&self) -> Result<RuntimeInfo, RuntimeError> {
+        self.enter(Op::Info, "")?;
+        // By default no cgroup driver: the container manager builds no cgroups.
+        Ok(lock(&self.state).info.clone())
+    }
+
     fn list_containers(
         &self,
         label_filter: &[String],
@@ -571,6 +584,7 @@ impl Runtime for FakeRuntime {
                 stop_signal: config.stop_signal.clone(),
                 ..ContainerSettings::default()
             },
+            log_path: String::new(),
         };
         st.containers.insert(id.clone(), details);
         Ok(id)
@@ -684,11 +698,15 @@ impl Runtime for FakeRuntime {
 
     fn remove_image(&self, image: &str) -> Result<(), RuntimeError> {
         self.enter(Op::RemoveImage, image)?;
-        lock(&self.state)
-            .images
-            .remove(image)
-            .map(|_| ())
-            .ok_or_else(|| not_found(Op::RemoveImage, image))
+        let mut st = lock(&self.state);
+        // By reference, or by ID (every reference of it, as Docker untags them).
+        let before = st.images.len();
+        st.images.retain(|r, i| r != image && i.id != image);
+        if st.images.len() < before {
+            Ok(())
+        } else {
+            Err(not_found(Op::RemoveImage, image))
+        }
     }
 
     fn logs(&self, id: &str, _tail: Option<u64>) -> Result<Vec<u8>, RuntimeError> {
@@ -794,11 +812,6 @@ impl Runtime for FakeRuntime {
             ready: true,
             ..NetworkStatus::default()
         }))
-    }
-
-    fn root_dir(&self) -> Result<String, RuntimeError> {
-        self.enter(Op::RootDir, "")?;
-        Ok("/var/lib/fake-runtime".into())
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::{
     ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ExecSession, ImageDetails,
     LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth, Runtime, RuntimeError,
-    RuntimeEvent, RuntimeVersion, StreamOptions, TermSize,
+    RuntimeEvent, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
 };
 use crate::metrics::kubelet::KubeletMetrics;
 
@@ -55,6 +55,10 @@ impl InstrumentedRuntime {
 impl Runtime for InstrumentedRuntime {
     fn version(&self) -> Result<RuntimeVersion, RuntimeError> {
         self.record("version", || self.inner.version())
+    }
+
+    fn info(&self) -> Result<RuntimeInfo, RuntimeError> {
+        self.record("info", || self.inner.info())
     }
 
     fn list_containers(
@@ -172,11 +176,6 @@ impl Runtime for InstrumentedRuntime {
     fn network_status(&self) -> Result<NetworkStatus, RuntimeError> {
         // CRI's `Status` call, upstream's operation name.
         self.record("status", || self.inner.network_status())
-    }
-
-    fn root_dir(&self) -> Result<String, RuntimeError> {
-        // What upstream learns from CRI's `ImageFsInfo`.
-        self.record("image_fs_info", || self.inner.root_dir())
     }
 }
 

@@ -135,6 +135,17 @@ pub struct RuntimeVersion {
     pub api_version: String,
 }
 
+/// The runtime's system facts (Docker's `/info`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeInfo {
+    /// How the runtime names cgroups: `cgroupfs` or `systemd` ("" when it does not say).
+    pub cgroup_driver: String,
+    /// The cgroup version the runtime sees: `1` or `2` ("" when it does not say).
+    pub cgroup_version: String,
+    /// The runtime's data directory (`/var/lib/docker`).
+    pub root_dir: String,
+}
+
 /// The state of a container as the runtime reports it (CRI's four states).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ContainerState {
@@ -203,6 +214,9 @@ pub struct ContainerDetails {
     /// How the container was configured (what `docker inspect` shows of its create
     /// call): for checks and debugging.
     pub settings: ContainerSettings,
+    /// The runtime's log file of this container ("" when it has none): what the
+    /// `/var/log/pods` and `/var/log/containers` links point at.
+    pub log_path: String,
 }
 
 /// The signal that kills a process outright: what a stop ends with when the grace
@@ -240,6 +254,8 @@ pub struct ContainerSettings {
     pub hostname: String,
     /// cgroup knobs.
     pub resources: Resources,
+    /// The parent cgroup ("" for the runtime's default).
+    pub cgroup_parent: String,
     /// Bind mounts as `host:container[:ro]`.
     pub binds: Vec<String>,
     /// Published ports.
@@ -268,8 +284,6 @@ pub struct ContainerSettings {
     /// else the image's STOPSIGNAL); "" when neither set one. Read it through
     /// [`ContainerDetails::stop_signal`], which supplies the default.
     pub stop_signal: String,
-    /// The host file the runtime writes the container's log to ("" when unknown).
-    pub log_path: String,
     /// The host directory of the container's writable layer (overlay's upper
     /// directory; "" when the storage driver has none): its size is the rootfs usage.
     pub rootfs_dir: String,
@@ -367,6 +381,9 @@ pub struct ContainerConfig {
     pub ports: Vec<PortBinding>,
     /// cgroup knobs.
     pub resources: Resources,
+    /// The cgroup the container is created under (the pod's; "" for the runtime's
+    /// default), in the runtime's cgroup driver's spelling.
+    pub cgroup_parent: String,
     /// Run as this user (`uid`, `uid:gid`), "" for the image's.
     pub user: String,
     /// Extra groups.
@@ -397,6 +414,18 @@ pub struct ContainerConfig {
     pub extra_hosts: Vec<String>,
     /// Signal to stop the container with ("" for the image's STOPSIGNAL or SIGTERM).
     pub stop_signal: String,
+    /// Rotation of the container's log file (None: the runtime's default).
+    pub log_rotation: Option<LogRotation>,
+}
+
+/// Rotation of a container's log file (upstream `containerLogMaxSize` and
+/// `containerLogMaxFiles`; Docker's json-file `max-size` and `max-file`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogRotation {
+    /// A file is rotated when it reaches this many bytes.
+    pub max_size: u64,
+    /// At most this many files are kept, the current one included.
+    pub max_files: u32,
 }
 
 /// An image present on the node.
@@ -579,6 +608,9 @@ pub trait Runtime: Send + Sync + fmt::Debug {
     /// Version and API version of the runtime; also the liveness check.
     fn version(&self) -> Result<RuntimeVersion, RuntimeError>;
 
+    /// The runtime's system facts: its cgroup driver and version, its data directory.
+    fn info(&self) -> Result<RuntimeInfo, RuntimeError>;
+
     /// All containers (running or not) that carry every label in `label_filter`
     /// (`key` or `key=value`). One call, filtered by the runtime.
     fn list_containers(
@@ -678,8 +710,4 @@ pub trait Runtime: Send + Sync + fmt::Debug {
     /// Whether pods can get a network (CRI `Status`'s `NetworkReady`): for Docker, its
     /// default bridge network exists and its interface is up.
     fn network_status(&self) -> Result<NetworkStatus, RuntimeError>;
-
-    /// The runtime's root directory (Docker's `DockerRootDir`): its filesystem is the
-    /// image filesystem (`imagefs`).
-    fn root_dir(&self) -> Result<String, RuntimeError>;
 }

@@ -261,8 +261,7 @@ impl Analyzer {
                     pid: d.pid,
                     host_network: d.network_mode == "host",
                     started: d.started_at,
-                    log_dir: non_empty(&d.settings.log_path)
-                        .and_then(|p| p.parent().map(Path::to_path_buf)),
+                    log_dir: non_empty(&d.log_path).and_then(|p| p.parent().map(Path::to_path_buf)),
                     rootfs_dir: non_empty(&d.settings.rootfs_dir),
                     cgroup: None,
                 },
@@ -392,7 +391,7 @@ impl Analyzer {
     /// The image filesystem and the images' size (the image list once a minute).
     fn image_fs(&mut self, now: Instant) -> Option<(RawFs, u64)> {
         if self.runtime_root.is_none() {
-            match self.runtime.root_dir() {
+            match self.runtime.info().map(|i| i.root_dir) {
                 Ok(d) if !d.is_empty() => self.runtime_root = Some(PathBuf::from(d)),
                 Ok(_) => return None,
                 Err(e) => {

@@ -921,6 +921,7 @@ mod tests {
             ip_address: String::new(),
             network_mode: "container:sb".into(),
             settings: Default::default(),
+            log_path: String::new(),
         }
     }
 

@@ -102,6 +102,7 @@ impl VolumeManager {
             // and starts over on a fresh one, after the move.
             lock(&self.pods).remove(uid);
             self.objects.forget_pod(uid);
+            self.stop_refreshing(uid);
             Ok(true)
         })?;
         if !moved {

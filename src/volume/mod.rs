@@ -22,8 +22,12 @@
 //! projected volumes (so secrets never touch the disk; upstream wraps them in a memory
 //! emptyDir), the node's disk for configMaps. They are mounted read-only, and set up
 //! again at every set-up of the pod (the pod workers call it on each sync, at least
-//! every `--sync-frequency`), so object updates, label and annotation changes and
-//! token refreshes reach running containers; a failed refresh keeps the last content.
+//! every `--sync-frequency`, and at once when the pod's labels or annotations change),
+//! so object updates, label and annotation changes and token refreshes reach running
+//! containers; a failed refresh keeps the last content. Between syncs, the
+//! `object-refresh` loop ([`refresh`]) refetches the objects running pods' volumes
+//! read and rewrites the volumes of the pods whose objects changed or whose token is
+//! due, within [`refresh::REFRESH_PERIOD`] and a half.
 //!
 //! Other volume types (PVC, CSI, …) are refused with a clear reason on the containers
 //! that mount them; the pod's other containers still run.
@@ -36,6 +40,7 @@ mod cleanup;
 pub mod hostpath;
 pub mod mount;
 pub mod projection;
+pub mod refresh;
 
 use crate::safepath::{safe_join, UnsafePathError};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -102,6 +107,11 @@ pub enum VolumeError {
         /// The cause.
         source: RuntimeError,
     },
+    /// An object running pods' volumes read could not be refetched.
+    Refresh {
+        /// The cause (it names the object).
+        source: crate::objects::ObjectError,
+    },
 }
 
 impl fmt::Display for VolumeError {
@@ -110,6 +120,9 @@ impl fmt::Display for VolumeError {
             VolumeError::Io { what, path, .. } => write!(f, "{what} {}", path.display()),
             VolumeError::Runtime { uid, .. } => {
                 write!(f, "cannot list the containers of orphaned pod {uid}")
+            }
+            VolumeError::Refresh { .. } => {
+                write!(f, "cannot refresh the objects of running pods' volumes")
             }
         }
     }
@@ -120,6 +133,7 @@ impl std::error::Error for VolumeError {
         match self {
             VolumeError::Io { source, .. } => Some(source),
             VolumeError::Runtime { source, .. } => Some(source),
+            VolumeError::Refresh { source } => Some(source),
         }
     }
 }
@@ -154,6 +168,9 @@ struct PodState {
     ready: HashMap<String, (String, PathBuf)>,
     /// The last failure per volume, so that each new failure is logged once.
     failed: HashMap<String, String>,
+    /// The pod last set up, when it has API-backed volumes: what the
+    /// `object-refresh` loop rewrites them from.
+    pod: Option<Arc<Pod>>,
 }
 
 /// Sets up pod volumes and cleans up after pods. Shared by the pod workers and the
@@ -175,6 +192,9 @@ pub struct VolumeManager {
     /// a pod's lock is taken after the map's is released, so a slow filesystem call
     /// (a hung hostPath) holds one pod and nothing else.
     pods: Mutex<HashMap<String, Arc<Mutex<PodState>>>>,
+    /// The running pods whose API-backed volumes the `object-refresh` loop keeps
+    /// current (a small lock, never across a filesystem call or a fetch).
+    refreshed: Mutex<HashMap<String, refresh::Tracked>>,
 }
 
 impl VolumeManager {
@@ -197,6 +217,7 @@ impl VolumeManager {
             },
             desired: Mutex::new(Desired::default()),
             pods: Mutex::new(HashMap::new()),
+            refreshed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -250,7 +271,13 @@ impl VolumeManager {
         // off (it checks again under that lock).
         lock(&self.desired).keep.insert(uid.clone());
         self.objects.register_pod(pod);
-        self.with_pod(&uid, |st| self.setup_locked(pod, &uid, st))
+        self.with_pod(&uid, |st| {
+            // Read before the objects are: a change stored after is seen as newer.
+            let generation = self.objects.generation();
+            let out = self.setup_locked(pod, &uid, st);
+            self.track(&uid, pod, st, generation);
+            out
+        })
     }
 
     fn setup_locked(&self, pod: &Pod, uid: &str, st: &mut PodState) -> PodVolumes {

@@ -12,7 +12,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume,
+    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret,
+    ServiceAccountTokenProjection, Volume,
 };
 
 use super::atomic_writer::{FileProjection, Payload};
@@ -163,6 +164,41 @@ fn aggregate(errs: Vec<String>) -> String {
     }
 }
 
+/// What a projected `serviceAccountToken` source asks a token for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenSource {
+    /// The pod's service account (`default` when unset).
+    pub service_account: String,
+    /// The audience (None: the API server's).
+    pub audience: Option<String>,
+    /// The lifetime asked for.
+    pub expiration_seconds: i64,
+}
+
+fn token_source(pod: &Pod, t: &ServiceAccountTokenProjection) -> TokenSource {
+    TokenSource {
+        service_account: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".into()),
+        audience: t.audience.clone().filter(|a| !a.is_empty()),
+        expiration_seconds: t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_SECONDS),
+    }
+}
+
+/// The tokens `pod`'s projected volumes ask for.
+pub fn token_sources(pod: &Pod) -> Vec<TokenSource> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .flat_map(|v| v.projected.iter().flat_map(|p| p.sources.iter().flatten()))
+        .filter_map(|src| src.service_account_token.as_ref())
+        .map(|t| token_source(pod, t))
+        .collect()
+}
+
 /// The whole payload of a configMap, secret, downwardAPI or projected volume.
 pub fn make_payload(
     v: &Volume,
@@ -252,14 +288,12 @@ pub fn make_payload(
                 ),
             );
         } else if let Some(t) = &src.service_account_token {
-            let sa = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.service_account_name.clone())
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "default".into());
-            let audience = t.audience.as_deref().filter(|a| !a.is_empty());
-            let seconds = t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_SECONDS);
+            let TokenSource {
+                service_account: sa,
+                audience,
+                expiration_seconds: seconds,
+            } = token_source(pod, t);
+            let audience = audience.as_deref();
             // Upstream: with an fsGroup the token is 0600, which the group's read
             // bit (added by the writer) makes 0640.
             let fs_group = pod

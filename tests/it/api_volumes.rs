@@ -1,6 +1,7 @@
 //! Volumes and env from the API server (issue 11): the projected `kube-api-access`
-//! volume every API pod gets, configMap and secret volumes (the secret on tmpfs), a
-//! ConfigMap update reaching a running container, a short-lived projected token
+//! volume every API pod gets, configMap and secret volumes (the secret on tmpfs),
+//! ConfigMap and Secret updates and a label change reaching a running container
+//! between its syncs (the `object-refresh` loop, the pod UPDATE), a short-lived projected token
 //! refreshed before it expires, env from a ConfigMap and a Secret, and a pod that
 //! waits for a missing ConfigMap and starts once it appears. Against real Docker and
 //! the stand-in API server.
@@ -15,9 +16,10 @@ use crate::util::{wait_for, Node, BUSYBOX, SLEEPER};
 
 /// Where a real API server's ServiceAccount admission mounts `kube-api-access-*`.
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-/// A ConfigMap update or a token refresh reaches a running container within a sync
-/// (10 s here) plus the object cache's TTL (60 s): this leaves room on a loaded host.
-const UPDATE_DEADLINE: Duration = Duration::from_secs(200);
+/// Issue 11: an update or a token refresh reaches running pods within a minute (the
+/// `object-refresh` loop fetches it within 45 s, a due token within 30 s); 75 s is
+/// the deadline on a loaded host, not the typical delay.
+const REFRESH_DEADLINE: Duration = Duration::from_secs(75);
 
 /// The projected volume kube-apiserver injects into every pod, verbatim.
 fn kube_api_access(expiration: u64) -> Value {
@@ -78,11 +80,16 @@ fn status_of(node: &Node, pod: &str) -> Option<Value> {
 }
 
 fn start(server: &TestApiServer, prefix: &str) -> Node {
+    start_syncing(server, prefix, "10s")
+}
+
+/// A node whose running pods are synced every `sync_frequency`.
+fn start_syncing(server: &TestApiServer, prefix: &str, sync_frequency: &str) -> Node {
     let mut node = Node::new(prefix);
     let kc = server.kubeconfig(&node.dir, "kubeconfig", "token: good-token");
     node.start(&[
         &format!("--kubeconfig={}", kc.display()),
-        "--sync-frequency=10s",
+        &format!("--sync-frequency={sync_frequency}"),
     ]);
     node
 }
@@ -152,7 +159,8 @@ fn the_kube_api_access_volume_runs_and_a_short_token_is_refreshed() {
     // As in a real cluster: ServiceAccount admission injects kube-api-access-*, the
     // controllers make the default ServiceAccount and the kube-root-ca.crt ConfigMap.
     server.set_service_account_admission(true);
-    let node = start(&server, "apivol-sa");
+    // Synced every 10 minutes: the `object-refresh` loop refreshes the token below.
+    let node = start_syncing(&server, "apivol-sa", "10m");
     let _unmount = Unmount(node.dir.clone());
     let bare = pod("sa", &node.name, json!([]), json!([]), json!({}));
     let created = server.create("pods", "default", bare).expect("create pod");
@@ -199,8 +207,9 @@ fn the_kube_api_access_volume_runs_and_a_short_token_is_refreshed() {
     assert!(!node.log().contains(&token), "the token is in the log");
 
     // A 600 s token whose expiry the server sets 130 s out is within the last fifth of
-    // its lifetime (120 s, less up to 10 s of jitter) within seconds: the next syncs
-    // refresh it, and the container sees the new token without a restart.
+    // its lifetime (120 s, less up to 10 s of jitter) within seconds: the next
+    // `object-refresh` tick refreshes it, and the container sees the new token
+    // without a restart.
     server.set_token_lifetime(Some(130));
     let mut short_vol = kube_api_access(600);
     short_vol["name"] = json!("short-token");
@@ -215,7 +224,7 @@ fn the_kube_api_access_volume_runs_and_a_short_token_is_refreshed() {
     server.create("pods", "default", short).expect("create pod");
     let short_id = running_id(&node, "short");
     let first = cat(&node, &short_id, "/var/run/short/token");
-    let refreshed = wait_for("the short token to be refreshed", UPDATE_DEADLINE, || {
+    let refreshed = wait_for("the short token to be refreshed", REFRESH_DEADLINE, || {
         let now = cat(&node, &short_id, "/var/run/short/token");
         (now != first).then_some(now)
     });
@@ -253,16 +262,21 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
         "sec",
         json!({"type": "Opaque", "data": {"password": base64(b"hunter2", false)}}),
     );
-    let node = start(&server, "apivol-cm");
+    // Synced every 10 minutes: only the `object-refresh` loop (objects) and the
+    // pod's UPDATE (labels) can bring the changes below within their deadline.
+    let node = start_syncing(&server, "apivol-cm", "10m");
     let _unmount = Unmount(node.dir.clone());
     let volumes = json!([
         {"name": "config", "configMap": {"name": "cfg"}},
         {"name": "sec", "secret": {"secretName": "sec", "defaultMode": 256,
-            "items": [{"key": "password", "path": "pw"}]}}
+            "items": [{"key": "password", "path": "pw"}]}},
+        {"name": "info", "downwardAPI": {"items": [{"path": "labels",
+            "fieldRef": {"fieldPath": "metadata.labels"}}]}}
     ]);
     let mounts = json!([
         {"name": "config", "mountPath": "/etc/config"},
-        {"name": "sec", "mountPath": "/etc/sec"}
+        {"name": "sec", "mountPath": "/etc/sec"},
+        {"name": "info", "mountPath": "/etc/info"}
     ]);
     let env = json!({
         "envFrom": [{"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}],
@@ -273,6 +287,7 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
     // A non-root container reads the 0400 secret through its pod's fsGroup (0440).
     let mut p = pod("cm", &node.name, volumes, mounts, env);
     p["spec"]["securityContext"] = json!({"fsGroup": 2345});
+    p["metadata"]["labels"] = json!({"app": "web"});
     server.create_pod(p);
     let id = running_id(&node, "cm");
 
@@ -310,7 +325,10 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
         "{ours:?}"
     );
 
-    // An update reaches the running container (the next syncs after the cache's TTL).
+    assert_eq!(cat(&node, &id, "/etc/info/labels"), "app=\"web\"");
+
+    // An update reaches the running container within the deadline, between syncs.
+    let since = std::time::Instant::now();
     apply(
         &server,
         "configmaps",
@@ -319,10 +337,60 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
     );
     wait_for(
         "the ConfigMap update in the container",
-        UPDATE_DEADLINE,
+        REFRESH_DEADLINE,
         || (cat(&node, &id, "/etc/config/key") == "v2").then_some(()),
     );
+    eprintln!("ConfigMap update seen after {:?}", since.elapsed());
+    assert!(
+        node.log()
+            .contains("configmap default/cfg changed: rewriting the volumes of 1 pod(s)"),
+        "the object-refresh loop brought it: {}",
+        node.log()
+    );
     assert_eq!(cat(&node, &id, "/etc/config/new"), "n");
+    let since = std::time::Instant::now();
+    apply(
+        &server,
+        "secrets",
+        "sec",
+        json!({"type": "Opaque", "data": {"password": base64(b"hunter3", false)}}),
+    );
+    wait_for(
+        "the Secret update in the container",
+        REFRESH_DEADLINE,
+        || (cat(&node, &id, "/etc/sec/pw") == "hunter3").then_some(()),
+    );
+    eprintln!("Secret update seen after {:?}", since.elapsed());
+    // Still the pod's group's, read-only to it.
+    let mode = exec(&node, &id, &["stat", "-L", "-c", "%a %g", "/etc/sec/pw"]);
+    assert_eq!(mode.trim(), "440 2345");
+    // A label change is a pod UPDATE: its sync rewrites the downwardAPI file.
+    let since = std::time::Instant::now();
+    server
+        .patch(
+            "pods",
+            "default",
+            "cm",
+            false,
+            crate::apiserver::PatchType::Merge,
+            &json!({"metadata": {"labels": {"app": "web", "tier": "front"}}}),
+        )
+        .expect("label the pod");
+    wait_for(
+        "the label change in the downwardAPI file",
+        REFRESH_DEADLINE,
+        || (cat(&node, &id, "/etc/info/labels") == "app=\"web\"\ntier=\"front\"").then_some(()),
+    );
+    eprintln!("label change seen after {:?}", since.elapsed());
+    // No refetch per pod sync: the objects were read a few times a minute at most.
+    let since = std::time::Instant::now();
+    std::thread::sleep(Duration::from_secs(35));
+    let counts = server.call_counts(since);
+    eprintln!("API calls in 35 s: {counts:?}");
+    for kind in ["configmaps", "secrets"] {
+        let gets = counts.get(&("GET".to_string(), kind.to_string())).copied();
+        assert!(gets.unwrap_or(0) <= 3, "{kind}: {counts:?}");
+    }
     let listing = exec(&node, &id, &["ls", "-a", "/etc/config"]);
     assert!(!listing.lines().any(|l| l == "bad=name"), "{listing}");
     assert_eq!(node.running().get("cm/c").map(Vec::len), Some(1));

@@ -117,6 +117,11 @@ impl Node {
         }
     }
 
+    /// The node's `--cgroup-root`: `/rkubelet-it/<name>`.
+    pub fn cgroup_root(&self) -> String {
+        format!("/rkubelet-it/{}", self.name)
+    }
+
     /// The manifest directory.
     pub fn manifests(&self) -> PathBuf {
         self.dir.join("manifests")
@@ -139,6 +144,15 @@ impl Node {
                 self.manifests().display()
             ))
             .arg(format!("--root-dir={}", self.dir.join("root").display()))
+            // Container log links stay in the test's own directory.
+            .arg(format!(
+                "--pod-logs-dir={}",
+                self.dir.join("pod-logs").display()
+            ))
+            .arg(format!(
+                "--container-logs-dir={}",
+                self.dir.join("container-logs").display()
+            ))
             .arg(format!("--container-runtime-endpoint={}", self.endpoint))
             .arg(format!("--pod-infra-container-image={PAUSE}"))
             .arg(format!("--healthz-port={}", self.healthz_port))
@@ -146,6 +160,15 @@ impl Node {
             .arg("--address=127.0.0.1")
             .arg("--port=0")
             .arg("--v=2")
+            // The host's disk is shared by every test and close to upstream's default
+            // thresholds (imagefs.available<15%): a test node must not start evicting
+            // or refusing pods because of it. Eviction tests pass their own.
+            .arg("--eviction-hard=memory.available<1Ki")
+            // Each node's pod cgroups under its own root, never the host's kubepods.
+            .arg(format!("--cgroup-root={}", self.cgroup_root()))
+            // Image GC off: it acts on the whole Docker engine, which every test and
+            // the host share (tests/it/gc.rs turns it on over its own images only).
+            .arg("--image-gc-high-threshold=100")
             .args(extra)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -331,6 +354,35 @@ impl Drop for Node {
             std::thread::sleep(Duration::from_millis(100));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        remove_cgroups(&self.cgroup_root());
+    }
+}
+
+/// Removes a cgroup tree (deepest first) in every v1 hierarchy, or the v2 one, once
+/// no process is left in it; the shared `/rkubelet-it` parent too when empty.
+pub fn remove_cgroups(root: &str) {
+    fn rmdir_tree(dir: &std::path::Path) {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    rmdir_tree(&e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    let mount = std::path::Path::new("/sys/fs/cgroup");
+    let rel = root.trim_start_matches('/');
+    let parent = rel.split('/').next().unwrap_or_default();
+    let mut bases = vec![mount.to_path_buf()];
+    if let Ok(rd) = std::fs::read_dir(mount) {
+        bases.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    for base in bases {
+        rmdir_tree(&base.join(rel));
+        if !parent.is_empty() && parent != rel {
+            let _ = std::fs::remove_dir(base.join(parent));
+        }
     }
 }
 

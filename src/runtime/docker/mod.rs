@@ -55,7 +55,7 @@ use self::wire::REGISTRY_AUTH_BASE64;
 use super::{
     ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ExecSession, ImageDetails,
     LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth, Runtime, RuntimeError,
-    RuntimeEvent, RuntimeVersion, StreamOptions, TermSize,
+    RuntimeEvent, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
 };
 use crate::lines::LineReader;
 use crate::netutil::query_escape as percent_encode;
@@ -154,6 +154,27 @@ impl Runtime for Docker {
             runtime_name: "docker".to_string(),
             runtime_version: version.version.unwrap_or_default(),
             api_version: api.to_string(),
+        })
+    }
+
+    fn info(&self) -> Result<RuntimeInfo, RuntimeError> {
+        /// The fields of `/info` the kubelet reads.
+        #[derive(serde::Deserialize)]
+        struct Info {
+            #[serde(rename = "CgroupDriver", default)]
+            cgroup_driver: String,
+            #[serde(rename = "CgroupVersion", default)]
+            cgroup_version: String,
+            #[serde(rename = "DockerRootDir", default)]
+            docker_root_dir: String,
+        }
+        let i: Info = self
+            .client
+            .call_json("info", Req::get("/info".to_string()))?;
+        Ok(RuntimeInfo {
+            cgroup_driver: i.cgroup_driver,
+            cgroup_version: i.cgroup_version,
+            root_dir: i.docker_root_dir,
         })
     }
 
@@ -596,16 +617,6 @@ impl Runtime for Docker {
                 ..NetworkStatus::default()
             },
         })
-    }
-
-    fn root_dir(&self) -> Result<String, RuntimeError> {
-        #[derive(Deserialize)]
-        struct Info {
-            #[serde(rename = "DockerRootDir", default)]
-            docker_root_dir: String,
-        }
-        let info: Info = self.client.call_json("info", Req::get("/info".into()))?;
-        Ok(info.docker_root_dir)
     }
 }
 

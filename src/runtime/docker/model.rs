@@ -86,7 +86,6 @@ pub(super) fn details_from(c: api::ContainerInspectResponse) -> ContainerDetails
     let state = c.state.unwrap_or_default();
     let config = c.config.unwrap_or_default();
     let mut settings = settings_from(&config, c.host_config.as_ref());
-    settings.log_path = c.log_path.clone().unwrap_or_default();
     settings.rootfs_dir = c
         .graph_driver
         .as_ref()
@@ -116,6 +115,7 @@ pub(super) fn details_from(c: api::ContainerInspectResponse) -> ContainerDetails
             .and_then(|h| h.network_mode)
             .unwrap_or_default(),
         settings,
+        log_path: c.log_path.unwrap_or_default(),
     }
 }
 
@@ -165,6 +165,7 @@ pub(super) fn settings_from(
             cpu_period: h.cpu_period.unwrap_or(0),
             memory_limit: h.memory.unwrap_or(0),
         },
+        cgroup_parent: h.cgroup_parent.clone().unwrap_or_default(),
         binds: h.binds.unwrap_or_default(),
         ports,
         ipc_mode: h.ipc_mode.unwrap_or_default(),
@@ -178,7 +179,6 @@ pub(super) fn settings_from(
         stdin: config.open_stdin.unwrap_or(false),
         tty: config.tty.unwrap_or(false),
         stop_signal: config.stop_signal.clone().unwrap_or_default(),
-        log_path: String::new(),
         rootfs_dir: String::new(),
     }
 }
@@ -273,6 +273,7 @@ pub(super) fn create_body(cfg: &ContainerConfig) -> api::ContainerCreateBody {
         cpu_quota: non_zero(r.cpu_quota),
         cpu_period: non_zero(r.cpu_period),
         memory: non_zero(r.memory_limit),
+        cgroup_parent: non_empty_str(&cfg.cgroup_parent),
         group_add: non_empty(&cfg.group_add),
         privileged: Some(cfg.privileged),
         cap_add: non_empty(&cfg.cap_add),
@@ -283,6 +284,13 @@ pub(super) fn create_body(cfg: &ContainerConfig) -> api::ContainerCreateBody {
         dns_search: non_empty(&cfg.dns_search),
         dns_options: non_empty(&cfg.dns_options),
         extra_hosts: non_empty(&cfg.extra_hosts),
+        log_config: cfg.log_rotation.map(|r| api::HostConfigLogConfig {
+            typ: Some("json-file".into()),
+            config: Some(HashMap::from([
+                ("max-size".to_string(), r.max_size.to_string()),
+                ("max-file".to_string(), r.max_files.to_string()),
+            ])),
+        }),
         ..Default::default()
     };
     api::ContainerCreateBody {

@@ -1,0 +1,404 @@
+//! cgroups on the filesystem (upstream `cgroup_manager_linux.go`): a cgroup's name as
+//! components (`kubepods`, `burstable`, `pod<uid>`), spelled per driver (cgroupfs:
+//! `/kubepods/burstable/pod<uid>`; systemd: `/kubepods.slice/kubepods-burstable.slice/
+//! kubepods-burstable-pod<uid_with_underscores>.slice`), and its creation, settings and
+//! removal under a cgroupfs mount, v1 (one hierarchy per controller: cpu, memory, pids)
+//! or v2 (one unified tree, controllers enabled in each parent's
+//! `cgroup.subtree_control`). Every function here is a filesystem call: callers keep
+//! them off the sync loop and hold no lock across them.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::resources::{shares_to_weight, ResourceConfig};
+
+/// How the runtime names cgroups (Docker's `/info` `CgroupDriver`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    /// Paths under the cgroupfs mount.
+    Cgroupfs,
+    /// systemd slices.
+    Systemd,
+}
+
+/// The cgroup hierarchy's version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// One hierarchy per controller.
+    V1,
+    /// The unified hierarchy.
+    V2,
+}
+
+/// The v1 controllers the kubelet creates a cgroup in (the runtime creates the rest
+/// of a container's); v2 enables these in `cgroup.subtree_control`.
+pub const V1_CONTROLLERS: &[&str] = &["cpu", "cpuacct", "memory", "pids"];
+const V2_CONTROLLERS: &str = "+cpu +memory +pids";
+
+/// Which version is mounted at `mount` (`/sys/fs/cgroup`): v2 has
+/// `cgroup.controllers` at its top.
+pub fn detect_version(mount: &Path) -> Version {
+    if mount.join("cgroup.controllers").exists() {
+        Version::V2
+    } else {
+        Version::V1
+    }
+}
+
+/// A cgroup's name as its components (upstream `CgroupName`); empty is the root.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CgroupName(pub Vec<String>);
+
+impl CgroupName {
+    /// The name of `--cgroup-root` ("" or "/" is the root; a systemd slice's
+    /// `.slice` suffix and prefix are dropped, as upstream's
+    /// `ParseSystemdToCgroupName`).
+    pub fn from_root(root: &str) -> CgroupName {
+        CgroupName(
+            root.split('/')
+                .filter(|p| !p.is_empty())
+                .map(|p| match p.strip_suffix(".slice") {
+                    Some(s) => s.rsplit('-').next().unwrap_or(s).to_string(),
+                    None => p.to_string(),
+                })
+                .collect(),
+        )
+    }
+
+    /// This name with one more component.
+    pub fn child(&self, c: &str) -> CgroupName {
+        let mut v = self.0.clone();
+        v.push(c.to_string());
+        CgroupName(v)
+    }
+
+    /// The cgroupfs spelling: `/a/b/c` (`/` for the root).
+    pub fn to_cgroupfs(&self) -> String {
+        format!("/{}", self.0.join("/"))
+    }
+
+    /// The systemd spelling (upstream `ToSystemd`): each component a slice whose
+    /// name carries its parents' (`-` in a component becomes `_`), `/` for the root.
+    pub fn to_systemd(&self) -> String {
+        if self.0.is_empty() {
+            return "/".into();
+        }
+        let mut prefix = String::new();
+        let mut out = String::new();
+        for c in &self.0 {
+            let c = c.replace('-', "_");
+            if !prefix.is_empty() {
+                prefix.push('-');
+            }
+            prefix.push_str(&c);
+            out.push('/');
+            out.push_str(&prefix);
+            out.push_str(".slice");
+        }
+        out
+    }
+
+    /// The path under the mount for `driver`.
+    pub fn path(&self, driver: Driver) -> String {
+        match driver {
+            Driver::Cgroupfs => self.to_cgroupfs(),
+            Driver::Systemd => self.to_systemd(),
+        }
+    }
+
+    /// What Docker takes as `CgroupParent`: the cgroupfs path, or the leaf slice.
+    pub fn runtime_parent(&self, driver: Driver) -> String {
+        match driver {
+            Driver::Cgroupfs => self.to_cgroupfs(),
+            Driver::Systemd => self
+                .to_systemd()
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        }
+    }
+}
+
+/// The cgroupfs tree the kubelet writes: the mount, its version and the driver's
+/// spelling. The unit tests point `mount` at a fake tree.
+#[derive(Clone, Debug)]
+pub struct CgroupFs {
+    /// `/sys/fs/cgroup`.
+    pub mount: PathBuf,
+    /// v1 or v2.
+    pub version: Version,
+    /// How names are spelled.
+    pub driver: Driver,
+}
+
+impl CgroupFs {
+    /// The directories of a cgroup: one per mounted v1 controller, or the one v2
+    /// directory.
+    pub fn dirs(&self, name: &CgroupName) -> Vec<PathBuf> {
+        let rel = name.path(self.driver);
+        let rel = rel.trim_start_matches('/');
+        match self.version {
+            // Only the controllers mounted here (a kernel may lack one).
+            Version::V1 => V1_CONTROLLERS
+                .iter()
+                .map(|c| self.mount.join(c))
+                .filter(|root| root.is_dir())
+                .map(|root| root.join(rel))
+                .collect(),
+            Version::V2 => vec![self.mount.join(rel)],
+        }
+    }
+
+    /// Does the cgroup exist (its memory directory, or the v2 one)?
+    pub fn exists(&self, name: &CgroupName) -> bool {
+        let rel = name.path(self.driver);
+        let rel = rel.trim_start_matches('/');
+        match self.version {
+            Version::V1 => self.mount.join("memory").join(rel).is_dir(),
+            Version::V2 => self.mount.join(rel).is_dir(),
+        }
+    }
+
+    /// Creates the cgroup (and its parents) and applies `config`.
+    pub fn ensure(&self, name: &CgroupName, config: &ResourceConfig) -> io::Result<()> {
+        for dir in self.dirs(name) {
+            std::fs::create_dir_all(&dir).map_err(|e| at(&dir, e))?;
+        }
+        if self.version == Version::V2 {
+            self.enable_controllers(name)?;
+        }
+        self.update(name, config)
+    }
+
+    /// v2: every ancestor below the mount hands cpu, memory and pids down.
+    fn enable_controllers(&self, name: &CgroupName) -> io::Result<()> {
+        let rel = name.path(self.driver);
+        let mut dir = self.mount.clone();
+        let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+        for part in parts {
+            let file = dir.join("cgroup.subtree_control");
+            let current = std::fs::read_to_string(&file).unwrap_or_default();
+            if !["cpu", "memory", "pids"]
+                .iter()
+                .all(|c| current.split_whitespace().any(|w| w == *c))
+            {
+                std::fs::write(&file, V2_CONTROLLERS).map_err(|e| at(&file, e))?;
+            }
+            dir = dir.join(part);
+        }
+        Ok(())
+    }
+
+    /// Applies `config` to an existing cgroup.
+    pub fn update(&self, name: &CgroupName, config: &ResourceConfig) -> io::Result<()> {
+        let rel = name.path(self.driver);
+        let rel = rel.trim_start_matches('/');
+        match self.version {
+            Version::V1 => {
+                let cpu = self.mount.join("cpu").join(rel);
+                if let Some(s) = config.cpu_shares {
+                    write(&cpu.join("cpu.shares"), &s.to_string())?;
+                }
+                // The period first: a quota is checked against it.
+                if let Some(p) = config.cpu_period {
+                    write(&cpu.join("cpu.cfs_period_us"), &p.to_string())?;
+                }
+                if let Some(q) = config.cpu_quota {
+                    let q = if q <= 0 { -1 } else { q };
+                    write(&cpu.join("cpu.cfs_quota_us"), &q.to_string())?;
+                }
+                if let Some(m) = config.memory {
+                    let m = if m <= 0 { -1 } else { m };
+                    let mem = self.mount.join("memory").join(rel);
+                    write(&mem.join("memory.limit_in_bytes"), &m.to_string())?;
+                }
+            }
+            Version::V2 => {
+                let dir = self.mount.join(rel);
+                if let Some(s) = config.cpu_shares {
+                    write(&dir.join("cpu.weight"), &shares_to_weight(s).to_string())?;
+                }
+                if config.cpu_quota.is_some() || config.cpu_period.is_some() {
+                    let period = config.cpu_period.unwrap_or(100_000);
+                    let quota = match config.cpu_quota {
+                        Some(q) if q > 0 => q.to_string(),
+                        _ => "max".to_string(),
+                    };
+                    write(&dir.join("cpu.max"), &format!("{quota} {period}"))?;
+                }
+                if let Some(m) = config.memory {
+                    let m = if m <= 0 {
+                        "max".to_string()
+                    } else {
+                        m.to_string()
+                    };
+                    write(&dir.join("memory.max"), &m)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the cgroup (its directories; a missing one is fine). Fails while a
+    /// process is in it.
+    pub fn remove(&self, name: &CgroupName) -> io::Result<()> {
+        for dir in self.dirs(name) {
+            match std::fs::remove_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(at(&dir, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The child cgroups' directory names of `name` (from memory, or the v2 tree).
+    pub fn children(&self, name: &CgroupName) -> Vec<String> {
+        let rel = name.path(self.driver);
+        let rel = rel.trim_start_matches('/');
+        let dir = match self.version {
+            Version::V1 => self.mount.join("memory").join(rel),
+            Version::V2 => self.mount.join(rel),
+        };
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        rd.filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect()
+    }
+}
+
+fn write(path: &Path, value: &str) -> io::Result<()> {
+    std::fs::write(path, value).map_err(|e| at(path, e))
+}
+
+/// The error with the file it was about.
+fn at(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_per_driver() {
+        let root = CgroupName::from_root("");
+        let pod = root
+            .child("kubepods")
+            .child("burstable")
+            .child("pod1234-5678");
+        assert_eq!(pod.to_cgroupfs(), "/kubepods/burstable/pod1234-5678");
+        assert_eq!(
+            pod.to_systemd(),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_5678.slice"
+        );
+        assert_eq!(
+            pod.runtime_parent(Driver::Systemd),
+            "kubepods-burstable-pod1234_5678.slice"
+        );
+        assert_eq!(
+            pod.runtime_parent(Driver::Cgroupfs),
+            "/kubepods/burstable/pod1234-5678"
+        );
+        assert_eq!(root.to_cgroupfs(), "/");
+        assert_eq!(root.to_systemd(), "/");
+        let r = CgroupName::from_root("/rk/test-1");
+        assert_eq!(r.child("kubepods").to_cgroupfs(), "/rk/test-1/kubepods");
+        assert_eq!(CgroupName::from_root("/"), CgroupName::default());
+    }
+
+    #[test]
+    fn v1_writes_per_controller() {
+        let tmp = crate::testutil::TempDir::new("cgv1");
+        for c in V1_CONTROLLERS {
+            std::fs::create_dir_all(tmp.0.join(c)).expect("fake cgroupfs");
+        }
+        let fs = CgroupFs {
+            mount: tmp.0.clone(),
+            version: detect_version(&tmp.0),
+            driver: Driver::Cgroupfs,
+        };
+        assert_eq!(fs.version, Version::V1);
+        let name = CgroupName::from_root("/t").child("kubepods").child("podx");
+        let cfg = ResourceConfig {
+            cpu_shares: Some(512),
+            cpu_quota: Some(50_000),
+            cpu_period: Some(100_000),
+            memory: Some(64 << 20),
+        };
+        fs.ensure(&name, &cfg).expect("fake cgroupfs");
+        let read = |p: &str| std::fs::read_to_string(tmp.0.join(p)).expect("fake cgroupfs");
+        assert_eq!(read("cpu/t/kubepods/podx/cpu.shares"), "512");
+        assert_eq!(read("cpu/t/kubepods/podx/cpu.cfs_quota_us"), "50000");
+        assert_eq!(read("cpu/t/kubepods/podx/cpu.cfs_period_us"), "100000");
+        assert_eq!(
+            read("memory/t/kubepods/podx/memory.limit_in_bytes"),
+            "67108864"
+        );
+        assert!(tmp.0.join("pids/t/kubepods/podx").is_dir());
+        assert!(fs.exists(&name));
+        assert_eq!(
+            fs.children(&CgroupName::from_root("/t").child("kubepods")),
+            vec!["podx".to_string()]
+        );
+        // A real cgroupfs removes its files with the directory; a fake one cannot.
+        for d in fs.dirs(&name) {
+            for f in std::fs::read_dir(&d).expect("fake cgroupfs") {
+                std::fs::remove_file(f.expect("fake cgroupfs").path()).expect("fake cgroupfs");
+            }
+        }
+        fs.remove(&name).expect("fake cgroupfs");
+        assert!(!fs.exists(&name));
+        fs.remove(&name).expect("fake cgroupfs");
+    }
+
+    #[test]
+    fn v2_writes_weight_max_and_enables_controllers() {
+        let tmp = crate::testutil::TempDir::new("cgv2");
+        std::fs::write(tmp.0.join("cgroup.controllers"), "cpu memory pids").expect("fake cgroupfs");
+        let fs = CgroupFs {
+            mount: tmp.0.clone(),
+            version: detect_version(&tmp.0),
+            driver: Driver::Systemd,
+        };
+        assert_eq!(fs.version, Version::V2);
+        let qos = CgroupName::default().child("kubepods").child("burstable");
+        fs.ensure(
+            &qos.child("poda-b"),
+            &ResourceConfig {
+                cpu_shares: Some(1024),
+                cpu_quota: Some(20_000),
+                cpu_period: Some(100_000),
+                memory: Some(1 << 20),
+            },
+        )
+        .expect("fake cgroupfs");
+        let read = |p: &str| std::fs::read_to_string(tmp.0.join(p)).expect("fake cgroupfs");
+        let pod = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda_b.slice";
+        assert_eq!(read(&format!("{pod}/cpu.weight")), "39");
+        assert_eq!(read(&format!("{pod}/cpu.max")), "20000 100000");
+        assert_eq!(read(&format!("{pod}/memory.max")), "1048576");
+        assert_eq!(read("cgroup.subtree_control"), "+cpu +memory +pids");
+        assert_eq!(
+            read("kubepods.slice/kubepods-burstable.slice/cgroup.subtree_control"),
+            "+cpu +memory +pids"
+        );
+        // No quota: unlimited.
+        fs.update(
+            &qos.child("poda-b"),
+            &ResourceConfig {
+                cpu_period: Some(100_000),
+                cpu_quota: Some(0),
+                memory: Some(0),
+                ..Default::default()
+            },
+        )
+        .expect("fake cgroupfs");
+        assert_eq!(read(&format!("{pod}/cpu.max")), "max 100000");
+        assert_eq!(read(&format!("{pod}/memory.max")), "max");
+    }
+}

@@ -1,0 +1,394 @@
+//! Eviction signals and thresholds, and their parsing from the flags (upstream
+//! `pkg/kubelet/eviction/api/types.go` and `ParseThresholdConfig` in `helpers.go`):
+//! `--eviction-hard` (upstream's Linux defaults, replaced wholesale when set),
+//! `--eviction-soft` with `--eviction-soft-grace-period` (required per soft signal),
+//! and `--eviction-minimum-reclaim`. Thresholds are `<` only; a zero threshold is
+//! dropped, as upstream's `parseThresholdStatement` drops it.
+
+use std::fmt;
+use std::time::Duration;
+
+/// An eviction signal (upstream `evictionapi.Signal`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Signal {
+    /// Node memory capacity − the root cgroup's working set.
+    MemoryAvailable,
+    /// Free bytes of the filesystem of the kubelet's root directory.
+    NodeFsAvailable,
+    /// Free inodes of that filesystem.
+    NodeFsInodesFree,
+    /// Free bytes of the runtime's image filesystem (Docker's root directory).
+    ImageFsAvailable,
+    /// Free inodes of that filesystem.
+    ImageFsInodesFree,
+    /// `pid_max` − the processes (threads) running.
+    PidAvailable,
+}
+
+impl Signal {
+    /// Every signal, in upstream's spelling order.
+    pub const ALL: [Signal; 6] = [
+        Signal::MemoryAvailable,
+        Signal::NodeFsAvailable,
+        Signal::NodeFsInodesFree,
+        Signal::ImageFsAvailable,
+        Signal::ImageFsInodesFree,
+        Signal::PidAvailable,
+    ];
+
+    /// Upstream's name (`memory.available`), the `eviction_signal` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::MemoryAvailable => "memory.available",
+            Signal::NodeFsAvailable => "nodefs.available",
+            Signal::NodeFsInodesFree => "nodefs.inodesFree",
+            Signal::ImageFsAvailable => "imagefs.available",
+            Signal::ImageFsInodesFree => "imagefs.inodesFree",
+            Signal::PidAvailable => "pid.available",
+        }
+    }
+
+    /// The signal named `name`.
+    pub fn parse(name: &str) -> Option<Signal> {
+        Signal::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The resource it starves (upstream `signalToResource`): the word of the
+    /// eviction message and of `EvictionThresholdMet`.
+    pub fn resource(self) -> &'static str {
+        match self {
+            Signal::MemoryAvailable => "memory",
+            Signal::NodeFsAvailable | Signal::ImageFsAvailable => "ephemeral-storage",
+            Signal::NodeFsInodesFree | Signal::ImageFsInodesFree => "inodes",
+            Signal::PidAvailable => "pids",
+        }
+    }
+
+    /// The node condition it raises (upstream `signalToNodeCondition`).
+    pub fn condition(self) -> Condition {
+        match self {
+            Signal::MemoryAvailable => Condition::MemoryPressure,
+            Signal::PidAvailable => Condition::PidPressure,
+            _ => Condition::DiskPressure,
+        }
+    }
+
+    /// Whether quantities of it are bytes (binary SI) rather than counts (decimal SI).
+    pub fn is_bytes(self) -> bool {
+        matches!(
+            self,
+            Signal::MemoryAvailable | Signal::NodeFsAvailable | Signal::ImageFsAvailable
+        )
+    }
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A node pressure condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Condition {
+    /// `MemoryPressure`.
+    MemoryPressure,
+    /// `DiskPressure`.
+    DiskPressure,
+    /// `PIDPressure`.
+    PidPressure,
+}
+
+impl Condition {
+    /// The node condition's type.
+    pub fn name(self) -> &'static str {
+        match self {
+            Condition::MemoryPressure => "MemoryPressure",
+            Condition::DiskPressure => "DiskPressure",
+            Condition::PidPressure => "PIDPressure",
+        }
+    }
+}
+
+/// A threshold's value: an absolute quantity (bytes or a count) or a share of capacity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    /// Bytes, or inodes / pids.
+    Quantity(i128),
+    /// 0 < p ≤ 1 of the capacity.
+    Percentage(f64),
+}
+
+impl Value {
+    /// The amount for a capacity (upstream `GetThresholdQuantity`: a percentage of the
+    /// capacity, truncated).
+    pub fn amount(self, capacity: i128) -> i128 {
+        match self {
+            Value::Quantity(q) => q,
+            Value::Percentage(p) => (capacity as f64 * p) as i128,
+        }
+    }
+}
+
+/// One threshold (upstream `evictionapi.Threshold`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Threshold {
+    /// What is measured.
+    pub signal: Signal,
+    /// Met when the signal's available amount is below this.
+    pub value: Value,
+    /// Zero for a hard threshold; a soft one's grace period.
+    pub grace_period: Duration,
+    /// Extra to reclaim beyond the threshold once met.
+    pub min_reclaim: Option<Value>,
+}
+
+impl Threshold {
+    /// A hard threshold (no grace period), upstream `isHardEvictionThreshold`.
+    pub fn is_hard(&self) -> bool {
+        self.grace_period.is_zero()
+    }
+}
+
+/// Upstream's Linux default `--eviction-hard` (`DefaultEvictionHard`, without the
+/// newest `imagefs.inodesFree`, which this kubelet's image filesystem measures the
+/// same as the others when given).
+pub const DEFAULT_EVICTION_HARD: &str =
+    "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%";
+
+/// Why a threshold setting was refused (upstream's words).
+#[derive(Debug, PartialEq, Eq)]
+pub struct ThresholdError(pub String);
+
+impl fmt::Display for ThresholdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ThresholdError {}
+
+/// Parses `signal<value` statements separated by commas (`--eviction-hard`,
+/// `--eviction-soft`); zero thresholds are dropped.
+pub fn parse_statements(v: &str) -> Result<Vec<(Signal, Value)>, ThresholdError> {
+    let mut out: Vec<(Signal, Value)> = Vec::new();
+    for stmt in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((name, value)) = stmt.split_once('<') else {
+            return Err(ThresholdError(format!(
+                "invalid eviction threshold syntax {stmt:?}, expected <signal><operator><value>"
+            )));
+        };
+        let signal = Signal::parse(name.trim()).ok_or_else(|| {
+            ThresholdError(format!("unsupported eviction signal {}", name.trim()))
+        })?;
+        if out.iter().any(|(s, _)| *s == signal) {
+            return Err(ThresholdError(format!(
+                "found duplicate eviction threshold for signal {signal}"
+            )));
+        }
+        if let Some(value) = parse_value(signal, value.trim())? {
+            out.push((signal, value));
+        }
+    }
+    Ok(out)
+}
+
+/// A value: `N%` or a quantity. None for zero (upstream ignores such a threshold).
+fn parse_value(signal: Signal, v: &str) -> Result<Option<Value>, ThresholdError> {
+    if let Some(p) = v.strip_suffix('%') {
+        let p: f64 = p.trim().parse().map_err(|_| {
+            ThresholdError(format!(
+                "invalid percentage {v:?} for eviction signal {signal}"
+            ))
+        })?;
+        if !(0.0..=100.0).contains(&p) {
+            return Err(ThresholdError(format!(
+                "eviction percentage threshold {signal} must be >= 0% and <= 100%: {v}"
+            )));
+        }
+        return Ok(Some(Value::Percentage(p / 100.0)).filter(|_| p > 0.0));
+    }
+    let milli = crate::quantity::parse_milli(v).ok_or_else(|| {
+        ThresholdError(format!(
+            "invalid quantity {v:?} for eviction signal {signal}"
+        ))
+    })?;
+    if milli < 0 {
+        return Err(ThresholdError(format!(
+            "eviction threshold {signal} cannot be negative: {v}"
+        )));
+    }
+    // Whole units, rounded up as Quantity.Value() rounds.
+    let units = (milli + 999) / 1000;
+    Ok(Some(Value::Quantity(units)).filter(|_| units > 0))
+}
+
+/// Parses `signal=value` pairs separated by commas (`--eviction-soft-grace-period`,
+/// `--eviction-minimum-reclaim`) with `parse` for the value.
+fn parse_pairs<T>(
+    v: &str,
+    mut parse: impl FnMut(Signal, &str) -> Result<T, ThresholdError>,
+) -> Result<Vec<(Signal, T)>, ThresholdError> {
+    let mut out: Vec<(Signal, T)> = Vec::new();
+    for pair in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, value) = pair
+            .split_once('=')
+            .ok_or_else(|| ThresholdError(format!("{pair:?} must be formatted as signal=value")))?;
+        let signal = Signal::parse(name.trim()).ok_or_else(|| {
+            ThresholdError(format!("unsupported eviction signal {}", name.trim()))
+        })?;
+        let value = parse(signal, value.trim())?;
+        out.retain(|(s, _)| *s != signal);
+        out.push((signal, value));
+    }
+    Ok(out)
+}
+
+/// The thresholds of the eviction flags (upstream `ParseThresholdConfig`). `hard`:
+/// None for upstream's defaults, Some("") for none at all.
+pub fn parse_threshold_config(
+    hard: Option<&str>,
+    soft: &str,
+    soft_grace: &str,
+    min_reclaim: &str,
+) -> Result<Vec<Threshold>, ThresholdError> {
+    let mut out = Vec::new();
+    for (signal, value) in parse_statements(hard.unwrap_or(DEFAULT_EVICTION_HARD))? {
+        out.push(Threshold {
+            signal,
+            value,
+            grace_period: Duration::ZERO,
+            min_reclaim: None,
+        });
+    }
+    let graces = parse_pairs(soft_grace, |signal, v| {
+        let d = crate::config::duration::parse_duration(v)
+            .map_err(|e| ThresholdError(format!("invalid grace period {v:?} for {signal}: {e}")))?;
+        if d.is_zero() {
+            return Err(ThresholdError(format!(
+                "invalid eviction grace period specified: {v}, must be a positive value"
+            )));
+        }
+        Ok(d)
+    })?;
+    for (signal, value) in parse_statements(soft)? {
+        let grace = graces
+            .iter()
+            .find(|(s, _)| *s == signal)
+            .map(|(_, d)| *d)
+            .ok_or_else(|| {
+                ThresholdError(format!(
+                    "grace period must be specified for the soft eviction threshold {signal}"
+                ))
+            })?;
+        out.push(Threshold {
+            signal,
+            value,
+            grace_period: grace,
+            min_reclaim: None,
+        });
+    }
+    let reclaims = parse_pairs(min_reclaim, |signal, v| {
+        parse_value(signal, v).map(|v| v.unwrap_or(Value::Quantity(0)))
+    })?;
+    for t in &mut out {
+        if let Some((_, r)) = reclaims.iter().find(|(s, _)| *s == t.signal) {
+            t.min_reclaim = Some(*r);
+        }
+    }
+    Ok(out)
+}
+
+/// The hard memory threshold's amount for a capacity, as node allocatable subtracts
+/// it (upstream `GetHardEvictionReservation`); 0 without one.
+pub fn hard_memory_reservation(thresholds: &[Threshold], capacity: i128) -> i128 {
+    thresholds
+        .iter()
+        .filter(|t| t.is_hard() && t.signal == Signal::MemoryAvailable)
+        .map(|t| t.value.amount(capacity) + t.min_reclaim.map_or(0, |r| r.amount(capacity)))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_upstreams_linux_hard_thresholds() {
+        let t = parse_threshold_config(None, "", "", "").expect("ok");
+        let got: Vec<_> = t.iter().map(|t| (t.signal, t.value, t.is_hard())).collect();
+        assert_eq!(
+            got,
+            [
+                (Signal::MemoryAvailable, Value::Quantity(100 << 20), true),
+                (Signal::NodeFsAvailable, Value::Percentage(0.10), true),
+                (Signal::NodeFsInodesFree, Value::Percentage(0.05), true),
+                (Signal::ImageFsAvailable, Value::Percentage(0.15), true),
+            ]
+        );
+    }
+
+    #[test]
+    fn setting_hard_replaces_the_defaults_wholesale() {
+        let t = parse_threshold_config(Some("memory.available<1Gi"), "", "", "").expect("ok");
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].value, Value::Quantity(1 << 30));
+        assert!(parse_threshold_config(Some(""), "", "", "")
+            .expect("ok")
+            .is_empty());
+        // Zero thresholds are dropped, as upstream's.
+        let t = parse_threshold_config(Some("memory.available<0,nodefs.available<0%"), "", "", "")
+            .expect("ok");
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn soft_thresholds_need_their_grace_period() {
+        let err =
+            parse_threshold_config(Some(""), "memory.available<1Gi", "", "").expect_err("no grace");
+        assert_eq!(
+            err.0,
+            "grace period must be specified for the soft eviction threshold memory.available"
+        );
+        let t = parse_threshold_config(
+            Some(""),
+            "memory.available<1Gi,pid.available<10%",
+            "memory.available=1m30s,pid.available=10s",
+            "memory.available=500Mi",
+        )
+        .expect("ok");
+        assert_eq!(t[0].grace_period, Duration::from_secs(90));
+        assert_eq!(t[0].min_reclaim, Some(Value::Quantity(500 << 20)));
+        assert_eq!(t[1].grace_period, Duration::from_secs(10));
+        assert!(!t[1].is_hard());
+    }
+
+    #[test]
+    fn bad_statements_are_refused_in_upstreams_words() {
+        let bad = |s: &str| parse_statements(s).expect_err(s).0;
+        assert_eq!(
+            bad("memory.free<1Gi"),
+            "unsupported eviction signal memory.free"
+        );
+        assert!(bad("memory.available>1Gi").contains("invalid eviction threshold syntax"));
+        assert_eq!(
+            bad("memory.available<1Gi,memory.available<2Gi"),
+            "found duplicate eviction threshold for signal memory.available"
+        );
+        assert_eq!(
+            bad("nodefs.available<110%"),
+            "eviction percentage threshold nodefs.available must be >= 0% and <= 100%: 110%"
+        );
+        assert_eq!(
+            bad("memory.available<-1"),
+            "eviction threshold memory.available cannot be negative: -1"
+        );
+    }
+
+    #[test]
+    fn percentages_and_reservation() {
+        assert_eq!(Value::Percentage(0.1).amount(1000), 100);
+        let t = parse_threshold_config(None, "", "", "memory.available=50Mi").expect("ok");
+        assert_eq!(hard_memory_reservation(&t, 8 << 30), 150 << 20);
+    }
+}

@@ -1,0 +1,221 @@
+//! The sync loop's admission of added pods (upstream `HandlePodAdditions` with
+//! `canAdmitPod` and `rejectPod`): each new pod is checked against the pods admitted
+//! before it (pure arithmetic, no I/O); a rejected pod stays in the pod manager, never
+//! reaches a pod worker, and gets a `Failed` status with the reason (written by the
+//! status manager) and a `Warning` event.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+
+use crate::admission::{self, AdmitHandler, NodeInfo, Rejection};
+use crate::status::{self, StatusCache};
+
+/// The sync loop's admission state.
+pub(super) struct Admission {
+    node: NodeInfo,
+    /// Checks run before the resource fit (the eviction manager's goes here).
+    handlers: Vec<Box<dyn AdmitHandler>>,
+    /// Pods that never run, by UID, until their source removes them: those rejected,
+    /// and those already terminal in the API when added.
+    rejected: HashSet<String>,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("node", &self.node)
+            .field("handlers", &self.handlers.len())
+            .field("rejected", &self.rejected)
+            .finish()
+    }
+}
+
+impl Admission {
+    /// Admission against `node`, with no extra checks.
+    pub(super) fn new(node: NodeInfo) -> Self {
+        Admission {
+            node,
+            handlers: Vec::new(),
+            rejected: HashSet::new(),
+        }
+    }
+
+    /// Adds a check run before the resource fit (upstream `AddPodAdmitHandler`).
+    pub(super) fn add_handler(&mut self, h: Box<dyn AdmitHandler>) {
+        self.handlers.push(h);
+    }
+
+    /// Was the pod rejected?
+    pub(super) fn is_rejected(&self, uid: &str) -> bool {
+        self.rejected.contains(uid)
+    }
+
+    /// The pod's source removed it.
+    pub(super) fn forget(&mut self, uid: &str) {
+        self.rejected.remove(uid);
+    }
+}
+
+/// The status of a rejected pod (upstream `rejectPod`).
+pub(super) fn rejected_status(pod: &Pod, r: &Rejection) -> PodStatus {
+    PodStatus {
+        phase: Some("Failed".into()),
+        reason: Some(r.reason.clone()),
+        message: Some(format!("Pod was rejected: {}", r.message)),
+        qos_class: Some(status::qos_class(pod).into()),
+        ..Default::default()
+    }
+}
+
+impl Admission {
+    /// Admits a newly added pod or rejects it (status, event; the caller never runs
+    /// it). `pods` are the pod manager's pods. A pod the API already says is terminal
+    /// (rejected before a restart, or finished) is not checked and never runs again
+    /// (upstream's pod workers only terminate a terminal pod); one being deleted is
+    /// not checked.
+    pub(super) fn admit(
+        &mut self,
+        uid: &str,
+        pod: &Pod,
+        pods: &HashMap<String, Arc<Pod>>,
+        statuses: &StatusCache,
+    ) {
+        let api_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if status::is_terminal_phase(api_phase) {
+            self.rejected.insert(uid.to_string());
+            return;
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        // Upstream `filterOutInactivePods`: admitted pods that are not terminal.
+        let others: Vec<&Pod> = pods
+            .iter()
+            .filter(|(u, _)| u.as_str() != uid && !self.is_rejected(u))
+            .filter(|(u, p)| {
+                let phase = statuses
+                    .get(u)
+                    .and_then(|s| s.phase.clone())
+                    .or_else(|| p.status.as_ref().and_then(|s| s.phase.clone()));
+                !status::is_terminal_phase(phase.as_deref())
+            })
+            .map(|(_, p)| p.as_ref())
+            .collect();
+        let Err(r) = admission::can_admit(pod, &others, &self.node, &self.handlers) else {
+            return;
+        };
+        log::info!(
+            "pod {} rejected: {}: {}",
+            crate::container::format_pod(pod),
+            r.reason,
+            r.message
+        );
+        crate::record::event(pod, None, true, &r.reason, &r.message);
+        statuses.set(uid, rejected_status(pod, &r));
+        self.rejected.insert(uid.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{self, pod, Node};
+    use super::*;
+    use crate::podconfig::Source;
+    use crate::runtime::fake::Op;
+    use k8s_openapi::api::core::v1::PodStatus;
+
+    const HUGE: &str = "{containers: [{name: a, image: 'busybox:1', \
+                        resources: {requests: {cpu: '100000'}}}]}";
+    const SMALL: &str = "{containers: [{name: a, image: 'busybox:1', \
+                         resources: {requests: {cpu: 10m}}}]}";
+
+    fn api_pod(name: &str, uid: &str, spec: &str) -> Pod {
+        let mut p = pod(name, uid, spec);
+        let mut ann = p.metadata.annotations.clone().unwrap_or_default();
+        ann.insert(
+            crate::podconfig::CONFIG_SOURCE_ANNOTATION.into(),
+            "api".into(),
+        );
+        p.metadata.annotations = Some(ann);
+        p
+    }
+
+    #[test]
+    fn a_pod_that_does_not_fit_is_failed_and_never_run() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::Api]);
+        n.snapshot(
+            Source::Api,
+            vec![api_pod("big", "u-big", HUGE), api_pod("ok", "u-ok", SMALL)],
+        );
+        assert!(n.containers_of("u-big").is_empty(), "never started");
+        assert!(n.running("u-ok", "a").is_some(), "the one that fits runs");
+        let st = n.sl.statuses.get("u-big").expect("a status");
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some("OutOfcpu"));
+        assert!(st
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("Pod was rejected: Node didn't have enough resource: cpu, requested: 100000000, used: 0,"));
+        // Later syncs leave it alone; its removal forgets it.
+        n.snapshot(
+            Source::Api,
+            vec![api_pod("big", "u-big", HUGE), api_pod("ok", "u-ok", SMALL)],
+        );
+        assert!(n.containers_of("u-big").is_empty());
+        assert!(n.sl.admission.is_rejected("u-big"));
+        n.snapshot(Source::Api, vec![api_pod("ok", "u-ok", SMALL)]);
+        assert!(!n.sl.admission.is_rejected("u-big"));
+    }
+
+    #[test]
+    fn a_pod_the_api_says_failed_is_not_run_again_after_a_restart() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::Api]);
+        let mut p = api_pod("big", "u-big", SMALL);
+        p.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some("OutOfmemory".into()),
+            ..Default::default()
+        });
+        n.snapshot(Source::Api, vec![p]);
+        assert!(n.containers_of("u-big").is_empty());
+        assert_eq!(rt.count(Op::Create), 0);
+    }
+
+    #[test]
+    fn static_pods_are_critical_and_admitted_whatever_they_ask() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        n.snapshot(Source::File, vec![pod("big", "u-big", HUGE)]);
+        assert!(n.running("u-big", "a").is_some());
+        assert_eq!(rt.count(Op::Create), 2);
+    }
+
+    #[test]
+    fn a_host_port_taken_by_an_admitted_pod_rejects_the_newer_one() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        let port = "{containers: [{name: a, image: 'busybox:1', \
+                    ports: [{containerPort: 80, hostPort: 18080}]}]}";
+        let mut older = pod("older", "u-1", port);
+        older.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2020-01-01T00:00:00Z".parse().expect("time"),
+            ));
+        let mut newer = pod("newer", "u-2", port);
+        newer.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2021-01-01T00:00:00Z".parse().expect("time"),
+            ));
+        // Listed newest first: admission still goes oldest first.
+        n.snapshot(Source::File, vec![newer, older]);
+        assert!(n.running("u-1", "a").is_some());
+        assert!(n.containers_of("u-2").is_empty());
+        let st = n.sl.statuses.get("u-2").expect("a status");
+        assert_eq!(st.reason.as_deref(), Some("NodePorts"));
+    }
+}

@@ -1,0 +1,397 @@
+//! The eviction manager's wiring into this kubelet: its inputs (the node's signals,
+//! the pod manager's pods that still run, their usage: each running container's memory
+//! working set from cgroupfs — one Docker list per pass for the IDs, never the stats
+//! API — and the bytes of their emptyDir volumes from a bounded scan), and its kill
+//! path (upstream `killPodNow`): the pod's status becomes Failed, reason `Evicted`, with
+//! a `DisruptionTarget` condition, and the pod workers stop it with the eviction's
+//! grace, as any kill. Also admission under pressure (§9.4) for the sync loop.
+//!
+//! A container's ephemeral usage is its Docker log file only for now; Docker's root
+//! directory is taken as `/var/lib/docker` until the runtime reports its own.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+
+use crate::config::KubeletConfig;
+use crate::container::labels;
+use crate::eviction::api::parse_threshold_config;
+use crate::eviction::helpers::{ContainerUsage, Observations, PodUsage};
+use crate::eviction::signals::{container_working_set, disk_usage, NodeSignals};
+use crate::eviction::{Config, Evictor, Inputs, Manager, PressureState, MONITORING_PERIOD};
+use crate::loops::{Loops, Periodic};
+use crate::metrics::kubelet::KubeletMetrics;
+use crate::pod_workers::{Kill, PodWorkers, Work};
+use crate::runtime::{ContainerState, Runtime};
+use crate::status::manager::PodManagerView;
+use crate::status::StatusCache;
+
+/// The eviction loop's name.
+pub(super) const THREAD: &str = "eviction";
+/// Entries one emptyDir scan may visit: a volume with more is skipped this pass.
+const DU_BUDGET: usize = 20_000;
+/// Upstream's eviction reason (pod status and event).
+pub(super) const REASON: &str = "Evicted";
+/// Where Docker keeps its images when `/info` has not said otherwise.
+const DOCKER_ROOT: &str = "/var/lib/docker";
+
+/// The eviction manager's settings from the flags; Err with upstream's words.
+pub(super) fn config(cfg: &KubeletConfig) -> Result<Config, crate::eviction::api::ThresholdError> {
+    let thresholds = parse_threshold_config(
+        cfg.eviction_hard.as_deref(),
+        cfg.eviction_soft.as_deref().unwrap_or(""),
+        cfg.eviction_soft_grace_period.as_deref().unwrap_or(""),
+        cfg.eviction_minimum_reclaim.as_deref().unwrap_or(""),
+    )?;
+    Ok(Config {
+        thresholds,
+        pressure_transition_period: cfg.eviction_pressure_transition_period,
+        max_pod_grace_period: Duration::from_secs(u64::from(cfg.eviction_max_pod_grace_period)),
+        local_storage_capacity_isolation: true,
+    })
+}
+
+/// What the loop needs from the kubelet.
+pub(super) struct Parts {
+    pub(super) view: Arc<PodManagerView>,
+    pub(super) statuses: Arc<crate::status::StatusCache>,
+    pub(super) workers: Arc<PodWorkers>,
+    pub(super) runtime: Arc<dyn Runtime>,
+    pub(super) metrics: Arc<KubeletMetrics>,
+    pub(super) state: Arc<PressureState>,
+    /// Container and image GC, the node-level reclaim tried before evicting a pod.
+    pub(super) gc: Option<crate::gc::Gc>,
+}
+
+/// Starts the `eviction` loop (every 10 s).
+pub(super) fn start(
+    loops: &Loops,
+    cfg: &KubeletConfig,
+    config: Config,
+    parts: Parts,
+) -> Result<(), crate::loops::SpawnError> {
+    let image_dir = PathBuf::from(DOCKER_ROOT);
+    let signals = NodeSignals::host(
+        cfg.root_dir.clone(),
+        image_dir.is_dir().then_some(image_dir),
+    );
+    let inputs = KubeletInputs {
+        signals,
+        node: cfg.node_name.clone(),
+        root_dir: cfg.root_dir.clone(),
+        view: parts.view,
+        statuses: parts.statuses.clone(),
+        runtime: parts.runtime,
+    };
+    let evictor = KubeletEvictor {
+        statuses: parts.statuses,
+        workers: parts.workers,
+        recent: Vec::new(),
+    };
+    let mut manager = Manager::new(config, &cfg.node_name, Box::new(inputs), Box::new(evictor))
+        .with_state(parts.state)
+        .with_metrics(parts.metrics);
+    if let Some(gc) = parts.gc {
+        // Upstream's disk reclaim: every dead container, then every unused image —
+        // the images only while image GC is on (`--image-gc-high-threshold` under 100;
+        // upstream deletes them even then).
+        let images = (cfg.image_gc_high_threshold_percent < 100).then(|| gc.clone());
+        manager = manager.with_reclaimer(
+            "containers",
+            Box::new(move || gc.collect_containers().map(drop).map_err(|e| e.to_string())),
+        );
+        if let Some(images) = images {
+            manager = manager.with_reclaimer(
+                "images",
+                Box::new(move || {
+                    images
+                        .delete_unused_images()
+                        .map(drop)
+                        .map_err(|e| e.to_string())
+                }),
+            );
+        }
+    }
+    loops.spawn_periodic(
+        Periodic {
+            name: THREAD.into(),
+            period: MONITORING_PERIOD,
+            wake: None,
+        },
+        move || {
+            manager.tick(std::time::Instant::now());
+            Ok::<(), std::convert::Infallible>(())
+        },
+    )
+}
+
+struct KubeletInputs {
+    signals: NodeSignals,
+    node: String,
+    root_dir: PathBuf,
+    view: Arc<PodManagerView>,
+    statuses: Arc<StatusCache>,
+    runtime: Arc<dyn Runtime>,
+}
+
+impl Inputs for KubeletInputs {
+    fn observe(&mut self) -> Observations {
+        self.signals.observe()
+    }
+
+    fn active_pods(&mut self) -> Vec<Arc<Pod>> {
+        self.view
+            .get()
+            .pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| {
+                let uid = p.metadata.uid.as_deref().unwrap_or_default();
+                let st = self.statuses.get(uid);
+                // Known to this kubelet and not done.
+                st.is_some_and(|s| !crate::status::is_terminal_phase(s.phase.as_deref()))
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn pod_usage(&mut self, pods: &[Arc<Pod>]) -> BTreeMap<String, PodUsage> {
+        let mut out: BTreeMap<String, PodUsage> = BTreeMap::new();
+        let filter = [
+            format!("{}={}", labels::MANAGED_BY_NODE, self.node),
+            format!("{}=container", labels::DOCKER_TYPE),
+        ];
+        match self.runtime.list_containers(&filter) {
+            Ok(list) => {
+                for c in list.iter().filter(|c| c.state == ContainerState::Running) {
+                    let (Some(uid), Some(name)) = (
+                        c.labels.get(labels::POD_UID),
+                        c.labels.get(labels::CONTAINER_NAME),
+                    ) else {
+                        continue;
+                    };
+                    let ws = container_working_set(&self.signals.cgroup_root, &c.id);
+                    // Its log file (the writable layer is not measured yet: the stats
+                    // work's per-container rootfs figures will add it).
+                    let log = PathBuf::from(DOCKER_ROOT)
+                        .join("containers")
+                        .join(&c.id)
+                        .join(format!("{}-json.log", c.id));
+                    let logs = std::fs::metadata(log).ok().map(|m| m.len());
+                    out.entry(uid.clone())
+                        .or_default()
+                        .containers
+                        .push(ContainerUsage {
+                            name: name.clone(),
+                            working_set: ws,
+                            ephemeral: logs,
+                        });
+                }
+            }
+            Err(e) => log::debug!("eviction: listing containers: {e}"),
+        }
+        for p in pods {
+            let Some(uid) = p.metadata.uid.as_deref() else {
+                continue;
+            };
+            let dirs = p
+                .spec
+                .iter()
+                .flat_map(|s| s.volumes.iter().flatten())
+                .filter(|v| v.empty_dir.is_some());
+            for v in dirs {
+                let dir = self
+                    .root_dir
+                    .join("pods")
+                    .join(uid)
+                    .join("volumes/kubernetes.io~empty-dir")
+                    .join(&v.name);
+                if let Some(bytes) = disk_usage(&dir, DU_BUDGET) {
+                    out.entry(uid.to_string())
+                        .or_default()
+                        .volumes
+                        .insert(v.name.clone(), bytes);
+                }
+            }
+        }
+        out
+    }
+}
+
+struct KubeletEvictor {
+    statuses: Arc<StatusCache>,
+    workers: Arc<PodWorkers>,
+    /// Evictions of the last [`REASSERT_FOR`]: (UID, message, when).
+    recent: Vec<(String, String, std::time::Instant)>,
+}
+
+/// How long an eviction's status is re-applied when a sync that was in flight when
+/// the pod was evicted wrote its own status over it.
+const REASSERT_FOR: Duration = Duration::from_secs(120);
+
+impl Evictor for KubeletEvictor {
+    fn evict(&mut self, pod: &Pod, grace: Duration, message: &str) -> bool {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            return false;
+        };
+        let mut st = self
+            .statuses
+            .get(uid)
+            .map(|s| (*s).clone())
+            .unwrap_or_default();
+        evicted_status(&mut st, message, std::time::SystemTime::now());
+        self.statuses.set(uid, st);
+        self.recent.push((
+            uid.to_string(),
+            message.to_string(),
+            std::time::Instant::now(),
+        ));
+        self.workers.update_pod(
+            uid,
+            Work::Kill(Kill {
+                pod: Some(Arc::new(pod.clone())),
+                grace: Some(grace),
+                remove: false,
+            }),
+        );
+        true
+    }
+
+    fn tick(&mut self) {
+        self.recent.retain(|(_, _, at)| at.elapsed() < REASSERT_FOR);
+        for (uid, message, _) in &self.recent {
+            let Some(st) = self.statuses.get(uid) else {
+                continue;
+            };
+            if st.reason.as_deref() != Some(REASON) {
+                let mut st = (*st).clone();
+                evicted_status(&mut st, message, std::time::SystemTime::now());
+                self.statuses.set(uid, st);
+            }
+        }
+    }
+}
+
+/// An evicted pod's status (upstream `evictPod`'s status function): Failed, reason
+/// `Evicted`, the message, and the `DisruptionTarget` condition
+/// (`TerminationByKubelet`).
+pub(super) fn evicted_status(st: &mut PodStatus, message: &str, now: std::time::SystemTime) {
+    st.phase = Some("Failed".into());
+    st.reason = Some(REASON.into());
+    st.message = Some(message.into());
+    let conds = st.conditions.get_or_insert_with(Vec::new);
+    conds.retain(|c| c.type_ != "DisruptionTarget");
+    conds.push(PodCondition {
+        type_: "DisruptionTarget".into(),
+        status: "True".into(),
+        reason: Some("TerminationByKubelet".into()),
+        message: Some(message.into()),
+        last_transition_time: Some(crate::time::k8s_time(now)),
+        ..Default::default()
+    });
+}
+
+/// Admission under pressure (upstream's eviction admit handler, §9.4), as one of the
+/// sync loop's admit handlers: a refused pod is rejected with reason `Evicted` and the
+/// message `The node had condition: [..]. `, before the resource fit is checked.
+pub(super) struct PressureAdmit(pub(super) Arc<PressureState>);
+
+impl crate::admission::AdmitHandler for PressureAdmit {
+    fn admit(&self, pod: &Pod, _others: &[&Pod]) -> Option<crate::admission::Rejection> {
+        self.0
+            .admit(pod)
+            .map(|message| crate::admission::Rejection {
+                reason: REASON.into(),
+                message,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evicted_status_is_failed_with_a_disruption_target() {
+        let mut st = PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        };
+        evicted_status(
+            &mut st,
+            "The node was low on resource: memory. ",
+            std::time::SystemTime::now(),
+        );
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some("Evicted"));
+        let c = &st.conditions.as_ref().expect("conditions")[0];
+        assert_eq!(c.type_, "DisruptionTarget");
+        assert_eq!(c.reason.as_deref(), Some("TerminationByKubelet"));
+    }
+
+    #[test]
+    fn under_disk_pressure_admission_rejects_with_the_condition() {
+        use crate::admission::AdmitHandler;
+        let state = Arc::new(PressureState::default());
+        let handler = PressureAdmit(state.clone());
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}
+        }))
+        .expect("pod");
+        assert!(handler.admit(&pod, &[]).is_none());
+        state.set(vec![crate::eviction::api::Condition::DiskPressure]);
+        let r = handler.admit(&pod, &[]).expect("rejected");
+        assert_eq!(r.reason, "Evicted");
+        assert_eq!(r.message, "The node had condition: [DiskPressure]. ");
+    }
+
+    #[test]
+    fn an_evicted_status_overwritten_by_a_sync_in_flight_is_applied_again() {
+        let statuses = Arc::new(StatusCache::default());
+        let mut e = KubeletEvictor {
+            statuses: statuses.clone(),
+            workers: Arc::new(PodWorkers::default()),
+            recent: Vec::new(),
+        };
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+        .expect("pod");
+        assert!(e.evict(&pod, Duration::ZERO, "m. "));
+        assert_eq!(
+            statuses.get("u1").and_then(|s| s.reason.clone()).as_deref(),
+            Some("Evicted")
+        );
+        statuses.set(
+            "u1",
+            PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            },
+        );
+        e.tick();
+        let st = statuses.get("u1").expect("status");
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.message.as_deref(), Some("m. "));
+    }
+
+    #[test]
+    fn flags_become_thresholds() {
+        let args = [
+            "rkubelet".to_string(),
+            "--eviction-hard=memory.available<1Gi".into(),
+            "--eviction-pressure-transition-period=30s".into(),
+        ];
+        let cfg = match crate::config::load(args.to_vec()) {
+            Ok(crate::config::Loaded::Run(cfg)) => cfg,
+            other => panic!("config: {other:?}"),
+        };
+        let c = config(&cfg).expect("valid");
+        assert_eq!(c.thresholds.len(), 1);
+        assert_eq!(c.pressure_transition_period, Duration::from_secs(30));
+    }
+}

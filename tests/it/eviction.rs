@@ -1,0 +1,286 @@
+//! The eviction manager on the real Docker engine and the API server stand-in: the
+//! kubelet's root directory on a small tmpfs of the test's own, filled by a file until
+//! `nodefs.available` is met; BestEffort API pods evicted first (Failed, `Evicted`,
+//! upstream's message), the static pod never; the Node's DiskPressure condition set and
+//! cleared after the (shortened) transition period; a new pod refused while it holds.
+//! Also the OOM kill of a container over its memory limit (`OOMKilled`).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::apiserver::{Options, TestApiServer};
+use crate::util::{unique, wait_for, Node, BUSYBOX, LONG, SLEEPER};
+
+const KUBELET_TOKEN: &str = "good-token";
+
+/// A tmpfs mounted for one test, unmounted and removed when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = std::env::temp_dir().join(format!("rkubelet-it-{}", unique("evroot")));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .expect("mount");
+        assert!(
+            ok.success(),
+            "mounting a tmpfs at {} (root needed)",
+            dir.display()
+        );
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+fn condition(node: &Value, kind: &str) -> Option<String> {
+    node["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .and_then(|c| c["status"].as_str().map(String::from))
+}
+
+#[test]
+fn disk_pressure_evicts_besteffort_pods_first_never_static_ones_and_clears() {
+    let api = TestApiServer::start(Options {
+        tokens: vec![KUBELET_TOKEN.into()],
+        ..Options::default()
+    });
+    let root = Tmpfs::mount("64m");
+    let mut node = Node::new("evict");
+    api.set_token_user(
+        KUBELET_TOKEN,
+        &format!("system:node:{}", node.name),
+        &["system:nodes"],
+    );
+    let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    // A static pod: critical, never evicted.
+    node.write_manifest(
+        "static.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static, namespace: default}}\n\
+             spec:\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, \"echo hi; {SLEEPER}\"]}}\n"
+        ),
+    );
+    node.start(&[
+        &format!("--kubeconfig={}", kc.display()),
+        &format!("--root-dir={}", root.0.display()),
+        "--eviction-hard=nodefs.available<50%",
+        "--eviction-pressure-transition-period=20s",
+        "--node-status-update-frequency=2s",
+    ]);
+    let pod = |name: &str, resources: Value| {
+        json!({"metadata": {"name": name}, "spec": {"nodeName": node.name,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": "c", "image": BUSYBOX, "resources": resources,
+                "command": ["sh", "-c", format!("echo started; {SLEEPER}")]}]}})
+    };
+    api.create_pod(pod("be-1", json!({})));
+    api.create_pod(pod("be-2", json!({})));
+    api.create_pod(pod(
+        "burstable",
+        json!({"requests": {"ephemeral-storage": "1Gi", "memory": "10Mi"}}),
+    ));
+    for name in ["be-1", "be-2", "burstable"] {
+        wait_for(&format!("{name} Running"), LONG, || {
+            let p = api.get("pods", "default", name)?;
+            (p["status"]["phase"] == "Running").then_some(())
+        });
+    }
+    let node_obj = wait_for("the Node registered", LONG, || {
+        api.get("nodes", "", &node.name)
+    });
+    assert_eq!(
+        condition(&node_obj, "DiskPressure").as_deref(),
+        Some("False")
+    );
+
+    // Fill the root filesystem past the threshold (40 of 64 MiB).
+    let filler = root.0.join("filler");
+    std::fs::write(&filler, vec![0u8; 40 << 20]).expect("fill");
+
+    wait_for("DiskPressure on the Node", LONG, || {
+        let n = api.get("nodes", "", &node.name)?;
+        (condition(&n, "DiskPressure").as_deref() == Some("True")).then_some(())
+    });
+    let evicted = |name: &str| -> Option<Value> {
+        let p = api.get("pods", "default", name)?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    };
+    // Both BestEffort pods go before the Burstable one (under its request).
+    let first = wait_for("a BestEffort pod evicted", LONG, || {
+        evicted("be-1").or_else(|| evicted("be-2"))
+    });
+    assert_eq!(first["status"]["phase"], "Failed");
+    let msg = first["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.starts_with("The node was low on resource: ephemeral-storage. Threshold quantity: 32Mi, available: "),
+        "{msg}"
+    );
+    wait_for("both BestEffort pods evicted", LONG, || {
+        evicted("be-1").and(evicted("be-2"))
+    });
+    let log = node.log();
+    let order: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split("evicting pod default/").nth(1))
+        .filter_map(|rest| rest.split(' ').next())
+        .collect();
+    assert!(order.len() >= 2, "{order:?}");
+    assert!(
+        order[..2].iter().all(|n| n.starts_with("be-")),
+        "BestEffort pods first: {order:?}"
+    );
+    // A new pod is refused while the pressure holds.
+    api.create_pod(pod("late", json!({})));
+    let late = wait_for("the late pod rejected", LONG, || {
+        let p = api.get("pods", "default", "late")?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(late["status"]["reason"], "Evicted");
+    assert_eq!(
+        late["status"]["message"],
+        "Pod was rejected: The node had condition: [DiskPressure]. "
+    );
+
+    // Pressure gone: the condition clears after the transition period.
+    std::fs::remove_file(&filler).expect("unfill");
+    wait_for("DiskPressure cleared", LONG, || {
+        let n = api.get("nodes", "", &node.name)?;
+        (condition(&n, "DiskPressure").as_deref() == Some("False")).then_some(())
+    });
+    // The static pod was never evicted and still runs.
+    let statics = node.pods();
+    let st = statics["items"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|p| {
+                    p["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("static"))
+                })
+                .cloned()
+        })
+        .expect("the static pod");
+    assert_eq!(st["status"]["phase"], "Running", "{}", node.log());
+    assert!(!log.contains("evicting pod default/static"));
+    drop(node);
+}
+
+#[test]
+fn a_container_over_its_memory_limit_is_oom_killed() {
+    let mut node = Node::new("oom");
+    // The shell keeps 100 MiB in a variable: its cgroup's 20 MiB limit kills it.
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata: {name: oom, namespace: default}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: hog
+    image: IMAGE
+    resources: {limits: {memory: 20Mi}}
+    command: [sh, -c, "x=$(head -c 104857600 /dev/zero | tr '\\0' x); echo ${#x}"]
+"#;
+    node.write_manifest("oom.yaml", &manifest.replace("IMAGE", BUSYBOX));
+    node.start(&[]);
+    let status = wait_for("the hog OOMKilled", Duration::from_secs(120), || {
+        let pods = node.pods();
+        let p = pods["items"].as_array()?.first()?.clone();
+        let cs = p["status"]["containerStatuses"]
+            .as_array()?
+            .first()?
+            .clone();
+        (cs["state"]["terminated"]["reason"] == "OOMKilled").then_some(cs)
+    });
+    assert_eq!(status["name"], "hog");
+}
+
+#[test]
+fn memory_pressure_refuses_besteffort_pods_and_evicts_but_never_static_ones() {
+    let api = TestApiServer::start(Options {
+        tokens: vec![KUBELET_TOKEN.into()],
+        ..Options::default()
+    });
+    let mut node = Node::new("evmem");
+    api.set_token_user(
+        KUBELET_TOKEN,
+        &format!("system:node:{}", node.name),
+        &["system:nodes"],
+    );
+    let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    // A threshold of the whole memory: available is always below it, whatever the
+    // machine's other load does, so the node is under memory pressure from the start.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("MemTotal");
+    node.write_manifest(
+        "static.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static, namespace: default}}\n\
+             spec:\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, \"{SLEEPER}\"]}}\n"
+        ),
+    );
+    node.start(&[
+        &format!("--kubeconfig={}", kc.display()),
+        &format!("--eviction-hard=memory.available<{total_kib}Ki"),
+        "--node-status-update-frequency=2s",
+    ]);
+    wait_for("MemoryPressure on the Node", LONG, || {
+        let n = api.get("nodes", "", &node.name)?;
+        (condition(&n, "MemoryPressure").as_deref() == Some("True")).then_some(())
+    });
+    let pod = |name: &str, resources: Value| {
+        json!({"metadata": {"name": name}, "spec": {"nodeName": node.name,
+            "containers": [{"name": "c", "image": BUSYBOX, "resources": resources,
+                "command": ["sh", "-c", SLEEPER]}]}})
+    };
+    // BestEffort: refused under memory pressure.
+    api.create_pod(pod("be", json!({})));
+    let be = wait_for("the BestEffort pod rejected", LONG, || {
+        let p = api.get("pods", "default", "be")?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(
+        be["status"]["message"],
+        "Pod was rejected: The node had condition: [MemoryPressure]. "
+    );
+    // Burstable: admitted, then evicted (the only pod that may be).
+    api.create_pod(pod("burstable", json!({"requests": {"memory": "10Mi"}})));
+    let b = wait_for("the Burstable pod evicted", LONG, || {
+        let p = api.get("pods", "default", "burstable")?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    let msg = b["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with("The node was low on resource: memory. Threshold quantity: "),
+        "{msg}"
+    );
+    // The static pod keeps running.
+    let log = node.log();
+    assert!(!log.contains("evicting pod default/static"), "{log}");
+    assert!(
+        log.contains("cannot evict a critical pod default/static"),
+        "{log}"
+    );
+}
