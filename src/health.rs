@@ -1,6 +1,7 @@
 //! Health checks: the runtime's liveness (the `runtime-up` loop, upstream
 //! `updateRuntimeUp`), and the set of named checks the healthz endpoints report
-//! (`ping`, `syncloop`, `pleg`, `runtime`), each with upstream's wording.
+//! (`ping`, `syncloop`, `pleg`, `runtime`, and `network`: the runtime's network
+//! readiness from the `net-status` loop), each with upstream's wording.
 //!
 //! Every periodic loop (one spawned with a period: `src-file`, `src-http`,
 //! `runtime-up`, `volume-mgr`, …) is also a check of its own name: it fails when the
@@ -121,6 +122,80 @@ impl RuntimeHealth {
     }
 }
 
+/// Upstream's `networkError` before the first status: the node is not ready until the
+/// runtime's network has been seen.
+const NETWORK_UNKNOWN: &str = "network state unknown";
+
+/// How often a ready network is asked again (it changes rarely; a bridge taken down
+/// shows within 30 s). While it is not ready, or unknown (Docker down at start), it is
+/// asked every [`RUNTIME_UP_PERIOD`], so the node turns Ready within 5 s of Docker.
+pub const NET_STATUS_PERIOD: Duration = Duration::from_secs(30);
+
+/// The runtime's network readiness, written by the `net-status` loop (upstream's
+/// `runtimeState.networkError`, set from CRI `Status`'s `NetworkReady`).
+#[derive(Debug, Default)]
+pub struct NetworkHealth {
+    error: Mutex<Option<Result<(), String>>>,
+    /// When the network was last seen ready.
+    ready_at: Mutex<Option<Instant>>,
+}
+
+impl NetworkHealth {
+    /// Err with upstream's wording while pods cannot get a network.
+    pub fn healthy(&self) -> Result<(), String> {
+        lock(&self.error)
+            .clone()
+            .unwrap_or_else(|| Err(NETWORK_UNKNOWN.into()))
+    }
+
+    /// One `net-status` tick. A runtime that does not answer leaves the last state
+    /// (the `runtime` check reports it), as upstream's `updateRuntimeUp`.
+    pub fn tick(&self, runtime: &dyn Runtime) -> Result<(), RuntimeError> {
+        let now = Instant::now();
+        let fresh = lock(&self.ready_at)
+            .is_some_and(|at| now.saturating_duration_since(at) < NET_STATUS_PERIOD);
+        if fresh {
+            return Ok(());
+        }
+        let st = runtime.network_status()?;
+        *lock(&self.ready_at) = st.ready.then_some(now);
+        let state = if st.ready {
+            Ok(())
+        } else {
+            Err(format!(
+                "container runtime network not ready: NetworkReady=false reason:{} message:{}",
+                st.reason, st.message
+            ))
+        };
+        let before = lock(&self.error).replace(state.clone());
+        if before.as_ref() != Some(&state) {
+            match &state {
+                Ok(()) => log::info!("container runtime network is ready"),
+                Err(e) => log::warn!("{e}"),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Starts the `net-status` loop; returns what it writes.
+pub fn start_net_status(
+    loops: &crate::loops::Loops,
+    runtime: Arc<dyn Runtime>,
+) -> Result<Arc<NetworkHealth>, crate::loops::SpawnError> {
+    let health = Arc::new(NetworkHealth::default());
+    let h = health.clone();
+    loops.spawn_periodic(
+        crate::loops::Periodic {
+            name: "net-status".into(),
+            period: RUNTIME_UP_PERIOD,
+            wake: None,
+        },
+        move || h.tick(runtime.as_ref()),
+    )?;
+    Ok(health)
+}
+
 /// The checks behind the healthz endpoints.
 #[derive(Debug, Clone)]
 pub struct HealthChecks {
@@ -130,12 +205,14 @@ pub struct HealthChecks {
     pub pleg: Arc<PlegShared>,
     /// The runtime's liveness.
     pub runtime: Arc<RuntimeHealth>,
+    /// The runtime's network readiness.
+    pub network: Arc<NetworkHealth>,
     /// `syncFrequency`, for the sync-loop window.
     pub sync_frequency: Duration,
 }
 
 /// The names of the checks, in the order they are reported.
-pub const CHECKS: [&str; 4] = ["ping", "syncloop", "pleg", "runtime"];
+pub const CHECKS: [&str; 5] = ["ping", "syncloop", "pleg", "runtime", "network"];
 
 impl HealthChecks {
     /// Runs one named check (a fixed one, or a periodic loop's stall check). None if
@@ -149,6 +226,7 @@ impl HealthChecks {
                 .healthy(now)
                 .map_err(|e| format!("PLEG is not healthy: {e}")),
             "runtime" => self.runtime.healthy(now),
+            "network" => self.network.healthy(),
             _ => {
                 let st = self.registry.get(name)?;
                 st.period?;
@@ -273,6 +351,7 @@ mod tests {
             registry: loops.registry(),
             pleg: Arc::new(PlegShared::default()),
             runtime: Arc::new(RuntimeHealth::default()),
+            network: Arc::new(NetworkHealth::default()),
             sync_frequency: Duration::from_secs(1),
         };
         let until = Instant::now() + Duration::from_secs(10);
@@ -290,7 +369,7 @@ mod tests {
         let names: Vec<_> = all.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
-            ["ping", "syncloop", "pleg", "runtime", "blocked", "fine"]
+            ["ping", "syncloop", "pleg", "runtime", "network", "blocked", "fine"]
         );
         let blocked = checks.check("blocked", later).expect("a check");
         assert!(
@@ -299,12 +378,47 @@ mod tests {
                 .is_err_and(|e| e.starts_with("blocked was last seen active ")),
             "{blocked:?}"
         );
-        assert_eq!(all[4].1, blocked);
+        assert_eq!(all[5].1, blocked);
         assert_eq!(checks.check("fine", later), Some(Ok(())));
         assert_eq!(checks.check("events", later), None, "no period: no check");
         drop(release_tx);
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn network_readiness_has_upstreams_wording_and_survives_a_runtime_error() {
+        use crate::runtime::fake::{FakeClock, FakeRuntime, Fault, Op};
+        use crate::runtime::NetworkStatus;
+        let rt = FakeRuntime::new(FakeClock::default());
+        let h = NetworkHealth::default();
+        assert_eq!(h.healthy(), Err("network state unknown".into()));
+        h.tick(&rt).expect("tick");
+        assert_eq!(h.healthy(), Ok(()));
+        h.tick(&rt).expect("tick");
+        assert_eq!(
+            rt.count(Op::NetworkStatus),
+            1,
+            "a ready network is asked every 30 s"
+        );
+        *lock(&h.ready_at) = None;
+        rt.set_network_status(NetworkStatus {
+            ready: false,
+            reason: "NetworkPluginNotReady".into(),
+            message: "docker: network plugin is not ready: the bridge network does not exist"
+                .into(),
+        });
+        h.tick(&rt).expect("tick");
+        assert_eq!(
+            h.healthy(),
+            Err("container runtime network not ready: NetworkReady=false \
+                 reason:NetworkPluginNotReady message:docker: network plugin is not ready: \
+                 the bridge network does not exist"
+                .into())
+        );
+        rt.fail(Op::NetworkStatus, 1, Fault::Unavailable);
+        assert!(h.tick(&rt).is_err());
+        assert!(h.healthy().is_err(), "the last state is kept");
     }
 
     #[test]

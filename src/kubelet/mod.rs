@@ -51,6 +51,7 @@ use crate::server::http_metrics::ServerType;
 use crate::server::kubelet::KubeletServer;
 use crate::server::readonly::{PodsView, ReadOnly};
 use crate::server::{self, ServerError, Unblockers};
+use crate::stats::StatsConfig;
 use crate::status::manager::PodManagerView;
 use crate::status::StatusCache;
 use crate::volume::{VolumeManager, VOLUME_MGR_PERIOD};
@@ -218,10 +219,14 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     }
     crate::record::node_event(&cfg.node_name, false, "Starting", "Starting kubelet.");
     let pods_view = parts.pods_view.clone();
+    // The resource analyzer (`stats`) and the runtime's network readiness (`net-status`).
+    let stats = crate::stats::start(&loops, StatsConfig::new(&cfg), parts.runtime.clone())?;
+    let network = crate::health::start_net_status(&loops, parts.runtime.clone())?;
     let checks = HealthChecks {
         registry: loops.registry(),
         pleg: parts.pleg_shared.clone(),
         runtime: parts.runtime_health.clone(),
+        network: network.clone(),
         sync_frequency: cfg.sync_frequency,
     };
     let unblockers = Unblockers::default();
@@ -254,6 +259,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                         loops: loops.clone(),
                         node_name: cfg.node_name.clone(),
                     },
+                    stats: stats.clone(),
                 };
                 log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);
                 server::serve_tls(
@@ -288,6 +294,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
                     registry: loops.registry(),
                     probe_metrics: parts.probes.metrics().clone(),
                     metrics: parts.metrics.clone(),
+                    stats: stats.clone(),
                 };
                 server::serve(
                     &loops,
@@ -433,8 +440,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             &cfg,
             client.clone(),
             parts.runtime.clone(),
-            parts.runtime_health.clone(),
-            parts.pleg_shared.clone(),
+            &checks,
             parts.pressure.clone(),
         )?;
         parts.start_status_manager(&loops, client, &cfg.node_name)?;

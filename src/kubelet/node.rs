@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::apiclient::ApiClient;
 use crate::config::KubeletConfig;
-use crate::health::RuntimeHealth;
+use crate::health::{HealthChecks, NetworkHealth, RuntimeHealth};
 use crate::loops::{Loops, Periodic, SpawnError};
 use crate::nodelease::{self, Heartbeat};
 use crate::nodestatus::{self, setters::NodeSettings, ReadinessCheck};
@@ -19,8 +19,13 @@ use crate::status::manager::{PodFinished, StatusManager, TICK};
 use super::Components;
 
 /// The Ready condition's reasons from the kubelet's own checks, in upstream's order
-/// (`runtimeState.runtimeErrors`): the runtime, then the PLEG.
-fn readiness(runtime: Arc<RuntimeHealth>, pleg: Arc<PlegShared>) -> ReadinessCheck {
+/// (`runtimeState.runtimeErrors`): the runtime, then the PLEG; then the runtime's
+/// network (`networkErrors`).
+fn readiness(
+    runtime: Arc<RuntimeHealth>,
+    pleg: Arc<PlegShared>,
+    network: Arc<NetworkHealth>,
+) -> ReadinessCheck {
     Box::new(move || {
         let now = Instant::now();
         let mut errs = Vec::new();
@@ -29,6 +34,10 @@ fn readiness(runtime: Arc<RuntimeHealth>, pleg: Arc<PlegShared>) -> ReadinessChe
         }
         if let Err(e) = pleg.healthy(now) {
             errs.push(format!("PLEG is not healthy: {e}"));
+        }
+        // Upstream's `networkErrors` follow the runtime's.
+        if let Err(e) = network.healthy() {
+            errs.push(e);
         }
         errs
     })
@@ -107,8 +116,7 @@ pub(super) fn start(
     cfg: &KubeletConfig,
     client: Arc<ApiClient>,
     runtime: Arc<dyn Runtime>,
-    runtime_health: Arc<RuntimeHealth>,
-    pleg: Arc<PlegShared>,
+    checks: &HealthChecks,
     pressure: Arc<crate::eviction::PressureState>,
 ) -> Result<(), SpawnError> {
     let heartbeat = Arc::new(Heartbeat::default());
@@ -122,7 +130,11 @@ pub(super) fn start(
             client: client.clone(),
             settings,
             runtime,
-            readiness: readiness(runtime_health, pleg),
+            readiness: readiness(
+                checks.runtime.clone(),
+                checks.pleg.clone(),
+                checks.network.clone(),
+            ),
             heartbeat: heartbeat.clone(),
             register_node: cfg.register_node,
             update_frequency: cfg.node_status_update_frequency,

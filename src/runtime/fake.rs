@@ -21,9 +21,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::{
     ContainerConfig, ContainerDetails, ContainerSettings, ContainerState, ContainerSummary,
-    ExecResult, ExecSession, ImageDetails, LogOptions, LogStream, NamespaceMode, OutputKind,
-    ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeInfo, RuntimeVersion,
-    StreamOptions, TermSize, SIGKILL,
+    ExecResult, ExecSession, ImageDetails, LogOptions, LogStream, NamespaceMode, NetworkStatus,
+    OutputKind, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeInfo,
+    RuntimeVersion, StreamOptions, TermSize, SIGKILL,
 };
 use crate::loops::lock;
 
@@ -109,6 +109,8 @@ pub enum Op {
     Resize,
     /// `events`
     Events,
+    /// `network_status`
+    NetworkStatus,
 }
 
 /// One recorded call: the operation and what it was about (a container ID or name,
@@ -197,6 +199,8 @@ struct State {
     resizes: Vec<(String, TermSize)>,
     /// What `info` answers.
     info: RuntimeInfo,
+    /// What `network_status` answers; None: ready.
+    network: Option<NetworkStatus>,
 }
 
 /// The in-memory runtime.
@@ -289,6 +293,11 @@ impl FakeRuntime {
     /// Every signal sent with `kill_container`, in order.
     pub fn signals(&self) -> Vec<Signal> {
         lock(&self.state).signals.clone()
+    }
+
+    /// What `network_status` answers from now on.
+    pub fn set_network_status(&self, status: NetworkStatus) {
+        lock(&self.state).network = Some(status);
     }
 
     /// What `exec` in container `id` answers.
@@ -795,6 +804,14 @@ impl Runtime for FakeRuntime {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(())
+    }
+
+    fn network_status(&self) -> Result<NetworkStatus, RuntimeError> {
+        self.enter(Op::NetworkStatus, "")?;
+        Ok(lock(&self.state).network.clone().unwrap_or(NetworkStatus {
+            ready: true,
+            ..NetworkStatus::default()
+        }))
     }
 }
 

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use super::{
     ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ExecSession, ImageDetails,
-    LogOptions, LogStream, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
-    RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
+    LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth, Runtime, RuntimeError,
+    RuntimeEvent, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
 };
 use crate::metrics::kubelet::KubeletMetrics;
 
@@ -171,6 +171,11 @@ impl Runtime for InstrumentedRuntime {
         self.record("get_container_events", || {
             self.inner.events(label_filter, on_event, should_stop)
         })
+    }
+
+    fn network_status(&self) -> Result<NetworkStatus, RuntimeError> {
+        // CRI's `Status` call, upstream's operation name.
+        self.record("status", || self.inner.network_status())
     }
 }
 

@@ -284,6 +284,20 @@ pub struct ContainerSettings {
     /// else the image's STOPSIGNAL); "" when neither set one. Read it through
     /// [`ContainerDetails::stop_signal`], which supplies the default.
     pub stop_signal: String,
+    /// The host directory of the container's writable layer (overlay's upper
+    /// directory; "" when the storage driver has none): its size is the rootfs usage.
+    pub rootfs_dir: String,
+}
+
+/// The runtime's network readiness (CRI's `NetworkReady` condition).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetworkStatus {
+    /// Pods can get a network.
+    pub ready: bool,
+    /// Why not (upstream's `NetworkPluginNotReady`); "" when ready.
+    pub reason: String,
+    /// What is wrong, for the Ready condition's message; "" when ready.
+    pub message: String,
 }
 
 /// Which network namespace a new container uses.
@@ -692,4 +706,8 @@ pub trait Runtime: Send + Sync + fmt::Debug {
         on_event: &mut dyn FnMut(RuntimeEvent) -> bool,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<(), RuntimeError>;
+
+    /// Whether pods can get a network (CRI `Status`'s `NetworkReady`): for Docker, its
+    /// default bridge network exists and its interface is up.
+    fn network_status(&self) -> Result<NetworkStatus, RuntimeError>;
 }

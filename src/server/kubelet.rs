@@ -8,7 +8,8 @@
 //! field names, as upstream's `setConfigz`), `/containerLogs` ([`logs`]), `/logs/`
 //! ([`logfiles`]), `/run`, `PUT /debug/flags/v` ([`debug`]) and `/runningpods/` (the
 //! runtime's pods from the last PLEG relist); `/metrics` and `/metrics/probes`
-//! (Prometheus text); `/exec`, `/attach` and `/portForward` ([`streams`]), also
+//! (Prometheus text); `/stats/summary`, `/metrics/resource` and `/metrics/cadvisor`
+//! (the resource analyzer's, as the read-only port's); `/exec`, `/attach` and `/portForward` ([`streams`]), also
 //! debugging handlers. Everything else is 404.
 
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ use serde_json::{json, Map, Value};
 
 use super::auth::{self, AuthConfig};
 use super::http_metrics::metrics_reply;
-use super::readonly::{running_pods_json, PodsView};
+use super::readonly::{running_pods_json, stats_reply, PodsView};
 use super::streams::{self, PodRef, StreamServer, Verb};
 use super::{debug, healthz, logfiles, logs, Reply, Req};
 use crate::config::KubeletConfig;
@@ -28,6 +29,7 @@ use crate::metrics::kubelet::KubeletMetrics;
 use crate::pleg::PlegShared;
 use crate::prober::metrics::ProbeMetrics;
 use crate::runtime::Runtime;
+use crate::stats::StatsProvider;
 
 /// Where `/logs/` serves from on a node (upstream's `http.Dir("/var/log/")`).
 pub const NODE_LOG_DIR: &str = "/var/log";
@@ -59,6 +61,8 @@ pub struct KubeletServer {
     pub log_dir: PathBuf,
     /// Exec, attach and port-forward.
     pub streams: StreamServer,
+    /// The resource analyzer's latest figures (`nodes/stats`, `nodes/metrics`).
+    pub stats: Arc<StatsProvider>,
 }
 
 /// Routes one request on the kubelet port, after authentication and authorization.
@@ -74,7 +78,11 @@ pub fn handle(k: &KubeletServer, req: &Req) -> Reply {
     }
     // Segments as sent, empty ones kept (`/containerLogs/ns/pod/` has an empty name).
     let raw: Vec<&str> = req.raw_path.split('/').skip(1).collect();
-    match req.path().as_slice() {
+    let path = req.path();
+    if let Some(reply) = stats_reply(&k.stats, req, &path) {
+        return reply;
+    }
+    match path.as_slice() {
         ["pods"] if req.method == "GET" => Reply::json(200, k.pods.pod_list_json()),
         ["pods"] => Reply::method_not_allowed("GET"),
         ["healthz"] => healthz(&k.checks, req, None),

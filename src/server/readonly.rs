@@ -5,7 +5,8 @@
 //! kubelet runs, with the status it computed), `/healthz` and its sub-checks, and
 //! `/debug/loops` (every loop's last tick, to tell which one is stuck), `/metrics`
 //! (the kubelet's Prometheus metrics, as upstream's read-only port serves them) and
-//! `/metrics/probes` (probe results and lateness, Prometheus text).
+//! `/metrics/probes` (probe results and lateness, Prometheus text), and the resource
+//! analyzer's `/stats/summary`, `/metrics/resource` and `/metrics/cadvisor`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,8 @@ use crate::health::HealthChecks;
 use crate::loops::{lock, LoopRegistry};
 use crate::metrics::kubelet::KubeletMetrics;
 use crate::pleg::RuntimePodInfo;
+use crate::stats::metrics::{render_cadvisor, render_resource};
+use crate::stats::StatsProvider;
 use crate::status::StatusCache;
 
 /// The pods the sync loop manages, published for readers (an `Arc` swapped under a
@@ -138,11 +141,45 @@ pub struct ReadOnly {
     pub probe_metrics: Arc<crate::prober::metrics::ProbeMetrics>,
     /// The kubelet's metrics, for `/metrics`.
     pub metrics: Arc<KubeletMetrics>,
+    /// The resource analyzer's latest figures, for `/stats/summary`,
+    /// `/metrics/resource` and `/metrics/cadvisor`.
+    pub stats: Arc<StatsProvider>,
+}
+
+/// The stats paths both ports serve from the analyzer's latest snapshot: None when
+/// `path` is not one of them.
+pub fn stats_reply(stats: &StatsProvider, req: &Req, path: &[&str]) -> Option<Reply> {
+    Some(match path {
+        // Upstream's summary route answers GET and POST.
+        ["stats", "summary"] if req.method == "GET" || req.method == "POST" => {
+            let only = query_value(&req.query, "only_cpu_and_memory") == Some("true");
+            Reply::json(200, crate::stats::summary_json(stats, only))
+        }
+        ["stats", "summary"] => Reply::method_not_allowed("GET, POST"),
+        // Upstream's metrics handlers answer every method.
+        ["metrics", "resource"] => metrics_reply(render_resource(&stats.latest())),
+        ["metrics", "cadvisor"] => metrics_reply(render_cadvisor(&stats.latest())),
+        _ => return None,
+    })
+}
+
+/// The first value of `key` in a query string (values here are plain words, never
+/// escaped).
+fn query_value<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query.split('&').find_map(|kv| {
+        kv.split_once('=')
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    })
 }
 
 /// Routes one request on the read-only port.
 pub fn handle(ro: &ReadOnly, req: &Req) -> Reply {
-    match req.path().as_slice() {
+    let path = req.path();
+    if let Some(reply) = stats_reply(&ro.stats, req, &path) {
+        return reply;
+    }
+    match path.as_slice() {
         ["pods"] if req.method == "GET" => Reply::json(200, ro.pods.pod_list_json()),
         ["pods"] => Reply::method_not_allowed("GET"),
         ["healthz"] => healthz(&ro.checks, req, None),

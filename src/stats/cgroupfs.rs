@@ -229,6 +229,26 @@ impl CgroupFs {
 
     /// `cgroup`'s memory figures.
     pub fn memory(&self, cgroup: &str) -> Result<MemoryStats, SampleError> {
+        let mut m = self.memory_usage(cgroup)?;
+        m.limit_bytes = self.memory_limit(cgroup);
+        Ok(m)
+    }
+
+    /// `cgroup`'s memory limit (`None`: unlimited or unreadable).
+    pub fn memory_limit(&self, cgroup: &str) -> Option<u64> {
+        let dir = self.dir("memory", cgroup);
+        let limit = match self.version {
+            CgroupVersion::V1 => read_u64(&dir.join("memory.limit_in_bytes")).ok(),
+            CgroupVersion::V2 => read_small(&dir.join("memory.max"))
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok()),
+        };
+        limit.filter(|l| *l <= UNLIMITED_ABOVE)
+    }
+
+    /// `cgroup`'s memory figures without its limit (`limit_bytes: None`): one file
+    /// fewer for samplers that read the limit less often than the usage.
+    pub fn memory_usage(&self, cgroup: &str) -> Result<MemoryStats, SampleError> {
         let dir = self.dir("memory", cgroup);
         match self.version {
             CgroupVersion::V1 => {
@@ -237,7 +257,6 @@ impl CgroupFs {
                 let stat = read_small(&stat_path)?;
                 let get = |k: &str| flat_key(&stat, k);
                 let inactive = get("total_inactive_file").or_else(|| get("inactive_file"));
-                let limit = read_u64(&dir.join("memory.limit_in_bytes")).ok();
                 Ok(MemoryStats {
                     usage_bytes: usage,
                     working_set_bytes: usage.saturating_sub(inactive.unwrap_or(0)),
@@ -245,7 +264,7 @@ impl CgroupFs {
                     inactive_file_bytes: inactive.unwrap_or(0),
                     page_faults: get("pgfault").unwrap_or(0),
                     major_page_faults: get("pgmajfault").unwrap_or(0),
-                    limit_bytes: limit.filter(|l| *l <= UNLIMITED_ABOVE),
+                    limit_bytes: None,
                 })
             }
             CgroupVersion::V2 => {
@@ -253,9 +272,6 @@ impl CgroupFs {
                 let stat = read_small(&dir.join("memory.stat"))?;
                 let get = |k: &str| flat_key(&stat, k);
                 let inactive = get("inactive_file").unwrap_or(0);
-                let limit = read_small(&dir.join("memory.max"))
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok());
                 Ok(MemoryStats {
                     usage_bytes: usage,
                     working_set_bytes: usage.saturating_sub(inactive),
@@ -263,7 +279,7 @@ impl CgroupFs {
                     inactive_file_bytes: inactive,
                     page_faults: get("pgfault").unwrap_or(0),
                     major_page_faults: get("pgmajfault").unwrap_or(0),
-                    limit_bytes: limit.filter(|l| *l <= UNLIMITED_ABOVE),
+                    limit_bytes: None,
                 })
             }
         }

@@ -1,5 +1,56 @@
-//! Resource usage statistics (upstream `pkg/kubelet/stats` and `pkg/kubelet/server/stats`):
-//! the raw readers of cgroupfs and `/proc` ([`cgroupfs`]), shared with the eviction
-//! manager.
+//! Resource usage statistics (upstream `pkg/kubelet/stats` and
+//! `pkg/kubelet/server/stats`): the raw readers of cgroupfs and `/proc` ([`cgroupfs`],
+//! shared with the eviction manager), the disk usage scanner ([`fsscan`]), the `stats`
+//! loop that samples everything every 10 s ([`analyzer`]), the `/stats/summary`
+//! document ([`types`]) and the `/metrics/resource` and `/metrics/cadvisor` texts
+//! ([`metrics`]). The ports serve the latest snapshot; a request samples nothing.
 
+pub mod analyzer;
 pub mod cgroupfs;
+pub mod fsscan;
+pub mod metrics;
+pub mod summary;
+pub mod types;
+
+use std::sync::Arc;
+
+pub use analyzer::{Analyzer, Snapshot, StatsConfig, StatsProvider, STATS_PERIOD};
+
+use crate::loops::{Loops, Periodic, SpawnError};
+use crate::runtime::Runtime;
+
+/// Starts the `stats` loop; returns the provider the ports read.
+pub fn start(
+    loops: &Loops,
+    cfg: StatsConfig,
+    runtime: Arc<dyn Runtime>,
+) -> Result<Arc<StatsProvider>, SpawnError> {
+    let provider = Arc::new(StatsProvider::default());
+    if !analyzer::cgroups_present(&cfg.cgroups) {
+        log::warn!(
+            "stats: no cgroup hierarchy at {}: /stats/summary will have no pod figures",
+            cfg.cgroups.root().display()
+        );
+    }
+    let mut analyzer = Analyzer::new(cfg, runtime, provider.clone());
+    loops.spawn_periodic(
+        Periodic {
+            name: "stats".into(),
+            period: STATS_PERIOD,
+            wake: None,
+        },
+        move || analyzer.tick(),
+    )?;
+    Ok(provider)
+}
+
+/// `/stats/summary`'s body (`?only_cpu_and_memory=true`: the reduced form).
+pub fn summary_json(provider: &StatsProvider, only_cpu_and_memory: bool) -> Vec<u8> {
+    let snap = provider.latest();
+    let body = if only_cpu_and_memory {
+        serde_json::to_vec(&summary::cpu_and_memory_only(&snap.summary))
+    } else {
+        serde_json::to_vec(&snap.summary)
+    };
+    body.unwrap_or_default()
+}

@@ -233,6 +233,9 @@ impl Runtime for OnlyTestImages {
     fn info(&self) -> Result<RuntimeInfo, RuntimeError> {
         self.inner.info()
     }
+    fn network_status(&self) -> Result<rkubelet::runtime::NetworkStatus, RuntimeError> {
+        self.inner.network_status()
+    }
     fn list_containers(&self, f: &[String]) -> Result<Vec<ContainerSummary>, RuntimeError> {
         self.inner.list_containers(f)
     }

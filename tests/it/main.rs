@@ -33,3 +33,4 @@ mod eviction;
 mod log_file;
 mod cgroups;
 mod gc;
+mod stats;

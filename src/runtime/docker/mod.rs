@@ -54,8 +54,8 @@ use self::stream::{append_capped, demux_interleaved, FrameDecoder, StreamKind};
 use self::wire::REGISTRY_AUTH_BASE64;
 use super::{
     ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ExecSession, ImageDetails,
-    LogOptions, LogStream, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
-    RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
+    LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth, Runtime, RuntimeError,
+    RuntimeEvent, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
 };
 use crate::lines::LineReader;
 use crate::netutil::query_escape as percent_encode;
@@ -571,6 +571,53 @@ impl Runtime for Docker {
             }
         }
     }
+
+    fn network_status(&self) -> Result<NetworkStatus, RuntimeError> {
+        // dockershim's network was Docker's own bridge (no CNI): ready when the
+        // `bridge` network exists and its interface is up.
+        #[derive(Deserialize)]
+        struct Network {
+            #[serde(rename = "Options", default)]
+            options: std::collections::HashMap<String, String>,
+        }
+        let not_ready = |message: String| NetworkStatus {
+            ready: false,
+            reason: "NetworkPluginNotReady".into(),
+            message,
+        };
+        let net: Network = match self.client.call_json(
+            "inspect network bridge",
+            Req::get("/networks/bridge".into()),
+        ) {
+            Ok(n) => n,
+            Err(RuntimeError::NotFound { .. }) => {
+                return Ok(not_ready(
+                    "docker: network plugin is not ready: the bridge network does not exist".into(),
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        let iface = net
+            .options
+            .get("com.docker.network.bridge.name")
+            .cloned()
+            .unwrap_or_else(|| "docker0".into());
+        Ok(match bridge_is_up(&iface) {
+            Some(true) => NetworkStatus {
+                ready: true,
+                ..NetworkStatus::default()
+            },
+            Some(false) => not_ready(format!(
+                "docker: network plugin is not ready: bridge interface {iface} is down"
+            )),
+            // Docker runs in another network namespace than ours (or /sys is not
+            // mounted): the network's presence is all that can be known.
+            None => NetworkStatus {
+                ready: true,
+                ..NetworkStatus::default()
+            },
+        })
+    }
 }
 
 impl Docker {
@@ -650,6 +697,17 @@ impl PullProgress {
 /// An error from the pull stream. The engine reports a missing image or tag in
 /// words only; those become NotFound so callers can tell "no such image" from
 /// "registry broken".
+/// Whether network interface `name` is up (`IFF_UP` in `/sys/class/net/<name>/flags`);
+/// None when it cannot be seen from here.
+fn bridge_is_up(name: &str) -> Option<bool> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return None;
+    }
+    let text = std::fs::read_to_string(format!("/sys/class/net/{name}/flags")).ok()?;
+    let flags = u32::from_str_radix(text.trim().trim_start_matches("0x"), 16).ok()?;
+    Some(flags & 1 == 1)
+}
+
 fn pull_error(op: String, message: String) -> RuntimeError {
     let lower = message.to_ascii_lowercase();
     if lower.contains("not found") || lower.contains("manifest unknown") {

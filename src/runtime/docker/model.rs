@@ -85,7 +85,12 @@ pub(super) fn ip_address(settings: Option<&api::NetworkSettings>) -> String {
 pub(super) fn details_from(c: api::ContainerInspectResponse) -> ContainerDetails {
     let state = c.state.unwrap_or_default();
     let config = c.config.unwrap_or_default();
-    let settings = settings_from(&config, c.host_config.as_ref());
+    let mut settings = settings_from(&config, c.host_config.as_ref());
+    settings.rootfs_dir = c
+        .graph_driver
+        .as_ref()
+        .and_then(|g| g.data.get("UpperDir").cloned())
+        .unwrap_or_default();
     ContainerDetails {
         id: c.id.unwrap_or_default(),
         name: bare_name(c.name.as_deref().unwrap_or_default()),
@@ -174,6 +179,7 @@ pub(super) fn settings_from(
         stdin: config.open_stdin.unwrap_or(false),
         tty: config.tty.unwrap_or(false),
         stop_signal: config.stop_signal.clone().unwrap_or_default(),
+        rootfs_dir: String::new(),
     }
 }
 
