@@ -91,7 +91,9 @@ fn disk_pressure_evicts_besteffort_pods_first_never_static_ones_and_clears() {
     api.create_pod(pod("be-2", json!({})));
     api.create_pod(pod(
         "burstable",
-        json!({"requests": {"ephemeral-storage": "1Gi", "memory": "10Mi"}}),
+        // Under its request (so ranked after the BestEffort pods), and within the
+        // 64 MiB node's allocatable (admission refuses a request beyond it).
+        json!({"requests": {"ephemeral-storage": "8Mi", "memory": "10Mi"}}),
     ));
     for name in ["be-1", "be-2", "burstable"] {
         wait_for(&format!("{name} Running"), LONG, || {
@@ -276,11 +278,13 @@ fn memory_pressure_refuses_besteffort_pods_and_evicts_but_never_static_ones() {
         msg.starts_with("The node was low on resource: memory. Threshold quantity: "),
         "{msg}"
     );
-    // The static pod keeps running.
+    // The static pod keeps running: the passes after the Burstable pod's eviction find
+    // only it, and say they cannot evict it.
+    wait_for("a pass to find only the critical static pod", LONG, || {
+        node.log()
+            .contains("cannot evict a critical pod default/static")
+            .then_some(())
+    });
     let log = node.log();
     assert!(!log.contains("evicting pod default/static"), "{log}");
-    assert!(
-        log.contains("cannot evict a critical pod default/static"),
-        "{log}"
-    );
 }
