@@ -27,9 +27,12 @@ run: build images
 		--hostname-override=$(NODE_NAME) \
 		--pod-infra-container-image=$(PAUSE)
 
-# Unit tests and integration tests against the real Docker engine.
+# Unit tests and integration tests against the real Docker engine. The integration
+# tests mostly wait (for outages, back-offs, grace periods, rotations), so four run at
+# once even on two cores; set RUST_TEST_THREADS to change it.
+RUST_TEST_THREADS ?= 4
 test: images
-	$(CARGO) test
+	RUST_TEST_THREADS=$(RUST_TEST_THREADS) $(CARGO) test
 
 lint:
 	$(CARGO) fmt --check
