@@ -79,6 +79,32 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The body of a loop spawned with [`Loops::spawn`] that ticks like a periodic one,
+/// but sleeps `period` stretched by up to `jitter` (a fraction) each time, as
+/// client-go's `JitterUntil`, and hands its tick the stop receiver (for back-offs the
+/// tick sleeps through). Returns at shutdown. For loops whose set-up must run on their
+/// own thread first (`node-status`, `node-lease`).
+pub fn run_jittered<E, F>(
+    stop: &Stop,
+    handle: &LoopHandle,
+    period: Duration,
+    jitter: f64,
+    mut tick: F,
+) where
+    E: std::error::Error,
+    F: FnMut(&Stop) -> Result<(), E>,
+{
+    loop {
+        let began = handle.begin_tick();
+        let err = tick(stop).err().map(|e| error_chain(&e));
+        handle.end_tick(began, err);
+        let wait = period.mul_f64(1.0 + jitter * crate::wait::jitter_fraction());
+        if stop.sleep(wait) {
+            return;
+        }
+    }
+}
+
 /// Formats an error with its whole `source()` chain: `outer: middle: inner`.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();

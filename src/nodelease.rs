@@ -22,7 +22,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::apiclient::leases::NODE_LEASE_NAMESPACE;
 use crate::apiclient::{ApiClient, ApiError};
-use crate::loops::{lock, Loops, SpawnError, Stop};
+use crate::loops::{lock, run_jittered, Loops, SpawnError, Stop};
 
 /// Upstream `nodeLeaseRenewIntervalFraction`: renew every quarter of the duration.
 pub const RENEW_INTERVAL_FRACTION: f64 = 0.25;
@@ -340,17 +340,10 @@ pub fn start(
     let mut controller = LeaseController::new(Box::new(api), node, duration_seconds, heartbeat);
     let interval =
         Duration::from_secs(u64::from(duration_seconds)).mul_f64(RENEW_INTERVAL_FRACTION);
-    loops.spawn("node-lease", move |stop: Stop, handle| loop {
-        let began = handle.begin_tick();
-        let err = controller
-            .sync(&|d| stop.sleep(d))
-            .err()
-            .map(|e| crate::loops::error_chain(&e));
-        handle.end_tick(began, err);
-        let wait = interval.mul_f64(1.0 + RENEW_JITTER * crate::wait::jitter_fraction());
-        if stop.sleep(wait) {
-            return;
-        }
+    loops.spawn("node-lease", move |stop: Stop, handle| {
+        run_jittered(&stop, &handle, interval, RENEW_JITTER, |stop| {
+            controller.sync(&|d| stop.sleep(d))
+        });
     })
 }
 

@@ -35,7 +35,7 @@ use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use self::machine::MachineInfo;
 use self::setters::{Inputs, NodeSettings};
 use crate::apiclient::{ApiClient, ApiError};
-use crate::loops::{Loops, SpawnError, Stop};
+use crate::loops::{run_jittered, Loops, SpawnError, Stop};
 use crate::nodelease::Heartbeat;
 use crate::runtime::Runtime;
 
@@ -498,18 +498,9 @@ pub fn start(loops: &Loops, s: Start) -> Result<(), SpawnError> {
             register_node: s.register_node,
             report_frequency: s.report_frequency,
         });
-        loop {
-            let began = handle.begin_tick();
-            let err = manager
-                .sync(&|d| stop.sleep(d))
-                .err()
-                .map(|e| crate::loops::error_chain(&e));
-            handle.end_tick(began, err);
-            let wait = period.mul_f64(1.0 + STATUS_JITTER * crate::wait::jitter_fraction());
-            if stop.sleep(wait) {
-                return;
-            }
-        }
+        run_jittered(&stop, &handle, period, STATUS_JITTER, |stop| {
+            manager.sync(&|d| stop.sleep(d))
+        });
     })
 }
 
