@@ -25,6 +25,23 @@ impl TempDir {
         p
     }
 
+    /// A kubeconfig `name` for an unreachable server whose user is the client pair
+    /// `cert_pem`/`key_pem` (written beside it as `<name>.crt` and `<name>.key`).
+    pub fn kubeconfig_with_pair(&self, name: &str, cert_pem: &str, key_pem: &str) -> PathBuf {
+        let cert_file = self.write(&format!("{name}.crt"), cert_pem);
+        let key_file = self.write(&format!("{name}.key"), key_pem);
+        self.write(
+            name,
+            &format!(
+                "clusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}\n\
+                 users:\n- name: u\n  user: {{client-certificate: {}, client-key: {}}}\n\
+                 contexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+                cert_file.display(),
+                key_file.display()
+            ),
+        )
+    }
+
     /// Removes `name` inside the directory.
     pub fn remove(&self, name: &str) {
         std::fs::remove_file(self.0.join(name)).expect("remove");

@@ -152,18 +152,7 @@ mod tests {
         params.not_before = rcgen::date_time_ymd(from, 1, 1);
         params.not_after = rcgen::date_time_ymd(to, 1, 1);
         let cert = params.self_signed(&key).expect("cert");
-        let cert_file = dir.write(&format!("{name}.crt"), &cert.pem());
-        let key_file = dir.write(&format!("{name}.key"), &key.serialize_pem());
-        dir.write(
-            name,
-            &format!(
-                "clusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}\n\
-                 users:\n- name: u\n  user: {{client-certificate: {}, client-key: {}}}\n\
-                 contexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
-                cert_file.display(),
-                key_file.display()
-            ),
-        )
+        dir.kubeconfig_with_pair(name, &cert.pem(), &key.serialize_pem())
     }
 
     #[test]

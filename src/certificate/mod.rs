@@ -278,18 +278,7 @@ mod tests {
     /// A kubeconfig for an unreachable server with a client pair valid for a year.
     fn kubeconfig_with_cert(dir: &TempDir, name: &str) -> PathBuf {
         let (cert, key) = crate::server::tls::self_signed("n", "127.0.0.1").expect("pair");
-        let cert_file = dir.write(&format!("{name}.crt"), &cert);
-        let key_file = dir.write(&format!("{name}.key"), &key);
-        dir.write(
-            name,
-            &format!(
-                "clusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}\n\
-                 users:\n- name: u\n  user: {{client-certificate: {}, client-key: {}}}\n\
-                 contexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
-                cert_file.display(),
-                key_file.display()
-            ),
-        )
+        dir.kubeconfig_with_pair(name, &cert, &key)
     }
 
     fn bootstrap_kubeconfig(dir: &TempDir) -> PathBuf {
