@@ -7,7 +7,6 @@
 //! `kubectl delete pod` stopping a pod for good.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use rkubelet::runtime::Runtime;
@@ -22,24 +21,6 @@ const KUBECTL_TOKEN: &str = "kubectl-token";
 const PODS: usize = 10;
 /// How long the API server is away (the figure).
 const OUTAGE: Duration = Duration::from_secs(120);
-
-fn kubectl(node: &Node, config: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(config)
-        .arg("--cache-dir")
-        .arg(node.dir.join("kubectl-cache"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run kubectl");
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// The pod's phase and whether its Ready condition is True, as the API holds them.
 fn phase_ready(pod: &Value) -> (String, bool) {
@@ -148,14 +129,14 @@ fn a_node_with_api_and_static_pods_rides_out_two_minutes_without_its_api_server(
     );
 
     // What the user sees.
-    let nodes = kubectl(&node, &user, &["get", "nodes", "-o", "wide"]);
+    let nodes = node.kubectl(&user, &["get", "nodes", "-o", "wide"]);
     let row = nodes
         .lines()
         .find(|l| l.starts_with(&node.name))
         .unwrap_or_else(|| panic!("no row for the node:\n{nodes}"));
     assert!(row.contains(" Ready "), "{row}");
     assert!(row.contains("docker://"), "{row}");
-    let pods = kubectl(&node, &user, &["get", "pods", "-o", "wide"]);
+    let pods = node.kubectl(&user, &["get", "pods", "-o", "wide"]);
     for name in names.iter().chain(std::iter::once(&mirror)) {
         let row = pods
             .lines()
@@ -164,7 +145,7 @@ fn a_node_with_api_and_static_pods_rides_out_two_minutes_without_its_api_server(
         assert!(row.contains("1/1") && row.contains("Running"), "{row}");
         assert!(row.contains(&node.name), "{row}");
     }
-    let described = kubectl(&node, &user, &["describe", "pod", "p0"]);
+    let described = node.kubectl(&user, &["describe", "pod", "p0"]);
     for reason in ["Created", "Started"] {
         assert!(described.contains(reason), "{reason} in:\n{described}");
     }
@@ -222,7 +203,7 @@ fn a_node_with_api_and_static_pods_rides_out_two_minutes_without_its_api_server(
     }
 
     // `kubectl delete pod` returns once the pod is gone, its container stopped.
-    kubectl(&node, &user, &["delete", "pod", "p0", "--grace-period=1"]);
+    node.kubectl(&user, &["delete", "pod", "p0", "--grace-period=1"]);
     assert!(api.get("pods", "default", "p0").is_none());
     wait_for("p0's container to stop", LONG, || {
         (!node.running().contains_key("p0/c")).then_some(())

@@ -54,17 +54,7 @@ fn renew_time(lease: &Value) -> String {
 /// kubectl against the stand-in.
 fn kubectl(node: &Node, server: &TestApiServer, args: &[&str]) -> String {
     let kc = server.kubeconfig(&node.dir, "kubectl-config", "token: good-token");
-    let out = Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", kc.display()))
-        .args(args)
-        .output()
-        .expect("run kubectl");
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    node.kubectl(&kc, args)
 }
 
 #[test]

@@ -325,6 +325,26 @@ impl Node {
         serde_json::from_str(&body).expect("/pods is JSON")
     }
 
+    /// Runs the real kubectl with `config` (its cache in the node's directory) and
+    /// returns its output; a failure fails the test with kubectl's error.
+    pub fn kubectl(&self, config: &std::path::Path, args: &[&str]) -> String {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(config)
+            .arg("--cache-dir")
+            .arg(self.dir.join("kubectl-cache"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run kubectl");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// rkubelet's log so far (for assertion messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("rkubelet.log")).unwrap_or_default()
