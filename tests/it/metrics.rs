@@ -5,7 +5,6 @@
 //! and `/runningpods/` on the kubelet port.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::SystemTime;
@@ -42,31 +41,6 @@ fn curl(port: u16, path: &str, tls: Option<&Pki>) -> (u16, String, String) {
         ctype.trim().to_string(),
         body.to_string(),
     )
-}
-
-/// `promtool check metrics` on `text`: it must exit 0 (no parse error, no lint
-/// warning).
-fn promtool(text: &str, what: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is needed (apt-get install -y prometheus; .ci/run does)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("promtool");
-    assert!(
-        out.status.success(),
-        "promtool check metrics on {what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The samples of a scrape: `name{labels}` exactly as printed → value.
@@ -141,7 +115,7 @@ fn metrics_on_both_ports_pass_promtool_and_tell_the_truth_about_one_pod() {
     let (code, ctype, body) = curl(ro, "/metrics", None);
     assert_eq!(code, 200);
     assert_eq!(ctype, "text/plain; version=0.0.4; charset=utf-8");
-    promtool(&body, "the read-only port's /metrics");
+    crate::util::promtool(&body, "the read-only port's /metrics");
     let s = samples(&body);
     assert_eq!(
         value(&s, &format!("kubelet_node_name{{node=\"{}\"}}", node.name)),
@@ -244,7 +218,7 @@ fn metrics_on_both_ports_pass_promtool_and_tell_the_truth_about_one_pod() {
     let (code, ctype, body) = curl(port, "/metrics", Some(&pki));
     assert_eq!(code, 200, "{body}");
     assert_eq!(ctype, "text/plain; version=0.0.4; charset=utf-8");
-    promtool(&body, "the kubelet port's /metrics");
+    crate::util::promtool(&body, "the kubelet port's /metrics");
     let s = samples(&body);
     assert_eq!(value(&s, "kubelet_running_pods"), 1.0);
     assert!(
@@ -277,7 +251,7 @@ fn metrics_on_both_ports_pass_promtool_and_tell_the_truth_about_one_pod() {
         probes.contains("# TYPE rkubelet_prober_lateness_seconds summary"),
         "{probes}"
     );
-    promtool(&probes, "/metrics/probes");
+    crate::util::promtool(&probes, "/metrics/probes");
 
     // /runningpods/: the runtime's pod, as the last relist saw it.
     let (code, _, running) = curl(port, "/runningpods/", Some(&pki));

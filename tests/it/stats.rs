@@ -7,9 +7,8 @@
 //! server stand-in's SubjectAccessReview; the `network` healthz check.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -435,30 +434,6 @@ fn stats_summary_decodes_as_upstreams_types_and_agrees_with_docker_stats_and_du(
         .all(|c| c.rootfs.is_none()));
 }
 
-/// `promtool check metrics` must pass on `text`.
-fn promtool(text: &str, what: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is needed");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("promtool");
-    assert!(
-        out.status.success(),
-        "promtool check metrics on {what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Sample lines of a text, by `name{labels}` without the timestamp.
 fn samples(text: &str) -> BTreeMap<String, f64> {
     text.lines()
@@ -521,7 +496,7 @@ fn stats_metrics_pass_promtool_and_the_kubelet_port_authorizes_nodes_stats_and_m
         );
         (code == 200 && s.contains_key(&key)).then_some(body)
     });
-    promtool(&resource, "/metrics/resource");
+    crate::util::promtool(&resource, "/metrics/resource");
     let s = samples(&resource);
     assert_eq!(s["resource_scrape_error"], 0.0);
     assert!(s["node_cpu_usage_seconds_total"] > 0.0);
@@ -535,7 +510,7 @@ fn stats_metrics_pass_promtool_and_the_kubelet_port_authorizes_nodes_stats_and_m
 
     let (code, cadvisor) = node.ro_get("/metrics/cadvisor");
     assert_eq!(code, 200);
-    promtool(&cadvisor, "/metrics/cadvisor");
+    crate::util::promtool(&cadvisor, "/metrics/cadvisor");
     let app = cadvisor
         .lines()
         .find(|l| {

@@ -524,3 +524,28 @@ impl Drop for TlsServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// `promtool check metrics` on `text`: it must exit 0 (no parse error, no lint
+/// warning).
+pub fn promtool(text: &str, what: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is needed (apt-get install -y prometheus; .ci/run does)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check metrics on {what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
