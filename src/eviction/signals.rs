@@ -143,19 +143,6 @@ pub fn disk_usage(dir: &Path, budget: usize) -> Option<u64> {
     Some(total)
 }
 
-/// A container's memory working set in bytes, under Docker's cgroupfs parent
-/// (`/docker/<id>`) or the systemd driver's (`/system.slice/docker-<id>.scope`).
-pub fn container_working_set(cgroup_root: &Path, id: &str) -> Option<u64> {
-    let fs = CgroupFs::detect(cgroup_root);
-    [
-        format!("/docker/{id}"),
-        format!("/system.slice/docker-{id}.scope"),
-    ]
-    .iter()
-    .find_map(|cg| fs.memory(cg).ok())
-    .map(|m| m.working_set_bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,8 +202,6 @@ mod tests {
             "cg/memory.stat",
             "anon 1\nfile 2\ninactive_file 134217728\n",
         );
-        write(&d, "cg/docker/abc/memory.current", "1000\n");
-        write(&d, "cg/docker/abc/memory.stat", "inactive_file 100\n");
         let s = NodeSignals {
             cgroup_root: d.join("cg"),
             proc_root: d.join("proc"),
@@ -225,21 +210,6 @@ mod tests {
         };
         // working set = (1 GiB − 256 MiB) − 128 MiB = 640 MiB; available 384 MiB.
         assert_eq!(s.memory(), Some((384 << 20, 1 << 30)));
-        assert_eq!(container_working_set(&d.join("cg"), "abc"), Some(900));
-        assert_eq!(container_working_set(&d.join("cg"), "nope"), None);
-        let _ = fs::remove_dir_all(&d);
-    }
-
-    #[test]
-    fn container_working_set_v1() {
-        let d = tree("v1c");
-        write(&d, "memory/docker/abc/memory.usage_in_bytes", "5000\n");
-        write(
-            &d,
-            "memory/docker/abc/memory.stat",
-            "total_inactive_file 1000\n",
-        );
-        assert_eq!(container_working_set(&d, "abc"), Some(4000));
         let _ = fs::remove_dir_all(&d);
     }
 

@@ -17,15 +17,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 
 use crate::config::KubeletConfig;
-use crate::container::labels;
 use crate::eviction::api::parse_threshold_config;
 use crate::eviction::helpers::{ContainerUsage, Observations, PodUsage};
-use crate::eviction::signals::{container_working_set, disk_usage, NodeSignals};
+use crate::eviction::signals::{disk_usage, NodeSignals};
 use crate::eviction::{Config, Evictor, Inputs, Manager, PressureState, MONITORING_PERIOD};
 use crate::loops::{Loops, Periodic};
 use crate::metrics::kubelet::KubeletMetrics;
 use crate::pod_workers::{Kill, PodWorkers, Work};
-use crate::runtime::{ContainerState, Runtime};
 use crate::status::manager::PodManagerView;
 use crate::status::StatusCache;
 
@@ -59,7 +57,8 @@ pub(super) struct Parts {
     pub(super) view: Arc<PodManagerView>,
     pub(super) statuses: Arc<crate::status::StatusCache>,
     pub(super) workers: Arc<PodWorkers>,
-    pub(super) runtime: Arc<dyn Runtime>,
+    /// The resource analyzer's figures (the containers' working sets and disk use).
+    pub(super) stats: Arc<crate::stats::analyzer::StatsProvider>,
     pub(super) metrics: Arc<KubeletMetrics>,
     pub(super) state: Arc<PressureState>,
     /// Container and image GC, the node-level reclaim tried before evicting a pod.
@@ -80,11 +79,10 @@ pub(super) fn start(
     );
     let inputs = KubeletInputs {
         signals,
-        node: cfg.node_name.clone(),
         root_dir: cfg.root_dir.clone(),
         view: parts.view,
         statuses: parts.statuses.clone(),
-        runtime: parts.runtime,
+        stats: parts.stats,
     };
     let evictor = KubeletEvictor {
         statuses: parts.statuses,
@@ -130,11 +128,10 @@ pub(super) fn start(
 
 struct KubeletInputs {
     signals: NodeSignals,
-    node: String,
     root_dir: PathBuf,
     view: Arc<PodManagerView>,
     statuses: Arc<StatusCache>,
-    runtime: Arc<dyn Runtime>,
+    stats: Arc<crate::stats::analyzer::StatsProvider>,
 }
 
 impl Inputs for KubeletInputs {
@@ -160,39 +157,29 @@ impl Inputs for KubeletInputs {
 
     fn pod_usage(&mut self, pods: &[Arc<Pod>]) -> BTreeMap<String, PodUsage> {
         let mut out: BTreeMap<String, PodUsage> = BTreeMap::new();
-        let filter = [
-            format!("{}={}", labels::MANAGED_BY_NODE, self.node),
-            format!("{}=container", labels::DOCKER_TYPE),
-        ];
-        match self.runtime.list_containers(&filter) {
-            Ok(list) => {
-                for c in list.iter().filter(|c| c.state == ContainerState::Running) {
-                    let (Some(uid), Some(name)) = (
-                        c.labels.get(labels::POD_UID),
-                        c.labels.get(labels::CONTAINER_NAME),
-                    ) else {
-                        continue;
-                    };
-                    let ws = container_working_set(&self.signals.cgroup_root, &c.id);
-                    // Its log file (the writable layer is not measured yet: the stats
-                    // work's per-container rootfs figures will add it).
-                    let log = PathBuf::from(DOCKER_ROOT)
-                        .join("containers")
-                        .join(&c.id)
-                        .join(format!("{}-json.log", c.id));
-                    let logs = std::fs::metadata(log).ok().map(|m| m.len());
-                    out.entry(uid.clone())
-                        .or_default()
-                        .containers
-                        .push(ContainerUsage {
-                            name: name.clone(),
-                            working_set: ws,
-                            ephemeral: logs,
-                        });
-                }
+        // The containers' figures are the resource analyzer's last sample (upstream's
+        // summary provider): a working set and a writable layer + logs each, read once
+        // for both. A pod it has not sampled yet has none.
+        let snapshot = self.stats.latest();
+        for ps in &snapshot.summary.pods {
+            let usage = out.entry(ps.pod_ref.uid.clone()).or_default();
+            for c in &ps.containers {
+                let used = |fs: &Option<crate::stats::types::FsStats>| {
+                    fs.as_ref().and_then(|f| f.used_bytes)
+                };
+                let ephemeral = match (used(&c.rootfs), used(&c.logs)) {
+                    (None, None) => None,
+                    (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+                };
+                usage.containers.push(ContainerUsage {
+                    name: c.name.clone(),
+                    working_set: c.memory.as_ref().and_then(|m| m.working_set_bytes),
+                    ephemeral,
+                });
             }
-            Err(e) => log::debug!("eviction: listing containers: {e}"),
         }
+        // emptyDir use fresher than the analyzer's (its scans are cached a minute):
+        // `sizeLimit` is enforced on it.
         for p in pods {
             let Some(uid) = p.metadata.uid.as_deref() else {
                 continue;

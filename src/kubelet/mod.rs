@@ -423,7 +423,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             view: parts.manager_view.clone(),
             statuses: parts.statuses.clone(),
             workers: parts.workers.clone(),
-            runtime: parts.runtime.clone(),
+            stats: stats.clone(),
             metrics: parts.metrics.clone(),
             state: parts.pressure.clone(),
             gc: Some(gc),
