@@ -248,6 +248,16 @@ impl ContainerManager {
         Ok(Some(ready))
     }
 
+    /// The `kubepods` cgroup as the cgroupfs readers name it (`/kubepods`, or
+    /// `/kubepods.slice` with the systemd driver) once the hierarchy is built; None
+    /// before, or without pod cgroups. Never builds it.
+    pub fn pods_cgroup(&self) -> Option<String> {
+        match &*lock(&self.state) {
+            State::Ready(r) => Some(r.kubepods.path(r.fs.driver)),
+            _ => None,
+        }
+    }
+
     /// Pods run without pod cgroups from now on; said once.
     fn disable(&self, why: &str) -> Option<Ready> {
         let first = {
@@ -522,8 +532,11 @@ mod tests {
         let mut s = settings(tmp.0.clone());
         s.cgroup_root = String::new();
         let cm = ContainerManager::new(s, Arc::new(rt));
+        assert_eq!(cm.pods_cgroup(), None, "not built yet");
         let parent = cm.ensure_pod(&pod("a-1", "500m")).expect("fake cgroupfs");
         assert_eq!(parent, "kubepods-burstable-poda_1.slice");
+        // The eviction manager's `allocatableMemory.available` reads it here.
+        assert_eq!(cm.pods_cgroup().as_deref(), Some("/kubepods.slice"));
         cm.ensure_pod(&pod("b-2", "250m")).expect("fake cgroupfs");
         let read = |p: &str| std::fs::read_to_string(tmp.0.join(p)).expect("fake cgroupfs");
         // kubepods: allocatable 1500m -> 1536 shares -> weight 59; 3 GiB.

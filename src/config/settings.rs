@@ -506,7 +506,9 @@ settings_table! {
         eviction_hard: String {
             help: "Hard eviction thresholds, comma-separated signal<value (memory.available, \
                    nodefs.available, nodefs.inodesFree, imagefs.available, \
-                   imagefs.inodesFree, pid.available; a quantity or a percentage). Setting it \
+                   imagefs.inodesFree, pid.available, allocatableMemory.available; \
+                   containerfs.* follow nodefs, or imagefs on a filesystem of its own; a \
+                   quantity or a percentage). Setting it \
                    replaces the defaults wholesale: memory.available<100Mi, \
                    nodefs.available<10%, nodefs.inodesFree<5%, imagefs.available<15%.",
             parse: text::any_string,

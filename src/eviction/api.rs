@@ -23,17 +23,28 @@ pub enum Signal {
     ImageFsInodesFree,
     /// `pid_max` − the processes (threads) running.
     PidAvailable,
+    /// The pods' allocatable memory − the `kubepods` cgroup's working set.
+    AllocatableMemoryAvailable,
+    /// Free bytes of the filesystem of the containers' writable layers (Docker keeps
+    /// them on its root directory, beside the images). Its thresholds are derived, as
+    /// upstream's `UpdateContainerFsThresholds`: [`derive_container_fs_thresholds`].
+    ContainerFsAvailable,
+    /// Free inodes of that filesystem.
+    ContainerFsInodesFree,
 }
 
 impl Signal {
     /// Every signal, in upstream's spelling order.
-    pub const ALL: [Signal; 6] = [
+    pub const ALL: [Signal; 9] = [
         Signal::MemoryAvailable,
         Signal::NodeFsAvailable,
         Signal::NodeFsInodesFree,
         Signal::ImageFsAvailable,
         Signal::ImageFsInodesFree,
         Signal::PidAvailable,
+        Signal::AllocatableMemoryAvailable,
+        Signal::ContainerFsAvailable,
+        Signal::ContainerFsInodesFree,
     ];
 
     /// Upstream's name (`memory.available`), the `eviction_signal` label.
@@ -45,6 +56,9 @@ impl Signal {
             Signal::ImageFsAvailable => "imagefs.available",
             Signal::ImageFsInodesFree => "imagefs.inodesFree",
             Signal::PidAvailable => "pid.available",
+            Signal::AllocatableMemoryAvailable => "allocatableMemory.available",
+            Signal::ContainerFsAvailable => "containerfs.available",
+            Signal::ContainerFsInodesFree => "containerfs.inodesFree",
         }
     }
 
@@ -57,9 +71,13 @@ impl Signal {
     /// eviction message and of `EvictionThresholdMet`.
     pub fn resource(self) -> &'static str {
         match self {
-            Signal::MemoryAvailable => "memory",
-            Signal::NodeFsAvailable | Signal::ImageFsAvailable => "ephemeral-storage",
-            Signal::NodeFsInodesFree | Signal::ImageFsInodesFree => "inodes",
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => "memory",
+            Signal::NodeFsAvailable | Signal::ImageFsAvailable | Signal::ContainerFsAvailable => {
+                "ephemeral-storage"
+            }
+            Signal::NodeFsInodesFree
+            | Signal::ImageFsInodesFree
+            | Signal::ContainerFsInodesFree => "inodes",
             Signal::PidAvailable => "pids",
         }
     }
@@ -67,7 +85,9 @@ impl Signal {
     /// The node condition it raises (upstream `signalToNodeCondition`).
     pub fn condition(self) -> Condition {
         match self {
-            Signal::MemoryAvailable => Condition::MemoryPressure,
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => {
+                Condition::MemoryPressure
+            }
             Signal::PidAvailable => Condition::PidPressure,
             _ => Condition::DiskPressure,
         }
@@ -77,8 +97,25 @@ impl Signal {
     pub fn is_bytes(self) -> bool {
         matches!(
             self,
-            Signal::MemoryAvailable | Signal::NodeFsAvailable | Signal::ImageFsAvailable
+            Signal::MemoryAvailable
+                | Signal::AllocatableMemoryAvailable
+                | Signal::NodeFsAvailable
+                | Signal::ImageFsAvailable
+                | Signal::ContainerFsAvailable
         )
+    }
+
+    /// A memory signal (acted on first, ranked by working set).
+    pub fn is_memory(self) -> bool {
+        matches!(
+            self,
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable
+        )
+    }
+
+    /// A filesystem signal (node-level reclaim by container and image GC first).
+    pub fn is_disk(self) -> bool {
+        self.condition() == Condition::DiskPressure
     }
 }
 
@@ -299,6 +336,62 @@ pub fn parse_threshold_config(
     Ok(out)
 }
 
+/// The `containerfs.*` thresholds (upstream `UpdateContainerFsThresholds`): the
+/// containers' writable layers live where Docker keeps its images, so the container
+/// filesystem is the node filesystem when there is one filesystem, and the image
+/// filesystem when the runtime's root is a filesystem of its own (`dedicated_image_fs`).
+/// Thresholds set for `containerfs.*` are replaced by those of that filesystem, each
+/// replacement said in the returned warnings (upstream's "ignoring").
+pub fn derive_container_fs_thresholds(
+    thresholds: &[Threshold],
+    dedicated_image_fs: bool,
+) -> (Vec<Threshold>, Vec<String>) {
+    let mut warnings = Vec::new();
+    let mut out: Vec<Threshold> = Vec::new();
+    for t in thresholds {
+        if matches!(
+            t.signal,
+            Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree
+        ) {
+            warnings.push(format!(
+                "found {} for {} eviction; ignoring: it follows {}",
+                t.signal,
+                if t.is_hard() { "hard" } else { "soft" },
+                if dedicated_image_fs {
+                    "imagefs"
+                } else {
+                    "nodefs"
+                },
+            ));
+        } else {
+            out.push(t.clone());
+        }
+    }
+    let (bytes, inodes) = if dedicated_image_fs {
+        (Signal::ImageFsAvailable, Signal::ImageFsInodesFree)
+    } else {
+        (Signal::NodeFsAvailable, Signal::NodeFsInodesFree)
+    };
+    let copies: Vec<Threshold> = out
+        .iter()
+        .filter_map(|t| {
+            let signal = if t.signal == bytes {
+                Signal::ContainerFsAvailable
+            } else if t.signal == inodes {
+                Signal::ContainerFsInodesFree
+            } else {
+                return None;
+            };
+            Some(Threshold {
+                signal,
+                ..t.clone()
+            })
+        })
+        .collect();
+    out.extend(copies);
+    (out, warnings)
+}
+
 /// The hard memory threshold's amount for a capacity, as node allocatable subtracts
 /// it (upstream `GetHardEvictionReservation`); 0 without one.
 pub fn hard_memory_reservation(thresholds: &[Threshold], capacity: i128) -> i128 {
@@ -383,6 +476,71 @@ mod tests {
             bad("memory.available<-1"),
             "eviction threshold memory.available cannot be negative: -1"
         );
+    }
+
+    #[test]
+    fn new_signals_parse_with_upstreams_names() {
+        let t = parse_threshold_config(
+            Some("allocatableMemory.available<1Gi,containerfs.available<10%"),
+            "",
+            "",
+            "",
+        )
+        .expect("ok");
+        assert_eq!(t[0].signal, Signal::AllocatableMemoryAvailable);
+        assert_eq!(t[0].value, Value::Quantity(1 << 30));
+        assert_eq!(t[0].signal.condition(), Condition::MemoryPressure);
+        assert_eq!(t[0].signal.resource(), "memory");
+        assert!(t[0].signal.is_memory());
+        assert_eq!(t[1].signal, Signal::ContainerFsAvailable);
+        assert!(t[1].signal.is_disk());
+        assert_eq!(Signal::ContainerFsInodesFree.resource(), "inodes");
+    }
+
+    #[test]
+    fn container_fs_thresholds_follow_nodefs_or_imagefs() {
+        let t = parse_threshold_config(
+            Some("nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%,containerfs.available<1%"),
+            "nodefs.available<20%",
+            "nodefs.available=1m",
+            "",
+        )
+        .expect("ok");
+        // One filesystem: containerfs is nodefs, hard and soft; the user's is replaced.
+        let (one, warnings) = derive_container_fs_thresholds(&t, false);
+        let cfs: Vec<_> = one
+            .iter()
+            .filter(|t| t.signal != Signal::NodeFsAvailable)
+            .filter(|t| {
+                matches!(
+                    t.signal,
+                    Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree
+                )
+            })
+            .map(|t| (t.signal, t.value, t.is_hard()))
+            .collect();
+        assert_eq!(
+            cfs,
+            [
+                (Signal::ContainerFsAvailable, Value::Percentage(0.10), true),
+                (Signal::ContainerFsInodesFree, Value::Percentage(0.05), true),
+                (Signal::ContainerFsAvailable, Value::Percentage(0.20), false),
+            ]
+        );
+        assert_eq!(
+            warnings,
+            ["found containerfs.available for hard eviction; ignoring: it follows nodefs"]
+        );
+        // Docker's root on a filesystem of its own: containerfs is imagefs.
+        let (own, _) = derive_container_fs_thresholds(&t, true);
+        let cfs: Vec<_> = own
+            .iter()
+            .filter(|t| t.signal == Signal::ContainerFsAvailable)
+            .map(|t| t.value)
+            .collect();
+        assert_eq!(cfs, [Value::Percentage(0.15)]);
+        // Deriving again gives the same set (idempotent).
+        assert_eq!(derive_container_fs_thresholds(&own, true).0, own);
     }
 
     #[test]

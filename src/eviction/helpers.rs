@@ -195,7 +195,7 @@ pub fn node_conditions_observed_since(
 /// Thresholds in the order they are acted on (upstream `byEvictionPriority`): memory
 /// first, the rest as given.
 pub fn sort_by_eviction_priority(thresholds: &mut [Threshold]) {
-    thresholds.sort_by_key(|t| u8::from(t.signal != Signal::MemoryAvailable));
+    thresholds.sort_by_key(|t| u8::from(!t.signal.is_memory()));
 }
 
 /// A pod as the ranking sees it.
@@ -250,8 +250,8 @@ impl Rank {
     /// The ranking for a signal (upstream `signalToRankFunc`).
     pub fn for_signal(s: Signal) -> Rank {
         match s {
-            Signal::MemoryAvailable => Rank::Memory,
             Signal::PidAvailable => Rank::Pids,
+            s if s.is_memory() => Rank::Memory,
             _ => Rank::Disk,
         }
     }

@@ -321,14 +321,7 @@ impl Manager {
     /// threshold (with its minimum reclaim) is no longer met (upstream
     /// `reclaimNodeLevelResources`).
     fn reclaim_node_level(&mut self, threshold: &Threshold) -> bool {
-        if !matches!(
-            threshold.signal,
-            Signal::NodeFsAvailable
-                | Signal::NodeFsInodesFree
-                | Signal::ImageFsAvailable
-                | Signal::ImageFsInodesFree
-        ) || self.reclaimers.is_empty()
-        {
+        if !threshold.signal.is_disk() || self.reclaimers.is_empty() {
             return false;
         }
         for (name, r) in &mut self.reclaimers {

@@ -65,6 +65,10 @@ impl NodeSignals {
             Signal::NodeFsInodesFree,
             nodefs.map(|f| (f.inodes_free, f.inodes)),
         );
+        // The containers' writable layers are on Docker's root directory (upstream's
+        // summary gives a runtime without a container filesystem of its own its image
+        // filesystem as `containerFs`); without one known, on the node's.
+        let mut containerfs = nodefs;
         if let Some(dir) = &self.image_dir {
             let imagefs = statvfs(dir);
             put(Signal::ImageFsAvailable, imagefs.map(|f| (f.avail, f.size)));
@@ -72,7 +76,16 @@ impl NodeSignals {
                 Signal::ImageFsInodesFree,
                 imagefs.map(|f| (f.inodes_free, f.inodes)),
             );
+            containerfs = imagefs;
         }
+        put(
+            Signal::ContainerFsAvailable,
+            containerfs.map(|f| (f.avail, f.size)),
+        );
+        put(
+            Signal::ContainerFsInodesFree,
+            containerfs.map(|f| (f.inodes_free, f.inodes)),
+        );
         put(Signal::PidAvailable, self.pids());
         out
     }
@@ -85,6 +98,31 @@ impl NodeSignals {
             .ok()?;
         let total = i128::from(m.limit_bytes?);
         Some((total - i128::from(m.working_set_bytes), total))
+    }
+
+    /// (available, capacity) of the pods' memory (`allocatableMemory.available`): the
+    /// `kubepods` cgroup's limit (node allocatable when enforced; `allocatable` when it
+    /// has none) less its working set.
+    pub fn pods_memory(&self, kubepods: &str, allocatable: i128) -> Option<(i128, i128)> {
+        let m = CgroupFs::detect(&self.cgroup_root)
+            .memory(kubepods)
+            .map_err(|e| log::debug!("eviction: {kubepods} memory: {e}"))
+            .ok()?;
+        let capacity = m.limit_bytes.map_or(allocatable, i128::from);
+        Some((capacity - i128::from(m.working_set_bytes), capacity))
+    }
+
+    /// Whether Docker's root directory is a filesystem of its own (a dedicated image
+    /// filesystem, upstream `HasDedicatedImageFs`): another device than the root dir's.
+    pub fn dedicated_image_fs(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Some(dir) = &self.image_dir else {
+            return false;
+        };
+        match (fs::metadata(&self.root_dir), fs::metadata(dir)) {
+            (Ok(a), Ok(b)) => a.dev() != b.dev(),
+            _ => false,
+        }
     }
 
     /// (available, capacity) of pids.
@@ -189,6 +227,50 @@ mod tests {
         assert_eq!(o[&Signal::MemoryAvailable].available, 512 << 20);
         assert!(o[&Signal::NodeFsAvailable].capacity > 0);
         assert!(!o.contains_key(&Signal::ImageFsAvailable));
+        // No image filesystem known: the containers' layers are on the node's.
+        assert_eq!(
+            o[&Signal::ContainerFsAvailable].capacity,
+            o[&Signal::NodeFsAvailable].capacity
+        );
+        assert!(o.contains_key(&Signal::ContainerFsInodesFree));
+        assert!(!s.dedicated_image_fs());
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn pods_memory_from_the_kubepods_cgroup() {
+        let d = tree("pods");
+        write(&d, "cg/memory/kp/memory.usage_in_bytes", "314572800\n");
+        write(
+            &d,
+            "cg/memory/kp/memory.stat",
+            "total_inactive_file 104857600\n",
+        );
+        let s = NodeSignals {
+            cgroup_root: d.join("cg"),
+            proc_root: d.join("proc"),
+            root_dir: d.clone(),
+            image_dir: Some(d.clone()),
+        };
+        // No limit on the cgroup: the allocatable given; working set 300 − 100 MiB.
+        assert_eq!(
+            s.pods_memory("/kp", 1 << 30),
+            Some(((1 << 30) - (200 << 20), 1 << 30))
+        );
+        // Enforced allocatable: the cgroup's limit.
+        write(&d, "cg/memory/kp/memory.limit_in_bytes", "536870912\n");
+        assert_eq!(
+            s.pods_memory("/kp", 1 << 30),
+            Some(((512 << 20) - (200 << 20), 512 << 20))
+        );
+        assert_eq!(s.pods_memory("/missing", 1 << 30), None);
+        // Docker's root on the same filesystem as the root dir.
+        assert!(!s.dedicated_image_fs());
+        let o = s.observe();
+        assert_eq!(
+            o[&Signal::ContainerFsAvailable].capacity,
+            o[&Signal::ImageFsAvailable].capacity
+        );
         let _ = fs::remove_dir_all(&d);
     }
 

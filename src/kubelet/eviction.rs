@@ -1,13 +1,13 @@
 //! The eviction manager's wiring into this kubelet: its inputs (the node's signals,
-//! the pod manager's pods that still run, their usage: each running container's memory
-//! working set from cgroupfs — one Docker list per pass for the IDs, never the stats
-//! API — and the bytes of their emptyDir volumes from a bounded scan), and its kill
-//! path (upstream `killPodNow`): the pod's status becomes Failed, reason `Evicted`, with
-//! a `DisruptionTarget` condition, and the pod workers stop it with the eviction's
-//! grace, as any kill. Also admission under pressure (§9.4) for the sync loop.
-//!
-//! A container's ephemeral usage is its Docker log file only for now; Docker's root
-//! directory is taken as `/var/lib/docker` until the runtime reports its own.
+//! `allocatableMemory.available` from the container manager's `kubepods` cgroup, the
+//! pod manager's pods that still run, their usage from the `stats` loop's last
+//! snapshot — each container's working set, writable layer and logs — and the bytes
+//! of their emptyDir volumes from a bounded scan), the `containerfs.*` thresholds
+//! derived at start, and its kill path (upstream `killPodNow`): the pod's status
+//! becomes Failed, reason `Evicted`, with a `DisruptionTarget` condition, and the pod
+//! workers stop it with the eviction's grace, as any kill. Also admission under
+//! pressure (§9.4) for the sync loop. Docker's root directory is taken as
+//! `/var/lib/docker`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,8 +17,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 
 use crate::config::KubeletConfig;
-use crate::eviction::api::parse_threshold_config;
-use crate::eviction::helpers::{ContainerUsage, Observations, PodUsage};
+use crate::eviction::api::{derive_container_fs_thresholds, parse_threshold_config, Signal};
+use crate::eviction::helpers::{ContainerUsage, Observation, Observations, PodUsage};
 use crate::eviction::signals::{disk_usage, NodeSignals};
 use crate::eviction::{Config, Evictor, Inputs, Manager, PressureState, MONITORING_PERIOD};
 use crate::loops::{Loops, Periodic};
@@ -63,13 +63,18 @@ pub(super) struct Parts {
     pub(super) state: Arc<PressureState>,
     /// Container and image GC, the node-level reclaim tried before evicting a pod.
     pub(super) gc: Option<crate::gc::Gc>,
+    /// The container manager: where the `kubepods` cgroup is
+    /// (`allocatableMemory.available`).
+    pub(super) cm: Arc<crate::cm::ContainerManager>,
+    /// The pods' allocatable memory in bytes (capacity − reserved − hard eviction).
+    pub(super) allocatable_memory: i128,
 }
 
 /// Starts the `eviction` loop (every 10 s).
 pub(super) fn start(
     loops: &Loops,
     cfg: &KubeletConfig,
-    config: Config,
+    mut config: Config,
     parts: Parts,
 ) -> Result<(), crate::loops::SpawnError> {
     let image_dir = PathBuf::from(DOCKER_ROOT);
@@ -77,7 +82,15 @@ pub(super) fn start(
         cfg.root_dir.clone(),
         image_dir.is_dir().then_some(image_dir),
     );
+    let dedicated = signals.dedicated_image_fs();
+    let (thresholds, warnings) = derive_container_fs_thresholds(&config.thresholds, dedicated);
+    for w in warnings {
+        log::warn!("eviction manager: {w}");
+    }
+    config.thresholds = thresholds;
     let inputs = KubeletInputs {
+        cm: parts.cm,
+        allocatable_memory: parts.allocatable_memory,
         signals,
         root_dir: cfg.root_dir.clone(),
         view: parts.view,
@@ -127,6 +140,8 @@ pub(super) fn start(
 }
 
 struct KubeletInputs {
+    cm: Arc<crate::cm::ContainerManager>,
+    allocatable_memory: i128,
     signals: NodeSignals,
     root_dir: PathBuf,
     view: Arc<PodManagerView>,
@@ -136,7 +151,22 @@ struct KubeletInputs {
 
 impl Inputs for KubeletInputs {
     fn observe(&mut self) -> Observations {
-        self.signals.observe()
+        let mut out = self.signals.observe();
+        let pods = self
+            .cm
+            .pods_cgroup()
+            .and_then(|kubepods| self.signals.pods_memory(&kubepods, self.allocatable_memory));
+        if let Some((available, capacity)) = pods {
+            out.insert(
+                Signal::AllocatableMemoryAvailable,
+                Observation {
+                    available,
+                    capacity,
+                    time: std::time::Instant::now(),
+                },
+            );
+        }
+        out
     }
 
     fn active_pods(&mut self) -> Vec<Arc<Pod>> {

@@ -427,6 +427,8 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             metrics: parts.metrics.clone(),
             state: parts.pressure.clone(),
             gc: Some(gc),
+            cm: parts.cm.clone(),
+            allocatable_memory: parts.admission_node.memory,
         },
     )?;
     crate::oom_watcher::start(&loops, &cfg.node_name, std::path::Path::new("/dev/kmsg"))?;

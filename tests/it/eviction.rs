@@ -288,3 +288,60 @@ fn memory_pressure_refuses_besteffort_pods_and_evicts_but_never_static_ones() {
     let log = node.log();
     assert!(!log.contains("evicting pod default/static"), "{log}");
 }
+
+#[test]
+fn allocatable_memory_pressure_is_measured_on_the_kubepods_cgroup() {
+    let api = TestApiServer::start(Options {
+        tokens: vec![KUBELET_TOKEN.into()],
+        ..Options::default()
+    });
+    let mut node = Node::new("evalloc");
+    api.set_token_user(
+        KUBELET_TOKEN,
+        &format!("system:node:{}", node.name),
+        &["system:nodes"],
+    );
+    let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    // A threshold above the node's allocatable memory: met as soon as the `kubepods`
+    // cgroup exists (the static pod builds it) whatever the machine's load, and only
+    // on that signal (`memory.available` is the harness's 1Ki).
+    node.write_manifest(
+        "static.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static, namespace: default}}\n\
+             spec:\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, \"{SLEEPER}\"]}}\n"
+        ),
+    );
+    node.start(&[
+        &format!("--kubeconfig={}", kc.display()),
+        "--eviction-hard=memory.available<1Ki,allocatableMemory.available<1Pi",
+        "--node-status-update-frequency=2s",
+    ]);
+    wait_for("MemoryPressure on the Node", LONG, || {
+        let n = api.get("nodes", "", &node.name)?;
+        (condition(&n, "MemoryPressure").as_deref() == Some("True")).then_some(())
+    });
+    api.create_pod(
+        json!({"metadata": {"name": "burstable"}, "spec": {"nodeName": node.name,
+        "containers": [{"name": "c", "image": BUSYBOX,
+            "resources": {"requests": {"memory": "10Mi"}},
+            "command": ["sh", "-c", SLEEPER]}]}}),
+    );
+    let b = wait_for("the Burstable pod evicted", LONG, || {
+        let p = api.get("pods", "default", "burstable")?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    let msg = b["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with(
+            "The node was low on resource: memory. Threshold quantity: 1Pi, available: "
+        ),
+        "{msg}"
+    );
+    let log = node.log();
+    assert!(
+        log.contains("evicting pod default/burstable for allocatableMemory.available"),
+        "{log}"
+    );
+    assert!(!log.contains("evicting pod default/static"), "{log}");
+}
