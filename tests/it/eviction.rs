@@ -3,7 +3,8 @@
 //! `nodefs.available` is met; BestEffort API pods evicted first (Failed, `Evicted`,
 //! upstream's message), the static pod never; the Node's DiskPressure condition set and
 //! cleared after the (shortened) transition period; a new pod refused while it holds.
-//! Also the OOM kill of a container over its memory limit (`OOMKilled`).
+//! Also the OOM kill of a container over its memory limit (`OOMKilled`), and
+//! `allocatableMemory.available` and `pid.available` pressure.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -343,5 +344,74 @@ fn allocatable_memory_pressure_is_measured_on_the_kubepods_cgroup() {
         log.contains("evicting pod default/burstable for allocatableMemory.available"),
         "{log}"
     );
+    assert!(!log.contains("evicting pod default/static"), "{log}");
+}
+
+#[test]
+fn pid_pressure_sets_the_condition_refuses_pods_and_spares_static_ones() {
+    let api = TestApiServer::start(Options {
+        tokens: vec![KUBELET_TOKEN.into()],
+        ..Options::default()
+    });
+    let mut node = Node::new("evpid");
+    api.set_token_user(
+        KUBELET_TOKEN,
+        &format!("system:node:{}", node.name),
+        &["system:nodes"],
+    );
+    let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    // A threshold above pid_max: `pid.available` is always below it.
+    let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .expect("pid_max")
+        .trim()
+        .parse()
+        .expect("pid_max");
+    node.write_manifest(
+        "static.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static, namespace: default}}\n\
+             spec:\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, \"{SLEEPER}\"]}}\n"
+        ),
+    );
+    node.start(&[
+        &format!("--kubeconfig={}", kc.display()),
+        &format!(
+            "--eviction-hard=memory.available<1Ki,pid.available<{}",
+            pid_max + 1
+        ),
+        "--node-status-update-frequency=2s",
+    ]);
+    wait_for("PIDPressure on the Node", LONG, || {
+        let n = api.get("nodes", "", &node.name)?;
+        (condition(&n, "PIDPressure").as_deref() == Some("True")).then_some(())
+    });
+    // Under PID pressure every pod but a critical one is refused (upstream's
+    // admission: only MemoryPressure lets non-BestEffort pods in).
+    api.create_pod(
+        json!({"metadata": {"name": "burstable"}, "spec": {"nodeName": node.name,
+        "containers": [{"name": "c", "image": BUSYBOX,
+            "resources": {"requests": {"memory": "10Mi"}},
+            "command": ["sh", "-c", SLEEPER]}]}}),
+    );
+    let p = wait_for("the pod refused", LONG, || {
+        let p = api.get("pods", "default", "burstable")?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(
+        p["status"]["message"],
+        "Pod was rejected: The node had condition: [PIDPressure]. "
+    );
+    // The static pod runs, and the passes say they cannot evict it.
+    wait_for("a pass to find only the critical static pod", LONG, || {
+        node.log()
+            .contains("cannot evict a critical pod default/static")
+            .then_some(())
+    });
+    let mirror = wait_for("the static pod Running", LONG, || {
+        let p = api.get("pods", "default", &format!("static-{}", node.name))?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    assert_eq!(mirror["status"]["phase"], "Running");
+    let log = node.log();
     assert!(!log.contains("evicting pod default/static"), "{log}");
 }
