@@ -364,6 +364,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // Image pullers: pulls never run on a pod worker; a finished pull names its
     // waiting pods to the sync loop.
     let (pulled_tx, pulled_rx) = crossbeam_channel::bounded(PULLED_CHANNEL_CAPACITY);
+    // With no registry, a static rkubelet is its own pause image.
+    parts
+        .manager
+        .images()
+        .set_self_import(&cfg.pod_infra_container_image);
     parts.manager.images().start(
         &loops,
         crate::images::PullSettings {
