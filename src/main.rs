@@ -143,6 +143,10 @@ fn run() -> Exit {
                 if systemd::notify("READY=1\nSTATUS=serving; first relist done") {
                     log::info!("told systemd we are ready");
                 }
+                // systemd's watchdog counts from readiness; so do our pings.
+                if let Err(e) = running.start_watchdog() {
+                    log::error!("{}", error_chain(&e));
+                }
                 first_relist = crossbeam_channel::never();
             },
             recv(fatal) -> msg => match msg {
