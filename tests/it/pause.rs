@@ -153,11 +153,10 @@ fn pause_subcommand_behaves_as_upstreams_pause_c() {
     let rss = status_field(pid, "VmRSS").unwrap_or_default();
     let anon = status_field(pid, "RssAnon").unwrap_or_default();
     eprintln!("rkubelet pause (the tests' dynamic build, outside a container): VmRSS {rss}, RssAnon {anon}");
+    let raw_pid = i32::try_from(pid).expect("pid");
     // SAFETY: kill(2) on the child we spawned and have not reaped.
-    assert_eq!(
-        unsafe { libc::kill(i32::try_from(pid).expect("pid"), libc::SIGTERM) },
-        0
-    );
+    let rc = unsafe { libc::kill(raw_pid, libc::SIGTERM) };
+    assert_eq!(rc, 0);
     let status = wait_for("pause to exit", LONG, || child.try_wait().ok().flatten());
     assert_eq!(status.code(), Some(0), "SIGTERM is a clean exit");
     let err = std::fs::read_to_string(&err_path).unwrap_or_default();
