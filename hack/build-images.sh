@@ -67,9 +67,11 @@ build_busybox() {
 
 # The static rkubelet the pause image holds (and tests/it/pause.rs runs): the dev
 # profile, which builds in a fraction of a fat-LTO release build's time; stripped, it
-# is ~30 MB. Installs the rustup target and musl-tools when missing.
+# is ~30 MB.
 static_target="x86_64-unknown-linux-musl"
-build_static_rkubelet() {
+# The rustup target and musl-tools, installed when missing; run even when the image
+# exists, since tests/it/pause.rs builds the same static binary.
+static_tools() {
 	if ! rustup target list --installed 2>/dev/null | grep -qx "$static_target"; then
 		log "adding the rustup target $static_target"
 		rustup target add "$static_target" >/dev/null
@@ -78,6 +80,9 @@ build_static_rkubelet() {
 		log "installing musl-tools"
 		apt_install musl-tools
 	fi
+}
+
+build_static_rkubelet() {
 	# ring's C and assembly need musl's compiler wrapper.
 	(cd "$here/.." && CC_x86_64_unknown_linux_musl=musl-gcc \
 		cargo build --quiet --bin rkubelet --target "$static_target")
@@ -100,6 +105,7 @@ build_pause() {
 		| docker import -c 'ENTRYPOINT ["/rkubelet","pause"]' - "$pause_image" >/dev/null
 }
 
+static_tools
 build_busybox
 build_pause
 log "done: $busybox_image $pause_image"

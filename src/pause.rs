@@ -60,7 +60,7 @@ pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> u8 {
     }
     // SAFETY: getpid has no preconditions.
     if unsafe { libc::getpid() } != 1 {
-        eprintln!("Warning: pause should be the first process");
+        say("Warning: pause should be the first process");
     }
     // SAFETY: an all-zero sigset_t is a valid value to initialise with sigemptyset.
     let mut blocked: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -100,11 +100,17 @@ pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> u8 {
         }
         for sig in [libc::SIGINT, libc::SIGTERM] {
             if pending & (1 << sig) != 0 {
-                eprintln!("Shutting down, got signal: {}", signal_name(sig));
+                say(&format!("Shutting down, got signal: {}", signal_name(sig)));
                 return 0;
             }
         }
     }
+}
+
+/// One line on stderr; a stderr that cannot be written (a closed pipe) is no reason
+/// for pause to fail, where `eprintln!` would panic.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Installs [`record`] for `sig`.
