@@ -5,14 +5,16 @@
 # is left alone, and packages are installed (with one `apt-get update`) only when missing.
 #
 #   rkubelet/busybox:1.35  Debian's static busybox, one symlink per applet
-#   rkubelet/pause:3.10    hack/pause.c compiled statically, alone in the image
+#   rkubelet/pause:3.10    a static (musl) rkubelet alone in the image, ENTRYPOINT
+#                          ["/rkubelet","pause"]: the image a node with no registry
+#                          imports itself as (src/images/selfimport.rs)
 #
 # Usage: hack/build-images.sh   (as root, or as a user in the docker group with sudo for apt)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 busybox_image="rkubelet/busybox:1.35"
-pause_image="rkubelet/pause:3.10"
+pause_image="${PAUSE_IMAGE:-rkubelet/pause:3.10}"
 
 log() { printf 'build-images: %s\n' "$*" >&2; }
 
@@ -63,25 +65,47 @@ build_busybox() {
 		- "$busybox_image" >/dev/null
 }
 
+# The static rkubelet the pause image holds (and tests/it/pause.rs runs): the dev
+# profile, which builds in a fraction of a fat-LTO release build's time; stripped, it
+# is ~30 MB.
+static_target="x86_64-unknown-linux-musl"
+# The rustup target and musl-tools, installed when missing; run even when the image
+# exists, since tests/it/pause.rs builds the same static binary.
+static_tools() {
+	if ! rustup target list --installed 2>/dev/null | grep -qx "$static_target"; then
+		log "adding the rustup target $static_target"
+		rustup target add "$static_target" >/dev/null
+	fi
+	if ! command -v musl-gcc >/dev/null 2>&1; then
+		log "installing musl-tools"
+		apt_install musl-tools
+	fi
+}
+
+build_static_rkubelet() {
+	# ring's C and assembly need musl's compiler wrapper.
+	(cd "$here/.." && CC_x86_64_unknown_linux_musl=musl-gcc \
+		cargo build --quiet --bin rkubelet --target "$static_target")
+	local target_dir="${CARGO_TARGET_DIR:-$here/../target}"
+	static_bin="$target_dir/$static_target/debug/rkubelet"
+}
+
 build_pause() {
 	if image_exists "$pause_image"; then
 		log "$pause_image exists"
 		return
 	fi
-	# A static link needs gcc and libc.a (libc6-dev); gcc prints the bare name when it
-	# cannot find the file.
-	if ! command -v gcc >/dev/null 2>&1 || [ "$(gcc -print-file-name=libc.a)" = libc.a ]; then
-		log "installing gcc and libc6-dev"
-		apt_install gcc libc6-dev
-	fi
+	build_static_rkubelet
 	local root="$work/pause"
 	mkdir -p "$root"
-	gcc -static -Os -Wall -Wextra -o "$root/pause" "$here/pause.c"
-	strip "$root/pause" 2>/dev/null || true
+	strip -o "$root/rkubelet" "$static_bin" 2>/dev/null || cp "$static_bin" "$root/rkubelet"
+	chmod 0755 "$root/rkubelet"
 	log "importing $pause_image"
-	tar -C "$root" -c . | docker import -c 'ENTRYPOINT ["/pause"]' - "$pause_image" >/dev/null
+	tar -C "$root" --owner=0 --group=0 -c rkubelet \
+		| docker import -c 'ENTRYPOINT ["/rkubelet","pause"]' - "$pause_image" >/dev/null
 }
 
+static_tools
 build_busybox
 build_pause
 log "done: $busybox_image $pause_image"

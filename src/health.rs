@@ -235,6 +235,18 @@ impl HealthChecks {
         })
     }
 
+    /// What the systemd watchdog pings for: the sync loop's and the PLEG's checks, as
+    /// `/healthz` runs them. The runtime's and the network's are left out: a restart
+    /// cannot bring Docker or its bridge back.
+    pub fn watchdog(&self, now: Instant) -> Result<(), String> {
+        for name in ["syncloop", "pleg"] {
+            if let Some(Err(e)) = self.check(name, now) {
+                return Err(format!("{name}: {e}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Upstream's `SyncLoopHealthCheck`.
     fn sync_loop(&self, now: Instant) -> Result<(), String> {
         let window = (self.sync_frequency * 2).max(MIN_SYNC_LOOP_WINDOW);
@@ -381,7 +393,55 @@ mod tests {
         assert_eq!(all[5].1, blocked);
         assert_eq!(checks.check("fine", later), Some(Ok(())));
         assert_eq!(checks.check("events", later), None, "no period: no check");
+        // No sync loop and no relist: the systemd watchdog is not fed.
+        let wd = checks.watchdog(Instant::now());
+        assert!(
+            wd.as_ref().is_err_and(|e| e.starts_with("syncloop: ")),
+            "{wd:?}"
+        );
         drop(release_tx);
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn the_watchdog_check_fails_with_a_wedged_sync_loop_or_pleg() {
+        use crate::loops::{shutdown_channel, Loops};
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let (ticked_tx, ticked_rx) = crossbeam_channel::bounded(1);
+        // A sync loop that iterates once and then waits for shutdown.
+        loops
+            .spawn("sync-loop", move |stop, handle| {
+                let began = handle.begin_tick();
+                handle.end_tick(began, None);
+                let _ = ticked_tx.send(());
+                while !stop.sleep(Duration::from_millis(5)) {}
+            })
+            .expect("spawn");
+        ticked_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("ticked");
+        let checks = HealthChecks {
+            registry: loops.registry(),
+            pleg: Arc::new(PlegShared::default()),
+            runtime: Arc::new(RuntimeHealth::default()),
+            network: Arc::new(NetworkHealth::default()),
+            sync_frequency: Duration::from_secs(1),
+        };
+        let now = Instant::now();
+        // The sync loop is fine; a PLEG that never relisted is not.
+        assert_eq!(
+            checks.watchdog(now),
+            Err("pleg: PLEG is not healthy: pleg has yet to be successful".into())
+        );
+        // Five minutes without a sync-loop iteration: wedged, whatever the PLEG says.
+        let wd = checks.watchdog(now + Duration::from_secs(301));
+        assert!(
+            wd.as_ref()
+                .is_err_and(|e| e.starts_with("syncloop: sync Loop took longer than expected")),
+            "{wd:?}"
+        );
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
     }

@@ -4,6 +4,9 @@
 //!
 //! The modules, in reading order (ARCHITECTURE.md has the threads and invariants):
 
+// `rkubelet pause`: a sandbox's init, run before any of the kubelet starts.
+pub mod pause;
+
 // Foundations: the loop helper every thread goes through, logging, time.
 pub mod loops;
 pub mod logging;

@@ -3,6 +3,9 @@
 //! `READY=1`) and for a signal. SIGTERM/SIGINT stop every loop and exit 0 within 2 s,
 //! leaving the containers running; SIGHUP is logged.
 //!
+//! `rkubelet pause` is not the kubelet: it is the sandbox's pause process (`pause`),
+//! dispatched first thing in `main`.
+//!
 //! Exit codes: 0 after a clean stop (or `--help`/`--version`), 1 when start-up fails
 //! (a port in use, no root directory), 2 for a bad flag, config file or endpoint.
 
@@ -37,6 +40,16 @@ impl From<Exit> for ExitCode {
 }
 
 fn main() -> ExitCode {
+    // `rkubelet pause` is a sandbox's init: nothing of the kubelet's start-up (no
+    // logging, no threads, no config) runs before it.
+    let mut args = std::env::args_os().skip(1);
+    if args
+        .next()
+        .is_some_and(|a| a == rkubelet::pause::SUBCOMMAND)
+    {
+        let rest: Vec<_> = args.collect();
+        return ExitCode::from(rkubelet::pause::run(&rest));
+    }
     let exit = run();
     // What the log file's buffer still holds (`--log-file`).
     logging::flush();
@@ -129,6 +142,10 @@ fn run() -> Exit {
                 // Servers are bound and the runtime has been listed once: ready.
                 if systemd::notify("READY=1\nSTATUS=serving; first relist done") {
                     log::info!("told systemd we are ready");
+                }
+                // systemd's watchdog counts from readiness; so do our pings.
+                if let Err(e) = running.start_watchdog() {
+                    log::error!("{}", error_chain(&e));
                 }
                 first_relist = crossbeam_channel::never();
             },

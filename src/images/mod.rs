@@ -25,6 +25,7 @@
 
 pub mod credentials;
 pub mod puller;
+pub mod selfimport;
 use crate::reference;
 
 use std::collections::HashMap;
@@ -72,6 +73,9 @@ struct Inner {
     credential_paths: Vec<(PathBuf, bool)>,
     /// Where pods' `imagePullSecrets` are read (set once at wiring).
     objects: std::sync::OnceLock<Arc<crate::objects::ObjectManager>>,
+    /// The sandbox image (normalized) that rkubelet imports itself as when its pull
+    /// fails ([`selfimport`]); set once at wiring.
+    self_import: std::sync::OnceLock<String>,
 }
 
 /// Records what upstream records as a pod event, through the one rate-limited
@@ -118,6 +122,7 @@ impl ImageManager {
                 notify: Mutex::new(None),
                 credential_paths: paths,
                 objects: std::sync::OnceLock::new(),
+                self_import: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -125,6 +130,12 @@ impl ImageManager {
     /// Reads pods' `imagePullSecrets` through `objects` (a second call is ignored).
     pub fn set_objects(&self, objects: Arc<crate::objects::ObjectManager>) {
         let _ = self.inner.objects.set(objects);
+    }
+
+    /// When a pull of `image` (the pod-infra image) fails, rkubelet imports itself as
+    /// it, if it is a static binary ([`selfimport`]); a second call is ignored.
+    pub fn set_self_import(&self, image: &str) {
+        let _ = self.inner.self_import.set(normalize_image(image));
     }
 
     /// The credentials the pod's `imagePullSecrets` give for `repository` (upstream
@@ -195,13 +206,15 @@ impl ImageManager {
     /// [`Self::ensure_image`] for the sandbox (pause) image, which records no events
     /// about the pod here: upstream's runtime gets the sandbox image itself, and the
     /// kubelet records no `Pulled` for it (a pull the puller has to make still says
-    /// `Pulling`/`Pulled`).
+    /// `Pulling`/`Pulled`). Pulled only when absent, whatever its tag, as dockershim's
+    /// `ensureSandboxImageExists`: a `:latest` pause image is not pulled (or, with no
+    /// registry, imported) again for every pod.
     pub fn ensure_sandbox_image(
         &self,
         pod: &Pod,
         image: &str,
     ) -> Result<Option<Waiting>, RuntimeError> {
-        self.ensure(pod, image, None, &|_, _, _, _| {})
+        self.ensure(pod, image, Some("IfNotPresent"), &|_, _, _, _| {})
     }
 
     fn ensure(

@@ -280,7 +280,7 @@ impl Inner {
                     log::debug!("pulling {tagged}: {}", error_chain(&e));
                     None
                 }
-                Err(e) => Some(Outcome::Failed(error_chain(&e))),
+                Err(e) => Some(self.pull_failed(tagged, &e)),
             }
         };
         let now = Instant::now();
@@ -314,6 +314,35 @@ impl Inner {
                     // Its sync's own requeue (10 s) brings it back.
                     log::debug!("pull of {tagged} done; pod {uid} is synced at its requeue");
                 }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// The outcome of a failed pull: a failure, unless the image is the sandbox image
+    /// and rkubelet could import itself as it ([`super::selfimport`]), on this
+    /// puller's thread as the pull was, so no pod waits longer than for a pull.
+    fn pull_failed(&self, tagged: &str, e: &crate::runtime::RuntimeError) -> Outcome {
+        let pulled = error_chain(e);
+        if self.self_import.get().map(String::as_str) != Some(tagged) {
+            return Outcome::Failed(pulled);
+        }
+        match super::selfimport::import_self(self.runtime.as_ref(), tagged) {
+            Ok(size) => {
+                log::info!(
+                    "sandbox image {tagged} could not be pulled ({pulled}); imported rkubelet \
+                     itself ({size} bytes, entrypoint /rkubelet pause) as {tagged}"
+                );
+                Outcome::Pulled
+            }
+            Err(ie) => {
+                let msg = format!(
+                    "{pulled}; and rkubelet could not import itself as sandbox image {tagged}: {}",
+                    error_chain(&ie)
+                );
+                log::warn!("{msg}");
+                Outcome::Failed(msg)
             }
         }
     }
@@ -455,6 +484,50 @@ mod tests {
             w.message
         );
         assert_eq!(rt.count(Op::Pull), 1);
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn a_failed_sandbox_pull_tries_the_self_import_and_names_why_it_failed() {
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()));
+        let images = manager(&rt);
+        images.set_self_import("nowhere/pause:1");
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let (tx, rx) = crossbeam_channel::bounded(8);
+        images
+            .start(&loops, PullSettings::default(), tx)
+            .expect("start");
+        // The test binary is dynamic: the import is refused, with both reasons.
+        let w = images
+            .ensure_sandbox_image(&pod("a"), "nowhere/pause:1")
+            .expect("a");
+        assert_eq!(w.map(|w| w.reason).as_deref(), Some(PULLING_REASON));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).expect("told"), "a");
+        let w = images
+            .ensure_sandbox_image(&pod("a"), "nowhere/pause:1")
+            .expect("a")
+            .expect("waits");
+        assert_eq!(w.reason, "ErrImagePull");
+        assert!(
+            w.message.contains("manifest for nowhere/pause:1 not found")
+                && w.message
+                    .contains("could not import itself as sandbox image nowhere/pause:1")
+                && w.message.contains("dynamically linked"),
+            "{}",
+            w.message
+        );
+        assert!(rt.imports().is_empty());
+        // Another image's failed pull is only a failed pull.
+        let w = images.ensure_image(&pod("b"), "gone:1", None).expect("b");
+        assert_eq!(w.map(|w| w.reason).as_deref(), Some(PULLING_REASON));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).expect("told"), "b");
+        let w = images
+            .ensure_image(&pod("b"), "gone:1", None)
+            .expect("b")
+            .expect("waits");
+        assert!(!w.message.contains("import"), "{}", w.message);
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
     }

@@ -147,12 +147,27 @@ pub struct Running {
     pub bound: Vec<(&'static str, SocketAddr)>,
     /// Pods and statuses, for the status line.
     pub pods: Arc<PodsView>,
+    /// The healthz checks, for the systemd watchdog.
+    checks: HealthChecks,
 }
 
 impl Running {
     /// The loop helper, for threads main starts beside the kubelet's (`signals`).
     pub fn loops(&self) -> &Loops {
         &self.loops
+    }
+
+    /// Starts the `watchdog` loop if systemd asked for one (`$WATCHDOG_USEC`): main
+    /// calls it once the kubelet is ready, when systemd's watchdog begins to count.
+    /// It pings while the sync loop and the PLEG are healthy.
+    pub fn start_watchdog(&self) -> Result<(), SpawnError> {
+        let Some(wd) = crate::systemd::Watchdog::from_env() else {
+            return Ok(());
+        };
+        let checks = self.checks.clone();
+        crate::systemd::start_watchdog(&self.loops, wd, move || {
+            checks.watchdog(std::time::Instant::now())
+        })
     }
 
     /// Stops every loop and waits for them at most `deadline`; returns the names of the
@@ -364,6 +379,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // Image pullers: pulls never run on a pod worker; a finished pull names its
     // waiting pods to the sync loop.
     let (pulled_tx, pulled_rx) = crossbeam_channel::bounded(PULLED_CHANNEL_CAPACITY);
+    // With no registry, a static rkubelet is its own pause image.
+    parts
+        .manager
+        .images()
+        .set_self_import(&cfg.pod_infra_container_image);
     parts.manager.images().start(
         &loops,
         crate::images::PullSettings {
@@ -472,6 +492,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         fatal,
         bound,
         pods: pods_view,
+        checks,
     })
 }
 

@@ -91,6 +91,8 @@ pub enum Op {
     InspectImage,
     /// `pull_image`
     Pull,
+    /// `import_image`
+    Import,
     /// `list_images`
     ListImages,
     /// `remove_image`
@@ -173,6 +175,8 @@ struct State {
     images: BTreeMap<String, ImageDetails>,
     /// Images a pull can fetch.
     registry: BTreeSet<String>,
+    /// Every import: the image, its changes and the tar's bytes as read.
+    imports: Vec<(String, Vec<String>, Vec<u8>)>,
     next_id: u64,
     calls: Vec<Call>,
     /// Per operation: errors for its next calls, in order.
@@ -252,6 +256,11 @@ impl FakeRuntime {
     pub fn with_pullable(self, image: &str) -> Self {
         lock(&self.state).registry.insert(image.to_string());
         self
+    }
+
+    /// Every image imported so far: its name, its changes and its tar.
+    pub fn imports(&self) -> Vec<(String, Vec<String>, Vec<u8>)> {
+        lock(&self.state).imports.clone()
     }
 
     /// The next `times` calls of `op` fail with `fault`.
@@ -688,6 +697,32 @@ impl Runtime for FakeRuntime {
         let id = format!("sha256:{:064x}", st.images.len() + 1);
         st.images
             .insert(image.to_string(), image_details(image, &id));
+        Ok(())
+    }
+
+    fn import_image(
+        &self,
+        image: &str,
+        changes: &[String],
+        (tar, len): (&mut dyn std::io::Read, u64),
+    ) -> Result<(), RuntimeError> {
+        self.enter(Op::Import, image)?;
+        // Read outside the lock, as the engine reads the body.
+        let mut bytes = Vec::new();
+        let read = std::io::Read::read_to_end(&mut std::io::Read::take(tar, len), &mut bytes);
+        if let Err(e) = read {
+            return Err(RuntimeError::Api {
+                op: format!("import {image}"),
+                status: 500,
+                message: e.to_string(),
+            });
+        }
+        let mut st = lock(&self.state);
+        let id = format!("sha256:{:064x}", st.images.len() + 1);
+        st.images
+            .insert(image.to_string(), image_details(image, &id));
+        st.imports
+            .push((image.to_string(), changes.to_vec(), bytes));
         Ok(())
     }
 

@@ -102,6 +102,17 @@ impl Runtime for InstrumentedRuntime {
         self.record("pull_image", || self.inner.pull_image(image, auth))
     }
 
+    fn import_image(
+        &self,
+        image: &str,
+        changes: &[String],
+        tar: (&mut dyn std::io::Read, u64),
+    ) -> Result<(), RuntimeError> {
+        self.record("import_image", || {
+            self.inner.import_image(image, changes, tar)
+        })
+    }
+
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
         self.record("list_images", || self.inner.list_images())
     }

@@ -646,6 +646,17 @@ pub trait Runtime: Send + Sync + fmt::Debug {
     /// Pulls an image, blocking until done; errors in the progress stream are errors.
     fn pull_image(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<(), RuntimeError>;
 
+    /// Makes a new image named `image` (`name:tag`) from a root filesystem tar of
+    /// `len` bytes read from `tar`, with Dockerfile `changes` applied (e.g.
+    /// `ENTRYPOINT ["/rkubelet","pause"]`): `docker import`. Errors in the progress
+    /// stream are errors.
+    fn import_image(
+        &self,
+        image: &str,
+        changes: &[String],
+        tar: (&mut dyn std::io::Read, u64),
+    ) -> Result<(), RuntimeError>;
+
     /// All images on the node.
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError>;
 

@@ -263,6 +263,14 @@ impl Runtime for OnlyTestImages {
     fn pull_image(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<(), RuntimeError> {
         self.inner.pull_image(image, auth)
     }
+    fn import_image(
+        &self,
+        image: &str,
+        changes: &[String],
+        tar: (&mut dyn std::io::Read, u64),
+    ) -> Result<(), RuntimeError> {
+        self.inner.import_image(image, changes, tar)
+    }
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
         Ok(self
             .inner

@@ -96,6 +96,10 @@ pub struct Node {
     pub docker: Docker,
     /// Extra environment of the rkubelet process (e.g. `HOME`).
     pub env: Vec<(String, String)>,
+    /// The binary to run (the tests' build unless a test gives a static one).
+    pub bin: PathBuf,
+    /// `--pod-infra-container-image`.
+    pub pause: String,
 }
 
 impl Node {
@@ -114,6 +118,8 @@ impl Node {
             child: None,
             docker,
             env: Vec::new(),
+            bin: PathBuf::from(env!("CARGO_BIN_EXE_rkubelet")),
+            pause: PAUSE.to_string(),
         }
     }
 
@@ -137,7 +143,7 @@ impl Node {
 
     /// The rkubelet command line for this node.
     pub fn command(&self, extra: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_rkubelet"));
+        let mut c = Command::new(&self.bin);
         c.arg(format!("--hostname-override={}", self.name))
             .arg(format!(
                 "--pod-manifest-path={}",
@@ -154,7 +160,7 @@ impl Node {
                 self.dir.join("container-logs").display()
             ))
             .arg(format!("--container-runtime-endpoint={}", self.endpoint))
-            .arg(format!("--pod-infra-container-image={PAUSE}"))
+            .arg(format!("--pod-infra-container-image={}", self.pause))
             .arg(format!("--healthz-port={}", self.healthz_port))
             .arg(format!("--read-only-port={}", self.ro_port))
             .arg("--address=127.0.0.1")

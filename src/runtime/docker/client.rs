@@ -264,7 +264,27 @@ impl Client {
         Ok(status)
     }
 
-    fn run(&self, op: &str, url: &str, req: &Req) -> Result<Response<Body>, RuntimeError> {
+    /// Sends a call whose body is read from `body` as it goes (a tar of tens of MiB is
+    /// never held in memory) under the negotiated version prefix, with `Content-Type`
+    /// `content_type` and, since the length is known, `Content-Length` (Docker reads an
+    /// import's body to its end either way); returns the answer, whatever its status.
+    pub(crate) fn send_reader(
+        &self,
+        op: &str,
+        req: &Req,
+        content_type: &str,
+        (body, len): (&mut dyn Read, u64),
+    ) -> Result<Response<Body>, RuntimeError> {
+        let api = self.api_version()?;
+        let builder = Self::builder(&format!("{BASE}/v{api}{}", req.path), req)
+            .header("Content-Type", content_type)
+            .header("Content-Length", len.to_string());
+        self.send_with(op, req, builder, ureq::SendBody::from_reader(body))?
+            .map_err(|e| self.transport_error(op, req, e))
+    }
+
+    /// The request line and the headers every call carries.
+    fn builder(url: &str, req: &Req) -> http::request::Builder {
         let method = match req.method {
             Method::Get => http::Method::GET,
             Method::Post => http::Method::POST,
@@ -274,6 +294,11 @@ impl Client {
         if let Some(auth) = &req.registry_auth {
             builder = builder.header("X-Registry-Auth", auth);
         }
+        builder
+    }
+
+    fn run(&self, op: &str, url: &str, req: &Req) -> Result<Response<Body>, RuntimeError> {
+        let builder = Self::builder(url, req);
         let result = match (&req.json, req.method) {
             (Some(body), _) => self.send_with(
                 op,

@@ -76,6 +76,10 @@ const STOP_EXTRA: Duration = Duration::from_secs(30);
 /// A whole pull: big images over a slow link take minutes.
 const PULL_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// A whole import of the kubelet's own binary as the pause image: tens of MiB over
+/// the local socket, then the engine writes one layer; a slow SD card takes a while.
+const IMPORT_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// A pull whose progress stream is silent this long is stuck (the upstream kubelet's
 /// `--image-pull-progress-deadline` default is 1 min).
 const PULL_PROGRESS_DEADLINE: Duration = Duration::from_secs(60);
@@ -129,6 +133,46 @@ impl Docker {
     /// The endpoint as given to [`Docker::connect`].
     pub fn endpoint(&self) -> &str {
         self.client.endpoint()
+    }
+
+    /// Reads a pull's or an import's progress stream to its end. A 200 answer only
+    /// means the work began: failures arrive as a line of the stream, so every line is
+    /// checked. While it runs, the latest line is logged every
+    /// [`PULL_PROGRESS_REPORT`] after `what`.
+    fn read_progress(
+        &self,
+        op: &str,
+        req: &Req,
+        resp: ureq::http::Response<ureq::Body>,
+        what: &str,
+    ) -> Result<(), RuntimeError> {
+        let body = resp.into_body().into_with_config().limit(u64::MAX).reader();
+        let mut lines = LineReader::new(body, MAX_STREAM_LINE);
+        let mut next_report = Instant::now() + PULL_PROGRESS_REPORT;
+        let mut latest = String::new();
+        loop {
+            if Instant::now() >= next_report {
+                log::info!("{what}: {latest:?}");
+                next_report = Instant::now() + PULL_PROGRESS_REPORT;
+            }
+            let line = match lines.next_line() {
+                Ok(Some(line)) => line,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(self.client.body_error(op, req, e)),
+            };
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let progress: PullProgress =
+                serde_json::from_slice(&line).map_err(|source| RuntimeError::Decode {
+                    op: op.to_string(),
+                    source,
+                })?;
+            if let Some(message) = progress.error_message() {
+                return Err(pull_error(op.to_string(), message));
+            }
+            latest = progress.text();
+        }
     }
 }
 
@@ -292,35 +336,45 @@ impl Runtime for Docker {
             req = req.registry_auth(registry_auth_header(auth));
         }
         let resp = self.client.send_ok(&op, &req)?;
-        let body = resp.into_body().into_with_config().limit(u64::MAX).reader();
-        let mut lines = LineReader::new(body, MAX_STREAM_LINE);
-        let mut next_report = Instant::now() + PULL_PROGRESS_REPORT;
-        let mut latest = String::new();
-        // A 200 answer only means the pull began: failures arrive as a line of the
-        // progress stream, so every line is checked until the stream ends.
-        loop {
-            if Instant::now() >= next_report {
-                log::info!("Pulling image {:?}: {latest:?}", reference.to_string());
-                next_report = Instant::now() + PULL_PROGRESS_REPORT;
-            }
-            let line = match lines.next_line() {
-                Ok(Some(line)) => line,
-                Ok(None) => return Ok(()),
-                Err(e) => return Err(self.client.body_error(&op, &req, e)),
-            };
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let progress: PullProgress =
-                serde_json::from_slice(&line).map_err(|source| RuntimeError::Decode {
-                    op: op.clone(),
-                    source,
-                })?;
-            if let Some(message) = progress.error_message() {
-                return Err(pull_error(op, message));
-            }
-            latest = progress.text();
+        self.read_progress(
+            &op,
+            &req,
+            resp,
+            &format!("Pulling image {:?}", reference.to_string()),
+        )
+    }
+
+    fn import_image(
+        &self,
+        image: &str,
+        changes: &[String],
+        (tar, len): (&mut dyn std::io::Read, u64),
+    ) -> Result<(), RuntimeError> {
+        let reference = crate::reference::split(image.trim());
+        let op = format!("import image {reference}");
+        let (repo, tag) = pull_params(&reference);
+        let mut path = format!(
+            "/images/create?fromSrc=-&repo={}&tag={}",
+            percent_encode(&repo),
+            percent_encode(tag)
+        );
+        for c in changes {
+            path.push_str("&changes=");
+            path.push_str(&percent_encode(c));
         }
+        let req = Req::post(path)
+            .timeout(Some(IMPORT_TIMEOUT))
+            .per_read(PULL_PROGRESS_DEADLINE);
+        let resp = self
+            .client
+            .send_reader(&op, &req, "application/x-tar", (tar, len))?;
+        let resp = self.client.check(&op, resp)?;
+        self.read_progress(
+            &op,
+            &req,
+            resp,
+            &format!("Importing image {:?}", reference.to_string()),
+        )
     }
 
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
