@@ -26,8 +26,8 @@ struct Conn {
 }
 
 /// A byte-for-byte proxy from a socket of its own to Docker's, which can cut the event
-/// streams going through it.
-struct DockerProxy {
+/// streams going through it (a Docker restart, as far as the kubelet can tell).
+pub struct DockerProxy {
     path: PathBuf,
     conns: Arc<Mutex<Vec<Conn>>>,
     stop: Arc<AtomicBool>,
@@ -53,7 +53,8 @@ fn copy(mut from: UnixStream, mut to: UnixStream, events: Option<Arc<AtomicBool>
 }
 
 impl DockerProxy {
-    fn start(dir: &std::path::Path) -> DockerProxy {
+    /// A proxy listening on `dir/docker-proxy.sock`.
+    pub fn start(dir: &std::path::Path) -> DockerProxy {
         let path = dir.join("docker-proxy.sock");
         let listener = UnixListener::bind(&path).expect("bind the proxy socket");
         let conns: Arc<Mutex<Vec<Conn>>> = Arc::default();
@@ -98,13 +99,14 @@ impl DockerProxy {
         DockerProxy { path, conns, stop }
     }
 
-    fn endpoint(&self) -> String {
+    /// Its `--container-runtime-endpoint`.
+    pub fn endpoint(&self) -> String {
         format!("unix://{}", self.path.display())
     }
 
     /// Shuts every connection that carried an events request, as a Docker restart
     /// would; returns how many.
-    fn cut_events(&self) -> usize {
+    pub fn cut_events(&self) -> usize {
         let mut conns = self.conns.lock().expect("conns");
         let mut cut = 0;
         conns.retain(|c| {
