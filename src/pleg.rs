@@ -6,8 +6,17 @@
 //! It also publishes what it saw (which pod UIDs have containers, and their grace
 //! periods) for housekeeping to find orphans, and the time of its last successful
 //! relist for the health check (unhealthy after 3 minutes without one).
+//!
+//! [`evented`] adds upstream's evented PLEG on top: Docker's event stream wakes this
+//! PLEG to relist one pod at once ([`Pleg::update_pods`]), and while the stream is
+//! live the full relist runs only every 5 minutes. Either way every event the sync loop
+//! gets comes out of the one diff, [`compute_events`], against the one record of what
+//! was seen, so events and relists can never disagree.
 
-use std::collections::{BTreeMap, HashMap};
+pub mod evented;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -16,7 +25,7 @@ use crossbeam_channel::{Sender, TrySendError};
 use crate::container::labels;
 use crate::loops::lock;
 use crate::metrics::kubelet::KubeletMetrics;
-use crate::runtime::{ContainerState, Runtime, RuntimeError};
+use crate::runtime::{ContainerState, ContainerSummary, Runtime, RuntimeError};
 
 /// Upstream `genericPlegRelistPeriod`.
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -154,6 +163,15 @@ fn state_label(s: ContainerState) -> &'static str {
 pub struct PlegShared {
     last_relist: Mutex<Option<Instant>>,
     pods: Mutex<Arc<BTreeMap<String, RuntimePodInfo>>>,
+    /// Set once an event watcher runs for this PLEG (upstream's EventedPLEG gate).
+    evented: AtomicBool,
+    /// Whether the runtime's event stream is open now: the relist period and the
+    /// health threshold follow it.
+    stream_open: AtomicBool,
+    /// The last send to the sync loop found its channel full (upstream's evented
+    /// health check: "pleg event channel capacity is full"); the next send that fits
+    /// clears it.
+    channel_full: AtomicBool,
 }
 
 impl PlegShared {
@@ -167,32 +185,90 @@ impl PlegShared {
         lock(&self.pods).clone()
     }
 
-    /// The health check: Err with upstream's wording when the PLEG is stale.
-    pub fn healthy(&self, now: Instant) -> Result<(), String> {
-        match self.last_relist() {
-            None => Err("pleg has yet to be successful".into()),
-            Some(t) if now.saturating_duration_since(t) > RELIST_THRESHOLD => Err(format!(
-                "pleg was last seen active {:?} ago; threshold is {:?}",
-                now.saturating_duration_since(t),
-                RELIST_THRESHOLD
-            )),
-            Some(_) => Ok(()),
+    /// Whether the runtime's event stream is open (the evented PLEG is in use).
+    pub fn stream_open(&self) -> bool {
+        self.stream_open.load(Ordering::SeqCst)
+    }
+
+    /// The full relist's period and health threshold now: upstream's evented values
+    /// while the event stream is open, the generic ones otherwise.
+    pub fn relist_timing(&self) -> (Duration, Duration) {
+        if self.stream_open() {
+            (evented::RELIST_PERIOD, evented::RELIST_THRESHOLD)
+        } else {
+            (RELIST_PERIOD, RELIST_THRESHOLD)
         }
+    }
+
+    pub(crate) fn set_evented(&self) {
+        self.evented.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set_stream_open(&self, open: bool) {
+        self.stream_open.store(open, Ordering::SeqCst);
+    }
+
+    /// The health check: Err with upstream's wording when the PLEG is stale. With the
+    /// event watcher running, upstream's two checks: the generic one with the threshold
+    /// of the current mode (10 min while events flow, 3 min while they do not), and
+    /// the evented one (the sync loop's event channel is not full).
+    pub fn healthy(&self, now: Instant) -> Result<(), String> {
+        let (_, threshold) = self.relist_timing();
+        match self.last_relist() {
+            None => return Err("pleg has yet to be successful".into()),
+            Some(t) if now.saturating_duration_since(t) > threshold => {
+                return Err(format!(
+                    "pleg was last seen active {:?} ago; threshold is {:?}",
+                    now.saturating_duration_since(t),
+                    threshold
+                ))
+            }
+            Some(_) => {}
+        }
+        if self.evented.load(Ordering::SeqCst) && self.channel_full.load(Ordering::SeqCst) {
+            return Err(format!(
+                "EventedPLEG: pleg event channel capacity is full with {CHANNEL_CAPACITY} events"
+            ));
+        }
+        Ok(())
     }
 }
 
-/// The relisting component. Its [`Pleg::relist`] is the `pleg` loop's tick.
+/// The relisting component. Its [`Pleg::relist`] is the `pleg` loop's tick, and its
+/// [`Pleg::update_pods`] the evented PLEG's targeted relist.
 #[derive(Debug)]
 pub struct Pleg {
     runtime: Arc<dyn Runtime>,
     filter: Vec<String>,
-    old: HashMap<String, Seen>,
+    /// Every container of this node the PLEG has seen, by ID, as last listed: the
+    /// `old` side of the next diff, and what it publishes.
+    seen: HashMap<String, ContainerSummary>,
     events: Sender<PlegEvent>,
     shared: Arc<PlegShared>,
     first_done: Option<Sender<()>>,
     metrics: Arc<KubeletMetrics>,
     /// Start of the last successful relist, for the relist interval.
     last_success: Option<Instant>,
+}
+
+fn pod_uid(c: &ContainerSummary) -> Option<&String> {
+    c.labels.get(labels::POD_UID)
+}
+
+fn seen_states<'a>(
+    containers: impl Iterator<Item = &'a ContainerSummary>,
+) -> HashMap<String, Seen> {
+    containers
+        .filter_map(|c| {
+            Some((
+                c.id.clone(),
+                Seen {
+                    pod_uid: pod_uid(c)?.clone(),
+                    state: c.state,
+                },
+            ))
+        })
+        .collect()
 }
 
 impl Pleg {
@@ -208,7 +284,7 @@ impl Pleg {
         Pleg {
             runtime,
             filter: vec![format!("{}={}", labels::MANAGED_BY_NODE, node_name)],
-            old: HashMap::new(),
+            seen: HashMap::new(),
             events,
             shared,
             first_done,
@@ -222,6 +298,16 @@ impl Pleg {
     pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
         self.metrics = metrics;
         self
+    }
+
+    /// The label filter of this node's containers (the event watcher's too).
+    pub fn node_filter(&self) -> &[String] {
+        &self.filter
+    }
+
+    /// What this PLEG publishes.
+    pub fn shared(&self) -> &Arc<PlegShared> {
+        &self.shared
     }
 
     /// One relist: list, diff, send events, publish. A failed list changes nothing and
@@ -248,12 +334,106 @@ impl Pleg {
         self.metrics
             .pleg_last_seen
             .set([], crate::time::unix_secs(SystemTime::now()) as f64);
-        let mut new = HashMap::with_capacity(list.len());
+        self.apply(list, None);
+        *lock(&self.shared.last_relist) = Some(started);
+        if let Some(tx) = self.first_done.take() {
+            let _ = tx.try_send(());
+        }
+        Ok(())
+    }
+
+    /// The evented PLEG's targeted relist: for each pod of `pods`, lists its containers
+    /// (one filtered list call), inspects the containers its events named, diffs them
+    /// against what was seen of that pod, and sends the events, exactly as a full relist
+    /// would have for that pod. Docker writes a `die` event before its list shows the
+    /// container exited (the list reads a view updated after the event; inspect waits on
+    /// the container's own lock), so the states of the named containers are taken from
+    /// inspect. It is not a relist: the relist metrics and time stay as they are (the
+    /// health check and the full relist's schedule count full relists only, as
+    /// upstream's).
+    pub fn update_pods(
+        &mut self,
+        pods: &BTreeMap<String, BTreeSet<String>>,
+    ) -> Result<(), RuntimeError> {
+        for (uid, ids) in pods {
+            let mut filter = self.filter.clone();
+            filter.push(format!("{}={uid}", labels::POD_UID));
+            let mut list = self.runtime.list_containers(&filter)?;
+            let mut gone = BTreeSet::new();
+            for c in list.iter_mut().filter(|c| ids.contains(&c.id)) {
+                match self.runtime.inspect_container(&c.id) {
+                    Ok(d) => c.state = d.state,
+                    Err(e) if e.is_not_found() => {
+                        gone.insert(c.id.clone());
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            list.retain(|c| !gone.contains(&c.id));
+            self.apply(list, Some(uid));
+        }
+        self.metrics
+            .pleg_last_seen
+            .set([], crate::time::unix_secs(SystemTime::now()) as f64);
+        Ok(())
+    }
+
+    /// Diffs `list` against what was seen (of pod `scope` only, or of every pod),
+    /// sends the events, records `list` as seen, and publishes.
+    fn apply(&mut self, list: Vec<ContainerSummary>, scope: Option<&str>) {
+        let in_scope = |c: &ContainerSummary| match (pod_uid(c), scope) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(uid), Some(s)) => uid == s,
+        };
+        let new: HashMap<String, ContainerSummary> = list
+            .into_iter()
+            .filter(|c| in_scope(c))
+            .map(|c| (c.id.clone(), c))
+            .collect();
+        let old = seen_states(self.seen.values().filter(|c| in_scope(c)));
+        for ev in compute_events(&old, &seen_states(new.values())) {
+            self.send(ev);
+        }
+        match scope {
+            None => self.seen = new,
+            Some(_) => {
+                self.seen.retain(|_, c| !in_scope(c));
+                self.seen.extend(new);
+            }
+        }
+        self.publish();
+    }
+
+    fn send(&self, ev: PlegEvent) {
+        log::debug!(
+            "pleg: {:?} {} in pod {}",
+            ev.kind,
+            crate::container::short(&ev.container_id),
+            ev.pod_uid
+        );
+        if ev.kind == PlegEventType::ContainerChanged {
+            // Generated but not forwarded, as upstream.
+            return;
+        }
+        match self.events.try_send(ev) {
+            Ok(()) => self.shared.channel_full.store(false, Ordering::SeqCst),
+            Err(TrySendError::Full(_)) => {
+                self.shared.channel_full.store(true, Ordering::SeqCst);
+                self.metrics.pleg_discard_events.inc([]);
+                log::warn!("Event channel is full, discard this relist() cycle event");
+            }
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    /// Publishes the pods and the running-pod and container metrics from what was seen.
+    fn publish(&self) {
         let mut pods: BTreeMap<String, RuntimePodInfo> = BTreeMap::new();
         let mut by_state = [0u32; 4];
-        let mut sandboxes_running = std::collections::BTreeSet::new();
-        for c in list {
-            let Some(uid) = c.labels.get(labels::POD_UID).cloned() else {
+        let mut sandboxes_running = BTreeSet::new();
+        for c in self.seen.values() {
+            let Some(uid) = pod_uid(c).cloned() else {
                 continue;
             };
             let label = |k: &str| c.labels.get(k).cloned().unwrap_or_default();
@@ -279,7 +459,7 @@ impl Pleg {
                 c.labels.get(labels::DOCKER_TYPE).map(String::as_str) == Some(labels::TYPE_SANDBOX);
             if sandbox {
                 if running {
-                    sandboxes_running.insert(uid.clone());
+                    sandboxes_running.insert(uid);
                 }
             } else {
                 if let Some(i) = CONTAINER_STATE_ORDER.iter().position(|s| *s == c.state) {
@@ -290,35 +470,7 @@ impl Pleg {
                         .push((label(labels::CONTAINER_NAME), c.image.clone()));
                 }
             }
-            new.insert(
-                c.id,
-                Seen {
-                    pod_uid: uid,
-                    state: c.state,
-                },
-            );
         }
-        for ev in compute_events(&self.old, &new) {
-            log::debug!(
-                "pleg: {:?} {} in pod {}",
-                ev.kind,
-                crate::container::short(&ev.container_id),
-                ev.pod_uid
-            );
-            if ev.kind == PlegEventType::ContainerChanged {
-                // Generated but not forwarded, as upstream.
-                continue;
-            }
-            match self.events.try_send(ev) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) => {
-                    self.metrics.pleg_discard_events.inc([]);
-                    log::warn!("Event channel is full, discard this relist() cycle event");
-                }
-                Err(TrySendError::Disconnected(_)) => {}
-            }
-        }
-        self.old = new;
         // Upstream `updateRunningPodAndContainerMetrics`; every state is set, so one
         // that no container is in any more reads 0 rather than its last count.
         self.metrics
@@ -333,11 +485,6 @@ impl Pleg {
             info.running_containers.sort();
         }
         *lock(&self.shared.pods) = Arc::new(pods);
-        *lock(&self.shared.last_relist) = Some(started);
-        if let Some(tx) = self.first_done.take() {
-            let _ = tx.try_send(());
-        }
-        Ok(())
     }
 }
 

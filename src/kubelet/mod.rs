@@ -40,7 +40,7 @@ use crate::kuberuntime::container::NodeContext;
 use crate::kuberuntime::{ManagerConfig, RuntimeManager};
 use crate::loops::{shutdown_channel, Loops, Periodic, Shutdown, SpawnError};
 use crate::metrics::kubelet::KubeletMetrics;
-use crate::pleg::{Pleg, PlegEvent, PlegShared, CHANNEL_CAPACITY, RELIST_PERIOD};
+use crate::pleg::{evented, Pleg, PlegEvent, PlegShared, CHANNEL_CAPACITY};
 use crate::pod_killer::PodKiller;
 use crate::pod_workers::{PodWorkers, WorkQueue, DEFAULT_WORKERS};
 use crate::podconfig::{PodConfig, SourceUpdate};
@@ -359,7 +359,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // PLEG.
     let (pleg_tx, pleg_rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
     let (first_tx, first_relist) = crossbeam_channel::bounded(1);
-    let mut pleg = Pleg::new(
+    let pleg = Pleg::new(
         parts.runtime.clone(),
         &cfg.node_name,
         pleg_tx,
@@ -367,14 +367,23 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         Some(first_tx),
     )
     .with_metrics(parts.metrics.clone());
-    loops.spawn_periodic(
-        Periodic {
-            name: "pleg".into(),
-            period: RELIST_PERIOD,
-            wake: None,
-        },
-        move || pleg.relist(),
-    )?;
+    // The evented PLEG: `pleg-events` reads Docker's event stream and wakes `pleg`,
+    // which relists the pod at once, and everything every 5 min (1 s while the stream
+    // is down).
+    let (wake_tx, wake_rx) = evented::wake_channel(CHANNEL_CAPACITY);
+    let watcher = evented::EventWatcher::new(
+        parts.runtime.clone(),
+        pleg.node_filter(),
+        parts.pleg_shared.clone(),
+        wake_tx,
+        parts.metrics.clone(),
+    );
+    loops.spawn("pleg", move |stop, handle| {
+        evented::run_pleg(pleg, wake_rx, &stop, &handle)
+    })?;
+    loops.spawn("pleg-events", move |stop, handle| {
+        watcher.run(&stop, &handle)
+    })?;
 
     // Image pullers: pulls never run on a pod worker; a finished pull names its
     // waiting pods to the sync loop.

@@ -68,6 +68,14 @@ pub struct KubeletMetrics {
     /// `promtool check metrics` refuses; exported under rkubelet's prefix with the
     /// suffix instead.
     pub pleg_discard_events: Counter,
+    /// Event-stream connections the evented PLEG opened (upstream's
+    /// `kubelet_evented_pleg_connection_success_count`, with the `_total` suffix).
+    pub evented_pleg_conn: Counter,
+    /// Event-stream connections that failed or broke (upstream's
+    /// `kubelet_evented_pleg_connection_error_count`, with the `_total` suffix).
+    pub evented_pleg_conn_err: Counter,
+    /// From an event's time at the runtime to the PLEG reading it.
+    pub evented_pleg_conn_latency: Histogram,
     /// Events not written to the API server, by why (`queue_full`,
     /// `retries_exhausted`, `refused`); rkubelet's own.
     pub events_dropped: CounterVec<1>,
@@ -208,6 +216,32 @@ impl KubeletMetrics {
                 ),
                 [],
             ),
+            evented_pleg_conn: Counter::new(
+                Desc::raw(
+                    "rkubelet_evented_pleg_connection_success_total",
+                    "The number of times the evented PLEG opened the runtime's event \
+                     stream (upstream's kubelet_evented_pleg_connection_success_count).",
+                ),
+                [],
+            ),
+            evented_pleg_conn_err: Counter::new(
+                Desc::raw(
+                    "rkubelet_evented_pleg_connection_error_total",
+                    "The number of errors encountered during the establishment of \
+                     streaming connection with the runtime (upstream's \
+                     kubelet_evented_pleg_connection_error_count).",
+                ),
+                [],
+            ),
+            evented_pleg_conn_latency: Histogram::new(
+                a(
+                    "kubelet_evented_pleg_connection_latency_seconds",
+                    "The latency of streaming connection with the CR runtime, measured in \
+                     seconds.",
+                ),
+                [],
+                DEF_BUCKETS,
+            ),
             events_dropped: CounterVec::new(
                 Desc::raw(
                     "rkubelet_events_dropped_total",
@@ -329,6 +363,9 @@ impl KubeletMetrics {
             &self.pleg_relist_interval,
             &self.pleg_last_seen,
             &self.pleg_discard_events,
+            &self.evented_pleg_conn,
+            &self.evented_pleg_conn_err,
+            &self.evented_pleg_conn_latency,
             &self.events_dropped,
             &self.runtime_operations,
             &self.runtime_operations_duration,

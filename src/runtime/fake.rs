@@ -5,14 +5,16 @@
 //! soon as it starts, one that ignores its stop signal (so that only SIGKILL ends it),
 //! an error or a delay on the next calls of one operation.
 //!
-//! It is deliberately simple: no namespaces, no logs beyond what a test sets, no event
-//! stream (the PLEG's relist is what the logic relies on). The Docker client itself is
+//! It is deliberately simple: no namespaces, no logs beyond what a test sets, and an
+//! event stream only where a test scripts one ([`FakeRuntime::script_event_stream`]:
+//! whether each connection opens, the events it delivers, where it is cut); an
+//! unscripted stream never opens, so the PLEG keeps relisting every second. The Docker client itself is
 //! tested against the real engine in `tests/it`; this fake is for logic only.
 //!
 //! Over 800 lines: one fake for the whole `Runtime` trait (interactive execs and
 //! attaches on socket pairs included), its scripting knobs and its own tests.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -21,9 +23,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::{
     ContainerConfig, ContainerDetails, ContainerSettings, ContainerState, ContainerSummary,
-    ExecResult, ExecSession, ImageDetails, LogOptions, LogStream, NamespaceMode, NetworkStatus,
-    OutputKind, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeInfo,
-    RuntimeVersion, StreamOptions, TermSize, SIGKILL,
+    EventFilter, EventItem, ExecResult, ExecSession, ImageDetails, LogOptions, LogStream,
+    NamespaceMode, NetworkStatus, OutputKind, ProcessIo, RegistryAuth, Runtime, RuntimeError,
+    RuntimeEvent, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize, SIGKILL,
 };
 use crate::loops::lock;
 
@@ -205,6 +207,16 @@ struct State {
     info: RuntimeInfo,
     /// What `network_status` answers; None: ready.
     network: Option<NetworkStatus>,
+    /// The outcomes of the next event-stream connections: true opens, false is
+    /// refused. None left: the stream never opens (it waits for shutdown).
+    event_opens: VecDeque<bool>,
+    /// Events the open stream delivers next.
+    event_queue: VecDeque<RuntimeEvent>,
+    /// Set by [`FakeRuntime::cut_event_stream`]: the open stream ends with an error
+    /// once it has delivered what is queued.
+    event_cut: bool,
+    /// The filter of every watch, in order.
+    event_filters: Vec<EventFilter>,
 }
 
 /// The in-memory runtime.
@@ -215,6 +227,28 @@ pub struct FakeRuntime {
 }
 
 impl FakeRuntime {
+    /// Scripts the next connection of the event stream: it opens (true) or is refused
+    /// with an unavailable error (false). Scripts queue up, one per connection.
+    pub fn script_event_stream(&self, opens: bool) {
+        lock(&self.state).event_opens.push_back(opens);
+    }
+
+    /// Queues an event for the open (or next opened) event stream.
+    pub fn push_event(&self, event: RuntimeEvent) {
+        lock(&self.state).event_queue.push_back(event);
+    }
+
+    /// Ends the open event stream with an error, as a Docker restart does, once it has
+    /// delivered the events queued before.
+    pub fn cut_event_stream(&self) {
+        lock(&self.state).event_cut = true;
+    }
+
+    /// The filter of every event-stream connection so far, in order.
+    pub fn event_filters(&self) -> Vec<EventFilter> {
+        lock(&self.state).event_filters.clone()
+    }
+
     /// Scripts what `info` answers (its cgroup driver).
     pub fn set_info(&self, info: RuntimeInfo) {
         lock(&self.state).info = info;
@@ -827,18 +861,62 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
-    fn events(
+    fn watch_events(
         &self,
-        _label_filter: &[String],
-        _on_event: &mut dyn FnMut(RuntimeEvent) -> bool,
+        filter: &EventFilter,
+        on_item: &mut dyn FnMut(EventItem) -> bool,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<(), RuntimeError> {
         self.enter(Op::Events, "")?;
-        // No event stream: wait, as the real one does, until told to stop.
-        while !should_stop() {
-            std::thread::sleep(Duration::from_millis(20));
+        let opens = {
+            let mut st = lock(&self.state);
+            st.event_filters.push(filter.clone());
+            st.event_opens.pop_front()
+        };
+        let broken = |why: &str| RuntimeError::Unavailable {
+            endpoint: "fake://".into(),
+            source: io::Error::new(io::ErrorKind::UnexpectedEof, why.to_string()),
+        };
+        match opens {
+            None => {
+                // Unscripted: a stream that never opens; wait, as the real one does,
+                // until told to stop.
+                while !should_stop() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                return Ok(());
+            }
+            Some(false) => return Err(broken("the fake refused the event stream")),
+            Some(true) => {}
         }
-        Ok(())
+        if !on_item(EventItem::Opened) {
+            return Ok(());
+        }
+        loop {
+            if should_stop() {
+                return Ok(());
+            }
+            let next = {
+                let mut st = lock(&self.state);
+                match st.event_queue.pop_front() {
+                    Some(e) => Some(e),
+                    None if st.event_cut => {
+                        st.event_cut = false;
+                        return Err(broken("the fake cut the event stream"));
+                    }
+                    None => None,
+                }
+            };
+            match next {
+                Some(e) => {
+                    if !on_item(EventItem::Event(e)) {
+                        return Ok(());
+                    }
+                }
+                // The fake's stand-in for a blocking read, not a wait in a test.
+                None => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
     }
 
     fn network_status(&self) -> Result<NetworkStatus, RuntimeError> {

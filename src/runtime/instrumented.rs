@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ExecSession, ImageDetails,
-    LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth, Runtime, RuntimeError,
-    RuntimeEvent, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
+    ContainerConfig, ContainerDetails, ContainerSummary, EventFilter, EventItem, ExecResult,
+    ExecSession, ImageDetails, LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth,
+    Runtime, RuntimeError, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
 };
 use crate::metrics::kubelet::KubeletMetrics;
 
@@ -172,15 +172,15 @@ impl Runtime for InstrumentedRuntime {
         self.record("resize_container", || self.inner.resize_container(id, size))
     }
 
-    fn events(
+    fn watch_events(
         &self,
-        label_filter: &[String],
-        on_event: &mut dyn FnMut(RuntimeEvent) -> bool,
+        filter: &EventFilter,
+        on_item: &mut dyn FnMut(EventItem) -> bool,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<(), RuntimeError> {
         // Recorded when the stream ends, as upstream's `get_container_events`.
         self.record("get_container_events", || {
-            self.inner.events(label_filter, on_event, should_stop)
+            self.inner.watch_events(filter, on_item, should_stop)
         })
     }
 

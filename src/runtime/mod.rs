@@ -483,6 +483,27 @@ pub struct RuntimeEvent {
     pub time: SystemTime,
 }
 
+/// What [`Runtime::watch_events`] asks the runtime's event stream for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventFilter {
+    /// Only containers carrying every one of these labels (`key=value`).
+    pub labels: Vec<String>,
+    /// Only these actions (`start`, `die`, …); empty: every action.
+    pub actions: Vec<String>,
+    /// Replay the events from this time on (inclusive, as far as the runtime still
+    /// holds them) before the live ones: how a reconnecting reader misses nothing.
+    pub since: Option<SystemTime>,
+}
+
+/// One item of an event stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventItem {
+    /// The runtime accepted the watch: from here on, every event arrives.
+    Opened,
+    /// One container event.
+    Event(RuntimeEvent),
+}
+
 /// The result of running a command in a container.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecResult {
@@ -715,6 +736,29 @@ pub trait Runtime: Send + Sync + fmt::Debug {
         &self,
         label_filter: &[String],
         on_event: &mut dyn FnMut(RuntimeEvent) -> bool,
+        should_stop: &dyn Fn() -> bool,
+    ) -> Result<(), RuntimeError> {
+        let filter = EventFilter {
+            labels: label_filter.to_vec(),
+            ..EventFilter::default()
+        };
+        self.watch_events(
+            &filter,
+            &mut |item| match item {
+                EventItem::Opened => true,
+                EventItem::Event(e) => on_event(e),
+            },
+            should_stop,
+        )
+    }
+
+    /// [`Runtime::events`] with the whole filter (actions, `since`), and an
+    /// [`EventItem::Opened`] once the runtime has accepted the watch, so a reader can
+    /// tell a live stream from one still connecting. Same ending rules.
+    fn watch_events(
+        &self,
+        filter: &EventFilter,
+        on_item: &mut dyn FnMut(EventItem) -> bool,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<(), RuntimeError>;
 

@@ -329,6 +329,14 @@ impl Runtime for OnlyTestImages {
     ) -> Result<(), RuntimeError> {
         self.inner.events(f, on_event, should_stop)
     }
+    fn watch_events(
+        &self,
+        f: &rkubelet::runtime::EventFilter,
+        on_item: &mut dyn FnMut(rkubelet::runtime::EventItem) -> bool,
+        should_stop: &dyn Fn() -> bool,
+    ) -> Result<(), RuntimeError> {
+        self.inner.watch_events(f, on_item, should_stop)
+    }
 }
 
 /// Makes a tiny image of its own (a distinct ID over busybox's layers): `docker

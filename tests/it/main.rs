@@ -36,3 +36,4 @@ mod gc;
 mod stats;
 mod pause;
 mod watchdog;
+mod pleg;

@@ -91,6 +91,9 @@ fn pki_flags(pki: &Pki, port: u16) -> Vec<String> {
 fn metrics_on_both_ports_pass_promtool_and_tell_the_truth_about_one_pod() {
     let pki = Pki::get();
     let mut node = Node::new("metrics");
+    // Docker through a proxy that can cut the event stream: the relist below.
+    let proxy = crate::pleg::DockerProxy::start(&node.dir);
+    node.endpoint = proxy.endpoint();
     node.write_manifest("web.yaml", &pod_yaml("web", 2, &[("app", SLEEPER)]));
     let port = free_port();
     let flags = pki_flags(&pki, port);
@@ -203,9 +206,12 @@ fn metrics_on_both_ports_pass_promtool_and_tell_the_truth_about_one_pod() {
         "this scrape is in flight while it renders"
     );
 
-    // The PLEG histogram grows between scrapes (it relists every second).
+    // The PLEG histogram grows between scrapes. With the event stream open the full
+    // relist runs every 5 minutes; a broken stream brings one at once (and 1 s relists
+    // until it is back).
     let relists = |body: &str| value(&samples(body), "kubelet_pleg_relist_duration_seconds_count");
     let before = relists(&first);
+    proxy.cut_events();
     wait_for("more relists", LONG, || {
         let (_, _, b) = curl(ro, "/metrics", None);
         (relists(&b) > before).then_some(())

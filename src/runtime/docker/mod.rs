@@ -53,9 +53,9 @@ use self::reference::pull_params;
 use self::stream::{append_capped, demux_interleaved, FrameDecoder, StreamKind};
 use self::wire::REGISTRY_AUTH_BASE64;
 use super::{
-    ContainerConfig, ContainerDetails, ContainerSummary, ExecResult, ExecSession, ImageDetails,
-    LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth, Runtime, RuntimeError,
-    RuntimeEvent, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
+    ContainerConfig, ContainerDetails, ContainerSummary, EventFilter, EventItem, ExecResult,
+    ExecSession, ImageDetails, LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth,
+    Runtime, RuntimeError, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
 };
 use crate::lines::LineReader;
 use crate::netutil::query_escape as percent_encode;
@@ -560,18 +560,14 @@ impl Runtime for Docker {
         hijack::resize(&self.client, "containers", id, size)
     }
 
-    fn events(
+    fn watch_events(
         &self,
-        label_filter: &[String],
-        on_event: &mut dyn FnMut(RuntimeEvent) -> bool,
+        filter: &EventFilter,
+        on_item: &mut dyn FnMut(EventItem) -> bool,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<(), RuntimeError> {
         let op = "watch container events";
-        let mut filters = serde_json::json!({ "type": ["container"] });
-        if !label_filter.is_empty() {
-            filters["label"] = serde_json::json!(label_filter);
-        }
-        let path = format!("/events?filters={}", percent_encode(&filters.to_string()));
+        let path = events_path(filter);
         // No total timeout: the stream is endless. The per-read timeout is the wake-up.
         let req = Req::get(path).timeout(None).per_read(EVENTS_WAKEUP);
 
@@ -589,6 +585,9 @@ impl Runtime for Docker {
             }
         };
 
+        if !on_item(EventItem::Opened) {
+            return Ok(());
+        }
         let body = resp.into_body().into_with_config().limit(u64::MAX).reader();
         let mut lines = LineReader::new(body, MAX_STREAM_LINE);
         loop {
@@ -619,7 +618,7 @@ impl Runtime for Docker {
                 }
             };
             if let Some(event) = event_from(message) {
-                if !on_event(event) {
+                if !on_item(EventItem::Event(event)) {
                     return Ok(());
                 }
             }
@@ -753,6 +752,28 @@ impl PullProgress {
 /// "registry broken".
 /// Whether network interface `name` is up (`IFF_UP` in `/sys/class/net/<name>/flags`);
 /// None when it cannot be seen from here.
+/// The `/events` path of a filter: `type=container` always, the labels and actions
+/// asked for, and `since` as `seconds.nanoseconds` (the engine's own timestamp form,
+/// the precision of its `timeNano`), so a reconnect replays from the very event it
+/// last delivered.
+fn events_path(filter: &EventFilter) -> String {
+    let mut filters = serde_json::json!({ "type": ["container"] });
+    if !filter.labels.is_empty() {
+        filters["label"] = serde_json::json!(filter.labels);
+    }
+    if !filter.actions.is_empty() {
+        filters["event"] = serde_json::json!(filter.actions);
+    }
+    let mut path = format!("/events?filters={}", percent_encode(&filters.to_string()));
+    if let Some(since) = filter.since {
+        let d = since
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        path.push_str(&format!("&since={}.{:09}", d.as_secs(), d.subsec_nanos()));
+    }
+    path
+}
+
 fn bridge_is_up(name: &str) -> Option<bool> {
     if name.is_empty() || name.contains('/') || name.starts_with('.') {
         return None;
@@ -788,6 +809,28 @@ fn registry_auth_header(auth: &RegistryAuth) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_path_filters_labels_actions_and_replays_since_to_the_nanosecond() {
+        let path = events_path(&EventFilter {
+            labels: vec!["io.rkubelet.node=n1".into()],
+            actions: vec!["start".into(), "die".into()],
+            since: Some(std::time::UNIX_EPOCH + Duration::new(1_700_000_000, 5)),
+        });
+        let want = serde_json::json!({
+            "type": ["container"],
+            "label": ["io.rkubelet.node=n1"],
+            "event": ["start", "die"],
+        });
+        assert_eq!(
+            path,
+            format!(
+                "/events?filters={}&since=1700000000.000000005",
+                percent_encode(&want.to_string())
+            )
+        );
+        assert!(!events_path(&EventFilter::default()).contains("since"));
+    }
 
     #[test]
     fn endpoints_must_be_unix_sockets() {
