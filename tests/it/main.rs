@@ -34,3 +34,5 @@ mod log_file;
 mod cgroups;
 mod gc;
 mod stats;
+mod chaos_suite;
+mod chaos;
