@@ -4,10 +4,15 @@
 //! dir's filesystem full, `ulimit -n 64` under load, the wall clock stepped an hour
 //! back and forward. The scenarios live in tests/it/chaos_suite.rs (the short forms in
 //! `make test` run the same code); this program runs them and prints one row each.
-//! A program (harness = false), not a timed test; it exits 1 if any row failed.
+//! A program (harness = false), not a timed test; it exits 1 if any row failed. It
+//! runs only with `RKUBELET_CHAOS=1` (`make chaos` sets it): `make bench` runs every
+//! bench and must not start a 20-minute suite. A bench rather than an example because
+//! the harness (tests/it/util.rs) finds the kubelet through `CARGO_BIN_EXE_rkubelet`,
+//! which cargo gives tests and benches only.
 //!
 //! `cargo bench --bench chaos -- kill9 disk` runs only the named scenarios
-//! (kill9, dockerd, sources, disk, fds, clock); `RKUBELET_CHAOS_SEED` repeats a churn.
+//! (kill9, dockerd, sources, disk, fds, clock); `RKUBELET_CHAOS_SEED` repeats a churn;
+//! `RKUBELET_CHAOS_SCALE=short` runs the short forms' sizes.
 
 #[allow(dead_code)]
 #[path = "../tests/it/util.rs"]
@@ -29,11 +34,22 @@ use std::time::Instant;
 use chaos_suite::{Row, Scale, SCENARIOS};
 
 fn main() {
+    // `make bench` runs every bench; this one only for `make chaos` (it takes ~20 min,
+    // needs root, and starts its own dockerd).
+    if std::env::var_os("RKUBELET_CHAOS").is_none() {
+        println!("chaos: skipped (run it with `make chaos`, which sets RKUBELET_CHAOS=1)");
+        return;
+    }
     let wanted: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let scale = Scale::full();
+    // `RKUBELET_CHAOS_SCALE=short`: the test sizes, to try a scenario quickly.
+    let scale = if std::env::var("RKUBELET_CHAOS_SCALE").as_deref() == Ok("short") {
+        Scale::short()
+    } else {
+        Scale::full()
+    };
     let started = Instant::now();
     let mut rows = Vec::new();
     for (name, run) in SCENARIOS {

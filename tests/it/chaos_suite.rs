@@ -86,7 +86,7 @@ impl Scale {
             fd_pods: 20,
             fd_load_for: Duration::from_secs(60),
             clock_pods: 10,
-            clock_phase: Duration::from_secs(60),
+            clock_phase: Duration::from_secs(45),
             deadline: Duration::from_secs(300),
         }
     }
