@@ -18,11 +18,9 @@
 #[path = "../tests/it/util.rs"]
 mod util;
 
-#[allow(dead_code)]
 #[path = "../tests/it/apiserver.rs"]
 mod apiserver;
 
-#[allow(dead_code)]
 #[path = "../tests/it/etcd.rs"]
 mod etcd;
 

@@ -1507,8 +1507,11 @@ pub fn clock_steps(scale: &Scale) -> Row {
     row
 }
 
+/// One scenario: its row at a scale.
+pub type Scenario = fn(&Scale) -> Row;
+
 /// A scenario by name (for `make chaos SCENARIOS=…`).
-pub const SCENARIOS: &[(&str, fn(&Scale) -> Row)] = &[
+pub const SCENARIOS: &[(&str, Scenario)] = &[
     ("kill9", kill9_under_churn),
     ("dockerd", dockerd_restart_under_churn),
     ("sources", sources_outage),
