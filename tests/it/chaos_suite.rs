@@ -1140,7 +1140,7 @@ pub fn root_dir_full(scale: &Scale) -> Row {
     let (old, new) = scale.disk_pods;
     let mut node = Node::new("chaos-disk");
     let root = node.dir.join("root");
-    let tmpfs = Tmpfs::mount(&root, "4m");
+    let _tmpfs = Tmpfs::mount(&root, "4m");
     let n = node.name.clone();
     let mut wanted = Wanted::new();
     for i in 0..old {
@@ -1217,8 +1217,8 @@ pub fn root_dir_full(scale: &Scale) -> Row {
         new_running.len()
     );
     finish_row(&mut row, &mut node, &a, &seen);
-    drop(node);
-    drop(tmpfs);
+    // Dropped in reverse order: the tmpfs is unmounted (lazily) first, so that the
+    // node's cleanup can then remove its whole directory.
     row
 }
 
