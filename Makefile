@@ -7,7 +7,7 @@ NODE_NAME  ?= $(shell cat /proc/sys/kernel/hostname | tr A-Z a-z)
 PAUSE      ?= rkubelet/pause:3.10
 BIN        := target/release/rkubelet
 
-.PHONY: all build images run test lint bench deps verify-unit clean
+.PHONY: all build images run test lint bench chaos deps verify-unit clean
 
 all: build
 
@@ -45,6 +45,17 @@ lint:
 # WebSocket and SPDY next to `docker exec`. Programs, not tests.
 bench: build images
 	$(CARGO) bench
+
+# The chaos suite at full size (benches/chaos.rs; the short forms are in `make test`):
+# kill -9 under churn, a private dockerd restarted, API server + etcd away, root dir
+# full, `ulimit -n 64`, the clock stepped. Needs root (tmpfs, a bridge, its own
+# dockerd and containerd), etcd and libfaketime; ~20 min. `make chaos SCENARIOS="kill9
+# disk"` runs some (kill9 dockerd sources disk fds clock).
+SCENARIOS ?=
+chaos: images
+	command -v faketime >/dev/null || apt-get install -y faketime
+	[ -x /usr/bin/etcd ] || apt-get install -y etcd-server
+	RKUBELET_CHAOS=1 $(CARGO) bench --bench chaos -- $(SCENARIOS)
 
 # Size of the dependency tree, and proof that no async runtime is in it.
 deps:

@@ -218,7 +218,10 @@ fn gate(
     };
     let key = backoff_key(pod, c);
     let finished = d.finished_at.unwrap_or(d.created);
-    if inp.backoff.is_in_backoff_since(&key, finished, inp.now) {
+    if inp
+        .backoff
+        .is_in_backoff_since_mono(&key, finished, inp.now, std::time::Instant::now())
+    {
         let b = inp.backoff.current(&key).unwrap_or(super::backoff::INITIAL);
         a.waiting.insert(
             c.name.clone(),

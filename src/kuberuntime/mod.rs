@@ -1171,7 +1171,7 @@ impl RuntimeManager {
             }
         }
         if let Some((key, finished)) = &s.backoff {
-            lock(&self.backoff).next_at(key, *finished, SystemTime::now());
+            lock(&self.backoff).next_at_mono(key, *finished, SystemTime::now(), Instant::now());
         }
         let mut cfg =
             match container::container_config(&self.runtime, &self.cfg, pod, c, s, sandbox_id)? {

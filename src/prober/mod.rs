@@ -366,6 +366,8 @@ struct ProbeWorker {
     state: ProbeState,
     in_flight: bool,
     due: Instant,
+    /// Since when (monotonic) the prober has known this instance running.
+    running_since: Option<Instant>,
     labels: ProbeLabels,
     warned_unknown: bool,
 }
@@ -541,6 +543,7 @@ impl ProberLoop {
                 state: ProbeState::default(),
                 in_flight: false,
                 due: Instant::now(),
+                running_since: None,
                 labels,
                 warned_unknown: false,
             },
@@ -598,6 +601,15 @@ impl ProberLoop {
                 self.heap.push(w.due, id);
             }
         }
+        let was_running = old == new && w.container.as_ref().is_some_and(|c| c.running);
+        match &view {
+            Some(v) if v.running => {
+                if !was_running || w.running_since.is_none() {
+                    w.running_since = Some(now);
+                }
+            }
+            _ => w.running_since = None,
+        }
         w.container = view;
     }
 
@@ -629,6 +641,7 @@ impl ProberLoop {
                 startup_pending,
                 w.spec.initial_delay,
                 wall,
+                w.running_since.map(|t| now.saturating_duration_since(t)),
             ) {
                 Gate::Skip => {}
                 Gate::NotRunning => self.publish(id, ProbeResult::Failure),

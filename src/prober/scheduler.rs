@@ -62,7 +62,9 @@ impl<K: Ord> DeadlineHeap<K> {
 /// scheduling the deadline itself makes the first probe punctual). A probe whose delay
 /// has already passed runs at once, or after `spread` when the prober itself has just
 /// started (upstream's random sleep that keeps a restarted kubelet from probing every
-/// container at the same instant).
+/// container at the same instant). The wait is never more than the initial delay: a
+/// start time in the wall clock's future (the clock stepped back since, or the
+/// runtime's clock runs ahead) must not hold the probe for the difference.
 pub fn first_due(
     now: Instant,
     now_wall: SystemTime,
@@ -73,7 +75,7 @@ pub fn first_due(
     let wait = started_at
         .map(|s| crate::time::saturating_system_add(s, initial_delay))
         .and_then(|at| at.duration_since(now_wall).ok())
-        .unwrap_or(Duration::ZERO);
+        .map_or(Duration::ZERO, |w| w.min(initial_delay));
     crate::time::saturating_deadline(now, if wait.is_zero() { spread } else { wait })
 }
 
@@ -138,6 +140,9 @@ mod tests {
             (Some(1000), s(0), now + spread),
             // Start time unknown: now.
             (None, s(5), now + spread),
+            // Started "an hour from now" (the wall clock stepped back): the delay, not
+            // an hour.
+            (Some(1000 + 3600), s(5), now + s(5)),
         ] {
             let started = started.map(|t| SystemTime::UNIX_EPOCH + s(t));
             assert_eq!(

@@ -90,7 +90,10 @@ pub enum Gate {
 }
 
 /// Whether a due probe of `ty` runs against container `c`. `startup_pending` is true
-/// when the container has a startup probe that has not succeeded yet.
+/// when the container has a startup probe that has not succeeded yet. `seen_running`
+/// is how long the prober has known this instance running (monotonic): the initial
+/// delay is over once either clock says so, so that a wall clock stepped back (a start
+/// time in its future) holds probes for the delay at most, not for the step.
 pub fn gate(
     ty: ProbeType,
     c: &ContainerView,
@@ -98,6 +101,7 @@ pub fn gate(
     startup_pending: bool,
     initial_delay: Duration,
     now: SystemTime,
+    seen_running: Option<Duration>,
 ) -> Gate {
     if st.on_hold {
         return Gate::Skip;
@@ -106,7 +110,8 @@ pub fn gate(
         return Gate::NotRunning;
     }
     if let Some(started) = c.started_at {
-        if now < started + initial_delay {
+        let wall = now.duration_since(started).unwrap_or(Duration::ZERO);
+        if wall.max(seen_running.unwrap_or(Duration::ZERO)) < initial_delay {
             return Gate::Skip;
         }
     }
@@ -220,10 +225,27 @@ mod tests {
         ];
         for (ty, cv, st, pending, now, want) in cases {
             assert_eq!(
-                gate(ty, &cv, st, pending, d, now),
+                gate(ty, &cv, st, pending, d, now, None),
                 want,
                 "{ty:?} {cv:?} {now:?}"
             );
         }
+        // The wall clock stepped back an hour after the start at 100: the delay is
+        // over once the prober has seen the container running for it.
+        let back = t(100) - Duration::from_secs(3600);
+        let s = Some;
+        let secs = Duration::from_secs;
+        assert_eq!(
+            gate(Liveness, &c(true, 100), &fresh, false, d, back, s(secs(3))),
+            Gate::Skip
+        );
+        assert_eq!(
+            gate(Liveness, &c(true, 100), &fresh, false, d, back, s(secs(10))),
+            Gate::Run
+        );
+        assert_eq!(
+            gate(Liveness, &c(true, 100), &fresh, false, d, back, None),
+            Gate::Skip
+        );
     }
 }

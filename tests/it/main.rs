@@ -37,3 +37,5 @@ mod stats;
 mod pause;
 mod watchdog;
 mod pleg;
+mod chaos_suite;
+mod chaos;

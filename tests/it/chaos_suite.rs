@@ -1,0 +1,1521 @@
+//! The chaos scenarios (issue 14): a real rkubelet on the real Docker engine through
+//! its own crash, the runtime's restart, the API server's and etcd's outage, a full
+//! root-dir filesystem, exhausted descriptors and a stepped wall clock. Each scenario
+//! is one function taking a [`Scale`]: `benches/chaos.rs` (`make chaos`) runs them at
+//! full size and prints the table; `tests/it/chaos.rs` runs the short forms in
+//! `make test`. Every scenario ends with one [`Row`]: duplicates, lost pods, strays,
+//! unnecessary restarts, time to converge, panics, RSS and threads.
+//!
+//! Long (over 800 lines) because it is one suite: the shared audit, the churn driver,
+//! the private Docker engine and six scenarios read best side by side, and the bench
+//! includes it with `#[path]` as one file.
+//!
+//! What counts:
+//! - a duplicate: two running containers for one pod container (or two running
+//!   sandboxes for one pod) at the end, or during the run the same two (by pod UID)
+//!   still both running three seconds later;
+//! - lost: a wanted pod container (or sandbox) not running at the end;
+//! - stray: a running container of a pod nobody wants any more at the end;
+//! - unnecessary restarts: restart counts (Docker labels) above what the scenario's own
+//!   edits (and a runtime restart, which kills every container) account for, plus the
+//!   containers that a scenario requires to keep running and that were replaced;
+//! - panics: `thread … panicked:` lines (`logging::panic_line`) in the kubelet's log,
+//!   plus exits nobody asked for.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use rkubelet::runtime::docker::Docker;
+use rkubelet::runtime::{ContainerState, ContainerSummary, Runtime};
+use serde_json::json;
+
+use crate::apiserver::{Options, TestApiServer};
+use crate::etcd::Etcd;
+use crate::util::{http_get, label, pod_yaml, Node, BUSYBOX, PAUSE, SLEEPER};
+
+/// How big a run is.
+#[derive(Debug, Clone)]
+pub struct Scale {
+    /// Static pods under churn (kill -9 scenario).
+    pub churn_pods: usize,
+    /// kill -9s of rkubelet.
+    pub kills: usize,
+    /// Pods under churn against the private dockerd.
+    pub dockerd_pods: usize,
+    /// How long the private dockerd stays down.
+    pub dockerd_down: Duration,
+    /// (file, API, etcd) pods of the outage scenario.
+    pub sources_pods: (usize, usize, usize),
+    /// How long the API server and etcd are away.
+    pub outage: Duration,
+    /// (running, new) pods of the full-disk scenario.
+    pub disk_pods: (usize, usize),
+    /// How long the disk stays full.
+    pub disk_full_for: Duration,
+    /// Pods of the descriptor scenario.
+    pub fd_pods: usize,
+    /// How long the descriptor load lasts.
+    pub fd_load_for: Duration,
+    /// Steady probed pods of the clock scenario.
+    pub clock_pods: usize,
+    /// How long each clock phase lasts.
+    pub clock_phase: Duration,
+    /// The longest a convergence may take before the row says "not converged".
+    pub deadline: Duration,
+}
+
+impl Scale {
+    /// `make chaos`: the issue's sizes.
+    pub fn full() -> Scale {
+        Scale {
+            churn_pods: 110,
+            kills: 20,
+            dockerd_pods: 40,
+            dockerd_down: Duration::from_secs(15),
+            sources_pods: (10, 20, 10),
+            outage: Duration::from_secs(120),
+            disk_pods: (10, 5),
+            disk_full_for: Duration::from_secs(45),
+            fd_pods: 20,
+            fd_load_for: Duration::from_secs(60),
+            clock_pods: 10,
+            clock_phase: Duration::from_secs(45),
+            deadline: Duration::from_secs(300),
+        }
+    }
+
+    /// The short forms in `make test` (small counts, 15 s outages, generous deadlines).
+    pub fn short() -> Scale {
+        Scale {
+            churn_pods: 6,
+            kills: 4,
+            dockerd_pods: 4,
+            dockerd_down: Duration::from_secs(5),
+            sources_pods: (2, 3, 2),
+            outage: Duration::from_secs(15),
+            disk_pods: (2, 1),
+            disk_full_for: Duration::from_secs(15),
+            fd_pods: 4,
+            fd_load_for: Duration::from_secs(15),
+            clock_pods: 2,
+            clock_phase: Duration::from_secs(25),
+            deadline: Duration::from_secs(180),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The row.
+
+/// One scenario's outcome.
+#[derive(Debug, Clone, Default)]
+pub struct Row {
+    /// The scenario.
+    pub name: String,
+    /// Duplicated pod containers or sandboxes.
+    pub duplicates: usize,
+    /// Wanted pod containers not running at the end.
+    pub lost: usize,
+    /// Running containers of pods nobody wants.
+    pub stray: usize,
+    /// Restarts nothing accounts for.
+    pub unnecessary: u32,
+    /// From the end of the disturbance to the wanted state (None: not within the
+    /// deadline).
+    pub converge: Option<Duration>,
+    /// Panic lines and unrequested exits.
+    pub panics: usize,
+    /// VmRSS at the end, KiB.
+    pub rss_kib: u64,
+    /// Threads at the end.
+    pub threads: u64,
+    /// Scenario-specific checks that failed (empty when all held).
+    pub failures: Vec<String>,
+    /// Scenario-specific figures.
+    pub note: String,
+}
+
+impl Row {
+    /// Whether every count is 0, it converged and no scenario check failed.
+    pub fn ok(&self) -> bool {
+        self.duplicates == 0
+            && self.lost == 0
+            && self.stray == 0
+            && self.unnecessary == 0
+            && self.panics == 0
+            && self.converge.is_some()
+            && self.failures.is_empty()
+    }
+
+    /// The table's header.
+    pub fn header() -> String {
+        format!(
+            "{:<22} {:>4} {:>4} {:>5} {:>6} {:>10} {:>6} {:>8} {:>7}  {}",
+            "scenario",
+            "dup",
+            "lost",
+            "stray",
+            "unnec",
+            "converge",
+            "panic",
+            "RSS",
+            "threads",
+            "result"
+        )
+    }
+
+    /// One line of the table (the note and failures on the lines after it).
+    pub fn line(&self) -> String {
+        let conv = self
+            .converge
+            .map_or("NOT".to_string(), |d| format!("{:.1} s", d.as_secs_f64()));
+        let mut s = format!(
+            "{:<22} {:>4} {:>4} {:>5} {:>6} {:>10} {:>6} {:>5.1} MiB {:>7}  {}",
+            self.name,
+            self.duplicates,
+            self.lost,
+            self.stray,
+            self.unnecessary,
+            conv,
+            self.panics,
+            self.rss_kib as f64 / 1024.0,
+            self.threads,
+            if self.ok() { "ok" } else { "FAILED" }
+        );
+        if !self.note.is_empty() {
+            s.push_str(&format!("\n    {}", self.note));
+        }
+        for f in &self.failures {
+            s.push_str(&format!("\n    FAILED: {f}"));
+        }
+        s
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Audit: what runs in Docker against what should.
+
+/// What should run: `pod name/container` keys (`POD` for the sandbox).
+pub type Wanted = BTreeSet<String>;
+
+/// The keys of a pod with the given containers.
+pub fn wanted_pod(w: &mut Wanted, pod: &str, containers: &[&str]) {
+    w.insert(format!("{pod}/POD"));
+    for c in containers {
+        w.insert(format!("{pod}/{c}"));
+    }
+}
+
+/// Docker's view of a node against the wanted set.
+#[derive(Debug, Clone, Default)]
+pub struct Audit {
+    /// Keys with more than one running container.
+    pub dups: Vec<String>,
+    /// Wanted keys with none running.
+    pub lost: Vec<String>,
+    /// Running keys nobody wants.
+    pub stray: Vec<String>,
+    /// Key → (container ID, restart count) of each running container.
+    pub running: BTreeMap<String, (String, u32)>,
+}
+
+impl Audit {
+    /// Nothing duplicated, lost or stray.
+    pub fn converged(&self) -> bool {
+        self.dups.is_empty() && self.lost.is_empty() && self.stray.is_empty()
+    }
+}
+
+fn key_of(c: &ContainerSummary) -> String {
+    let cname = if label(c, "io.kubernetes.docker.type") == "podsandbox" {
+        "POD"
+    } else {
+        label(c, "io.kubernetes.container.name")
+    };
+    format!("{}/{cname}", label(c, "io.kubernetes.pod.name"))
+}
+
+/// This node's containers (sandboxes included); empty when Docker does not answer.
+pub fn node_containers(docker: &Docker, node: &str) -> Option<Vec<ContainerSummary>> {
+    docker
+        .list_containers(&[format!("io.rkubelet.node={node}")])
+        .ok()
+}
+
+/// Compares the running containers of `node` with `wanted`.
+pub fn audit(docker: &Docker, node: &str, wanted: &Wanted) -> Audit {
+    let Some(all) = node_containers(docker, node) else {
+        return Audit {
+            lost: wanted.iter().cloned().collect(),
+            ..Audit::default()
+        };
+    };
+    let mut by_key: BTreeMap<String, Vec<&ContainerSummary>> = BTreeMap::new();
+    for c in all.iter().filter(|c| c.state == ContainerState::Running) {
+        by_key.entry(key_of(c)).or_default().push(c);
+    }
+    let mut a = Audit::default();
+    for (k, cs) in &by_key {
+        if cs.len() > 1 {
+            a.dups.push(k.clone());
+        }
+        if !wanted.contains(k) {
+            a.stray.push(k.clone());
+        }
+        let rc = label(cs[0], "annotation.io.kubernetes.container.restartCount")
+            .parse()
+            .unwrap_or(0);
+        a.running.insert(k.clone(), (cs[0].id.clone(), rc));
+    }
+    a.lost = wanted
+        .iter()
+        .filter(|k| !by_key.contains_key(*k))
+        .cloned()
+        .collect();
+    a
+}
+
+/// Restart counts above `allowed` (by pod name; 0 if absent), pods in `exempt` left
+/// out (they die of their own).
+pub fn unnecessary(a: &Audit, allowed: &BTreeMap<String, u32>, exempt: &BTreeSet<String>) -> u32 {
+    let mut n = 0;
+    for (k, (_, rc)) in &a.running {
+        let pod = k.rsplit_once('/').map_or(k.as_str(), |(p, _)| p);
+        if exempt.contains(pod) || k.ends_with("/POD") {
+            continue;
+        }
+        n += rc.saturating_sub(allowed.get(pod).copied().unwrap_or(0));
+    }
+    n
+}
+
+/// Polls until the node matches `wanted` (then once more a few seconds later, so a
+/// state that only passes by is not taken for the end); returns the last audit and
+/// the time it took (None after `deadline`).
+pub fn converge(
+    docker: &Docker,
+    node: &str,
+    wanted: &Wanted,
+    deadline: Duration,
+) -> (Audit, Option<Duration>) {
+    let t0 = Instant::now();
+    loop {
+        let a = audit(docker, node, wanted);
+        if a.converged() {
+            let took = t0.elapsed();
+            std::thread::sleep(Duration::from_secs(3));
+            let again = audit(docker, node, wanted);
+            if again.converged() {
+                return (again, Some(took));
+            }
+            continue;
+        }
+        if t0.elapsed() > deadline {
+            return (a, None);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Watches a node's containers every second while a scenario runs: a pod container
+/// (by pod UID) with the same two or more containers running three seconds apart is
+/// a duplicate, whatever happens later.
+pub struct DupMonitor {
+    stop: Arc<AtomicBool>,
+    found: Arc<Mutex<BTreeSet<String>>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DupMonitor {
+    /// Starts watching `node` through `endpoint`.
+    pub fn start(endpoint: &str, node: &str) -> DupMonitor {
+        let stop = Arc::new(AtomicBool::new(false));
+        let found = Arc::new(Mutex::new(BTreeSet::new()));
+        let docker = Docker::connect(endpoint).expect("docker endpoint");
+        let (st, fd, node) = (stop.clone(), found.clone(), node.to_string());
+        let handle = std::thread::spawn(move || {
+            let mut seen: BTreeMap<(String, Vec<String>), Instant> = BTreeMap::new();
+            while !st.load(Ordering::SeqCst) {
+                if let Some(all) = node_containers(&docker, &node) {
+                    let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                    for c in all.iter().filter(|c| c.state == ContainerState::Running) {
+                        let k = format!("{}({})", key_of(c), label(c, "io.kubernetes.pod.uid"));
+                        by.entry(k).or_default().push(c.id.clone());
+                    }
+                    let now = Instant::now();
+                    let mut live = BTreeSet::new();
+                    for (k, mut ids) in by.into_iter().filter(|(_, v)| v.len() > 1) {
+                        ids.sort();
+                        let first = *seen.entry((k.clone(), ids.clone())).or_insert(now);
+                        if now.duration_since(first) >= Duration::from_secs(3) {
+                            fd.lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(k.clone());
+                        }
+                        live.insert((k, ids));
+                    }
+                    seen.retain(|k, _| live.contains(k));
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+        DupMonitor {
+            stop,
+            found,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops watching; the duplicates it saw.
+    pub fn finish(mut self) -> BTreeSet<String> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        let found = self.found.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        found
+    }
+}
+
+impl Drop for DupMonitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Polls `cond` every 500 ms until it returns Some or `timeout` passes (None then).
+pub fn wait_opt<T>(timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> Option<T> {
+    let until = Instant::now() + timeout;
+    loop {
+        if let Some(v) = cond() {
+            return Some(v);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// `thread … panicked:` lines in a log.
+pub fn panic_lines(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains("thread ") && l.contains(" panicked: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// (VmRSS KiB, threads) of a process.
+pub fn proc_status(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("Threads:"))
+}
+
+/// Fills in the counts every row has from the final audit and the node.
+fn finish_row(row: &mut Row, node: &mut Node, a: &Audit, seen_dups: &BTreeSet<String>) {
+    let mut dups: BTreeSet<String> = a.dups.iter().cloned().collect();
+    dups.extend(seen_dups.iter().cloned());
+    row.duplicates = dups.len();
+    row.lost = a.lost.len();
+    row.stray = a.stray.len();
+    let panics = panic_lines(&node.log());
+    row.panics += panics.len();
+    if node.alive() {
+        let (rss, threads) = proc_status(node.pid());
+        row.rss_kib = rss;
+        row.threads = threads;
+    } else {
+        row.panics += 1;
+        row.failures
+            .push("rkubelet is not running at the end".into());
+    }
+    let show = |what: &str, v: &[String]| -> String {
+        if v.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " {what}: {}",
+                v.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+            )
+        }
+    };
+    let detail = format!(
+        "{}{}{}{}",
+        show("dup", &dups.into_iter().collect::<Vec<_>>()),
+        show("lost", &a.lost),
+        show("stray", &a.stray),
+        show("panic", &panics)
+    );
+    if !detail.is_empty() {
+        row.failures.push(detail.trim().to_string());
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Churn: static pod manifests added, removed and changed while things break.
+
+/// A tiny xorshift generator (the seed is printed, so a run can be repeated).
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded from `RKUBELET_CHAOS_SEED` or the clock.
+    pub fn new() -> Rng {
+        let seed = std::env::var("RKUBELET_CHAOS_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        Rng(seed | 1)
+    }
+
+    /// The next number.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// A duration between `lo` and `hi` milliseconds.
+    pub fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.below(hi.saturating_sub(lo).max(1)))
+    }
+}
+
+/// The static pods the churn keeps: `c<i>` files with a generation in the command.
+pub struct Churn {
+    node: String,
+    dir: PathBuf,
+    target: usize,
+    next: usize,
+    /// Live pod index → generation of its container's command.
+    live: BTreeMap<usize, u32>,
+    /// Pod name → container edits since the pod was created (each may restart it once).
+    pub edits: BTreeMap<String, u32>,
+    /// Operations done: (added, removed, changed).
+    pub ops: (usize, usize, usize),
+}
+
+impl Churn {
+    /// A churn of about `target` pods in `node`'s manifest directory.
+    pub fn new(node: &Node, target: usize) -> Churn {
+        Churn {
+            node: node.name.clone(),
+            dir: node.manifests(),
+            target,
+            next: 0,
+            live: BTreeMap::new(),
+            edits: BTreeMap::new(),
+            ops: (0, 0, 0),
+        }
+    }
+
+    fn pod(&self, i: usize) -> String {
+        format!("c{i}-{}", self.node)
+    }
+
+    fn write(&self, i: usize, gen: u32) {
+        let body = pod_yaml(
+            &format!("c{i}"),
+            1,
+            &[("c", &format!("{SLEEPER} # generation {gen}"))],
+        );
+        let file = format!("c{i}.yaml");
+        let tmp = self.dir.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, body).expect("write manifest");
+        std::fs::rename(&tmp, self.dir.join(file)).expect("rename manifest");
+    }
+
+    /// Adds a pod.
+    pub fn add(&mut self) {
+        let i = self.next;
+        self.next += 1;
+        self.write(i, 0);
+        self.live.insert(i, 0);
+        self.edits.insert(self.pod(i), 0);
+        self.ops.0 += 1;
+    }
+
+    /// Fills up to the target.
+    pub fn fill(&mut self) {
+        while self.live.len() < self.target {
+            self.add();
+        }
+    }
+
+    /// One random operation: add, remove or change a container's command.
+    pub fn step(&mut self, rng: &mut Rng) {
+        let r = rng.below(10);
+        let n = self.live.len();
+        if (r < 3 && n < self.target + 3) || n == 0 {
+            self.add();
+        } else if r < 6 && n + 3 > self.target {
+            let i = *self
+                .live
+                .keys()
+                .nth(rng.below(n as u64) as usize)
+                .expect("a live pod");
+            let _ = std::fs::remove_file(self.dir.join(format!("c{i}.yaml")));
+            self.live.remove(&i);
+            self.edits.remove(&self.pod(i));
+            self.ops.1 += 1;
+        } else {
+            let i = *self
+                .live
+                .keys()
+                .nth(rng.below(n as u64) as usize)
+                .expect("a live pod");
+            let gen = self.live[&i] + 1;
+            self.write(i, gen);
+            self.live.insert(i, gen);
+            *self.edits.entry(self.pod(i)).or_default() += 1;
+            self.ops.2 += 1;
+        }
+    }
+
+    /// What should run now.
+    pub fn wanted(&self) -> Wanted {
+        let mut w = Wanted::new();
+        for i in self.live.keys() {
+            wanted_pod(&mut w, &self.pod(*i), &["c"]);
+        }
+        w
+    }
+
+    /// Steps every ~250 ms (jittered) for `d`.
+    pub fn run_for(&mut self, rng: &mut Rng, d: Duration) {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            self.step(rng);
+            std::thread::sleep(
+                rng.millis(100, 400)
+                    .min(until.saturating_duration_since(Instant::now())),
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Scenario 1: kill -9 under churn.
+
+/// kill -9 of rkubelet at random moments while static pods are added, removed and
+/// changed; then the churn stops and the node must settle on exactly the manifests.
+pub fn kill9_under_churn(scale: &Scale) -> Row {
+    let mut row = Row {
+        name: "kill -9 under churn".into(),
+        ..Row::default()
+    };
+    let mut rng = Rng::new();
+    let seed = rng.0;
+    let mut node = Node::new("chaos-kill");
+    let mut churn = Churn::new(&node, scale.churn_pods);
+    churn.fill();
+    node.start(&[]);
+    let (a, first) = converge(
+        &node.docker,
+        &node.name,
+        &churn.wanted(),
+        scale.deadline * 2,
+    );
+    if first.is_none() {
+        row.failures.push(format!(
+            "the first {} pods never all ran: lost {:?}",
+            scale.churn_pods,
+            a.lost.len()
+        ));
+    }
+    let monitor = DupMonitor::start(&node.endpoint, &node.name);
+    for _ in 0..scale.kills {
+        let up = rng.millis(500, 6000);
+        churn.run_for(&mut rng, up);
+        if !node.alive() {
+            row.panics += 1;
+            row.failures.push("rkubelet exited by itself".into());
+        }
+        node.kill9();
+        let down = rng.millis(0, 1500);
+        churn.run_for(&mut rng, down);
+        node.start(&[]);
+    }
+    let last = rng.millis(500, 3000);
+    churn.run_for(&mut rng, last);
+    let wanted = churn.wanted();
+    let (a, took) = converge(&node.docker, &node.name, &wanted, scale.deadline);
+    let seen = monitor.finish();
+    row.converge = took;
+    row.unnecessary = unnecessary(&a, &churn.edits, &BTreeSet::new());
+    row.note = format!(
+        "{} kills, churn +{} -{} ~{}, {} pods at the end, seed {seed}",
+        scale.kills,
+        churn.ops.0,
+        churn.ops.1,
+        churn.ops.2,
+        wanted.len() / 2
+    );
+    finish_row(&mut row, &mut node, &a, &seen);
+    row
+}
+
+// ---------------------------------------------------------------------------------
+// Scenario 2: the runtime stopped and started under churn (a private dockerd).
+
+/// A dockerd of the suite's own (its socket, data and exec roots, pidfile, bridge and
+/// containerd), so that stopping it touches nothing else on the machine. The offline
+/// images are loaded into it from the machine's engine.
+pub struct PrivateDocker {
+    dir: PathBuf,
+    bridge: String,
+    containerd: Option<Child>,
+    dockerd: Option<Child>,
+}
+
+impl PrivateDocker {
+    /// The Engine API endpoint.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.dir.join("docker.sock").display())
+    }
+
+    fn sh(cmd: &str) -> bool {
+        Command::new("sh")
+            .args(["-c", cmd])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Makes the bridge, starts containerd and dockerd, loads the images.
+    pub fn start() -> PrivateDocker {
+        let id = std::process::id() % 10_000;
+        let dir = PathBuf::from(format!("/tmp/rkchaos-{id}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("private docker dir");
+        let bridge = format!("rkchaos{id}");
+        let net = 100 + (id % 150);
+        assert!(
+            Self::sh(&format!(
+                "ip link add {bridge} type bridge && ip addr add 10.213.{net}.1/24 dev {bridge} \
+                 && ip link set {bridge} up"
+            )),
+            "cannot make the bridge {bridge} (needs root and `ip`)"
+        );
+        let d = dir.display();
+        std::fs::write(
+            dir.join("containerd.toml"),
+            format!(
+                "version = 2\nroot = \"{d}/containerd-root\"\nstate = \"{d}/containerd-state\"\n\
+                 [grpc]\n  address = \"{d}/containerd.sock\"\n[ttrpc]\n  address = \"{d}/containerd.sock.ttrpc\"\n\
+                 [debug]\n  address = \"\"\n[metrics]\n  address = \"\"\n"
+            ),
+        )
+        .expect("containerd config");
+        std::fs::write(dir.join("daemon.json"), "{}").expect("daemon.json");
+        let log = |n: &str| {
+            Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join(n))
+                    .expect("log"),
+            )
+        };
+        let containerd = Command::new("containerd")
+            .arg("--config")
+            .arg(dir.join("containerd.toml"))
+            .stdin(Stdio::null())
+            .stdout(log("containerd.log"))
+            .stderr(log("containerd.log"))
+            .spawn()
+            .expect("containerd must be installed (docker.io brings it)");
+        let mut pd = PrivateDocker {
+            dir,
+            bridge,
+            containerd: Some(containerd),
+            dockerd: None,
+        };
+        crate::util::wait_for(
+            "the private containerd's socket",
+            Duration::from_secs(60),
+            || pd.dir.join("containerd.sock").exists().then_some(()),
+        );
+        pd.start_dockerd();
+        let ep = pd.endpoint();
+        let sock = ep.trim_start_matches("unix://");
+        assert!(
+            Self::sh(&format!(
+                "docker save {BUSYBOX} {PAUSE} | docker -H unix://{sock} load"
+            )),
+            "cannot load the offline images into the private dockerd"
+        );
+        pd
+    }
+
+    /// Starts dockerd (again) and waits for `/_ping`.
+    pub fn start_dockerd(&mut self) {
+        let d = &self.dir;
+        let log = Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(d.join("dockerd.log"))
+                .expect("log"),
+        );
+        let child = Command::new("dockerd")
+            .arg(format!("--host={}", self.endpoint()))
+            .arg(format!("--data-root={}", d.join("data").display()))
+            .arg(format!("--exec-root={}", d.join("exec").display()))
+            .arg(format!("--pidfile={}", d.join("docker.pid").display()))
+            .arg(format!("--config-file={}", d.join("daemon.json").display()))
+            .arg(format!(
+                "--containerd={}",
+                d.join("containerd.sock").display()
+            ))
+            .arg(format!("--containerd-namespace={}", self.bridge))
+            .arg(format!("--containerd-plugins-namespace={}-p", self.bridge))
+            .arg(format!("--bridge={}", self.bridge))
+            .args(["--iptables=false", "--ip6tables=false", "--ip-masq=false"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("dockerd must be installed");
+        self.dockerd = Some(child);
+        let docker = Docker::connect(&self.endpoint()).expect("endpoint");
+        crate::util::wait_for(
+            "the private dockerd to answer",
+            Duration::from_secs(90),
+            || docker.version().ok().map(|_| ()),
+        );
+    }
+
+    /// Stops dockerd as its service manager would (SIGTERM, then wait); its
+    /// containers stop with it (no live-restore).
+    pub fn stop_dockerd(&mut self) {
+        if let Some(mut c) = self.dockerd.take() {
+            // SAFETY: kill(2) on a process this suite spawned and has not reaped.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let until = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < until {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for PrivateDocker {
+    fn drop(&mut self) {
+        if self.dockerd.is_some() {
+            if let Ok(d) = Docker::connect(&self.endpoint()) {
+                for c in d.list_containers(&[]).unwrap_or_default() {
+                    let _ = d.remove_container(&c.id);
+                }
+            }
+        }
+        self.stop_dockerd();
+        if let Some(mut c) = self.containerd.take() {
+            // SAFETY: as above, our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let until = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < until && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // Shims of our containerd (they carry its socket path) that outlived it.
+        let sock = self.dir.join("containerd.sock").display().to_string();
+        if let Ok(rd) = std::fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
+                let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                if String::from_utf8_lossy(&cmd).contains(&sock) {
+                    // SAFETY: kill(2) on a shim our own containerd started.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
+        let d = self.dir.display().to_string();
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        let mut ours: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|m| m.starts_with(&d))
+            .collect();
+        ours.reverse();
+        for m in ours {
+            Self::sh(&format!("umount -l {m}"));
+        }
+        Self::sh(&format!("ip link del {}", self.bridge));
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Static pods under churn on a private dockerd that is stopped (its containers die
+/// with it) and started again; the node must settle on the manifests.
+pub fn dockerd_restart_under_churn(scale: &Scale) -> Row {
+    let mut row = Row {
+        name: "dockerd restart".into(),
+        ..Row::default()
+    };
+    let mut rng = Rng::new();
+    let seed = rng.0;
+    let mut pd = PrivateDocker::start();
+    let mut node = Node::new("chaos-dockerd");
+    node.endpoint = pd.endpoint();
+    node.docker = Docker::connect(&node.endpoint).expect("endpoint");
+    let mut churn = Churn::new(&node, scale.dockerd_pods);
+    churn.fill();
+    node.start(&[]);
+    let (_, first) = converge(
+        &node.docker,
+        &node.name,
+        &churn.wanted(),
+        scale.deadline * 2,
+    );
+    if first.is_none() {
+        row.failures.push("the first pods never all ran".into());
+    }
+    churn.run_for(&mut rng, Duration::from_secs(5));
+    // Every container alive now dies with dockerd: one restart each is expected.
+    for v in churn.edits.values_mut() {
+        *v += 1;
+    }
+    pd.stop_dockerd();
+    churn.run_for(&mut rng, scale.dockerd_down);
+    pd.start_dockerd();
+    let back = Instant::now();
+    let monitor = DupMonitor::start(&node.endpoint, &node.name);
+    churn.run_for(&mut rng, Duration::from_secs(5));
+    let wanted = churn.wanted();
+    let (a, took) = converge(&node.docker, &node.name, &wanted, scale.deadline);
+    row.converge = took.map(|_| back.elapsed().saturating_sub(Duration::from_secs(3)));
+    let seen = monitor.finish();
+    row.unnecessary = unnecessary(&a, &churn.edits, &BTreeSet::new());
+    row.note = format!(
+        "dockerd down {:?}, churn +{} -{} ~{}, {} pods; converge counted from dockerd's return, seed {seed}",
+        scale.dockerd_down,
+        churn.ops.0,
+        churn.ops.1,
+        churn.ops.2,
+        wanted.len() / 2
+    );
+    finish_row(&mut row, &mut node, &a, &seen);
+    drop(node);
+    drop(pd);
+    row
+}
+
+// ---------------------------------------------------------------------------------
+// Scenario 3: the API server and etcd away, back with new data.
+
+fn api_pod(name: &str, node: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+           "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "c", "image": BUSYBOX,
+                                    "command": ["sh", "-c", SLEEPER]}]}})
+}
+
+fn etcd_pod(name: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+           "spec": {"terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "c", "image": BUSYBOX,
+                                    "command": ["sh", "-c", SLEEPER]}]}})
+    .to_string()
+}
+
+/// File, API and etcd pods; the API server stand-in and etcd go away for
+/// `scale.outage` while pods are added and removed at both; every pod that was running
+/// keeps running through the outage (same containers), and afterwards exactly the
+/// new set runs.
+pub fn sources_outage(scale: &Scale) -> Row {
+    let mut row = Row {
+        name: "API server+etcd away".into(),
+        ..Row::default()
+    };
+    let (nf, na, ne) = scale.sources_pods;
+    let mut api = TestApiServer::start(Options::default());
+    let mut etcd = Etcd::start();
+    let mut node = Node::new("chaos-src");
+    let n = node.name.clone();
+    let prefix = format!("/registry/hosts/{n}/");
+    let kc = api.kubeconfig(&node.dir, "kubeconfig", "token: good-token");
+    let mut wanted = Wanted::new();
+    for i in 0..nf {
+        node.write_manifest(
+            &format!("f{i}.yaml"),
+            &pod_yaml(&format!("f{i}"), 1, &[("c", SLEEPER)]),
+        );
+        wanted_pod(&mut wanted, &format!("f{i}-{n}"), &["c"]);
+    }
+    for i in 0..na {
+        api.create_pod(api_pod(&format!("a{i}"), &n));
+        wanted_pod(&mut wanted, &format!("a{i}"), &["c"]);
+    }
+    for i in 0..ne {
+        etcd.put(&format!("{prefix}e{i}"), &etcd_pod(&format!("e{i}")));
+        wanted_pod(&mut wanted, &format!("e{i}-{n}"), &["c"]);
+    }
+    node.start(&[
+        &format!("--kubeconfig={}", kc.display()),
+        &format!("--etcd-servers={}", etcd.url),
+    ]);
+    let (before, first) = converge(&node.docker, &node.name, &wanted, scale.deadline);
+    if first.is_none() {
+        row.failures
+            .push(format!("the first pods never all ran: {:?}", before.lost));
+    }
+    let monitor = DupMonitor::start(&node.endpoint, &node.name);
+
+    api.stop();
+    etcd.stop();
+    let down = Instant::now();
+    // Meanwhile at the API server: half the pods go (half gracefully, half at once),
+    // as many come.
+    let gone = (na / 2).max(1).min(na);
+    for i in 0..gone {
+        let name = format!("a{i}");
+        if i % 2 == 0 {
+            api.mark_deleted("default", &name, 1);
+        } else {
+            api.delete_pod("default", &name);
+        }
+        wanted.remove(&format!("{name}/POD"));
+        wanted.remove(&format!("{name}/c"));
+    }
+    for i in na..na + gone {
+        api.create_pod(api_pod(&format!("a{i}"), &n));
+        wanted_pod(&mut wanted, &format!("a{i}"), &["c"]);
+    }
+    // Through the outage every pod that ran keeps its containers.
+    let mut interrupted = BTreeSet::new();
+    while down.elapsed() < scale.outage {
+        let now = audit(&node.docker, &node.name, &Wanted::new());
+        for (k, (id, _)) in &before.running {
+            if now.running.get(k).map(|(i, _)| i) != Some(id) {
+                interrupted.insert(k.clone());
+            }
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    api.restart();
+    etcd.restart();
+    let back = Instant::now();
+    let egone = (ne / 2).max(1).min(ne);
+    for i in 0..egone {
+        etcd.delete(&format!("{prefix}e{i}"));
+        wanted.remove(&format!("e{i}-{n}/POD"));
+        wanted.remove(&format!("e{i}-{n}/c"));
+    }
+    for i in ne..ne + egone {
+        etcd.put(&format!("{prefix}e{i}"), &etcd_pod(&format!("e{i}")));
+        wanted_pod(&mut wanted, &format!("e{i}-{n}"), &["c"]);
+    }
+    let (a, took) = converge(&node.docker, &node.name, &wanted, scale.deadline);
+    row.converge = took.map(|_| back.elapsed().saturating_sub(Duration::from_secs(3)));
+    let seen = monitor.finish();
+    // Pods that were kept must still be the same containers.
+    for (k, (id, _)) in &before.running {
+        if wanted.contains(k) && a.running.get(k).map(|(i, _)| i) != Some(id) {
+            interrupted.insert(k.clone());
+        }
+    }
+    row.unnecessary =
+        unnecessary(&a, &BTreeMap::new(), &BTreeSet::new()) + interrupted.len() as u32;
+    if !interrupted.is_empty() {
+        row.failures.push(format!(
+            "replaced or stopped during the outage: {:?}",
+            interrupted.iter().take(5).collect::<Vec<_>>()
+        ));
+    }
+    // The pods deleted at the API server are gone from it too (final delete).
+    let left: Vec<String> = (0..gone)
+        .filter(|i| i % 2 == 0)
+        .map(|i| format!("a{i}"))
+        .filter(|p| api.get_pod("default", p).is_some())
+        .collect();
+    let lingering = wait_opt(scale.deadline, || {
+        left.iter()
+            .all(|p| api.get_pod("default", p).is_none())
+            .then_some(())
+    });
+    if lingering.is_none() {
+        row.failures.push(format!(
+            "gracefully deleted pods never finally deleted: {left:?}"
+        ));
+    }
+    row.note = format!(
+        "{nf} file + {na} API + {ne} etcd pods; away {:?}: API -{gone} +{gone}, etcd -{egone} +{egone}; \
+         converge counted from their return",
+        scale.outage
+    );
+    finish_row(&mut row, &mut node, &a, &seen);
+    row
+}
+
+// ---------------------------------------------------------------------------------
+// Scenario 4: the root dir's filesystem full.
+
+/// A tmpfs mounted on a directory; unmounted (lazily: the kubelet may still hold a
+/// file) and the directory removed on drop.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (e.g. `4m`) on `dir`.
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).expect("mount point");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "rkchaos"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "cannot mount a tmpfs on {} (needs root)", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Fills the filesystem of `dir` with one file; returns it and the bytes written.
+pub fn fill(dir: &Path) -> (PathBuf, u64) {
+    let f = dir.join("chaos-fill");
+    let mut file = std::fs::File::create(&f).expect("fill file");
+    let chunk = vec![0u8; 16 * 1024];
+    let mut n = 0u64;
+    while file.write_all(&chunk).is_ok() {
+        n += chunk.len() as u64;
+    }
+    // The last partial chunk.
+    let small = [0u8; 512];
+    while file.write_all(&small).is_ok() {
+        n += 512;
+    }
+    let _ = file.sync_all();
+    (f, n)
+}
+
+/// `--root-dir` on a 4 MiB tmpfs, filled while pods run: they keep running, new pods
+/// are refused with an error that says why, no panic; once space is freed the new pods
+/// run.
+pub fn root_dir_full(scale: &Scale) -> Row {
+    let mut row = Row {
+        name: "root dir full".into(),
+        ..Row::default()
+    };
+    let (old, new) = scale.disk_pods;
+    let mut node = Node::new("chaos-disk");
+    let root = node.dir.join("root");
+    let _tmpfs = Tmpfs::mount(&root, "4m");
+    let n = node.name.clone();
+    let mut wanted = Wanted::new();
+    for i in 0..old {
+        node.write_manifest(
+            &format!("o{i}.yaml"),
+            &pod_yaml(&format!("o{i}"), 1, &[("c", SLEEPER)]),
+        );
+        wanted_pod(&mut wanted, &format!("o{i}-{n}"), &["c"]);
+    }
+    node.start(&[]);
+    let (before, first) = converge(&node.docker, &n, &wanted, scale.deadline);
+    if first.is_none() {
+        row.failures
+            .push(format!("the first pods never all ran: {:?}", before.lost));
+    }
+    let monitor = DupMonitor::start(&node.endpoint, &n);
+    let log_before = node.log().len();
+    let (filler, bytes) = fill(&root);
+    for i in 0..new {
+        node.write_manifest(
+            &format!("n{i}.yaml"),
+            &pod_yaml(&format!("n{i}"), 1, &[("c", SLEEPER)]),
+        );
+        wanted_pod(&mut wanted, &format!("n{i}-{n}"), &["c"]);
+    }
+    let full_since = Instant::now();
+    let mut interrupted = BTreeSet::new();
+    let mut new_running = BTreeSet::new();
+    while full_since.elapsed() < scale.disk_full_for {
+        let now = audit(&node.docker, &n, &Wanted::new());
+        for (k, (id, _)) in &before.running {
+            if now.running.get(k).map(|(i, _)| i) != Some(id) {
+                interrupted.insert(k.clone());
+            }
+        }
+        for i in 0..new {
+            if now.running.contains_key(&format!("n{i}-{n}/c")) {
+                new_running.insert(i);
+            }
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let log_full = node.log().get(log_before..).unwrap_or_default().to_string();
+    let said = log_full.to_lowercase().contains("no space left on device");
+    let pods = node
+        .alive()
+        .then(|| http_get(node.ro_port, "/pods").ok())
+        .flatten()
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    let in_status = pods.to_lowercase().contains("no space left on device");
+    if !said && !in_status {
+        row.failures.push(
+            "no error naming the full disk (`no space left on device`) in the log or /pods".into(),
+        );
+    }
+    std::fs::remove_file(&filler).expect("free the space");
+    let freed = Instant::now();
+    let (a, took) = converge(&node.docker, &n, &wanted, scale.deadline);
+    row.converge = took.map(|_| freed.elapsed().saturating_sub(Duration::from_secs(3)));
+    let seen = monitor.finish();
+    row.unnecessary =
+        unnecessary(&a, &BTreeMap::new(), &BTreeSet::new()) + interrupted.len() as u32;
+    if !interrupted.is_empty() {
+        row.failures.push(format!(
+            "running pods disturbed by the full disk: {interrupted:?}"
+        ));
+    }
+    row.note = format!(
+        "{old} pods running, {new} added with the tmpfs full ({} KiB filled) for {:?}: \
+         {} of them ran anyway; error in log: {said}, in /pods: {in_status}; converge from the space freed",
+        bytes / 1024,
+        scale.disk_full_for,
+        new_running.len()
+    );
+    finish_row(&mut row, &mut node, &a, &seen);
+    // Dropped in reverse order: the tmpfs is unmounted (lazily) first, so that the
+    // node's cleanup can then remove its whole directory.
+    row
+}
+
+// ---------------------------------------------------------------------------------
+// Scenario 5: descriptors exhausted.
+
+fn raise_own_nofile() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// rkubelet with `ulimit -n 64`, pods arriving while clients hold connections open on
+/// its ports and poll them: no panic, it keeps answering `/healthz` or comes back to
+/// it, and the pods run once the load is gone.
+pub fn fds_exhausted(scale: &Scale) -> Row {
+    let mut row = Row {
+        name: "fds exhausted (64)".into(),
+        ..Row::default()
+    };
+    raise_own_nofile();
+    let mut node = Node::new("chaos-fds");
+    let n = node.name.clone();
+    node.start_with_nofile(&[], 64);
+    let monitor = DupMonitor::start(&node.endpoint, &n);
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(Mutex::new((0u32, 0u32)));
+    let mut load = Vec::new();
+    for port in [node.healthz_port, node.ro_port] {
+        // Connections that never send anything, held until the load ends.
+        let st = stop.clone();
+        load.push(std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !st.load(Ordering::SeqCst) {
+                if held.len() < 200 {
+                    if let Ok(s) = std::net::TcpStream::connect_timeout(
+                        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+                        Duration::from_secs(2),
+                    ) {
+                        held.push(s);
+                    }
+                } else {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }));
+        // Clients asking again and again.
+        let (st, ans) = (stop.clone(), answered.clone());
+        let path = if port == node.healthz_port {
+            "/healthz"
+        } else {
+            "/pods"
+        };
+        load.push(std::thread::spawn(move || {
+            while !st.load(Ordering::SeqCst) {
+                let ok = http_get(port, path).is_ok_and(|(c, _)| c == 200);
+                let mut a = ans.lock().unwrap_or_else(|p| p.into_inner());
+                a.1 += 1;
+                if ok {
+                    a.0 += 1;
+                }
+                drop(a);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let mut wanted = Wanted::new();
+    for i in 0..scale.fd_pods {
+        node.write_manifest(
+            &format!("p{i}.yaml"),
+            &pod_yaml(&format!("p{i}"), 1, &[("c", SLEEPER)]),
+        );
+        wanted_pod(&mut wanted, &format!("p{i}-{n}"), &["c"]);
+    }
+    let loaded = Instant::now();
+    let mut max_fds = 0;
+    while loaded.elapsed() < scale.fd_load_for {
+        if !node.alive() {
+            break;
+        }
+        max_fds = max_fds.max(node.open_fds());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for h in load {
+        let _ = h.join();
+    }
+    let dropped = Instant::now();
+    let (ok, total) = *answered.lock().unwrap_or_else(|p| p.into_inner());
+    let healthz = wait_opt(scale.deadline, || {
+        http_get(node.healthz_port, "/healthz")
+            .ok()
+            .filter(|(c, _)| *c == 200)
+            .map(|_| dropped.elapsed())
+    });
+    if healthz.is_none() {
+        row.failures
+            .push("/healthz did not pass after the load".into());
+    }
+    let (a, took) = converge(&node.docker, &n, &wanted, scale.deadline);
+    row.converge = took;
+    let seen = monitor.finish();
+    row.unnecessary = unnecessary(&a, &BTreeMap::new(), &BTreeSet::new());
+    row.note = format!(
+        "{} pods added under load for {:?}; {ok}/{total} answers 200 under load; at most {max_fds} fds; \
+         /healthz 200 {} after the load; converge from the load's end",
+        scale.fd_pods,
+        scale.fd_load_for,
+        healthz.map_or("never".into(), |d| format!("{:.1} s", d.as_secs_f64())),
+    );
+    finish_row(&mut row, &mut node, &a, &seen);
+    row
+}
+
+// ---------------------------------------------------------------------------------
+// Scenario 6: the wall clock stepped back and forward (libfaketime).
+
+/// libfaketime, from Debian's `faketime` package.
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+fn probed_pod(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {SLEEPER:?}]\n    readinessProbe:\n      exec: {{command: [\"true\"]}}\n      periodSeconds: 5\n    livenessProbe:\n      exec: {{command: [\"true\"]}}\n      periodSeconds: 5\n      failureThreshold: 1\n"
+    )
+}
+
+fn probe_total(node: &Node) -> f64 {
+    http_get(node.ro_port, "/metrics/probes")
+        .map(|(_, b)| {
+            b.lines()
+                .filter(|l| l.starts_with("prober_probe_total{"))
+                .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
+fn crash_restarts(node: &Node, pod: &str) -> u32 {
+    node_containers(&node.docker, &node.name)
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| label(c, "io.kubernetes.pod.name") == pod)
+        .filter_map(|c| {
+            label(c, "annotation.io.kubernetes.container.restartCount")
+                .parse()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Probed pods, a crash-looping pod and the node lease, under a wall clock that only
+/// rkubelet sees stepped (libfaketime with `FAKETIME_DONT_FAKE_MONOTONIC=1`: only
+/// CLOCK_REALTIME moves): an hour back, back to now, an hour ahead. Per phase: lease
+/// writes, probe runs and crash-loop restarts must neither stop nor storm; no pod is
+/// restarted.
+pub fn clock_steps(scale: &Scale) -> Row {
+    let mut row = Row {
+        name: "clock -1h/+1h".into(),
+        ..Row::default()
+    };
+    assert!(
+        Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: apt-get install -y faketime (make chaos and .ci/run do)"
+    );
+    let api = TestApiServer::start(Options::default());
+    let mut node = Node::new("chaos-clock");
+    let n = node.name.clone();
+    // The test CA and the stand-in's certificate were made minutes ago: a clock an
+    // hour back would find them not yet valid and fail every request (so would
+    // upstream's). Certificate checks are not what this scenario is about: skip them.
+    let kc = node.dir.join("kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    \
+             insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: good-token\n\
+             contexts:\n- name: ctx\n  context: {{cluster: test, user: u}}\ncurrent-context: ctx\n",
+            api.url()
+        ),
+    )
+    .expect("kubeconfig");
+    let offset = node.dir.join("faketime");
+    std::fs::write(&offset, "+0\n").expect("faketime file");
+    node.env = vec![
+        ("LD_PRELOAD".into(), LIBFAKETIME.into()),
+        (
+            "FAKETIME_TIMESTAMP_FILE".into(),
+            offset.display().to_string(),
+        ),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        // Re-read the file at most once a second (not on every clock read).
+        ("FAKETIME_CACHE_DURATION".into(), "1".into()),
+    ];
+    let mut wanted = Wanted::new();
+    for i in 0..scale.clock_pods {
+        node.write_manifest(&format!("p{i}.yaml"), &probed_pod(&format!("p{i}")));
+        wanted_pod(&mut wanted, &format!("p{i}-{n}"), &["c"]);
+    }
+    node.write_manifest(
+        "crash.yaml",
+        &pod_yaml("crash", 1, &[("c", "sleep 1; exit 1")]),
+    );
+    wanted.insert(format!("crash-{n}/POD"));
+    let crash = format!("crash-{n}");
+    node.start(&[&format!("--kubeconfig={}", kc.display())]);
+    let (_, first) = converge(&node.docker, &n, &wanted, scale.deadline);
+    if first.is_none() {
+        row.failures.push("the pods never all ran".into());
+    }
+    let monitor = DupMonitor::start(&node.endpoint, &n);
+    let mut notes = Vec::new();
+    let p = scale.clock_phase.as_secs_f64();
+    // Probes: (readiness + liveness) every 5 s per pod.
+    let probes_expected = scale.clock_pods as f64 * 2.0 * p / 5.0;
+    let leases_expected = p / 10.0;
+    for (phase, off) in [
+        ("now", "+0"),
+        ("-1h", "-3600"),
+        ("back", "+0"),
+        ("+1h", "+3600"),
+    ] {
+        std::fs::write(&offset, format!("{off}\n")).expect("faketime file");
+        let since = Instant::now();
+        let probes0 = probe_total(&node);
+        let crash0 = crash_restarts(&node, &crash);
+        std::thread::sleep(scale.clock_phase);
+        let probes = probe_total(&node) - probes0;
+        let crashes = crash_restarts(&node, &crash).saturating_sub(crash0);
+        let calls = api.call_counts(since);
+        let count = |verb: &str, kind: &str| {
+            calls
+                .get(&(verb.to_string(), kind.to_string()))
+                .copied()
+                .unwrap_or(0)
+        };
+        let leases = count("PUT", "leases") + count("POST", "leases");
+        let statuses = count("PATCH", "pods/status");
+        notes.push(format!(
+            "{phase}: {leases} lease writes, {probes:.0} probes, {crashes} crash restarts, {statuses} status patches"
+        ));
+        if (leases as f64) < (leases_expected / 2.0).floor()
+            || leases as f64 > leases_expected * 3.0 + 3.0
+        {
+            row.failures.push(format!(
+                "{phase}: {leases} lease writes (about {leases_expected:.0} expected)"
+            ));
+        }
+        if probes < probes_expected * 0.4 || probes > probes_expected * 3.0 + 5.0 {
+            row.failures.push(format!(
+                "{phase}: {probes:.0} probe runs (about {probes_expected:.0} expected)"
+            ));
+        }
+        // Back-off from 10 s doubling: a phase sees a handful at most.
+        if crashes > 4 + (p / 10.0) as u32 / 2 {
+            row.failures.push(format!(
+                "{phase}: {crashes} crash-loop restarts: the back-off storms"
+            ));
+        }
+    }
+    std::fs::write(&offset, "+0\n").expect("faketime file");
+    let (a, took) = converge(&node.docker, &n, &wanted, Duration::from_secs(30));
+    row.converge = took;
+    let seen = monitor.finish();
+    let exempt: BTreeSet<String> = [crash.clone()].into();
+    row.unnecessary = unnecessary(&a, &BTreeMap::new(), &exempt);
+    row.note = format!(
+        "libfaketime; phases of {:?}: {}",
+        scale.clock_phase,
+        notes.join("; ")
+    );
+    // The crash-looping container is wanted dead or alive; the audit only counts its
+    // sandbox, so take its container out of strays.
+    let mut a = a;
+    a.stray.retain(|k| k != &format!("{crash}/c"));
+    finish_row(&mut row, &mut node, &a, &seen);
+    row
+}
+
+/// One scenario: its row at a scale.
+pub type Scenario = fn(&Scale) -> Row;
+
+/// A scenario by name (for `make chaos SCENARIOS=…`).
+pub const SCENARIOS: &[(&str, Scenario)] = &[
+    ("kill9", kill9_under_churn),
+    ("dockerd", dockerd_restart_under_churn),
+    ("sources", sources_outage),
+    ("disk", root_dir_full),
+    ("fds", fds_exhausted),
+    ("clock", clock_steps),
+];
