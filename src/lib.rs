@@ -5,6 +5,7 @@
 //! The modules, in reading order (ARCHITECTURE.md has the threads and invariants):
 
 // Foundations: the loop helper every thread goes through, logging, time.
+pub mod panics;
 pub mod loops;
 pub mod logging;
 pub mod time;

@@ -533,7 +533,7 @@ impl EtcdSource {
     }
 
     /// The `src-etcd` thread: list, watch, resume, relist, fail over, until shutdown.
-    pub fn run(mut self, stop: &Stop, handle: &LoopHandle) {
+    pub fn run(&mut self, stop: &Stop, handle: &LoopHandle) {
         let mut listed = false;
         let mut backoff = BACKOFF_MIN;
         loop {
@@ -636,7 +636,7 @@ pub fn pods_from_value(
 }
 
 /// Starts the `src-etcd` thread.
-pub fn start(loops: &Loops, source: EtcdSource) -> Result<(), SpawnError> {
+pub fn start(loops: &Loops, mut source: EtcdSource) -> Result<(), SpawnError> {
     log::info!(
         "adding etcd pod source servers={:?} prefix={}",
         source.cfg.servers,

@@ -34,3 +34,4 @@ mod log_file;
 mod cgroups;
 mod gc;
 mod stats;
+mod panics;
