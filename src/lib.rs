@@ -69,3 +69,7 @@ pub mod server;
 // Test helpers shared by unit tests.
 #[cfg(test)]
 mod testutil;
+
+// Fuzzing: the parsers of outside input, for fuzz/ and tests/fuzz_corpus.rs.
+#[doc(hidden)]
+pub mod fuzzing;

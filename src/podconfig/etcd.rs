@@ -635,6 +635,27 @@ pub fn pods_from_value(
     pods
 }
 
+/// Fuzzing (`crate::fuzzing`): one watch line decoded as [`EtcdSource::watch`] does,
+/// and each put's value decoded into static pods.
+#[doc(hidden)]
+pub fn fuzz_watch_line(line: &[u8], node_name: &str) {
+    let Ok(parsed) = serde_json::from_slice::<WatchLine>(line) else {
+        return;
+    };
+    let Some(result) = parsed.result else {
+        return;
+    };
+    let _ = (rev(&result.compact_revision), rev(&result.header.revision));
+    for ev in result.events {
+        let key = String::from_utf8_lossy(&ev.kv.key.0).into_owned();
+        let _ = rev(&ev.kv.mod_revision);
+        if ev.kind.as_deref() != Some("DELETE") {
+            let value = ev.kv.value.map(|v| v.0).unwrap_or_default();
+            let _ = pods_from_value(&key, &value, node_name);
+        }
+    }
+}
+
 /// Starts the `src-etcd` thread.
 pub fn start(loops: &Loops, mut source: EtcdSource) -> Result<(), SpawnError> {
     log::info!(
