@@ -125,6 +125,19 @@ for name in ["exec_stdin.bin", "exec_tty.bin", "portforward.bin"]:
     put("spdy", b"\x00" + data)
     put("spdy", b"\x01" + data)
 
+# WebSocket: a client's masked frames (binary on channel 0, a text base64 one, a
+# ping, a fragmented message, a close).
+def ws(opcode, payload, fin=True, mask=b"\x01\x02\x03\x04"):
+    head = bytes([(0x80 if fin else 0) | opcode])
+    n = len(payload)
+    if n < 126:
+        head += bytes([0x80 | n])
+    else:
+        head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+put("websocket", ws(2, b"\x00echo hi\n") + ws(9, b"p") + ws(1, b"0aGVsbG8=") + ws(2, b"\xff\x00"))
+put("websocket", ws(2, b"\x04{\"Width\":80,\"Height\":24}", fin=False) + ws(0, b"more") + ws(8, b"\x03\xe8bye"))
+
 # gRPC: headers (:status 200 indexed; grpc-status literal) 0xff trailers 0xff DATA.
 hdr = b"\x00\x88"
 trl = b"\x00\x40\x0bgrpc-status\x010\x40\x0cgrpc-message\x02ok"

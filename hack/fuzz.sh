@@ -15,7 +15,7 @@ set -u
 cd "$(dirname "$0")/../fuzz"
 
 FUZZ_TIME=${FUZZ_TIME:-60}
-ALL="manifest kubelet_config flags kubeconfig docker etcd_watch api_watch http_head quantity duration reference spdy grpc kmsg procfs"
+ALL="manifest kubelet_config flags kubeconfig docker etcd_watch api_watch http_head quantity duration reference spdy websocket grpc kmsg procfs"
 FUZZ_TARGETS=${FUZZ_TARGETS:-$ALL}
 # Every target: no process over 512 MB resident (libFuzzer's own bound; the kubelet
 # runs in ~13 MB).
@@ -25,8 +25,9 @@ RSS_MB=512
 # default -max_len), so these are bounds of "swelling", not of real input sizes:
 # - text parsers (flags, quantity, duration, reference, head, kmsg, procfs, gRPC's
 #   HPACK, whose table is capped at 4 KiB): 16 MB, they allocate about their input;
-# - serde documents (manifests, config, kubeconfig, watch lines, Docker answers) and
-#   SPDY (zlib with its 1 MiB header-block cap): 64 MB, typed objects with their
+# - serde documents (manifests, config, kubeconfig, watch lines, Docker answers),
+#   SPDY (zlib with its 1 MiB header-block cap) and WebSocket (its read buffer,
+#   messages capped by the server's bound): 64 MB, typed objects with their
 #   defaults are a few times their text, the inflater's state a few hundred KB.
 malloc_mb() {
     case "$1" in

@@ -30,6 +30,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("duration", duration),
     ("reference", reference),
     ("spdy", spdy),
+    ("websocket", websocket),
     ("grpc", grpc),
     ("kmsg", kmsg),
     ("procfs", procfs),
@@ -158,6 +159,12 @@ fn spdy(data: &[u8]) {
         session.feed(&rest[cut..]);
     }
     while let Ok(Some(_)) = session.poll_event() {}
+}
+
+/// WebSocket frames from a client (exec, attach, port-forward), and the channel
+/// protocols' payloads.
+fn websocket(data: &[u8]) {
+    crate::server::streams::websocket::fuzz_frames(data);
 }
 
 /// A gRPC health response: header blocks (HPACK) and the DATA payload, split at
