@@ -12,7 +12,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A panic's one log line: the thread first (the loop's name), then std's text, its
@@ -100,7 +99,7 @@ pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
 #[cfg(debug_assertions)]
 pub(crate) fn injected_panic(name: &str) {
     use std::collections::HashMap;
-    use std::sync::OnceLock;
+    use std::sync::{Mutex, OnceLock};
     static LEFT: OnceLock<Mutex<HashMap<String, u32>>> = OnceLock::new();
     let left = LEFT.get_or_init(|| {
         let spec = std::env::var("RKUBELET_TEST_PANIC").unwrap_or_default();
