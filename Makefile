@@ -7,7 +7,7 @@ NODE_NAME  ?= $(shell cat /proc/sys/kernel/hostname | tr A-Z a-z)
 PAUSE      ?= rkubelet/pause:3.10
 BIN        := target/release/rkubelet
 
-.PHONY: all build images run test lint bench chaos deps verify-unit clean
+.PHONY: all build images run test lint bench chaos fuzz deps verify-unit clean
 
 all: build
 
@@ -56,6 +56,14 @@ chaos: images
 	command -v faketime >/dev/null || apt-get install -y faketime
 	[ -x /usr/bin/etcd ] || apt-get install -y etcd-server
 	RKUBELET_CHAOS=1 $(CARGO) bench --bench chaos -- $(SCENARIOS)
+
+# Every fuzz target of fuzz/ for FUZZ_TIME seconds each (60: under 20 minutes in all),
+# with libFuzzer's RSS and per-allocation bounds; prints runs, execs/s and crashes per
+# target. Needs nightly and cargo-fuzz (installed when missing). FUZZ_MERGE=1 merges
+# new coverage into the committed corpus. tests/fuzz_corpus.rs replays that corpus
+# in `make test` on stable.
+fuzz:
+	hack/fuzz.sh
 
 # Size of the dependency tree, and proof that no async runtime is in it.
 deps:

@@ -328,6 +328,7 @@ mod tests {
             last_error: None,
             ticks,
             errors: 0,
+            panics: 0,
             finished: false,
         }
     }

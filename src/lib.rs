@@ -8,6 +8,7 @@
 pub mod pause;
 
 // Foundations: the loop helper every thread goes through, logging, time.
+pub mod panics;
 pub mod loops;
 pub mod logging;
 pub mod time;
@@ -71,3 +72,7 @@ pub mod server;
 // Test helpers shared by unit tests.
 #[cfg(test)]
 mod testutil;
+
+// Fuzzing: the parsers of outside input, for fuzz/ and tests/fuzz_corpus.rs.
+#[doc(hidden)]
+pub mod fuzzing;

@@ -251,28 +251,10 @@ pub fn flush() {
     }
 }
 
-/// The panic hook's line: the thread's name first, so the loop that died is known
-/// (every thread is named by the loop helper; "<unnamed>" would be a bug).
-pub fn panic_line(thread: Option<&str>, info: &dyn std::fmt::Display) -> String {
-    format!("thread {} panicked: {info}", thread.unwrap_or("<unnamed>"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
-
-    #[test]
-    fn panic_line_names_the_thread_first() {
-        let line = std::thread::Builder::new()
-            .name("pod-kill-0".into())
-            .spawn(|| panic_line(std::thread::current().name(), &"boom at src/x.rs:1:1"))
-            .expect("spawn")
-            .join()
-            .expect("join");
-        assert_eq!(line, "thread pod-kill-0 panicked: boom at src/x.rs:1:1");
-        assert_eq!(panic_line(None, &"x"), "thread <unnamed> panicked: x");
-    }
 
     #[test]
     fn klog_time_layout() {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use rkubelet::config::{self, Loaded};
 use rkubelet::loops::error_chain;
 use rkubelet::runtime::docker::Docker;
-use rkubelet::{kubelet, logging, systemd};
+use rkubelet::{kubelet, logging, panics, systemd};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 /// How long the loops get to finish after SIGTERM; the process exits within 2 s either way.
@@ -216,14 +216,20 @@ fn print_out(text: &str) -> Exit {
     Exit::Ok
 }
 
-/// Logs a panic with the name of the thread it happened on (so the loop is known)
-/// before the default hook prints it; with `panic = "abort"` the process then ends and
-/// systemd restarts it.
+/// Logs a panic with the name of the thread it happened on (so the loop is known).
+/// A loop's panic is caught by its loop, which logs this line once with its restart
+/// (`panics::note_caught_panic`); any other panic (the main thread's) is logged here and
+/// handed to the default hook, and on the main thread it ends the process with a
+/// non-zero exit code (101).
 fn install_panic_hook() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let thread = std::thread::current();
-        log::error!("{}", logging::panic_line(thread.name(), info));
+        let line = panics::panic_line(thread.name(), info);
+        if panics::note_caught_panic(&line) {
+            return;
+        }
+        log::error!("{line}");
         default(info);
     }));
 }

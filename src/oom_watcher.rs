@@ -134,7 +134,7 @@ pub fn kmsg_message(record: &str) -> &str {
 /// Starts the watcher on `/dev/kmsg` for `node`; Ok(false) (logged once) when the
 /// kernel log cannot be read.
 pub fn start(loops: &Loops, node: &str, kmsg: &Path) -> Result<bool, SpawnError> {
-    let file = match open_kmsg(kmsg) {
+    let mut file = match open_kmsg(kmsg) {
         Ok(f) => f,
         Err(e) => {
             log::info!(
@@ -146,7 +146,7 @@ pub fn start(loops: &Loops, node: &str, kmsg: &Path) -> Result<bool, SpawnError>
     };
     let node = node.to_string();
     loops.spawn(THREAD, move |stop, handle| {
-        watch(file, &stop, &handle, |oom| {
+        watch(&mut file, &stop, &handle, |oom| {
             log::info!(
                 "oom watcher: OOM kill of {} (pid {}) in {}",
                 oom.process_name,
@@ -175,7 +175,7 @@ fn open_kmsg(path: &Path) -> io::Result<File> {
 
 /// Reads records until shutdown, handing each completed OOM to `on_oom`.
 pub fn watch(
-    mut file: File,
+    file: &mut File,
     stop: &Stop,
     handle: &LoopHandle,
     mut on_oom: impl FnMut(OomInstance),
@@ -321,14 +321,14 @@ mod tests {
         let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) };
         assert_eq!(rc, 0);
         // SAFETY: both descriptors were just created and are owned here only.
-        let (reader, mut writer) =
+        let (mut reader, mut writer) =
             unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
         let (shutdown, stop) = crate::loops::shutdown_channel();
         let loops = Loops::new(stop);
         let (tx, rx) = crossbeam_channel::bounded(4);
         loops
             .spawn("oom-test", move |stop, handle| {
-                watch(reader, &stop, &handle, |oom| {
+                watch(&mut reader, &stop, &handle, |oom| {
                     let _ = tx.send(oom.system_oom_message());
                 })
             })

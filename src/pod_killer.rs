@@ -173,8 +173,8 @@ impl PodKiller {
         }
         let m = manager.clone();
         loops.spawn("pod-killer", move |stop, handle| {
-            let mut sup = Supervisor::new(&m, step_tx);
-            sup.run(rx, &out_rx, &stop, &handle);
+            let mut sup = Supervisor::new(&m, step_tx.clone());
+            sup.run(rx.clone(), &out_rx, &stop, &handle);
         })?;
         Ok(PodKiller { tx, manager })
     }

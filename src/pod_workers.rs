@@ -12,6 +12,10 @@
 //! grace period does not hold one of the few workers): it answers
 //! [`Outcome::Continues`], the pod's slot stays busy, and whoever finishes the work
 //! calls [`PodWorkers::finish`], after which the pod's pending work runs.
+//!
+//! A worker that panics (caught and restarted by `loops`) releases the pod it held: the
+//! slot is no longer busy, the work it was doing is pending again (unless newer work of
+//! the same kind replaced it) and the pod is queued, so the pod is not stuck forever.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -84,6 +88,8 @@ struct Slot {
     in_flight: Option<(&'static str, Instant)>,
     /// The work in flight is a kill of a pod gone from its source (`Kill::remove`).
     removing: bool,
+    /// The work a worker is running, kept so that a worker's panic can put it back.
+    running: Option<Work>,
     /// The pod spec of the last sync: a sync with another `Arc` is an `update` (the
     /// sync loop makes a new `Arc` only when a source changed the pod; PLEG events,
     /// probes and ticks hand the one it holds). None until the pod is first synced,
@@ -140,6 +146,8 @@ impl PodWorkers {
                     recv(stop.receiver()) -> _ => return,
                     recv(me.ready_rx) -> uid => {
                         let Ok(uid) = uid else { return };
+                        // From here on the pod is this worker's: a panic releases it.
+                        let _release = ReleaseOnPanic { workers: &me, uid: &uid };
                         let began = handle.begin_tick();
                         me.work_on(&uid, syncer.as_ref());
                         handle.end_tick(began, None);
@@ -244,6 +252,7 @@ impl PodWorkers {
                         slot.removing = matches!(&w, Work::Kill(k) if k.remove);
                         let op = self.operation_type(slot, &w);
                         slot.in_flight = Some((op, since));
+                        slot.running = Some(w.clone());
                         w
                     }
                     None => {
@@ -335,10 +344,60 @@ impl PodWorkers {
     /// `PodWorkerDuration` when a pod's work completes).
     fn work_done(&self, slot: &mut Slot) {
         slot.removing = false;
+        slot.running = None;
         if let Some((op, since)) = slot.in_flight.take() {
             self.metrics
                 .pod_worker_duration
                 .observe([op], since.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl PodWorkers {
+    /// After a worker panicked while it held `uid`: frees the slot, makes the work it
+    /// was running pending again (a newer pending kill or sync of the same kind wins; a
+    /// kill still runs before a sync), and queues the pod.
+    fn release_after_panic(&self, uid: &str) {
+        let mut slots = lock(&self.slots);
+        let Some(slot) = slots.get_mut(uid) else {
+            return;
+        };
+        let running = slot.running.take();
+        self.work_done(slot);
+        slot.busy = false;
+        slot.queued = false;
+        match running {
+            Some(Work::Kill(kill)) if slot.pending_kill.is_none() => {
+                slot.pending_kill = Some(kill);
+            }
+            Some(Work::Sync(pod)) if slot.pending_kill.is_none() && slot.pending_sync.is_none() => {
+                slot.pending_sync = Some(pod);
+            }
+            _ => {}
+        }
+        if !slot.has_pending() {
+            return;
+        }
+        slot.pending_since.get_or_insert_with(Instant::now);
+        let full = !self.enqueue(uid, slot);
+        drop(slots);
+        log::warn!("pod {uid}: its worker panicked; the pod's work is queued again");
+        if full {
+            queue_full(uid);
+        }
+    }
+}
+
+/// Held by a worker while a pod is its own; releases the pod if the worker unwinds.
+struct ReleaseOnPanic<'a> {
+    workers: &'a PodWorkers,
+    uid: &'a str,
+}
+
+impl Drop for ReleaseOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.workers.release_after_panic(self.uid);
         }
     }
 }
@@ -513,6 +572,81 @@ mod tests {
         assert!(!*lock(&rec.overlap));
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    /// Panics on the first sync of each pod, then records like [`Recorder`].
+    #[derive(Default)]
+    struct PanicsOnce {
+        panicked: Mutex<Vec<String>>,
+        rec: Recorder,
+    }
+
+    impl PodSyncer for PanicsOnce {
+        fn sync_pod(&self, pod: &Arc<Pod>) -> Outcome {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let first = {
+                let mut p = lock(&self.panicked);
+                let first = !p.contains(&uid);
+                p.push(uid.clone());
+                first
+            };
+            if first {
+                panic!("sync of {uid} panics");
+            }
+            self.rec.sync_pod(pod)
+        }
+        fn kill_pod(&self, uid: &str, kill: &Kill) -> Outcome {
+            self.rec.kill_pod(uid, kill)
+        }
+    }
+
+    #[test]
+    fn a_worker_that_panics_releases_its_pod_which_is_synced_again() {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let syncer = Arc::new(PanicsOnce::default());
+        let pw = Arc::new(PodWorkers::default());
+        pw.start(&loops, 1, syncer.clone()).expect("start");
+        pw.update_pod("a", Work::Sync(pod("a", "v1")));
+        // The one worker panics, is restarted after 1 s, and syncs the pod it dropped.
+        wait_for(|| *lock(&syncer.rec.calls) == ["sync a v1"]);
+        wait_for(|| !pw.is_active("a"));
+        let st = loops.registry().get("pod-worker-0").expect("listed");
+        assert_eq!(st.panics, 1);
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn a_panic_during_a_sync_requeues_it_and_a_newer_sync_wins() {
+        let pw = PodWorkers::default();
+        pw.update_pod("a", Work::Sync(pod("a", "v1")));
+        // As a worker: take the pod's work, then panic while it runs.
+        let uid = pw.ready_rx.try_recv().expect("queued");
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _release = ReleaseOnPanic {
+                workers: &pw,
+                uid: &uid,
+            };
+            struct Boom;
+            impl PodSyncer for Boom {
+                fn sync_pod(&self, pod: &Arc<Pod>) -> Outcome {
+                    panic!("{:?}", pod.metadata.name)
+                }
+                fn kill_pod(&self, _: &str, _: &Kill) -> Outcome {
+                    Outcome::Done
+                }
+            }
+            pw.work_on(&uid, &Boom);
+        }));
+        assert!(caught.is_err());
+        assert!(!pw.idle(), "the sync that panicked is pending again");
+        // A newer sync arrives: it replaces the one that panicked, and runs once.
+        pw.update_pod("a", Work::Sync(pod("a", "v2")));
+        let rec = Recorder::default();
+        pw.run_queued(&rec);
+        assert_eq!(*lock(&rec.calls), ["sync a v2"]);
+        assert!(pw.idle());
     }
 
     #[test]

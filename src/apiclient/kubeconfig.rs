@@ -191,6 +191,15 @@ pub fn load(path: &Path) -> Result<RestConfig, KubeconfigError> {
     resolve(raw, base).map_err(fail)
 }
 
+/// Fuzzing (`crate::fuzzing`): a kubeconfig's text parsed and resolved as [`load`]
+/// does, files named relative to `base`.
+#[doc(hidden)]
+pub fn fuzz_parse(text: &str, base: &Path) -> bool {
+    serde_yaml::from_str::<RawConfig>(text)
+        .ok()
+        .is_some_and(|raw| resolve(raw, base).is_ok())
+}
+
 /// Resolves the current context of a parsed kubeconfig. Pure apart from reading the
 /// files it names (relative to `base`).
 fn resolve(raw: RawConfig, base: &Path) -> Result<RestConfig, KubeconfigErrorKind> {

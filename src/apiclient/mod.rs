@@ -362,33 +362,42 @@ impl WatchStream {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Ok(StreamItem::Idle);
         }
-        let decode = |source| ApiError::Decode {
+        let decoded = decode_watch_line(&line).map_err(|source| ApiError::Decode {
             what,
             url: self.url.clone(),
             source,
-        };
-        let raw: RawEvent = serde_json::from_slice(&line).map_err(decode)?;
-        let event = match raw.kind.as_str() {
-            "ADDED" => WatchEvent::Added(serde_json::from_value(raw.object).map_err(decode)?),
-            "MODIFIED" => WatchEvent::Modified(serde_json::from_value(raw.object).map_err(decode)?),
-            "DELETED" => WatchEvent::Deleted(serde_json::from_value(raw.object).map_err(decode)?),
-            "BOOKMARK" => {
-                let rv = raw.object["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                WatchEvent::Bookmark(rv)
-            }
-            "ERROR" => WatchEvent::Error(serde_json::from_value(raw.object).map_err(decode)?),
-            other => {
+        })?;
+        match decoded {
+            Ok(event) => Ok(StreamItem::Event(event)),
+            Err(other) => {
                 // An event type this client does not know: a newer server. Skip it
                 // rather than end the watch.
                 log::warn!("{what}: skipping an event of unknown type {other:?}");
-                return Ok(StreamItem::Idle);
+                Ok(StreamItem::Idle)
             }
-        };
-        Ok(StreamItem::Event(event))
+        }
     }
+}
+
+/// Decodes one line of a pod watch (pure): the event, or the type of an event this
+/// client does not know.
+#[doc(hidden)]
+pub fn decode_watch_line(line: &[u8]) -> Result<Result<WatchEvent, String>, serde_json::Error> {
+    let raw: RawEvent = serde_json::from_slice(line)?;
+    Ok(Ok(match raw.kind.as_str() {
+        "ADDED" => WatchEvent::Added(serde_json::from_value(raw.object)?),
+        "MODIFIED" => WatchEvent::Modified(serde_json::from_value(raw.object)?),
+        "DELETED" => WatchEvent::Deleted(serde_json::from_value(raw.object)?),
+        "BOOKMARK" => {
+            let rv = raw.object["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            WatchEvent::Bookmark(rv)
+        }
+        "ERROR" => WatchEvent::Error(serde_json::from_value(raw.object)?),
+        other => return Ok(Err(other.to_string())),
+    }))
 }
 
 /// A client of one API server, shared by the threads that call it.

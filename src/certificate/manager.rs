@@ -97,11 +97,11 @@ impl ClientCertManager {
 
     /// Starts the `client-cert` thread. A bootstrap the cluster refuses (CSR denied or
     /// failed) sends its error to `fatal`, for `main` to end the process with.
-    pub fn start(self, loops: &Loops, fatal: Sender<String>) -> Result<(), SpawnError> {
+    pub fn start(mut self, loops: &Loops, fatal: Sender<String>) -> Result<(), SpawnError> {
         loops.spawn(THREAD, move |stop, handle| self.run(&stop, &handle, &fatal))
     }
 
-    fn run(mut self, stop: &Stop, handle: &LoopHandle, fatal: &Sender<String>) {
+    fn run(&mut self, stop: &Stop, handle: &LoopHandle, fatal: &Sender<String>) {
         if let Some(bootstrap) = self.bootstrap.take() {
             match self.bootstrap(&bootstrap, stop, handle) {
                 Ok(pair) => self.current = Some(pair),

@@ -332,15 +332,15 @@ pub fn start(
     for reason in ["queue_full", "retries_exhausted", "refused"] {
         metrics.events_dropped.add([reason], 0);
     }
-    let writer = Writer::new(api, node);
+    let mut writer = Writer::new(api, node);
     loops.spawn("events", move |stop, handle| {
-        run(writer, &rx, &stop, &handle, &metrics);
+        run(&mut writer, &rx, &stop, &handle, &metrics);
     })
 }
 
 /// The loop: pause while the server is away, retries when due, then the queue.
 fn run<S: EventSink>(
-    mut w: Writer<S>,
+    w: &mut Writer<S>,
     rx: &Receiver<Recorded>,
     stop: &Stop,
     handle: &LoopHandle,

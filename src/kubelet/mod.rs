@@ -378,9 +378,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         wake_tx,
         parts.metrics.clone(),
     );
+    let mut pleg = pleg;
     loops.spawn("pleg", move |stop, handle| {
-        evented::run_pleg(pleg, wake_rx, &stop, &handle)
+        evented::run_pleg(&mut pleg, &wake_rx, &stop, &handle)
     })?;
+    let mut watcher = watcher;
     loops.spawn("pleg-events", move |stop, handle| {
         watcher.run(&stop, &handle)
     })?;

@@ -71,7 +71,7 @@ pub(super) struct SyncLoop {
 }
 
 impl SyncLoop {
-    pub(super) fn run(mut self, stop: &Stop, handle: &LoopHandle) {
+    pub(super) fn run(&mut self, stop: &Stop, handle: &LoopHandle) {
         let sync_tick = crossbeam_channel::tick(SYNC_TICK);
         let housekeeping = crossbeam_channel::tick(HOUSEKEEPING_PERIOD);
         log::info!("Starting kubelet main sync loop");

@@ -400,6 +400,7 @@ impl Default for KubeletMetrics {
 struct LoopFamilies {
     ticks: CounterVec<1>,
     errors: CounterVec<1>,
+    panics: CounterVec<1>,
     age: GaugeVec<1>,
     took: GaugeVec<1>,
 }
@@ -419,6 +420,14 @@ impl LoopFamilies {
                 r(
                     "rkubelet_loop_errors_total",
                     "Iterations of each loop that ended with an error.",
+                ),
+                ["loop"],
+            ),
+            panics: CounterVec::new(
+                r(
+                    "rkubelet_loop_panics_total",
+                    "Panics caught in each loop (each restarted the loop after a back-off) \
+                     and in each stream thread (each ended its stream).",
                 ),
                 ["loop"],
             ),
@@ -444,6 +453,7 @@ impl LoopFamilies {
             }
             f.ticks.add([&name], st.ticks);
             f.errors.add([&name], st.errors);
+            f.panics.add([&name], st.panics);
             if let Some(t) = st.last_tick {
                 f.age
                     .set([&name], now.saturating_duration_since(t).as_secs_f64());
@@ -452,11 +462,20 @@ impl LoopFamilies {
                 f.took.set([&name], d.as_secs_f64());
             }
         }
+        for (name, n) in registry.transient_panics() {
+            f.panics.add([&name], n);
+        }
         f
     }
 
     fn collectors(&self) -> Vec<&dyn Collector> {
-        vec![&self.ticks, &self.errors, &self.age, &self.took]
+        vec![
+            &self.ticks,
+            &self.errors,
+            &self.panics,
+            &self.age,
+            &self.took,
+        ]
     }
 }
 
@@ -554,6 +573,10 @@ mod tests {
         );
         assert!(
             text.contains("rkubelet_loop_errors_total{loop=\"test-loop\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rkubelet_loop_panics_total{loop=\"test-loop\"} 0\n"),
             "{text}"
         );
         assert!(

@@ -477,30 +477,43 @@ pub struct Start {
 /// Starts the `node-status` loop.
 pub fn start(loops: &Loops, s: Start) -> Result<(), SpawnError> {
     let period = s.update_frequency;
+    // Set up once on the loop's own thread; kept across a restart after a panic.
+    let mut start = Some(s);
+    let mut made: Option<NodeStatusManager> = None;
     loops.spawn("node-status", move |stop: Stop, handle| {
-        let node = s.settings.node_name.clone();
-        let mut settings = s.settings;
-        if settings.node_ip.is_empty() {
-            settings.node_ip = detect_node_ip(&settings.node_name);
-        }
-        log::info!("node {node}: InternalIP {}", settings.node_ip);
-        let mut manager = NodeStatusManager::new(Setup {
-            api: Box::new(ApiNodes {
-                client: s.client,
-                name: node.clone(),
-                timeout: s.timeout,
-            }),
-            settings,
-            machine: machine::read(&s.root_dir),
-            runtime: s.runtime,
-            readiness: s.readiness,
-            heartbeat: s.heartbeat,
-            register_node: s.register_node,
-            report_frequency: s.report_frequency,
-        });
+        let manager = match (made.as_mut(), start.take()) {
+            (Some(m), _) => m,
+            (None, Some(s)) => made.insert(new_manager(s)),
+            (None, None) => return,
+        };
         run_jittered(&stop, &handle, period, STATUS_JITTER, |stop| {
             manager.sync(&|d| stop.sleep(d))
         });
+    })
+}
+
+/// The `node-status` loop's manager, made on its own thread (the node IP detection
+/// may resolve the node's name).
+fn new_manager(s: Start) -> NodeStatusManager {
+    let node = s.settings.node_name.clone();
+    let mut settings = s.settings;
+    if settings.node_ip.is_empty() {
+        settings.node_ip = detect_node_ip(&settings.node_name);
+    }
+    log::info!("node {node}: InternalIP {}", settings.node_ip);
+    NodeStatusManager::new(Setup {
+        api: Box::new(ApiNodes {
+            client: s.client,
+            name: node.clone(),
+            timeout: s.timeout,
+        }),
+        settings,
+        machine: machine::read(&s.root_dir),
+        runtime: s.runtime,
+        readiness: s.readiness,
+        heartbeat: s.heartbeat,
+        register_node: s.register_node,
+        report_frequency: s.report_frequency,
     })
 }
 

@@ -233,8 +233,10 @@ impl Schedule {
 }
 
 /// The `pleg` thread: relists on its schedule, relists pods it is woken for, until
-/// shutdown. Each relist or targeted relist is one tick in the loop registry.
-pub fn run_pleg(mut pleg: Pleg, wakes: WakeReceiver, stop: &Stop, handle: &LoopHandle) {
+/// shutdown. Each relist or targeted relist is one tick in the loop registry. Borrows
+/// the PLEG, so a run again after a panic goes on with what it had seen (and relists
+/// at once, as a new schedule does).
+pub fn run_pleg(pleg: &mut Pleg, wakes: &WakeReceiver, stop: &Stop, handle: &LoopHandle) {
     let mut schedule = Schedule::new();
     let mut rx = wakes.rx.clone();
     loop {
@@ -374,7 +376,7 @@ impl EventWatcher {
 
     /// The `pleg-events` thread: connects, reads, and reconnects with backoff (reset by
     /// every connection that opened) until shutdown.
-    pub fn run(mut self, stop: &Stop, handle: &LoopHandle) {
+    pub fn run(&mut self, stop: &Stop, handle: &LoopHandle) {
         let mut backoff = BACKOFF_INITIAL;
         loop {
             let (opened, r) = self.watch_once(&|| stop.is_stopped(), &mut || {

@@ -216,7 +216,7 @@ impl ApiSource {
 
     /// The `src-api` thread: list, watch, re-watch, relist on 410, back off on
     /// errors, until shutdown.
-    pub fn run(mut self, stop: &Stop, handle: &LoopHandle) {
+    pub fn run(&mut self, stop: &Stop, handle: &LoopHandle) {
         let mut need_list = true;
         let mut fresh = false;
         let mut backoff = BACKOFF_MIN;
@@ -283,7 +283,7 @@ impl ApiSource {
 }
 
 /// Starts the `src-api` thread.
-pub fn start(loops: &Loops, source: ApiSource) -> Result<(), SpawnError> {
+pub fn start(loops: &Loops, mut source: ApiSource) -> Result<(), SpawnError> {
     log::info!("Adding apiserver pod source");
     loops.spawn("src-api", move |stop, handle| source.run(&stop, &handle))
 }

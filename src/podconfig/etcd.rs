@@ -533,7 +533,7 @@ impl EtcdSource {
     }
 
     /// The `src-etcd` thread: list, watch, resume, relist, fail over, until shutdown.
-    pub fn run(mut self, stop: &Stop, handle: &LoopHandle) {
+    pub fn run(&mut self, stop: &Stop, handle: &LoopHandle) {
         let mut listed = false;
         let mut backoff = BACKOFF_MIN;
         loop {
@@ -635,8 +635,29 @@ pub fn pods_from_value(
     pods
 }
 
+/// Fuzzing (`crate::fuzzing`): one watch line decoded as [`EtcdSource::watch`] does,
+/// and each put's value decoded into static pods.
+#[doc(hidden)]
+pub fn fuzz_watch_line(line: &[u8], node_name: &str) {
+    let Ok(parsed) = serde_json::from_slice::<WatchLine>(line) else {
+        return;
+    };
+    let Some(result) = parsed.result else {
+        return;
+    };
+    let _ = (rev(&result.compact_revision), rev(&result.header.revision));
+    for ev in result.events {
+        let key = String::from_utf8_lossy(&ev.kv.key.0).into_owned();
+        let _ = rev(&ev.kv.mod_revision);
+        if ev.kind.as_deref() != Some("DELETE") {
+            let value = ev.kv.value.map(|v| v.0).unwrap_or_default();
+            let _ = pods_from_value(&key, &value, node_name);
+        }
+    }
+}
+
 /// Starts the `src-etcd` thread.
-pub fn start(loops: &Loops, source: EtcdSource) -> Result<(), SpawnError> {
+pub fn start(loops: &Loops, mut source: EtcdSource) -> Result<(), SpawnError> {
     log::info!(
         "adding etcd pod source servers={:?} prefix={}",
         source.cfg.servers,

@@ -328,6 +328,23 @@ fn call(
     Ok(reply)
 }
 
+/// Fuzzing (`crate::fuzzing`): a response's header blocks (HPACK, one decoder as per
+/// connection) and its DATA, read as [`call`] reads them, then judged.
+#[doc(hidden)]
+pub fn fuzz_response(blocks: &[&[u8]], data: &[u8]) {
+    let mut reply = Reply::default();
+    let mut hpack = loona_hpack::Decoder::new();
+    hpack.set_max_allowed_table_size(HEADER_TABLE_SIZE);
+    for block in blocks {
+        let fragment = header_fragment(block, block.first().copied().unwrap_or(0));
+        if let Ok(headers) = hpack.decode(fragment) {
+            read_headers(&mut reply, &headers);
+        }
+    }
+    reply.status = response_status(unpad(data, data.first().copied().unwrap_or(0)));
+    let _ = judge(&reply, Duration::from_secs(1));
+}
+
 /// Takes `:status`, `grpc-status` and `grpc-message` from decoded headers or trailers.
 fn read_headers(reply: &mut Reply, headers: &[(Vec<u8>, Vec<u8>)]) {
     for (name, value) in headers {

@@ -960,11 +960,8 @@ impl Streams {
         let name = format!("stream-{slot}");
         let slots = self.slots.clone();
         let Conn { stream, buf, .. } = conn;
-        let release = move || {
-            if let Some(s) = lock(&slots).get_mut(slot) {
-                *s = false;
-            }
-        };
+        // Dropped when the stream ends, however it ends (a panic included).
+        let release = StreamSlot { slots, slot };
         // The connection moves into the thread; if it cannot start, it is closed.
         let cell = Arc::new(Mutex::new(Some((stream, buf, takeover, release))));
         let taken = cell.clone();
@@ -979,15 +976,45 @@ impl Streams {
                 stop,
             };
             (takeover.0)(hijacked);
-            release();
+            drop(release);
         });
         if let Err(e) = spawned {
             log::warn!("{e}: a stream was refused");
-            if let Some((_, _, _, release)) = lock(&cell).take() {
-                release();
-            }
+            drop(lock(&cell).take());
         }
         Ok(())
+    }
+}
+
+/// A stream thread's slot, freed when dropped: at the stream's end, when its thread
+/// could not start, or when it panicked (which ends that stream only).
+#[derive(Debug)]
+struct StreamSlot {
+    slots: Arc<Mutex<Vec<bool>>>,
+    slot: usize,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        if let Some(s) = lock(&self.slots).get_mut(self.slot) {
+            *s = false;
+        }
+    }
+}
+
+/// Held by a worker while it has a connection from the poller: if the handler
+/// panics, the connection is dropped (closed) and the poller is told, so its count of
+/// connections in handlers does not keep the lost one forever.
+struct ClosedOnPanic<'a> {
+    back: &'a Sender<Back>,
+    waker: &'a Waker,
+}
+
+impl Drop for ClosedOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() && self.back.try_send(Back::Closed).is_ok() {
+            self.waker.wake();
+        }
     }
 }
 
@@ -1019,6 +1046,7 @@ where
                 Err(_) => return,
             },
         };
+        let _closed = ClosedOnPanic { back, waker };
         let began = handle.begin_tick();
         let Job { mut conn, head } = job;
         let req = Req {

@@ -195,13 +195,13 @@ pub fn handle(ro: &ReadOnly, req: &Req) -> Reply {
     }
 }
 
-/// A table of every loop: name, period, ticks, seconds since the last tick, the last
-/// tick's duration, and its error.
+/// A table of every loop: name, period, ticks, panics caught, seconds since the last
+/// tick, the last tick's duration, and its error; then the stream threads' panics.
 pub fn loops_table(registry: &LoopRegistry) -> String {
     let now = Instant::now();
     let mut out = format!(
-        "{:<16} {:>8} {:>8} {:>10} {:>10}  {}\n",
-        "LOOP", "PERIOD", "TICKS", "AGO", "TOOK", "LAST ERROR"
+        "{:<16} {:>8} {:>8} {:>7} {:>10} {:>10}  {}\n",
+        "LOOP", "PERIOD", "TICKS", "PANICS", "AGO", "TOOK", "LAST ERROR"
     );
     for (name, st) in registry.snapshot() {
         let period = st.period.map_or("-".to_string(), |p| format!("{p:?}"));
@@ -213,14 +213,20 @@ pub fn loops_table(registry: &LoopRegistry) -> String {
             .map_or("-".to_string(), |d| format!("{d:.1?}"));
         let state = if st.finished { " (stopped)" } else { "" };
         out.push_str(&format!(
-            "{:<16} {:>8} {:>8} {:>10} {:>10}  {}{}\n",
+            "{:<16} {:>8} {:>8} {:>7} {:>10} {:>10}  {}{}\n",
             name,
             period,
             st.ticks,
+            st.panics,
             ago,
             took,
             st.last_error.unwrap_or_default(),
             state
+        ));
+    }
+    for (name, n) in registry.transient_panics() {
+        out.push_str(&format!(
+            "stream thread {name}: {n} panics (each ended its stream)\n"
         ));
     }
     out

@@ -39,3 +39,4 @@ mod watchdog;
 mod pleg;
 mod chaos_suite;
 mod chaos;
+mod panics;

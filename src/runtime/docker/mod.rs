@@ -747,11 +747,6 @@ impl PullProgress {
     }
 }
 
-/// An error from the pull stream. The engine reports a missing image or tag in
-/// words only; those become NotFound so callers can tell "no such image" from
-/// "registry broken".
-/// Whether network interface `name` is up (`IFF_UP` in `/sys/class/net/<name>/flags`);
-/// None when it cannot be seen from here.
 /// The `/events` path of a filter: `type=container` always, the labels and actions
 /// asked for, and `since` as `seconds.nanoseconds` (the engine's own timestamp form,
 /// the precision of its `timeNano`), so a reconnect replays from the very event it
@@ -774,6 +769,55 @@ fn events_path(filter: &EventFilter) -> String {
     path
 }
 
+/// Fuzzing (`crate::fuzzing`): the engine's answers decoded and mapped as the client
+/// does. `what` picks the answer: 0 list, 1 inspect, 2 event line, 3 image list,
+/// 4 image inspect, 5 multiplexed stream, 6 error body, else a time.
+#[doc(hidden)]
+pub fn fuzz_answer(what: u8, data: &[u8]) {
+    match what % 8 {
+        0 => {
+            if let Ok(v) = serde_json::from_slice::<Vec<api::ContainerSummary>>(data) {
+                v.into_iter().for_each(|c| drop(model::summary_from(c)));
+            }
+        }
+        1 => {
+            if let Ok(c) = serde_json::from_slice::<api::ContainerInspectResponse>(data) {
+                drop(model::details_from(c));
+            }
+        }
+        2 => {
+            if let Ok(m) = serde_json::from_slice::<api::EventMessage>(data) {
+                drop(model::event_from(m));
+            }
+        }
+        3 => {
+            if let Ok(v) = serde_json::from_slice::<Vec<api::ImageSummary>>(data) {
+                v.into_iter()
+                    .for_each(|i| drop(model::image_from_summary(i)));
+            }
+        }
+        4 => {
+            if let Ok(i) = serde_json::from_slice::<api::ImageInspect>(data) {
+                drop(model::image_from_inspect(i));
+            }
+        }
+        5 => {
+            let mut d = stream::FrameDecoder::default();
+            let mut n = 0usize;
+            // Fed in two pieces: a frame cut anywhere must decode the same.
+            let cut = data.len() / 2;
+            d.push(&data[..cut], &mut |_, b| n += b.len());
+            d.push(&data[cut..], &mut |_, b| n += b.len());
+            let _ = d.is_at_boundary();
+            drop(stream::demux_interleaved(data));
+        }
+        6 => drop(client::status_error("fuzz", 500, data)),
+        _ => drop(wire::docker_time(&String::from_utf8_lossy(data))),
+    }
+}
+
+/// Whether network interface `name` is up (`IFF_UP` in `/sys/class/net/<name>/flags`);
+/// None when it cannot be seen from here.
 fn bridge_is_up(name: &str) -> Option<bool> {
     if name.is_empty() || name.contains('/') || name.starts_with('.') {
         return None;

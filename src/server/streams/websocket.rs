@@ -261,6 +261,51 @@ impl From<tungstenite::Error> for WsEnd {
     }
 }
 
+/// The framing's bounds: no message or frame over [`MAX_MESSAGE`].
+fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(32 * 1024)
+        .write_buffer_size(0)
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE))
+}
+
+/// Fuzzing (`crate::fuzzing`): a client's bytes after the upgrade, framed with the
+/// server's bounds, and every data message decoded as each channel protocol would.
+#[doc(hidden)]
+pub fn fuzz_frames(data: &[u8]) {
+    /// The client's bytes to read; what the server writes (pongs, closes) is dropped.
+    struct Mem<'a>(&'a [u8]);
+    impl io::Read for Mem<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.0.is_empty() {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            io::Read::read(&mut self.0, buf)
+        }
+    }
+    impl io::Write for Mem<'_> {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut ws = WebSocket::from_raw_socket(Mem(data), Role::Server, Some(ws_config()));
+    loop {
+        let payload = match ws.read() {
+            Ok(Message::Binary(b)) => b.to_vec(),
+            Ok(Message::Text(t)) => t.as_bytes().to_vec(),
+            Ok(_) => continue,
+            Err(_) => return,
+        };
+        for p in ChannelProtocol::REMOTE_COMMAND {
+            let _ = p.decode(&payload);
+        }
+    }
+}
+
 impl WsConn {
     /// Answers the upgrade (`101`, the accept key, the protocol) and starts framing.
     pub fn accept(mut wire: Wire, up: &Upgrade) -> io::Result<WsConn> {
@@ -274,13 +319,8 @@ impl WsConn {
             headers.push(("Sec-WebSocket-Protocol", up.protocol));
         }
         wire.write_head(101, &headers)?;
-        let config = WebSocketConfig::default()
-            .read_buffer_size(32 * 1024)
-            .write_buffer_size(0)
-            .max_message_size(Some(MAX_MESSAGE))
-            .max_frame_size(Some(MAX_MESSAGE));
         Ok(WsConn {
-            ws: WebSocket::from_raw_socket(wire, Role::Server, Some(config)),
+            ws: WebSocket::from_raw_socket(wire, Role::Server, Some(ws_config())),
         })
     }
 
