@@ -424,7 +424,10 @@ pub fn start(
         period,
         wake: Some(wake_rx),
     };
-    loops.spawn_periodic(spec, move || source.tick())?;
+    // Decodes manifests (serde_yaml recursion): the big stack.
+    loops
+        .with_stack_size(crate::loops::BIG_STACK)
+        .spawn_periodic(spec, move || source.tick())?;
     #[cfg(target_os = "linux")]
     loops.spawn("src-file-watch", move |stop, handle| {
         watch::run(&stop, &handle, &watched, &wake_tx)
