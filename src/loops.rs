@@ -12,6 +12,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
@@ -28,7 +30,7 @@ pub enum Never {}
 
 /// The receiving side of the shutdown broadcast. Cloned into every loop.
 #[derive(Clone, Debug)]
-pub struct Stop(Receiver<Never>);
+pub struct Stop(Receiver<Never>, Arc<UnixStream>);
 
 impl Stop {
     /// Sleeps for `d`, or less if shutdown begins. Returns true when the loop must end.
@@ -53,12 +55,20 @@ impl Stop {
     pub fn receiver(&self) -> &Receiver<Never> {
         &self.0
     }
+
+    /// A descriptor that becomes readable (end of file) when shutdown begins, for
+    /// loops that wait in `poll(2)` on descriptors of their own (inotify, `/dev/kmsg`):
+    /// with it in the set they need no timeout just to notice shutdown, so an idle
+    /// one never wakes.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.1.as_fd()
+    }
 }
 
 /// The sending side of the shutdown broadcast. Dropping it (or calling
 /// [`Shutdown::trigger`]) stops every loop.
 #[derive(Debug)]
-pub struct Shutdown(Mutex<Option<Sender<Never>>>);
+pub struct Shutdown(Mutex<Option<(Sender<Never>, UnixStream)>>);
 
 impl Shutdown {
     /// Begins shutdown. Idempotent.
@@ -68,9 +78,17 @@ impl Shutdown {
 }
 
 /// A new shutdown broadcast: the trigger and the first receiver.
+///
+/// # Panics
+/// When the process has no descriptor left for the socket pair behind [`Stop::fd`]
+/// (at start-up, before any loop runs).
 pub fn shutdown_channel() -> (Shutdown, Stop) {
     let (tx, rx) = crossbeam_channel::bounded(0);
-    (Shutdown(Mutex::new(Some(tx))), Stop(rx))
+    let (keep, watch) = UnixStream::pair().expect("a socket pair for the shutdown broadcast");
+    (
+        Shutdown(Mutex::new(Some((tx, keep)))),
+        Stop(rx, Arc::new(watch)),
+    )
 }
 
 /// Locks a mutex, recovering the data if a thread panicked while holding it. With
@@ -389,6 +407,20 @@ impl Loops {
         F: FnOnce(Stop, LoopHandle) + Send + 'static,
     {
         self.registry.register(name, None);
+        let handle = self.handle(name);
+        let stop = self.stop.clone();
+        self.spawn_thread(name, move || body(stop, handle))
+    }
+
+    /// Spawns a loop that keeps its own time (it waits in `poll(2)` on descriptors of
+    /// its own beside [`Stop::fd`]) but ticks at least every `period`: registered
+    /// with the period, so the health checks watch it as a periodic loop. The body
+    /// records its ticks through the handle.
+    pub fn spawn_timed<F>(&self, name: &str, period: Duration, body: F) -> Result<(), SpawnError>
+    where
+        F: FnOnce(Stop, LoopHandle) + Send + 'static,
+    {
+        self.registry.register(name, Some(period));
         let handle = self.handle(name);
         let stop = self.stop.clone();
         self.spawn_thread(name, move || body(stop, handle))
