@@ -97,8 +97,11 @@ pub const EVENT_CAPACITY: usize = 64;
 /// (a missed period) rather than piling up.
 const JOB_CAPACITY: usize = 1024;
 /// The prober thread wakes at least this often even with nothing due, to record a tick
-/// for the loop registry (health checks tell a stuck loop by its last tick).
-const IDLE_WAKE: Duration = Duration::from_secs(1);
+/// for the loop registry (`/debug/loops` shows its last tick). Every change it must act
+/// on comes as a message (a wake, a result) or is in its deadline heap, so this is no
+/// polling period: the default probe period, not the 1 s it was (an idle node's
+/// prober woke 86 400 times a day for nothing).
+const IDLE_WAKE: Duration = Duration::from_secs(10);
 /// Retry delay for results the sync loop's channel had no room for.
 const RETRY_WAKE: Duration = Duration::from_millis(50);
 
