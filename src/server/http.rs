@@ -160,8 +160,10 @@ const ACCEPT_BURST: usize = 64;
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// At most one log line per this per server for repeated accept errors.
 const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
-/// The poller re-checks shutdown at least this often (the waker normally wakes it).
-const MAX_POLL_WAIT: Duration = Duration::from_secs(5);
+/// The poller's longest wait with nothing to time out: it records a tick for the
+/// registry (`/debug/loops`) at least this often. Shutdown and new work wake it through
+/// descriptors (the waker, [`Stop::fd`]), so an idle port needs no shorter wake-up.
+const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
 /// Requests handed to the workers but not yet taken, per worker.
 const QUEUE_PER_WORKER: usize = 4;
 /// A worker with no request for this long exits; the next request starts one again
@@ -462,6 +464,8 @@ impl Poller {
             }
             let now = Instant::now();
             let mut fds = self.poll_set(now);
+            // Last: readable at shutdown, so the wait needs no timeout to see it.
+            fds.push(pollfd(stop.fd().as_raw_fd()));
             let timeout = self.poll_timeout(now);
             if let Err(e) = poll(&mut fds, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -476,7 +480,8 @@ impl Poller {
             }
             self.take_back(now);
             // Readable connections, by index in `fds` (2.. map to conns 0..).
-            let readable: Vec<bool> = fds[2..].iter().map(|p| p.revents != 0).collect();
+            let conns = &fds[2..fds.len() - 1];
+            let readable: Vec<bool> = conns.iter().map(|p| p.revents != 0).collect();
             self.serve_readable(&readable, now);
             if fds[1].revents != 0 {
                 self.accept(now);
