@@ -581,7 +581,7 @@ fn memory_map(pid: u32) -> (Vec<(String, u64)>, BTreeMap<&'static str, u64>) {
             }
         }
     }
-    stacks.sort_by(|a, b| b.1.cmp(&a.1));
+    stacks.sort_by_key(|s| std::cmp::Reverse(s.1));
     let mut kinds = BTreeMap::new();
     for (i, m) in maps.iter().enumerate() {
         let kind = if stack_maps.contains(&i) {
