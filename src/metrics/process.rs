@@ -70,7 +70,14 @@ fn sysconf(name: libc::c_int, fallback: u64) -> u64 {
     u64::try_from(v).ok().filter(|v| *v > 0).unwrap_or(fallback)
 }
 
-fn rlimit_soft(resource: libc::__rlimit_resource_t) -> Option<u64> {
+/// The type of `getrlimit`'s resource: glibc's own enum type, a plain int elsewhere
+/// (musl), so the static musl build compiles.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+type RlimitResource = libc::__rlimit_resource_t;
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+type RlimitResource = libc::c_int;
+
+fn rlimit_soft(resource: RlimitResource) -> Option<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
