@@ -7,14 +7,16 @@
 //!   measured in the same run, creates and starts the same containers (pause sandbox
 //!   with a shareable IPC namespace, two busybox containers joined to it) directly
 //!   through the Engine API, sequentially, polled the same way. The ratio is the figure.
-//! - Idle: with 30 pods running, RSS and thread count from /proc, and CPU% of one core
-//!   over 30 s from utime+stime.
+//! - Idle: with 1, 30 and 110 pods running, RSS and thread count from /proc, and CPU%
+//!   of one core over 60 s from utime+stime; at 110 pods also the CPU of each thread
+//!   over the window, each thread's resident stack, and RSS by mapping kind (smaps).
 //! - `/metrics` with 30 pods: 200 scrapes of the read-only port, one connection each
 //!   (median and p99 time, body size, rkubelet's RSS before and after); and the
 //!   registry's own memory, measured in this process: the RSS growth of building 200
 //!   registries filled as a 30-pod node fills one, divided by 200.
 //!
-//! Targets (issue 2): ratio ≤ 1.25 for one pod, RSS ≤ 15 MiB, idle CPU ≤ 1 %.
+//! Targets (issue 13 item 6): ratio ≤ 1.0 for one pod; idle RSS ≤ 6 MiB with one pod,
+//! ≤ 14 MiB with 110; idle CPU ≤ 0.2 % of a core with 110; ≤ 24 threads at any count.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,7 +35,9 @@ const BUSYBOX: &str = "rkubelet/busybox:1.35";
 const PAUSE: &str = "rkubelet/pause:3.10";
 const RUNS_ONE_POD: usize = 7;
 const MANY: usize = 30;
-const IDLE_WINDOW: Duration = Duration::from_secs(30);
+const IDLE_WINDOW: Duration = Duration::from_secs(60);
+/// Upstream's default maxPods: the idle figures' largest node.
+const MAX_PODS: usize = 110;
 const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done";
 
 fn main() {
@@ -64,6 +68,8 @@ fn main() {
     std::fs::create_dir_all(&manifests).expect("dir");
     let node = format!("{tag}-node");
     let mut kubelet = Kubelet::start(&dir, &node);
+    let pid = kubelet.child.id();
+    let (rss0_kib, threads0) = proc_status(pid);
 
     let mut rk_one = Vec::new();
     for i in 0..RUNS_ONE_POD {
@@ -76,6 +82,13 @@ fn main() {
         wait_gone(&docker, &node);
     }
 
+    // Idle with one pod (it is removed again before the many-pod start).
+    write_manifest(&manifests, "idle1.yaml", &pod_yaml("idle1"));
+    wait_running(&docker, &node, 3, Instant::now());
+    let idle1 = idle(pid);
+    std::fs::remove_file(manifests.join("idle1.yaml")).expect("rm");
+    wait_gone(&docker, &node);
+
     let t0 = Instant::now();
     for i in 0..MANY {
         let name = format!("many{i}");
@@ -84,20 +97,18 @@ fn main() {
     wait_running(&docker, &node, 3 * MANY, t0);
     let rk_many = t0.elapsed();
 
-    // Idle with 30 pods.
-    std::thread::sleep(Duration::from_secs(5));
-    let pid = kubelet.child.id();
-    let (rss_kib, threads) = proc_status(pid);
-    let cpu0 = cpu_ticks(pid);
-    let w0 = Instant::now();
-    std::thread::sleep(IDLE_WINDOW);
-    let cpu1 = cpu_ticks(pid);
-    let secs = w0.elapsed().as_secs_f64();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let cpu_pct = (cpu1 - cpu0) as f64 / hz / secs * 100.0;
-    let (rss_after_kib, _) = proc_status(pid);
+    let idle_many = idle(pid);
+    let (rss_kib, threads) = (idle_many.rss_kib, idle_many.threads);
+    let (rss_after_kib, cpu_pct) = (idle_many.rss_after_kib, idle_many.cpu_pct);
     let scrape = scrape_metrics(kubelet.ro, pid);
+
+    // Up to the kubelet's default maxPods.
+    for i in MANY..MAX_PODS {
+        let name = format!("many{i}");
+        write_manifest(&manifests, &format!("{name}.yaml"), &pod_yaml(&name));
+    }
+    wait_running(&docker, &node, 3 * MAX_PODS, Instant::now());
+    let idle_max = idle(pid);
     let registry_bytes = registry_cost();
 
     kubelet.stop();
@@ -125,11 +136,11 @@ fn main() {
     println!("| figure | rkubelet | raw Docker API | ratio | target |");
     println!("|---|---|---|---|---|");
     println!(
-        "| 1 pod (sandbox + 2 containers) running | {:.0} ms | {:.0} ms | {:.2} | ≤ 1.25 {} |",
+        "| 1 pod (sandbox + 2 containers) running | {:.0} ms | {:.0} ms | {:.2} | ≤ 1.0 {} |",
         ms(rk1),
         ms(raw1),
         ratio1,
-        verdict(ratio1 <= 1.25)
+        verdict(ratio1 <= 1.0)
     );
     println!(
         "| {MANY} pods ({} containers) running | {:.0} ms | {:.0} ms | {:.2} | — |",
@@ -139,17 +150,73 @@ fn main() {
         ratio_many
     );
     println!(
-        "| RSS idle, {MANY} pods | {:.1} MiB (after 30 s: {:.1} MiB) | | | ≤ 15 MiB {} |",
+        "| RSS idle, {MANY} pods | {:.1} MiB (after 60 s: {:.1} MiB) | | | ≤ 15 MiB {} |",
         rss_kib as f64 / 1024.0,
         rss_after_kib as f64 / 1024.0,
         verdict(rss_after_kib as f64 / 1024.0 <= 15.0)
     );
-    println!("| threads, {MANY} pods | {threads} | | | |");
+    println!(
+        "| threads, {MANY} pods | {threads} | | | ≤ 24 {} |",
+        verdict(threads <= 24)
+    );
     println!(
         "| CPU idle over {}s, {MANY} pods | {:.2} % of a core | | | ≤ 1 % {} |",
         IDLE_WINDOW.as_secs(),
         cpu_pct,
         verdict(cpu_pct <= 1.0)
+    );
+    println!(
+        "| no pods, just started: RSS, threads | {:.1} MiB, {threads0} | | | ≤ 24 threads {} |",
+        rss0_kib as f64 / 1024.0,
+        verdict(threads0 <= 24)
+    );
+    for (pods, f, rss_target, cpu_target) in [
+        (1, &idle1, Some(6.0), None),
+        (MANY, &idle_many, None, None),
+        (MAX_PODS, &idle_max, Some(14.0), Some(0.2)),
+    ] {
+        let rss = f.rss_after_kib as f64 / 1024.0;
+        println!(
+            "| idle, {pods} pods: RSS (after {}s) | {:.1} MiB ({:.1} MiB) | | | {} |",
+            IDLE_WINDOW.as_secs(),
+            f.rss_kib as f64 / 1024.0,
+            rss,
+            rss_target.map_or("—".to_string(), |t| format!(
+                "≤ {t} MiB {}",
+                verdict(rss <= t)
+            ))
+        );
+        println!(
+            "| idle, {pods} pods: threads (before, after) | {}, {} | | | ≤ 24 {} |",
+            f.threads,
+            f.threads_after,
+            verdict(f.threads.max(f.threads_after) <= 24)
+        );
+        println!(
+            "| idle, {pods} pods: CPU over {}s | {:.3} % of a core | | | {} |",
+            IDLE_WINDOW.as_secs(),
+            f.cpu_pct,
+            cpu_target.map_or("—".to_string(), |t| format!(
+                "≤ {t} % {}",
+                verdict(f.cpu_pct <= t)
+            ))
+        );
+    }
+    println!();
+    println!(
+        "idle CPU by thread, {MAX_PODS} pods, over {}s (ms of CPU):",
+        IDLE_WINDOW.as_secs()
+    );
+    for (name, ms) in &idle_max.by_thread {
+        println!("  {name:<16} {ms:>8.1}");
+    }
+    println!("stack pages resident by thread, {MAX_PODS} pods (KiB):");
+    for (name, kib) in &idle_max.stacks {
+        println!("  {name:<16} {kib:>6}");
+    }
+    println!(
+        "RSS by mapping, {MAX_PODS} pods (KiB): {:?}",
+        idle_max.rss_by_kind
     );
     println!(
         "| /metrics scrape, {MANY} pods ({} scrapes) | median {:.2} ms, p99 {:.2} ms, {:.1} KiB | | | |",
@@ -396,4 +463,139 @@ impl Kubelet {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();
     }
+}
+
+/// A kubelet's idle figures over [`IDLE_WINDOW`].
+struct Idle {
+    rss_kib: u64,
+    rss_after_kib: u64,
+    threads: u64,
+    threads_after: u64,
+    cpu_pct: f64,
+    /// CPU ms per thread name over the window, most first (threads that came and went
+    /// during it are missed).
+    by_thread: Vec<(String, f64)>,
+    /// Resident KiB of each thread's stack mapping, most first.
+    stacks: Vec<(String, u64)>,
+    /// Resident KiB by mapping kind: the binary, heap, stacks, other anonymous.
+    rss_by_kind: BTreeMap<&'static str, u64>,
+}
+
+/// Waits 5 s for the start to settle, then measures `pid` idle for [`IDLE_WINDOW`].
+fn idle(pid: u32) -> Idle {
+    std::thread::sleep(Duration::from_secs(5));
+    let (rss_kib, threads) = proc_status(pid);
+    let tasks0 = task_ticks(pid);
+    let cpu0 = cpu_ticks(pid);
+    let w0 = Instant::now();
+    std::thread::sleep(IDLE_WINDOW);
+    let cpu1 = cpu_ticks(pid);
+    let tasks1 = task_ticks(pid);
+    let secs = w0.elapsed().as_secs_f64();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let cpu_pct = (cpu1 - cpu0) as f64 / hz / secs * 100.0;
+    let (rss_after_kib, threads_after) = proc_status(pid);
+    let mut by: BTreeMap<String, f64> = BTreeMap::new();
+    for (tid, (name, t1)) in &tasks1 {
+        let t0 = tasks0.get(tid).map_or(0, |(_, t)| *t);
+        *by.entry(name.clone()).or_default() += (t1 - t0.min(*t1)) as f64 / hz * 1000.0;
+    }
+    let mut by_thread: Vec<(String, f64)> = by.into_iter().collect();
+    by_thread.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let (stacks, rss_by_kind) = memory_map(pid);
+    Idle {
+        rss_kib,
+        rss_after_kib,
+        threads,
+        threads_after,
+        cpu_pct,
+        by_thread,
+        stacks,
+        rss_by_kind,
+    }
+}
+
+/// tid -> (thread name, utime + stime ticks).
+fn task_ticks(pid: u32) -> BTreeMap<u32, (String, u64)> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|t| t.parse::<u32>().ok()) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let name = stat
+            .split_once('(')
+            .and_then(|(_, r)| r.rsplit_once(')'))
+            .map_or(String::new(), |(n, _)| n.to_string());
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        out.insert(tid, (name, get(11) + get(12)));
+    }
+    out
+}
+
+/// Each thread's resident stack (the mapping holding its stack pointer, from
+/// `/proc/<pid>/task/<tid>/syscall`), and the process's RSS by mapping kind.
+fn memory_map(pid: u32) -> (Vec<(String, u64)>, BTreeMap<&'static str, u64>) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    // (start, end, name, rss KiB)
+    let mut maps: Vec<(u64, u64, String, u64)> = Vec::new();
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                let name = line.split_whitespace().nth(5).unwrap_or("").to_string();
+                maps.push((a, b, name, 0));
+                continue;
+            }
+        }
+        if let Some(v) = line.strip_prefix("Rss:") {
+            if let Some(m) = maps.last_mut() {
+                m.3 = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut stacks = Vec::new();
+    let mut stack_maps = std::collections::BTreeSet::new();
+    if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for e in dir.flatten() {
+            let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+            let sc = std::fs::read_to_string(e.path().join("syscall")).unwrap_or_default();
+            let f: Vec<&str> = sc.split_whitespace().collect();
+            let Some(sp) = f
+                .len()
+                .checked_sub(2)
+                .and_then(|i| f[i].strip_prefix("0x"))
+                .and_then(|v| u64::from_str_radix(v, 16).ok())
+            else {
+                continue;
+            };
+            if let Some(i) = maps.iter().position(|m| m.0 <= sp && sp < m.1) {
+                stack_maps.insert(i);
+                stacks.push((comm.trim().to_string(), maps[i].3));
+            }
+        }
+    }
+    stacks.sort_by_key(|s| std::cmp::Reverse(s.1));
+    let mut kinds = BTreeMap::new();
+    for (i, m) in maps.iter().enumerate() {
+        let kind = if stack_maps.contains(&i) {
+            "thread stacks"
+        } else if m.2.contains("rkubelet") {
+            "binary"
+        } else if m.2 == "[heap]" {
+            "heap"
+        } else if m.2.starts_with('/') {
+            "libraries"
+        } else {
+            "other anonymous"
+        };
+        *kinds.entry(kind).or_insert(0) += m.3;
+    }
+    (stacks, kinds)
 }

@@ -8,10 +8,11 @@
 //! [`Stop`] channel. Health checks read the registry to tell which loop is stuck.
 //!
 //! The stop channel is also the sleep: a periodic loop waits on `recv_timeout`, so
-//! closing one channel wakes and ends every loop at once.
+//! closing one channel wakes and ends every loop at once. Worker sets are
+//! [`Pool`]s (in `loops/pool.rs`): workers that start on demand and exit when idle.
 //!
 //! A panic in a loop is a defect, but it does not take the node down: each loop body
-//! (a periodic tick, an event loop, a pool's worker, a stream thread) runs under
+//! (a periodic tick, an event loop, a pool's job, a stream thread) runs under
 //! `catch_unwind`. The panic is logged once with the loop's name, counted in the
 //! registry (`/debug/loops`, `rkubelet_loop_panics_total`), and the loop runs again
 //! after a back-off of 1 s doubling to 1 min, so a loop that panics on every tick does
@@ -24,6 +25,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
@@ -31,6 +34,9 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::panics::{catch, injected_panic, PanicBackoff};
+
+mod pool;
+pub use pool::{Pool, PoolSpec};
 
 /// The kernel keeps 15 bytes of a thread name (16 with the NUL); longer names are cut,
 /// and then `top -H` and our logs disagree.
@@ -42,7 +48,7 @@ pub enum Never {}
 
 /// The receiving side of the shutdown broadcast. Cloned into every loop.
 #[derive(Clone, Debug)]
-pub struct Stop(Receiver<Never>);
+pub struct Stop(Receiver<Never>, Arc<UnixStream>);
 
 impl Stop {
     /// Sleeps for `d`, or less if shutdown begins. Returns true when the loop must end.
@@ -67,12 +73,20 @@ impl Stop {
     pub fn receiver(&self) -> &Receiver<Never> {
         &self.0
     }
+
+    /// A descriptor that becomes readable (end of file) when shutdown begins, for
+    /// loops that wait in `poll(2)` on descriptors of their own (inotify, `/dev/kmsg`):
+    /// with it in the set they need no timeout just to notice shutdown, so an idle
+    /// one never wakes.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.1.as_fd()
+    }
 }
 
 /// The sending side of the shutdown broadcast. Dropping it (or calling
 /// [`Shutdown::trigger`]) stops every loop.
 #[derive(Debug)]
-pub struct Shutdown(Mutex<Option<Sender<Never>>>);
+pub struct Shutdown(Mutex<Option<(Sender<Never>, UnixStream)>>);
 
 impl Shutdown {
     /// Begins shutdown. Idempotent.
@@ -82,9 +96,17 @@ impl Shutdown {
 }
 
 /// A new shutdown broadcast: the trigger and the first receiver.
+///
+/// # Panics
+/// When the process has no descriptor left for the socket pair behind [`Stop::fd`]
+/// (at start-up, before any loop runs).
 pub fn shutdown_channel() -> (Shutdown, Stop) {
     let (tx, rx) = crossbeam_channel::bounded(0);
-    (Shutdown(Mutex::new(Some(tx))), Stop(rx))
+    let (keep, watch) = UnixStream::pair().expect("a socket pair for the shutdown broadcast");
+    (
+        Shutdown(Mutex::new(Some((tx, keep)))),
+        Stop(rx, Arc::new(watch)),
+    )
 }
 
 /// Locks a mutex, recovering the data if a thread panicked while holding it: a loop's
@@ -212,6 +234,12 @@ impl LoopRegistry {
         lock(&self.loops).insert(name.to_string(), LoopState::new(period));
     }
 
+    /// Forgets a pool worker that has exited for idleness: it is no loop any more, and
+    /// a worker that starts later under the same name registers afresh.
+    fn remove(&self, name: &str) {
+        lock(&self.loops).remove(name);
+    }
+
     fn update(&self, name: &str, f: impl FnOnce(&mut LoopState)) {
         if let Some(st) = lock(&self.loops).get_mut(name) {
             f(st);
@@ -316,7 +344,23 @@ pub struct Loops {
     registry: Arc<LoopRegistry>,
     stop: Stop,
     handles: Arc<Mutex<Vec<NamedHandle>>>,
+    /// Stack size of the threads this copy spawns ([`Loops::with_stack_size`]).
+    stack_size: usize,
 }
+
+/// A loop thread's stack unless its spawner asks for more: 512 KiB, a quarter of
+/// Rust's 2 MiB default. Only touched pages cost RSS, but a deep tick leaves its pages
+/// touched for the thread's life, and the smaller reservation is what a 32-bit board's
+/// address space and `ulimit -v` see. The loops that keep it decode only Docker's and
+/// the kernel's shallow answers or encode the kubelet's own objects; threads that
+/// decode outside YAML or JSON (serde recurses per nesting level, up to its 128-level
+/// limit) or run request handlers get [`BIG_STACK`].
+pub const LOOP_STACK: usize = 512 * 1024;
+
+/// The stack of threads that decode outside input (sources, request handlers, pod
+/// workers, the prober's runs): Rust's default, 2 MiB. serde_json and serde_yaml stop
+/// at 128 levels of nesting, and a debug build's frames per level are large.
+pub const BIG_STACK: usize = 2 * 1024 * 1024;
 
 /// A spawned thread and its name, for joining and for naming the ones that linger.
 type NamedHandle = (String, JoinHandle<()>);
@@ -357,6 +401,16 @@ impl Loops {
             registry: Arc::new(LoopRegistry::default()),
             stop,
             handles: Arc::new(Mutex::new(Vec::new())),
+            stack_size: LOOP_STACK,
+        }
+    }
+
+    /// The same set of loops, but the threads spawned through the copy get a stack of
+    /// `bytes` (see [`LOOP_STACK`] and [`BIG_STACK`]).
+    pub fn with_stack_size(&self, bytes: usize) -> Loops {
+        Loops {
+            stack_size: bytes,
+            ..self.clone()
         }
     }
 
@@ -412,11 +466,20 @@ impl Loops {
     /// When the body panics, the panic is caught, logged and counted, and the body is
     /// called again after the panic back-off (unless shutdown began): it must be able
     /// to start over from whatever state its last run left.
-    pub fn spawn<F>(&self, name: &str, mut body: F) -> Result<(), SpawnError>
+    pub fn spawn<F>(&self, name: &str, body: F) -> Result<(), SpawnError>
     where
         F: FnMut(Stop, LoopHandle) + Send + 'static,
     {
         self.registry.register(name, None);
+        self.spawn_restarting(name, body)
+    }
+
+    /// The thread of [`Loops::spawn`] and [`Loops::spawn_timed`] (registered by the
+    /// caller): the body under `catch_unwind`, run again after a panic's back-off.
+    fn spawn_restarting<F>(&self, name: &str, mut body: F) -> Result<(), SpawnError>
+    where
+        F: FnMut(Stop, LoopHandle) + Send + 'static,
+    {
         let handle = self.handle(name);
         let stop = self.stop.clone();
         let mut backoff = PanicBackoff::default();
@@ -432,6 +495,18 @@ impl Loops {
                 }
             }
         })
+    }
+
+    /// Spawns a loop that keeps its own time (it waits in `poll(2)` on descriptors of
+    /// its own beside [`Stop::fd`]) but ticks at least every `period`: registered
+    /// with the period, so the health checks watch it as a periodic loop. The body
+    /// records its ticks through the handle; a panic is caught as [`Loops::spawn`]'s.
+    pub fn spawn_timed<F>(&self, name: &str, period: Duration, body: F) -> Result<(), SpawnError>
+    where
+        F: FnMut(Stop, LoopHandle) + Send + 'static,
+    {
+        self.registry.register(name, Some(period));
+        self.spawn_restarting(name, body)
     }
 
     /// Spawns an event loop whose body is run again, `backoff` later, whenever it
@@ -488,6 +563,7 @@ impl Loops {
         let owned = name.to_string();
         thread::Builder::new()
             .name(name.to_string())
+            .stack_size(self.stack_size)
             .spawn(move || {
                 if let Err(line) = catch(|| body(stop)) {
                     *lock(&registry.transient_panics)
@@ -514,24 +590,46 @@ impl Loops {
     where
         F: FnOnce() + Send + 'static,
     {
+        let registry = self.registry.clone();
+        let owned = name.to_string();
+        self.spawn_joined(name, move || {
+            body();
+            registry.update(&owned, |st| st.finished = true);
+            log::debug!("{owned}: stopped");
+        })
+    }
+
+    /// Spawns a thread that [`Loops::join_all`] waits for. Handles of threads that have
+    /// already ended (pool workers gone idle) are dropped here, so they do not pile up.
+    fn spawn_joined<F>(&self, name: &str, body: F) -> Result<(), SpawnError>
+    where
+        F: FnOnce() + Send + 'static,
+    {
         debug_assert!(
             name.len() <= MAX_THREAD_NAME,
             "thread name too long: {name}"
         );
-        let registry = self.registry.clone();
-        let owned = name.to_string();
         let h = thread::Builder::new()
             .name(name.to_string())
-            .spawn(move || {
-                body();
-                registry.update(&owned, |st| st.finished = true);
-                log::debug!("{owned}: stopped");
-            })
+            .stack_size(self.stack_size)
+            .spawn(body)
             .map_err(|source| SpawnError {
                 name: name.to_string(),
                 source,
             })?;
-        lock(&self.handles).push((name.to_string(), h));
+        let mut handles = lock(&self.handles);
+        let (done, mut running): (Vec<_>, Vec<_>) = std::mem::take(&mut *handles)
+            .into_iter()
+            .partition(|(_, h)| h.is_finished());
+        running.push((name.to_string(), h));
+        *handles = running;
+        drop(handles);
+        for (name, h) in done {
+            // Already finished: joining does not block.
+            if h.join().is_err() {
+                log::error!("thread {name} panicked");
+            }
+        }
         Ok(())
     }
 

@@ -14,7 +14,8 @@
 //!
 //! The reader opens `/dev/kmsg` non-blocking, seeks to its end (older records were
 //! seen by an earlier run; upstream's parser replays the whole buffer at start) and
-//! waits in `poll(2)` at most 1 s, so it sees shutdown within a second. When
+//! waits in `poll(2)` on it and on the shutdown descriptor ([`Stop::fd`]), with no
+//! timeout: an idle watcher never wakes, and sees shutdown at once. When
 //! `/dev/kmsg` cannot be read (no privilege, a container), it logs once and no thread
 //! is started.
 
@@ -23,7 +24,6 @@ use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
-use std::time::Duration;
 
 use crate::loops::{LoopHandle, Loops, SpawnError, Stop};
 
@@ -33,8 +33,6 @@ pub const THREAD: &str = "oom-watcher";
 pub const SYSTEM_OOM_EVENT: &str = "SystemOOM";
 /// The cgroup of a system OOM's victim (upstream `recordEventContainerName`).
 const ROOT_CGROUP: &str = "/";
-/// Longest wait in poll, so shutdown is seen within it.
-const POLL_TIMEOUT: Duration = Duration::from_secs(1);
 /// A kmsg record is at most this long (the kernel's `CONSOLE_EXT_LOG_MAX`).
 const RECORD_MAX: usize = 8192;
 
@@ -182,16 +180,23 @@ pub fn watch(
 ) {
     let mut parser = OomParser::default();
     let mut buf = vec![0u8; RECORD_MAX];
-    let timeout = i32::try_from(POLL_TIMEOUT.as_millis()).unwrap_or(1000);
     while !stop.is_stopped() {
-        let mut pfd = libc::pollfd {
-            fd: file.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, timeout) };
-        if n <= 0 {
+        let mut pfds = [
+            libc::pollfd {
+                fd: file.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop.fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds for the duration of the call; both descriptors
+        // are open (the file is ours, the shutdown one lives as long as `stop`).
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) };
+        if n <= 0 || pfds[1].revents != 0 || pfds[0].revents == 0 {
             continue;
         }
         let began = handle.begin_tick();
@@ -227,6 +232,7 @@ pub fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// A system OOM as a 5.10 kernel logs it (recorded from a Debian 11 host).
     const SYSTEM_OOM: &[&str] = &[

@@ -7,8 +7,9 @@
 //! (Over 800 lines: more than half is tests, each driving a whole killer on the fake.)
 //!
 //! A container stop is a state, not a blocked thread. One `pod-killer` thread (the
-//! supervisor) owns every kill in flight; [`STEP_THREADS`] `pod-kill-N` threads run
-//! the steps that block on the runtime: planning a kill
+//! supervisor) owns every kill in flight; a pool of at most [`STEP_THREADS`]
+//! `pod-kill-N` threads (started when steps are queued, gone after [`STEP_IDLE`]
+//! without one, so an idle node has none) runs the steps that block on the runtime: planning a kill
 //! ([`RuntimeManager::plan_kill`]: one list, an inspect per container), a stop's
 //! `Killing` event and preStop hook ([`RuntimeManager::pre_stop_in_kill`], bounded by
 //! the grace period; most containers have no hook) followed, when it is already its
@@ -40,13 +41,19 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::container::{short, RuntimePod};
 use crate::kuberuntime::{ContainerStop, KillPlan, KillPodRequest, RuntimeManager};
-use crate::loops::{LoopHandle, Loops, SpawnError, Stop};
+use crate::loops::{LoopHandle, Loops, Pool, PoolSpec, SpawnError, Stop};
 use crate::runtime::RuntimeError;
 
 /// Threads that run the blocking steps of kills. Only a preStop hook is long (it is
 /// bounded by the grace period, and few containers have one); the other steps are
 /// short runtime calls, which this many at once already keep dockerd busy.
 pub const STEP_THREADS: usize = 16;
+/// A step thread with no step for this long exits: kills come in bursts (a manifest
+/// directory emptied, a pod deleted) whose steps follow each other within
+/// milliseconds; a step after a grace period (SIGKILL at the deadline) starts a thread
+/// again (~0.1 ms). At 60 s a node counted 26 threads for a minute after one removal
+/// (bench `startup`, 30 pods), over the 24 of issue 13.
+pub const STEP_IDLE: Duration = Duration::from_secs(10);
 /// Every thread the pod killer runs, whatever it is asked: the supervisor and the
 /// step threads.
 pub const THREADS: usize = 1 + STEP_THREADS;
@@ -158,22 +165,35 @@ impl std::fmt::Debug for PodKiller {
 }
 
 impl PodKiller {
-    /// Starts the supervisor `pod-killer` and the step threads `pod-kill-N`.
+    /// Starts the supervisor `pod-killer`; its step threads `pod-kill-N` start on
+    /// demand.
     pub fn start(loops: &Loops, manager: Arc<RuntimeManager>) -> Result<PodKiller, SpawnError> {
         let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
         // Unbounded both ways, so that neither side ever blocks on the other: what is
         // in them is bounded by the kills in flight (one per pod) and their containers.
         let (step_tx, step_rx) = crossbeam_channel::unbounded::<Step>();
         let (out_tx, out_rx) = crossbeam_channel::unbounded::<Outcome>();
-        for n in 0..STEP_THREADS {
-            let (rx, out, m) = (step_rx.clone(), out_tx.clone(), manager.clone());
-            loops.spawn(&format!("pod-kill-{n}"), move |stop, handle| {
-                run_steps(&m, &rx, &out, &stop, &handle);
-            })?;
-        }
+        let m = manager.clone();
+        let pool = Pool::new(
+            loops,
+            PoolSpec {
+                prefix: "pod-kill".into(),
+                max: STEP_THREADS,
+                idle: STEP_IDLE,
+            },
+            step_rx,
+            move |step, _| {
+                // The supervisor gone means shutdown: the outcome has no reader.
+                let _ = out_tx.send(run_step(&m, step));
+            },
+        );
         let m = manager.clone();
         loops.spawn("pod-killer", move |stop, handle| {
-            let mut sup = Supervisor::new(&m, step_tx.clone());
+            let steps = Steps {
+                tx: step_tx.clone(),
+                pool: pool.clone(),
+            };
+            let mut sup = Supervisor::new(&m, steps);
             sup.run(rx.clone(), &out_rx, &stop, &handle);
         })?;
         Ok(PodKiller { tx, manager })
@@ -191,31 +211,6 @@ impl PodKiller {
                 );
                 let result = self.manager.kill_pod(&job.req);
                 (job.done)(result);
-            }
-        }
-    }
-}
-
-/// A step thread: one blocking step at a time, its outcome back to the supervisor.
-fn run_steps(
-    manager: &RuntimeManager,
-    rx: &Receiver<Step>,
-    out: &Sender<Outcome>,
-    stop: &Stop,
-    handle: &LoopHandle,
-) {
-    loop {
-        crossbeam_channel::select! {
-            recv(stop.receiver()) -> _ => return,
-            recv(rx) -> step => {
-                let Ok(step) = step else { return };
-                let began = handle.begin_tick();
-                let outcome = run_step(manager, step);
-                handle.end_tick(began, None);
-                if out.send(outcome).is_err() {
-                    // The supervisor has returned: shutdown.
-                    return;
-                }
             }
         }
     }
@@ -317,11 +312,17 @@ struct Terminating {
     sigkilled: bool,
 }
 
+/// Where the supervisor queues steps: the channel and the pool that drains it.
+struct Steps {
+    tx: Sender<Step>,
+    pool: Pool<Step>,
+}
+
 /// The supervisor's state: every kill in flight, the stops waiting for their turn,
 /// the terminating containers. Owned by the `pod-killer` thread alone.
 struct Supervisor<'a> {
     manager: &'a RuntimeManager,
-    steps: Sender<Step>,
+    steps: Steps,
     kills: HashMap<u64, Kill>,
     /// Stops whose hook has run, waiting for their turn (sidecars).
     waiting: Vec<(u64, ContainerStop)>,
@@ -332,7 +333,7 @@ struct Supervisor<'a> {
 }
 
 impl<'a> Supervisor<'a> {
-    fn new(manager: &'a RuntimeManager, steps: Sender<Step>) -> Self {
+    fn new(manager: &'a RuntimeManager, steps: Steps) -> Self {
         Supervisor {
             manager,
             steps,
@@ -417,13 +418,15 @@ impl<'a> Supervisor<'a> {
         self.step(Step::Plan { kill, req });
     }
 
-    /// Hands a step to the step threads; when they are gone (shutdown under way),
-    /// runs it here.
+    /// Hands a step to the step threads (starting one if none is free).
     fn step(&mut self, step: Step) {
-        if let Err(crossbeam_channel::SendError(step)) = self.steps.send(step) {
+        if let Err(crossbeam_channel::SendError(step)) = self.steps.tx.send(step) {
+            // Unreachable while the pool holds the receiver; run it here regardless.
             let outcome = run_step(self.manager, step);
             self.outcome(outcome);
+            return;
         }
+        self.steps.pool.kick();
     }
 
     fn outcome(&mut self, outcome: Outcome) {

@@ -18,18 +18,24 @@
 //! the same kind replaced it) and the pod is queued, so the pod is not stuck forever.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::loops::{lock, Loops, SpawnError};
+use crate::loops::{lock, LoopHandle, Loops, Pool, PoolSpec, SpawnError};
 use crate::metrics::kubelet::KubeletMetrics;
 
 /// Size of the worker pool. Pod work is mostly waiting on dockerd; four in flight keep
 /// a 2-core board busy without piling up runtime calls.
 pub const DEFAULT_WORKERS: usize = 4;
+
+/// A worker with no pod to work on for this long exits. Longer than the 1 min resync
+/// of every pod, so a node with pods keeps the workers its resyncs need (one, usually:
+/// a worker starts only when the queue outgrows the free ones) and churns no thread; a
+/// node without pods keeps none.
+pub const WORKER_IDLE: Duration = Duration::from_secs(90);
 
 /// Capacity of the ready queue. Each pod is queued at most once, so this bounds the
 /// number of pods with work waiting; beyond it, updates stay pending and the next sync
@@ -109,6 +115,8 @@ pub struct PodWorkers {
     slots: Mutex<HashMap<String, Slot>>,
     ready_tx: Sender<String>,
     ready_rx: Receiver<String>,
+    /// The workers, once started; None in tests that drive [`PodWorkers`] by hand.
+    pool: OnceLock<Pool<String>>,
     metrics: Arc<KubeletMetrics>,
 }
 
@@ -119,6 +127,7 @@ impl Default for PodWorkers {
             slots: Mutex::new(HashMap::new()),
             ready_tx,
             ready_rx,
+            pool: OnceLock::new(),
             metrics: Arc::default(),
         }
     }
@@ -131,29 +140,43 @@ impl PodWorkers {
         self
     }
 
-    /// Starts `n` worker threads named `pod-worker-0` … running `syncer`.
+    /// Starts the pool of at most `n` worker threads named `pod-worker-0` … running
+    /// `syncer`: a worker starts when a pod is queued and none is free, and exits after
+    /// [`WORKER_IDLE`] without a pod.
     pub fn start(
         self: &Arc<Self>,
         loops: &Loops,
         n: usize,
         syncer: Arc<dyn PodSyncer>,
     ) -> Result<(), SpawnError> {
-        for i in 0..n {
-            let me = self.clone();
-            let syncer = syncer.clone();
-            loops.spawn(&format!("pod-worker-{i}"), move |stop, handle| loop {
-                crossbeam_channel::select! {
-                    recv(stop.receiver()) -> _ => return,
-                    recv(me.ready_rx) -> uid => {
-                        let Ok(uid) = uid else { return };
-                        // From here on the pod is this worker's: a panic releases it.
-                        let _release = ReleaseOnPanic { workers: &me, uid: &uid };
-                        let began = handle.begin_tick();
-                        me.work_on(&uid, syncer.as_ref());
-                        handle.end_tick(began, None);
-                    }
-                }
-            })?;
+        let me = self.clone();
+        let spec = PoolSpec {
+            prefix: "pod-worker".into(),
+            max: n,
+            idle: WORKER_IDLE,
+        };
+        // A sync decodes Docker's JSON answers and builds pods: the big stack.
+        let big = loops.with_stack_size(crate::loops::BIG_STACK);
+        let pool = Pool::new(
+            &big,
+            spec,
+            self.ready_rx.clone(),
+            move |uid: String, _: &LoopHandle| {
+                // From here on the pod is this worker's: a panic (caught by the pool)
+                // releases it and queues its work again.
+                let _release = ReleaseOnPanic {
+                    workers: &me,
+                    uid: &uid,
+                };
+                me.work_on(&uid, syncer.as_ref());
+            },
+        );
+        if self.pool.set(pool).is_err() {
+            log::warn!("pod workers started twice; the second start is ignored");
+        }
+        // Pods queued before the start.
+        if let Some(pool) = self.pool.get() {
+            pool.kick();
         }
         Ok(())
     }
@@ -225,6 +248,9 @@ impl PodWorkers {
         match self.ready_tx.try_send(uid.to_string()) {
             Ok(()) => {
                 slot.queued = true;
+                if let Some(pool) = self.pool.get() {
+                    pool.kick();
+                }
                 true
             }
             Err(TrySendError::Full(_)) => false,

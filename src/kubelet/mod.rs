@@ -230,7 +230,9 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // Events reach the API server once its loop is there; the node's `Starting` first
     // (upstream records it in `Run`).
     if let Some(api) = prepared.api() {
-        crate::events::start(&loops, api.clone(), &cfg.node_name, parts.metrics.clone())?;
+        // The API server's JSON answers: the big stack, as every loop that reads them.
+        let big = loops.with_stack_size(crate::loops::BIG_STACK);
+        crate::events::start(&big, api.clone(), &cfg.node_name, parts.metrics.clone())?;
     }
     crate::record::node_event(&cfg.node_name, false, "Starting", "Starting kubelet.");
     let pods_view = parts.pods_view.clone();
@@ -331,7 +333,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // do not) and rotation. A refused bootstrap reaches main through `fatal`.
     let (fatal_tx, fatal) = crossbeam_channel::bounded(1);
     if let Some(manager) = prepared.take_cert_manager() {
-        manager.start(&loops, fatal_tx)?;
+        manager.start(&loops.with_stack_size(crate::loops::BIG_STACK), fatal_tx)?;
     }
 
     // Sources: each configured one is registered with the merge, so nothing
@@ -422,14 +424,17 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // between their syncs (only with an API server to read them from).
     if parts.volumes.objects().has_client() {
         let volumes = parts.volumes.clone();
-        loops.spawn_periodic(
-            Periodic {
-                name: "object-refresh".into(),
-                period: crate::volume::refresh::REFRESH_PERIOD,
-                wake: None,
-            },
-            move || volumes.refresh_objects(),
-        )?;
+        // Decodes ConfigMaps and Secrets from the API server: the big stack.
+        loops
+            .with_stack_size(crate::loops::BIG_STACK)
+            .spawn_periodic(
+                Periodic {
+                    name: "object-refresh".into(),
+                    period: crate::volume::refresh::REFRESH_PERIOD,
+                    wake: None,
+                },
+                move || volumes.refresh_objects(),
+            )?;
     }
 
     // Pod cgroups of pods that are gone (removed while the kubelet was down, or a

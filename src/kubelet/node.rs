@@ -119,6 +119,8 @@ pub(super) fn start(
     checks: &HealthChecks,
     pressure: Arc<crate::eviction::PressureState>,
 ) -> Result<(), SpawnError> {
+    // Decodes the API server's JSON (serde recursion): the big stack.
+    let loops = &loops.with_stack_size(crate::loops::BIG_STACK);
     let heartbeat = Arc::new(Heartbeat::default());
     let lease_duration = Duration::from_secs(u64::from(cfg.node_lease_duration_seconds));
     let timeout = nodelease::heartbeat_timeout(lease_duration, cfg.node_status_update_frequency);
@@ -163,6 +165,8 @@ impl Components {
         api: Arc<ApiClient>,
         node_name: &str,
     ) -> Result<(), SpawnError> {
+        // Decodes the API server's JSON (serde recursion): the big stack.
+        let loops = &loops.with_stack_size(crate::loops::BIG_STACK);
         let workers = self.workers.clone();
         let pleg = self.pleg_shared.clone();
         let finished: PodFinished = Arc::new(move |uid: &str| {

@@ -285,6 +285,8 @@ impl ApiSource {
 /// Starts the `src-api` thread.
 pub fn start(loops: &Loops, mut source: ApiSource) -> Result<(), SpawnError> {
     log::info!("Adding apiserver pod source");
+    // Decodes the API server's JSON (serde recursion): the big stack.
+    let loops = loops.with_stack_size(crate::loops::BIG_STACK);
     loops.spawn("src-api", move |stop, handle| source.run(&stop, &handle))
 }
 

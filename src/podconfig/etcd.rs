@@ -663,6 +663,8 @@ pub fn start(loops: &Loops, mut source: EtcdSource) -> Result<(), SpawnError> {
         source.cfg.servers,
         source.cfg.prefix
     );
+    // Decodes manifests from etcd (serde recursion): the big stack.
+    let loops = loops.with_stack_size(crate::loops::BIG_STACK);
     loops.spawn("src-etcd", move |stop, handle| source.run(&stop, &handle))
 }
 

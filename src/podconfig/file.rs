@@ -1,12 +1,12 @@
 //! The file source: static pods from `staticPodPath`, a directory of manifests or one
 //! manifest file, as upstream's `pkg/kubelet/config/file.go` (+ `file_linux.go`).
 //!
-//! Two threads. `src-file` is a periodic loop whose tick ([`FileSource::tick`]) re-reads
-//! every manifest and sends one full snapshot ([`SourceUpdate`], upstream's `SET`) of
-//! all their pods, every `fileCheckFrequency`. `src-file-watch` holds an inotify watch
-//! on the directory and wakes `src-file` as soon as something in it changes, so an edit
-//! is picked up well within a second; the periodic re-list covers anything a watch can
-//! miss.
+//! One thread, `src-file`. Its tick ([`FileSource::tick`]) re-reads every manifest and
+//! sends one full snapshot ([`SourceUpdate`], upstream's `SET`) of all their pods,
+//! every `fileCheckFrequency`; between ticks it waits on an inotify watch of the
+//! directory (and the shutdown descriptor) and ticks as soon as something in it
+//! changes, so an edit is picked up well within a second; the periodic re-list covers
+//! anything a watch can miss.
 //!
 //! Directory rules: not recursive (subdirectories are skipped), names starting with `.`
 //! are skipped (editors' swap files, `kubectl`'s temporaries), only `*.yaml`, `*.yml`
@@ -39,13 +39,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::Sender;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::manifest::{self, Format, ManifestError, ManifestErrorKind, Origin, MAX_MANIFEST_BYTES};
 use super::{Source, SourceUpdate};
 use crate::fsutil::{self, Fingerprint, ReadError};
-use crate::loops::{Loops, Periodic, SpawnError};
+use crate::loops::{Loops, SpawnError};
 
 /// The file extensions read from a manifest directory.
 const MANIFEST_EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
@@ -405,8 +405,8 @@ fn trim_trailing_slash(path: PathBuf) -> PathBuf {
     path.components().collect()
 }
 
-/// Starts the file source: the `src-file` loop (a full re-read every `period`, or at
-/// once when woken) and, on Linux, the `src-file-watch` inotify thread that wakes it.
+/// Starts the file source: the `src-file` loop, a full re-read at once and every
+/// `period`, and (on Linux) at once when its inotify watch sees a change.
 pub fn start(
     loops: &Loops,
     path: PathBuf,
@@ -414,28 +414,33 @@ pub fn start(
     period: Duration,
     updates: Sender<SourceUpdate>,
 ) -> Result<(), SpawnError> {
-    // Capacity 1: a pending wake already means "tick soon", so a full channel is fine.
-    let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
     log::info!("adding static pod path path={path:?}");
     let mut source = FileSource::new(path, node_name, updates);
-    let watched = source.path.clone();
-    let spec = Periodic {
-        name: "src-file".into(),
-        period,
-        wake: Some(wake_rx),
-    };
-    loops.spawn_periodic(spec, move || source.tick())?;
+    // Decodes manifests (serde_yaml recursion): the big stack.
+    let loops = loops.with_stack_size(crate::loops::BIG_STACK);
     #[cfg(target_os = "linux")]
-    loops.spawn("src-file-watch", move |stop, handle| {
-        watch::run(&stop, &handle, &watched, &wake_tx)
+    loops.spawn_timed("src-file", period, move |stop, handle| {
+        let watched = source.path.clone();
+        watch::run(&stop, &handle, &watched, period, &mut || source.tick())
     })?;
     #[cfg(not(target_os = "linux"))]
-    drop((watched, wake_tx));
+    loops.spawn_periodic(
+        crate::loops::Periodic {
+            name: "src-file".into(),
+            period,
+            wake: None,
+        },
+        move || source.tick(),
+    )?;
     Ok(())
 }
 
-/// The `src-file-watch` thread: turns inotify events under the static pod path into
-/// wakes of `src-file` (upstream's `file_linux.go` watcher).
+/// The `src-file` loop on Linux: ticks every period, and at once when inotify events
+/// under the static pod path say something changed (upstream's `file_linux.go`
+/// watcher). One thread: it waits in `poll(2)` on the inotify descriptor and the
+/// shutdown descriptor with the time to the next periodic tick as its timeout, so an
+/// idle source wakes once a period (it was a second thread, `src-file-watch`, that
+/// woke every 500 ms to look for shutdown).
 #[cfg(target_os = "linux")]
 mod watch {
     use std::ffi::OsString;
@@ -443,14 +448,9 @@ mod watch {
     use std::path::Path;
     use std::time::{Duration, Instant};
 
-    use crossbeam_channel::Sender;
+    use crate::loops::{error_chain, LoopHandle, Stop};
+    use crate::podconfig::inotify::{Event, Inotify, Waited, WatchDescriptor, WATCH_MASK};
 
-    use super::poke;
-    use crate::loops::{LoopHandle, Stop};
-    use crate::podconfig::inotify::{Event, Inotify, WatchDescriptor, WATCH_MASK};
-
-    /// Upper bound of one wait, so that shutdown is seen within half a second.
-    const POLL_TIMEOUT: Duration = Duration::from_millis(500);
     /// After an event, how long to wait for the rest of its burst (an editor's write,
     /// close and rename), so the tick reads a finished file once rather than a
     /// half-written one first.
@@ -478,63 +478,91 @@ mod watch {
     /// What a batch of events means.
     #[derive(Debug, Default, PartialEq)]
     struct Verdict {
-        /// Something relevant changed: wake the source.
+        /// Something relevant changed: tick now.
         changed: bool,
         /// The watch is gone (the directory was deleted or moved): set it up again.
         lost: bool,
     }
 
-    /// Runs until shutdown or until the source loop is gone.
-    pub(super) fn run(stop: &Stop, handle: &LoopHandle, path: &Path, wake: &Sender<()>) {
+    /// What one wait brought.
+    enum Batch {
+        Events(Vec<Event>),
+        Timeout,
+        Stop,
+    }
+
+    /// Runs until shutdown: the watch is set up (again) before the list it must not
+    /// miss changes after, then `tick` runs at once, every `period`, and whenever the
+    /// watch sees a change.
+    pub(super) fn run<E: std::error::Error>(
+        stop: &Stop,
+        handle: &LoopHandle,
+        path: &Path,
+        period: Duration,
+        tick: &mut dyn FnMut() -> Result<(), E>,
+    ) {
         let mut backoff = RETRY_MIN;
         let mut watch: Option<Watch> = None;
-        while !stop.is_stopped() {
-            let Some(w) = &mut watch else {
-                let began = handle.begin_tick();
+        let mut retry_at = Instant::now();
+        let mut due = Instant::now();
+        loop {
+            let now = Instant::now();
+            if watch.is_none() && now >= retry_at {
                 match establish(path) {
                     Ok(w) => {
                         log::debug!("watching {:?} for static pod changes", path);
-                        handle.end_tick(began, None);
                         watch = Some(w);
                         backoff = RETRY_MIN;
                         // Catch what changed while nothing watched.
-                        if !poke(wake) {
-                            return;
-                        }
+                        due = now;
                     }
                     Err(e) => {
                         // A missing path is a normal state (the source logs it once).
-                        let err = (e.kind() != io::ErrorKind::NotFound)
-                            .then(|| format!("cannot watch {}: {e}", path.display()));
-                        handle.end_tick(began, err);
-                        if stop.sleep(backoff) {
-                            return;
+                        if e.kind() != io::ErrorKind::NotFound {
+                            log::warn!("{}: cannot watch {}: {e}", handle.name(), path.display());
                         }
+                        retry_at = now + backoff;
                         backoff = (backoff * 2).min(RETRY_MAX);
                     }
                 }
+            }
+            if now >= due {
+                let began = handle.begin_tick();
+                let err = tick().err().map(|e| error_chain(&e));
+                handle.end_tick(began, err);
+                due = Instant::now() + period;
+            }
+            let until = match watch {
+                Some(_) => due,
+                None => due.min(retry_at),
+            };
+            let timeout = until.saturating_duration_since(Instant::now());
+            let Some(w) = &mut watch else {
+                if stop.sleep(timeout) {
+                    return;
+                }
                 continue;
             };
-            let events = match next_batch(&mut w.inotify) {
-                Ok(None) => continue,
-                Ok(Some(events)) => events,
-                Err(e) => {
-                    let began = handle.begin_tick();
-                    handle.end_tick(began, Some(format!("inotify on {}: {e}", path.display())));
-                    watch = None;
-                    continue;
+            match next_batch(&mut w.inotify, stop, timeout) {
+                Ok(Batch::Stop) => return,
+                Ok(Batch::Timeout) => {}
+                Ok(Batch::Events(events)) => {
+                    let verdict = judge(w, &events);
+                    if verdict.lost {
+                        log::debug!("lost the watch on {:?}; setting it up again", path);
+                        watch = None;
+                        retry_at = Instant::now();
+                    }
+                    if verdict.changed || verdict.lost {
+                        due = Instant::now();
+                    }
                 }
-            };
-            let began = handle.begin_tick();
-            let verdict = judge(w, &events);
-            if verdict.lost {
-                log::debug!("lost the watch on {:?}; setting it up again", path);
-                watch = None;
+                Err(e) => {
+                    log::warn!("{}: inotify on {}: {e}", handle.name(), path.display());
+                    watch = None;
+                    retry_at = Instant::now() + backoff;
+                }
             }
-            if (verdict.changed || verdict.lost) && !poke(wake) {
-                return;
-            }
-            handle.end_tick(began, None);
         }
     }
 
@@ -566,17 +594,31 @@ mod watch {
         })
     }
 
-    /// Waits up to [`POLL_TIMEOUT`] for events, then gathers the rest of their burst.
-    fn next_batch(inotify: &mut Inotify) -> io::Result<Option<Vec<Event>>> {
-        if !inotify.wait(POLL_TIMEOUT)? {
-            return Ok(None);
+    /// Waits up to `timeout` for events (or shutdown), then gathers the rest of their
+    /// burst.
+    fn next_batch(inotify: &mut Inotify, stop: &Stop, timeout: Duration) -> io::Result<Batch> {
+        match inotify.wait_or_stop(timeout, stop.fd())? {
+            Waited::Stop => return Ok(Batch::Stop),
+            Waited::Timeout => return Ok(Batch::Timeout),
+            Waited::Events => {}
         }
         let mut events = inotify.read_events()?;
         let until = Instant::now() + SETTLE_MAX;
-        while Instant::now() < until && inotify.wait(SETTLE)? {
+        while !settled(&events) && Instant::now() < until && inotify.wait(SETTLE)? {
             events.extend(inotify.read_events()?);
         }
-        Ok(Some(events))
+        Ok(Batch::Events(events))
+    }
+
+    /// Whether a burst has ended in a finished file: its last event closes a write,
+    /// renames a file in, deletes one or changes attributes, so no writer is
+    /// left half-way. Then the tick need not wait [`SETTLE`] for more (an atomic
+    /// rename, as editors and config managers write, is seen at once: 30 ms off every
+    /// manifest's start); a burst that ends in a create or a write still settles.
+    fn settled(events: &[Event]) -> bool {
+        events.last().is_some_and(|e| {
+            e.has(libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO | libc::IN_DELETE | libc::IN_ATTRIB)
+        })
     }
 
     /// Decides what a batch of events means for the static pod path.
@@ -633,6 +675,26 @@ mod watch {
         }
 
         #[test]
+        fn a_burst_is_settled_once_its_last_event_finishes_a_file() {
+            let w = establish(&std::env::temp_dir()).expect("watch the temp dir");
+            let wd = w.wd;
+            let atomic = [
+                ev(&wd, libc::IN_CREATE, Some(".a.yaml.tmp")),
+                ev(&wd, libc::IN_MODIFY, Some(".a.yaml.tmp")),
+                ev(&wd, libc::IN_CLOSE_WRITE, Some(".a.yaml.tmp")),
+                ev(&wd, libc::IN_MOVED_FROM, Some(".a.yaml.tmp")),
+            ];
+            assert!(!settled(&atomic), "renamed out, not yet in");
+            let mut done = atomic.to_vec();
+            done.push(ev(&wd, libc::IN_MOVED_TO, Some("a.yaml")));
+            assert!(settled(&done));
+            assert!(!settled(&atomic[..2]), "still being written");
+            assert!(settled(&atomic[..3]));
+            assert!(settled(&[ev(&wd, libc::IN_DELETE, Some("a.yaml"))]));
+            assert!(!settled(&[]));
+        }
+
+        #[test]
         fn judge_filters_hidden_files_subdirectories_and_other_names() {
             let dir = std::env::temp_dir();
             let w = establish(&dir).expect("watch the temp dir");
@@ -672,14 +734,6 @@ mod watch {
                 Verdict::default()
             );
         }
-    }
-}
-
-/// Wakes the source loop. False when it is gone.
-fn poke(wake: &Sender<()>) -> bool {
-    match wake.try_send(()) {
-        Ok(()) | Err(TrySendError::Full(())) => true,
-        Err(TrySendError::Disconnected(())) => false,
     }
 }
 
@@ -1078,18 +1132,32 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn the_watcher_pokes_soon_after_a_file_is_written() {
+    fn the_watcher_ticks_soon_after_a_file_is_written() {
         let dir = TempDir::new("watch");
         let (shutdown, stop) = shutdown_channel();
         let loops = Loops::new(stop);
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let watched = dir.0.clone();
         loops
-            .spawn("test-watch", move |stop, handle| {
-                watch::run(&stop, &handle, &watched, &wake_tx)
-            })
+            .spawn_timed(
+                "test-watch",
+                Duration::from_secs(3600),
+                move |stop, handle| {
+                    let mut tick = || {
+                        let _ = wake_tx.try_send(());
+                        Ok::<(), std::io::Error>(())
+                    };
+                    watch::run(
+                        &stop,
+                        &handle,
+                        &watched,
+                        Duration::from_secs(3600),
+                        &mut tick,
+                    )
+                },
+            )
             .expect("spawn");
-        // The first poke says the watch is set up.
+        // The first tick comes once the watch is set up.
         wake_rx
             .recv_timeout(Duration::from_secs(10))
             .expect("watch established");
@@ -1098,16 +1166,18 @@ mod tests {
         let t = Instant::now();
         wake_rx
             .recv_timeout(Duration::from_secs(10))
-            .expect("poked after the write");
+            .expect("ticked after the write");
         assert!(
             t.elapsed() < Duration::from_secs(1),
-            "poked in {:?}",
+            "ticked in {:?}",
             t.elapsed()
         );
         shutdown.trigger();
+        // Its wait's timeout is the hour to the next tick: only the shutdown
+        // descriptor can end it in time.
         assert!(
             loops.join_all(Duration::from_secs(5)).is_empty(),
-            "stops within the poll timeout"
+            "stops at shutdown"
         );
     }
 
@@ -1132,13 +1202,9 @@ mod tests {
             .recv_timeout(Duration::from_secs(10))
             .expect("first snapshot");
         assert!(first.pods.is_empty(), "missing path: one empty snapshot");
-        // Let the watcher fail once, so the directory is found by its retry.
+        // The watch was tried (and failed: no directory) before that first list, so
+        // the directory is found by its retry.
         let registry = loops.registry();
-        let until = Instant::now() + Duration::from_secs(10);
-        while registry.get("src-file-watch").is_none_or(|s| s.ticks == 0) {
-            assert!(Instant::now() < until, "the watcher never tried");
-            std::thread::sleep(Duration::from_millis(2));
-        }
 
         std::fs::create_dir(&path).expect("mkdir");
         std::fs::write(path.join("a.yaml"), pod("a", "i")).expect("write");
@@ -1161,7 +1227,10 @@ mod tests {
         );
 
         assert!(registry.get("src-file").is_some_and(|s| s.ticks >= 3));
-        assert!(registry.get("src-file-watch").is_some());
+        assert!(
+            registry.get("src-file-watch").is_none(),
+            "the watch runs on src-file's own thread"
+        );
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(5)).is_empty());
     }

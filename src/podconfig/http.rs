@@ -253,6 +253,8 @@ pub fn start(
 ) -> Result<(), SpawnError> {
     log::info!("adding pod source url={url} period={period:?}");
     let mut source = HttpSource::new(url, headers, node_name, updates);
+    // Decodes manifests (serde recursion): the big stack.
+    let loops = loops.with_stack_size(crate::loops::BIG_STACK);
     loops.spawn_periodic(
         Periodic {
             name: "src-http".into(),

@@ -9,7 +9,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -55,6 +55,17 @@ impl Event {
     pub fn has(&self, bits: u32) -> bool {
         self.mask & bits != 0
     }
+}
+
+/// What [`Inotify::wait_or_stop`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    /// Events can be read.
+    Events,
+    /// Shutdown has begun.
+    Stop,
+    /// Neither, before the timeout.
+    Timeout,
 }
 
 /// An inotify instance.
@@ -104,6 +115,42 @@ impl Inotify {
             };
         }
         Ok(n > 0 && pfd.revents & libc::POLLIN != 0)
+    }
+
+    /// Waits up to `timeout` for events or for `stop` to become readable (shutdown).
+    pub fn wait_or_stop(&self, timeout: Duration, stop: BorrowedFd<'_>) -> io::Result<Waited> {
+        let mut pfds = [
+            libc::pollfd {
+                fd: self.inner.as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `pfds` is an array of two valid, writable pollfds and the count says
+        // 2; both descriptors stay open for the call (borrowed from their owners).
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            // A signal cut the wait short: the caller loops anyway.
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(Waited::Timeout)
+            } else {
+                Err(e)
+            };
+        }
+        if pfds[1].revents != 0 {
+            return Ok(Waited::Stop);
+        }
+        if pfds[0].revents & libc::POLLIN != 0 {
+            return Ok(Waited::Events);
+        }
+        Ok(Waited::Timeout)
     }
 
     /// Reads every event available now, without blocking.

@@ -4,9 +4,10 @@
 //!
 //! Upstream runs one goroutine per probe. rkubelet runs one `prober` thread that keeps a
 //! deadline heap of every probe's next due time ([`scheduler`]) and the per-probe
-//! counting state ([`worker`]), and hands each due probe run to a small fixed pool of
-//! `probe-worker-N` threads ([`handlers`]), so the thread count does not grow with the
-//! number of probes and a slow probe occupies one pool thread for at most its timeout
+//! counting state ([`worker`]), and hands each due probe run to a small bounded pool of
+//! `probe-worker-N` threads ([`handlers`]; started when runs are queued, gone after
+//! [`POOL_IDLE`] without one), so the thread count does not grow with the number of
+//! probes and a slow probe occupies one pool thread for at most its timeout
 //! while the others go on. Exec probes go through dockerd, which runs about nine execs
 //! a second on a 2-core machine however many are asked in parallel, and takes
 //! 120–340 ms for each: they have their own two `probe-exec-N` threads and queue, so a
@@ -44,7 +45,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::container::labels::ContainerKind;
 use crate::container::RuntimePod;
 pub use crate::container::{ProbeResult, ProbeType};
-use crate::loops::{lock, LoopHandle, Loops, SpawnError, Stop};
+use crate::loops::{lock, LoopHandle, Loops, Pool, PoolSpec, SpawnError, Stop};
 use crate::runtime::{ContainerState, Runtime};
 use handlers::Prober;
 use metrics::{Lane, ProbeLabels, ProbeMetrics};
@@ -85,6 +86,9 @@ pub const PROBE_WORKERS: usize = 4;
 /// whether one or four are asked in parallel, so two keep the engine busy and more
 /// would only wait on it.
 pub const EXEC_WORKERS: usize = 2;
+/// A pool thread with no run for this long exits: over a probe period (10 s by
+/// default), so a node with probes keeps its threads and one without has none.
+const POOL_IDLE: Duration = Duration::from_secs(30);
 /// Capacity of the channel of changed results to the sync loop (upstream buffers 20
 /// per result manager). When full, the prober keeps the newest event per pod and
 /// retries, so nothing is lost and the prober never blocks on the sync loop.
@@ -93,8 +97,11 @@ pub const EVENT_CAPACITY: usize = 64;
 /// (a missed period) rather than piling up.
 const JOB_CAPACITY: usize = 1024;
 /// The prober thread wakes at least this often even with nothing due, to record a tick
-/// for the loop registry (health checks tell a stuck loop by its last tick).
-const IDLE_WAKE: Duration = Duration::from_secs(1);
+/// for the loop registry (`/debug/loops` shows its last tick). Every change it must act
+/// on comes as a message (a wake, a result) or is in its deadline heap, so this is no
+/// polling period: the default probe period, not the 1 s it was (an idle node's
+/// prober woke 86 400 times a day for nothing).
+const IDLE_WAKE: Duration = Duration::from_secs(10);
 /// Retry delay for results the sync loop's channel had no room for.
 const RETRY_WAKE: Duration = Duration::from_millis(50);
 
@@ -161,26 +168,28 @@ impl ProbeManager {
         let (exec_tx, exec_rx) = crossbeam_channel::bounded::<Job>(JOB_CAPACITY);
         let (done_tx, done_rx) = crossbeam_channel::bounded::<Done>(2 * JOB_CAPACITY);
         let mgr = Arc::new(ProbeManager::new(wake_tx));
-        let pools = [
-            ("probe-worker", workers, &job_rx),
-            ("probe-exec", EXEC_WORKERS, &exec_rx),
-        ];
-        for (name, n, rx) in pools {
-            for i in 0..n {
-                let prober = Prober::new(runtime.clone());
-                let rx = rx.clone();
-                let done_tx = done_tx.clone();
-                let metrics = mgr.metrics.clone();
-                loops.spawn(&format!("{name}-{i}"), move |stop, handle| {
-                    run_pool_thread(&prober, &stop, &handle, &rx, &done_tx, &metrics)
-                })?;
-            }
-        }
+        // A run decodes an HTTP answer or a Docker exec's JSON: the big stack.
+        let big = loops.with_stack_size(crate::loops::BIG_STACK);
+        let pool = |prefix: &str, max: usize, rx: Receiver<Job>| {
+            let prober = Prober::new(runtime.clone());
+            let done_tx = done_tx.clone();
+            let metrics = mgr.metrics.clone();
+            let spec = PoolSpec {
+                prefix: prefix.into(),
+                max,
+                idle: POOL_IDLE,
+            };
+            Pool::new(&big, spec, rx, move |job, _| {
+                run_job(&prober, job, &done_tx, &metrics)
+            })
+        };
+        let network = pool("probe-worker", workers, job_rx);
+        let exec = pool("probe-exec", EXEC_WORKERS, exec_rx);
         let mut prober_loop = ProberLoop::new(
             mgr.clone(),
             Lanes {
-                network: job_tx,
-                exec: exec_tx,
+                network: LaneTx::new(job_tx, Some(network)),
+                exec: LaneTx::new(exec_tx, Some(exec)),
             },
             done_rx,
             wake_rx,
@@ -317,39 +326,21 @@ struct Done {
 }
 
 /// A `probe-worker-N` thread: runs probes from the queue until shutdown.
-fn run_pool_thread(
-    prober: &Prober,
-    stop: &Stop,
-    handle: &LoopHandle,
-    jobs: &Receiver<Job>,
-    done: &Sender<Done>,
-    metrics: &ProbeMetrics,
-) {
-    loop {
-        crossbeam_channel::select! {
-            recv(stop.receiver()) -> _ => return,
-            recv(jobs) -> job => {
-                let Ok(job) = job else { return };
-                let began = handle.begin_tick();
-                metrics.observe_lateness(job.lane, began.saturating_duration_since(job.due));
-                let outcome = prober.run(
-                    &job.spec.handler,
-                    &job.container_id,
-                    job.pod_ip.as_deref(),
-                    job.spec.timeout,
-                );
-                handle.end_tick(began, None);
-                let d = Done {
-                    worker: job.worker,
-                    container_id: job.container_id,
-                    outcome,
-                };
-                if done.send(d).is_err() {
-                    return;
-                }
-            }
-        }
-    }
+fn run_job(prober: &Prober, job: Job, done: &Sender<Done>, metrics: &ProbeMetrics) {
+    metrics.observe_lateness(job.lane, Instant::now().saturating_duration_since(job.due));
+    let outcome = prober.run(
+        &job.spec.handler,
+        &job.container_id,
+        job.pod_ip.as_deref(),
+        job.spec.timeout,
+    );
+    let d = Done {
+        worker: job.worker,
+        container_id: job.container_id,
+        outcome,
+    };
+    // The prober thread gone means shutdown: nobody wants the result.
+    let _ = done.send(d);
 }
 
 /// (pod UID, container name, probe type): one probe.
@@ -385,8 +376,8 @@ struct ProberLoop {
     heap: DeadlineHeap<u64>,
     next_id: u64,
     started: Instant,
-    job_tx: Sender<Job>,
-    exec_tx: Sender<Job>,
+    job_tx: LaneTx,
+    exec_tx: LaneTx,
     done_rx: Receiver<Done>,
     wake_rx: Receiver<()>,
     events: Sender<ProbeEvent>,
@@ -399,8 +390,30 @@ struct ProberLoop {
 /// The queues of the two pools a probe run goes to.
 #[derive(Debug)]
 struct Lanes {
-    network: Sender<Job>,
-    exec: Sender<Job>,
+    network: LaneTx,
+    exec: LaneTx,
+}
+
+/// One pool's queue, and the pool to start a thread in when a run is queued (none in
+/// tests that drain the queue themselves).
+#[derive(Debug)]
+struct LaneTx {
+    tx: Sender<Job>,
+    pool: Option<Pool<Job>>,
+}
+
+impl LaneTx {
+    fn new(tx: Sender<Job>, pool: Option<Pool<Job>>) -> LaneTx {
+        LaneTx { tx, pool }
+    }
+
+    fn try_send(&self, job: Job) -> Result<(), TrySendError<Job>> {
+        self.tx.try_send(job)?;
+        if let Some(pool) = &self.pool {
+            pool.kick();
+        }
+        Ok(())
+    }
 }
 
 impl ProberLoop {
@@ -857,8 +870,8 @@ mod tests {
             let pl = ProberLoop::new(
                 mgr.clone(),
                 Lanes {
-                    network: net_tx,
-                    exec: exec_tx,
+                    network: LaneTx::new(net_tx, None),
+                    exec: LaneTx::new(exec_tx, None),
                 },
                 done_rx,
                 wake_rx,

@@ -14,9 +14,11 @@
 //!   timeout, the idle keep-alive timeout, the header size cap and the connection cap.
 //!   A slow or silent client therefore costs one file descriptor and a small buffer,
 //!   never a thread.
-//! - a fixed pool of **worker** threads (`srv-readonly-0` …) runs the handler for one
+//! - a bounded pool of **worker** threads (`srv-readonly-0` …) runs the handler for one
 //!   complete request head and writes the answer (with a write timeout), then hands a
-//!   keep-alive connection back to the poller.
+//!   keep-alive connection back to the poller. Workers start when a head is queued and
+//!   none is free ([`crate::loops::Pool`]), and exit after [`WORKER_IDLE`] without a
+//!   request; the queue and its 503 when full are as with a fixed pool.
 //!
 //! Limits: at most [`Limits::max_connections`] connections are open at once; when one
 //! more arrives, the connection that has waited longest without a request in a handler
@@ -58,7 +60,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::tls::Stream;
 use super::{Reply, Req};
-use crate::loops::{lock, LoopHandle, Loops, SpawnError, Stop};
+use crate::loops::{lock, LoopHandle, Loops, Pool, PoolSpec, SpawnError, Stop};
 
 /// The bounds of one server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,10 +160,16 @@ const ACCEPT_BURST: usize = 64;
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// At most one log line per this per server for repeated accept errors.
 const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
-/// The poller re-checks shutdown at least this often (the waker normally wakes it).
-const MAX_POLL_WAIT: Duration = Duration::from_secs(5);
+/// The poller's longest wait with nothing to time out: it records a tick for the
+/// registry (`/debug/loops`) at least this often. Shutdown and new work wake it through
+/// descriptors (the waker, [`Stop::fd`]), so an idle port needs no shorter wake-up.
+const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
 /// Requests handed to the workers but not yet taken, per worker.
 const QUEUE_PER_WORKER: usize = 4;
+/// A worker with no request for this long exits; the next request starts one again
+/// (a thread spawn, ~0.1 ms). A scraper every 10–60 s keeps one worker; a port nobody
+/// asks keeps none.
+const WORKER_IDLE: Duration = Duration::from_secs(60);
 /// How many headers a request may have.
 const MAX_HEADERS: usize = 64;
 /// The buffer read at a time.
@@ -241,22 +249,26 @@ where
         loops: loops.clone(),
         slots: Arc::new(Mutex::new(vec![false; limits.max_streams])),
     };
-    for i in 0..workers {
-        let jobs = job_rx.clone();
+    // Handlers decode request bodies and answers (JSON, YAML): the big stack.
+    let pool = {
         let back = back_tx.clone();
         let waker = waker.clone();
-        let handler = handler.clone();
         let streams = streams.clone();
-        loops.spawn(&format!("{name}-{i}"), move |stop, handle| {
+        let spec = PoolSpec {
+            prefix: name.to_string(),
+            max: workers,
+            idle: WORKER_IDLE,
+        };
+        let big = loops.with_stack_size(crate::loops::BIG_STACK);
+        Pool::new(&big, spec, job_rx, move |job, handle: &LoopHandle| {
             let ends = WorkerEnds {
-                jobs: &jobs,
                 back: &back,
                 waker: &waker,
                 streams: &streams,
             };
-            worker(&stop, &handle, &ends, limits, &*handler)
-        })?;
-    }
+            serve_job(job, handle, &ends, limits, &*handler)
+        })
+    };
     let mut poller = Poller {
         name: name.to_string(),
         listener,
@@ -264,6 +276,7 @@ where
         wake: wake_rx,
         limits,
         jobs: job_tx,
+        pool,
         back: back_rx,
         conns: Vec::new(),
         in_handlers: 0,
@@ -430,6 +443,8 @@ struct Poller {
     wake: UnixStream,
     limits: Limits,
     jobs: Sender<Job>,
+    /// The workers that drain `jobs`, started on demand.
+    pool: Pool<Job>,
     back: Receiver<Back>,
     conns: Vec<Conn>,
     /// Connections handed to workers and not yet handed back.
@@ -449,6 +464,8 @@ impl Poller {
             }
             let now = Instant::now();
             let mut fds = self.poll_set(now);
+            // Last: readable at shutdown, so the wait needs no timeout to see it.
+            fds.push(pollfd(stop.fd().as_raw_fd()));
             let timeout = self.poll_timeout(now);
             if let Err(e) = poll(&mut fds, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -463,7 +480,8 @@ impl Poller {
             }
             self.take_back(now);
             // Readable connections, by index in `fds` (2.. map to conns 0..).
-            let readable: Vec<bool> = fds[2..].iter().map(|p| p.revents != 0).collect();
+            let conns = &fds[2..fds.len() - 1];
+            let readable: Vec<bool> = conns.iter().map(|p| p.revents != 0).collect();
             self.serve_readable(&readable, now);
             if fds[1].revents != 0 {
                 self.accept(now);
@@ -604,7 +622,10 @@ impl Poller {
             Parsed::Complete(head) => {
                 conn.buf.drain(..head.len);
                 match self.jobs.try_send(Job { conn, head }) {
-                    Ok(()) => self.in_handlers += 1,
+                    Ok(()) => {
+                        self.in_handlers += 1;
+                        self.pool.kick();
+                    }
                     Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
                         log::debug!("{}: every worker is busy; 503", self.name);
                         self.answer_and_linger(job.conn, 503, now);
@@ -1020,81 +1041,68 @@ impl Drop for ClosedOnPanic<'_> {
 
 /// What each worker holds of its port.
 struct WorkerEnds<'a> {
-    jobs: &'a Receiver<Job>,
     back: &'a Sender<Back>,
     waker: &'a Waker,
     streams: &'a Streams,
 }
 
-/// One worker: runs the handler for each request head and writes the answer (or hands
-/// the connection to a stream thread).
-fn worker<H>(stop: &Stop, handle: &LoopHandle, ends: &WorkerEnds<'_>, limits: Limits, handler: &H)
+/// One worker's job: runs the handler for one request head and writes the answer (or
+/// hands the connection to a stream thread).
+fn serve_job<H>(job: Job, handle: &LoopHandle, ends: &WorkerEnds<'_>, limits: Limits, handler: &H)
 where
     H: Fn(&Req) -> Reply + ?Sized,
 {
     let WorkerEnds {
-        jobs,
         back,
         waker,
         streams,
     } = *ends;
-    loop {
-        let job = crossbeam_channel::select! {
-            recv(stop.receiver()) -> _ => return,
-            recv(jobs) -> job => match job {
-                Ok(job) => job,
-                Err(_) => return,
-            },
-        };
-        let _closed = ClosedOnPanic { back, waker };
-        let began = handle.begin_tick();
-        let Job { mut conn, head } = job;
-        let req = Req {
-            peer_certificates: conn.stream.peer_certificates(),
-            ..Req::from_head(&head, conn.peer)
-        };
-        let mut reply = handler(&req);
-        log::debug!(
-            "{} {} {} -> {}",
-            handle.name(),
-            head.method,
-            head.target,
-            if reply.takeover.is_some() {
-                "stream".to_string()
-            } else {
-                reply.status.to_string()
+    // A handler's panic is caught by the pool; the connection is closed and counted.
+    let _closed = ClosedOnPanic { back, waker };
+    let Job { mut conn, head } = job;
+    let req = Req {
+        peer_certificates: conn.stream.peer_certificates(),
+        ..Req::from_head(&head, conn.peer)
+    };
+    let mut reply = handler(&req);
+    log::debug!(
+        "{} {} {} -> {}",
+        handle.name(),
+        head.method,
+        head.target,
+        if reply.takeover.is_some() {
+            "stream".to_string()
+        } else {
+            reply.status.to_string()
+        }
+    );
+    if let Some(takeover) = reply.takeover.take() {
+        match streams.start(conn, takeover, limits) {
+            Ok(()) => {
+                // The connection left the poller's count with the stream.
+                if back.send(Back::Closed).is_ok() {
+                    waker.wake();
+                }
+                return;
             }
-        );
-        if let Some(takeover) = reply.takeover.take() {
-            match streams.start(conn, takeover, limits) {
-                Ok(()) => {
-                    // The connection left the poller's count with the stream.
-                    if back.send(Back::Closed).is_ok() {
-                        waker.wake();
-                    }
-                    handle.end_tick(began, None);
-                    continue;
-                }
-                Err(c) => {
-                    log::debug!("{}: every stream is in use; 503", handle.name());
-                    conn = c;
-                    reply = Reply::text(503, "too many streams\n");
-                }
+            Err(c) => {
+                log::debug!("{}: every stream is in use; 503", handle.name());
+                conn = c;
+                reply = Reply::text(503, "too many streams\n");
             }
         }
-        // A body we did not read would be taken for the next request: close instead.
-        let keep_alive = head.keep_alive && !head.has_body;
-        let written = write_reply(&mut conn.stream, &head, &reply, keep_alive, limits);
-        let outcome = match written.and_then(|()| conn.stream.set_nonblocking(true)) {
-            Ok(()) if keep_alive => Back::KeepAlive(conn),
-            Ok(()) => Back::Linger(conn),
-            Err(_) => Back::Closed,
-        };
-        // The channel holds one slot per connection, so this never blocks for long.
-        if back.send(outcome).is_ok() {
-            waker.wake();
-        }
-        handle.end_tick(began, None);
+    }
+    // A body we did not read would be taken for the next request: close instead.
+    let keep_alive = head.keep_alive && !head.has_body;
+    let written = write_reply(&mut conn.stream, &head, &reply, keep_alive, limits);
+    let outcome = match written.and_then(|()| conn.stream.set_nonblocking(true)) {
+        Ok(()) if keep_alive => Back::KeepAlive(conn),
+        Ok(()) => Back::Linger(conn),
+        Err(_) => Back::Closed,
+    };
+    // The channel holds one slot per connection, so this never blocks for long.
+    if back.send(outcome).is_ok() {
+        waker.wake();
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::util::{label, thread_names, wait_for, Node, BUSYBOX, LONG, SLEEPER};
+use crate::util::{label, split_threads, thread_names, wait_for, Node, BUSYBOX, LONG, SLEEPER};
 use rkubelet::runtime::{ContainerState, Runtime, RuntimeEvent};
 use serde_json::Value;
 
@@ -651,17 +651,29 @@ fn pods_ignoring_sigterm_are_stopped_together_in_about_one_grace_period() {
             == PODS)
             .then_some(())
     });
-    let threads_before = thread_names(node.pid()).len();
+    let (_, threads_before) = split_threads(&thread_names(node.pid()));
     let removed = std::time::Instant::now();
     for i in 0..PODS {
         std::fs::remove_file(node.manifests().join(format!("deaf-{i}.yaml")))
             .expect("remove manifest");
     }
+    // Loops never grow; pool workers (started for the kills) stay within their pools'
+    // fixed bounds, whatever the number of pods.
     let mut most = threads_before;
+    let mut most_kill = 0;
+    let mut most_workers = 0;
     wait_for("every container to be gone", LONG, || {
-        most = most.max(thread_names(node.pid()).len());
+        let (pools, loops) = split_threads(&thread_names(node.pid()));
+        most = most.max(loops);
+        most_kill = most_kill.max(pools.get("pod-kill").copied().unwrap_or(0));
+        most_workers = most_workers.max(pools.get("pod-worker").copied().unwrap_or(0));
         node.containers().is_empty().then_some(())
     });
+    assert!(
+        most_kill <= rkubelet::pod_killer::STEP_THREADS
+            && most_workers <= rkubelet::pod_workers::DEFAULT_WORKERS,
+        "{most_kill} pod-kill and {most_workers} pod-worker threads"
+    );
     let took = removed.elapsed();
     // Every pod's grace runs at once: about one grace period plus the engine's work
     // (4.5 s measured here), not PODS x GRACE (33 s) as when each grace held a
@@ -672,7 +684,7 @@ fn pods_ignoring_sigterm_are_stopped_together_in_about_one_grace_period() {
     );
     assert!(
         most <= threads_before,
-        "threads grew from {threads_before} to {most}: {:?}",
+        "loop threads grew from {threads_before} to {most}: {:?}",
         thread_names(node.pid())
     );
 }

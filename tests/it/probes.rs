@@ -260,27 +260,28 @@ fn a_probe_that_times_out_fails() {
     assert_eq!(s["ready"], false, "{s}");
     assert!(s["state"]["running"].is_object(), "{s}");
 
-    // One scheduler thread and a fixed pool, whatever the number of probes.
+    // One scheduler thread and bounded pools, whatever the number of probes; the
+    // exec pool has threads while its (exec) probes run: they start on demand.
     let names = crate::util::thread_names(node.pid());
     assert_eq!(
         names.iter().filter(|n| *n == "prober").count(),
         1,
         "{names:?}"
     );
-    assert_eq!(
+    assert!(
         names
             .iter()
             .filter(|n| n.starts_with("probe-worker-"))
-            .count(),
-        rkubelet::prober::PROBE_WORKERS,
+            .count()
+            <= rkubelet::prober::PROBE_WORKERS,
         "{names:?}"
     );
-    assert_eq!(
-        names
-            .iter()
-            .filter(|n| n.starts_with("probe-exec-"))
-            .count(),
-        rkubelet::prober::EXEC_WORKERS,
+    let exec = names
+        .iter()
+        .filter(|n| n.starts_with("probe-exec-"))
+        .count();
+    assert!(
+        (1..=rkubelet::prober::EXEC_WORKERS).contains(&exec),
         "{names:?}"
     );
 }

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::util::{http_get, thread_names, wait_for, Node, LONG};
+use crate::util::{http_get, split_threads, thread_names, wait_for, Node, LONG};
 
 /// The descriptor limit the flood tests give rkubelet: the default soft limit.
 const NOFILE: u64 = 1024;
@@ -90,7 +90,7 @@ fn a_huge_announced_body_is_answered_without_reading_it() {
 fn idle_connections_are_capped_and_healthz_still_answers() {
     let mut node = Node::new("srv-idle");
     start_healthy(&mut node, NOFILE);
-    let threads_before = thread_names(node.pid()).len();
+    let (_, threads_before) = split_threads(&thread_names(node.pid()));
     let fds_before = node.open_fds();
     // More silent connections than the process has descriptors.
     let flood = silent_connections(node.ro_port, 1200);
@@ -105,11 +105,15 @@ fn idle_connections_are_capped_and_healthz_still_answers() {
     // The server holds at most its cap (256) of them, on no extra thread.
     let held = node.open_fds().saturating_sub(fds_before);
     assert!(held <= 256 + 8, "{held} descriptors held for connections");
-    assert_eq!(
-        thread_names(node.pid()).len(),
-        threads_before,
-        "no thread per connection"
-    );
+    // No thread per connection: the loops are as before, and the ports' workers
+    // (started on demand for the /healthz requests) within their pools' bound.
+    let (pools, loops) = split_threads(&thread_names(node.pid()));
+    assert_eq!(loops, threads_before, "no thread per connection");
+    for port in ["srv-healthz", "srv-readonly"] {
+        let workers = pools.get(port).copied().unwrap_or(0);
+        let most = rkubelet::server::http::Limits::PLAIN.workers;
+        assert!(workers <= most, "{workers} {port} workers: {pools:?}");
+    }
     drop(flood);
     wait_for("the connections to be released", LONG, || {
         (node.open_fds() <= fds_before + 8).then_some(())

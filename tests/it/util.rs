@@ -454,6 +454,23 @@ pub fn thread_names(pid: u32) -> Vec<String> {
     names
 }
 
+/// Threads that are workers of a pool (`<prefix>-<n>`: they start on demand and exit
+/// when idle, up to their pool's bound) by prefix, and the other threads (loops), as
+/// (workers per prefix, loop count).
+pub fn split_threads(names: &[String]) -> (BTreeMap<String, usize>, usize) {
+    let mut pools = BTreeMap::new();
+    let mut loops = 0;
+    for n in names {
+        match n.rsplit_once('-') {
+            Some((prefix, i)) if i.parse::<u32>().is_ok() => {
+                *pools.entry(prefix.to_string()).or_insert(0) += 1;
+            }
+            _ => loops += 1,
+        }
+    }
+    (pools, loops)
+}
+
 /// A simple pod manifest with busybox containers running `cmds` (name, shell command).
 pub fn pod_yaml(name: &str, grace: u32, containers: &[(&str, &str)]) -> String {
     let mut y = format!(
