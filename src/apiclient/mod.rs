@@ -369,9 +369,11 @@ impl WatchStream {
         };
         let raw: RawEvent = serde_json::from_slice(&line).map_err(decode)?;
         let event = match raw.kind.as_str() {
-            "ADDED" => WatchEvent::Added(serde_json::from_value(raw.object).map_err(decode)?),
-            "MODIFIED" => WatchEvent::Modified(serde_json::from_value(raw.object).map_err(decode)?),
-            "DELETED" => WatchEvent::Deleted(serde_json::from_value(raw.object).map_err(decode)?),
+            "ADDED" => WatchEvent::Added(crate::json::from_value(&raw.object).map_err(decode)?),
+            "MODIFIED" => {
+                WatchEvent::Modified(crate::json::from_value(&raw.object).map_err(decode)?)
+            }
+            "DELETED" => WatchEvent::Deleted(crate::json::from_value(&raw.object).map_err(decode)?),
             "BOOKMARK" => {
                 let rv = raw.object["metadata"]["resourceVersion"]
                     .as_str()
@@ -379,7 +381,7 @@ impl WatchStream {
                     .to_string();
                 WatchEvent::Bookmark(rv)
             }
-            "ERROR" => WatchEvent::Error(serde_json::from_value(raw.object).map_err(decode)?),
+            "ERROR" => WatchEvent::Error(crate::json::from_value(&raw.object).map_err(decode)?),
             other => {
                 // An event type this client does not know: a newer server. Skip it
                 // rather than end the watch.
