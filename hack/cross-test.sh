@@ -20,6 +20,11 @@ skips=(
 	# client has read the close, so the next iteration's request can meet the old
 	# stream still counted (503 "too many streams"). Passes on x86_64.
 	server::http::tests::a_takeover_streams_on_its_own_thread_and_frees_its_slot
+	# Wall-clock bounds (SIGKILLs within 2 grace periods of a 100-pod removal; stop
+	# order over 300 ms steps) that qemu's many-fold slowdown on a loaded machine can
+	# exceed: they passed in one of two runs here. They run on x86_64.
+	pod_killer::tests::pods_ignoring_their_stop_signal_are_all_killed_in_about_one_grace_period
+	pod_killer::tests::app_containers_of_one_pod_stop_together_then_sidecars_in_reverse
 )
 
 exe=$("$cargo" test --lib --no-run --target "$target" --message-format=json \
