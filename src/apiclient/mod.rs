@@ -385,9 +385,9 @@ impl WatchStream {
 pub fn decode_watch_line(line: &[u8]) -> Result<Result<WatchEvent, String>, serde_json::Error> {
     let raw: RawEvent = serde_json::from_slice(line)?;
     Ok(Ok(match raw.kind.as_str() {
-        "ADDED" => WatchEvent::Added(serde_json::from_value(raw.object)?),
-        "MODIFIED" => WatchEvent::Modified(serde_json::from_value(raw.object)?),
-        "DELETED" => WatchEvent::Deleted(serde_json::from_value(raw.object)?),
+        "ADDED" => WatchEvent::Added(crate::json::from_value(&raw.object)?),
+        "MODIFIED" => WatchEvent::Modified(crate::json::from_value(&raw.object)?),
+        "DELETED" => WatchEvent::Deleted(crate::json::from_value(&raw.object)?),
         "BOOKMARK" => {
             let rv = raw.object["metadata"]["resourceVersion"]
                 .as_str()
@@ -395,7 +395,7 @@ pub fn decode_watch_line(line: &[u8]) -> Result<Result<WatchEvent, String>, serd
                 .to_string();
             WatchEvent::Bookmark(rv)
         }
-        "ERROR" => WatchEvent::Error(serde_json::from_value(raw.object)?),
+        "ERROR" => WatchEvent::Error(crate::json::from_value(&raw.object)?),
         other => return Ok(Err(other.to_string())),
     }))
 }

@@ -84,7 +84,10 @@ fn rlimit_soft(resource: RlimitResource) -> Option<u64> {
     };
     // SAFETY: getrlimit writes into the struct we own; resource is a valid constant.
     let rc = unsafe { libc::getrlimit(resource, &mut lim) };
-    (rc == 0).then_some(lim.rlim_cur)
+    // rlim_t is 32 bits on 32-bit glibc (the armv7 board build), 64 elsewhere.
+    #[allow(clippy::useless_conversion)]
+    let cur = u64::from(lim.rlim_cur);
+    (rc == 0).then_some(cur)
 }
 
 /// Reads this process's figures. Anything unreadable stays 0 (a scrape never fails

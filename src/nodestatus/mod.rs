@@ -398,7 +398,7 @@ impl NodeStatusManager {
 }
 
 fn to_json(node: &Node) -> serde_json::Value {
-    serde_json::to_value(node).unwrap_or_default()
+    crate::json::to_value(node).unwrap_or_default()
 }
 
 /// The node's InternalIP when `--node-ip` is not given (upstream, no cloud provider):

@@ -540,7 +540,7 @@ pub fn reconcile_existing(initial: &Node, existing: &mut Node) -> bool {
 /// Upstream `nodeStatusHasChanged`: anything but the conditions' heartbeat times.
 pub fn status_changed(old: Option<&NodeStatus>, new: Option<&NodeStatus>) -> bool {
     let strip = |s: Option<&NodeStatus>| {
-        let mut v = serde_json::to_value(s).unwrap_or_default();
+        let mut v = crate::json::to_value(&s).unwrap_or_default();
         if let Some(cs) = v.get_mut("conditions").and_then(|c| c.as_array_mut()) {
             for c in cs {
                 if let Some(m) = c.as_object_mut() {

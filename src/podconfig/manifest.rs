@@ -248,7 +248,7 @@ fn decode(text: &str, format: Format) -> Result<Vec<(usize, Option<usize>, Pod)>
         };
         match kind.as_str() {
             "Pod" => {
-                let pod = serde_json::from_value(doc)
+                let pod = crate::json::from_value(&doc)
                     .map_err(|e| Problem::at(i, ManifestErrorKind::Decode(e)))?;
                 pods.push((i, None, pod));
             }
@@ -267,7 +267,7 @@ fn decode(text: &str, format: Format) -> Result<Vec<(usize, Option<usize>, Pod)>
                     }
                 };
                 for (j, item) in items.into_iter().enumerate() {
-                    let pod = serde_json::from_value(item).map_err(|e| Problem {
+                    let pod = crate::json::from_value(&item).map_err(|e| Problem {
                         document: Some(i),
                         item: Some(j),
                         kind: ManifestErrorKind::Decode(e),

@@ -132,7 +132,10 @@ impl Limits {
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
             return self;
         }
-        self.fit_to(lim.rlim_cur, servers)
+        // rlim_t is 32 bits on 32-bit glibc (the armv7 board build), 64 elsewhere.
+        #[allow(clippy::useless_conversion)]
+        let cur = u64::from(lim.rlim_cur);
+        self.fit_to(cur, servers)
     }
 
     fn fit_to(self, nofile: u64, servers: usize) -> Limits {

@@ -142,8 +142,8 @@ pub fn check_container_state_transition(
 /// `{status: old}` to `{metadata: {uid}, status: new}`. None when the statuses are
 /// the same (the uid alone is no change: nothing to send).
 pub fn status_patch(uid: &str, old: &PodStatus, new: &PodStatus) -> Option<Value> {
-    let old = serde_json::to_value(old).unwrap_or(Value::Null);
-    let new = serde_json::to_value(new).unwrap_or(Value::Null);
+    let old = crate::json::to_value(old).unwrap_or(Value::Null);
+    let new = crate::json::to_value(new).unwrap_or(Value::Null);
     let diff = match (&old, &new) {
         (Value::Object(o), Value::Object(n)) => diff_maps(o, n, "")?,
         (_, Value::Object(n)) if !n.is_empty() => n.clone(),

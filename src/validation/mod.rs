@@ -202,7 +202,7 @@ pub fn validate_pod_spec(spec: &PodSpec, path: &Path) -> ErrorList {
     for (i, ec) in spec.ephemeral_containers.iter().flatten().enumerate() {
         let p = eph_path.index(i);
         // Same fields under another type: checked as a container, whose rules they share.
-        match serde_json::to_value(ec).and_then(serde_json::from_value::<Container>) {
+        match crate::json::to_value(ec).and_then(|v| crate::json::from_value::<Container>(&v)) {
             Ok(c) => errs.extend(validate_container(&c, &p, &volumes, &mut names, grace)),
             Err(e) => errs.push(FieldError::invalid(&p, "", &e.to_string())),
         }
@@ -324,7 +324,7 @@ fn validate_volumes(volumes: &[Volume], spec_path: &Path) -> (BTreeSet<String>, 
 /// `validateVolumeSource`: exactly one type, and the rules of the types rkubelet runs.
 fn validate_volume_source(vol: &Volume, path: &Path) -> ErrorList {
     let mut errs = ErrorList::default();
-    let set: BTreeSet<String> = match serde_json::to_value(vol) {
+    let set: BTreeSet<String> = match crate::json::to_value(vol) {
         Ok(serde_json::Value::Object(m)) => m
             .into_iter()
             .filter(|(k, v)| k != "name" && !v.is_null())
