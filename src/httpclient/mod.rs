@@ -7,3 +7,10 @@
 
 pub mod pods;
 pub mod servers;
+
+/// Each kept-alive connection's input and output buffers (ureq's default is 128 KiB
+/// each: a pooled idle connection to Docker or the API server then holds 256 KiB of
+/// resident memory, about a tenth of an idle node's heap). The input buffer also
+/// bounds a response's header block, which from Docker, etcd and the API server is
+/// well under 2 KiB; bodies stream through it whatever their size.
+pub const CONNECTION_BUFFER: usize = 16 * 1024;

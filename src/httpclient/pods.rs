@@ -30,6 +30,10 @@ pub fn pod_agent(user_agent: &str) -> ureq::Agent {
         .accept_encoding(ureq::config::AutoHeaderValue::None)
         .user_agent(user_agent)
         .accept("*/*")
+        // ureq's default header limit (a pod's server may send big headers), but a
+        // small output buffer: each probe's buffers are below malloc's mmap threshold.
+        .input_buffer_size(64 * 1024)
+        .output_buffer_size(super::CONNECTION_BUFFER)
         .tls_config(tls)
         .build()
         .new_agent()

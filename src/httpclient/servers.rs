@@ -108,6 +108,9 @@ pub fn agent(tls: TlsConfig, timeout: Duration) -> Agent {
         .tls_config(tls)
         .timeout_global(Some(crate::time::clamp_timeout(timeout)))
         .timeout_connect(Some(CONNECT_TIMEOUT))
+        .input_buffer_size(super::CONNECTION_BUFFER)
+        .output_buffer_size(super::CONNECTION_BUFFER)
+        .max_response_header_size(super::CONNECTION_BUFFER)
         .build();
     Agent::new_with_config(config)
 }

@@ -162,6 +162,9 @@ impl Client {
             .max_idle_age(MAX_IDLE_AGE)
             .user_agent(concat!("rkubelet/", env!("CARGO_PKG_VERSION")))
             .timeout_global(Some(super::CALL_TIMEOUT))
+            .input_buffer_size(crate::httpclient::CONNECTION_BUFFER)
+            .output_buffer_size(crate::httpclient::CONNECTION_BUFFER)
+            .max_response_header_size(crate::httpclient::CONNECTION_BUFFER)
             .build();
         let agent = Agent::with_parts(config, UnixConnector::new(path.clone()), NoDnsResolver);
         Client {
