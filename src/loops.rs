@@ -259,6 +259,14 @@ impl LoopHandle {
     /// Records the start of one iteration; returns the instant to pass to
     /// [`LoopHandle::end_tick`].
     pub fn begin_tick(&self) -> Instant {
+        let now = self.begin_job();
+        injected_panic(&self.name);
+        now
+    }
+
+    /// [`LoopHandle::begin_tick`] for a pool's job: the test trigger is left to the
+    /// job ([`LoopHandle::injected_panic`]), which knows what a panic must release.
+    pub(crate) fn begin_job(&self) -> Instant {
         let now = Instant::now();
         let wall = SystemTime::now();
         self.registry.update(&self.name, |st| {
@@ -266,8 +274,13 @@ impl LoopHandle {
             st.last_tick_wall = Some(wall);
             st.busy_since = Some(now);
         });
-        injected_panic(&self.name);
         now
+    }
+
+    /// The test builds' panic trigger for this loop (`RKUBELET_TEST_PANIC`); nothing in
+    /// a release build. Pool jobs call it once their state is guarded.
+    pub(crate) fn injected_panic(&self) {
+        injected_panic(&self.name);
     }
 
     /// Records the end of one iteration and its outcome. Logs an error when it differs

@@ -161,13 +161,14 @@ impl PodWorkers {
             &big,
             spec,
             self.ready_rx.clone(),
-            move |uid: String, _: &LoopHandle| {
+            move |uid: String, handle: &LoopHandle| {
                 // From here on the pod is this worker's: a panic (caught by the pool)
                 // releases it and queues its work again.
                 let _release = ReleaseOnPanic {
                     workers: &me,
                     uid: &uid,
                 };
+                handle.injected_panic();
                 me.work_on(&uid, syncer.as_ref());
             },
         );

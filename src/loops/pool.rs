@@ -191,7 +191,7 @@ fn pool_worker<J: Send + 'static>(shared: &PoolShared<J>, stop: &Stop, handle: &
             Got::Job(job) => {
                 slots.waiting -= 1;
                 drop(slots);
-                let began = handle.begin_tick();
+                let began = handle.begin_job();
                 // A job's panic is caught here: counted and logged as the worker's,
                 // and the worker goes on with the next job (its job's own state is
                 // the caller's to release, as the pod workers do).
