@@ -114,6 +114,14 @@ impl StatsProvider {
     }
 }
 
+/// Whether a cgroup's figures did not move between two samples (cAdvisor's test for
+/// backing off its housekeeping): the same CPU time and memory usage.
+fn stood_still(a: &CgroupSample, b: &CgroupSample) -> bool {
+    a.cpu_ns.is_some()
+        && a.cpu_ns == b.cpu_ns
+        && a.memory.map(|m| m.usage_bytes) == b.memory.map(|m| m.usage_bytes)
+}
+
 /// What the analyzer knows of a running container from its one inspect.
 #[derive(Clone, Debug)]
 struct Known {
@@ -149,6 +157,11 @@ pub struct Analyzer {
     slow: HashMap<String, (Option<u64>, Option<u64>, Instant)>,
     /// Sandboxes' samples, taken once a minute (a pause process's figures stand still).
     sandboxes: HashMap<String, (CgroupSample, Instant)>,
+    /// Each cgroup's last fresh sample, when it was taken, and whether it is reused at
+    /// the next tick: cAdvisor's dynamic housekeeping — a cgroup whose CPU time and
+    /// memory usage did not move between its last two samples is read every other
+    /// tick (20 s) until they move again.
+    still: HashMap<String, (CgroupSample, Instant, bool)>,
     boot_time: Option<SystemTime>,
 }
 
@@ -170,6 +183,7 @@ impl Analyzer {
             volumes: HashMap::new(),
             slow: HashMap::new(),
             sandboxes: HashMap::new(),
+            still: HashMap::new(),
             boot_time,
         }
     }
@@ -198,6 +212,7 @@ impl Analyzer {
             .retain(|_, (_, _, at)| now.saturating_duration_since(*at) < FS_PERIOD * 2);
         self.sandboxes
             .retain(|_, (_, at)| now.saturating_duration_since(*at) < FS_PERIOD * 2);
+        self.still.retain(|_, (_, at, _)| recent(at));
         let mut snap = Snapshot {
             summary: Summary { node, pods },
             cgroups,
@@ -270,8 +285,27 @@ impl Analyzer {
         Ok(())
     }
 
-    /// Samples one cgroup, with its CPU rate against `key`'s previous sample.
+    /// Samples one cgroup, with its CPU rate against `key`'s previous sample; a cgroup
+    /// that stood still at its last two samples gets its last one again, once.
     fn sample(&mut self, cgroup: &str, key: &str, now: Instant) -> CgroupSample {
+        if let Some((last, _, reuse)) = self.still.get_mut(cgroup) {
+            if *reuse {
+                *reuse = false;
+                return last.clone();
+            }
+        }
+        let s = self.sample_now(cgroup, key, now);
+        let unchanged = self
+            .still
+            .get(cgroup)
+            .is_some_and(|(last, _, _)| stood_still(last, &s));
+        self.still
+            .insert(cgroup.to_string(), (s.clone(), now, unchanged));
+        s
+    }
+
+    /// Reads one cgroup now.
+    fn sample_now(&mut self, cgroup: &str, key: &str, now: Instant) -> CgroupSample {
         let cg = &self.cfg.cgroups;
         let cpu_ns = cg.cpu(cgroup).ok().map(|c| c.usage_core_nanoseconds);
         let mut memory = cg.memory_usage(cgroup).ok();
@@ -828,5 +862,48 @@ mod tests {
         assert!(a.tick().is_err());
         let snap = provider.latest();
         assert!(snap.error.is_some() && snap.summary.node.cpu.is_some());
+
+        // Dynamic housekeeping. The app container stood still at ticks 1 and 2, so
+        // the failed tick above reused its figures; now it is read again.
+        let app_ws = |provider: &StatsProvider| {
+            provider.latest().summary.pods[0].containers[0]
+                .memory
+                .as_ref()
+                .and_then(|m| m.working_set_bytes)
+        };
+        put(&cg.0, &format!("{pod_cg}/app/memory.current"), "60000\n");
+        a.tick().expect("tick");
+        assert_eq!(
+            app_ws(&provider),
+            Some(60_000),
+            "read: its last tick was a reuse"
+        );
+        // It moved, so the next tick reads it too; unmoved there, the one after reuses.
+        a.tick().expect("tick");
+        put(&cg.0, &format!("{pod_cg}/app/memory.current"), "70000\n");
+        a.tick().expect("tick");
+        assert_eq!(app_ws(&provider), Some(60_000), "reused for one tick");
+        a.tick().expect("tick");
+        assert_eq!(app_ws(&provider), Some(70_000), "read again the tick after");
+    }
+
+    #[test]
+    fn a_cgroup_stands_still_when_cpu_and_memory_do_not_move() {
+        let s = |cpu: u64, mem: u64| CgroupSample {
+            cpu_ns: Some(cpu),
+            memory: Some(crate::stats::cgroupfs::MemoryStats {
+                usage_bytes: mem,
+                ..crate::stats::cgroupfs::MemoryStats::default()
+            }),
+            ..CgroupSample::default()
+        };
+        assert!(stood_still(&s(5, 100), &s(5, 100)));
+        assert!(!stood_still(&s(5, 100), &s(6, 100)));
+        assert!(!stood_still(&s(5, 100), &s(5, 101)));
+        // No CPU figure: never assumed still.
+        assert!(!stood_still(
+            &CgroupSample::default(),
+            &CgroupSample::default()
+        ));
     }
 }
