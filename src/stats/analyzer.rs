@@ -162,6 +162,9 @@ pub struct Analyzer {
     /// memory usage did not move between its last two samples is read every other
     /// tick (20 s) until they move again.
     still: HashMap<String, (CgroupSample, Instant, bool)>,
+    /// The same for each sandbox's interface counters (`/proc/<pid>/net/dev`): read
+    /// every other tick while they stand still.
+    net_still: HashMap<String, (Vec<super::types::InterfaceStats>, Instant, bool)>,
     boot_time: Option<SystemTime>,
 }
 
@@ -184,6 +187,7 @@ impl Analyzer {
             slow: HashMap::new(),
             sandboxes: HashMap::new(),
             still: HashMap::new(),
+            net_still: HashMap::new(),
             boot_time,
         }
     }
@@ -213,6 +217,7 @@ impl Analyzer {
         self.sandboxes
             .retain(|_, (_, at)| now.saturating_duration_since(*at) < FS_PERIOD * 2);
         self.still.retain(|_, (_, at, _)| recent(at));
+        self.net_still.retain(|_, (_, at, _)| recent(at));
         let mut snap = Snapshot {
             summary: Summary { node, pods },
             cgroups,
@@ -302,6 +307,30 @@ impl Analyzer {
         self.still
             .insert(cgroup.to_string(), (s.clone(), now, unchanged));
         s
+    }
+
+    /// A sandbox's interface counters; while they stand still, read every other tick
+    /// (the last ones stand for the tick between), as its cgroup.
+    fn net_dev(
+        &mut self,
+        id: &str,
+        path: &Path,
+        now: Instant,
+    ) -> Option<Vec<super::types::InterfaceStats>> {
+        if let Some((last, _, reuse)) = self.net_still.get_mut(id) {
+            if *reuse {
+                *reuse = false;
+                return Some(last.clone());
+            }
+        }
+        let ifaces = parse_net_dev(&std::fs::read_to_string(path).ok()?);
+        let unchanged = self
+            .net_still
+            .get(id)
+            .is_some_and(|(last, _, _)| *last == ifaces);
+        self.net_still
+            .insert(id.to_string(), (ifaces.clone(), now, unchanged));
+        Some(ifaces)
     }
 
     /// Reads one cgroup now.
@@ -553,8 +582,8 @@ impl Analyzer {
                     start = k.started;
                     if !k.host_network {
                         let path = proc_root.join(k.pid.to_string()).join("net/dev");
-                        if let Ok(t) = std::fs::read_to_string(path) {
-                            s.network = parse_net_dev(&t);
+                        if let Some(ifaces) = self.net_dev(id, &path, now) {
+                            s.network = ifaces;
                             network = Some(network_stats(s.network.clone(), wall));
                         }
                     }
@@ -885,6 +914,24 @@ mod tests {
         assert_eq!(app_ws(&provider), Some(60_000), "reused for one tick");
         a.tick().expect("tick");
         assert_eq!(app_ws(&provider), Some(70_000), "read again the tick after");
+
+        // The sandbox's interface counters back off the same way.
+        let rx = |provider: &StatsProvider| {
+            provider.latest().summary.pods[0]
+                .network
+                .as_ref()
+                .and_then(|n| n.default.rx_bytes)
+        };
+        let net = |rx: u64| format!("h1\nh2\n  eth0: {rx} 1 0 0 0 0 0 0 20 2 0 0 0 0 0 0\n");
+        put(&proc_root.0, &format!("{sb_pid}/net/dev"), &net(99));
+        a.tick().expect("tick");
+        a.tick().expect("tick");
+        assert_eq!(rx(&provider), Some(99));
+        put(&proc_root.0, &format!("{sb_pid}/net/dev"), &net(123));
+        a.tick().expect("tick");
+        assert_eq!(rx(&provider), Some(99), "stood still: reused for one tick");
+        a.tick().expect("tick");
+        assert_eq!(rx(&provider), Some(123));
     }
 
     #[test]
