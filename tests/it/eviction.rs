@@ -45,6 +45,30 @@ impl Drop for Tmpfs {
     }
 }
 
+/// The API server stand-in with the kubelet's token, a node of `name` with its
+/// kubeconfig, and a static pod (critical: never evicted) running `command`.
+fn api_node_with_static_pod(name: &str, command: &str) -> (TestApiServer, Node, PathBuf) {
+    let api = TestApiServer::start(Options {
+        tokens: vec![KUBELET_TOKEN.into()],
+        ..Options::default()
+    });
+    let node = Node::new(name);
+    api.set_token_user(
+        KUBELET_TOKEN,
+        &format!("system:node:{}", node.name),
+        &["system:nodes"],
+    );
+    let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    node.write_manifest(
+        "static.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static, namespace: default}}\n\
+             spec:\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, \"{command}\"]}}\n"
+        ),
+    );
+    (api, node, kc)
+}
+
 fn condition(node: &Value, kind: &str) -> Option<String> {
     node["status"]["conditions"]
         .as_array()?
@@ -55,26 +79,9 @@ fn condition(node: &Value, kind: &str) -> Option<String> {
 
 #[test]
 fn disk_pressure_evicts_besteffort_pods_first_never_static_ones_and_clears() {
-    let api = TestApiServer::start(Options {
-        tokens: vec![KUBELET_TOKEN.into()],
-        ..Options::default()
-    });
     let root = Tmpfs::mount("64m");
-    let mut node = Node::new("evict");
-    api.set_token_user(
-        KUBELET_TOKEN,
-        &format!("system:node:{}", node.name),
-        &["system:nodes"],
-    );
-    let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    let (api, mut node, kc) = api_node_with_static_pod("evict", &format!("echo hi; {SLEEPER}"));
     // A static pod: critical, never evicted.
-    node.write_manifest(
-        "static.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static, namespace: default}}\n\
-             spec:\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, \"echo hi; {SLEEPER}\"]}}\n"
-        ),
-    );
     node.start(&[
         &format!("--kubeconfig={}", kc.display()),
         &format!("--root-dir={}", root.0.display()),
@@ -217,17 +224,7 @@ spec:
 
 #[test]
 fn memory_pressure_refuses_besteffort_pods_and_evicts_but_never_static_ones() {
-    let api = TestApiServer::start(Options {
-        tokens: vec![KUBELET_TOKEN.into()],
-        ..Options::default()
-    });
-    let mut node = Node::new("evmem");
-    api.set_token_user(
-        KUBELET_TOKEN,
-        &format!("system:node:{}", node.name),
-        &["system:nodes"],
-    );
-    let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    let (api, mut node, kc) = api_node_with_static_pod("evmem", SLEEPER);
     // A threshold of the whole memory: available is always below it, whatever the
     // machine's other load does, so the node is under memory pressure from the start.
     let meminfo = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
@@ -237,13 +234,6 @@ fn memory_pressure_refuses_besteffort_pods_and_evicts_but_never_static_ones() {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .expect("MemTotal");
-    node.write_manifest(
-        "static.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static, namespace: default}}\n\
-             spec:\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, \"{SLEEPER}\"]}}\n"
-        ),
-    );
     node.start(&[
         &format!("--kubeconfig={}", kc.display()),
         &format!("--eviction-hard=memory.available<{total_kib}Ki"),
@@ -292,27 +282,10 @@ fn memory_pressure_refuses_besteffort_pods_and_evicts_but_never_static_ones() {
 
 #[test]
 fn allocatable_memory_pressure_is_measured_on_the_kubepods_cgroup() {
-    let api = TestApiServer::start(Options {
-        tokens: vec![KUBELET_TOKEN.into()],
-        ..Options::default()
-    });
-    let mut node = Node::new("evalloc");
-    api.set_token_user(
-        KUBELET_TOKEN,
-        &format!("system:node:{}", node.name),
-        &["system:nodes"],
-    );
-    let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    let (api, mut node, kc) = api_node_with_static_pod("evalloc", SLEEPER);
     // A threshold above the node's allocatable memory: met as soon as the `kubepods`
     // cgroup exists (the static pod builds it) whatever the machine's load, and only
     // on that signal (`memory.available` is the harness's 1Ki).
-    node.write_manifest(
-        "static.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static, namespace: default}}\n\
-             spec:\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, \"{SLEEPER}\"]}}\n"
-        ),
-    );
     node.start(&[
         &format!("--kubeconfig={}", kc.display()),
         "--eviction-hard=memory.available<1Ki,allocatableMemory.available<1Pi",
@@ -349,30 +322,13 @@ fn allocatable_memory_pressure_is_measured_on_the_kubepods_cgroup() {
 
 #[test]
 fn pid_pressure_sets_the_condition_refuses_pods_and_spares_static_ones() {
-    let api = TestApiServer::start(Options {
-        tokens: vec![KUBELET_TOKEN.into()],
-        ..Options::default()
-    });
-    let mut node = Node::new("evpid");
-    api.set_token_user(
-        KUBELET_TOKEN,
-        &format!("system:node:{}", node.name),
-        &["system:nodes"],
-    );
-    let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    let (api, mut node, kc) = api_node_with_static_pod("evpid", SLEEPER);
     // A threshold above pid_max: `pid.available` is always below it.
     let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .expect("pid_max")
         .trim()
         .parse()
         .expect("pid_max");
-    node.write_manifest(
-        "static.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: static, namespace: default}}\n\
-             spec:\n  containers:\n  - {{name: c, image: {BUSYBOX}, command: [sh, -c, \"{SLEEPER}\"]}}\n"
-        ),
-    );
     node.start(&[
         &format!("--kubeconfig={}", kc.display()),
         &format!(
