@@ -47,17 +47,7 @@ const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; don
 const TARGET_MS: f64 = 150.0;
 
 fn main() {
-    let docker = Docker::connect(&format!("unix://{DOCKER_SOCK}")).expect("endpoint");
-    if let Err(e) = docker.version() {
-        eprintln!("cannot reach Docker: {e}; start it first");
-        std::process::exit(1);
-    }
-    for img in [BUSYBOX, PAUSE] {
-        if docker.inspect_image(img).ok().flatten().is_none() {
-            eprintln!("image {img} missing: run `make images`");
-            std::process::exit(1);
-        }
-    }
+    let docker = common::docker_with_images();
     let tag = format!("bench-pleg-{}", std::process::id());
     let raw = raw_create_start(&docker, &tag);
 

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{cpu_ticks, proc_status, verdict, write_manifest};
-use rkubelet::runtime::docker::Docker;
 use rkubelet::runtime::Runtime;
 
 const BUSYBOX: &str = "rkubelet/busybox:1.35";
@@ -43,17 +42,7 @@ const EXEC_PHASES: [(usize, &str); 2] = [
 const STEADY_WINDOW: Duration = Duration::from_secs(25);
 
 fn main() {
-    let docker = Docker::connect("unix:///var/run/docker.sock").expect("endpoint");
-    if let Err(e) = docker.version() {
-        eprintln!("cannot reach Docker: {e}; start it first");
-        std::process::exit(1);
-    }
-    for img in [BUSYBOX, PAUSE] {
-        if docker.inspect_image(img).ok().flatten().is_none() {
-            eprintln!("image {img} missing: run `make images`");
-            std::process::exit(1);
-        }
-    }
+    let docker = common::docker_with_images();
     let tag = format!("bench-probes-{}", std::process::id());
     let dir = std::env::temp_dir().join(format!("rkubelet-{tag}"));
     let manifests = dir.join("manifests");

@@ -42,17 +42,7 @@ const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; don
 
 fn main() {
     // `cargo bench` passes --bench; nothing to parse.
-    let docker = Docker::connect("unix:///var/run/docker.sock").expect("endpoint");
-    if let Err(e) = docker.version() {
-        eprintln!("cannot reach Docker: {e}; start it first");
-        std::process::exit(1);
-    }
-    for img in [BUSYBOX, PAUSE] {
-        if docker.inspect_image(img).ok().flatten().is_none() {
-            eprintln!("image {img} missing: run `make images`");
-            std::process::exit(1);
-        }
-    }
+    let docker = common::docker_with_images();
     let tag = format!("bench-{}", std::process::id());
 
     // Baseline: raw Engine API.

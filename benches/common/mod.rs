@@ -4,6 +4,25 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+/// The local Docker engine, once it answers and holds the offline images the benches
+/// run (`make images`); otherwise the program says which is missing and exits 1.
+pub fn docker_with_images() -> rkubelet::runtime::docker::Docker {
+    use rkubelet::runtime::Runtime;
+    let docker = rkubelet::runtime::docker::Docker::connect("unix:///var/run/docker.sock")
+        .expect("endpoint");
+    if let Err(e) = docker.version() {
+        eprintln!("cannot reach Docker: {e}; start it first");
+        std::process::exit(1);
+    }
+    for img in ["rkubelet/busybox:1.35", "rkubelet/pause:3.10"] {
+        if docker.inspect_image(img).ok().flatten().is_none() {
+            eprintln!("image {img} missing: run `make images`");
+            std::process::exit(1);
+        }
+    }
+    docker
+}
+
 /// "(met)" or "(MISSED)", for the tables.
 pub fn verdict(ok: bool) -> &'static str {
     if ok {
