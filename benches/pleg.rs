@@ -158,21 +158,8 @@ fn raw_create_start(docker: &Docker, tag: &str) -> Vec<Duration> {
     docker.start_container(&sandbox).expect("start sandbox");
     let mut times = Vec::new();
     for i in 0..ROUNDS {
-        let joined = NamespaceMode::Container(sandbox.clone());
         let t0 = Instant::now();
-        let id = docker
-            .create_container(&ContainerConfig {
-                name: format!("{tag}-c{i}"),
-                image: BUSYBOX.into(),
-                entrypoint: Some(vec!["sh".into(), "-c".into()]),
-                cmd: Some(vec![SLEEPER.into()]),
-                labels: labels.clone(),
-                network: Some(joined.clone()),
-                ipc: Some(joined),
-                ..Default::default()
-            })
-            .expect("create container");
-        docker.start_container(&id).expect("start container");
+        let id = common::raw_app_container(docker, format!("{tag}-c{i}"), &sandbox, &labels);
         times.push(t0.elapsed());
         let _ = docker.kill_container(&id, "KILL");
         let _ = docker.remove_container(&id);

@@ -22,6 +22,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 #[path = "common/mod.rs"]
+#[allow(dead_code)] // helpers other benches use
 mod common;
 
 use common::{cpu_ticks, proc_status, verdict, write_manifest};

@@ -355,20 +355,7 @@ fn raw_pods(docker: &Docker, tag: &str, n: usize) -> Duration {
             .expect("create sandbox");
         docker.start_container(&sandbox).expect("start sandbox");
         for c in 0..2 {
-            let joined = NamespaceMode::Container(sandbox.clone());
-            let id = docker
-                .create_container(&ContainerConfig {
-                    name: format!("{tag}-p{p}-c{c}"),
-                    image: BUSYBOX.into(),
-                    entrypoint: Some(vec!["sh".into(), "-c".into()]),
-                    cmd: Some(vec![SLEEPER.into()]),
-                    labels: labels.clone(),
-                    network: Some(joined.clone()),
-                    ipc: Some(joined),
-                    ..Default::default()
-                })
-                .expect("create container");
-            docker.start_container(&id).expect("start container");
+            common::raw_app_container(docker, format!("{tag}-p{p}-c{c}"), &sandbox, &labels);
         }
     }
     let filter = [format!("rkubelet.bench={tag}")];

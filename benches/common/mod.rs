@@ -23,6 +23,33 @@ pub fn docker_with_images() -> rkubelet::runtime::docker::Docker {
     docker
 }
 
+/// The raw Engine API's app container of a pod: busybox sleeping (and exiting 0 on
+/// TERM), in `sandbox`'s network and IPC namespaces, created and started; its ID.
+pub fn raw_app_container(
+    docker: &rkubelet::runtime::docker::Docker,
+    name: String,
+    sandbox: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> String {
+    use rkubelet::runtime::{ContainerConfig, NamespaceMode, Runtime};
+    const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done";
+    let joined = NamespaceMode::Container(sandbox.to_string());
+    let id = docker
+        .create_container(&ContainerConfig {
+            name,
+            image: "rkubelet/busybox:1.35".into(),
+            entrypoint: Some(vec!["sh".into(), "-c".into()]),
+            cmd: Some(vec![SLEEPER.into()]),
+            labels: labels.clone(),
+            network: Some(joined.clone()),
+            ipc: Some(joined),
+            ..Default::default()
+        })
+        .expect("create container");
+    docker.start_container(&id).expect("start container");
+    id
+}
+
 /// "(met)" or "(MISSED)", for the tables.
 pub fn verdict(ok: bool) -> &'static str {
     if ok {
