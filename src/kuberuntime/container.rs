@@ -101,6 +101,8 @@ pub struct ContainerContext {
 /// The runtime config of an app or init container: gathers the context (runtime
 /// calls, the volume manager, files under the pod directory), then maps it.
 /// Ok(Err(waiting)) when the container cannot be created as specified.
+/// `sandbox_ip` is the sandbox's IP as this sync read it (once for all its
+/// containers), or why it could not be read.
 pub fn container_config(
     runtime: &Arc<dyn Runtime>,
     cfg: &ManagerConfig,
@@ -108,6 +110,7 @@ pub fn container_config(
     c: &Container,
     s: &StartAction,
     sandbox_id: &str,
+    sandbox_ip: Result<&str, &str>,
 ) -> Result<Result<ContainerConfig, Waiting>, RuntimeError> {
     let config_error = |message: String| {
         Ok(Err(Waiting {
@@ -121,12 +124,11 @@ pub fn container_config(
     let pod_ips = if host_network {
         node.host_ips.clone()
     } else {
-        match runtime.inspect_container(sandbox_id) {
-            Ok(d) => Some(d.ip_address)
+        match sandbox_ip {
+            Ok(ip) => Some(ip.to_string())
                 .filter(|ip| !ip.is_empty())
                 .into_iter()
                 .collect(),
-            Err(e) if e.is_unavailable() => return Err(e),
             Err(e) => return config_error(format!("cannot read the pod sandbox's IP: {e}")),
         }
     };

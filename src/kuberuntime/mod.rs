@@ -118,6 +118,19 @@ pub struct SyncResult {
     /// hands the kill to the pod killer (a slow stop must not hold a pod worker), then
     /// syncs again.
     pub kill_pod: bool,
+    /// The containers this sync started, with their labels: their log links are made
+    /// from the pod's status read at the end of the sync (no inspect of its own
+    /// between one container's start and the next one's create).
+    started: Vec<(String, BTreeMap<String, String>)>,
+}
+
+/// What the containers a sync starts need of their sandbox, read once per sync.
+struct SandboxFacts<'a> {
+    id: &'a str,
+    /// Its IP for the containers' environment, or why it could not be read.
+    ip: Result<&'a str, &'a str>,
+    /// The address hooks (httpGet) reach the containers at.
+    hook_ip: &'a str,
 }
 
 /// One container's stop within a pod kill, owned so that it can be carried out on
@@ -352,23 +365,36 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Makes a started container's log links (dockershim's
-    /// `createContainerLogSymlink`): one inspect for Docker's log path. A failure is
-    /// logged; the container runs anyway.
-    fn link_logs(&self, id: &str, container_labels: &BTreeMap<String, String>) {
+    /// Makes the log links of the containers a sync started (dockershim's
+    /// `createContainerLogSymlink`) from Docker's log paths in the status read at the
+    /// end of the sync. A failure is logged; the container runs anyway.
+    fn link_logs(
+        &self,
+        started: &[(String, BTreeMap<String, String>)],
+        status: Option<&RuntimePod>,
+    ) {
         if !self.cfg.logs.enabled() {
             return;
         }
-        let made = self
-            .runtime
-            .inspect_container(id)
-            .map_err(|e| crate::loops::error_chain(&e))
-            .and_then(|d| {
-                logs::make_links(&self.cfg.logs, container_labels, id, &d.log_path)
+        for (id, container_labels) in started {
+            // The status read after the sync has each started container's log path;
+            // one it missed (removed since, or the read failed) is inspected alone.
+            let listed = status.and_then(|rp| rp.containers.iter().find(|d| d.id == *id));
+            let log_path = match listed {
+                Some(d) => Ok(d.log_path.clone()),
+                None => self
+                    .runtime
+                    .inspect_container(id)
+                    .map(|d| d.log_path)
+                    .map_err(|e| crate::loops::error_chain(&e)),
+            };
+            let made = log_path.and_then(|p| {
+                logs::make_links(&self.cfg.logs, container_labels, id, &p)
                     .map_err(|e| e.to_string())
             });
-        if let Err(e) = made {
-            log::warn!("cannot make the log links of container {}: {e}", short(id));
+            if let Err(e) = made {
+                log::warn!("cannot make the log links of container {}: {e}", short(id));
+            }
         }
     }
 
@@ -515,6 +541,7 @@ impl RuntimeManager {
             requeue_after: acts.requeue_after,
             runtime_pod: RuntimePod::default(),
             kill_pod: false,
+            started: Vec::new(),
         };
         if acts.kill_pod && rp.any_running() {
             log::info!("pod {fmt_pod}: all containers and the sandbox must stop");
@@ -526,11 +553,11 @@ impl RuntimeManager {
             result.runtime_pod = rp;
             return Ok(result);
         }
-        self.execute(pod, &rp, &acts, &mut result)
-            .map_err(rt_err("syncing"))?;
-        result.runtime_pod = self
-            .get_pod_status(&uid)
-            .map_err(rt_err("reading pod status after sync"))?;
+        let executed = self.execute(pod, &rp, &acts, &mut result);
+        let status = self.get_pod_status(&uid);
+        self.link_logs(&result.started, status.as_ref().ok());
+        executed.map_err(rt_err("syncing"))?;
+        result.runtime_pod = status.map_err(rt_err("reading pod status after sync"))?;
         Ok(result)
     }
 
@@ -583,21 +610,33 @@ impl RuntimeManager {
         let Some(sandbox_id) = sandbox_id else {
             return Ok(());
         };
-        let pod_ip = if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
-            // Host-network containers listen on the node: loopback reaches them.
-            "127.0.0.1".to_string()
+        // The sandbox's IP, read once for all the containers this sync starts (their
+        // environment) and their hooks.
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+        let sandbox_ip: Result<String, String> = if host_network {
+            Ok(String::new())
         } else {
             match acts.create_sandbox {
-                Some(_) => self
-                    .runtime
-                    .inspect_container(&sandbox_id)
-                    .map(|d| d.ip_address)
-                    .unwrap_or_default(),
-                None => rp
+                Some(_) => match self.runtime.inspect_container(&sandbox_id) {
+                    Ok(d) => Ok(d.ip_address),
+                    Err(e) if e.is_unavailable() => return Err(e),
+                    Err(e) => Err(crate::loops::error_chain(&e)),
+                },
+                None => Ok(rp
                     .running_sandbox()
                     .map(|s| s.ip_address.clone())
-                    .unwrap_or_default(),
+                    .unwrap_or_default()),
             }
+        };
+        let sandbox = SandboxFacts {
+            id: &sandbox_id,
+            ip: sandbox_ip.as_deref().map_err(String::as_str),
+            // Host-network containers listen on the node: loopback reaches them.
+            hook_ip: if host_network {
+                "127.0.0.1"
+            } else {
+                sandbox_ip.as_deref().unwrap_or_default()
+            },
         };
         let spec = pod.spec.clone().unwrap_or_default();
         let inits = spec.init_containers.clone().unwrap_or_default();
@@ -605,7 +644,7 @@ impl RuntimeManager {
             let Some(c) = inits.get(s.index) else {
                 continue;
             };
-            let failed = self.start_one(pod, c, s, &sandbox_id, &pod_ip, rp, result)?;
+            let failed = self.start_one(pod, c, s, &sandbox, rp, result)?;
             if failed && !labels::is_sidecar(c) {
                 // A regular init container that did not start stops the rest.
                 return Ok(());
@@ -615,7 +654,7 @@ impl RuntimeManager {
             let Some(c) = spec.containers.get(s.index) else {
                 continue;
             };
-            self.start_one(pod, c, s, &sandbox_id, &pod_ip, rp, result)?;
+            self.start_one(pod, c, s, &sandbox, rp, result)?;
         }
         Ok(())
     }
@@ -627,12 +666,11 @@ impl RuntimeManager {
         pod: &Pod,
         c: &Container,
         s: &StartAction,
-        sandbox_id: &str,
-        pod_ip: &str,
+        sandbox: &SandboxFacts<'_>,
         rp: &RuntimePod,
         result: &mut SyncResult,
     ) -> Result<bool, RuntimeError> {
-        let started = self.start_container(pod, c, s, sandbox_id, pod_ip, rp);
+        let started = self.start_container(pod, c, s, sandbox, rp, result);
         self.count_start(s.kind, &started);
         let Some(w) = started? else {
             return Ok(false);
@@ -1141,9 +1179,9 @@ impl RuntimeManager {
         pod: &Pod,
         c: &Container,
         s: &StartAction,
-        sandbox_id: &str,
-        pod_ip: &str,
+        sandbox: &SandboxFacts<'_>,
         rp: &RuntimePod,
+        result: &mut SyncResult,
     ) -> Result<Option<Waiting>, RuntimeError> {
         let image = c.image.clone().unwrap_or_default();
         if let Some(w) = self
@@ -1173,17 +1211,24 @@ impl RuntimeManager {
         if let Some((key, finished)) = &s.backoff {
             lock(&self.backoff).next_at_mono(key, *finished, SystemTime::now(), Instant::now());
         }
-        let mut cfg =
-            match container::container_config(&self.runtime, &self.cfg, pod, c, s, sandbox_id)? {
-                Ok(cfg) => cfg,
-                Err(w) => {
-                    // Upstream `startContainer`: a config that cannot be made is the
-                    // container's `Failed` event too.
-                    let message = format!("Error: {}", w.message);
-                    record::event(pod, Some(&c.name), true, "Failed", &message);
-                    return Ok(Some(w));
-                }
-            };
+        let mut cfg = match container::container_config(
+            &self.runtime,
+            &self.cfg,
+            pod,
+            c,
+            s,
+            sandbox.id,
+            sandbox.ip,
+        )? {
+            Ok(cfg) => cfg,
+            Err(w) => {
+                // Upstream `startContainer`: a config that cannot be made is the
+                // container's `Failed` event too.
+                let message = format!("Error: {}", w.message);
+                record::event(pod, Some(&c.name), true, "Failed", &message);
+                return Ok(Some(w));
+            }
+        };
         cfg.cgroup_parent = self.cgroup_parent(pod);
         cfg.log_rotation = self.cfg.logs.rotation;
         match self.termination_message_mount(pod, c, s.restart_count) {
@@ -1241,7 +1286,8 @@ impl RuntimeManager {
             }
             return Ok(refused("RunContainerError", &e));
         }
-        self.link_logs(&id, &cfg.labels);
+        // Its log links are made from the inspect that ends this sync.
+        result.started.push((id.clone(), cfg.labels.clone()));
         log::info!(
             "pod {fmt_pod}: started container {} ({}, restart {})",
             c.name,
@@ -1258,7 +1304,7 @@ impl RuntimeManager {
         if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             let target = hooks::HookTarget {
                 container_id: &id,
-                pod_ip,
+                pod_ip: sandbox.hook_ip,
             };
             let timeout = hooks::POST_START_TIMEOUT;
             if let Err(msg) = hooks::run(self.runtime.as_ref(), pod, c, h, &target, timeout) {
