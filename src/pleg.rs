@@ -16,7 +16,7 @@
 pub mod evented;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -172,9 +172,19 @@ pub struct PlegShared {
     /// health check: "pleg event channel capacity is full"); the next send that fits
     /// clears it.
     channel_full: AtomicBool,
+    /// Counts the relists and events that found a container created, started, died
+    /// or removed: a reader that lists the runtime for itself (`stats`) lists again
+    /// only when it moved.
+    generation: AtomicU64,
 }
 
 impl PlegShared {
+    /// A number that changes whenever the PLEG has seen the node's containers change
+    /// (equal numbers: no container appeared, changed state or went in between).
+    pub fn containers_generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
     /// When the last successful relist started.
     pub fn last_relist(&self) -> Option<Instant> {
         *lock(&self.last_relist)
@@ -392,7 +402,11 @@ impl Pleg {
             .map(|c| (c.id.clone(), c))
             .collect();
         let old = seen_states(self.seen.values().filter(|c| in_scope(c)));
-        for ev in compute_events(&old, &seen_states(new.values())) {
+        let events = compute_events(&old, &seen_states(new.values()));
+        if !events.is_empty() {
+            self.shared.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        for ev in events {
             self.send(ev);
         }
         match scope {

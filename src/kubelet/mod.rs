@@ -237,7 +237,8 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     crate::record::node_event(&cfg.node_name, false, "Starting", "Starting kubelet.");
     let pods_view = parts.pods_view.clone();
     // The resource analyzer (`stats`) and the runtime's network readiness (`net-status`).
-    let stats = crate::stats::start(&loops, StatsConfig::new(&cfg), parts.runtime.clone())?;
+    let stats_cfg = StatsConfig::new(&cfg).with_pleg(parts.pleg_shared.clone());
+    let stats = crate::stats::start(&loops, stats_cfg, parts.runtime.clone())?;
     let network = crate::health::start_net_status(&loops, parts.runtime.clone())?;
     let checks = HealthChecks {
         registry: loops.registry(),
