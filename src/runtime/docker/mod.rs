@@ -232,7 +232,7 @@ impl Runtime for Docker {
             path.push_str("&filters=");
             path.push_str(&percent_encode(&filters.to_string()));
         }
-        let list: Vec<api::ContainerSummary> =
+        let list: Vec<model::ListedContainer> =
             self.client.call_json("list containers", Req::get(path))?;
         Ok(list.into_iter().map(summary_from).collect())
     }
@@ -240,7 +240,7 @@ impl Runtime for Docker {
     fn inspect_container(&self, id: &str) -> Result<ContainerDetails, RuntimeError> {
         let op = format!("inspect container {id}");
         let path = format!("/containers/{}/json", percent_encode(id));
-        let c: api::ContainerInspectResponse = self.client.call_json(&op, Req::get(path))?;
+        let c: model::Inspect = self.client.call_json(&op, Req::get(path))?;
         Ok(details_from(c))
     }
 
@@ -678,7 +678,7 @@ impl Docker {
     fn inspect_tty(&self, id: &str) -> Result<bool, RuntimeError> {
         let op = format!("inspect container {id}");
         let path = format!("/containers/{}/json", percent_encode(id));
-        let c: api::ContainerInspectResponse = self.client.call_json(&op, Req::get(path))?;
+        let c: model::Inspect = self.client.call_json(&op, Req::get(path))?;
         Ok(c.config.and_then(|c| c.tty).unwrap_or(false))
     }
 
@@ -776,12 +776,12 @@ fn events_path(filter: &EventFilter) -> String {
 pub fn fuzz_answer(what: u8, data: &[u8]) {
     match what % 8 {
         0 => {
-            if let Ok(v) = serde_json::from_slice::<Vec<api::ContainerSummary>>(data) {
+            if let Ok(v) = serde_json::from_slice::<Vec<model::ListedContainer>>(data) {
                 v.into_iter().for_each(|c| drop(model::summary_from(c)));
             }
         }
         1 => {
-            if let Ok(c) = serde_json::from_slice::<api::ContainerInspectResponse>(data) {
+            if let Ok(c) = serde_json::from_slice::<model::Inspect>(data) {
                 drop(model::details_from(c));
             }
         }

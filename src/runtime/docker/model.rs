@@ -1,12 +1,19 @@
-//! Docker's models (`bollard-stubs`, the Engine API's own generated types) mapped to and
-//! from the runtime-neutral types of [`crate::runtime`]: container summaries and
-//! details, the create body (host config, namespaces, mounts, ports, resources,
-//! security options), images and events. Pure functions: no I/O here.
+//! Docker's models mapped to and from the runtime-neutral types of [`crate::runtime`]:
+//! container summaries and details, the create body (host config, namespaces, mounts,
+//! ports, resources, security options), images and events. Pure functions: no I/O here.
+//!
+//! What is sent, and images and events, use `bollard-stubs` (the Engine API's own
+//! generated types). The two answers read most often, the container list and inspect
+//! (every relist, resync and stats refresh), are decoded into the few fields read
+//! ([`ListedContainer`], [`Inspect`]): serde skips the rest without building it (an
+//! inspect is ~8 KiB of JSON, mostly host config and network endpoints), and the
+//! generated decoders of bollard's whole models stay out of the binary.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::UNIX_EPOCH;
 
 use bollard_stubs::models as api;
+use serde::Deserialize;
 
 use super::wire::{docker_time, unix_nanos, unix_secs};
 use crate::runtime::{
@@ -18,26 +25,122 @@ pub(super) fn labels_from(labels: Option<HashMap<String, String>>) -> BTreeMap<S
     labels.unwrap_or_default().into_iter().collect()
 }
 
-/// Docker's container states folded into CRI's four (as dockershim's
-/// `toRuntimeAPIContainerState`): a paused or restarting container still has its
-/// process.
-pub(super) fn state_from(status: Option<api::ContainerStateStatusEnum>) -> ContainerState {
-    use api::ContainerStateStatusEnum as S;
-    match status {
-        Some(S::RUNNING | S::PAUSED | S::RESTARTING | S::STOPPING) => ContainerState::Running,
-        Some(S::EXITED | S::DEAD) => ContainerState::Exited,
-        Some(S::CREATED) => ContainerState::Created,
-        Some(S::REMOVING | S::EMPTY) | None => ContainerState::Unknown,
-    }
+/// One container of `GET /containers/json`, as far as it is read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub(super) struct ListedContainer {
+    id: Option<String>,
+    names: Option<Vec<String>>,
+    labels: Option<HashMap<String, String>>,
+    state: Option<String>,
+    image: Option<String>,
+    #[serde(rename = "ImageID")]
+    image_id: Option<String>,
+    created: Option<i64>,
 }
 
-pub(super) fn summary_state(status: Option<api::ContainerSummaryStateEnum>) -> ContainerState {
-    use api::ContainerSummaryStateEnum as S;
+/// `GET /containers/{id}/json`, as far as it is read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub(super) struct Inspect {
+    id: Option<String>,
+    name: Option<String>,
+    created: Option<String>,
+    image: Option<String>,
+    state: Option<InspectState>,
+    pub(super) config: Option<InspectConfig>,
+    host_config: Option<InspectHostConfig>,
+    graph_driver: Option<InspectGraphDriver>,
+    network_settings: Option<InspectNetworkSettings>,
+    log_path: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct InspectState {
+    status: Option<String>,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    exit_code: Option<i64>,
+    #[serde(rename = "OOMKilled")]
+    oom_killed: Option<bool>,
+    error: Option<String>,
+    pid: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub(super) struct InspectConfig {
+    labels: Option<HashMap<String, String>>,
+    image: Option<String>,
+    entrypoint: Option<Vec<String>>,
+    cmd: Option<Vec<String>>,
+    env: Option<Vec<String>>,
+    working_dir: Option<String>,
+    user: Option<String>,
+    hostname: Option<String>,
+    open_stdin: Option<bool>,
+    pub(super) tty: Option<bool>,
+    stop_signal: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct InspectHostConfig {
+    cpu_shares: Option<i64>,
+    cpu_quota: Option<i64>,
+    cpu_period: Option<i64>,
+    memory: Option<i64>,
+    cgroup_parent: Option<String>,
+    binds: Option<Vec<String>>,
+    port_bindings: Option<HashMap<String, Option<Vec<InspectPortBinding>>>>,
+    ipc_mode: Option<String>,
+    pid_mode: Option<String>,
+    group_add: Option<Vec<String>>,
+    privileged: Option<bool>,
+    cap_add: Option<Vec<String>>,
+    cap_drop: Option<Vec<String>>,
+    readonly_rootfs: Option<bool>,
+    security_opt: Option<Vec<String>>,
+    network_mode: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct InspectPortBinding {
+    host_ip: Option<String>,
+    host_port: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct InspectGraphDriver {
+    data: Option<HashMap<String, String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct InspectNetworkSettings {
+    networks: Option<HashMap<String, InspectEndpoint>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct InspectEndpoint {
+    #[serde(rename = "IPAddress")]
+    ip_address: Option<String>,
+}
+
+/// Docker's container states (`created`, `running`, `paused`, `restarting`,
+/// `removing`, `exited`, `dead`) folded into CRI's four (as dockershim's
+/// `toRuntimeAPIContainerState`): a paused or restarting container still has its
+/// process.
+pub(super) fn state_from(status: Option<&str>) -> ContainerState {
     match status {
-        Some(S::RUNNING | S::PAUSED | S::RESTARTING | S::STOPPING) => ContainerState::Running,
-        Some(S::EXITED | S::DEAD) => ContainerState::Exited,
-        Some(S::CREATED) => ContainerState::Created,
-        Some(S::REMOVING | S::EMPTY) | None => ContainerState::Unknown,
+        Some("running" | "paused" | "restarting" | "stopping") => ContainerState::Running,
+        Some("exited" | "dead") => ContainerState::Exited,
+        Some("created") => ContainerState::Created,
+        _ => ContainerState::Unknown,
     }
 }
 
@@ -46,7 +149,7 @@ pub(super) fn bare_name(name: &str) -> String {
     name.strip_prefix('/').unwrap_or(name).to_string()
 }
 
-pub(super) fn summary_from(c: api::ContainerSummary) -> ContainerSummary {
+pub(super) fn summary_from(c: ListedContainer) -> ContainerSummary {
     ContainerSummary {
         id: c.id.unwrap_or_default(),
         name: c
@@ -55,7 +158,7 @@ pub(super) fn summary_from(c: api::ContainerSummary) -> ContainerSummary {
             .map(|n| bare_name(&n))
             .unwrap_or_default(),
         labels: labels_from(c.labels),
-        state: summary_state(c.state),
+        state: state_from(c.state.as_deref()),
         image: c.image.unwrap_or_default(),
         image_id: c.image_id.unwrap_or_default(),
         created: unix_secs(c.created.unwrap_or(0)),
@@ -64,7 +167,7 @@ pub(super) fn summary_from(c: api::ContainerSummary) -> ContainerSummary {
 
 /// The container's IPv4 address: on the default bridge if attached, else on the
 /// first network (by name) that gave it one. Empty for host or joined networks.
-pub(super) fn ip_address(settings: Option<&api::NetworkSettings>) -> String {
+fn ip_address(settings: Option<&InspectNetworkSettings>) -> String {
     let Some(networks) = settings.and_then(|s| s.networks.as_ref()) else {
         return String::new();
     };
@@ -82,20 +185,20 @@ pub(super) fn ip_address(settings: Option<&api::NetworkSettings>) -> String {
     names.into_iter().find_map(|n| ip(n)).unwrap_or_default()
 }
 
-pub(super) fn details_from(c: api::ContainerInspectResponse) -> ContainerDetails {
+pub(super) fn details_from(c: Inspect) -> ContainerDetails {
     let state = c.state.unwrap_or_default();
     let config = c.config.unwrap_or_default();
     let mut settings = settings_from(&config, c.host_config.as_ref());
     settings.rootfs_dir = c
         .graph_driver
         .as_ref()
-        .and_then(|g| g.data.get("UpperDir").cloned())
+        .and_then(|g| g.data.as_ref()?.get("UpperDir").cloned())
         .unwrap_or_default();
     ContainerDetails {
         id: c.id.unwrap_or_default(),
         name: bare_name(c.name.as_deref().unwrap_or_default()),
         labels: labels_from(config.labels),
-        state: state_from(state.status),
+        state: state_from(state.status.as_deref()),
         image: config.image.unwrap_or_default(),
         image_id: c.image.unwrap_or_default(),
         created: c
@@ -120,11 +223,12 @@ pub(super) fn details_from(c: api::ContainerInspectResponse) -> ContainerDetails
 }
 
 /// What a container was created with, from its inspect answer.
-pub(super) fn settings_from(
-    config: &api::ContainerConfig,
-    host: Option<&api::HostConfig>,
+fn settings_from(
+    config: &InspectConfig,
+    host: Option<&InspectHostConfig>,
 ) -> crate::runtime::ContainerSettings {
-    let h = host.cloned().unwrap_or_default();
+    let empty = InspectHostConfig::default();
+    let h = host.unwrap_or(&empty);
     let mut ports: Vec<crate::runtime::PortBinding> = Vec::new();
     let mut keys: Vec<&String> = h.port_bindings.iter().flatten().map(|(k, _)| k).collect();
     keys.sort();
@@ -136,10 +240,9 @@ pub(super) fn settings_from(
         let bindings = h
             .port_bindings
             .as_ref()
-            .and_then(|m| m.get(key).cloned())
-            .flatten()
-            .unwrap_or_default();
-        for b in bindings {
+            .and_then(|m| m.get(key))
+            .and_then(Option::as_ref);
+        for b in bindings.into_iter().flatten() {
             ports.push(crate::runtime::PortBinding {
                 container_port,
                 host_port: b
@@ -147,7 +250,7 @@ pub(super) fn settings_from(
                     .as_deref()
                     .and_then(|p| p.parse().ok())
                     .unwrap_or(0),
-                host_ip: b.host_ip.unwrap_or_default(),
+                host_ip: b.host_ip.clone().unwrap_or_default(),
                 protocol: proto.to_string(),
             });
         }
@@ -166,16 +269,16 @@ pub(super) fn settings_from(
             memory_limit: h.memory.unwrap_or(0),
         },
         cgroup_parent: h.cgroup_parent.clone().unwrap_or_default(),
-        binds: h.binds.unwrap_or_default(),
+        binds: h.binds.clone().unwrap_or_default(),
         ports,
-        ipc_mode: h.ipc_mode.unwrap_or_default(),
-        pid_mode: h.pid_mode.unwrap_or_default(),
-        group_add: h.group_add.unwrap_or_default(),
+        ipc_mode: h.ipc_mode.clone().unwrap_or_default(),
+        pid_mode: h.pid_mode.clone().unwrap_or_default(),
+        group_add: h.group_add.clone().unwrap_or_default(),
         privileged: h.privileged.unwrap_or(false),
-        cap_add: h.cap_add.unwrap_or_default(),
-        cap_drop: h.cap_drop.unwrap_or_default(),
+        cap_add: h.cap_add.clone().unwrap_or_default(),
+        cap_drop: h.cap_drop.clone().unwrap_or_default(),
         read_only_rootfs: h.readonly_rootfs.unwrap_or(false),
-        security_opt: h.security_opt.unwrap_or_default(),
+        security_opt: h.security_opt.clone().unwrap_or_default(),
         stdin: config.open_stdin.unwrap_or(false),
         tty: config.tty.unwrap_or(false),
         stop_signal: config.stop_signal.clone().unwrap_or_default(),
@@ -544,7 +647,7 @@ mod tests {
                 "bridge": {"IPAddress": "172.17.0.2"}
             }}
         });
-        let c: api::ContainerInspectResponse = serde_json::from_value(json).expect("decodes");
+        let c: Inspect = serde_json::from_value(json).expect("decodes");
         let d = details_from(c);
         assert_eq!(d.name, "k8s_app");
         assert_eq!(d.state, ContainerState::Exited);
@@ -567,12 +670,70 @@ mod tests {
     }
 
     #[test]
+    fn list_and_inspect_decode_the_fields_read_and_take_nulls_as_absent() {
+        let list = serde_json::json!([{
+            "Id": "abc", "Names": ["/k8s_app_web"], "Image": "busybox",
+            "ImageID": "sha256:img", "Command": "sh", "Created": 1_714_566_896i64,
+            "Ports": [], "Labels": {"a": "b"}, "State": "running", "Status": "Up 1 second",
+            "HostConfig": {"NetworkMode": "default"}, "NetworkSettings": {"Networks": {}},
+            "Mounts": []
+        }, {"Id": "def", "Names": null, "Labels": null, "State": "created"}]);
+        let v: Vec<ListedContainer> = serde_json::from_value(list).expect("decodes");
+        let v: Vec<ContainerSummary> = v.into_iter().map(summary_from).collect();
+        assert_eq!(v[0].id, "abc");
+        assert_eq!(v[0].name, "k8s_app_web");
+        assert_eq!(v[0].image_id, "sha256:img");
+        assert_eq!(v[0].state, ContainerState::Running);
+        assert_eq!(v[0].labels.get("a").map(String::as_str), Some("b"));
+        assert_eq!(
+            v[0].created,
+            UNIX_EPOCH + Duration::from_secs(1_714_566_896)
+        );
+        assert_eq!((v[1].name.as_str(), v[1].labels.len()), ("", 0));
+        assert_eq!(v[1].state, ContainerState::Created);
+        let inspect = serde_json::json!({
+            "Id": "abc", "Name": "/k8s_app", "State": {"Status": "running", "Pid": 42},
+            "Config": {"Labels": null, "Entrypoint": null, "Cmd": ["sh", "-c", "true"],
+                       "Env": ["A=1"], "Tty": true, "OpenStdin": true, "StopSignal": "SIGINT"},
+            "HostConfig": {"Binds": null, "PortBindings": {
+                "80/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8080"}],
+                "53/udp": null, "bad": [{"HostPort": "1"}]
+            }, "CpuShares": 512, "Memory": 1048576, "CapAdd": ["NET_ADMIN"],
+               "ReadonlyRootfs": true, "CgroupParent": "/kubepods"},
+            "GraphDriver": {"Name": "overlay2", "Data": {"UpperDir": "/var/lib/docker/x/diff"}},
+            "NetworkSettings": {"Networks": null},
+            "LogPath": "/var/lib/docker/containers/abc/abc-json.log"
+        });
+        let d = details_from(serde_json::from_value(inspect).expect("decodes"));
+        assert_eq!((d.state, d.pid), (ContainerState::Running, 42));
+        assert!(d.labels.is_empty());
+        assert!(d.settings.entrypoint.is_empty());
+        assert_eq!(d.settings.cmd, ["sh", "-c", "true"]);
+        assert_eq!(d.settings.env, ["A=1"]);
+        assert!(d.settings.tty && d.settings.stdin && d.settings.read_only_rootfs);
+        assert_eq!(d.settings.stop_signal, "SIGINT");
+        assert_eq!(d.settings.ports.len(), 1);
+        assert_eq!(d.settings.ports[0].container_port, 80);
+        assert_eq!(d.settings.ports[0].host_port, 8080);
+        assert_eq!(d.settings.ports[0].host_ip, "127.0.0.1");
+        assert_eq!(d.settings.resources.cpu_shares, 512);
+        assert_eq!(d.settings.resources.memory_limit, 1_048_576);
+        assert_eq!(d.settings.cap_add, ["NET_ADMIN"]);
+        assert_eq!(d.settings.cgroup_parent, "/kubepods");
+        assert_eq!(d.settings.rootfs_dir, "/var/lib/docker/x/diff");
+        assert_eq!(d.ip_address, "");
+        assert_eq!(d.log_path, "/var/lib/docker/containers/abc/abc-json.log");
+    }
+
+    #[test]
     fn docker_states_fold_into_four() {
-        use api::ContainerStateStatusEnum as S;
-        assert_eq!(state_from(Some(S::PAUSED)), ContainerState::Running);
-        assert_eq!(state_from(Some(S::RESTARTING)), ContainerState::Running);
-        assert_eq!(state_from(Some(S::DEAD)), ContainerState::Exited);
-        assert_eq!(state_from(Some(S::CREATED)), ContainerState::Created);
+        assert_eq!(state_from(Some("running")), ContainerState::Running);
+        assert_eq!(state_from(Some("paused")), ContainerState::Running);
+        assert_eq!(state_from(Some("restarting")), ContainerState::Running);
+        assert_eq!(state_from(Some("exited")), ContainerState::Exited);
+        assert_eq!(state_from(Some("dead")), ContainerState::Exited);
+        assert_eq!(state_from(Some("created")), ContainerState::Created);
+        assert_eq!(state_from(Some("removing")), ContainerState::Unknown);
         assert_eq!(state_from(None), ContainerState::Unknown);
     }
 
