@@ -77,6 +77,10 @@ spec:
 /// reaching a real process's ports.
 const NO_SUCH_PID: u32 = u32::MAX;
 
+/// The content of a file beside `/logs/`'s directory (`../rkubelet-fuzz-secret` from
+/// it): no answer may ever carry it, whatever the path.
+const CANARY: &[u8] = b"rkubelet-fuzz-canary-7f3a";
+
 /// What lives for the whole fuzzing process.
 struct Shared {
     pod: Pod,
@@ -263,6 +267,10 @@ impl Shared {
 /// `/logs/`'s directory: a few files and a subdirectory, made once (the same content
 /// for every fuzzing process, so several may share it).
 fn log_dir() -> Option<PathBuf> {
+    let secret = std::env::temp_dir().join("rkubelet-fuzz-secret");
+    if !secret.exists() {
+        std::fs::write(&secret, CANARY).ok()?;
+    }
     let dir = std::env::temp_dir().join("rkubelet-fuzz-logs");
     std::fs::create_dir_all(dir.join("pods/default_web")).ok()?;
     for (name, text) in [
@@ -318,8 +326,22 @@ fn connection(
         client = Some(c);
         Some((server, s.stop.clone()))
     };
-    let statuses = http::fuzz_connection(bytes, certs, limits, handler, &mut connect);
-    drop(client);
+    let (statuses, mut answers) =
+        http::fuzz_connection(bytes, certs, limits, handler, &mut connect);
+    // What the streams wrote, as far as the client's buffer took it.
+    if let Some(mut c) = client {
+        if c.set_nonblocking(true).is_ok() {
+            let mut buf = [0u8; 16 << 10];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut c, &mut buf) {
+                answers.extend_from_slice(&buf[..n]);
+            }
+        }
+    }
+    assert!(
+        !answers.windows(CANARY.len()).any(|w| w == CANARY),
+        "a file outside /logs/ was served: {}",
+        String::from_utf8_lossy(&answers)
+    );
     statuses
 }
 
@@ -457,6 +479,10 @@ mod tests {
                     Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
                     Sec-WebSocket-Protocol: v5.channel.k8s.io\r\n\r\n";
         assert_eq!(kubelet_port(2, exec.as_bytes()), [0]);
+        // `..` never leaves `/logs/`'s directory (the canary beside it is not served).
+        let above = get("/logs/%2e%2e/rkubelet-fuzz-secret");
+        assert_eq!(kubelet_port(2, &above), [404]);
+        assert_eq!(kubelet_port(2, &get("/logs/pods/default_web/app.log")), [200]);
         let missing = get("/exec/default/nope/app?command=ls&stdout=1");
         assert_eq!(kubelet_port(2, &missing), [404]);
     }

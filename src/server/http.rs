@@ -1150,7 +1150,8 @@ fn encode_reply(head: &Head, reply: &Reply, keep_alive: bool) -> Vec<u8> {
 /// runs here as on a stream thread, over the socket `connect` gives (the client's end
 /// is the caller's), with the bytes after its head as the bytes read early, as
 /// [`Streams::start`] hands them over; `limits` gives the header cap and the stream
-/// write timeout. Returns the answers' statuses, `0` for a takeover.
+/// write timeout. Returns the answers' statuses (`0` for a takeover) and the bytes of
+/// the answers that were not takeovers.
 #[doc(hidden)]
 pub fn fuzz_connection(
     bytes: &[u8],
@@ -1158,15 +1159,16 @@ pub fn fuzz_connection(
     limits: Limits,
     handler: &dyn Fn(&Req) -> Reply,
     connect: &mut dyn FnMut() -> Option<(std::net::TcpStream, Stop)>,
-) -> Vec<u16> {
+) -> (Vec<u16>, Vec<u8>) {
     let mut statuses = Vec::new();
+    let mut wire = Vec::new();
     let mut buf = bytes;
     loop {
         let head = match parse_head(buf, limits.max_header_bytes) {
-            Parsed::Partial => return statuses,
+            Parsed::Partial => return (statuses, wire),
             Parsed::Invalid(status) => {
                 statuses.push(status);
-                return statuses;
+                return (statuses, wire);
             }
             Parsed::Complete(head) => head,
         };
@@ -1181,7 +1183,7 @@ pub fn fuzz_connection(
             if let Some((tcp, stop)) = connect() {
                 // A worker hands the connection over non-blocking.
                 if tcp.set_nonblocking(true).is_err() {
-                    return statuses;
+                    return (statuses, wire);
                 }
                 let hijacked = Hijacked {
                     stream: Stream::Plain(tcp),
@@ -1191,14 +1193,14 @@ pub fn fuzz_connection(
                 };
                 (takeover.0)(hijacked);
             }
-            return statuses;
+            return (statuses, wire);
         }
         statuses.push(reply.status);
         let keep_alive = head.keep_alive && !head.has_body;
-        drop(encode_reply(&head, &reply, keep_alive));
+        wire.extend_from_slice(&encode_reply(&head, &reply, keep_alive));
         // A head is never empty, so the loop ends.
         if !keep_alive || head.len == 0 {
-            return statuses;
+            return (statuses, wire);
         }
     }
 }
