@@ -482,7 +482,10 @@ mod tests {
         // `..` never leaves `/logs/`'s directory (the canary beside it is not served).
         let above = get("/logs/%2e%2e/rkubelet-fuzz-secret");
         assert_eq!(kubelet_port(2, &above), [404]);
-        assert_eq!(kubelet_port(2, &get("/logs/pods/default_web/app.log")), [200]);
+        assert_eq!(
+            kubelet_port(2, &get("/logs/pods/default_web/app.log")),
+            [200]
+        );
         let missing = get("/exec/default/nope/app?command=ls&stdout=1");
         assert_eq!(kubelet_port(2, &missing), [404]);
     }
