@@ -165,3 +165,161 @@ for sel, path in [(0, "/proc/meminfo"), (1, "/proc/stat"), (2, "/proc/loadavg"),
         pass
 put("procfs", b"\x044:0::/system.slice/docker-abc.scope\n")
 put("procfs", b"\x06memory.available<100Mi,nodefs.available<10%,imagefs.inodesFree<5%")
+
+# The ports end to end (http_readonly, http_kubelet, upgrade): what curl and kubectl
+# send, then hand-written bad ones. The pod is the fuzz fixture's static pod
+# default/web-fuzz-node (containers app and side).
+POD = "default/web-fuzz-node"
+def req(method, target, headers=(), body=b"", version="1.1"):
+    h = "%s %s HTTP/%s\r\n" % (method, target, version)
+    for k, v in headers:
+        h += "%s: %s\r\n" % (k, v)
+    return h.encode() + b"\r\n" + body
+CURL = [("Host", "10.0.0.5:10255"), ("User-Agent", "curl/7.88.1"), ("Accept", "*/*")]
+KUBECTL = [("Host", "10.0.0.5:10250"), ("User-Agent", "kubectl/v1.32.4 (linux/amd64) kubernetes/4cb5f07"),
+           ("Accept", "application/json, */*"), ("Accept-Encoding", "gzip")]
+
+# Read-only port (selector 0) and healthz port (1).
+for path in ["/pods", "/pods/", "/stats/summary", "/stats/summary?only_cpu_and_memory=true", "/metrics",
+             "/metrics/cadvisor", "/metrics/resource", "/metrics/probes", "/debug/loops", "/healthz",
+             "/healthz?verbose", "/healthz/pleg", "/healthz/syncloop", "/nope", "//pods//", "/pods?x=%zz"]:
+    put("http_readonly", b"\x00" + req("GET", path, CURL))
+put("http_readonly", b"\x00" + req("HEAD", "/pods", CURL))
+put("http_readonly", b"\x00" + req("POST", "/stats/summary", CURL + [("Content-Type", "application/json"),
+    ("Content-Length", "30")], b'{"only_cpu_and_memory": true}'))
+put("http_readonly", b"\x00" + req("DELETE", "/pods", CURL))
+put("http_readonly", b"\x00" + req("GET", "/healthz", CURL) + req("GET", "/pods", CURL) + req("GET", "/metrics", CURL + [("Connection", "close")]))
+put("http_readonly", b"\x00" + req("GET", "/pods", CURL, version="1.0") + req("GET", "/pods", CURL))
+put("http_readonly", b"\x00" + req("GET", "/pods", CURL + [("Content-Length", "abc")]))
+put("http_readonly", b"\x00" + req("GET", "/pods", CURL + [("Transfer-Encoding", "chunked")], b"5\r\nhello\r\n0\r\n\r\n"))
+put("http_readonly", b"\x00GET /pods HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 2000)
+put("http_readonly", b"\x00GET\x00/pods HTTP/1.1\r\n\r\n")
+for path in ["/healthz", "/healthz?verbose=1", "/healthz/ping", "/healthz/runtime", "/healthz/nope", "/", "/metrics"]:
+    put("http_readonly", b"\x01" + req("GET", path, [("Host", "127.0.0.1:10248"), ("User-Agent", "curl/7.88.1")]))
+put("http_readonly", b"\x01" + req("POST", "/healthz", [("Host", "127.0.0.1:10248")]))
+
+# Kubelet port: selector bits 0 anonymous, 1-2 certificate (1 = admin's), 3 token
+# webhook, 4 webhook authorizer, 5 debugging handlers off. 0x02: admin, AlwaysAllow.
+ADMIN = b"\x02"
+for path in ["/pods", "/runningpods/", "/configz", "/healthz", "/healthz/pleg", "/stats/summary",
+             "/metrics", "/metrics/cadvisor", "/metrics/probes", "/metrics/resource", "/spec/",
+             "/logs/", "/logs/syslog", "/logs/pods/", "/logs/pods/default_web/app.log", "/logs/../etc/passwd",
+             "/logs/%2e%2e/%2e%2e/etc/passwd", "/logs", "/debug/pprof/", "/checkpoint/default/web-fuzz-node/app",
+             "/containerLogs/%s/app" % POD,
+             "/containerLogs/%s/app?follow=true&tailLines=10&timestamps=true" % POD,
+             "/containerLogs/%s/app?sinceSeconds=60&limitBytes=1024" % POD,
+             "/containerLogs/%s/side?previous=true" % POD,
+             "/containerLogs/%s/app?sinceTime=2026-12-01T00:00:00Z" % POD,
+             "/containerLogs/%s/nope" % POD, "/containerLogs/default//app", "/containerLogs/%s/app?tailLines=-1" % POD,
+             "/containerLogs/%s/app?follow=1&sinceSeconds=0" % POD,
+             "/runningpods", "/run/%s/app?cmd=ls" % POD, "/exec/%s/app?command=ls&stdout=1" % POD]:
+    put("http_kubelet", ADMIN + req("GET", path, KUBECTL))
+put("http_kubelet", ADMIN + req("POST", "/run/%s/app" % POD, KUBECTL + [("Content-Type", "application/x-www-form-urlencoded"),
+    ("Content-Length", "6")], b"cmd=ls"))
+put("http_kubelet", ADMIN + req("POST", "/run/default/web-fuzz-node/%s/app?cmd=ls" % "uid", KUBECTL))
+put("http_kubelet", ADMIN + req("PUT", "/debug/flags/v", KUBECTL + [("Content-Length", "1")], b"3"))
+put("http_kubelet", ADMIN + req("PUT", "/debug/flags/v", KUBECTL + [("Content-Length", "3"), ("Expect", "100-continue")], b"abc"))
+put("http_kubelet", ADMIN + req("PUT", "/debug/flags/v", KUBECTL + [("Transfer-Encoding", "chunked")], b"1\r\n3\r\n0\r\n\r\n"))
+put("http_kubelet", ADMIN + req("GET", "/debug/flags/v", KUBECTL))
+put("http_kubelet", ADMIN + req("GET", "/pods", KUBECTL) + req("GET", "/configz", KUBECTL))
+put("http_kubelet", b"\x00" + req("GET", "/pods", KUBECTL))
+put("http_kubelet", b"\x01" + req("GET", "/pods", KUBECTL))
+put("http_kubelet", b"\x04" + req("GET", "/pods", KUBECTL))
+put("http_kubelet", b"\x06" + req("GET", "/healthz", KUBECTL))
+put("http_kubelet", b"\x08" + req("GET", "/pods", KUBECTL + [("Authorization", "Bearer eyJhbGciOiJSUzI1NiJ9.e30.sig")]))
+put("http_kubelet", b"\x09" + req("GET", "/pods", KUBECTL + [("Authorization", "bearer  x")]))
+put("http_kubelet", b"\x12" + req("GET", "/stats/summary", KUBECTL))
+put("http_kubelet", b"\x13" + req("POST", "/exec/%s/app?command=ls" % POD, KUBECTL))
+put("http_kubelet", b"\x22" + req("GET", "/configz", KUBECTL))
+put("http_kubelet", b"\x22" + req("GET", "/containerLogs/%s/app" % POD, KUBECTL))
+
+# Exec, attach, port-forward: kubectl's WebSocket (v5) and SPDY requests, then what
+# it sends after the upgrade.
+WS = [("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+      ("Sec-WebSocket-Version", "13")]
+def wsreq(target, protocols):
+    return req("GET", target, KUBECTL + WS + [("Sec-WebSocket-Protocol", protocols)])
+RC = "v5.channel.k8s.io, v4.channel.k8s.io, v3.channel.k8s.io, v2.channel.k8s.io, channel.k8s.io"
+exec_q = "/exec/%s/app?command=sh&command=-c&command=cat&stdin=1&stdout=1&stderr=1" % POD
+for sel in [b"", ADMIN]:
+    put("upgrade" if not sel else "http_kubelet", sel + wsreq(exec_q, RC) + ws(2, b"\x00hello\n") + ws(2, b"\xff\x00") + ws(8, b"\x03\xe8"))
+put("upgrade", wsreq("/exec/%s/app?command=sh&stdin=1&stdout=1&tty=1" % POD, RC)
+    + ws(2, b"\x04{\"Width\":80,\"Height\":24}") + ws(2, b"\x00ls\r") + ws(9, b"p") + ws(8, b""))
+put("upgrade", wsreq("/attach/%s/app?stdin=1&stdout=1&stderr=1" % POD, "v4.channel.k8s.io") + ws(2, b"\x00x"))
+put("upgrade", wsreq("/exec/%s/app?command=ls&stdout=1" % POD, "base64.channel.k8s.io") + ws(1, b"0aGVsbG8="))
+put("upgrade", wsreq("/exec/%s/app?command=ls&stdout=1" % POD, "nope.k8s.io"))
+put("upgrade", wsreq("/portForward/%s?port=8080&port=9090" % POD, "v4.channel.k8s.io") + ws(2, b"\x00\x90\x1fGET / HTTP/1.0\r\n\r\n"))
+put("upgrade", wsreq("/portForward/%s" % POD, "SPDY/3.1+portforward.k8s.io") + ws(2, read(os.path.join("src", "server", "spdy", "fixtures", "portforward.bin"))))
+SPDY = [("Content-Length", "0"), ("Connection", "Upgrade"), ("Kubectl-Command", "kubectl exec"), ("Upgrade", "SPDY/3.1")]
+for name, target in [("exec_stdin", "/exec/%s/app?command=cat&stderr=true&stdin=1&stdout=1" % POD),
+                     ("exec_tty", "/exec/%s/app?command=sh&stdin=1&stdout=1&tty=1" % POD)]:
+    frames = read(os.path.join("src", "server", "spdy", "fixtures", name + ".bin"))
+    put("upgrade", req("POST", target, KUBECTL + SPDY + [("X-Stream-Protocol-Version", p) for p in
+        ["v5.channel.k8s.io", "v4.channel.k8s.io", "v3.channel.k8s.io", "v2.channel.k8s.io", "channel.k8s.io"]]) + frames)
+put("upgrade", req("POST", "/portForward/%s" % POD, KUBECTL + SPDY + [("X-Stream-Protocol-Version", "portforward.k8s.io")])
+    + read(os.path.join("src", "server", "spdy", "fixtures", "portforward.bin")))
+put("upgrade", req("POST", "/attach/%s/app?stdout=1" % POD, KUBECTL + SPDY))
+put("upgrade", req("POST", "/exec/%s/app?command=ls&stdout=1" % POD, KUBECTL + [("Upgrade", "h2c"), ("Connection", "Upgrade")]))
+
+# gRPC probe's frame loop: what a health server sends after the call.
+def h2(ty, flags, stream, payload):
+    return len(payload).to_bytes(3, "big") + bytes([ty, flags]) + stream.to_bytes(4, "big") + payload
+def hlit(name, value):  # literal with incremental indexing, new name
+    return b"\x40" + bytes([len(name)]) + name + bytes([len(value)]) + value
+CT = hlit(b"content-type", b"application/grpc")
+def health(status):
+    body = b"\x08" + bytes([status])
+    return b"\x00" + len(body).to_bytes(4, "big") + body
+SETTINGS = h2(4, 0, 0, b"\x00\x03\x00\x00\x00\x64") + h2(4, 1, 0, b"")
+OK_TRAILERS = h2(1, 0x5, 1, hlit(b"grpc-status", b"0"))
+put("grpc_frames", SETTINGS + h2(1, 0x4, 1, b"\x88" + CT) + h2(0, 0, 1, health(1)) + OK_TRAILERS)
+put("grpc_frames", SETTINGS + h2(1, 0x4, 1, b"\x88" + CT) + h2(0, 0, 1, health(2)) + OK_TRAILERS)
+put("grpc_frames", SETTINGS + h2(1, 0x5, 1, b"\x88" + CT + hlit(b"grpc-status", b"12") + hlit(b"grpc-message", b"unknown%20service")))
+put("grpc_frames", SETTINGS + h2(1, 0x0, 1, b"\x88") + h2(9, 0x4, 1, CT) + h2(6, 0, 0, b"12345678")
+    + h2(0, 0x8, 1, b"\x02" + health(1) + b"\x00\x00") + h2(1, 0x5 | 0x8 | 0x20, 1, b"\x01" + b"\x00\x00\x00\x03\x10" + hlit(b"grpc-status", b"0") + b"\x00"))
+put("grpc_frames", SETTINGS + h2(7, 0, 0, b"\x00\x00\x00\x00\x00\x00\x00\x00"))
+put("grpc_frames", SETTINGS + h2(3, 0, 1, b"\x00\x00\x00\x07"))
+put("grpc_frames", h2(1, 0x5, 1, b"\x8d"))  # :status 404, no grpc-status
+put("grpc_frames", SETTINGS + h2(1, 0x4, 1, b"\x88") + h2(0, 0x1, 1, health(3)))
+put("grpc_frames", h2(1, 0x4, 3, b"\x88") + h2(0, 0, 3, b"x") + h2(8, 0, 0, b"\x00\x00\x10\x00") + h2(1, 0x5, 1, b"\x88"))
+
+# etcd source: a range answer (R…) then watch lines, as the v3 JSON gateway sends them.
+def b64s(b):
+    return base64.b64encode(b.encode() if isinstance(b, str) else b).decode()
+KEY = "/registry/hosts/fuzz-node/"
+POD_YAML = "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: c, image: busybox}]\n"
+POD_JSON = json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "api"},
+                       "spec": {"containers": [{"name": "c", "image": "busybox", "ports": [{"containerPort": 80}]}]}})
+def kv(key, value, rev):
+    d = {"key": b64s(KEY + key), "create_revision": "2", "mod_revision": str(rev), "version": "1"}
+    if value is not None:
+        d["value"] = b64s(value)
+    return d
+def rng(rev, kvs):
+    return "R" + json.dumps({"header": {"cluster_id": "1", "member_id": "2", "revision": str(rev), "raft_term": "2"},
+                              "kvs": kvs, "count": str(len(kvs))})
+def wl(result=None, error=None):
+    d = {}
+    if result is not None:
+        d["result"] = result
+    if error is not None:
+        d["error"] = error
+    return json.dumps(d)
+HDR = lambda r: {"cluster_id": "1", "member_id": "2", "revision": str(r), "raft_term": "2"}
+put("etcd_stream", "\n".join([
+    rng(5, [kv("web", POD_YAML, 5)]),
+    wl({"header": HDR(5), "created": True}),
+    wl({"header": HDR(6), "events": [{"kv": kv("api", POD_JSON, 6)}]}),
+    wl({"header": HDR(7), "events": [{"type": "DELETE", "kv": kv("web", None, 7)}]}),
+    wl({"header": HDR(8), "events": [{"kv": kv("api", "not: [a pod", 8)}]}),
+    wl({"header": HDR(8)}),
+    ""]))
+put("etcd_stream", "\n".join([
+    rng(9, [kv("web", POD_YAML, 3), kv("bad", "{", 9)]),
+    wl({"header": HDR(9), "compact_revision": "8", "canceled": True, "cancel_reason": "mvcc: required revision has been compacted"}),
+    rng(12, [kv("web", POD_YAML, 3)]),
+    wl({"header": HDR(2), "created": True}),
+    wl(error={"grpc_code": 14, "http_code": 503, "message": "etcdserver: leader changed", "http_status": "Service Unavailable"}),
+    rng(9223372036854775807, []),
+    wl({"header": HDR(9223372036854775807), "created": True}),
+    wl({"header": HDR(1), "events": [{"kv": kv("x", "", "-9223372036854775808")}]})]))

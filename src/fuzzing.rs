@@ -6,6 +6,8 @@
 //! Each target takes raw bytes and must neither panic nor allocate without bound,
 //! whatever the bytes.
 
+mod servers;
+
 use std::path::Path;
 
 use crate::podconfig::manifest::{self, Format, Origin};
@@ -34,6 +36,11 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("grpc", grpc),
     ("kmsg", kmsg),
     ("procfs", procfs),
+    ("http_readonly", servers::http_readonly),
+    ("http_kubelet", servers::http_kubelet),
+    ("upgrade", servers::upgrade),
+    ("grpc_frames", grpc_frames),
+    ("etcd_stream", etcd_stream),
 ];
 
 /// Runs the target called `name`; false when there is none.
@@ -105,7 +112,7 @@ fn docker(data: &[u8]) {
 
 /// One line of an etcd v3 JSON-gateway watch, and the manifests in its values.
 fn etcd_watch(data: &[u8]) {
-    crate::podconfig::etcd::fuzz_watch_line(data, NODE);
+    crate::podconfig::etcd::fuzz_stream(data, false, NODE);
 }
 
 /// One line of an API server pod watch.
@@ -173,6 +180,18 @@ fn grpc(data: &[u8]) {
     let mut pieces: Vec<&[u8]> = data.split(|b| *b == 0xff).collect();
     let body = pieces.pop().unwrap_or_default();
     crate::prober::grpc::fuzz_response(&pieces, body);
+}
+
+/// What a gRPC server sends after the probe's call: HTTP/2 frames through the
+/// probe's frame loop.
+fn grpc_frames(data: &[u8]) {
+    crate::prober::grpc::fuzz_frames(data);
+}
+
+/// A sequence of etcd answers (range reads and watch lines, one per line) through
+/// the etcd source's relist/watch state machine.
+fn etcd_stream(data: &[u8]) {
+    crate::podconfig::etcd::fuzz_stream(data, true, NODE);
 }
 
 /// /dev/kmsg records, one per line, through the OOM parser.

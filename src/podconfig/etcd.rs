@@ -18,6 +18,9 @@
 //! `-<node>`, UID hashed with the key). A key that stops decoding keeps its last good
 //! pods and is reported (log + loop error) until fixed; a deleted key's pods go. TLS:
 //! `--etcd-cafile`, `--etcd-certfile`, `--etcd-keyfile`.
+//!
+//! Over 800 lines: the state machine, its unit tests and the fuzzing entry that drives
+//! it ([`fuzz_stream`], which needs the source's private state) belong together.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -306,19 +309,7 @@ impl EtcdSource {
         let mut last_err = None;
         for _ in 0..self.cfg.servers.len().max(1) {
             match self.range() {
-                Ok(resp) => {
-                    let mut keys = std::mem::take(&mut self.keys);
-                    let mut fresh = BTreeMap::new();
-                    for kv in resp.kvs {
-                        let key = String::from_utf8_lossy(&kv.key.0).into_owned();
-                        let value = kv.value.map(|v| v.0).unwrap_or_default();
-                        let old = keys.remove(&key);
-                        fresh.insert(key.clone(), self.decode(&key, value, old));
-                    }
-                    self.keys = fresh;
-                    self.revision = rev(&resp.header.revision);
-                    return self.send();
-                }
+                Ok(resp) => return self.apply_range(resp),
                 Err(e) => {
                     log::debug!("{}", error_chain(&e));
                     last_err = Some(e);
@@ -327,6 +318,22 @@ impl EtcdSource {
             }
         }
         Err(last_err.unwrap_or(EtcdError::Disconnected))
+    }
+
+    /// Takes a range read's answer as the whole state (keys whose value did not
+    /// change keep their decoded pods) and sends the snapshot.
+    fn apply_range(&mut self, resp: RangeResponse) -> Result<(), EtcdError> {
+        let mut keys = std::mem::take(&mut self.keys);
+        let mut fresh = BTreeMap::new();
+        for kv in resp.kvs {
+            let key = String::from_utf8_lossy(&kv.key.0).into_owned();
+            let value = kv.value.map(|v| v.0).unwrap_or_default();
+            let old = keys.remove(&key);
+            fresh.insert(key.clone(), self.decode(&key, value, old));
+        }
+        self.keys = fresh;
+        self.revision = rev(&resp.header.revision);
+        self.send()
     }
 
     fn range(&self) -> Result<RangeResponse, EtcdError> {
@@ -414,17 +421,11 @@ impl EtcdSource {
         on_progress: &mut dyn FnMut(&EtcdSource),
     ) -> Result<WatchEnd, EtcdError> {
         let server = self.server().to_string();
-        let prefix = self.cfg.prefix.as_bytes();
-        let body = json!({"create_request": {
-            "key": b64(prefix),
-            "range_end": b64(&prefix_range_end(prefix)),
-            "start_revision": (self.revision + 1).to_string(),
-        }});
         let request = ureq::http::Request::builder()
             .method("POST")
             .uri(format!("{server}/v3/watch"))
             .header("Content-Type", "application/json")
-            .body(body.to_string())
+            .body(self.watch_request())
             .map_err(|e| EtcdError::Transport {
                 what: "watch".into(),
                 server: server.clone(),
@@ -468,68 +469,94 @@ impl EtcdSource {
                 Err(_) if opened.elapsed() >= WATCH_MAX => return Ok(WatchEnd::Closed),
                 Err(source) => return Err(EtcdError::Stream { server, source }),
             };
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
+            if let Some(end) = self.apply_watch_line(&server, &line, on_progress)? {
+                return Ok(end);
             }
-            let parsed: WatchLine =
-                serde_json::from_slice(&line).map_err(|e| EtcdError::Answer {
-                    what: "watch".into(),
-                    server: server.clone(),
-                    reason: format!("a watch line does not decode: {e}"),
-                })?;
-            if let Some(err) = parsed.error {
-                return Err(EtcdError::Answer {
-                    what: "watch".into(),
-                    server,
-                    reason: err.message,
-                });
-            }
-            let Some(result) = parsed.result else {
-                continue;
-            };
-            if result.compact_revision.is_some() && rev(&result.compact_revision) > 0 {
-                return Ok(WatchEnd::Relist(format!(
-                    "revision {} was compacted (compact revision {})",
-                    self.revision + 1,
-                    rev(&result.compact_revision)
-                )));
-            }
-            if result.canceled {
-                return Ok(WatchEnd::Relist(format!(
-                    "the watch was canceled: {}",
-                    result.cancel_reason.unwrap_or_default()
-                )));
-            }
-            if result.created {
-                let store = rev(&result.header.revision);
-                if store < self.revision {
-                    // etcd's data was replaced: revisions start again below ours.
-                    return Ok(WatchEnd::Relist(format!(
-                        "the store's revision {store} is below the last seen {}",
-                        self.revision
-                    )));
-                }
-                on_progress(self);
-                continue;
-            }
-            if result.events.is_empty() {
-                continue; // a progress notification
-            }
-            for ev in result.events {
-                let key = String::from_utf8_lossy(&ev.kv.key.0).into_owned();
-                self.revision = self.revision.max(rev(&ev.kv.mod_revision));
-                if ev.kind.as_deref() == Some("DELETE") {
-                    self.keys.remove(&key);
-                } else {
-                    let value = ev.kv.value.map(|v| v.0).unwrap_or_default();
-                    let old = self.keys.remove(&key);
-                    let state = self.decode(&key, value, old);
-                    self.keys.insert(key, state);
-                }
-            }
-            self.send()?;
-            on_progress(self);
         }
+    }
+
+    /// The body of the watch request: the prefix, from the revision after the state
+    /// held. The revision is etcd's (any int64 it sends): saturating, so a store at
+    /// `i64::MAX` cannot overflow it.
+    fn watch_request(&self) -> String {
+        let prefix = self.cfg.prefix.as_bytes();
+        json!({"create_request": {
+            "key": b64(prefix),
+            "range_end": b64(&prefix_range_end(prefix)),
+            "start_revision": self.revision.saturating_add(1).to_string(),
+        }})
+        .to_string()
+    }
+
+    /// One line of a watch stream: applies its events and sends the snapshot (then
+    /// `on_progress`), or says how the watch ends (`Some`).
+    fn apply_watch_line(
+        &mut self,
+        server: &str,
+        line: &[u8],
+        on_progress: &mut dyn FnMut(&EtcdSource),
+    ) -> Result<Option<WatchEnd>, EtcdError> {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(None);
+        }
+        let parsed: WatchLine = serde_json::from_slice(line).map_err(|e| EtcdError::Answer {
+            what: "watch".into(),
+            server: server.to_string(),
+            reason: format!("a watch line does not decode: {e}"),
+        })?;
+        if let Some(err) = parsed.error {
+            return Err(EtcdError::Answer {
+                what: "watch".into(),
+                server: server.to_string(),
+                reason: err.message,
+            });
+        }
+        let Some(result) = parsed.result else {
+            return Ok(None);
+        };
+        if result.compact_revision.is_some() && rev(&result.compact_revision) > 0 {
+            return Ok(Some(WatchEnd::Relist(format!(
+                "revision {} was compacted (compact revision {})",
+                self.revision.saturating_add(1),
+                rev(&result.compact_revision)
+            ))));
+        }
+        if result.canceled {
+            return Ok(Some(WatchEnd::Relist(format!(
+                "the watch was canceled: {}",
+                result.cancel_reason.unwrap_or_default()
+            ))));
+        }
+        if result.created {
+            let store = rev(&result.header.revision);
+            if store < self.revision {
+                // etcd's data was replaced: revisions start again below ours.
+                return Ok(Some(WatchEnd::Relist(format!(
+                    "the store's revision {store} is below the last seen {}",
+                    self.revision
+                ))));
+            }
+            on_progress(self);
+            return Ok(None);
+        }
+        if result.events.is_empty() {
+            return Ok(None); // a progress notification
+        }
+        for ev in result.events {
+            let key = String::from_utf8_lossy(&ev.kv.key.0).into_owned();
+            self.revision = self.revision.max(rev(&ev.kv.mod_revision));
+            if ev.kind.as_deref() == Some("DELETE") {
+                self.keys.remove(&key);
+            } else {
+                let value = ev.kv.value.map(|v| v.0).unwrap_or_default();
+                let old = self.keys.remove(&key);
+                let state = self.decode(&key, value, old);
+                self.keys.insert(key, state);
+            }
+        }
+        self.send()?;
+        on_progress(self);
+        Ok(None)
     }
 
     /// The `src-etcd` thread: list, watch, resume, relist, fail over, until shutdown.
@@ -635,24 +662,50 @@ pub fn pods_from_value(
     pods
 }
 
-/// Fuzzing (`crate::fuzzing`): one watch line decoded as [`EtcdSource::watch`] does,
-/// and each put's value decoded into static pods.
+/// Fuzzing (`crate::fuzzing`): etcd's answers through the source's state machine.
+/// `lines`: one per line, a range read's answer (`R` then its JSON) or a watch line;
+/// else all of `data` is one watch line. After each, the snapshot sent is taken and
+/// the next watch request made, as [`EtcdSource::run`] would.
 #[doc(hidden)]
-pub fn fuzz_watch_line(line: &[u8], node_name: &str) {
-    let Ok(parsed) = serde_json::from_slice::<WatchLine>(line) else {
-        return;
+pub fn fuzz_stream(data: &[u8], lines: bool, node_name: &str) {
+    static AGENT: std::sync::OnceLock<Agent> = std::sync::OnceLock::new();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut source = EtcdSource {
+        cfg: EtcdConfig {
+            servers: vec!["http://e1:2379".into(), "http://e2:2379".into()],
+            prefix: format!("/registry/hosts/{node_name}/"),
+            tls: TlsSettings::default(),
+        },
+        current: 0,
+        node_name: node_name.to_string(),
+        updates: tx,
+        agent: AGENT.get_or_init(Agent::new_with_defaults).clone(),
+        keys: BTreeMap::new(),
+        revision: 0,
     };
-    let Some(result) = parsed.result else {
-        return;
-    };
-    let _ = (rev(&result.compact_revision), rev(&result.header.revision));
-    for ev in result.events {
-        let key = String::from_utf8_lossy(&ev.kv.key.0).into_owned();
-        let _ = rev(&ev.kv.mod_revision);
-        if ev.kind.as_deref() != Some("DELETE") {
-            let value = ev.kv.value.map(|v| v.0).unwrap_or_default();
-            let _ = pods_from_value(&key, &value, node_name);
-        }
+    let server = source.server().to_string();
+    let mut pieces = vec![data];
+    if lines {
+        pieces = data.split(|b| *b == b'\n').collect();
+    }
+    for line in pieces {
+        let _ = match line.split_first().filter(|_| lines) {
+            Some((b'R', body)) => serde_json::from_slice::<RangeResponse>(body)
+                .map_err(|e| e.to_string())
+                .and_then(|resp| source.apply_range(resp).map_err(|e| e.to_string())),
+            _ => source
+                .apply_watch_line(&server, line, &mut |_| {})
+                .map(drop)
+                .map_err(|e| {
+                    source.fail_over();
+                    e.to_string()
+                }),
+        };
+        let _ = (
+            rx.try_iter().count(),
+            source.watch_request(),
+            source.key_errors(),
+        );
     }
 }
 

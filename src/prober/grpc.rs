@@ -231,7 +231,31 @@ fn call(
         &grpc_message(&health_request(service)),
     );
     write(s, &out, deadline)?;
+    read_reply(s, deadline)
+}
 
+/// The call's connection as the frame loop uses it: the probe's socket, each read and
+/// write bounded by the call's deadline, or (fuzzing) a server's bytes in memory.
+trait Wire {
+    /// Fills `b`, or fails (the server closed, the deadline passed).
+    fn read_exact(&mut self, b: &mut [u8], deadline: Instant) -> std::io::Result<()>;
+    /// Sends all of `b`.
+    fn write(&mut self, b: &[u8], deadline: Instant) -> std::io::Result<()>;
+}
+
+impl Wire for TcpStream {
+    fn read_exact(&mut self, b: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+        read_exact(self, b, deadline)
+    }
+
+    fn write(&mut self, b: &[u8], deadline: Instant) -> std::io::Result<()> {
+        write(self, b, deadline)
+    }
+}
+
+/// Reads the server's frames until stream 1 ends, answering its SETTINGS and PINGs,
+/// then says GOAWAY.
+fn read_reply(s: &mut impl Wire, deadline: Instant) -> std::io::Result<Reply> {
     let mut data = Vec::new();
     let mut reply = Reply::default();
     let mut hpack = loona_hpack::Decoder::new();
@@ -242,7 +266,7 @@ fn call(
     let mut header_bytes = 0usize;
     loop {
         let mut head = [0u8; 9];
-        read_exact(s, &mut head, deadline)?;
+        s.read_exact(&mut head, deadline)?;
         let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
         let (ty, flags) = (head[3], head[4]);
         let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
@@ -250,17 +274,17 @@ fn call(
             return Err(std::io::Error::other(format!("frame of {len} bytes")));
         }
         let mut payload = vec![0u8; len];
-        read_exact(s, &mut payload, deadline)?;
+        s.read_exact(&mut payload, deadline)?;
         if block.is_some() && ty != CONTINUATION {
             return Err(std::io::Error::other("a header block was cut off"));
         }
         let fragment = match ty {
             SETTINGS if flags & ACK == 0 => {
-                write(s, &frame_bytes(SETTINGS, ACK, 0, &[]), deadline)?;
+                s.write(&frame_bytes(SETTINGS, ACK, 0, &[]), deadline)?;
                 None
             }
             PING if flags & ACK == 0 => {
-                write(s, &frame_bytes(PING, ACK, 0, &payload), deadline)?;
+                s.write(&frame_bytes(PING, ACK, 0, &payload), deadline)?;
                 None
             }
             GOAWAY if data.is_empty() && reply.grpc_status.is_none() => {
@@ -323,7 +347,7 @@ fn call(
     let mut goaway = Vec::new();
     goaway.extend_from_slice(&1u32.to_be_bytes());
     goaway.extend_from_slice(&0u32.to_be_bytes());
-    let _ = s.write_all(&frame_bytes(GOAWAY, 0, 0, &goaway));
+    let _ = s.write(&frame_bytes(GOAWAY, 0, 0, &goaway), deadline);
     reply.status = response_status(&data);
     Ok(reply)
 }
@@ -343,6 +367,28 @@ pub fn fuzz_response(blocks: &[&[u8]], data: &[u8]) {
     }
     reply.status = response_status(unpad(data, data.first().copied().unwrap_or(0)));
     let _ = judge(&reply, Duration::from_secs(1));
+}
+
+/// Fuzzing (`crate::fuzzing`): a server's bytes after the call was sent, through the
+/// frame loop of [`call`] (frame heads, padding, header blocks across CONTINUATION
+/// frames, SETTINGS and PING answered, GOAWAY, RST_STREAM, the caps), then judged.
+#[doc(hidden)]
+pub fn fuzz_frames(server: &[u8]) {
+    /// The server's bytes; what the probe sends is dropped.
+    struct Bytes<'a>(&'a [u8]);
+    impl Wire for Bytes<'_> {
+        fn read_exact(&mut self, b: &mut [u8], _deadline: Instant) -> std::io::Result<()> {
+            Read::read_exact(&mut self.0, b)
+        }
+
+        fn write(&mut self, _b: &[u8], _deadline: Instant) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let deadline = crate::time::saturating_deadline(Instant::now(), Duration::from_secs(1));
+    if let Ok(reply) = read_reply(&mut Bytes(server), deadline) {
+        let _ = judge(&reply, Duration::from_secs(1));
+    }
 }
 
 /// Takes `:status`, `grpc-status` and `grpc-message` from decoded headers or trailers.

@@ -365,6 +365,15 @@ impl FakeRuntime {
         lock(&self.state).resizes.clone()
     }
 
+    /// Gives running container `id` the host PID `pid` (the fake makes one up at
+    /// start), e.g. one no process has, so that whatever enters the PID's namespaces
+    /// fails instead of entering a real process's.
+    pub fn set_pid(&self, id: &str, pid: u32) {
+        if let Some(c) = lock(&self.state).containers.get_mut(id) {
+            c.pid = pid;
+        }
+    }
+
     /// A running container exits now with `code`.
     pub fn exit(&self, id: &str, code: i64) {
         let now = self.clock.now();

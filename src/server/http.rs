@@ -1118,6 +1118,12 @@ fn write_reply(
 ) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_write_timeout(limits.write_timeout)?;
+    stream.write_blocking(&encode_reply(head, reply, keep_alive))
+}
+
+/// An answer's bytes as they go on the wire: the status line, the headers, and the
+/// body unless the request was a `HEAD`.
+fn encode_reply(head: &Head, reply: &Reply, keep_alive: bool) -> Vec<u8> {
     let mut out = response_head(
         reply.status,
         reply.content_type,
@@ -1132,7 +1138,71 @@ fn write_reply(
     if head.method != "HEAD" {
         out.extend_from_slice(&reply.body);
     }
-    stream.write_blocking(&out)
+    out
+}
+
+/// Fuzzing (`crate::fuzzing`): the bytes a client sent on one connection, taken as
+/// the poller and a worker take them, on the calling thread: each request head parsed
+/// in turn ([`parse_head`], pipelined ones included), made the [`Req`] a worker makes
+/// (with `peer_certificates` as the TLS handshake would have verified them), answered
+/// by `handler` and encoded as [`write_reply`] writes it, until a head is partial or
+/// invalid, the connection is not kept alive, or an answer takes it over. A takeover
+/// runs here as on a stream thread, over the socket `connect` gives (the client's end
+/// is the caller's), with the bytes after its head as the bytes read early, as
+/// [`Streams::start`] hands them over; `limits` gives the header cap and the stream
+/// write timeout. Returns the answers' statuses (`0` for a takeover) and the bytes of
+/// the answers that were not takeovers.
+#[doc(hidden)]
+pub fn fuzz_connection(
+    bytes: &[u8],
+    peer_certificates: &[Vec<u8>],
+    limits: Limits,
+    handler: &dyn Fn(&Req) -> Reply,
+    connect: &mut dyn FnMut() -> Option<(std::net::TcpStream, Stop)>,
+) -> (Vec<u16>, Vec<u8>) {
+    let mut statuses = Vec::new();
+    let mut wire = Vec::new();
+    let mut buf = bytes;
+    loop {
+        let head = match parse_head(buf, limits.max_header_bytes) {
+            Parsed::Partial => return (statuses, wire),
+            Parsed::Invalid(status) => {
+                statuses.push(status);
+                return (statuses, wire);
+            }
+            Parsed::Complete(head) => head,
+        };
+        buf = buf.get(head.len..).unwrap_or_default();
+        let req = Req {
+            peer_certificates: peer_certificates.to_vec(),
+            ..Req::from_head(&head, None)
+        };
+        let mut reply = handler(&req);
+        if let Some(takeover) = reply.takeover.take() {
+            statuses.push(0);
+            if let Some((tcp, stop)) = connect() {
+                // A worker hands the connection over non-blocking.
+                if tcp.set_nonblocking(true).is_err() {
+                    return (statuses, wire);
+                }
+                let hijacked = Hijacked {
+                    stream: Stream::Plain(tcp),
+                    early: buf.to_vec(),
+                    write_timeout: limits.stream_write_timeout,
+                    stop,
+                };
+                (takeover.0)(hijacked);
+            }
+            return (statuses, wire);
+        }
+        statuses.push(reply.status);
+        let keep_alive = head.keep_alive && !head.has_body;
+        wire.extend_from_slice(&encode_reply(&head, &reply, keep_alive));
+        // A head is never empty, so the loop ends.
+        if !keep_alive || head.len == 0 {
+            return (statuses, wire);
+        }
+    }
 }
 
 /// The status line and headers of an answer, as Go's net/http writes them.

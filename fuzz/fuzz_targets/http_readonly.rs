@@ -1,0 +1,6 @@
+//! Fuzz target `http_readonly`: see `rkubelet::fuzzing` for what it feeds.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    rkubelet::fuzzing::run("http_readonly", data);
+});
