@@ -1494,17 +1494,37 @@ pub fn clock_steps(scale: &Scale) -> Row {
     let api = TestApiServer::start(Options::default());
     let mut node = Node::new("chaos-clock");
     let n = node.name.clone();
-    // The test CA and the stand-in's certificate were made minutes ago: a clock an
-    // hour back would find them not yet valid and fail every request (so would
-    // upstream's). Certificate checks are not what this scenario is about: skip them.
+    // The test CA and the stand-in's certificate are backdated 2 h (openssl under
+    // libfaketime, tests/it/apiserver.rs): an hour back the kubelet still verifies
+    // them. Proved here before the clock moves: the chain verifies at now - 1 h 30 m.
+    let pki = crate::apiserver::Pki::get();
+    let at = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        .saturating_sub(90 * 60);
+    let verify = Command::new("openssl")
+        .arg("verify")
+        .arg("-attime")
+        .arg(at.to_string())
+        .arg("-CAfile")
+        .arg(&pki.ca)
+        .arg(&pki.server_cert)
+        .output()
+        .expect("openssl verify");
+    assert!(
+        verify.status.success(),
+        "the test certificates are not valid 90 minutes ago (made without libfaketime?): {}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
     let kc = node.dir.join("kubeconfig");
     std::fs::write(
         &kc,
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    \
-             insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: good-token\n\
+             certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: good-token\n\
              contexts:\n- name: ctx\n  context: {{cluster: test, user: u}}\ncurrent-context: ctx\n",
-            api.url()
+            api.url(),
+            pki.ca.display()
         ),
     )
     .expect("kubeconfig");
