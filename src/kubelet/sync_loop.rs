@@ -607,6 +607,44 @@ mod tests {
     }
 
     #[test]
+    fn a_kubelet_killed_between_create_and_start_leaves_no_extra_restart() {
+        use crate::container::labels;
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        n.snapshot(Source::File, vec![pod("web", "u1", ONE)]);
+        let first = n.running("u1", "a").expect("a runs");
+        // An edit restarts `a` (restart 1); the kubelet dies after the create, before
+        // the start: the runtime answers nothing more to it.
+        let edited = "{containers: [{name: a, image: 'busybox:1', command: [sleep, '3600']}]}";
+        rt.fail(Op::Start, 1, Fault::Unavailable);
+        n.snapshot(Source::File, vec![pod("web", "u1", edited)]);
+        let created = n.instances("u1", "a");
+        assert_eq!(created.len(), 2, "{created:?}");
+        assert_eq!(created[0].state, ContainerState::Created);
+        assert_eq!(labels::restart_count(&created[0].labels), 1);
+        drop(n);
+        // The next kubelet: one edit, so one restart, and the instance that never ran
+        // is gone; the one that ran stays for lastState and `logs --previous`.
+        let mut n = Node::new(&rt, &[Source::File]);
+        n.snapshot(Source::File, vec![pod("web", "u1", edited)]);
+        let now = n.running("u1", "a").expect("a runs again");
+        assert_eq!(
+            labels::restart_count(&now.labels),
+            1,
+            "one edit, one restart"
+        );
+        let ids: Vec<String> = n.instances("u1", "a").into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, [now.id.clone(), first.id.clone()]);
+        let st = n.sl.statuses.get("u1").expect("status");
+        let cs = st.container_statuses.as_ref().expect("container statuses");
+        assert_eq!(cs[0].restart_count, 1);
+        assert!(cs[0]
+            .last_state
+            .as_ref()
+            .is_some_and(|l| l.terminated.is_some()));
+    }
+
+    #[test]
     fn a_liveness_failure_from_the_prober_restarts_the_container() {
         let rt = testing::runtime(&testing::clock());
         let mut n = Node::new(&rt, &[Source::File]);

@@ -173,12 +173,33 @@ fn init_failed(d: &ContainerDetails) -> bool {
         || d.state == ContainerState::Unknown
 }
 
+/// An instance the runtime created and never started, nor tried to: `Created`, no start
+/// or finish time, no exit code, no error. What a kubelet killed between its create and
+/// its start leaves behind (the engine finishes a create whose client died). It never
+/// ran, so replacing it is no restart. A start the runtime refused leaves `Created` too,
+/// but with an exit code or an error: that one counts as a failed run, as upstream.
+pub fn never_ran(d: &ContainerDetails) -> bool {
+    d.state == ContainerState::Created
+        && d.started_at.is_none()
+        && d.finished_at.is_none()
+        && d.exit_code == 0
+        && d.error.is_empty()
+}
+
 fn start_of(c: &Container, index: usize, kind: ContainerKind, rt: &RuntimePod) -> StartAction {
     // Restart counts continue across instances and sandboxes (upstream: the newest
-    // status's restartCount + 1).
-    let restart_count = rt
-        .newest(&c.name, kind)
-        .map_or(0, |d| labels::restart_count(&d.labels).saturating_add(1));
+    // status's restartCount + 1). A newest instance that never ran is replaced under
+    // its own count instead (upstream adds 1 there too; see ARCHITECTURE.md): a kubelet
+    // killed between create and start must not show its users a restart that did not
+    // happen.
+    let restart_count = rt.newest(&c.name, kind).map_or(0, |d| {
+        let rc = labels::restart_count(&d.labels);
+        if never_ran(d) {
+            rc
+        } else {
+            rc.saturating_add(1)
+        }
+    });
     StartAction {
         kind,
         index,
@@ -727,6 +748,57 @@ mod tests {
 
     fn names(s: &[StartAction]) -> Vec<&str> {
         s.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    /// An instance as a kubelet killed between create and start leaves it.
+    fn never_started(p: &Pod, name: &str, rc: u32) -> ContainerDetails {
+        ContainerDetails {
+            started_at: None,
+            ..ctr(p, name, ContainerState::Created, 0, rc, 30)
+        }
+    }
+
+    #[test]
+    fn a_container_created_but_never_started_is_replaced_under_its_own_restart_count() {
+        let p = pod(&["a"], "Always");
+        let b = Backoff::default();
+        // The first instance never started: the new one is still the first run.
+        let rt = running_pod(vec![never_started(&p, "a", 0)]);
+        let a = compute(&p, &rt, &b, t(40));
+        assert_eq!(names(&a.start), ["a"]);
+        assert_eq!(
+            a.start[0].restart_count, 0,
+            "nothing ran, nothing restarted"
+        );
+        assert_eq!(a.start[0].backoff, None, "no crash to back off from");
+        // After an edit's restart (instance 1) that never started: still one restart.
+        let rt = running_pod(vec![
+            ctr(&p, "a", ContainerState::Exited, 0, 0, 20),
+            never_started(&p, "a", 1),
+        ]);
+        let a = compute(&p, &rt, &b, t(40));
+        assert_eq!(names(&a.start), ["a"]);
+        assert_eq!(a.start[0].restart_count, 1);
+        // A start the runtime refused leaves `Created` with an exit code and an error:
+        // that attempt counts, as upstream's.
+        let refused = ContainerDetails {
+            exit_code: 128,
+            error: "exec: \"nope\": executable file not found in $PATH".into(),
+            ..never_started(&p, "a", 0)
+        };
+        let rt = running_pod(vec![refused]);
+        let a = compute(&p, &rt, &b, t(40));
+        assert_eq!(names(&a.start), ["a"]);
+        assert_eq!(a.start[0].restart_count, 1);
+    }
+
+    #[test]
+    fn a_never_started_init_container_keeps_its_restart_count() {
+        let p = with_inits(pod(&["a"], "Always"), &[("i", false)]);
+        let rt = running_pod(vec![never_started(&p, "i", 0)]);
+        let a = compute(&p, &rt, &Backoff::default(), t(40));
+        assert_eq!(names(&a.start_init), ["i"]);
+        assert_eq!(a.start_init[0].restart_count, 0);
     }
 
     #[test]

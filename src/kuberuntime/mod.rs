@@ -1202,10 +1202,29 @@ impl RuntimeManager {
             return Ok(Some(w));
         }
         // Keep one dead instance for lastState and logs; older ones go now, with their
-        // termination-message files.
-        for old in rp.instances(&c.name, s.kind).into_iter().skip(1) {
-            if old.state != ContainerState::Running {
-                let _ = self.remove_dead_container(&old.id, &old.labels);
+        // termination-message files. Instances that never ran (a kubelet killed between
+        // create and start) hold no logs nor state: they all go, before the create of
+        // the instance that takes their place (and may take their name and count).
+        let mut kept = false;
+        for old in rp.instances(&c.name, s.kind) {
+            let gone = if actions::never_ran(old) {
+                true
+            } else if !kept {
+                kept = true;
+                false
+            } else {
+                old.state != ContainerState::Running
+            };
+            if gone {
+                if let Err(e) = self.remove_dead_container(&old.id, &old.labels) {
+                    log::debug!(
+                        "pod {}: removing old instance {} of {}: {}",
+                        format_pod(pod),
+                        short(&old.id),
+                        c.name,
+                        crate::loops::error_chain(&e)
+                    );
+                }
             }
         }
         if let Some((key, finished)) = &s.backoff {

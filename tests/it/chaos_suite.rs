@@ -296,6 +296,81 @@ pub fn unnecessary(a: &Audit, allowed: &BTreeMap<String, u32>, exempt: &BTreeSet
     n
 }
 
+/// The evidence behind an unnecessary-restart count: for each pod with a running app
+/// container restarted more often than `allowed` explains, every container of that pod
+/// in Docker (inspected: created, started and finished times, exit code, state, the
+/// restart-count and hash labels), the kubelet's log lines naming the pod, and the
+/// scenario's own `moments` (kills, starts) in the same UTC clock as the log. Empty
+/// when nothing is unexplained.
+pub fn restart_evidence(
+    docker: &Docker,
+    node: &str,
+    a: &Audit,
+    allowed: &BTreeMap<String, u32>,
+    log: &str,
+    moments: &[(SystemTime, String)],
+) -> String {
+    use rkubelet::logging::klog_time;
+    let t = |s: Option<SystemTime>| s.map_or_else(|| "-".to_string(), klog_time);
+    let mut out = String::new();
+    for (k, (_, rc)) in &a.running {
+        let pod = k.rsplit_once('/').map_or(k.as_str(), |(p, _)| p);
+        let explained = allowed.get(pod).copied().unwrap_or(0);
+        if k.ends_with("/POD") || *rc <= explained {
+            continue;
+        }
+        out.push_str(&format!(
+            "== {k}: restart count {rc}, {explained} explained by edits\n"
+        ));
+        let filter = [
+            format!("io.rkubelet.node={node}"),
+            format!("io.kubernetes.pod.name={pod}"),
+        ];
+        let mut all = docker.list_containers(&filter).unwrap_or_default();
+        all.sort_by_key(|c| c.created);
+        for c in &all {
+            let Ok(d) = docker.inspect_container(&c.id) else {
+                out.push_str(&format!("  {} {} (gone)\n", &c.id[..12], c.name));
+                continue;
+            };
+            out.push_str(&format!(
+                "  {} {} state={:?} exit={} created={} started={} finished={} \
+                 restartCount={} hash={}\n",
+                &d.id[..12],
+                d.name,
+                d.state,
+                d.exit_code,
+                klog_time(d.created),
+                t(d.started_at),
+                t(d.finished_at),
+                d.labels
+                    .get("annotation.io.kubernetes.container.restartCount")
+                    .map_or("-", String::as_str),
+                d.labels
+                    .get("annotation.io.kubernetes.container.hash")
+                    .map_or("-", String::as_str),
+            ));
+        }
+        // The kubelet's lines about the pod, with the scenario's moments merged in by
+        // their klog time (both are `MMDD HH:MM:SS.uuuuuu` in UTC).
+        let mut lines: Vec<(String, String)> = log
+            .lines()
+            .filter(|l| l.contains(pod))
+            .map(|l| (l.get(1..21).unwrap_or_default().to_string(), l.to_string()))
+            .collect();
+        lines.extend(
+            moments
+                .iter()
+                .map(|(at, what)| (klog_time(*at), format!("--- {} {what}", klog_time(*at)))),
+        );
+        lines.sort();
+        for (_, l) in lines {
+            out.push_str(&format!("  {l}\n"));
+        }
+    }
+    out
+}
+
 /// Polls until the node matches `wanted` (then once more a few seconds later, so a
 /// state that only passes by is not taken for the end); returns the last audit and
 /// the time it took (None after `deadline`).
@@ -648,7 +723,8 @@ pub fn kill9_under_churn(scale: &Scale) -> Row {
         ));
     }
     let monitor = DupMonitor::start(&node.endpoint, &node.name);
-    for _ in 0..scale.kills {
+    let mut moments = Vec::new();
+    for k in 0..scale.kills {
         let up = rng.millis(500, 6000);
         churn.run_for(&mut rng, up);
         if !node.alive() {
@@ -656,8 +732,10 @@ pub fn kill9_under_churn(scale: &Scale) -> Row {
             row.failures.push("rkubelet exited by itself".into());
         }
         node.kill9();
+        moments.push((SystemTime::now(), format!("kill -9 number {}", k + 1)));
         let down = rng.millis(0, 1500);
         churn.run_for(&mut rng, down);
+        moments.push((SystemTime::now(), "rkubelet started".to_string()));
         node.start(&[]);
     }
     let last = rng.millis(500, 3000);
@@ -667,6 +745,26 @@ pub fn kill9_under_churn(scale: &Scale) -> Row {
     let seen = monitor.finish();
     row.converge = took;
     row.unnecessary = unnecessary(&a, &churn.edits, &BTreeSet::new());
+    if row.unnecessary > 0 {
+        let evidence = restart_evidence(
+            &node.docker,
+            &node.name,
+            &a,
+            &churn.edits,
+            &node.log(),
+            &moments,
+        );
+        let file = std::env::temp_dir().join(format!("rkubelet-chaos-{}-restarts.txt", node.name));
+        let saved = std::fs::write(&file, &evidence).is_ok()
+            && std::fs::copy(node.dir.join("rkubelet.log"), file.with_extension("log")).is_ok();
+        if saved {
+            row.failures.push(format!(
+                "unnecessary restarts: the pods' containers and log lines in {} (whole log: {})",
+                file.display(),
+                file.with_extension("log").display()
+            ));
+        }
+    }
     row.note = format!(
         "{} kills, churn +{} -{} ~{}, {} pods at the end, seed {seed}",
         scale.kills,
@@ -1396,17 +1494,37 @@ pub fn clock_steps(scale: &Scale) -> Row {
     let api = TestApiServer::start(Options::default());
     let mut node = Node::new("chaos-clock");
     let n = node.name.clone();
-    // The test CA and the stand-in's certificate were made minutes ago: a clock an
-    // hour back would find them not yet valid and fail every request (so would
-    // upstream's). Certificate checks are not what this scenario is about: skip them.
+    // The test CA and the stand-in's certificate are backdated 2 h (openssl under
+    // libfaketime, tests/it/apiserver.rs): an hour back the kubelet still verifies
+    // them. Proved here before the clock moves: the chain verifies at now - 1 h 30 m.
+    let pki = crate::apiserver::Pki::get();
+    let at = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        .saturating_sub(90 * 60);
+    let verify = Command::new("openssl")
+        .arg("verify")
+        .arg("-attime")
+        .arg(at.to_string())
+        .arg("-CAfile")
+        .arg(&pki.ca)
+        .arg(&pki.server_cert)
+        .output()
+        .expect("openssl verify");
+    assert!(
+        verify.status.success(),
+        "the test certificates are not valid 90 minutes ago (made without libfaketime?): {}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
     let kc = node.dir.join("kubeconfig");
     std::fs::write(
         &kc,
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    \
-             insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: good-token\n\
+             certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: good-token\n\
              contexts:\n- name: ctx\n  context: {{cluster: test, user: u}}\ncurrent-context: ctx\n",
-            api.url()
+            api.url(),
+            pki.ca.display()
         ),
     )
     .expect("kubeconfig");
