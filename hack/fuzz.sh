@@ -15,7 +15,7 @@
 set -u
 cd "$(dirname "$0")/../fuzz"
 
-FUZZ_TIME=${FUZZ_TIME:-45}
+FUZZ_TIME=${FUZZ_TIME:-30}
 ALL="manifest kubelet_config flags kubeconfig docker etcd_watch etcd_stream api_watch http_head http_readonly http_kubelet upgrade quantity duration reference spdy websocket grpc grpc_frames kmsg procfs"
 FUZZ_TARGETS=${FUZZ_TARGETS:-$ALL}
 # Every target: no process over 512 MB resident (libFuzzer's own bound; the kubelet

@@ -1337,9 +1337,25 @@ fn raise_own_nofile() {
     }
 }
 
+/// Sets another process's descriptor limits (prlimit(2); root may lower a soft limit
+/// below what the process holds: its next open fails with EMFILE).
+fn set_nofile(pid: u32, soft: u64, hard: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    let pid = i32::try_from(pid).expect("pid");
+    // SAFETY: a valid rlimit for the call's duration; no old limit is read back.
+    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit({pid}): {}", std::io::Error::last_os_error());
+}
+
 /// rkubelet with `ulimit -n 64`, pods arriving while clients hold connections open on
-/// its ports and poll them: no panic, it keeps answering `/healthz` or comes back to
-/// it, and the pods run once the load is gone.
+/// its ports and poll them. The servers cap their connections below the limit, so
+/// the load alone does not exhaust it: for the load window the soft limit is also
+/// squeezed to what rkubelet holds, so every new descriptor (an accept, a Docker
+/// connection, a file) fails with EMFILE, and the log must show that it did. Then
+/// the limit is 64 again: no panic, `/healthz` passes again, and the pods run.
 pub fn fds_exhausted(scale: &Scale) -> Row {
     let mut row = Row {
         name: "fds exhausted (64)".into(),
@@ -1401,6 +1417,8 @@ pub fn fds_exhausted(scale: &Scale) -> Row {
         wanted_pod(&mut wanted, &format!("p{i}-{n}"), &["c"]);
     }
     let loaded = Instant::now();
+    let squeezed_to = node.open_fds() as u64;
+    set_nofile(node.pid(), squeezed_to, 64);
     let mut max_fds = 0;
     while loaded.elapsed() < scale.fd_load_for {
         if !node.alive() {
@@ -1408,6 +1426,9 @@ pub fn fds_exhausted(scale: &Scale) -> Row {
         }
         max_fds = max_fds.max(node.open_fds());
         std::thread::sleep(Duration::from_millis(500));
+    }
+    if node.alive() {
+        set_nofile(node.pid(), 64, 64);
     }
     stop.store(true, Ordering::SeqCst);
     for h in load {
@@ -1429,8 +1450,18 @@ pub fn fds_exhausted(scale: &Scale) -> Row {
     row.converge = took;
     let seen = monitor.finish();
     row.unnecessary = unnecessary(&a, &BTreeMap::new(), &BTreeSet::new());
+    let log = std::fs::read_to_string(node.dir.join("rkubelet.log")).unwrap_or_default();
+    let emfile = log
+        .lines()
+        .filter(|l| l.contains("os error 24") || l.contains("Too many open files"))
+        .count();
+    if emfile == 0 {
+        row.failures
+            .push("rkubelet never ran out of descriptors (no EMFILE in its log)".into());
+    }
     row.note = format!(
-        "{} pods added under load for {:?}; {ok}/{total} answers 200 under load; at most {max_fds} fds; \
+        "{} pods added under load for {:?}, the soft limit squeezed to the {squeezed_to} fds held; \
+         {emfile} EMFILE log lines; {ok}/{total} answers 200 under load; at most {max_fds} fds; \
          /healthz 200 {} after the load; converge from the load's end",
         scale.fd_pods,
         scale.fd_load_for,
