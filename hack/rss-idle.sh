@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# VmRSS of one rkubelet binary with one idle pod, after 60 s idle:
-#   hack/rss-idle.sh BINARY [SECONDS]
-# Its own root dir, node name, ports and --cgroup-root=/rkubelet-boards; the pod is a
+# VmRSS of one rkubelet binary with idle pods (one unless PODS says), after 60 s idle:
+#   [PODS=110] hack/rss-idle.sh BINARY [SECONDS]
+# Its own root dir, node name, ports and --cgroup-root=/rkubelet-boards; each pod is a
 # busybox sleeping (rkubelet/busybox:1.35, rkubelet/pause:3.10: `make images`). Its
-# containers and cgroups are removed afterwards. Prints "VmRSS <kB> kB".
+# containers and cgroups are removed afterwards. Prints "VmRSS <kB> kB", then the
+# resident kB by kind of mapping (the binary's text, its data, heap, thread stacks,
+# other anonymous mappings, libc) from /proc/PID/smaps, and the thread count.
 set -euo pipefail
 bin=${1:?usage: $0 BINARY [SECONDS]}
 idle=${2:-60}
+pods=${PODS:-1}
 node="rss-boards-$$"
 work=$(mktemp -d /tmp/rkubelet-rss.XXXXXX)
 pid=
@@ -26,18 +29,20 @@ cleanup() {
 trap cleanup EXIT
 
 mkdir -p "$work/manifests"
-cat >"$work/manifests/idle.yaml" <<'YAML'
+for i in $(seq 1 "$pods"); do
+	cat >"$work/manifests/idle$i.yaml" <<YAML
 apiVersion: v1
 kind: Pod
 metadata:
-  name: idle
+  name: idle$i
 spec:
   terminationGracePeriodSeconds: 1
   containers:
     - name: idle
       image: rkubelet/busybox:1.35
-      command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 3600 & wait $!; done"]
+      command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 3600 & wait \$!; done"]
 YAML
+done
 hz=$(free_port)
 ro=$(free_port)
 "$bin" --pod-manifest-path="$work/manifests" --root-dir="$work/root" \
@@ -45,11 +50,50 @@ ro=$(free_port)
 	--cgroup-root=/rkubelet-boards --healthz-port="$hz" --read-only-port="$ro" --port=0 \
 	--cert-dir="$work/pki" >"$work/log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-	curl -fsS "http://127.0.0.1:$ro/pods" 2>/dev/null | grep -q '"phase":"Running"' && break
+running() { curl -fsS "http://127.0.0.1:$ro/pods" 2>/dev/null | grep -o '"phase":"Running"' | wc -l; }
+for _ in $(seq 1 3000); do
+	[ "$(running)" -ge "$pods" ] && break
 	kill -0 "$pid" || { tail -n5 "$work/log" >&2; exit 1; }
 	sleep 0.2
 done
-curl -fsS "http://127.0.0.1:$ro/pods" | grep -q '"phase":"Running"' || { echo "rss: the pod never ran" >&2; tail -n5 "$work/log" >&2; exit 1; }
+[ "$(running)" -ge "$pods" ] || { echo "rss: not every pod ran" >&2; tail -n5 "$work/log" >&2; exit 1; }
 sleep "$idle"
 grep VmRSS "/proc/$pid/status"
+# Resident kB by kind: the binary's mappings split into text (r-x) and the rest;
+# [heap]; the anonymous mappings holding a thread's stack pointer; other anonymous
+# mappings (glibc arenas, big allocations, guard pages); libc and the loader.
+python3 - "$pid" "$(readlink -f "$bin")" <<'PY'
+import os, sys
+pid, exe = sys.argv[1], sys.argv[2]
+sps = {}
+for t in os.listdir(f"/proc/{pid}/task"):
+    f = open(f"/proc/{pid}/task/{t}/syscall").read().split()
+    if len(f) >= 2 and f[-2].startswith("0x"):
+        sps[int(f[-2], 16)] = open(f"/proc/{pid}/task/{t}/comm").read().strip()
+kinds, cur, stacks = {}, None, []
+for line in open(f"/proc/{pid}/smaps"):
+    head = line.split()
+    if "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
+        a, b = (int(x, 16) for x in head[0].split("-"))
+        name = head[5] if len(head) > 5 else ""
+        if name == exe:
+            cur = "binary text" if "x" in head[1] else "binary data"
+        elif name == "[heap]":
+            cur = "heap"
+        elif name == "":
+            owner = [n for sp, n in sps.items() if a <= sp < b]
+            cur = "thread stacks" if owner else "other anonymous"
+            stacks.append([owner[0] if owner else None, 0])
+        elif "libc" in name or "ld-" in name or "musl" in name:
+            cur = "libc"
+        else:
+            cur = name
+    elif head[0] == "Rss:" and cur is not None:
+        kinds[cur] = kinds.get(cur, 0) + int(head[1])
+        if cur == "thread stacks":
+            stacks[-1][1] = int(head[1])
+for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]):
+    print(f"  {k:16} {v:6} kB")
+print(f"  threads {len(os.listdir(f'/proc/{pid}/task'))}; largest stacks:",
+      ", ".join(f"{n} {k}" for n, k in sorted((s for s in stacks if s[0]), key=lambda s: -s[1])[:8]))
+PY

@@ -15,6 +15,7 @@ pub mod time;
 pub mod safepath;
 pub mod quantity;
 pub mod lines;
+pub mod chan;
 pub mod json;
 pub mod fsutil;
 pub mod record;

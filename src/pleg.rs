@@ -22,6 +22,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Sender, TrySendError};
 
+use crate::chan::BoundedSender;
+
 use crate::container::labels;
 use crate::loops::lock;
 use crate::metrics::kubelet::KubeletMetrics;
@@ -253,7 +255,7 @@ pub struct Pleg {
     /// Every container of this node the PLEG has seen, by ID, as last listed: the
     /// `old` side of the next diff, and what it publishes.
     seen: HashMap<String, ContainerSummary>,
-    events: Sender<PlegEvent>,
+    events: BoundedSender<PlegEvent>,
     shared: Arc<PlegShared>,
     first_done: Option<Sender<()>>,
     metrics: Arc<KubeletMetrics>,
@@ -287,7 +289,7 @@ impl Pleg {
     pub fn new(
         runtime: Arc<dyn Runtime>,
         node_name: &str,
-        events: Sender<PlegEvent>,
+        events: BoundedSender<PlegEvent>,
         shared: Arc<PlegShared>,
         first_done: Option<Sender<()>>,
     ) -> Self {

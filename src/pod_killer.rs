@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
+use crate::chan::BoundedSender;
 use crate::container::{short, RuntimePod};
 use crate::kuberuntime::{ContainerStop, KillPlan, KillPodRequest, RuntimeManager};
 use crate::loops::{LoopHandle, Loops, Pool, PoolSpec, SpawnError, Stop};
@@ -152,7 +153,7 @@ enum Outcome {
 /// The sending side: pod workers submit kills through it.
 #[derive(Clone)]
 pub struct PodKiller {
-    tx: Sender<Job>,
+    tx: BoundedSender<Job>,
     manager: Arc<RuntimeManager>,
 }
 
@@ -168,7 +169,7 @@ impl PodKiller {
     /// Starts the supervisor `pod-killer`; its step threads `pod-kill-N` start on
     /// demand.
     pub fn start(loops: &Loops, manager: Arc<RuntimeManager>) -> Result<PodKiller, SpawnError> {
-        let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+        let (tx, rx) = crate::chan::bounded(CHANNEL_CAPACITY);
         // Unbounded both ways, so that neither side ever blocks on the other: what is
         // in them is bounded by the kills in flight (one per pod) and their containers.
         let (step_tx, step_rx) = crossbeam_channel::unbounded::<Step>();

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, TrySendError};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::loops::{lock, LoopHandle, Loops, Pool, PoolSpec, SpawnError};
@@ -113,7 +113,7 @@ impl Slot {
 #[derive(Debug)]
 pub struct PodWorkers {
     slots: Mutex<HashMap<String, Slot>>,
-    ready_tx: Sender<String>,
+    ready_tx: crate::chan::BoundedSender<String>,
     ready_rx: Receiver<String>,
     /// The workers, once started; None in tests that drive [`PodWorkers`] by hand.
     pool: OnceLock<Pool<String>>,
@@ -122,7 +122,7 @@ pub struct PodWorkers {
 
 impl Default for PodWorkers {
     fn default() -> Self {
-        let (ready_tx, ready_rx) = crossbeam_channel::bounded(QUEUE_CAPACITY);
+        let (ready_tx, ready_rx) = crate::chan::bounded(QUEUE_CAPACITY);
         PodWorkers {
             slots: Mutex::new(HashMap::new()),
             ready_tx,

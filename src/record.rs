@@ -26,9 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::TrySendError;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
+use crate::chan::BoundedSender;
 use crate::loops::lock;
 
 /// Upstream's `defaultSpamBurst`: events of one kind an object may log at once.
@@ -180,13 +181,13 @@ pub struct Recorded {
 /// The sending side of the events queue, and the count of events it dropped.
 #[derive(Debug)]
 pub struct Sink {
-    tx: Sender<Recorded>,
+    tx: BoundedSender<Recorded>,
     dropped: AtomicU64,
 }
 
 impl Sink {
     /// A sink offering to `tx` (bounded: [`QUEUE_CAPACITY`]).
-    pub fn new(tx: Sender<Recorded>) -> Self {
+    pub fn new(tx: BoundedSender<Recorded>) -> Self {
         Sink {
             tx,
             dropped: AtomicU64::new(0),
@@ -216,7 +217,7 @@ static SINK: OnceLock<Sink> = OnceLock::new();
 
 /// Sends every event recorded from now on to `tx` as well (the `events` loop's
 /// queue). Only the first call takes effect; false for a later one.
-pub fn set_sink(tx: Sender<Recorded>) -> bool {
+pub fn set_sink(tx: BoundedSender<Recorded>) -> bool {
     SINK.set(Sink::new(tx)).is_ok()
 }
 
@@ -531,7 +532,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_and_counts_without_waiting() {
-        let (tx, rx) = crossbeam_channel::bounded(2);
+        let (tx, rx) = crate::chan::bounded(2);
         let sink = Sink::new(tx);
         let r = Recorded {
             object: node_reference("n"),

@@ -69,8 +69,18 @@ impl CertStore {
     /// The file name of a pair written at `now`: `kubelet-client-2026-11-30-23-59-01.pem`
     /// (UTC).
     pub fn file_name(now: SystemTime) -> String {
-        let stamp = crate::time::k8s_time(now).0.strftime("%Y-%m-%d-%H-%M-%S");
-        format!("{PAIR_NAME}-{stamp}.pem")
+        // By hand rather than jiff's strftime, whose format interpreter this was the
+        // binary's only use of.
+        let t = k8s_openapi::jiff::tz::Offset::UTC.to_datetime(crate::time::k8s_time(now).0);
+        format!(
+            "{PAIR_NAME}-{:04}-{:02}-{:02}-{:02}-{:02}-{:02}.pem",
+            t.year(),
+            t.month(),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        )
     }
 
     /// The pair `kubelet-client-current.pem` holds, None when there is none.
@@ -238,28 +248,68 @@ pub fn write_kubeconfig(
 }
 
 /// The kubeconfig's text: upstream's names (`default-cluster`, `default-auth`,
-/// `default-context`, namespace `default`).
+/// `default-context`, namespace `default`). Written by hand: the shape is fixed and
+/// every value is a [`yaml_quoted`] scalar, so nothing depends on YAML's rules for plain
+/// scalars, and the binary carries no YAML emitter (this was its only use outside
+/// tests; serde_yaml's serializer and libyaml's emitter cost ~40 KiB).
 fn kubeconfig_text(cluster: &RestConfig, pem_path: &Path) -> String {
-    let mut c = serde_yaml::Mapping::new();
-    c.insert("server".into(), cluster.server.clone().into());
+    let mut c = String::new();
     if let Some(ca) = &cluster.tls.ca_pem {
         let data = base64::engine::general_purpose::STANDARD.encode(ca);
-        c.insert("certificate-authority-data".into(), data.into());
+        c += &format!("    certificate-authority-data: {}\n", yaml_quoted(&data));
     }
     if cluster.tls.insecure {
-        c.insert("insecure-skip-tls-verify".into(), true.into());
+        c += "    insecure-skip-tls-verify: true\n";
     }
-    let pem = pem_path.display().to_string();
-    let doc = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "default-cluster", "cluster": serde_json::to_value(&c).unwrap_or_default()}],
-        "users": [{"name": "default-auth", "user": {"client-certificate": pem, "client-key": pem}}],
-        "contexts": [{"name": "default-context", "context": {
-            "cluster": "default-cluster", "user": "default-auth", "namespace": "default"}}],
-        "current-context": "default-context",
-    });
-    serde_yaml::to_string(&doc).unwrap_or_default()
+    c += &format!("    server: {}\n", yaml_quoted(&cluster.server));
+    let pem = yaml_quoted(&pem_path.display().to_string());
+    // The lines sit at the left margin: their indentation is YAML's.
+    format!(
+        "\
+apiVersion: v1
+clusters:
+- cluster:
+{c}  name: default-cluster
+contexts:
+- context:
+    cluster: default-cluster
+    namespace: default
+    user: default-auth
+  name: default-context
+current-context: default-context
+kind: Config
+users:
+- name: default-auth
+  user:
+    client-certificate: {pem}
+    client-key: {pem}
+"
+    )
+}
+
+/// `s` as a YAML double-quoted scalar: `"` and `\` escaped, and every character YAML
+/// does not allow unescaped (controls, DEL, C1, U+FEFF, U+FFFE, U+FFFF) as `\uXXXX`;
+/// the separators U+2028/U+2029 too, which YAML 1.1 readers take as line breaks.
+fn yaml_quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control()
+                || matches!(
+                    c,
+                    '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'
+                ) =>
+            {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 fn make_dir(dir: &Path) -> Result<(), CertError> {
@@ -369,13 +419,34 @@ mod tests {
     }
 
     #[test]
+    fn quoted_scalars_read_back_as_the_same_string() {
+        for s in [
+            "plain",
+            "https://[::1]:6443/x?y=z#w",
+            "a: b # c",
+            "\"q\" \\ back",
+            "tab\tnew\nline\r\u{7f}\u{85}\u{2028}\u{feff}",
+            "ünï 日本",
+            "",
+            "- x",
+            "yes",
+            "0755",
+        ] {
+            let q = yaml_quoted(s);
+            let back: String = serde_yaml::from_str(&q).expect("valid YAML");
+            assert_eq!(back, s, "{q}");
+        }
+        assert_eq!(yaml_quoted("a\"b\\c\u{1}"), "\"a\\\"b\\\\c\\u0001\"");
+    }
+
+    #[test]
     fn the_kubeconfig_names_the_cluster_and_the_current_pair() {
         let dir = TempDir::new("kubeconfig");
         let ca = crate::server::tls::self_signed("ca", "127.0.0.1")
             .expect("pair")
             .0;
         let cluster = RestConfig {
-            server: "https://10.0.0.1:6443".into(),
+            server: "https://10.0.0.1:6443/a path: #x".into(),
             tls: crate::httpclient::servers::TlsSettings {
                 ca_pem: Some(ca.clone().into_bytes()),
                 ..Default::default()
@@ -401,7 +472,7 @@ mod tests {
         assert!(text.contains("current-context: default-context"), "{text}");
         // It reads back as a kubeconfig with the CA and the pair from the store.
         let back = crate::apiclient::kubeconfig::load(&path).expect("valid kubeconfig");
-        assert_eq!(back.server, "https://10.0.0.1:6443");
+        assert_eq!(back.server, "https://10.0.0.1:6443/a path: #x");
         assert_eq!(back.tls.ca_pem, Some(ca.into_bytes()));
         // Both name the one file (which TLS reads for its certificates and its key).
         let current = fs::read(store.current_path()).expect("read");

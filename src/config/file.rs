@@ -1,11 +1,10 @@
 //! The `--config` file: a `KubeletConfiguration` (`kubelet.config.k8s.io/v1beta1`) read
 //! from YAML (or JSON) into a [`Layer`] of the settings rkubelet implements.
 //!
-//! [`KubeletConfiguration`] names every field of upstream's v1beta1 type
+//! [`KUBELET_CONFIGURATION_FIELDS`] names every field of upstream's v1beta1 type
 //! (`staging/src/k8s.io/kubelet/config/v1beta1/types.go`), so a kubeadm-written file is
 //! accepted as it is; a name that upstream does not know is a typo and is refused
-//! (serde's `deny_unknown_fields`, checked first by hand so the error names the field
-//! plainly). Which fields are implemented, and how each is read, is the settings table's
+//! with an error that names the field plainly. Which fields are implemented, and how each is read, is the settings table's
 //! business ([`super::settings`]); the others are accepted and reported by name so the
 //! caller can log them once.
 //!
@@ -18,8 +17,6 @@
 
 use std::path::Path;
 
-use serde::de::{self, Visitor};
-use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 
 use super::settings::{Layer, ENTRIES};
@@ -39,21 +36,16 @@ pub const KIND: &str = "KubeletConfiguration";
 /// that rkubelet ignores in `unsupported`.
 pub type FileSettings = Layer;
 
-/// Declares [`KubeletConfiguration`] from upstream's field names, spelled as in the
-/// file (serde reads a field by its Rust name).
+/// Declares [`KUBELET_CONFIGURATION_FIELDS`] from upstream's field names, spelled as in
+/// the file.
 macro_rules! kubelet_configuration {
     ($($field:ident)*) => {
         /// Upstream's v1beta1 `KubeletConfiguration`, field by field, in types.go's
         /// order: the names a file may use. Values stay untyped; the settings table
-        /// reads the implemented ones.
-        #[allow(non_snake_case)]
-        #[derive(Debug, Default, Deserialize)]
-        #[serde(deny_unknown_fields)]
-        pub struct KubeletConfiguration {
-            /// component-base's logging options.
-            pub logging: Option<Logging>,
-            $(#[doc = concat!("`", stringify!($field), "`.")] pub $field: Option<Value>,)*
-        }
+        /// reads the implemented ones. A list, not a struct with a derived
+        /// `Deserialize`: only the names are needed, and that derive over ~130 fields
+        /// was 68 KiB of code in the binary (the largest single function).
+        pub const KUBELET_CONFIGURATION_FIELDS: &[&str] = &["logging", $(stringify!($field),)*];
     };
 }
 
@@ -92,22 +84,16 @@ kubelet_configuration! {
     imageServiceEndpoint failCgroupV1 userNamespaces podHousekeepingPeriod
 }
 
-/// component-base's `LoggingConfiguration` (`logging:` in the file).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Logging {
-    /// klog's `-v`: 0 (info) to 10 (trace everything).
-    pub verbosity: Option<Value>,
-    /// `text` or `json`.
-    pub format: Option<Value>,
-    /// Log flush period.
-    #[serde(rename = "flushFrequency")]
-    pub flush_frequency: Option<Value>,
-    /// Per-file verbosity.
-    pub vmodule: Option<Value>,
-    /// Format-specific options.
-    pub options: Option<Value>,
-}
+/// component-base's `LoggingConfiguration` (`logging:` in the file): its field names.
+/// `verbosity` is klog's `-v`, `format` `text` or `json`, `flushFrequency` the log
+/// flush period, `vmodule` per-file verbosity, `options` format-specific options.
+pub const LOGGING_FIELDS: &[&str] = &[
+    "verbosity",
+    "format",
+    "flushFrequency",
+    "vmodule",
+    "options",
+];
 
 /// The largest config file read. A `KubeletConfiguration` is a few KiB; a bigger file
 /// (or `/dev/zero`) is a mistake that must not eat the node's memory before start-up.
@@ -152,19 +138,22 @@ pub fn parse(path: &Path, text: &str) -> Result<FileSettings, ConfigError> {
     };
     check_type_meta(path, map.get("apiVersion"), "apiVersion", API_VERSION)?;
     check_type_meta(path, map.get("kind"), "kind", KIND)?;
-    check_known_fields(path, map, "", struct_fields::<KubeletConfiguration>())?;
-    if let Some(Value::Mapping(logging)) = map.get("logging") {
-        check_known_fields(path, logging, "logging.", struct_fields::<Logging>())?;
-    }
-    // Every key is known and every value untyped, so this only fails on a `logging`
-    // that is not a mapping.
-    serde_yaml::from_value::<KubeletConfiguration>(doc.clone()).map_err(|e| {
-        ConfigError::InvalidField {
-            path: path.to_path_buf(),
-            field: "logging".into(),
-            reason: e.to_string(),
+    check_known_fields(path, map, "", KUBELET_CONFIGURATION_FIELDS)?;
+    // Every key is known and every value untyped but `logging`'s, which is a mapping
+    // (component-base's struct) or null.
+    match map.get("logging") {
+        None | Some(Value::Null) => {}
+        Some(Value::Mapping(logging)) => {
+            check_known_fields(path, logging, "logging.", LOGGING_FIELDS)?
         }
-    })?;
+        Some(other) => {
+            return Err(ConfigError::InvalidField {
+                path: path.to_path_buf(),
+                field: "logging".into(),
+                reason: format!("expected a mapping, found {}", describe(other)),
+            })
+        }
+    }
     let base = path.parent().unwrap_or(Path::new(""));
     let mut settings =
         Layer::from_file(map, base).map_err(|(field, reason)| ConfigError::InvalidField {
@@ -188,13 +177,13 @@ fn unsupported(map: &Mapping) -> Vec<String> {
         })
     };
     let mut out = Vec::new();
-    for name in struct_fields::<KubeletConfiguration>() {
+    for name in KUBELET_CONFIGURATION_FIELDS {
         if !["apiVersion", "kind"].contains(name) && lookup(map, name).is_some() && !read(name) {
             out.push(name.to_string());
         }
     }
     if read("logging") {
-        for name in struct_fields::<Logging>() {
+        for name in LOGGING_FIELDS {
             let name = format!("logging.{name}");
             if lookup(map, &name).is_some() && !read(&name) {
                 out.push(name);
@@ -243,41 +232,6 @@ fn check_known_fields(
         }
     }
     Ok(())
-}
-
-/// The field names a derived `Deserialize` of a struct knows (after renames). serde
-/// passes them to `deserialize_struct`; a deserializer that only records them and
-/// fails gives us the list, so the struct stays the one place that names the fields.
-fn struct_fields<T: de::DeserializeOwned>() -> &'static [&'static str] {
-    struct Capture<'a>(&'a mut &'static [&'static str]);
-
-    impl<'de> de::Deserializer<'de> for Capture<'_> {
-        type Error = de::value::Error;
-
-        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
-            Err(de::Error::custom("not a struct"))
-        }
-
-        fn deserialize_struct<V: Visitor<'de>>(
-            self,
-            _name: &'static str,
-            fields: &'static [&'static str],
-            _visitor: V,
-        ) -> Result<V::Value, Self::Error> {
-            *self.0 = fields;
-            Err(de::Error::custom("fields captured"))
-        }
-
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
-            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
-            enum identifier ignored_any
-        }
-    }
-
-    let mut fields: &'static [&'static str] = &[];
-    let _ = T::deserialize(Capture(&mut fields));
-    fields
 }
 
 #[cfg(test)]
@@ -430,7 +384,7 @@ mod tests {
 
     #[test]
     fn struct_names_exactly_the_upstream_fields() {
-        let mut ours: Vec<&str> = struct_fields::<KubeletConfiguration>().to_vec();
+        let mut ours: Vec<&str> = KUBELET_CONFIGURATION_FIELDS.to_vec();
         let mut theirs = UPSTREAM_FIELDS.to_vec();
         ours.sort_unstable();
         theirs.sort_unstable();
@@ -564,6 +518,10 @@ mod tests {
             (
                 "logging: {color: true}\n",
                 "config file /etc/x.yaml: unknown field \"logging.color\"",
+            ),
+            (
+                "logging: 5\n",
+                "config file /etc/x.yaml: field logging: expected a mapping, found 5",
             ),
             (
                 "syncFrequency: 1x\n",

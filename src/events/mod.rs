@@ -323,7 +323,7 @@ pub fn start(
     node: &str,
     metrics: Arc<KubeletMetrics>,
 ) -> Result<(), SpawnError> {
-    let (tx, rx) = crossbeam_channel::bounded(record::QUEUE_CAPACITY);
+    let (tx, rx) = crate::chan::bounded(record::QUEUE_CAPACITY);
     if !record::set_sink(tx) {
         log::warn!("events: the recorder already sends its events elsewhere");
         return Ok(());

@@ -360,7 +360,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     }
 
     // PLEG.
-    let (pleg_tx, pleg_rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+    let (pleg_tx, pleg_rx) = crate::chan::bounded(CHANNEL_CAPACITY);
     let (first_tx, first_relist) = crossbeam_channel::bounded(1);
     let pleg = Pleg::new(
         parts.runtime.clone(),
@@ -899,7 +899,7 @@ mod testing {
             let parts =
                 Components::new(&cfg, &runtime, &loops, probe_tx, None).expect("components");
             let handler = parts.syncer(&loops, &cfg).expect("syncer");
-            let (pleg_tx, pleg_rx) = crossbeam_channel::bounded(crate::pleg::CHANNEL_CAPACITY);
+            let (pleg_tx, pleg_rx) = crate::chan::bounded(crate::pleg::CHANNEL_CAPACITY);
             let pleg = Pleg::new(
                 parts.runtime.clone(),
                 NODE,

@@ -390,6 +390,8 @@ impl SyncLoop {
         // Only now (every source seen) may pod directories of other pods go.
         self.volumes.set_desired_pods(self.pods.keys().cloned());
         self.status_line();
+        // What a burst of syncs freed (decodes, Docker answers) back to the kernel.
+        crate::fsutil::release_freed_memory_every(crate::fsutil::TRIM_PERIOD);
         if began.elapsed() > HOUSEKEEPING_WARNING {
             log::warn!(
                 "Housekeeping took longer than expected: {:?}",

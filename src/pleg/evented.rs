@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, TrySendError};
 
 use super::{Pleg, PlegEventType, PlegShared};
 use crate::container::labels;
@@ -106,7 +106,7 @@ pub enum Wake {
 /// The event thread's side of the wake channel.
 #[derive(Clone, Debug)]
 pub struct WakeSender {
-    tx: Sender<Wake>,
+    tx: crate::chan::BoundedSender<Wake>,
     overflow: Arc<AtomicBool>,
 }
 
@@ -119,7 +119,7 @@ pub struct WakeReceiver {
 
 /// A wake channel holding `capacity` wakes (the PLEG's channel capacity in the kubelet).
 pub fn wake_channel(capacity: usize) -> (WakeSender, WakeReceiver) {
-    let (tx, rx) = crossbeam_channel::bounded(capacity);
+    let (tx, rx) = crate::chan::bounded(capacity);
     let overflow = Arc::new(AtomicBool::new(false));
     (
         WakeSender {
@@ -531,7 +531,7 @@ mod tests {
             })
             .expect("create");
         rt.start_container(&id).expect("start");
-        let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+        let (tx, rx) = crate::chan::bounded(CHANNEL_CAPACITY);
         let runtime: Arc<dyn Runtime> = rt.clone();
         let mut pleg = Pleg::new(runtime, NODE, tx, Arc::default(), None);
         pleg.relist().expect("relist");

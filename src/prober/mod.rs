@@ -42,6 +42,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::chan::BoundedSender;
 use crate::container::labels::ContainerKind;
 use crate::container::RuntimePod;
 pub use crate::container::{ProbeResult, ProbeType};
@@ -164,9 +165,11 @@ impl ProbeManager {
         events: Sender<ProbeEvent>,
     ) -> Result<Arc<ProbeManager>, SpawnError> {
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
-        let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(JOB_CAPACITY);
-        let (exec_tx, exec_rx) = crossbeam_channel::bounded::<Job>(JOB_CAPACITY);
-        let (done_tx, done_rx) = crossbeam_channel::bounded::<Done>(2 * JOB_CAPACITY);
+        let (job_tx, job_rx) = crate::chan::bounded::<Job>(JOB_CAPACITY);
+        let (exec_tx, exec_rx) = crate::chan::bounded::<Job>(JOB_CAPACITY);
+        // Unbounded: every run came from one of the two bounded queues above, so at
+        // most 2 × JOB_CAPACITY results can wait (and no worker ever waits to post one).
+        let (done_tx, done_rx) = crossbeam_channel::unbounded::<Done>();
         let mgr = Arc::new(ProbeManager::new(wake_tx));
         // A run decodes an HTTP answer or a Docker exec's JSON: the big stack.
         let big = loops.with_stack_size(crate::loops::BIG_STACK);
@@ -398,12 +401,12 @@ struct Lanes {
 /// tests that drain the queue themselves).
 #[derive(Debug)]
 struct LaneTx {
-    tx: Sender<Job>,
+    tx: BoundedSender<Job>,
     pool: Option<Pool<Job>>,
 }
 
 impl LaneTx {
-    fn new(tx: Sender<Job>, pool: Option<Pool<Job>>) -> LaneTx {
+    fn new(tx: BoundedSender<Job>, pool: Option<Pool<Job>>) -> LaneTx {
         LaneTx { tx, pool }
     }
 
@@ -861,8 +864,8 @@ mod tests {
             let clock = FakeClock::default();
             let rt = Arc::new(FakeRuntime::new(clock.clone()).with_image("busybox:1"));
             let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
-            let (net_tx, net_rx) = crossbeam_channel::bounded(JOB_CAPACITY);
-            let (exec_tx, exec_rx) = crossbeam_channel::bounded(JOB_CAPACITY);
+            let (net_tx, net_rx) = crate::chan::bounded(JOB_CAPACITY);
+            let (exec_tx, exec_rx) = crate::chan::bounded(JOB_CAPACITY);
             let (_done_tx, done_rx) = crossbeam_channel::bounded(1);
             let (ev_tx, events) = crossbeam_channel::bounded(EVENT_CAPACITY);
             let mgr = Arc::new(ProbeManager::new(wake_tx));

@@ -267,7 +267,8 @@ fn bootstrap_files_a_csr_waits_for_approval_and_then_talks_as_the_node() {
     );
     let kubeconfig = std::fs::read_to_string(&paths.kubeconfig).expect("kubeconfig");
     assert!(
-        kubeconfig.contains(&format!("client-certificate: {}", current.display())),
+        // A double-quoted YAML scalar (the path has nothing to escape).
+        kubeconfig.contains(&format!("client-certificate: \"{}\"", current.display())),
         "{kubeconfig}"
     );
     assert!(kubeconfig.contains(&api.url()), "{kubeconfig}");
