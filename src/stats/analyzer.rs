@@ -798,7 +798,7 @@ mod tests {
         );
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("pause"));
         let shared = Arc::new(PlegShared::default());
-        let (tx, _rx) = crossbeam_channel::bounded(64);
+        let (tx, _rx) = crate::chan::bounded(64);
         let mut pleg = Pleg::new(rt.clone(), "n1", tx, shared.clone(), None);
         run_pod(&rt, "u-1");
         pleg.relist().expect("relist");
