@@ -1053,9 +1053,9 @@ fn etcd_pod(name: &str) -> String {
 }
 
 /// File, API and etcd pods; the API server stand-in and etcd go away for
-/// `scale.outage` while pods are added and removed at both; every pod that was running
-/// keeps running through the outage (same containers), and afterwards exactly the
-/// new set runs.
+/// `scale.outage` while pods are added and removed at both (etcd's history compacted
+/// past the kubelet's watch); every pod that was running keeps running through the
+/// outage (same containers), and afterwards exactly the new set runs.
 pub fn sources_outage(scale: &Scale) -> Row {
     let mut row = Row {
         name: "API server+etcd away".into(),
@@ -1096,8 +1096,27 @@ pub fn sources_outage(scale: &Scale) -> Row {
     let monitor = DupMonitor::start(&node.endpoint, &node.name);
 
     api.stop();
-    etcd.stop();
     let down = Instant::now();
+    // Meanwhile at etcd: half the pods go, as many come, and the history is compacted
+    // past the revision the kubelet's watch was at, so it must list afresh when etcd
+    // is back (the data changes while the kubelet cannot see etcd).
+    let egone = (ne / 2).max(1).min(ne);
+    etcd.change_while_away(|aside| {
+        for i in 0..egone {
+            aside.delete(&format!("{prefix}e{i}"));
+        }
+        for i in ne..ne + egone {
+            aside.put(&format!("{prefix}e{i}"), &etcd_pod(&format!("e{i}")));
+        }
+        aside.compact();
+    });
+    for i in 0..egone {
+        wanted.remove(&format!("e{i}-{n}/POD"));
+        wanted.remove(&format!("e{i}-{n}/c"));
+    }
+    for i in ne..ne + egone {
+        wanted_pod(&mut wanted, &format!("e{i}-{n}"), &["c"]);
+    }
     // Meanwhile at the API server: half the pods go (half gracefully, half at once),
     // as many come.
     let gone = (na / 2).max(1).min(na);
@@ -1129,16 +1148,6 @@ pub fn sources_outage(scale: &Scale) -> Row {
     api.restart();
     etcd.restart();
     let back = Instant::now();
-    let egone = (ne / 2).max(1).min(ne);
-    for i in 0..egone {
-        etcd.delete(&format!("{prefix}e{i}"));
-        wanted.remove(&format!("e{i}-{n}/POD"));
-        wanted.remove(&format!("e{i}-{n}/c"));
-    }
-    for i in ne..ne + egone {
-        etcd.put(&format!("{prefix}e{i}"), &etcd_pod(&format!("e{i}")));
-        wanted_pod(&mut wanted, &format!("e{i}-{n}"), &["c"]);
-    }
     let (a, took) = converge(&node.docker, &node.name, &wanted, scale.deadline);
     row.converge = took.map(|_| back.elapsed().saturating_sub(Duration::from_secs(3)));
     let seen = monitor.finish();

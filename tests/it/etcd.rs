@@ -138,6 +138,30 @@ impl Etcd {
         }
     }
 
+    /// Stops it (SIGKILL), then runs `change` against the same data served on another
+    /// client port, which nobody watching [`Etcd::url`] knows: to them etcd is away
+    /// while its data changes. Stopped again afterwards; [`Etcd::restart`] brings it
+    /// back on its own port with whatever `change` did (compactions included).
+    pub fn change_while_away(&mut self, change: impl FnOnce(&Etcd)) {
+        self.stop();
+        let scheme = self.url.split_once("://").map_or("http", |(s, _)| s);
+        let client_port = free_port();
+        let mut aside = Etcd {
+            url: format!("{scheme}://127.0.0.1:{client_port}"),
+            client_port,
+            peer_port: self.peer_port,
+            dir: self.dir.clone(),
+            child: None,
+            agent: self.agent.clone(),
+            tls_args: self.tls_args.clone(),
+        };
+        aside.run();
+        change(&aside);
+        aside.stop();
+        // The data directory is this etcd's: the stand-in must not remove it.
+        std::mem::forget(aside);
+    }
+
     /// Starts it again on the same ports and data.
     pub fn restart(&mut self) {
         self.stop();
