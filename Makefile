@@ -58,7 +58,7 @@ chaos: images
 	[ -x /usr/bin/etcd ] || apt-get install -y etcd-server
 	RKUBELET_CHAOS=1 $(CARGO) bench --bench chaos -- $(SCENARIOS)
 
-# Every fuzz target of fuzz/ for FUZZ_TIME seconds each (45: 17 minutes in all, built),
+# Every fuzz target of fuzz/ for FUZZ_TIME seconds each (30: ~12 minutes in all, built),
 # with libFuzzer's RSS and per-allocation bounds; prints runs, execs/s, coverage and crashes per
 # target. Needs nightly and cargo-fuzz (installed when missing). FUZZ_MERGE=1 merges
 # new coverage into the committed corpus. tests/fuzz_corpus.rs replays that corpus

@@ -2,9 +2,9 @@
 # `make fuzz`: runs every fuzz target of fuzz/ for a bounded time with libFuzzer's
 # memory bounds, then prints one table row per target. Needs the nightly toolchain and
 # cargo-fuzz (installed here when missing). Environment:
-#   FUZZ_TIME    seconds per target (default 45: 21 targets took 16.7 minutes on 2
-#                busy cores with the fuzz build up to date; a cold build of the
-#                instrumented crate took another 21 minutes on that loaded machine)
+#   FUZZ_TIME    seconds per target (default 30: 21 targets, about 12 minutes on 2
+#                cores with the fuzz build up to date; at 45 they took 16.7 minutes.
+#                A cold build of the instrumented crate comes on top)
 #   FUZZ_TARGETS the targets to run (default: all)
 #   FUZZ_MERGE=1 merge what the run found into fuzz/corpus/<target>/ (minimized:
 #                only inputs that add coverage), to commit
