@@ -755,6 +755,26 @@ mod tests {
         std::fs::write(p, text).expect("write");
     }
 
+    /// A cgroup tree, a `/proc` and a root dir, each its own temporary directory.
+    fn trees(tag: &str) -> (TempDir, TempDir, TempDir) {
+        (
+            TempDir::new(&format!("{tag}-cg")),
+            TempDir::new(&format!("{tag}-proc")),
+            TempDir::new(&format!("{tag}-root")),
+        )
+    }
+
+    /// Node `n1`'s analyzer config over [`trees`].
+    fn config(cg: &TempDir, proc_root: &TempDir, root: &TempDir) -> StatsConfig {
+        StatsConfig {
+            node_name: "n1".into(),
+            root_dir: root.0.clone(),
+            proc_root: proc_root.0.clone(),
+            cgroups: CgroupFs::detect(&cg.0),
+            pleg: None,
+        }
+    }
+
     /// A pod's sandbox and one container in a fake runtime; returns their pids.
     fn run_pod(rt: &FakeRuntime, uid: &str) -> (u32, u32) {
         let mut pids = Vec::new();
@@ -791,25 +811,14 @@ mod tests {
     fn with_a_pleg_the_runtime_is_listed_again_only_after_a_container_change() {
         use crate::pleg::Pleg;
         use crate::runtime::fake::Op;
-        let (cg, proc_root, root) = (
-            TempDir::new("an-gen-cg"),
-            TempDir::new("an-gen-proc"),
-            TempDir::new("an-gen-root"),
-        );
+        let (cg, proc_root, root) = trees("an-gen");
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("pause"));
         let shared = Arc::new(PlegShared::default());
         let (tx, _rx) = crate::chan::bounded(64);
         let mut pleg = Pleg::new(rt.clone(), "n1", tx, shared.clone(), None);
         run_pod(&rt, "u-1");
         pleg.relist().expect("relist");
-        let cfg = StatsConfig {
-            node_name: "n1".into(),
-            root_dir: root.0.clone(),
-            proc_root: proc_root.0.clone(),
-            cgroups: CgroupFs::detect(&cg.0),
-            pleg: None,
-        }
-        .with_pleg(shared.clone());
+        let cfg = config(&cg, &proc_root, &root).with_pleg(shared.clone());
         let provider = Arc::new(StatsProvider::default());
         let mut a = Analyzer::new(cfg, rt.clone(), provider.clone());
         let lists = || rt.count(Op::List);
@@ -840,11 +849,7 @@ mod tests {
 
     #[test]
     fn a_tick_assembles_node_pod_and_container_figures_from_a_v2_tree() {
-        let (cg, proc_root, root) = (
-            TempDir::new("an-cg"),
-            TempDir::new("an-proc"),
-            TempDir::new("an-root"),
-        );
+        let (cg, proc_root, root) = trees("an");
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("pause"));
         let uid = "u-1";
         let (sb_pid, app_pid) = run_pod(&rt, uid);
@@ -894,13 +899,7 @@ mod tests {
             "hello",
         );
         let provider = Arc::new(StatsProvider::default());
-        let cfg = StatsConfig {
-            node_name: "n1".into(),
-            root_dir: root.0.clone(),
-            proc_root: proc_root.0.clone(),
-            cgroups: CgroupFs::detect(&cg.0),
-            pleg: None,
-        };
+        let cfg = config(&cg, &proc_root, &root);
         let mut a = Analyzer::new(cfg, rt.clone(), provider.clone());
         a.tick().expect("tick");
         put(&cg.0, &format!("{pod_cg}/cpu.stat"), "usage_usec 3000\n");
