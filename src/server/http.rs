@@ -1397,17 +1397,33 @@ mod tests {
         };
         let (shutdown, loops, port) = start_streaming(limits);
         for _ in 0..2 {
-            let mut s = connect(port);
-            // Bytes right behind the head reach the stream too.
-            s.write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\nearly\n")
-                .expect("write");
-            let mut got = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while !String::from_utf8_lossy(&got).contains("early\n") {
-                let n = s.read(&mut chunk).expect("read");
-                assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
-                got.extend_from_slice(&chunk[..n]);
-            }
+            // The slot is free once the previous stream's thread has returned (the
+            // second round): a new stream gets it within 10 s, 503 until then.
+            let until = Instant::now() + Duration::from_secs(10);
+            let (mut s, mut got) = loop {
+                let mut s = connect(port);
+                // Bytes right behind the head reach the stream too.
+                s.write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\nearly\n")
+                    .expect("write");
+                let mut got = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !String::from_utf8_lossy(&got).contains("early\n") {
+                    let n = s.read(&mut chunk).expect("read");
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&chunk[..n]);
+                }
+                if String::from_utf8_lossy(&got).contains("early\n") {
+                    break (s, got);
+                }
+                let text = String::from_utf8_lossy(&got).into_owned();
+                assert!(
+                    text.starts_with("HTTP/1.1 503") && Instant::now() < until,
+                    "closed early: {text}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            };
             // While the only stream slot is taken, another stream gets 503 and plain
             // requests are still served by the workers.
             let mut other = connect(port);
@@ -1431,21 +1447,8 @@ mod tests {
             assert!(text.contains("\r\n9\r\nstream-0\n\r\n"), "{text}");
             assert!(text.contains("6\r\nlater\n\r\n"), "{text}");
             assert!(text.ends_with("0\r\n\r\n"), "{text}");
-            // The slot is free once the stream's thread has returned.
-            let until = Instant::now() + Duration::from_secs(10);
-            while lock_slots_busy(port) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(20));
-            }
         }
         stop(shutdown, loops);
-    }
-
-    /// True while a new `/echo` gets 503 (the one slot still taken).
-    fn lock_slots_busy(port: u16) -> bool {
-        let mut s = connect(port);
-        s.write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\nbye\n")
-            .expect("write");
-        read_answers(&mut s, 1).starts_with("HTTP/1.1 503")
     }
 
     #[test]
