@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 #[allow(dead_code)] // this bench needs only some of the helpers
 mod common;
 
-use common::{cpu_ticks, verdict, write_manifest};
+use common::{cpu_ticks, poll, verdict, wait_running, write_manifest};
 use rkubelet::runtime::docker::Docker;
 use rkubelet::runtime::{
     ContainerConfig, ContainerState, EventFilter, EventItem, NamespaceMode, Runtime, RuntimeEvent,
@@ -356,31 +356,6 @@ fn metric(port: u16, name: &str) -> f64 {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or(f64::NAN)
-}
-
-fn poll(mut done: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(300);
-    while !done() {
-        assert!(
-            Instant::now() < until,
-            "benchmark condition not met in 300 s"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn wait_running(docker: &Docker, node: &str, n: usize) {
-    poll(|| {
-        docker
-            .list_containers(&[format!("io.rkubelet.node={node}")])
-            .map(|l| {
-                l.iter()
-                    .filter(|c| c.state == ContainerState::Running)
-                    .count()
-                    >= n
-            })
-            .unwrap_or(false)
-    });
 }
 
 fn pod_yaml(name: &str) -> String {

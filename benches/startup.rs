@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 #[path = "common/mod.rs"]
 mod common;
 
-use common::{cpu_ticks, proc_status, verdict, write_manifest};
+use common::{cpu_ticks, poll, proc_status, verdict, wait_running, write_manifest};
 use rkubelet::metrics::kubelet::KubeletMetrics;
 use rkubelet::runtime::docker::Docker;
-use rkubelet::runtime::{ContainerConfig, ContainerState, NamespaceMode, Runtime};
+use rkubelet::runtime::{ContainerConfig, NamespaceMode, Runtime};
 
 const BUSYBOX: &str = "rkubelet/busybox:1.35";
 const PAUSE: &str = "rkubelet/pause:3.10";
@@ -77,7 +77,7 @@ fn main() {
 
     // Idle with one pod (it is removed again before the many-pod start).
     write_manifest(&manifests, "idle1.yaml", &pod_yaml("idle1"));
-    wait_running(&docker, &node, 3, Instant::now());
+    wait_running(&docker, &node, 3);
     let idle1 = idle(pid);
     std::fs::remove_file(manifests.join("idle1.yaml")).expect("rm");
     wait_gone(&docker, &node);
@@ -90,7 +90,7 @@ fn main() {
     }
     let rk_many = starts.wait(3 * MANY) - t0;
     drop(starts);
-    wait_running(&docker, &node, 3 * MANY, t0);
+    wait_running(&docker, &node, 3 * MANY);
     if std::env::var_os("STARTUP_ONLY").is_some() {
         // `STARTUP_ONLY=1 cargo bench --bench startup`: the start figures alone.
         kubelet.stop();
@@ -109,7 +109,7 @@ fn main() {
         let name = format!("many{i}");
         write_manifest(&manifests, &format!("{name}.yaml"), &pod_yaml(&name));
     }
-    wait_running(&docker, &node, 3 * MAX_PODS, Instant::now());
+    wait_running(&docker, &node, 3 * MAX_PODS);
     let idle_max = idle(pid);
     let registry_bytes = registry_cost();
 
@@ -467,32 +467,6 @@ impl Drop for Starts {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-}
-
-fn poll(mut done: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(300);
-    while !done() {
-        assert!(
-            Instant::now() < until,
-            "benchmark condition not met in 300 s"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn wait_running(docker: &Docker, node: &str, n: usize, _t0: Instant) {
-    let filter = [format!("io.rkubelet.node={node}")];
-    poll(|| {
-        docker
-            .list_containers(&filter)
-            .map(|l| {
-                l.iter()
-                    .filter(|c| c.state == ContainerState::Running)
-                    .count()
-                    >= n
-            })
-            .unwrap_or(false)
-    });
 }
 
 fn wait_gone(docker: &Docker, node: &str) {

@@ -137,3 +137,32 @@ pub fn spawn_kubelet_with(
         .expect("spawn rkubelet");
     (child, hz, ro)
 }
+
+/// Calls `done` every 5 ms until it holds; panics after 300 s.
+pub fn poll(mut done: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < until,
+            "benchmark condition not met in 300 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Waits until at least `n` of `node`'s containers run.
+pub fn wait_running(docker: &rkubelet::runtime::docker::Docker, node: &str, n: usize) {
+    use rkubelet::runtime::{ContainerState, Runtime};
+    let filter = [format!("io.rkubelet.node={node}")];
+    poll(|| {
+        docker
+            .list_containers(&filter)
+            .map(|l| {
+                l.iter()
+                    .filter(|c| c.state == ContainerState::Running)
+                    .count()
+                    >= n
+            })
+            .unwrap_or(false)
+    });
+}
