@@ -170,6 +170,16 @@ fn api_pod_events_reach_the_api_server_and_kubectl_shows_them() {
         api.list("events", None).len()
     );
 
+    // `describe` shows ev-web's repeated readiness failure as "(xN over …)" once the
+    // API server holds it counted twice.
+    wait_for("ev-web's Unhealthy counted twice", LONG * 2, || {
+        let ev = events_of(&api, "Pod", "ev-web");
+        with_reason(&ev, "Unhealthy")
+            .iter()
+            .any(|e| e["count"].as_i64().is_some_and(|c| c >= 2))
+            .then_some(())
+    });
+
     // The real client: `get events` and `describe pod`.
     let out = kubectl(&kc, &["get", "events", "-n", "default"]);
     assert!(out.starts_with("LAST SEEN"), "{out}");
