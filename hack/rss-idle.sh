@@ -5,7 +5,8 @@
 # busybox sleeping (rkubelet/busybox:1.35, rkubelet/pause:3.10: `make images`). Its
 # containers and cgroups are removed afterwards. Prints "VmRSS <kB> kB", then the
 # resident kB by kind of mapping (the binary's text, its data, heap, thread stacks,
-# other anonymous mappings, libc) from /proc/PID/smaps, and the thread count.
+# other anonymous mappings, libc) from /proc/PID/smaps, the thread count, and the CPU
+# over the idle window by thread.
 set -euo pipefail
 bin=${1:?usage: $0 BINARY [SECONDS]}
 idle=${2:-60}
@@ -57,8 +58,32 @@ for _ in $(seq 1 3000); do
 	sleep 0.2
 done
 [ "$(running)" -ge "$pods" ] || { echo "rss: not every pod ran" >&2; tail -n5 "$work/log" >&2; exit 1; }
+# CPU ticks per thread (utime + stime), before and after the idle window.
+ticks() { for t in /proc/"$pid"/task/*; do echo "$(cat "$t/comm") $(cut -d' ' -f14,15 "$t/stat" 2>/dev/null)"; done 2>/dev/null; }
+ticks >"$work/ticks0"
+t0=$(date +%s.%N)
 sleep "$idle"
+ticks >"$work/ticks1"
+t1=$(date +%s.%N)
 grep VmRSS "/proc/$pid/status"
+# Idle CPU over the window, in % of one core, and the threads that spent it (a thread
+# that came and went within the window is missed; one that went is not subtracted).
+python3 - "$work/ticks0" "$work/ticks1" "$t0" "$t1" <<'PY'
+import os, sys
+hz = os.sysconf("SC_CLK_TCK")
+def read(f):
+    by = {}
+    for line in open(f):
+        name, u, s = line.rsplit(None, 2)
+        by[name] = by.get(name, 0) + int(u) + int(s)
+    return by
+a, b = read(sys.argv[1]), read(sys.argv[2])
+secs = float(sys.argv[4]) - float(sys.argv[3])
+d = {n: b[n] - a.get(n, 0) for n in b}
+total = sum(max(v, 0) for v in d.values())
+print(f"CPU {total / hz / secs * 100:.3f} % of a core over {secs:.0f} s;",
+      ", ".join(f"{n} {v * 1000 // hz} ms" for n, v in sorted(d.items(), key=lambda kv: -kv[1]) if v > 0))
+PY
 # Resident kB by kind: the binary's mappings split into text (r-x) and the rest;
 # [heap]; the anonymous mappings holding a thread's stack pointer; other anonymous
 # mappings (glibc arenas, big allocations, guard pages); libc and the loader.

@@ -232,7 +232,6 @@ impl SyncLoop {
                 }
                 for pod in pods {
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
-                    let pod = Arc::new(pod);
                     if u.op == PodOp::Add {
                         log::info!(
                             "SyncLoop ADD source={} pod={}",
@@ -285,7 +284,7 @@ impl SyncLoop {
                         self.workers.update_pod(
                             &uid,
                             Work::Kill(Kill {
-                                pod: Some(Arc::new(pod)),
+                                pod: Some(pod),
                                 grace: None,
                                 remove: true,
                             }),
@@ -300,7 +299,7 @@ impl SyncLoop {
             PodOp::Reconcile => {
                 for pod in u.pods {
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
-                    self.pods.insert(uid, Arc::new(pod));
+                    self.pods.insert(uid, pod);
                 }
             }
         }

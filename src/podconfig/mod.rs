@@ -13,6 +13,8 @@ pub mod http;
 pub mod inotify;
 pub mod manifest;
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 
 /// A pod source, by the name upstream gives it (also the `config.source` annotation).
@@ -86,8 +88,10 @@ pub enum PodOp {
 pub struct PodUpdate {
     /// The operation.
     pub op: PodOp,
-    /// The pods it applies to (an empty `Add` says "this source is alive").
-    pub pods: Vec<Pod>,
+    /// The pods it applies to (an empty `Add` says "this source is alive"): the merge's
+    /// own stored copies, shared, so a pod's spec is held once by the merge, the sync
+    /// loop and the pod workers together.
+    pub pods: Vec<Arc<Pod>>,
     /// The source they came from.
     pub source: Source,
 }
@@ -97,11 +101,14 @@ pub struct PodUpdate {
 pub struct PodConfig {
     configured: std::collections::BTreeSet<Source>,
     /// Per source: pod UID → the pod as last stored.
-    pods: std::collections::BTreeMap<Source, std::collections::BTreeMap<String, Pod>>,
-    /// Per source: its last snapshot as sent, so that a pod held back by a conflict is
-    /// admitted as soon as the other source lets go of the name (a source that polls
-    /// may not send again for a long time, and one that watches only on a change).
-    last: std::collections::BTreeMap<Source, Vec<Pod>>,
+    pods: std::collections::BTreeMap<Source, std::collections::BTreeMap<String, Arc<Pod>>>,
+    /// Per source whose last snapshot met a conflict: the pods of that snapshot it did
+    /// not store (held back, refused, repeated), so that a pod held back by a conflict
+    /// is admitted as soon as the other source lets go of the name (a source that
+    /// polls may not send again for a long time, and one that watches only on a
+    /// change). With its stored pods (and the API's mirrors) they are the snapshot
+    /// again; no copy of a snapshot is kept for a source without conflicts.
+    held: std::collections::BTreeMap<Source, Vec<Pod>>,
     /// Per source: the conflicts its last snapshot met, one message each.
     conflicts: std::collections::BTreeMap<Source, Vec<String>>,
     /// Per source: its pods refused by validation, one message each (pod and errors).
@@ -118,7 +125,7 @@ impl PodConfig {
         PodConfig {
             configured: configured.iter().copied().collect(),
             pods: Default::default(),
-            last: Default::default(),
+            held: Default::default(),
             conflicts: Default::default(),
             invalid: Default::default(),
             mirrors: Vec::new(),
@@ -160,7 +167,7 @@ impl PodConfig {
     }
 
     /// Every pod of every source, in source then UID order.
-    pub fn all_pods(&self) -> Vec<Pod> {
+    pub fn all_pods(&self) -> Vec<Arc<Pod>> {
         self.pods
             .values()
             .flat_map(|m| m.values().cloned())
@@ -175,7 +182,6 @@ impl PodConfig {
     /// once: its operations follow this source's.
     pub fn merge(&mut self, update: SourceUpdate, now_rfc3339: &str) -> Vec<PodUpdate> {
         let source = update.source;
-        self.last.insert(source, update.pods.clone());
         let mut out = self.merge_snapshot(source, update.pods, now_rfc3339);
         let blocked: Vec<Source> = self
             .conflicts
@@ -184,10 +190,26 @@ impl PodConfig {
             .map(|(s, _)| *s)
             .collect();
         for other in blocked {
-            let pods = self.last.get(&other).cloned().unwrap_or_default();
+            let pods = self.last_snapshot(other);
             out.extend(self.merge_snapshot(other, pods, now_rfc3339));
         }
         out
+    }
+
+    /// `source`'s last snapshot, put together again: the pods stored from it, the
+    /// mirrors (the API source's), and the pods it held back.
+    fn last_snapshot(&self, source: Source) -> Vec<Pod> {
+        let mut pods: Vec<Pod> = self
+            .pods
+            .get(&source)
+            .into_iter()
+            .flat_map(|m| m.values().map(|p| Pod::clone(p)))
+            .collect();
+        if source == Source::Api {
+            pods.extend(self.mirrors.iter().cloned());
+        }
+        pods.extend(self.held.get(&source).into_iter().flatten().cloned());
+        pods
     }
 
     fn merge_snapshot(
@@ -207,7 +229,12 @@ impl PodConfig {
         } else {
             pods
         };
-        let incoming = self.validate(source, pods);
+        let (incoming, dropped) = self.validate(source, pods);
+        if self.conflicts.contains_key(&source) {
+            self.held.insert(source, dropped);
+        } else {
+            self.held.remove(&source);
+        }
         let old = self.pods.remove(&source).unwrap_or_default();
 
         let (mut adds, mut updates, mut deletes, mut reconciles) = (vec![], vec![], vec![], vec![]);
@@ -218,6 +245,7 @@ impl PodConfig {
             match old.get(&uid) {
                 None => {
                     set_annotation(&mut pod, CONFIG_SEEN_ANNOTATION, now_rfc3339);
+                    let pod = Arc::new(pod);
                     adds.push(pod.clone());
                     stored.insert(uid, pod);
                 }
@@ -227,6 +255,7 @@ impl PodConfig {
                         set_annotation(&mut pod, CONFIG_SEEN_ANNOTATION, &seen);
                     }
                     if semantically_changed(existing, &pod) {
+                        let pod = Arc::new(pod);
                         if pod.metadata.deletion_timestamp.is_some() {
                             deletes.push(pod.clone());
                         } else {
@@ -234,6 +263,7 @@ impl PodConfig {
                         }
                         stored.insert(uid, pod);
                     } else if existing.status != pod.status {
+                        let pod = Arc::new(pod);
                         reconciles.push(pod.clone());
                         stored.insert(uid, pod);
                     } else {
@@ -242,7 +272,7 @@ impl PodConfig {
                 }
             }
         }
-        let removes: Vec<Pod> = old
+        let removes: Vec<Arc<Pod>> = old
             .iter()
             .filter(|(uid, _)| !stored.contains_key(*uid))
             .map(|(_, p)| p.clone())
@@ -284,12 +314,13 @@ impl PodConfig {
     /// admission), a full name (`name_namespace`) repeated inside one snapshot (the
     /// later one is dropped, as upstream) or already held by another source (a
     /// conflict: the pod keeps running from the source that had it first). The source's
-    /// other pods are unaffected.
-    fn validate(&mut self, source: Source, pods: Vec<Pod>) -> Vec<Pod> {
+    /// other pods are unaffected. Returns the pods kept, and the ones dropped.
+    fn validate(&mut self, source: Source, pods: Vec<Pod>) -> (Vec<Pod>, Vec<Pod>) {
         let mut conflicts = Vec::new();
         let mut invalid = Vec::new();
         let mut names = std::collections::BTreeSet::new();
         let mut out = Vec::with_capacity(pods.len());
+        let mut dropped = Vec::new();
         for pod in pods {
             let full = full_name(&pod);
             if let Err(errs) = crate::validation::validate_pod_create(&pod) {
@@ -300,6 +331,7 @@ impl PodConfig {
                     log::warn!("{msg}");
                 }
                 invalid.push(msg);
+                dropped.push(pod);
                 continue;
             }
             if !names.insert(full.clone()) {
@@ -307,6 +339,7 @@ impl PodConfig {
                     "Error validating pod {full} from {source} due to duplicate pod name {}, ignoring",
                     pod.metadata.name.as_deref().unwrap_or_default()
                 );
+                dropped.push(pod);
                 continue;
             }
             let other = self
@@ -326,6 +359,7 @@ impl PodConfig {
                     log::warn!("{msg}");
                 }
                 conflicts.push(msg);
+                dropped.push(pod);
                 continue;
             }
             out.push(pod);
@@ -342,7 +376,7 @@ impl PodConfig {
         } else {
             self.invalid.insert(source, invalid);
         }
-        out
+        (out, dropped)
     }
 }
 
@@ -581,6 +615,48 @@ mod tests {
             annotation(&pc.all_pods()[0], CONFIG_SOURCE_ANNOTATION).as_deref(),
             Some("api")
         );
+    }
+
+    #[test]
+    fn a_held_back_pod_is_admitted_with_its_sources_other_pods_mirrors_and_refusals_kept() {
+        let mut pc = PodConfig::new(&[Source::File, Source::Api]);
+        pc.merge(set(Source::File, vec![pod("a", "1", "x")]), "T0");
+        let mut mirror = pod("web-node1", "m1", "x");
+        set_annotation(&mut mirror, CONFIG_MIRROR_ANNOTATION, "s1");
+        let mut bad = pod("bad", "3", "x");
+        if let Some(spec) = bad.spec.as_mut() {
+            spec.containers[0].name = "Not_A_Name".into();
+        }
+        let out = pc.merge(
+            set(
+                Source::Api,
+                vec![pod("a", "9", "x"), pod("db", "a1", "y"), mirror, bad],
+            ),
+            "T1",
+        );
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec!["a1".to_string()])]);
+        assert_eq!(pc.held_back().len(), 2, "{:?}", pc.held_back());
+        // The file lets go: the held-back pod is added, and nothing else of the API's
+        // last snapshot changes (its other pod, its mirror, its refusal).
+        let out = pc.merge(set(Source::File, vec![]), "T2");
+        assert_eq!(
+            ops(&out),
+            vec![
+                (PodOp::Remove, vec!["1".to_string()]),
+                (PodOp::Add, vec!["9".to_string()])
+            ]
+        );
+        assert_eq!(pc.mirror_pods().len(), 1);
+        let held = pc.held_back();
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert!(held[0].starts_with("invalid pod bad_default"), "{held:?}");
+        let seen: Vec<_> = pc
+            .all_pods()
+            .iter()
+            .map(|p| annotation(p, CONFIG_SEEN_ANNOTATION))
+            .collect();
+        // UID order: "9" (first seen when admitted), then "a1" (seen at T1).
+        assert_eq!(seen, [Some("T2".to_string()), Some("T1".to_string())]);
     }
 
     #[test]
