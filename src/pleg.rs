@@ -33,6 +33,9 @@ use crate::runtime::{ContainerState, ContainerSummary, Runtime, RuntimeError};
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// Upstream `genericPlegRelistThreshold`: the PLEG is unhealthy past this.
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+/// Without the event stream, a relist this recent vouches for what it saw: three
+/// relist periods, so one slow list does not count.
+pub const FRESH_RELIST: Duration = Duration::from_secs(3);
 /// Upstream `plegChannelCapacity`: events beyond it are dropped (the next relist or
 /// resync catches up).
 pub const CHANNEL_CAPACITY: usize = 1000;
@@ -178,6 +181,10 @@ pub struct PlegShared {
     /// or removed: a reader that lists the runtime for itself (`stats`) lists again
     /// only when it moved.
     generation: AtomicU64,
+    /// Per pod UID the runtime holds: `generation` as it was made by the last change
+    /// of one of its containers, so a reader that keeps what it read of a pod (the
+    /// runtime manager's pod cache) knows whether it still holds.
+    pod_generations: Mutex<HashMap<String, u64>>,
 }
 
 impl PlegShared {
@@ -185,6 +192,26 @@ impl PlegShared {
     /// (equal numbers: no container appeared, changed state or went in between).
     pub fn containers_generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
+    }
+
+    /// A number that changes whenever the PLEG has seen one of `uid`'s containers
+    /// change (upstream's pod cache timestamps: equal numbers, no container of the pod
+    /// appeared, changed state or went in between), or None while the PLEG cannot
+    /// vouch for it: no relist yet, or neither an open event stream nor a relist within
+    /// the last [`FRESH_RELIST`].
+    pub fn pod_generation(&self, uid: &str, now: Instant) -> Option<u64> {
+        let last = self.last_relist()?;
+        if !self.stream_open() && now.saturating_duration_since(last) > FRESH_RELIST {
+            return None;
+        }
+        // A pod the runtime holds nothing of has the node's generation: it moves with
+        // any change, so it never repeats a number the pod had while it had containers.
+        let gens = lock(&self.pod_generations);
+        Some(
+            gens.get(uid)
+                .copied()
+                .unwrap_or_else(|| self.containers_generation()),
+        )
     }
 
     /// When the last successful relist started.
@@ -406,7 +433,13 @@ impl Pleg {
         let old = seen_states(self.seen.values().filter(|c| in_scope(c)));
         let events = compute_events(&old, &seen_states(new.values()));
         if !events.is_empty() {
-            self.shared.generation.fetch_add(1, Ordering::SeqCst);
+            // Before the events go out: the sync an event starts must find the pod's
+            // generation moved.
+            let g = self.shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut gens = lock(&self.shared.pod_generations);
+            for ev in &events {
+                gens.insert(ev.pod_uid.clone(), g);
+            }
         }
         for ev in events {
             self.send(ev);
@@ -500,6 +533,7 @@ impl Pleg {
         for info in pods.values_mut() {
             info.running_containers.sort();
         }
+        lock(&self.shared.pod_generations).retain(|uid, _| pods.contains_key(uid));
         *lock(&self.shared.pods) = Arc::new(pods);
     }
 }

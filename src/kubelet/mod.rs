@@ -619,6 +619,7 @@ impl Components {
             )
             .with_objects(objects, facts),
         );
+        let pleg_shared = Arc::new(PlegShared::default());
         let manager = Arc::new(
             RuntimeManager::new(
                 runtime.clone(),
@@ -647,7 +648,8 @@ impl Components {
                 },
             )
             .with_probe_results(probes.results().clone())
-            .with_metrics(metrics.clone()),
+            .with_metrics(metrics.clone())
+            .with_pleg(pleg_shared.clone()),
         );
         Ok(Components {
             probes,
@@ -655,7 +657,7 @@ impl Components {
             status_wake,
             pods_view,
             manager_view: Arc::new(PodManagerView::default()),
-            pleg_shared: Arc::new(PlegShared::default()),
+            pleg_shared,
             runtime_health: Arc::new(RuntimeHealth::default()),
             work_queue: Arc::new(WorkQueue::default()),
             workers: Arc::new(PodWorkers::default().with_metrics(metrics.clone())),

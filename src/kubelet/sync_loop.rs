@@ -753,6 +753,30 @@ mod tests {
     }
 
     #[test]
+    fn a_resync_reads_the_runtime_only_after_the_pleg_saw_the_pod_change() {
+        use crate::pod_workers::PodSyncer;
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        n.snapshot(Source::File, vec![pod("web", "u1", ONE)]);
+        // The PLEG sees the new containers: the sync it starts reads them.
+        n.relist();
+        let first = n.running("u1", "a").expect("running");
+        let pod = n.sl.manager_view.get().pods[0].clone();
+        let reads = || rt.count(Op::List) + rt.count(Op::Inspect);
+        let before = reads();
+        n.handler.sync_pod(&pod);
+        n.handler.sync_pod(&pod);
+        assert_eq!(reads(), before, "resyncs of an unchanged pod read nothing");
+        // The container dies; once the PLEG has seen it, the sync reads and restarts.
+        rt.exit(&first.id, 1);
+        n.relist();
+        assert!(reads() > before);
+        let second = n.running("u1", "a").expect("restarted");
+        assert_ne!(second.id, first.id);
+        assert_eq!(crate::container::labels::restart_count(&second.labels), 1);
+    }
+
+    #[test]
     fn runtime_up_resyncs_every_pod() {
         let rt = testing::runtime(&testing::clock());
         let mut n = Node::new(&rt, &[Source::File]);

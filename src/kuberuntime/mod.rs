@@ -53,6 +53,11 @@ pub const TERMINATION_MESSAGE_LOG_BYTES: usize = 2048;
 const MESSAGE_CACHE_ENTRIES: usize = 4096;
 /// The sandbox holds only namespaces: no grace needed beyond a moment.
 const SANDBOX_STOP_GRACE: Duration = Duration::from_secs(2);
+/// A pod's containers as a sync read them serve the next syncs while the PLEG saw no
+/// change of the pod, but at most this long: one resync in five (at the 1 min resync
+/// period) reads the runtime whatever the PLEG says, the safety net the evented PLEG's
+/// own full relist is.
+pub const POD_CACHE_MAX_AGE: Duration = Duration::from_secs(5 * 60);
 
 /// Errors of one pod sync, with the pod (and container) they concern.
 #[derive(Debug)]
@@ -257,6 +262,21 @@ pub struct RuntimeManager {
     /// Each pod's cgroup parent, from its last sync's inputs (forgotten when the
     /// pod's containers are removed).
     cgroup_parents: Mutex<HashMap<String, String>>,
+    /// Vouches for what a sync read of a pod (per-pod generations).
+    pleg: Option<Arc<crate::pleg::PlegShared>>,
+    /// Upstream's pod cache (`kubecontainer.Cache`, read with `GetNewerThan`): each
+    /// pod's containers as the last sync read them, with the PLEG's generation of the
+    /// pod just before the read. A resync of a pod the PLEG saw no change of reads
+    /// nothing: at 110 idle pods that is 110 lists and 220 inspects a minute fewer.
+    pod_cache: Mutex<HashMap<String, CachedPod>>,
+}
+
+/// One pod's containers as read, and what vouches for them.
+#[derive(Debug)]
+struct CachedPod {
+    generation: u64,
+    read_at: Instant,
+    pod: RuntimePod,
 }
 
 /// The per-container directory of a pod (upstream `getPodContainerDir`):
@@ -281,7 +301,17 @@ impl RuntimeManager {
             probes: None,
             metrics: Arc::default(),
             cgroup_parents: Mutex::new(HashMap::new()),
+            pleg: None,
+            pod_cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Syncs read a pod's containers from the runtime only when `pleg` saw them change
+    /// since the last read (or [`POD_CACHE_MAX_AGE`] passed); without it, every sync
+    /// reads them.
+    pub fn with_pleg(mut self, pleg: Arc<crate::pleg::PlegShared>) -> Self {
+        self.pleg = Some(pleg);
+        self
     }
 
     /// Records started pods and containers (and their failures) into `metrics`.
@@ -335,6 +365,50 @@ impl RuntimeManager {
         }
         rp.sort();
         Ok(rp)
+    }
+
+    /// The pod's containers for a sync: the last read while the PLEG vouches that none
+    /// changed since (same generation, within [`POD_CACHE_MAX_AGE`]), else read now.
+    fn sync_pod_status(&self, uid: &str) -> Result<RuntimePod, RuntimeError> {
+        let now = Instant::now();
+        let generation = self.pleg.as_ref().and_then(|p| p.pod_generation(uid, now));
+        if let Some(g) = generation {
+            if let Some(c) = lock(&self.pod_cache).get(uid) {
+                if c.generation == g && now.saturating_duration_since(c.read_at) < POD_CACHE_MAX_AGE
+                {
+                    return Ok(c.pod.clone());
+                }
+            }
+        }
+        self.read_pod_status(uid, generation, now)
+    }
+
+    /// Reads the pod's containers and keeps them for the next sync when `generation`
+    /// (the PLEG's, taken before the read) vouches for them.
+    fn read_pod_status(
+        &self,
+        uid: &str,
+        generation: Option<u64>,
+        now: Instant,
+    ) -> Result<RuntimePod, RuntimeError> {
+        let rp = self.get_pod_status(uid);
+        let mut cache = lock(&self.pod_cache);
+        match (&rp, generation) {
+            (Ok(pod), Some(generation)) => {
+                cache.insert(
+                    uid.to_string(),
+                    CachedPod {
+                        generation,
+                        read_at: now,
+                        pod: pod.clone(),
+                    },
+                );
+            }
+            _ => {
+                cache.remove(uid);
+            }
+        }
+        rp
     }
 
     /// Removes one dead container instance with what the kubelet keeps beside it: its
@@ -489,7 +563,7 @@ impl RuntimeManager {
             lock(&self.cgroup_parents).insert(uid.clone(), inp.cgroup_parent.clone());
         }
         let rp = self
-            .get_pod_status(&uid)
+            .sync_pod_status(&uid)
             .map_err(rt_err("reading pod status"))?;
         // Upstream's remount on every sync: configMap, secret, downwardAPI and
         // projected volumes follow their objects, the pod's labels and token refreshes
@@ -554,7 +628,9 @@ impl RuntimeManager {
             return Ok(result);
         }
         let executed = self.execute(pod, &rp, &acts, &mut result);
-        let status = self.get_pod_status(&uid);
+        let now = Instant::now();
+        let generation = self.pleg.as_ref().and_then(|p| p.pod_generation(&uid, now));
+        let status = self.read_pod_status(&uid, generation, now);
         self.link_logs(&result.started, status.as_ref().ok());
         executed.map_err(rt_err("syncing"))?;
         result.runtime_pod = status.map_err(rt_err("reading pod status after sync"))?;
@@ -1062,6 +1138,7 @@ impl RuntimeManager {
                 self.runtime.remove_container(&c.id)?;
             }
             lock(&self.cgroup_parents).remove(&req.uid);
+            lock(&self.pod_cache).remove(&req.uid);
             // The pod's directory (volumes, termination messages) is the volume
             // manager's to remove: it unmounts tmpfs volumes first, and waits until
             // Docker lists no container of the pod.

@@ -415,7 +415,7 @@ impl EventWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pleg::{PlegEvent, CHANNEL_CAPACITY};
+    use crate::pleg::{PlegEvent, CHANNEL_CAPACITY, FRESH_RELIST};
     use crate::runtime::fake::{FakeClock, FakeRuntime, Op};
     use crate::runtime::ContainerConfig;
     use std::time::UNIX_EPOCH;
@@ -565,6 +565,40 @@ mod tests {
             }
             done.push(a);
         }
+    }
+
+    #[test]
+    fn a_pods_generation_moves_with_its_own_changes_only_and_is_vouched_for_while_fresh() {
+        let (rt, id, mut pleg, _rx) = world();
+        let shared = pleg.shared().clone();
+        let now = Instant::now();
+        let g1 = shared.pod_generation("uid-1", now).expect("just relisted");
+        let other = shared.pod_generation("uid-2", now).expect("just relisted");
+        pleg.relist().expect("relist");
+        assert_eq!(shared.pod_generation("uid-1", Instant::now()), Some(g1));
+        assert_eq!(shared.pod_generation("uid-2", Instant::now()), Some(other));
+        // A pod the runtime holds nothing of moves with any change, a pod with
+        // containers only with its own.
+        rt.exit(&id, 1);
+        pleg.relist().expect("relist");
+        let g2 = shared
+            .pod_generation("uid-1", Instant::now())
+            .expect("fresh");
+        assert_ne!(g2, g1);
+        assert_ne!(shared.pod_generation("uid-2", Instant::now()), Some(other));
+        // Removed: the pod's number leaves the map and never comes back as g1 or g2.
+        rt.remove_container(&id).expect("remove");
+        pleg.relist().expect("relist");
+        let g3 = shared
+            .pod_generation("uid-1", Instant::now())
+            .expect("fresh");
+        assert!(g3 > g2, "{g3} > {g2}");
+        // No stream and no relist for longer than FRESH_RELIST: nothing is vouched for;
+        // an open stream vouches.
+        let later = Instant::now() + FRESH_RELIST + Duration::from_secs(1);
+        assert_eq!(shared.pod_generation("uid-1", later), None);
+        shared.set_stream_open(true);
+        assert_eq!(shared.pod_generation("uid-1", later), Some(g3));
     }
 
     #[test]
