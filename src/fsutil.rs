@@ -1,6 +1,5 @@
 //! Reading files that come from outside (static pod manifests, the config file) without
-//! ever blocking or reading without limit, and giving freed memory back after a big
-//! decode.
+//! ever blocking or reading without limit.
 //!
 //! Why: `open(2)` on a FIFO blocks until a writer comes, and `read(2)` on `/dev/zero`
 //! never ends. A manifest directory or a `--config` path is written by people and
@@ -182,71 +181,6 @@ fn read_capped(file: File, max: u64, bytes: &mut Vec<u8>) -> Result<(), ReadErro
         return Err(ReadError::TooLarge { size: len, max });
     }
     Ok(())
-}
-
-/// A decode of at least this many bytes is followed by [`release_freed_memory`]: a
-/// YAML tree costs tens of times its text, and a few hundred KiB is where glibc's
-/// kept arenas start to show in RSS.
-pub const TRIM_AFTER_BYTES: usize = 256 * 1024;
-
-/// Gives memory freed after a big decode back to the kernel. glibc keeps freed heap
-/// in its arenas (per thread), so one 3 MiB manifest could keep hundreds of MB of
-/// RSS long after its tree is dropped; `malloc_trim(0)` returns them. Other C
-/// libraries (musl) give memory back on their own, so this is glibc only.
-pub fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks glibc's own heap under glibc's own locks; it
-    // takes no pointer and is safe to call from any thread at any time.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// How often housekeeping gives freed heap back ([`release_freed_memory_every`]): a
-/// node that started 110 pods kept ~1.2 MiB of freed heap in glibc's free lists
-/// while idle (measured: VmRSS 20.1 MiB, 18.8 MiB with a trim every 10 s); a walk of
-/// an idle node's free lists once a minute costs nothing measurable.
-pub const TRIM_PERIOD: Duration = Duration::from_secs(60);
-
-/// [`release_freed_memory`] if `period` has passed since the last trim through here
-/// (the first call trims). For a loop that runs more often than that.
-pub fn release_freed_memory_every(period: Duration) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::OnceLock;
-    use std::time::Instant;
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    // Milliseconds since EPOCH of the last trim, plus one (0: never).
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_millis())
-        .unwrap_or(u64::MAX)
-        .saturating_add(1);
-    let period = u64::try_from(period.as_millis()).unwrap_or(u64::MAX);
-    let last = LAST.load(Ordering::Relaxed);
-    if last != 0 && now.saturating_sub(last) < period {
-        return;
-    }
-    if LAST
-        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-        .is_ok()
-    {
-        release_freed_memory();
-    }
-}
-
-/// glibc's most malloc arenas: one. By default glibc gives each thread that allocates
-/// an arena of its own (up to 8 per core), and each keeps its own touched pages and
-/// free lists; rkubelet's ~25 threads are mostly asleep and allocate little, so the
-/// extra arenas were pure overhead: with 30 pods idle, VmRSS 12.4 MiB with glibc's
-/// default, 11.7 MiB with two (measured, release build, ports off); with 110 pods
-/// idle 20.1 MiB with two, 18.9 MiB with one (the second arena's free lists), and no
-/// difference with one pod (9.4 / 9.6 MiB). Call it first in `main`, before any
-/// thread starts. Other C libraries (musl) have no arenas.
-pub fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets a glibc tunable; called before other threads exist.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub mod lines;
 pub mod chan;
 pub mod json;
 pub mod fsutil;
+pub mod malloc;
 pub mod record;
 pub mod netutil;
 // Outgoing HTTP: agents for the servers pods come from, and for requests to pods.

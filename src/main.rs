@@ -57,7 +57,8 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Exit {
-    rkubelet::fsutil::limit_malloc_arenas();
+    rkubelet::malloc::reexec_with_tunables();
+    rkubelet::malloc::tune();
     let args: Vec<String> = std::env::args().collect();
     let cfg = match config::load(args) {
         Ok(Loaded::Run(cfg)) => cfg,

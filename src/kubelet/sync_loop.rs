@@ -390,7 +390,7 @@ impl SyncLoop {
         self.volumes.set_desired_pods(self.pods.keys().cloned());
         self.status_line();
         // What a burst of syncs freed (decodes, Docker answers) back to the kernel.
-        crate::fsutil::release_freed_memory_every(crate::fsutil::TRIM_PERIOD);
+        crate::malloc::release_freed_memory_every(crate::malloc::TRIM_PERIOD);
         if began.elapsed() > HOUSEKEEPING_WARNING {
             log::warn!(
                 "Housekeeping took longer than expected: {:?}",

@@ -35,7 +35,6 @@ use ureq::Agent;
 
 use super::manifest::{self, Format, ManifestError, Origin, MAX_MANIFEST_BYTES};
 use super::{Source, SourceUpdate};
-use crate::fsutil;
 use crate::httpclient::servers::{self as client, LineReader, TlsSettings};
 use crate::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
 use crate::wait::{jitter_fraction, Backoff};
@@ -656,8 +655,8 @@ pub fn pods_from_value(
         std::str::from_utf8(value).map_err(|_| fail(manifest::ManifestErrorKind::NotUtf8))?;
     // JSON is YAML: one parser reads both, and multi-document YAML too.
     let pods = manifest::pods_from_str(text, Format::Yaml, origin, node_name);
-    if value.len() >= fsutil::TRIM_AFTER_BYTES {
-        fsutil::release_freed_memory();
+    if value.len() >= crate::malloc::TRIM_AFTER_BYTES {
+        crate::malloc::release_freed_memory();
     }
     pods
 }

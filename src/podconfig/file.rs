@@ -158,7 +158,7 @@ impl FileSource {
     /// manifest (the snapshot was sent all the same).
     pub fn tick(&mut self) -> Result<(), FileSourceError> {
         if std::mem::take(&mut self.trim_next_tick) {
-            fsutil::release_freed_memory();
+            crate::malloc::release_freed_memory();
         }
         let refreshed = self.refresh();
         let update = SourceUpdate {
@@ -287,9 +287,9 @@ impl FileSource {
             "decoded manifest path={file:?} bytes={size} took={:?}",
             started.elapsed()
         );
-        if size >= fsutil::TRIM_AFTER_BYTES {
+        if size >= crate::malloc::TRIM_AFTER_BYTES {
             // The text and its YAML tree are dropped by now.
-            fsutil::release_freed_memory();
+            crate::malloc::release_freed_memory();
         }
         let error = match decoded {
             Ok(pods) => {
@@ -305,7 +305,7 @@ impl FileSource {
             size: size as u64,
             error: error.clone(),
         });
-        if size >= fsutil::TRIM_AFTER_BYTES {
+        if size >= crate::malloc::TRIM_AFTER_BYTES {
             // The pods it replaced are freed on other threads over the next seconds.
             self.trim_next_tick = true;
         }
@@ -363,8 +363,8 @@ impl FileSource {
     }
 }
 
-/// [`fsutil::TRIM_AFTER_BYTES`] as a file size.
-const TRIM_AFTER: u64 = fsutil::TRIM_AFTER_BYTES as u64;
+/// [`crate::malloc::TRIM_AFTER_BYTES`] as a file size.
+const TRIM_AFTER: u64 = crate::malloc::TRIM_AFTER_BYTES as u64;
 
 /// The outcome of [`FileSource::load`] for one file.
 #[derive(Debug)]

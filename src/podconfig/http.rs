@@ -25,7 +25,6 @@ use ureq::Agent;
 
 use super::manifest::{self, Format, ManifestError, Origin, MAX_MANIFEST_BYTES};
 use super::{Source, SourceUpdate};
-use crate::fsutil;
 use crate::httpclient::servers as client;
 use crate::loops::{Loops, Periodic, SpawnError};
 
@@ -158,8 +157,8 @@ impl HttpSource {
             return Ok(());
         }
         let decoded = pods_from_body(&body, &self.url, &self.node_name);
-        if body.len() >= fsutil::TRIM_AFTER_BYTES {
-            fsutil::release_freed_memory();
+        if body.len() >= crate::malloc::TRIM_AFTER_BYTES {
+            crate::malloc::release_freed_memory();
         }
         self.send(decoded.map_err(HttpSourceError::Manifest)?)?;
         self.last_body = Some(body);

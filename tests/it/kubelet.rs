@@ -422,3 +422,34 @@ fn tells_systemd_ready_after_the_first_relist() {
     let (code, _) = node.wait_exit(Duration::from_secs(10));
     assert_eq!(code, Some(0));
 }
+
+/// `GLIBC_TUNABLES` in the environment of the process with that PID.
+fn tunables_of(pid: u32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).expect("environ");
+    env.split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix("GLIBC_TUNABLES=").map(str::to_string))
+}
+
+#[test]
+fn the_binary_runs_again_with_glibcs_thread_cache_off_keeping_its_pid_and_a_users_tunables() {
+    // The same process (the PID the test spawned) now holds the tunables.
+    let mut node = Node::new("malloc-reexec");
+    node.start(&[]);
+    assert_eq!(
+        tunables_of(node.pid()).as_deref(),
+        Some(rkubelet::malloc::TUNABLES),
+        "{}",
+        node.log()
+    );
+    drop(node);
+    // Tunables of the user's own are left as they are.
+    let mut node = Node::new("malloc-user");
+    node.env
+        .push(("GLIBC_TUNABLES".into(), "glibc.malloc.arena_max=2".into()));
+    node.start(&[]);
+    assert_eq!(
+        tunables_of(node.pid()).as_deref(),
+        Some("glibc.malloc.arena_max=2")
+    );
+}
