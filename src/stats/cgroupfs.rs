@@ -29,6 +29,9 @@ use std::path::{Path, PathBuf};
 
 /// Kernel pseudo-files here are small; a file larger than this is not a cgroup file.
 const MAX_FILE: u64 = 256 * 1024;
+/// The room a small file is read into at once (see [`read_small`]): more than a
+/// `memory.stat` (~1 KiB on v1, ~2 KiB on v2) or `/proc/meminfo`.
+const READ_AHEAD: usize = 4096;
 
 /// cAdvisor's `isMemoryUnlimited`: a limit above 2^62 bytes means "no limit" (v1 prints
 /// `PAGE_COUNTER_MAX` pages, 9223372036854771712 on 4 KiB pages).
@@ -253,32 +256,42 @@ impl CgroupFs {
         match self.version {
             CgroupVersion::V1 => {
                 let usage = read_u64(&dir.join("memory.usage_in_bytes"))?;
-                let stat_path = dir.join("memory.stat");
-                let stat = read_small(&stat_path)?;
-                let get = |k: &str| flat_key(&stat, k);
-                let inactive = get("total_inactive_file").or_else(|| get("inactive_file"));
+                let stat = read_small(&dir.join("memory.stat"))?;
+                let [total_inactive, inactive, total_rss, rss, faults, major] = flat_keys(
+                    &stat,
+                    [
+                        "total_inactive_file",
+                        "inactive_file",
+                        "total_rss",
+                        "rss",
+                        "pgfault",
+                        "pgmajfault",
+                    ],
+                );
+                let inactive = total_inactive.or(inactive).unwrap_or(0);
                 Ok(MemoryStats {
                     usage_bytes: usage,
-                    working_set_bytes: usage.saturating_sub(inactive.unwrap_or(0)),
-                    rss_bytes: get("total_rss").or_else(|| get("rss")).unwrap_or(0),
-                    inactive_file_bytes: inactive.unwrap_or(0),
-                    page_faults: get("pgfault").unwrap_or(0),
-                    major_page_faults: get("pgmajfault").unwrap_or(0),
+                    working_set_bytes: usage.saturating_sub(inactive),
+                    rss_bytes: total_rss.or(rss).unwrap_or(0),
+                    inactive_file_bytes: inactive,
+                    page_faults: faults.unwrap_or(0),
+                    major_page_faults: major.unwrap_or(0),
                     limit_bytes: None,
                 })
             }
             CgroupVersion::V2 => {
                 let usage = read_u64(&dir.join("memory.current"))?;
                 let stat = read_small(&dir.join("memory.stat"))?;
-                let get = |k: &str| flat_key(&stat, k);
-                let inactive = get("inactive_file").unwrap_or(0);
+                let [inactive, anon, faults, major] =
+                    flat_keys(&stat, ["inactive_file", "anon", "pgfault", "pgmajfault"]);
+                let inactive = inactive.unwrap_or(0);
                 Ok(MemoryStats {
                     usage_bytes: usage,
                     working_set_bytes: usage.saturating_sub(inactive),
-                    rss_bytes: get("anon").unwrap_or(0),
+                    rss_bytes: anon.unwrap_or(0),
                     inactive_file_bytes: inactive,
-                    page_faults: get("pgfault").unwrap_or(0),
-                    major_page_faults: get("pgmajfault").unwrap_or(0),
+                    page_faults: faults.unwrap_or(0),
+                    major_page_faults: major.unwrap_or(0),
                     limit_bytes: None,
                 })
             }
@@ -515,20 +528,43 @@ pub fn statvfs(path: &Path) -> Result<FsStats, SampleError> {
 /// A value of a flat-keyed file (`memory.stat`, `cpu.stat`, `/proc/vmstat`: `key value`
 /// lines).
 fn flat_key(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse::<u64>().ok())?
-    })
+    let [v] = flat_keys(text, [key]);
+    v
 }
 
-/// A small kernel file's text, at most [`MAX_FILE`] bytes.
+/// The values of `keys` in a flat-keyed file, in one pass over its lines (the first
+/// line of each key counts): `memory.stat` is read for every container every tick.
+fn flat_keys<const N: usize>(text: &str, keys: [&str; N]) -> [Option<u64>; N] {
+    let mut out = [None; N];
+    let mut left = N;
+    for l in text.lines() {
+        let Some((k, v)) = l.split_once(' ') else {
+            continue;
+        };
+        if let Some(i) = keys.iter().position(|key| *key == k) {
+            if out[i].is_none() {
+                out[i] = v.trim().parse::<u64>().ok();
+                left -= 1;
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A small kernel file's text, at most [`MAX_FILE`] bytes. Read into [`READ_AHEAD`]
+/// bytes of room from the start: a kernel file has no size to go by, and from an empty
+/// buffer the standard library probes with a 32-byte read and grows, ~6 `read(2)`s for
+/// a v1 `memory.stat`; with room, two (the text, then the end).
 fn read_small(path: &Path) -> Result<String, SampleError> {
     let io_err = |source| SampleError::Io {
         path: path.to_path_buf(),
         source,
     };
     let f = File::open(path).map_err(io_err)?;
-    let mut text = String::new();
+    let mut text = String::with_capacity(READ_AHEAD);
     f.take(MAX_FILE).read_to_string(&mut text).map_err(io_err)?;
     Ok(text)
 }
@@ -630,6 +666,16 @@ mod tests {
             "12:pids:/docker/abc\n4:cpu,memory:/docker/abc\n0::/\n",
         );
         t
+    }
+
+    #[test]
+    fn flat_keys_reads_each_keys_first_line_in_one_pass() {
+        let text = "cache 1\nrss 2\nrss 9\nbad\nswap x\ntotal_rss 3\n";
+        assert_eq!(
+            flat_keys(text, ["total_rss", "rss", "swap", "absent"]),
+            [Some(3), Some(2), None, None]
+        );
+        assert_eq!(flat_key(text, "cache"), Some(1));
     }
 
     #[test]
