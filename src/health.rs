@@ -1,7 +1,7 @@
 //! Health checks: the runtime's liveness (the `runtime-up` loop, upstream
 //! `updateRuntimeUp`), and the set of named checks the healthz endpoints report
 //! (`ping`, `syncloop`, `pleg`, `runtime`, and `network`: the runtime's network
-//! readiness from the `net-status` loop), each with upstream's wording.
+//! readiness, which the same loop reads), each with upstream's wording.
 //!
 //! Every periodic loop (one spawned with a period: `src-file`, `src-http`,
 //! `runtime-up`, `volume-mgr`, …) is also a check of its own name: it fails when the
@@ -131,7 +131,7 @@ const NETWORK_UNKNOWN: &str = "network state unknown";
 /// asked every [`RUNTIME_UP_PERIOD`], so the node turns Ready within 5 s of Docker.
 pub const NET_STATUS_PERIOD: Duration = Duration::from_secs(30);
 
-/// The runtime's network readiness, written by the `net-status` loop (upstream's
+/// The runtime's network readiness, written by the `runtime-up` loop (upstream's
 /// `runtimeState.networkError`, set from CRI `Status`'s `NetworkReady`).
 #[derive(Debug, Default)]
 pub struct NetworkHealth {
@@ -148,7 +148,7 @@ impl NetworkHealth {
             .unwrap_or_else(|| Err(NETWORK_UNKNOWN.into()))
     }
 
-    /// One `net-status` tick. A runtime that does not answer leaves the last state
+    /// One network check of the `runtime-up` loop. A runtime that does not answer leaves the last state
     /// (the `runtime` check reports it), as upstream's `updateRuntimeUp`.
     pub fn tick(&self, runtime: &dyn Runtime) -> Result<(), RuntimeError> {
         let now = Instant::now();
@@ -176,24 +176,6 @@ impl NetworkHealth {
         }
         Ok(())
     }
-}
-
-/// Starts the `net-status` loop; returns what it writes.
-pub fn start_net_status(
-    loops: &crate::loops::Loops,
-    runtime: Arc<dyn Runtime>,
-) -> Result<Arc<NetworkHealth>, crate::loops::SpawnError> {
-    let health = Arc::new(NetworkHealth::default());
-    let h = health.clone();
-    loops.spawn_periodic(
-        crate::loops::Periodic {
-            name: "net-status".into(),
-            period: RUNTIME_UP_PERIOD,
-            wake: None,
-        },
-        move || h.tick(runtime.as_ref()),
-    )?;
-    Ok(health)
 }
 
 /// The checks behind the healthz endpoints.

@@ -7,7 +7,7 @@
 //! - The pull policy decides (`Always`; `IfNotPresent`; `Never`, which gives
 //!   `ErrImageNeverPull` for an absent image; the API's default is `Always` for
 //!   `:latest` or untagged images, else `IfNotPresent`).
-//! - A pod worker never waits for a pull: it hands the pull to the `image-puller`
+//! - A pod worker never waits for a pull: it hands the pull to the `image-puller-N`
 //!   loop(s) ([`puller`]) and the container waits in `ContainerCreating`; when the
 //!   pull ends, the puller names the waiting pods on a channel the sync loop selects
 //!   on, and their next sync picks up the outcome. Pulls of one image are one pull,
@@ -67,6 +67,8 @@ struct Inner {
     /// waiting message, never a block.
     queue_tx: Sender<String>,
     queue_rx: Receiver<String>,
+    /// The puller threads that take `queue_rx` (set once at start).
+    pullers: std::sync::OnceLock<crate::loops::Pool<String>>,
     /// Where a finished pull names the pods waiting for it (the sync loop syncs them).
     notify: Mutex<Option<Sender<String>>>,
     /// Where registry credentials are looked for, in order.
@@ -119,6 +121,7 @@ impl ImageManager {
                 pulls: Mutex::new(PullTable::default()),
                 queue_tx,
                 queue_rx,
+                pullers: std::sync::OnceLock::new(),
                 notify: Mutex::new(None),
                 credential_paths: paths,
                 objects: std::sync::OnceLock::new(),
@@ -295,10 +298,12 @@ impl ImageManager {
         ))
     }
 
-    /// Starts the pullers: one `image-puller` thread, or with `serialize: false`
-    /// `image-puller-0..N-1`. A finished pull sends the UIDs of the pods waiting for
+    /// Starts the pullers: a pool of one `image-puller-0` thread, or with `serialize:
+    /// false` up to `image-puller-0..N-1`, started when pulls are queued (none while
+    /// every image is present). A finished pull sends the UIDs of the pods waiting for
     /// it on `notify` (never blocking: when that channel is full, the pod's own
-    /// requeue syncs it a little later).
+    /// requeue syncs it a little later). A pull in progress at shutdown is left to end
+    /// with the process.
     pub fn start(
         &self,
         loops: &crate::loops::Loops,
@@ -306,12 +311,25 @@ impl ImageManager {
         notify: Sender<String>,
     ) -> Result<(), crate::loops::SpawnError> {
         *lock(&self.inner.notify) = Some(notify);
-        for name in settings.thread_names() {
-            let inner = self.inner.clone();
-            loops.spawn(&name, move |stop, handle| {
-                puller::run(&inner, &stop, &handle);
-            })?;
-        }
+        // Weak: the pool lives in `Inner`, which must not keep itself alive.
+        let inner = Arc::downgrade(&self.inner);
+        let pool = crate::loops::Pool::new(
+            loops,
+            crate::loops::PoolSpec {
+                prefix: puller::PULLER_PREFIX.into(),
+                max: settings.pullers(),
+                idle: puller::PULLER_IDLE,
+            },
+            self.inner.queue_rx.clone(),
+            move |image: String, _| {
+                if let Some(inner) = inner.upgrade() {
+                    inner.pull_job(&image);
+                }
+            },
+        );
+        // Pulls queued before the start are taken now.
+        pool.kick();
+        let _ = self.inner.pullers.set(pool);
         Ok(())
     }
 

@@ -5,9 +5,10 @@
 //! A pod worker that needs an absent image queues a pull request
 //! ([`Inner::request_pull`], never blocking) and its container waits in
 //! `ContainerCreating`, as upstream's does while `EnsureImageExists` runs. Requests
-//! for one image are one pull with a list of waiting pods. The `image-puller` thread
-//! (or, with `serializeImagePulls: false`, up to `maxParallelImagePulls` threads
-//! `image-puller-N`) takes requests in order, records the `Pulling`/`Pulled`/`Failed`
+//! for one image are one pull with a list of waiting pods. A pool of puller threads,
+//! `image-puller-0` (or, with `serializeImagePulls: false`, up to
+//! `maxParallelImagePulls` threads `image-puller-N`), started when a pull is queued
+//! and gone after [`PULLER_IDLE`] without one, takes requests in order, records the `Pulling`/`Pulled`/`Failed`
 //! events and the backoff exactly as the pod worker did before, keeps each waiting
 //! pod's outcome for its next sync, and names the waiting pods on the notify channel so
 //! the sync loop syncs them at once.
@@ -20,9 +21,15 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{event, Inner};
 use crate::container::Waiting;
-use crate::loops::{error_chain, lock, LoopHandle, Stop};
+use crate::loops::{error_chain, lock};
 use crate::runtime::RegistryAuth;
 use crate::time::go_duration;
+
+/// The puller threads' names: `image-puller-N`.
+pub const PULLER_PREFIX: &str = "image-puller";
+/// A puller thread with no pull for this long exits: a node whose images are all
+/// present keeps no thread for pulls.
+pub const PULLER_IDLE: Duration = Duration::from_secs(60);
 
 /// Pull requests (distinct images) waiting for a puller. Upstream's serial puller
 /// buffers 10 and then blocks the asking goroutine; ours refuses instead (the
@@ -60,16 +67,15 @@ impl Default for PullSettings {
 }
 
 impl PullSettings {
-    /// The puller threads' names: `image-puller`, or `image-puller-0..N-1`.
-    pub fn thread_names(&self) -> Vec<String> {
+    /// How many pulls may run at once: one, or with `serialize: false` the
+    /// `maxParallelImagePulls` (at most [`MAX_PULLERS`]).
+    pub fn pullers(&self) -> usize {
         if self.serialize {
-            return vec!["image-puller".to_string()];
+            return 1;
         }
-        let n = self
-            .max_parallel
+        self.max_parallel
             .map_or(MAX_PULLERS, |n| usize::try_from(n).unwrap_or(MAX_PULLERS))
-            .clamp(1, MAX_PULLERS);
-        (0..n).map(|i| format!("image-puller-{i}")).collect()
+            .clamp(1, MAX_PULLERS)
     }
 }
 
@@ -203,6 +209,9 @@ impl Inner {
         }
         match self.queue_tx.try_send(tagged.to_string()) {
             Ok(()) => {
+                if let Some(pullers) = self.pullers.get() {
+                    pullers.kick();
+                }
                 t.jobs.insert(
                     tagged.to_string(),
                     Job {
@@ -225,7 +234,7 @@ impl Inner {
     }
 
     /// Runs one queued pull to its end and tells its waiters.
-    fn pull_job(&self, tagged: &str) {
+    pub(super) fn pull_job(&self, tagged: &str) {
         let (repository, secret_auths, always, first, queued) = {
             let t = lock(&self.pulls);
             let Some(job) = t.jobs.get(tagged) else {
@@ -348,22 +357,6 @@ impl Inner {
     }
 }
 
-/// The body of one puller thread: pulls until shutdown. A pull in progress at
-/// shutdown is left to end with the process.
-pub(super) fn run(inner: &Inner, stop: &Stop, handle: &LoopHandle) {
-    loop {
-        crossbeam_channel::select! {
-            recv(stop.receiver()) -> _ => return,
-            recv(inner.queue_rx) -> image => {
-                let Ok(image) = image else { return };
-                let began = handle.begin_tick();
-                inner.pull_job(&image);
-                handle.end_tick(began, None);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,21 +378,17 @@ mod tests {
     }
 
     #[test]
-    fn thread_names_follow_the_settings() {
-        assert_eq!(PullSettings::default().thread_names(), ["image-puller"]);
+    fn pullers_follow_the_settings() {
+        assert_eq!(PullSettings::default().pullers(), 1);
         let parallel = |n| PullSettings {
             serialize: false,
             max_parallel: n,
         };
-        assert_eq!(
-            parallel(Some(2)).thread_names(),
-            ["image-puller-0", "image-puller-1"]
-        );
-        assert_eq!(parallel(None).thread_names().len(), MAX_PULLERS);
-        assert_eq!(parallel(Some(1000)).thread_names().len(), MAX_PULLERS);
-        for n in parallel(None).thread_names() {
-            assert!(n.len() <= crate::loops::MAX_THREAD_NAME, "{n}");
-        }
+        assert_eq!(parallel(Some(2)).pullers(), 2);
+        assert_eq!(parallel(None).pullers(), MAX_PULLERS);
+        assert_eq!(parallel(Some(1000)).pullers(), MAX_PULLERS);
+        let last = format!("{PULLER_PREFIX}-{}", MAX_PULLERS - 1);
+        assert!(last.len() <= crate::loops::MAX_THREAD_NAME, "{last}");
     }
 
     #[test]

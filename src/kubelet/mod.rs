@@ -236,10 +236,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     }
     crate::record::node_event(&cfg.node_name, false, "Starting", "Starting kubelet.");
     let pods_view = parts.pods_view.clone();
-    // The resource analyzer (`stats`) and the runtime's network readiness (`net-status`).
+    // The resource analyzer (`stats`); the runtime's network readiness, which
+    // `runtime-up` keeps.
     let stats_cfg = StatsConfig::new(&cfg).with_pleg(parts.pleg_shared.clone());
     let stats = crate::stats::start(&loops, stats_cfg, parts.runtime.clone())?;
-    let network = crate::health::start_net_status(&loops, parts.runtime.clone())?;
+    let network = Arc::new(crate::health::NetworkHealth::default());
     let checks = HealthChecks {
         registry: loops.registry(),
         pleg: parts.pleg_shared.clone(),
@@ -344,18 +345,23 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let sources = prepared.start(&loops, &cfg, &source_tx)?;
     drop(source_tx);
 
-    // Runtime liveness.
+    // Runtime liveness, then its network's readiness (upstream's `updateRuntimeUp`
+    // reads both from one runtime status): one loop.
     let (up_tx, up_rx) = crossbeam_channel::bounded(1);
     {
         let health = parts.runtime_health.clone();
         let runtime = parts.runtime.clone();
+        let network = network.clone();
         loops.spawn_periodic(
             Periodic {
                 name: "runtime-up".into(),
                 period: RUNTIME_UP_PERIOD,
                 wake: None,
             },
-            move || health.tick(runtime.as_ref(), &up_tx),
+            move || {
+                health.tick(runtime.as_ref(), &up_tx)?;
+                network.tick(runtime.as_ref())
+            },
         )?;
     }
 

@@ -311,6 +311,13 @@ impl SyncLoop {
     pub(super) fn past_deadline(&self, now: SystemTime) -> Vec<String> {
         self.pods
             .iter()
+            // Most pods have no deadline: no status lookup for them, every second.
+            .filter(|(_, pod)| {
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.active_deadline_seconds)
+                    .is_some()
+            })
             .filter(|(uid, pod)| {
                 let Some(st) = self.statuses.get(uid) else {
                     return false;
