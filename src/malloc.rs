@@ -93,9 +93,11 @@ pub const TUNABLES: &str = "glibc.malloc.tcache_count=0";
 /// Runs this binary again with [`TUNABLES`] when `GLIBC_TUNABLES` is not set: glibc
 /// reads tunables only at process start, and the tcache has no `mallopt`. `exec(2)`
 /// keeps the PID, the arguments and the environment (so systemd's `NOTIFY_SOCKET` and
-/// `WATCHDOG_PID` still hold). A `GLIBC_TUNABLES` the user set is left alone, and the
-/// new image sees it set, so it never runs twice. If the exec fails (no `/proc`), the
-/// kubelet runs on as it is. Call it first in `main`, before any thread starts.
+/// `WATCHDOG_PID` still hold). It execs the binary's own path, not `/proc/self/exe`,
+/// whose name would become the process's (`ps` and `top` would say `exe`). A
+/// `GLIBC_TUNABLES` the user set is left alone, and the new image sees it set, so it
+/// never runs twice. If the exec fails (no `/proc`, the binary deleted), the kubelet
+/// runs on as it is. Call it first in `main`, before any thread starts.
 pub fn reexec_with_tunables() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -104,11 +106,11 @@ pub fn reexec_with_tunables() {
             return;
         }
         let mut args = std::env::args_os();
-        let Some(arg0) = args.next() else {
+        let (Some(arg0), Ok(exe)) = (args.next(), std::env::current_exe()) else {
             return;
         };
         // Returns only when the exec failed.
-        let _ = std::process::Command::new("/proc/self/exe")
+        let _ = std::process::Command::new(exe)
             .arg0(arg0)
             .args(args)
             .env("GLIBC_TUNABLES", TUNABLES)

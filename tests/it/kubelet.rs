@@ -433,7 +433,8 @@ fn tunables_of(pid: u32) -> Option<String> {
 
 #[test]
 fn the_binary_runs_again_with_glibcs_thread_cache_off_keeping_its_pid_and_a_users_tunables() {
-    // The same process (the PID the test spawned) now holds the tunables.
+    // The same process (the PID the test spawned) now holds the tunables, and keeps
+    // its name.
     let mut node = Node::new("malloc-reexec");
     node.start(&[]);
     assert_eq!(
@@ -442,6 +443,8 @@ fn the_binary_runs_again_with_glibcs_thread_cache_off_keeping_its_pid_and_a_user
         "{}",
         node.log()
     );
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", node.pid())).expect("comm");
+    assert_eq!(comm.trim(), "rkubelet");
     drop(node);
     // Tunables of the user's own are left as they are.
     let mut node = Node::new("malloc-user");
