@@ -954,7 +954,10 @@ mod testing {
 
         /// A source's full snapshot.
         pub(super) fn snapshot(&mut self, source: Source, pods: Vec<Pod>) {
-            self.handle(Event::Config(SourceUpdate { source, pods }));
+            self.handle(Event::Config(SourceUpdate {
+                source,
+                pods: pods.into_iter().map(Arc::new).collect(),
+            }));
         }
 
         /// One PLEG relist; its events go to the sync loop.

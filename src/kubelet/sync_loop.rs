@@ -345,13 +345,7 @@ impl SyncLoop {
         m.set(["false"], (pods.len() - statics) as f64);
         self.manager_view.publish(PodSnapshot {
             pods: pods.clone(),
-            mirrors: self
-                .pod_config
-                .mirror_pods()
-                .iter()
-                .cloned()
-                .map(Arc::new)
-                .collect(),
+            mirrors: self.pod_config.mirror_pods().to_vec(),
             sources_ready: self.pod_config.seen_all_sources(),
         });
         self.view.publish(pods);

@@ -83,7 +83,8 @@ pub struct ApiSource {
     client: Arc<ApiClient>,
     node_name: String,
     updates: Sender<SourceUpdate>,
-    pods: BTreeMap<String, Pod>,
+    /// Shared with the merge: a snapshot copies no pod.
+    pods: BTreeMap<String, Arc<Pod>>,
     resource_version: Option<String>,
 }
 
@@ -112,7 +113,7 @@ impl ApiSource {
         self.pods = list
             .items
             .into_iter()
-            .filter_map(|p| p.metadata.uid.clone().map(|u| (u, p)))
+            .filter_map(|p| p.metadata.uid.clone().map(|u| (u, Arc::new(p))))
             .collect();
         self.resource_version = Some(list.resource_version);
         self.send();
@@ -162,7 +163,7 @@ impl ApiSource {
                 WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
                     self.bump(&pod);
                     if let Some(uid) = pod.metadata.uid.clone() {
-                        self.pods.insert(uid, *pod);
+                        self.pods.insert(uid, Arc::new(*pod));
                     }
                     if !self.send() {
                         return Ok(WatchEnd::Stopped);

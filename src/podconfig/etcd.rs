@@ -406,7 +406,7 @@ impl EtcdSource {
         self.updates
             .send(SourceUpdate {
                 source: Source::Etcd,
-                pods: self.pods(),
+                pods: self.pods().into_iter().map(std::sync::Arc::new).collect(),
             })
             .map_err(|_| EtcdError::Disconnected)
     }

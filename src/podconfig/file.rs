@@ -101,8 +101,9 @@ impl std::error::Error for FileSourceError {
 /// What the source knows of one manifest file between ticks.
 #[derive(Debug, Default)]
 struct Manifest {
-    /// The pods of its last good read; kept while the file is bad.
-    pods: Option<Vec<Pod>>,
+    /// The pods of its last good read, stamped for the merge ([`stamp_file_pod`]);
+    /// kept while the file is bad. Shared with the merge, which stores them as they are.
+    pods: Option<Vec<Arc<Pod>>>,
     /// What its bytes looked like when last read, and how they decoded.
     seen: Option<Seen>,
 }
@@ -172,7 +173,7 @@ impl FileSource {
     }
 
     /// Every pod of every manifest, by file name then document order.
-    pub fn pods(&self) -> Vec<Pod> {
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.files
             .values()
             .filter_map(|m| m.pods.as_ref())
@@ -293,7 +294,12 @@ impl FileSource {
         }
         let error = match decoded {
             Ok(pods) => {
-                entry.pods = Some(pods);
+                let now = crate::time::rfc3339_nano(std::time::SystemTime::now());
+                let stamp = |mut p: Pod| {
+                    super::stamp_file_pod(&mut p, &now);
+                    Arc::new(p)
+                };
+                entry.pods = Some(pods.into_iter().map(stamp).collect());
                 None
             }
             Err(e) => Some(Arc::new(e)),
@@ -759,7 +765,10 @@ mod tests {
     }
 
     /// One tick: its result and the snapshot it sent.
-    fn tick(src: &mut FileSource, rx: &Receiver<SourceUpdate>) -> (Result<(), String>, Vec<Pod>) {
+    fn tick(
+        src: &mut FileSource,
+        rx: &Receiver<SourceUpdate>,
+    ) -> (Result<(), String>, Vec<Arc<Pod>>) {
         let r = src.tick().map_err(|e| e.to_string());
         let update = rx.try_recv().expect("every tick sends a snapshot");
         assert_eq!(update.source, Source::File);
@@ -767,13 +776,13 @@ mod tests {
         (r, update.pods)
     }
 
-    fn names(pods: &[Pod]) -> Vec<String> {
+    fn names(pods: &[Arc<Pod>]) -> Vec<String> {
         pods.iter()
             .map(|p| p.metadata.name.clone().unwrap_or_default())
             .collect()
     }
 
-    fn uid_of(pods: &[Pod], name: &str) -> String {
+    fn uid_of(pods: &[Arc<Pod>], name: &str) -> String {
         pods.iter()
             .find(|p| p.metadata.name.as_deref() == Some(name))
             .and_then(|p| p.metadata.uid.clone())

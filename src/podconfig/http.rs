@@ -169,7 +169,7 @@ impl HttpSource {
         self.updates
             .send(SourceUpdate {
                 source: Source::Http,
-                pods,
+                pods: pods.into_iter().map(std::sync::Arc::new).collect(),
             })
             .map_err(|_| HttpSourceError::Disconnected)
     }

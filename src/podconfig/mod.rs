@@ -49,13 +49,24 @@ impl std::fmt::Display for Source {
 }
 
 /// A full snapshot of one source's pods (upstream's `SET`). Pods are already defaulted
-/// by the source (name suffix, namespace, UID, `config.hash`).
+/// by the source (name suffix, namespace, UID, `config.hash`). Shared: a pod the merge
+/// stores unchanged is the source's own copy (see [`stamp_file_pod`]), and a pod it
+/// already holds is compared, not copied.
 #[derive(Clone, Debug)]
 pub struct SourceUpdate {
     /// Which source.
     pub source: Source,
     /// Every pod the source holds now.
-    pub pods: Vec<Pod>,
+    pub pods: Vec<Arc<Pod>>,
+}
+
+/// Stamps a pod the file source just decoded with what the merge would: its source
+/// (`file`) and the time the kubelet first saw it (now; whatever the manifest wrote
+/// there is overwritten, as upstream's merge does). The merge then stores the file
+/// source's own copy instead of an annotated one of its own: static pods are held once.
+pub fn stamp_file_pod(pod: &mut Pod, now_rfc3339: &str) {
+    set_annotation(pod, CONFIG_SOURCE_ANNOTATION, Source::File.as_str());
+    set_annotation(pod, CONFIG_SEEN_ANNOTATION, now_rfc3339);
 }
 
 /// The annotation naming the source a pod came from.
@@ -107,8 +118,8 @@ pub struct PodConfig {
     /// is admitted as soon as the other source lets go of the name (a source that
     /// polls may not send again for a long time, and one that watches only on a
     /// change). With its stored pods (and the API's mirrors) they are the snapshot
-    /// again; no copy of a snapshot is kept for a source without conflicts.
-    held: std::collections::BTreeMap<Source, Vec<Pod>>,
+    /// again.
+    held: std::collections::BTreeMap<Source, Vec<Arc<Pod>>>,
     /// Per source: the conflicts its last snapshot met, one message each.
     conflicts: std::collections::BTreeMap<Source, Vec<String>>,
     /// Per source: its pods refused by validation, one message each (pod and errors).
@@ -116,7 +127,7 @@ pub struct PodConfig {
     /// The mirror pods the API source holds (upstream's pod manager keeps them apart):
     /// never run, never in a conflict; the status manager matches them to their
     /// static pods by full name.
-    mirrors: Vec<Pod>,
+    mirrors: Vec<Arc<Pod>>,
 }
 
 impl PodConfig {
@@ -133,7 +144,7 @@ impl PodConfig {
     }
 
     /// The mirror pods the API source sent last (pods with `config.mirror`).
-    pub fn mirror_pods(&self) -> &[Pod] {
+    pub fn mirror_pods(&self) -> &[Arc<Pod>] {
         &self.mirrors
     }
 
@@ -198,12 +209,12 @@ impl PodConfig {
 
     /// `source`'s last snapshot, put together again: the pods stored from it, the
     /// mirrors (the API source's), and the pods it held back.
-    fn last_snapshot(&self, source: Source) -> Vec<Pod> {
-        let mut pods: Vec<Pod> = self
+    fn last_snapshot(&self, source: Source) -> Vec<Arc<Pod>> {
+        let mut pods: Vec<Arc<Pod>> = self
             .pods
             .get(&source)
             .into_iter()
-            .flat_map(|m| m.values().map(|p| Pod::clone(p)))
+            .flat_map(|m| m.values().cloned())
             .collect();
         if source == Source::Api {
             pods.extend(self.mirrors.iter().cloned());
@@ -215,7 +226,7 @@ impl PodConfig {
     fn merge_snapshot(
         &mut self,
         source: Source,
-        pods: Vec<Pod>,
+        pods: Vec<Arc<Pod>>,
         now_rfc3339: &str,
     ) -> Vec<PodUpdate> {
         let first_snapshot = !self.pods.contains_key(&source);
@@ -241,21 +252,33 @@ impl PodConfig {
         let mut stored = std::collections::BTreeMap::new();
         for mut pod in incoming {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
-            set_annotation(&mut pod, CONFIG_SOURCE_ANNOTATION, source.as_str());
             match old.get(&uid) {
                 None => {
-                    set_annotation(&mut pod, CONFIG_SEEN_ANNOTATION, now_rfc3339);
-                    let pod = Arc::new(pod);
+                    // The file source stamped its pods when it decoded them.
+                    let stamped = source == Source::File
+                        && annotation(&pod, CONFIG_SEEN_ANNOTATION).is_some();
+                    ensure_annotation(&mut pod, CONFIG_SOURCE_ANNOTATION, source.as_str());
+                    if !stamped {
+                        ensure_annotation(&mut pod, CONFIG_SEEN_ANNOTATION, now_rfc3339);
+                    }
                     adds.push(pod.clone());
                     stored.insert(uid, pod);
                 }
+                Some(existing) if Arc::ptr_eq(existing, &pod) => {
+                    stored.insert(uid, pod);
+                }
                 Some(existing) => {
-                    // Keep the first-seen stamp of the stored pod.
-                    if let Some(seen) = annotation(existing, CONFIG_SEEN_ANNOTATION) {
-                        set_annotation(&mut pod, CONFIG_SEEN_ANNOTATION, &seen);
-                    }
+                    // What is stored of a changed pod: the source's, with the stored
+                    // pod's first-seen stamp.
+                    let keep = |mut pod: Arc<Pod>| {
+                        ensure_annotation(&mut pod, CONFIG_SOURCE_ANNOTATION, source.as_str());
+                        if let Some(seen) = annotation(existing, CONFIG_SEEN_ANNOTATION) {
+                            ensure_annotation(&mut pod, CONFIG_SEEN_ANNOTATION, &seen);
+                        }
+                        pod
+                    };
                     if semantically_changed(existing, &pod) {
-                        let pod = Arc::new(pod);
+                        let pod = keep(pod);
                         if pod.metadata.deletion_timestamp.is_some() {
                             deletes.push(pod.clone());
                         } else {
@@ -263,7 +286,7 @@ impl PodConfig {
                         }
                         stored.insert(uid, pod);
                     } else if existing.status != pod.status {
-                        let pod = Arc::new(pod);
+                        let pod = keep(pod);
                         reconciles.push(pod.clone());
                         stored.insert(uid, pod);
                     } else {
@@ -315,7 +338,7 @@ impl PodConfig {
     /// later one is dropped, as upstream) or already held by another source (a
     /// conflict: the pod keeps running from the source that had it first). The source's
     /// other pods are unaffected. Returns the pods kept, and the ones dropped.
-    fn validate(&mut self, source: Source, pods: Vec<Pod>) -> (Vec<Pod>, Vec<Pod>) {
+    fn validate(&mut self, source: Source, pods: Vec<Arc<Pod>>) -> (Vec<Arc<Pod>>, Vec<Arc<Pod>>) {
         let mut conflicts = Vec::new();
         let mut invalid = Vec::new();
         let mut names = std::collections::BTreeSet::new();
@@ -394,6 +417,13 @@ pub fn annotation(pod: &Pod, key: &str) -> Option<String> {
     pod.metadata.annotations.as_ref()?.get(key).cloned()
 }
 
+/// Sets an annotation on a shared pod, copying the pod only when the value differs.
+fn ensure_annotation(pod: &mut Arc<Pod>, key: &str, value: &str) {
+    if annotation(pod, key).as_deref() != Some(value) {
+        set_annotation(Arc::make_mut(pod), key, value);
+    }
+}
+
 fn set_annotation(pod: &mut Pod, key: &str, value: &str) {
     pod.metadata
         .annotations
@@ -449,7 +479,10 @@ mod tests {
     }
 
     fn set(source: Source, pods: Vec<Pod>) -> SourceUpdate {
-        SourceUpdate { source, pods }
+        SourceUpdate {
+            source,
+            pods: pods.into_iter().map(Arc::new).collect(),
+        }
     }
 
     fn ops(updates: &[PodUpdate]) -> Vec<(PodOp, Vec<String>)> {
@@ -481,6 +514,37 @@ mod tests {
             Some("T0")
         );
         assert!(pc.seen_all_sources());
+    }
+
+    #[test]
+    fn a_file_pod_stamped_by_its_source_is_stored_as_the_sources_own_copy() {
+        let mut pc = PodConfig::new(&[Source::File]);
+        let mut p = pod("a", "1", "x");
+        stamp_file_pod(&mut p, "T-decoded");
+        let shared = Arc::new(p);
+        let snapshot = || SourceUpdate {
+            source: Source::File,
+            pods: vec![shared.clone()],
+        };
+        let out = pc.merge(snapshot(), "T0");
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec!["1".to_string()])]);
+        assert!(Arc::ptr_eq(&out[0].pods[0], &shared), "no copy of the pod");
+        assert_eq!(
+            annotation(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).as_deref(),
+            Some("T-decoded")
+        );
+        // The same snapshot again: nothing happens and the same copy stays.
+        assert!(pc.merge(snapshot(), "T1").is_empty());
+        assert!(Arc::ptr_eq(&pc.all_pods()[0], &shared));
+        // A pod of another source with a seen stamp of its own is stamped by the merge.
+        let mut pc = PodConfig::new(&[Source::Http]);
+        let mut p = pod("b", "2", "x");
+        set_annotation(&mut p, CONFIG_SEEN_ANNOTATION, "user-written");
+        let out = pc.merge(set(Source::Http, vec![p]), "T2");
+        assert_eq!(
+            annotation(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).as_deref(),
+            Some("T2")
+        );
     }
 
     #[test]

@@ -40,17 +40,17 @@ impl Drop for Scratch {
     }
 }
 
-fn names(pods: &[Pod]) -> Vec<String> {
+fn names<P: std::borrow::Borrow<Pod>>(pods: &[P]) -> Vec<String> {
     let mut n: Vec<String> = pods
         .iter()
-        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .map(|p| p.borrow().metadata.name.clone().unwrap_or_default())
         .collect();
     n.sort();
     n
 }
 
 /// Waits for a snapshot whose sorted pod names are `want`; returns its pods.
-fn wait_names(rx: &Receiver<SourceUpdate>, want: &[&str]) -> Vec<Pod> {
+fn wait_names(rx: &Receiver<SourceUpdate>, want: &[&str]) -> Vec<Arc<Pod>> {
     let until = Instant::now() + LONG;
     let mut last = Vec::new();
     loop {
