@@ -392,8 +392,7 @@ impl RuntimeManager {
     /// changed since (same generation, within [`POD_CACHE_MAX_AGE`]), else read now.
     fn sync_pod_status(&self, uid: &str) -> Result<RuntimePod, RuntimeError> {
         let now = Instant::now();
-        let generation = self.pleg.as_ref().and_then(|p| p.pod_generation(uid, now));
-        if let Some(g) = generation {
+        if let Some(g) = self.pod_generation(uid, now) {
             if let Some(c) = lock(&self.pod_cache).get(uid) {
                 if c.generation == g && now.saturating_duration_since(c.read_at) < POD_CACHE_MAX_AGE
                 {
@@ -401,17 +400,19 @@ impl RuntimeManager {
                 }
             }
         }
-        self.read_pod_status(uid, generation, now)
+        self.read_pod_status(uid)
     }
 
-    /// Reads the pod's containers and keeps them for the next sync when `generation`
-    /// (the PLEG's, taken before the read) vouches for them.
-    fn read_pod_status(
-        &self,
-        uid: &str,
-        generation: Option<u64>,
-        now: Instant,
-    ) -> Result<RuntimePod, RuntimeError> {
+    /// The PLEG's generation of the pod, when there is a PLEG that vouches for it.
+    fn pod_generation(&self, uid: &str, now: Instant) -> Option<u64> {
+        self.pleg.as_ref().and_then(|p| p.pod_generation(uid, now))
+    }
+
+    /// Reads the pod's containers and keeps them for the next sync when the PLEG's
+    /// generation of the pod, taken before the read, vouches for them.
+    fn read_pod_status(&self, uid: &str) -> Result<RuntimePod, RuntimeError> {
+        let now = Instant::now();
+        let generation = self.pod_generation(uid, now);
         let rp = self.get_pod_status(uid);
         let mut cache = lock(&self.pod_cache);
         match (&rp, generation) {
@@ -649,9 +650,7 @@ impl RuntimeManager {
             return Ok(result);
         }
         let executed = self.execute(pod, &rp, &acts, &mut result);
-        let now = Instant::now();
-        let generation = self.pleg.as_ref().and_then(|p| p.pod_generation(&uid, now));
-        let status = self.read_pod_status(&uid, generation, now);
+        let status = self.read_pod_status(&uid);
         self.link_logs(&result.started, status.as_ref().ok());
         executed.map_err(rt_err("syncing"))?;
         result.runtime_pod = status.map_err(rt_err("reading pod status after sync"))?;
