@@ -73,11 +73,12 @@ fn sysconf(name: libc::c_int, fallback: u64) -> u64 {
 /// getrlimit's resource argument: glibc's enum alias, a plain int on musl (the
 /// static board builds).
 #[cfg(target_env = "gnu")]
-type RlimitResource = libc::__rlimit_resource_t;
+pub type RlimitResource = libc::__rlimit_resource_t;
 #[cfg(not(target_env = "gnu"))]
-type RlimitResource = libc::c_int;
+pub type RlimitResource = libc::c_int;
 
-fn rlimit_soft(resource: RlimitResource) -> Option<u64> {
+/// The soft limit of `resource` (`None` when getrlimit fails).
+pub fn rlimit_soft(resource: RlimitResource) -> Option<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

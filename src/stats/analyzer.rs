@@ -26,8 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::cgroupfs::{self, CgroupFs, CgroupVersion, FsStats as RawFs};
+use super::cgroupfs::{self, CgroupFs, CgroupVersion, FsStats as RawFs, KernelFiles};
 use super::fsscan::{FsScanner, FS_PERIOD, TICK_BUDGET};
+use super::openfiles::OpenFiles;
 use super::summary::{
     cpu_stats, memory_stats, nano_cores, network_stats, node_fs, parent_pod_cgroup, parse_net_dev,
     sum_samples, usage_fs, volume_fs, CgroupSample,
@@ -183,6 +184,8 @@ pub struct Analyzer {
     boot_time: Option<SystemTime>,
     /// The PLEG's generation at the last list of the runtime, and when it ran.
     listed: Option<(u64, Instant)>,
+    /// The cgroup and `net/dev` files read every tick, kept open.
+    files: OpenFiles,
 }
 
 impl Analyzer {
@@ -207,6 +210,7 @@ impl Analyzer {
             net_still: HashMap::new(),
             boot_time,
             listed: None,
+            files: OpenFiles::new(),
         }
     }
 
@@ -236,6 +240,7 @@ impl Analyzer {
             .retain(|_, (_, at)| now.saturating_duration_since(*at) < FS_PERIOD * 2);
         self.still.retain(|_, (_, at, _)| recent(at));
         self.net_still.retain(|_, (_, at, _)| recent(at));
+        self.files.forget_unread(now);
         let mut snap = Snapshot {
             summary: Summary { node, pods },
             cgroups,
@@ -352,7 +357,7 @@ impl Analyzer {
                 return Some(last.clone());
             }
         }
-        let ifaces = parse_net_dev(&std::fs::read_to_string(path).ok()?);
+        let ifaces = parse_net_dev(&self.files.read(path).ok()?);
         let unchanged = self
             .net_still
             .get(id)
@@ -365,8 +370,12 @@ impl Analyzer {
     /// Reads one cgroup now.
     fn sample_now(&mut self, cgroup: &str, key: &str, now: Instant) -> CgroupSample {
         let cg = &self.cfg.cgroups;
-        let cpu_ns = cg.cpu(cgroup).ok().map(|c| c.usage_core_nanoseconds);
-        let mut memory = cg.memory_usage(cgroup).ok();
+        let files = &mut self.files;
+        let cpu_ns = cg
+            .cpu_from(files, cgroup)
+            .ok()
+            .map(|c| c.usage_core_nanoseconds);
+        let mut memory = cg.memory_usage_from(files, cgroup).ok();
         // The limit and the task count once a minute: each file read costs ~25 µs of
         // kernel time, and 220 containers are read every 10 s.
         let fresh = self
@@ -695,7 +704,17 @@ fn volume_dirs(root: &Path, uid: &str) -> Vec<(String, PathBuf)> {
         return out;
     }
     let base = root.join("pods").join(uid).join("volumes");
-    for plugin in MEASURED_PLUGINS {
+    // The plugins present, from one listing: most pods have one or two of the five,
+    // and a pod without volumes has no `volumes` directory at all.
+    let Ok(present) = std::fs::read_dir(&base) else {
+        return out;
+    };
+    let present: Vec<String> = present
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| MEASURED_PLUGINS.contains(&n.as_str()))
+        .collect();
+    for plugin in present {
         let Ok(rd) = std::fs::read_dir(base.join(plugin)) else {
             continue;
         };

@@ -26,12 +26,13 @@ use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// Kernel pseudo-files here are small; a file larger than this is not a cgroup file.
-const MAX_FILE: u64 = 256 * 1024;
+pub(super) const MAX_FILE: u64 = 256 * 1024;
 /// The room a small file is read into at once (see [`read_small`]): more than a
 /// `memory.stat` (~1 KiB on v1, ~2 KiB on v2) or `/proc/meminfo`.
-const READ_AHEAD: usize = 4096;
+pub(super) const READ_AHEAD: usize = 4096;
 
 /// cAdvisor's `isMemoryUnlimited`: a limit above 2^62 bytes means "no limit" (v1 prints
 /// `PAGE_COUNTER_MAX` pages, 9223372036854771712 on 4 KiB pages).
@@ -169,6 +170,8 @@ pub struct Rlimit {
 pub struct CgroupFs {
     root: PathBuf,
     version: CgroupVersion,
+    /// v1: the cpuacct controller's directory, found on first use.
+    cpuacct: OnceLock<PathBuf>,
 }
 
 impl CgroupFs {
@@ -177,6 +180,7 @@ impl CgroupFs {
         CgroupFs {
             root: root.into(),
             version,
+            cpuacct: OnceLock::new(),
         }
     }
 
@@ -190,7 +194,7 @@ impl CgroupFs {
         } else {
             CgroupVersion::V1
         };
-        CgroupFs { root, version }
+        CgroupFs::new(root, version)
     }
 
     /// The node's hierarchy at `/sys/fs/cgroup`.
@@ -212,15 +216,21 @@ impl CgroupFs {
     fn dir(&self, controller: &str, cgroup: &str) -> PathBuf {
         let rel = cgroup.trim_start_matches('/');
         match self.version {
-            CgroupVersion::V1 => {
-                let base = self.root.join(controller);
-                if controller == "cpuacct" && !base.exists() {
+            CgroupVersion::V1 if controller == "cpuacct" => self
+                .cpuacct
+                .get_or_init(|| {
                     // Some distributions mount the pair as one `cpu,cpuacct` directory
-                    // without the `cpuacct` link.
-                    return self.root.join("cpu,cpuacct").join(rel);
-                }
-                base.join(rel)
-            }
+                    // without the `cpuacct` link. Looked up once: it was a `stat` for
+                    // every container every tick.
+                    let base = self.root.join(controller);
+                    if base.exists() {
+                        base
+                    } else {
+                        self.root.join("cpu,cpuacct")
+                    }
+                })
+                .join(rel),
+            CgroupVersion::V1 => self.root.join(controller).join(rel),
             CgroupVersion::V2 => self.root.join(rel),
         }
     }
@@ -252,11 +262,20 @@ impl CgroupFs {
     /// `cgroup`'s memory figures without its limit (`limit_bytes: None`): one file
     /// fewer for samplers that read the limit less often than the usage.
     pub fn memory_usage(&self, cgroup: &str) -> Result<MemoryStats, SampleError> {
+        self.memory_usage_from(&mut OpenEachTime, cgroup)
+    }
+
+    /// [`CgroupFs::memory_usage`], its files read through `files`.
+    pub fn memory_usage_from(
+        &self,
+        files: &mut impl KernelFiles,
+        cgroup: &str,
+    ) -> Result<MemoryStats, SampleError> {
         let dir = self.dir("memory", cgroup);
         match self.version {
             CgroupVersion::V1 => {
-                let usage = read_u64(&dir.join("memory.usage_in_bytes"))?;
-                let stat = read_small(&dir.join("memory.stat"))?;
+                let usage = read_u64_from(files, &dir.join("memory.usage_in_bytes"))?;
+                let stat = files.read(&dir.join("memory.stat"))?;
                 let [total_inactive, inactive, total_rss, rss, faults, major] = flat_keys(
                     &stat,
                     [
@@ -280,8 +299,8 @@ impl CgroupFs {
                 })
             }
             CgroupVersion::V2 => {
-                let usage = read_u64(&dir.join("memory.current"))?;
-                let stat = read_small(&dir.join("memory.stat"))?;
+                let usage = read_u64_from(files, &dir.join("memory.current"))?;
+                let stat = files.read(&dir.join("memory.stat"))?;
                 let [inactive, anon, faults, major] =
                     flat_keys(&stat, ["inactive_file", "anon", "pgfault", "pgmajfault"]);
                 let inactive = inactive.unwrap_or(0);
@@ -300,16 +319,26 @@ impl CgroupFs {
 
     /// `cgroup`'s cumulative CPU time.
     pub fn cpu(&self, cgroup: &str) -> Result<CpuStats, SampleError> {
+        self.cpu_from(&mut OpenEachTime, cgroup)
+    }
+
+    /// [`CgroupFs::cpu`], its file read through `files`.
+    pub fn cpu_from(
+        &self,
+        files: &mut impl KernelFiles,
+        cgroup: &str,
+    ) -> Result<CpuStats, SampleError> {
         match self.version {
             CgroupVersion::V1 => {
-                let ns = read_u64(&self.dir("cpuacct", cgroup).join("cpuacct.usage"))?;
+                let path = self.dir("cpuacct", cgroup).join("cpuacct.usage");
+                let ns = read_u64_from(files, &path)?;
                 Ok(CpuStats {
                     usage_core_nanoseconds: ns,
                 })
             }
             CgroupVersion::V2 => {
                 let path = self.dir("cpu", cgroup).join("cpu.stat");
-                let text = read_small(&path)?;
+                let text = files.read(&path)?;
                 let usec = flat_key(&text, "usage_usec").ok_or_else(|| SampleError::Parse {
                     path,
                     detail: "no usage_usec".to_string(),
@@ -569,9 +598,32 @@ fn read_small(path: &Path) -> Result<String, SampleError> {
     Ok(text)
 }
 
+/// Where a sampler's kernel files are read from: opened for each read
+/// ([`OpenEachTime`]), or kept open between samples
+/// ([`super::openfiles::OpenFiles`]).
+pub trait KernelFiles {
+    /// `path`'s text, at most [`MAX_FILE`] bytes.
+    fn read(&mut self, path: &Path) -> Result<String, SampleError>;
+}
+
+/// Each file opened, read and closed (what the one-off readers use).
+#[derive(Debug, Default)]
+pub struct OpenEachTime;
+
+impl KernelFiles for OpenEachTime {
+    fn read(&mut self, path: &Path) -> Result<String, SampleError> {
+        read_small(path)
+    }
+}
+
 /// A file holding one unsigned number.
 fn read_u64(path: &Path) -> Result<u64, SampleError> {
-    let text = read_small(path)?;
+    read_u64_from(&mut OpenEachTime, path)
+}
+
+/// A file holding one unsigned number, read through `files`.
+fn read_u64_from(files: &mut impl KernelFiles, path: &Path) -> Result<u64, SampleError> {
+    let text = files.read(path)?;
     text.trim().parse::<u64>().map_err(|e| SampleError::Parse {
         path: path.to_path_buf(),
         detail: format!("{:?} is not a number: {e}", text.trim()),

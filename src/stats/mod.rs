@@ -9,6 +9,7 @@ pub mod analyzer;
 pub mod cgroupfs;
 pub mod fsscan;
 pub mod metrics;
+pub mod openfiles;
 pub mod summary;
 pub mod types;
 

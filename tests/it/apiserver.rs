@@ -352,6 +352,8 @@ pub struct Call {
     pub code: u16,
     /// When it arrived.
     pub at: Instant,
+    /// The body of a PATCH (the patch itself), so a test can tell what a report changed.
+    pub patch: Option<Value>,
 }
 
 #[derive(Default)]

@@ -109,6 +109,7 @@ pub fn serve(
     };
     let ns = t.ns.clone().unwrap_or_default();
     let name = t.name.clone().unwrap_or_default();
+    let patch_body = std::cell::RefCell::new(None);
     let record = |code: u16| {
         lock(&sh.state).calls.push(Call {
             verb: verb.clone(),
@@ -118,6 +119,7 @@ pub fn serve(
             user: who.user.clone(),
             code,
             at: Instant::now(),
+            patch: patch_body.borrow_mut().take(),
         });
     };
     // A scripted failure.
@@ -229,6 +231,9 @@ pub fn serve(
     } else {
         Value::Null
     };
+    if method == "PATCH" {
+        *patch_body.borrow_mut() = Some(body.clone());
+    }
     let result = {
         let mut st = lock(&sh.state);
         let s = &mut st.store;

@@ -271,8 +271,24 @@ fn the_lease_is_renewed_and_a_steady_node_makes_few_requests() {
         .unwrap_or(0);
     // Every 10 s (jitter 4 %): at most 7 in a minute; a loaded machine may do fewer.
     assert!((1..=7).contains(&puts), "{counts:?}");
-    // At most one status report (every 5 minutes) in a minute: a GET and a PATCH.
-    assert!(total <= puts + 2, "{counts:?}");
+    // At most one status report (every 5 minutes) in a minute: a GET and a PATCH. A
+    // report is also due when the status changes: the engine is shared with the other
+    // tests, so an image pulled or removed beside this one changes `status.images`; such
+    // a report (a GET and a PATCH that carries the images) is allowed on top.
+    let image_reports = server
+        .calls()
+        .iter()
+        .filter(|c| c.at >= since && c.verb == "PATCH" && c.kind.starts_with("nodes"))
+        .filter(|c| {
+            c.patch
+                .as_ref()
+                .is_some_and(|p| !p["status"]["images"].is_null())
+        })
+        .count();
+    assert!(
+        total <= puts + 2 + 2 * image_reports,
+        "{image_reports} reports for image changes; {counts:?}"
+    );
 }
 
 #[test]
