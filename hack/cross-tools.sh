@@ -33,7 +33,7 @@ aarch64-unknown-linux-musl)
 	have aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
 	qemu=qemu-aarch64
 	;;
-armv7-unknown-linux-gnueabihf)
+armv7-unknown-linux-gnueabihf | thumbv7neon-unknown-linux-gnueabihf)
 	have arm-linux-gnueabihf-gcc gcc-arm-linux-gnueabihf
 	# crt-static links glibc's libc.a.
 	have /usr/arm-linux-gnueabihf/lib/libc.a libc6-dev-armhf-cross

@@ -96,24 +96,40 @@ pub const TUNABLES: &str = "glibc.malloc.tcache_count=0";
 /// `WATCHDOG_PID` still hold). It execs the binary's own path, not `/proc/self/exe`,
 /// whose name would become the process's (`ps` and `top` would say `exe`). A
 /// `GLIBC_TUNABLES` the user set is left alone, and the new image sees it set, so it
-/// never runs twice. If the exec fails (no `/proc`, the binary deleted), the kubelet
-/// runs on as it is. Call it first in `main`, before any thread starts.
+/// never runs twice. If the exec fails (no `/proc`, the binary deleted, a foreign
+/// binary under qemu-user with no binfmt entry), the kubelet runs on as it is. It is
+/// `execv(2)` itself, not `Command::exec`: that one is `execvp`, which runs a binary
+/// the kernel refuses (`ENOEXEC`) as a shell script. Call it first in `main`, before
+/// any thread starts.
 pub fn reexec_with_tunables() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        use std::os::unix::process::CommandExt;
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
         if std::env::var_os("GLIBC_TUNABLES").is_some() {
             return;
         }
-        let mut args = std::env::args_os();
-        let (Some(arg0), Ok(exe)) = (args.next(), std::env::current_exe()) else {
+        let Ok(exe) = std::env::current_exe() else {
             return;
         };
-        // Returns only when the exec failed.
-        let _ = std::process::Command::new(exe)
-            .arg0(arg0)
-            .args(args)
-            .env("GLIBC_TUNABLES", TUNABLES)
-            .exec();
+        let c = |s: &std::ffi::OsStr| CString::new(s.as_bytes()).ok();
+        let Some(path) = c(exe.as_os_str()) else {
+            return;
+        };
+        let Some(args) = std::env::args_os()
+            .map(|a| c(&a))
+            .collect::<Option<Vec<CString>>>()
+        else {
+            return;
+        };
+        let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        std::env::set_var("GLIBC_TUNABLES", TUNABLES);
+        // SAFETY: `path` and every `argv` entry are NUL-terminated strings that outlive
+        // the call, and `argv` ends with a null pointer; execv returns only on failure.
+        unsafe {
+            libc::execv(path.as_ptr(), argv.as_ptr());
+        }
+        std::env::remove_var("GLIBC_TUNABLES");
     }
 }
