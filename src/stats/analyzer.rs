@@ -210,7 +210,7 @@ impl Analyzer {
             net_still: HashMap::new(),
             boot_time,
             listed: None,
-            files: OpenFiles::new(),
+            files: OpenFiles::for_this_process(),
         }
     }
 

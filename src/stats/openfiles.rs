@@ -42,7 +42,7 @@ pub struct OpenFiles {
 impl OpenFiles {
     /// A cache sized from the process's open-descriptor limit (read now: `main` has
     /// raised it to the hard limit before any loop starts).
-    pub fn new() -> OpenFiles {
+    pub fn for_this_process() -> OpenFiles {
         let limit = crate::metrics::process::rlimit_soft(libc::RLIMIT_NOFILE).unwrap_or(0);
         OpenFiles::with_cap(cap_for(limit))
     }
@@ -69,12 +69,6 @@ impl OpenFiles {
     pub fn forget_unread(&mut self, now: Instant) {
         self.files
             .retain(|_, (_, at)| now.saturating_duration_since(*at) < FORGET_AFTER);
-    }
-}
-
-impl Default for OpenFiles {
-    fn default() -> Self {
-        OpenFiles::new()
     }
 }
 
