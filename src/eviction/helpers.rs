@@ -400,6 +400,17 @@ pub fn is_critical_pod(pod: &Pod) -> bool {
     crate::container::is_static_pod(pod) || mirror || priority(pod) >= SYSTEM_CRITICAL_PRIORITY
 }
 
+/// Whether a container of `pod` has an `ephemeral-storage` limit: the pods whose
+/// writable layers and logs [`local_storage_violation`] needs measured.
+pub fn has_container_storage_limit(pod: &Pod) -> bool {
+    pod.spec.iter().flat_map(|s| &s.containers).any(|c| {
+        c.resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .is_some_and(|l| l.contains_key("ephemeral-storage"))
+    })
+}
+
 /// A pod's local storage limit violation: the message it is evicted with (upstream
 /// `localStorageEviction`: emptyDir `sizeLimit`, then each container's
 /// `ephemeral-storage` limit, then the pod's total), or None.

@@ -50,8 +50,11 @@ pub trait Inputs: Send {
     fn observe(&mut self) -> Observations;
     /// The pods that may be evicted (running, not terminating).
     fn active_pods(&mut self) -> Vec<Arc<Pod>>;
-    /// Usage of those pods by UID (missing: no stats).
-    fn pod_usage(&mut self, pods: &[Arc<Pod>]) -> BTreeMap<String, PodUsage>;
+    /// Usage of those pods by UID (missing: no stats). `fresh`: a threshold is met and
+    /// the pods are about to be ranked, so their working sets must be current (upstream
+    /// asks its summary provider for fresh stats); else the disk figures suffice (the
+    /// local-storage limits).
+    fn pod_usage(&mut self, pods: &[Arc<Pod>], fresh: bool) -> BTreeMap<String, PodUsage>;
 }
 
 /// Kills an evicted pod and records its status.
@@ -225,7 +228,7 @@ impl Manager {
         let pods = self.inputs.active_pods();
         let need_usage = self.config.local_storage_capacity_isolation || !act.is_empty();
         let usage = if need_usage {
-            self.inputs.pod_usage(&pods)
+            self.inputs.pod_usage(&pods, !act.is_empty())
         } else {
             BTreeMap::new()
         };

@@ -54,7 +54,7 @@ impl Inputs for Fake {
             .cloned()
             .collect()
     }
-    fn pod_usage(&mut self, _: &[Arc<Pod>]) -> BTreeMap<String, PodUsage> {
+    fn pod_usage(&mut self, _: &[Arc<Pod>], _: bool) -> BTreeMap<String, PodUsage> {
         self.0.lock().expect("lock").usage.clone()
     }
 }

@@ -185,12 +185,25 @@ impl Inputs for KubeletInputs {
             .collect()
     }
 
-    fn pod_usage(&mut self, pods: &[Arc<Pod>]) -> BTreeMap<String, PodUsage> {
+    fn pod_usage(&mut self, pods: &[Arc<Pod>], fresh: bool) -> BTreeMap<String, PodUsage> {
         let mut out: BTreeMap<String, PodUsage> = BTreeMap::new();
         // The containers' figures are the resource analyzer's last sample (upstream's
         // summary provider): a working set and a writable layer + logs each, read once
-        // for both. A pod it has not sampled yet has none.
-        let snapshot = self.stats.latest();
+        // for both. A pod it has not sampled yet has none. The working sets are sampled
+        // only while somebody reads them: ranking for an eviction asks for them.
+        // While nobody reads the stats, only the pods with a container's
+        // ephemeral-storage limit have their disks measured.
+        self.stats.want_disk(
+            pods.iter()
+                .filter(|p| crate::eviction::helpers::has_container_storage_limit(p))
+                .filter_map(|p| p.metadata.uid.clone())
+                .collect(),
+        );
+        let snapshot = if fresh {
+            self.stats.demand(crate::stats::DEMAND_WAIT)
+        } else {
+            self.stats.latest()
+        };
         for ps in &snapshot.summary.pods {
             let usage = out.entry(ps.pod_ref.uid.clone()).or_default();
             for c in &ps.containers {

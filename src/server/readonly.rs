@@ -157,8 +157,12 @@ pub fn stats_reply(stats: &StatsProvider, req: &Req, path: &[&str]) -> Option<Re
         }
         ["stats", "summary"] => Reply::method_not_allowed("GET, POST"),
         // Upstream's metrics handlers answer every method.
-        ["metrics", "resource"] => metrics_reply(render_resource(&stats.latest())),
-        ["metrics", "cadvisor"] => metrics_reply(render_cadvisor(&stats.latest())),
+        ["metrics", "resource"] => {
+            metrics_reply(render_resource(&stats.demand(crate::stats::DEMAND_WAIT)))
+        }
+        ["metrics", "cadvisor"] => {
+            metrics_reply(render_cadvisor(&stats.demand(crate::stats::DEMAND_WAIT)))
+        }
         _ => return None,
     })
 }

@@ -1,9 +1,12 @@
 //! The resource analyzer: the `stats` loop (upstream's cAdvisor housekeeping and
 //! `pkg/kubelet/stats` providers, folded into one thread). Every tick it samples the
-//! node, every running pod and container from cgroupfs and `/proc` (never Docker's
-//! stats API, which takes 1–2 s per container), measures disk usage through the bounded
-//! [`FsScanner`], and publishes one [`Snapshot`] the ports serve from
-//! ([`StatsProvider`]): a request never samples anything.
+//! node and, while somebody reads them ([`INTEREST`]), every running pod and container
+//! from cgroupfs and `/proc` (never Docker's stats API, which takes 1–2 s per
+//! container), measures disk usage through the bounded [`FsScanner`], and publishes one
+//! [`Snapshot`] the ports serve from ([`StatsProvider`]): a request samples nothing
+//! itself; on a node nobody read, it wakes a tick and waits for it. Unread, a tick
+//! lists nothing and measures only the disks of the pods the eviction manager checks
+//! against an ephemeral-storage limit.
 //!
 //! Docker is asked one container list per tick, an inspect of each container once (its
 //! pid, log and layer directories, start time, image), and the image list once a
@@ -23,7 +26,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::cgroupfs::{self, CgroupFs, CgroupVersion, FsStats as RawFs, KernelFiles};
@@ -110,23 +113,114 @@ pub struct Snapshot {
     pub time: Option<SystemTime>,
     /// Why the last tick could not sample the pods (the runtime's error).
     pub error: Option<String>,
+    /// Whether the tick sampled the pods' cgroups and network counters and measured
+    /// their disks: only while a reader wants them ([`StatsProvider::wanted`]).
+    /// Without, only the pods with an ephemeral-storage limit carry figures, their disk
+    /// figures ([`StatsProvider::want_disk`]).
+    pub cgroups_sampled: bool,
 }
 
-/// The latest [`Snapshot`], shared with the ports and the eviction manager.
+/// How long after a reader's last request every tick goes on sampling the pods'
+/// cgroups: longer than any usual scrape interval (metrics-server 15 s, Prometheus
+/// 30–60 s), so a scraped node samples every [`STATS_PERIOD`] as cAdvisor does.
+pub const INTEREST: Duration = Duration::from_secs(180);
+
+/// How long a reader waits for the tick its request woke, on a node nobody read for
+/// [`INTEREST`]. A tick at 110 pods takes ~10 ms; past this the reader gets the last
+/// snapshot (the node's figures, not the pods').
+pub const DEMAND_WAIT: Duration = Duration::from_secs(3);
+
+/// The latest [`Snapshot`], shared with the ports and the eviction manager, and when
+/// a reader last asked for the pods' cgroup figures.
 #[derive(Debug, Default)]
 pub struct StatsProvider {
-    latest: Mutex<Arc<Snapshot>>,
+    shared: Mutex<Shared>,
+    published: Condvar,
+    /// Runs a `stats` tick now (set by [`super::start`]; none in tests that tick by
+    /// hand).
+    wake: OnceLock<crossbeam_channel::Sender<()>>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    latest: Arc<Snapshot>,
+    asked: Option<Instant>,
+    /// The pods whose disk figures are measured while nobody reads the stats: those
+    /// with an ephemeral-storage limit (the eviction manager's last pass).
+    disk_wanted: HashSet<String>,
+    /// Counts publications, so a reader knows a tick ran after its request.
+    published: u64,
 }
 
 impl StatsProvider {
-    /// The latest snapshot (empty, `time: None`, before the first tick).
+    /// The latest snapshot as it is (empty, `time: None`, before the first tick): the
+    /// pods' figures are in it only while somebody reads them
+    /// ([`StatsProvider::demand`]), but for the disk figures of the pods
+    /// [`StatsProvider::want_disk`] names.
     pub fn latest(&self) -> Arc<Snapshot> {
-        lock(&self.latest).clone()
+        lock(&self.shared).latest.clone()
     }
 
-    /// Replaces the snapshot.
+    /// The snapshot a reader of the pods' CPU, memory and network figures wants (the
+    /// ports, the eviction manager ranking pods): the latest when it has them; else,
+    /// on a node nobody read for [`INTEREST`], the one of the tick this request wakes
+    /// (waiting at most `wait`). Every call keeps the sampling on for [`INTEREST`].
+    pub fn demand(&self, wait: Duration) -> Arc<Snapshot> {
+        let mut g = lock(&self.shared);
+        g.asked = Some(Instant::now());
+        let Some(wake) = self.wake.get() else {
+            return g.latest.clone();
+        };
+        if g.latest.cgroups_sampled {
+            return g.latest.clone();
+        }
+        let seen = g.published;
+        let _ = wake.try_send(());
+        let deadline = Instant::now() + wait;
+        while g.published == seen || !g.latest.cgroups_sampled {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            g = match self.published.wait_timeout(g, left) {
+                Ok((g, _)) => g,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        g.latest.clone()
+    }
+
+    /// Whether a reader asked within [`INTEREST`] of `now`: the tick samples the pods'
+    /// cgroups.
+    pub fn wanted(&self, now: Instant) -> bool {
+        lock(&self.shared)
+            .asked
+            .is_some_and(|at| now.saturating_duration_since(at) < INTEREST)
+    }
+
+    /// Says which pods' disk figures (writable layer, logs, volumes) must be measured
+    /// even while nobody reads the stats: the eviction manager's pods with an
+    /// ephemeral-storage limit, at each of its passes.
+    pub fn want_disk(&self, uids: HashSet<String>) {
+        lock(&self.shared).disk_wanted = uids;
+    }
+
+    fn disk_wanted(&self) -> HashSet<String> {
+        lock(&self.shared).disk_wanted.clone()
+    }
+
+    /// Replaces the snapshot and wakes the readers waiting for it.
     pub fn publish(&self, s: Snapshot) {
-        *lock(&self.latest) = Arc::new(s);
+        let mut g = lock(&self.shared);
+        g.latest = Arc::new(s);
+        g.published += 1;
+        drop(g);
+        self.published.notify_all();
+    }
+
+    /// The channel whose message runs a tick now ([`super::start`]).
+    pub(super) fn set_wake(&self, tx: crossbeam_channel::Sender<()>) {
+        let _ = self.wake.set(tx);
     }
 }
 
@@ -136,6 +230,14 @@ fn stood_still(a: &CgroupSample, b: &CgroupSample) -> bool {
     a.cpu_ns.is_some()
         && a.cpu_ns == b.cpu_ns
         && a.memory.map(|m| m.usage_bytes) == b.memory.map(|m| m.usage_bytes)
+}
+
+/// Whether a cgroup's usage files stay open between samples (those read every tick)
+/// or are opened for each read (those read once a minute).
+#[derive(Clone, Copy, Debug)]
+enum Keep {
+    Open,
+    Closed,
 }
 
 /// What the analyzer knows of a running container from its one inspect.
@@ -218,17 +320,49 @@ impl Analyzer {
     /// the node's figures published, with the error (`scrape_error`).
     pub fn tick(&mut self) -> Result<(), RuntimeError> {
         let now = Instant::now();
-        let listed = self.refresh_containers(now);
-        let node = self.node_stats(now);
+        let sampled = self.provider.wanted(now);
+        // Unread, only the disks of the pods the eviction manager names are measured.
+        let disk_wanted = if sampled {
+            HashSet::new()
+        } else {
+            self.provider.disk_wanted()
+        };
+        // Nobody reads the pods' figures and no pod's disk is wanted: the runtime is
+        // not even listed (the next tick that needs it lists, its generation moved on).
+        let pods_needed = sampled || !disk_wanted.is_empty();
+        let listed = if pods_needed {
+            self.refresh_containers(now)
+        } else {
+            Ok(())
+        };
+        // The root cgroup's figures, read once for the node and for `/`.
+        let proc_root = self.cfg.proc_root.clone();
+        let root_cpu = self.cfg.cgroups.node_cpu(&proc_root).ok();
+        let root_memory = self.cfg.cgroups.node_memory(&proc_root).ok();
+        let node = self.node_stats(now, root_cpu.as_ref(), root_memory.as_ref(), sampled);
         let mut cgroups = Vec::new();
-        let pods = self.pod_stats(now, node.fs.as_ref(), &mut cgroups);
+        let pods = if pods_needed {
+            self.pod_stats(now, node.fs.as_ref(), sampled, &disk_wanted, &mut cgroups)
+        } else {
+            Vec::new()
+        };
         let machine_memory_bytes = node.memory.as_ref().and_then(|m| {
             m.available_bytes
                 .zip(m.working_set_bytes)
                 .map(|(a, w)| a + w)
         });
-        if let Some(root) = self.root_sample(now) {
-            cgroups.insert(0, root);
+        if let Some(cpu) = root_cpu {
+            // cAdvisor's `/` container, for `/metrics/cadvisor`.
+            cgroups.insert(
+                0,
+                CgroupSample {
+                    id: "/".into(),
+                    time: Some(SystemTime::now()),
+                    cpu_ns: Some(cpu.usage_core_nanoseconds),
+                    memory: root_memory,
+                    ..CgroupSample::default()
+                },
+            );
         }
         // CPU samples of cgroups not sampled for three periods (gone containers and
         // pods) are forgotten.
@@ -247,6 +381,7 @@ impl Analyzer {
             machine_memory_bytes,
             time: Some(SystemTime::now()),
             error: None,
+            cgroups_sampled: sampled,
         };
         let result = match listed {
             Ok(()) => Ok(()),
@@ -326,14 +461,14 @@ impl Analyzer {
 
     /// Samples one cgroup, with its CPU rate against `key`'s previous sample; a cgroup
     /// that stood still at its last two samples gets its last one again, once.
-    fn sample(&mut self, cgroup: &str, key: &str, now: Instant) -> CgroupSample {
+    fn sample(&mut self, cgroup: &str, key: &str, now: Instant, keep: Keep) -> CgroupSample {
         if let Some((last, _, reuse)) = self.still.get_mut(cgroup) {
             if *reuse {
                 *reuse = false;
                 return last.clone();
             }
         }
-        let s = self.sample_now(cgroup, key, now);
+        let s = self.sample_now(cgroup, key, now, keep);
         let unchanged = self
             .still
             .get(cgroup)
@@ -368,14 +503,17 @@ impl Analyzer {
     }
 
     /// Reads one cgroup now.
-    fn sample_now(&mut self, cgroup: &str, key: &str, now: Instant) -> CgroupSample {
+    fn sample_now(&mut self, cgroup: &str, key: &str, now: Instant, keep: Keep) -> CgroupSample {
         let cg = &self.cfg.cgroups;
-        let files = &mut self.files;
-        let cpu_ns = cg
-            .cpu_from(files, cgroup)
-            .ok()
-            .map(|c| c.usage_core_nanoseconds);
-        let mut memory = cg.memory_usage_from(files, cgroup).ok();
+        let (cpu, memory) = match keep {
+            Keep::Open => (
+                cg.cpu_from(&mut self.files, cgroup),
+                cg.memory_usage_from(&mut self.files, cgroup),
+            ),
+            Keep::Closed => (cg.cpu(cgroup), cg.memory_usage(cgroup)),
+        };
+        let cpu_ns = cpu.ok().map(|c| c.usage_core_nanoseconds);
+        let mut memory = memory.ok();
         // The limit and the task count once a minute: each file read costs ~25 µs of
         // kernel time, and 220 containers are read every 10 s.
         let fresh = self
@@ -412,11 +550,18 @@ impl Analyzer {
         prev.and_then(|p| nano_cores(p, (ns, now)))
     }
 
-    /// The node-level figures.
-    fn node_stats(&mut self, now: Instant) -> NodeStats {
+    /// The node-level figures; with `sampled` false (nobody reads them), not the
+    /// `pods` system container nor the image filesystem.
+    fn node_stats(
+        &mut self,
+        now: Instant,
+        root_cpu: Option<&cgroupfs::CpuStats>,
+        root_memory: Option<&cgroupfs::MemoryStats>,
+        sampled: bool,
+    ) -> NodeStats {
         let proc_root = self.cfg.proc_root.clone();
         let wall = SystemTime::now();
-        let cpu = self.cfg.cgroups.node_cpu(&proc_root).ok().map(|c| {
+        let cpu = root_cpu.map(|c| {
             let rate = self.rate("/", c.usage_core_nanoseconds, now);
             CpuStats {
                 time: Some(k8s_time(wall)),
@@ -424,19 +569,16 @@ impl Analyzer {
                 usage_core_nano_seconds: Some(c.usage_core_nanoseconds),
             }
         });
-        let memory = self
-            .cfg
-            .cgroups
-            .node_memory(&proc_root)
-            .ok()
-            .map(|m| memory_stats(&m, wall));
+        let memory = root_memory.map(|m| memory_stats(m, wall));
         let network = std::fs::read_to_string(proc_root.join("net/dev"))
             .ok()
             .map(|t| network_stats(parse_net_dev(&t), wall));
         let fs = cgroupfs::statvfs(&self.cfg.root_dir)
             .ok()
             .map(|s| node_fs(&s, wall));
-        let image_fs = self.image_fs(now).map(|(s, used)| FsStats {
+        // The images' size (a Docker list) and the pods' cgroup only for a reader.
+        let image_fs = sampled.then(|| self.image_fs(now)).flatten();
+        let image_fs = image_fs.map(|(s, used)| FsStats {
             used_bytes: Some(used),
             inodes_used: None,
             ..node_fs(&s, wall)
@@ -444,8 +586,8 @@ impl Analyzer {
         let rl = cgroupfs::read_rlimit(&proc_root);
         let mut system_containers = Vec::new();
         for kubepods in ["/kubepods", "/kubepods.slice"] {
-            if self.cfg.cgroups.exists(kubepods) {
-                let s = self.sample(kubepods, kubepods, now);
+            if sampled && self.cfg.cgroups.exists(kubepods) {
+                let s = self.sample(kubepods, kubepods, now, Keep::Open);
                 system_containers.push(ContainerStats {
                     name: "pods".into(),
                     start_time: self.boot_time.map(k8s_time),
@@ -474,19 +616,6 @@ impl Analyzer {
                 curproc: rl.running_processes,
             }),
         }
-    }
-
-    /// The root cgroup as cAdvisor's `/` container (for `/metrics/cadvisor`).
-    fn root_sample(&mut self, _now: Instant) -> Option<CgroupSample> {
-        let proc_root = self.cfg.proc_root.clone();
-        let cpu = self.cfg.cgroups.node_cpu(&proc_root).ok()?;
-        Some(CgroupSample {
-            id: "/".into(),
-            time: Some(SystemTime::now()),
-            cpu_ns: Some(cpu.usage_core_nanoseconds),
-            memory: self.cfg.cgroups.node_memory(&proc_root).ok(),
-            ..CgroupSample::default()
-        })
     }
 
     /// The image filesystem and the images' size (the image list once a minute).
@@ -521,11 +650,15 @@ impl Analyzer {
         Some((fs, self.images_used.map_or(0, |(u, _)| u)))
     }
 
-    /// Every pod's figures, and the cgroups sampled for them into `out`.
+    /// Every pod's figures, and the cgroups sampled for them into `out`; with
+    /// `sample` false (nobody reads them), the disk figures of the pods in
+    /// `disk_wanted` only: no cgroup or `net/dev` is read.
     fn pod_stats(
         &mut self,
         now: Instant,
         nodefs: Option<&FsStats>,
+        sample: bool,
+        disk_wanted: &HashSet<String>,
         out: &mut Vec<CgroupSample>,
     ) -> Vec<PodStats> {
         let version = self.cfg.cgroups.version();
@@ -539,29 +672,34 @@ impl Analyzer {
                     .or_else(|| docker_default_cgroup(&cgroups, id));
             }
         }
-        let mut by_pod: BTreeMap<String, Vec<(String, Known)>> = BTreeMap::new();
-        for (id, k) in &self.known {
+        // Taken out for the tick (the samplers below borrow `self`), put back at its end.
+        let known = std::mem::take(&mut self.known);
+        let mut by_pod: BTreeMap<&str, Vec<(&str, &Known)>> = BTreeMap::new();
+        for (id, k) in &known {
             by_pod
-                .entry(k.pod.uid.clone())
+                .entry(k.pod.uid.as_str())
                 .or_default()
-                .push((id.clone(), k.clone()));
+                .push((id.as_str(), k));
         }
-        // The directories to measure this tick: layers, log directories, volumes.
+        // The directories to measure this tick: layers, log directories, volumes; of
+        // every pod while somebody reads them, else of the pods the eviction manager
+        // checks against ephemeral-storage limits.
+        let measured = |uid: &str| sample || disk_wanted.contains(uid);
         let mut wanted: Vec<PathBuf> = Vec::new();
-        for k in self.known.values() {
+        for k in known.values().filter(|k| measured(&k.pod.uid)) {
             wanted.extend(k.rootfs_dir.iter().cloned());
             wanted.extend(k.log_dir.iter().cloned());
         }
-        let uids: Vec<String> = by_pod.keys().cloned().collect();
-        self.volumes.retain(|uid, _| uids.contains(uid));
-        for uid in &uids {
+        self.volumes
+            .retain(|uid, _| by_pod.contains_key(uid.as_str()) && measured(uid));
+        for &uid in by_pod.keys().filter(|u| measured(u)) {
             let fresh = self
                 .volumes
                 .get(uid)
                 .is_some_and(|(_, at)| now.saturating_duration_since(*at) < FS_PERIOD);
             if !fresh {
                 let dirs = volume_dirs(&self.cfg.root_dir, uid);
-                self.volumes.insert(uid.clone(), (dirs, now));
+                self.volumes.insert(uid.to_string(), (dirs, now));
             }
             if let Some((dirs, _)) = self.volumes.get(uid) {
                 wanted.extend(dirs.iter().map(|(_, p)| p.clone()));
@@ -580,21 +718,27 @@ impl Analyzer {
             let mut network = None;
             let mut start = None;
             let mut ephemeral = (0u64, 0u64, false);
-            for (id, k) in &members {
-                let Some(cg) = k.cgroup.clone() else {
+            for &(id, k) in &members {
+                let Some(cg) = k.cgroup.as_deref() else {
                     continue;
                 };
                 let cached = self
                     .sandboxes
                     .get(id)
-                    .filter(|(_, at)| k.sandbox && now.saturating_duration_since(*at) < FS_PERIOD)
+                    .filter(|(_, at)| {
+                        sample && k.sandbox && now.saturating_duration_since(*at) < FS_PERIOD
+                    })
                     .map(|(s, _)| s.clone());
                 let mut s = match cached {
                     Some(s) => s,
+                    None if !sample => CgroupSample::default(),
                     None => {
-                        let s = self.sample(&cg, &cg, now);
+                        // A sandbox is read once a minute: kept open, its files
+                        // would be closed unread after 30 s and opened again.
+                        let keep = if k.sandbox { Keep::Closed } else { Keep::Open };
+                        let s = self.sample(cg, cg, now, keep);
                         if k.sandbox {
-                            self.sandboxes.insert(id.clone(), (s.clone(), now));
+                            self.sandboxes.insert(id.to_string(), (s.clone(), now));
                         }
                         s
                     }
@@ -605,8 +749,8 @@ impl Analyzer {
                 s.pod = k.pod.name.clone();
                 s.container = k.container.clone();
                 s.start_time = k.started;
-                if pod_cgroup.is_none() {
-                    pod_cgroup = parent_pod_cgroup(&cg, &uid);
+                if pod_cgroup.is_none() && sample {
+                    pod_cgroup = parent_pod_cgroup(cg, uid);
                 }
                 let rootfs = k.rootfs_dir.as_ref().and_then(|d| self.fs.get(d));
                 let logs = k.log_dir.as_ref().and_then(|d| self.fs.get(d));
@@ -618,7 +762,7 @@ impl Analyzer {
                 s.rootfs = rootfs.map(|(u, _)| u);
                 if k.sandbox {
                     start = k.started;
-                    if !k.host_network {
+                    if !k.host_network && sample {
                         let path = proc_root.join(k.pid.to_string()).join("net/dev");
                         if let Some(ifaces) = self.net_dev(id, &path, now) {
                             s.network = ifaces;
@@ -640,12 +784,13 @@ impl Analyzer {
             // The pod cgroup when there is one, else the members summed.
             let pod_sample = match pod_cgroup {
                 Some(pc) => {
-                    let mut s = self.sample(&pc, &pc, now);
+                    let mut s = self.sample(&pc, &pc, now, Keep::Open);
                     s.namespace = pod_ref.namespace.clone();
                     s.pod = pod_ref.name.clone();
                     out.push(s.clone());
                     s
                 }
+                None if !sample => CgroupSample::default(),
                 None => {
                     let mut s = sum_samples(&samples);
                     let key = format!("pod:{uid}");
@@ -654,7 +799,7 @@ impl Analyzer {
                 }
             };
             let mut volume = Vec::new();
-            if let Some((dirs, _)) = self.volumes.get(&uid) {
+            if let Some((dirs, _)) = self.volumes.get(uid) {
                 for (name, dir) in dirs {
                     if let Some((u, at)) = self.fs.get(dir) {
                         // Every measured plugin's volume is the pod's local ephemeral
@@ -691,8 +836,11 @@ impl Analyzer {
                     process_count: Some(n),
                 }),
             });
-            out.extend(samples);
+            if sample {
+                out.extend(samples);
+            }
         }
+        self.known = known;
         pods
     }
 }
@@ -826,6 +974,53 @@ mod tests {
         (pids[0], pids[1])
     }
 
+    /// A v2 cgroup tree with a pod cgroup holding the sandbox and the app container
+    /// (each `(pid, memory.current)`), the sandbox's `net/dev`, `/proc/meminfo` and an
+    /// emptyDir file; returns the pod cgroup.
+    fn v2_pod(
+        cg: &TempDir,
+        proc_root: &TempDir,
+        root: &TempDir,
+        uid: &str,
+        [(sb_pid, sb_mem), (app_pid, app_mem)]: [(u32, u64); 2],
+    ) -> &'static str {
+        let pod_cg = "kubepods/besteffort/podu-1";
+        put(&cg.0, "cgroup.controllers", "cpu memory pids\n");
+        put(&cg.0, "cpu.stat", "usage_usec 5000000\n");
+        for (pid, leaf, mem) in [(sb_pid, "sb", sb_mem), (app_pid, "app", app_mem)] {
+            let dir = format!("{pod_cg}/{leaf}");
+            put(&cg.0, &format!("{dir}/memory.current"), &format!("{mem}\n"));
+            put(
+                &cg.0,
+                &format!("{dir}/memory.stat"),
+                "inactive_file 0\nanon 10\n",
+            );
+            put(&cg.0, &format!("{dir}/cpu.stat"), "usage_usec 1000\n");
+            put(&cg.0, &format!("{dir}/pids.current"), "1\n");
+            put(
+                &proc_root.0,
+                &format!("{pid}/cgroup"),
+                &format!("0::/{dir}\n"),
+            );
+        }
+        put(
+            &proc_root.0,
+            &format!("{sb_pid}/net/dev"),
+            "h1\nh2\n  eth0: 10 1 0 0 0 0 0 0 20 2 0 0 0 0 0 0\n",
+        );
+        put(
+            &proc_root.0,
+            "meminfo",
+            "MemTotal: 1000 kB\nMemFree: 500 kB\n",
+        );
+        put(
+            &root.0,
+            &format!("pods/{uid}/volumes/kubernetes.io~empty-dir/data/f"),
+            "hello",
+        );
+        pod_cg
+    }
+
     #[test]
     fn with_a_pleg_the_runtime_is_listed_again_only_after_a_container_change() {
         use crate::pleg::Pleg;
@@ -839,6 +1034,7 @@ mod tests {
         pleg.relist().expect("relist");
         let cfg = config(&cg, &proc_root, &root).with_pleg(shared.clone());
         let provider = Arc::new(StatsProvider::default());
+        provider.demand(Duration::ZERO);
         let mut a = Analyzer::new(cfg, rt.clone(), provider.clone());
         let lists = || rt.count(Op::List);
         let before = lists();
@@ -872,52 +1068,26 @@ mod tests {
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("pause"));
         let uid = "u-1";
         let (sb_pid, app_pid) = run_pod(&rt, uid);
-        // v2: the pod cgroup and its two containers.
-        put(&cg.0, "cgroup.controllers", "cpu memory pids\n");
-        put(&cg.0, "cpu.stat", "usage_usec 5000000\n");
-        let pod_cg = "kubepods/besteffort/podu-1";
-        for (pid, leaf, mem) in [(sb_pid, "sb", 1000u64), (app_pid, "app", 50_000)] {
-            let dir = format!("{pod_cg}/{leaf}");
-            put(&cg.0, &format!("{dir}/memory.current"), &format!("{mem}\n"));
-            put(
-                &cg.0,
-                &format!("{dir}/memory.stat"),
-                "inactive_file 0\nanon 10\n",
-            );
-            put(&cg.0, &format!("{dir}/cpu.stat"), "usage_usec 1000\n");
-            put(&cg.0, &format!("{dir}/pids.current"), "1\n");
-            put(
-                &proc_root.0,
-                &format!("{pid}/cgroup"),
-                &format!("0::/{dir}\n"),
-            );
-        }
+        let pod_cg = v2_pod(
+            &cg,
+            &proc_root,
+            &root,
+            uid,
+            [(sb_pid, 1000), (app_pid, 50_000)],
+        );
         put(&cg.0, &format!("{pod_cg}/memory.current"), "51000\n");
         put(&cg.0, &format!("{pod_cg}/memory.stat"), "inactive_file 0\n");
         put(&cg.0, &format!("{pod_cg}/cpu.stat"), "usage_usec 2000\n");
         put(&cg.0, &format!("{pod_cg}/pids.current"), "2\n");
         put(
             &proc_root.0,
-            &format!("{sb_pid}/net/dev"),
-            "h1\nh2\n  eth0: 10 1 0 0 0 0 0 0 20 2 0 0 0 0 0 0\n",
-        );
-        put(
-            &proc_root.0,
-            "meminfo",
-            "MemTotal: 1000 kB\nMemFree: 500 kB\n",
-        );
-        put(
-            &proc_root.0,
             "stat",
             "cpu 1 0 1 0 0 0 0 0\nbtime 1700000000\n",
         );
         put(&proc_root.0, "loadavg", "0 0 0 1/50 9\n");
-        put(
-            &root.0,
-            &format!("pods/{uid}/volumes/kubernetes.io~empty-dir/data/f"),
-            "hello",
-        );
         let provider = Arc::new(StatsProvider::default());
+        // A reader: the pods' cgroups are sampled at every tick.
+        provider.demand(Duration::ZERO);
         let cfg = config(&cg, &proc_root, &root);
         let mut a = Analyzer::new(cfg, rt.clone(), provider.clone());
         a.tick().expect("tick");
@@ -1031,6 +1201,84 @@ mod tests {
         assert_eq!(rx(&provider), Some(99), "stood still: reused for one tick");
         a.tick().expect("tick");
         assert_eq!(rx(&provider), Some(123));
+    }
+
+    #[test]
+    fn nobody_reading_leaves_the_pods_cgroups_unread_and_a_reader_wakes_a_sampling_tick() {
+        let (cg, proc_root, root) = trees("an-demand");
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("pause"));
+        let uid = "u-1";
+        let (sb_pid, app_pid) = run_pod(&rt, uid);
+        v2_pod(
+            &cg,
+            &proc_root,
+            &root,
+            uid,
+            [(sb_pid, 50_000), (app_pid, 50_000)],
+        );
+        let provider = Arc::new(StatsProvider::default());
+        let (wake, woken) = crossbeam_channel::bounded(1);
+        provider.set_wake(wake);
+        let mut a = Analyzer::new(config(&cg, &proc_root, &root), rt.clone(), provider.clone());
+
+        // Nobody asked: the node's figures only; the runtime is not even listed.
+        let lists = || rt.count(crate::runtime::fake::Op::List);
+        let before = lists();
+        a.tick().expect("tick");
+        let snap = provider.latest();
+        assert!(!snap.cgroups_sampled);
+        assert!(
+            snap.summary.node.cpu.is_some(),
+            "the node is always sampled"
+        );
+        assert!(snap.summary.pods.is_empty());
+        assert_eq!(lists(), before);
+        assert_eq!(snap.cgroups.len(), 1, "only the root for /metrics/cadvisor");
+        assert!(a.files.is_empty(), "no cgroup file opened");
+        // The eviction manager checks the pod against an ephemeral-storage limit: its
+        // disks are measured, still no cgroup read.
+        provider.want_disk([uid.to_string()].into_iter().collect());
+        a.tick().expect("tick");
+        let snap = provider.latest();
+        let p = &snap.summary.pods[0];
+        assert_eq!(p.pod_ref.uid, uid);
+        assert!(p.cpu.is_none() && p.memory.is_none() && p.network.is_none());
+        assert!(p.containers[0].memory.is_none());
+        assert_eq!(
+            p.volume.len(),
+            1,
+            "disk figures for the local-storage limits"
+        );
+        assert!(p.ephemeral_storage.is_some() && p.memory.is_none());
+        assert!(a.files.is_empty());
+        provider.want_disk(HashSet::new());
+
+        // A reader wakes a tick and gets its snapshot.
+        let ticker = std::thread::Builder::new()
+            .name("stats-test".into())
+            .spawn(move || {
+                woken.recv().expect("woken");
+                a.tick().expect("tick");
+                a
+            })
+            .expect("spawn");
+        let snap = provider.demand(Duration::from_secs(60));
+        let mut a = ticker.join().expect("ticker");
+        assert!(snap.cgroups_sampled);
+        let p = &snap.summary.pods[0];
+        assert_eq!(
+            p.containers[0]
+                .memory
+                .as_ref()
+                .and_then(|m| m.working_set_bytes),
+            Some(50_000)
+        );
+        assert!(p.network.is_some());
+        // It stays on for INTEREST, then the ticks go back to disk figures only.
+        assert!(provider.wanted(Instant::now()));
+        assert!(!provider.wanted(Instant::now() + INTEREST));
+        a.tick().expect("tick");
+        assert!(provider.latest().cgroups_sampled);
     }
 
     #[test]

@@ -15,7 +15,9 @@ pub mod types;
 
 use std::sync::Arc;
 
-pub use analyzer::{Analyzer, Snapshot, StatsConfig, StatsProvider, STATS_PERIOD};
+pub use analyzer::{
+    Analyzer, Snapshot, StatsConfig, StatsProvider, DEMAND_WAIT, INTEREST, STATS_PERIOD,
+};
 
 use crate::loops::{Loops, Periodic, SpawnError};
 use crate::runtime::Runtime;
@@ -33,12 +35,15 @@ pub fn start(
             cfg.cgroups.root().display()
         );
     }
+    // A reader of a node nobody read for a while runs a tick at once.
+    let (wake, woken) = crossbeam_channel::bounded(1);
+    provider.set_wake(wake);
     let mut analyzer = Analyzer::new(cfg, runtime, provider.clone());
     loops.spawn_periodic(
         Periodic {
             name: "stats".into(),
             period: STATS_PERIOD,
-            wake: None,
+            wake: Some(woken),
         },
         move || analyzer.tick(),
     )?;
@@ -47,7 +52,7 @@ pub fn start(
 
 /// `/stats/summary`'s body (`?only_cpu_and_memory=true`: the reduced form).
 pub fn summary_json(provider: &StatsProvider, only_cpu_and_memory: bool) -> Vec<u8> {
-    let snap = provider.latest();
+    let snap = provider.demand(DEMAND_WAIT);
     let body = if only_cpu_and_memory {
         serde_json::to_vec(&summary::cpu_and_memory_only(&snap.summary))
     } else {

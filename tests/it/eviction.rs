@@ -194,6 +194,39 @@ fn disk_pressure_evicts_besteffort_pods_first_never_static_ones_and_clears() {
 }
 
 #[test]
+fn a_container_over_its_ephemeral_storage_limit_is_evicted_while_nobody_reads_the_stats() {
+    // Nobody reads /stats/summary here: the stats loop measures the disks of the pods
+    // with an ephemeral-storage limit only, and that is enough for the limit.
+    let (api, mut node, kc) = api_node_with_static_pod("evlimit", SLEEPER);
+    node.start(&[&format!("--kubeconfig={}", kc.display())]);
+    let pod = |name: &str, resources: Value, command: String| {
+        json!({"metadata": {"name": name}, "spec": {"nodeName": node.name,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": BUSYBOX, "resources": resources,
+                "command": ["sh", "-c", command]}]}})
+    };
+    api.create_pod(pod(
+        "writer",
+        json!({"limits": {"ephemeral-storage": "4Mi"}}),
+        format!("dd if=/dev/zero of=/big bs=1048576 count=8 2>/dev/null; sync; {SLEEPER}"),
+    ));
+    api.create_pod(pod("quiet", json!({}), SLEEPER.to_string()));
+    // The first measurement may come before the write: the next is a minute later.
+    let evicted = wait_for("the writer evicted", LONG * 2, || {
+        let p = api.get("pods", "default", "writer")?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    assert_eq!(evicted["status"]["phase"], "Failed");
+    assert_eq!(
+        evicted["status"]["message"],
+        "Container c exceeded its local ephemeral storage limit \"4Mi\". "
+    );
+    let quiet = api.get("pods", "default", "quiet").expect("quiet");
+    assert_eq!(quiet["status"]["phase"], "Running", "{}", node.log());
+    drop(node);
+}
+
+#[test]
 fn a_container_over_its_memory_limit_is_oom_killed() {
     let mut node = Node::new("oom");
     // The shell keeps 100 MiB in a variable: its cgroup's 20 MiB limit kills it.
