@@ -209,8 +209,14 @@ impl ContainerGc {
                 Err(e) => errors.push(e),
             }
         }
-        // Sandboxes against the list as it is now (their containers may just have gone).
-        match self.list(None) {
+        // Sandboxes against the list as it is now (their containers may just have gone):
+        // listed again only when this pass removed a container.
+        let current = if plan.containers.is_empty() {
+            Ok(all)
+        } else {
+            self.list(None)
+        };
+        match current {
             Ok(all) => {
                 for s in container::plan_sandboxes(&all, &gone) {
                     match self.remove(&s) {
