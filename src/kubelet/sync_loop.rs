@@ -388,7 +388,8 @@ impl SyncLoop {
         }
         self.backoff.gc();
         // Only now (every source seen) may pod directories of other pods go.
-        self.volumes.set_desired_pods(self.pods.keys().cloned());
+        self.volumes
+            .set_desired_pods(self.pods.keys().map(String::as_str));
         self.status_line();
         // What a burst of syncs freed (decodes, Docker answers) back to the kernel.
         crate::malloc::release_freed_memory_every(crate::malloc::TRIM_PERIOD);

@@ -13,15 +13,30 @@ use crate::container::labels;
 use crate::loops::lock;
 use crate::safepath::{safe_join, UnsafePathError};
 
+/// How old the pods directory's mtime must be for a pass that found every directory
+/// kept to let the next passes skip until it changes.
+const MTIME_SETTLED: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl VolumeManager {
     /// One pass of the `volume-mgr` loop (upstream `cleanupOrphanedPodDirs`): removes
     /// the directory of every pod that is not wanted and has no container left in the
-    /// runtime.
+    /// runtime. A pass that found every directory kept makes the next ones a `stat`,
+    /// until the directory's mtime or the list of wanted pods changes.
     pub fn cleanup_orphans(&self) -> Result<(), VolumeError> {
-        if !lock(&self.desired).known {
+        let (known, generation, all_kept_as_of) = {
+            let d = lock(&self.desired);
+            (d.known, d.generation, d.all_kept_as_of)
+        };
+        if !known {
             return Ok(());
         }
         let pods_dir = self.pods_dir();
+        // Read before the listing: a directory made or removed after it changes the
+        // mtime the next pass compares.
+        let mtime = std::fs::metadata(&pods_dir).and_then(|m| m.modified()).ok();
+        if mtime.is_some() && all_kept_as_of == mtime.map(|m| (generation, m)) {
+            return Ok(());
+        }
         let entries = match std::fs::read_dir(&pods_dir) {
             Ok(e) => e,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -34,14 +49,17 @@ impl VolumeManager {
             }
         };
         let mut first_err = None;
+        let mut all_kept = true;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
+            let kept = !name.starts_with(DELETING_PREFIX) && self.is_kept(&name);
+            all_kept &= kept;
             let res = if name.starts_with(DELETING_PREFIX) {
                 remove_pod_tree(&entry.path())
-            } else if self.is_kept(&name) {
+            } else if kept {
                 Ok(())
             } else {
                 self.remove_orphan(&name)
@@ -52,6 +70,12 @@ impl VolumeManager {
                 log::debug!("{}", crate::loops::error_chain(&e));
                 first_err.get_or_insert(e);
             }
+        }
+        // Trusted only for an mtime a second old: timestamps are coarse (a jiffy), and
+        // a directory made within the tick of the last change would not change it.
+        let settled = mtime.filter(|m| m.elapsed().is_ok_and(|d| d > MTIME_SETTLED));
+        if all_kept && first_err.is_none() {
+            lock(&self.desired).all_kept_as_of = settled.map(|m| (generation, m));
         }
         first_err.map_or(Ok(()), Err)
     }

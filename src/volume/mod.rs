@@ -157,6 +157,12 @@ struct Desired {
     /// False until housekeeping first said which pods are wanted: before that, no
     /// directory is removed.
     known: bool,
+    /// Counts the times housekeeping's list changed `keep` (a pod no longer wanted
+    /// may leave an orphan behind).
+    generation: u64,
+    /// The list's generation and the pods directory's mtime at the last cleanup pass
+    /// that found every directory kept: until either changes, a pass has nothing to do.
+    all_kept_as_of: Option<(u64, std::time::SystemTime)>,
 }
 
 /// One pod's volume state, behind the pod's own lock: the only lock held across the
@@ -480,10 +486,22 @@ impl VolumeManager {
     /// Says which pods the sources want (called by housekeeping, only once every source
     /// has been seen). Directories of other pods become candidates for removal.
     /// Never blocks on a filesystem call: it takes only the small `desired` lock.
-    pub fn set_desired_pods(&self, uids: impl IntoIterator<Item = String>) {
-        let keep: HashSet<String> = uids.into_iter().collect();
+    /// Every 2 s with the same pods, mostly: the set is built only when it changed.
+    pub fn set_desired_pods<'a, I>(&self, uids: I)
+    where
+        I: IntoIterator<Item = &'a str>,
+        I::IntoIter: Clone,
+    {
+        let uids = uids.into_iter();
         let mut d = lock(&self.desired);
-        d.keep = keep;
+        let same = d.known
+            && d.keep.len() == uids.clone().count()
+            && uids.clone().all(|u| d.keep.contains(u));
+        if same {
+            return;
+        }
+        d.generation += 1;
+        d.keep = uids.map(str::to_string).collect();
         d.known = true;
     }
 
@@ -833,7 +851,7 @@ mod tests {
                 .name("test-other".into())
                 .spawn(move || {
                     let began = Instant::now();
-                    vm.set_desired_pods(["slow".to_string(), "fast".to_string()]);
+                    vm.set_desired_pods(["slow", "fast"]);
                     let v = vm.setup_pod(&pod_with_uid("fast"));
                     vm.cleanup_orphans().expect("cleanup");
                     let _ = done_tx.send((began.elapsed(), v));
@@ -901,13 +919,47 @@ mod tests {
         let vm = manager(&root);
         vm.setup_pod(&pod_with_uid("gone"));
         vm.setup_pod(&pod_with_uid("kept"));
-        vm.set_desired_pods(["kept".to_string()]);
+        vm.set_desired_pods(["kept"]);
         vm.cleanup_orphans().expect("cleanup");
         assert!(!root.0.join("pods/gone").exists());
         assert!(root.0.join("pods/kept").is_dir());
         // Set up again after its removal: a fresh directory and state.
         vm.setup_pod(&pod_with_uid("gone"));
         assert!(root.0.join("pods/gone/volumes").is_dir());
+    }
+
+    #[test]
+    fn a_pass_after_one_that_found_every_directory_kept_still_sees_new_orphans() {
+        let root = TempDir::new("vol-all-kept");
+        let vm = manager(&root);
+        vm.setup_pod(&pod_with_uid("a"));
+        vm.setup_pod(&pod_with_uid("b"));
+        vm.set_desired_pods(["a", "b"]);
+        // An mtime as of a while ago (a fresh one is not trusted: timestamps are coarse).
+        let age = |root: &TempDir| {
+            let dir = std::fs::File::open(root.0.join("pods")).expect("open");
+            let past = std::time::SystemTime::now() - Duration::from_secs(10);
+            dir.set_modified(past).expect("set mtime");
+        };
+        age(&root);
+        vm.cleanup_orphans().expect("cleanup");
+        assert!(
+            lock(&vm.desired).all_kept_as_of.is_some(),
+            "nothing to do next time"
+        );
+        vm.cleanup_orphans().expect("cleanup");
+        // A pod no longer wanted: the list changed, so the next pass looks again.
+        vm.set_desired_pods(["a"]);
+        vm.cleanup_orphans().expect("cleanup");
+        assert!(!root.0.join("pods/b").exists());
+        // A directory of a pod nobody wants appears: the directory's mtime changed.
+        age(&root);
+        vm.cleanup_orphans().expect("cleanup");
+        assert!(lock(&vm.desired).all_kept_as_of.is_some());
+        std::fs::create_dir_all(root.0.join("pods/stray")).expect("mkdir");
+        vm.cleanup_orphans().expect("cleanup");
+        assert!(!root.0.join("pods/stray").exists());
+        assert!(root.0.join("pods/a").is_dir());
     }
 
     #[test]
