@@ -173,8 +173,15 @@ impl Pki {
     pub fn get() -> Pki {
         static PKI: OnceLock<Pki> = OnceLock::new();
         PKI.get_or_init(|| {
-            // Bump the version when the certificates' shape changes (v2: backdated).
-            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-pki-v2");
+            // Bump the version when the certificates' shape changes (v2: backdated). A
+            // set made without libfaketime (not backdated) is kept apart, so it is not
+            // reused once libfaketime is installed.
+            let name = if Path::new(LIBFAKETIME).exists() {
+                "test-pki-v2"
+            } else {
+                "test-pki-v2-not-backdated"
+            };
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
             if !dir.join("done").exists() {
                 // Made aside and renamed into place, so parallel test processes never
                 // see half a set.
