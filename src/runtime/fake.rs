@@ -382,6 +382,14 @@ impl FakeRuntime {
         }
     }
 
+    /// An exited container is marked OOM-killed after the fact, as Docker does when
+    /// containerd reports the OOM after the exit.
+    pub fn mark_oom_killed(&self, id: &str) {
+        if let Some(c) = lock(&self.state).containers.get_mut(id) {
+            c.oom_killed = true;
+        }
+    }
+
     /// Every call so far, in order.
     pub fn calls(&self) -> Vec<Call> {
         lock(&self.state).calls.clone()
