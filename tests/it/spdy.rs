@@ -44,6 +44,9 @@ type Handler = fn(&mut Session, Event, &mut Streams) -> bool;
 /// Stream ids by `streamtype` (and `requestid` for port-forward).
 type Streams = BTreeMap<String, u32>;
 
+/// The log line of an upgraded connection whose serving thread is done with it.
+const ENDED: &str = "ended";
+
 /// The stand-in API server: an accept loop on its own thread, a thread per connection.
 struct StandIn {
     port: u16,
@@ -109,8 +112,18 @@ impl StandIn {
         c
     }
 
-    fn log(&self) -> Vec<String> {
-        self.log.lock().expect("log").clone()
+    /// The log once `upgrades` upgraded connections have ended: kubectl exits as soon
+    /// as it has written its last frames, before this side may have read them.
+    fn log(&self, upgrades: usize) -> Vec<String> {
+        wait_for(
+            "the upgraded connections to end",
+            Duration::from_secs(30),
+            || {
+                let log = self.log.lock().expect("log");
+                let ended = log.iter().filter(|l| l.as_str() == ENDED).count();
+                (ended >= upgrades).then(|| log.clone())
+            },
+        )
     }
 }
 
@@ -168,6 +181,10 @@ fn serve(mut conn: TcpStream, handler: Handler, log: &Mutex<Vec<String>>) {
     let mut session = Session::new(Config::default());
     let mut streams = Streams::new();
     let mut buf = vec![0u8; 64 * 1024];
+    // kubectl writes its GOAWAY and exits: a reply of ours that meets its closed
+    // socket fails, but what it sent before it closed is still ours to read, so a
+    // failed write ends the writing, never the reading.
+    let mut writable = true;
     loop {
         let n = match conn.read(&mut buf) {
             Ok(0) | Err(_) => break,
@@ -191,11 +208,16 @@ fn serve(mut conn: TcpStream, handler: Handler, log: &Mutex<Vec<String>>) {
                 }
             }
         }
-        if conn.write_all(&session.take_output()).is_err() || !going {
+        let out = session.take_output();
+        if writable && conn.write_all(&out).is_err() {
+            writable = false;
+        }
+        if !going {
             break;
         }
     }
     let _ = conn.shutdown(Shutdown::Both);
+    log.lock().expect("log").push(ENDED.to_string());
 }
 
 /// Replies to every stream, with its own headers echoed (kubectl ignores them, but
@@ -325,7 +347,7 @@ fn kubectl_exec_over_spdy_takes_our_replies_data_and_exit_code() {
     );
     assert_eq!(out.stdout.len(), input.len(), "{}", text(&out));
     assert!(out.stdout == input, "stdout differs from stdin");
-    let log = standin.log();
+    let log = standin.log(1);
     let opened: Vec<&String> = log.iter().filter(|l| l.starts_with("Opened")).collect();
     assert_eq!(opened.len(), 4, "{log:#?}");
     assert!(log.iter().any(|l| l.starts_with("GoAway")), "{log:#?}");
@@ -370,7 +392,8 @@ fn kubectl_port_forward_over_spdy_relays_our_bytes() {
                 .expect("timeout");
         }
     }
-    let log = standin.log();
+    // kubectl is still running: every stream it opened has carried bytes back.
+    let log = standin.log(0);
     let opened = log.iter().filter(|l| l.starts_with("Opened")).count();
     assert_eq!(opened, 4, "{log:#?}");
     assert!(!log.iter().any(|l| l.starts_with("error")), "{log:#?}");
