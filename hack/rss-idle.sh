@@ -3,7 +3,8 @@
 #   [PODS=110] hack/rss-idle.sh BINARY [SECONDS]
 # Its own root dir, node name, ports and --cgroup-root=/rkubelet-boards; each pod is a
 # busybox sleeping (rkubelet/busybox:1.35, rkubelet/pause:3.10: `make images`). Its
-# containers and cgroups are removed afterwards. Prints "VmRSS <kB> kB", then the
+# containers and cgroups are removed afterwards. Prints VmRSS (RssAnon, RssFile), the
+# kB of each mapping of the binary that the idle window touched (its working set), then the
 # resident kB by kind of mapping (the binary's text, its data, heap, thread stacks,
 # other anonymous mappings, libc) from /proc/PID/smaps, the thread count, and the CPU
 # over the idle window by thread.
@@ -62,10 +63,15 @@ done
 ticks() { for t in /proc/"$pid"/task/*; do echo "$(cat "$t/comm") $(cut -d' ' -f14,15 "$t/stat" 2>/dev/null)"; done 2>/dev/null; }
 ticks >"$work/ticks0"
 t0=$(date +%s.%N)
+# Clear the referenced bits, so smaps' Referenced says which pages the idle window
+# itself touched (the working set), apart from what start-up left resident.
+echo 1 >"/proc/$pid/clear_refs"
 sleep "$idle"
 ticks >"$work/ticks1"
 t1=$(date +%s.%N)
-grep VmRSS "/proc/$pid/status"
+grep -E "VmRSS|RssAnon|RssFile" "/proc/$pid/status" | tr -s "\t\n " " "; echo
+awk -v exe="$(readlink -f "$bin")" '$6 == exe { m = $2 } /^Referenced:/ && m != "" {
+	printf "  binary %s: %s kB referenced in the idle window\n", m, $2; m = "" }' "/proc/$pid/smaps"
 # Idle CPU over the window, in % of one core, and the threads that spent it (a thread
 # that came and went within the window is missed; one that went is not subtracted).
 python3 - "$work/ticks0" "$work/ticks1" "$t0" "$t1" <<'PY'
