@@ -19,6 +19,7 @@ pub mod chan;
 pub mod json;
 pub mod fsutil;
 pub mod malloc;
+pub mod codepages;
 pub mod record;
 pub mod netutil;
 // Outgoing HTTP: agents for the servers pods come from, and for requests to pods.

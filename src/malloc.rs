@@ -31,8 +31,9 @@ pub fn release_freed_memory() {
 pub const TRIM_PERIOD: Duration = Duration::from_secs(60);
 
 /// [`release_freed_memory`] if `period` has passed since the last trim through here
-/// (the first call trims). For a loop that runs more often than that.
-pub fn release_freed_memory_every(period: Duration) {
+/// (the first call trims), and says whether it did. For a loop that runs more often
+/// than that.
+pub fn release_freed_memory_every(period: Duration) -> bool {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
     use std::time::Instant;
@@ -45,14 +46,15 @@ pub fn release_freed_memory_every(period: Duration) {
     let period = u64::try_from(period.as_millis()).unwrap_or(u64::MAX);
     let last = LAST.load(Ordering::Relaxed);
     if last != 0 && now.saturating_sub(last) < period {
-        return;
+        return false;
     }
-    if LAST
+    let due = LAST
         .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-        .is_ok()
-    {
+        .is_ok();
+    if due {
         release_freed_memory();
     }
+    due
 }
 
 /// glibc's malloc settings, made first in `main` before any thread starts:
