@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # VmRSS of one rkubelet binary with idle pods (one unless PODS says), after 60 s idle:
-#   [PODS=110] hack/rss-idle.sh BINARY [SECONDS]
+#   [PODS=110] [RUNNER=qemu-aarch64] hack/rss-idle.sh BINARY [SECONDS]
+# (RUNNER: a cross-built binary under qemu-user against this machine's Docker; the
+# figures are then qemu's, a smoke figure and not a board's.)
 # Its own root dir, node name, ports and --cgroup-root=/rkubelet-boards; each pod is a
 # busybox sleeping (rkubelet/busybox:1.35, rkubelet/pause:3.10: `make images`). Its
 # containers and cgroups are removed afterwards. Prints VmRSS (RssAnon, RssFile), the
@@ -13,7 +15,8 @@ bin=${1:?usage: $0 BINARY [SECONDS]}
 idle=${2:-60}
 pods=${PODS:-1}
 . "$(dirname "$0")/lib/idle-node.sh"
-idle_node_start "$pods" "$bin"
+# shellcheck disable=SC2086 # RUNNER may be a command with its arguments
+idle_node_start "$pods" ${RUNNER:-} "$bin"
 # CPU ticks per thread (utime + stime), before and after the idle window.
 ticks() { for t in /proc/"$pid"/task/*; do echo "$(cat "$t/comm") $(cut -d' ' -f14,15 "$t/stat" 2>/dev/null)"; done 2>/dev/null; }
 ticks >"$work/ticks0"

@@ -3,7 +3,8 @@
 #                                     rkubelet) with its own root dir, node name, ports
 #                                     and --cgroup-root=/rkubelet-boards, and PODS pods
 #                                     (a busybox sleeping each; `make images`), and
-#                                     waits until every pod runs. Sets pid, work, ro.
+#                                     waits until every pod runs (saying how long
+#                                     it took). Sets pid, work, ro.
 # An EXIT trap stops it and removes its containers, cgroups and files.
 node="rss-boards-$$"
 work=$(mktemp -d /tmp/rkubelet-idle.XXXXXX)
@@ -45,13 +46,18 @@ YAML
 	local hz
 	hz=$(free_port)
 	ro=$(free_port)
+	local t0
+	t0=$(date +%s%N)
 	"$@" --pod-manifest-path="$work/manifests" --root-dir="$work/root" \
 		--hostname-override="$node" --pod-infra-container-image=rkubelet/pause:3.10 \
 		--cgroup-root=/rkubelet-boards --healthz-port="$hz" --read-only-port="$ro" --port=0 \
 		--cert-dir="$work/pki" >"$work/log" 2>&1 &
 	pid=$!
 	for _ in $(seq 1 3000); do
-		[ "$(idle_node_running)" -ge "$pods" ] && return 0
+		if [ "$(idle_node_running)" -ge "$pods" ]; then
+			echo "idle node: $pods pod(s) running $((($(date +%s%N) - t0) / 1000000)) ms after the start" >&2
+			return 0
+		fi
 		kill -0 "$pid" || { tail -n5 "$work/log" >&2; exit 1; }
 		sleep 0.2
 	done
