@@ -1021,6 +1021,38 @@ mod tests {
         pod_cg
     }
 
+    /// Pod `u-1` running in a fake runtime over a v2 tree ([`run_pod`], [`v2_pod`]
+    /// with each container's `memory.current`).
+    struct V2Pod {
+        cg: TempDir,
+        proc_root: TempDir,
+        root: TempDir,
+        rt: Arc<FakeRuntime>,
+        pod_cg: &'static str,
+        sb_pid: u32,
+    }
+
+    fn v2_pod_running(tag: &str, [sb_mem, app_mem]: [u64; 2]) -> V2Pod {
+        let (cg, proc_root, root) = trees(tag);
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("pause"));
+        let (sb_pid, app_pid) = run_pod(&rt, "u-1");
+        let pod_cg = v2_pod(
+            &cg,
+            &proc_root,
+            &root,
+            "u-1",
+            [(sb_pid, sb_mem), (app_pid, app_mem)],
+        );
+        V2Pod {
+            cg,
+            proc_root,
+            root,
+            rt,
+            pod_cg,
+            sb_pid,
+        }
+    }
+
     #[test]
     fn with_a_pleg_the_runtime_is_listed_again_only_after_a_container_change() {
         use crate::pleg::Pleg;
@@ -1064,17 +1096,15 @@ mod tests {
 
     #[test]
     fn a_tick_assembles_node_pod_and_container_figures_from_a_v2_tree() {
-        let (cg, proc_root, root) = trees("an");
-        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("pause"));
+        let V2Pod {
+            cg,
+            proc_root,
+            root,
+            rt,
+            pod_cg,
+            sb_pid,
+        } = v2_pod_running("an", [1000, 50_000]);
         let uid = "u-1";
-        let (sb_pid, app_pid) = run_pod(&rt, uid);
-        let pod_cg = v2_pod(
-            &cg,
-            &proc_root,
-            &root,
-            uid,
-            [(sb_pid, 1000), (app_pid, 50_000)],
-        );
         put(&cg.0, &format!("{pod_cg}/memory.current"), "51000\n");
         put(&cg.0, &format!("{pod_cg}/memory.stat"), "inactive_file 0\n");
         put(&cg.0, &format!("{pod_cg}/cpu.stat"), "usage_usec 2000\n");
@@ -1205,17 +1235,14 @@ mod tests {
 
     #[test]
     fn nobody_reading_leaves_the_pods_cgroups_unread_and_a_reader_wakes_a_sampling_tick() {
-        let (cg, proc_root, root) = trees("an-demand");
-        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("pause"));
+        let V2Pod {
+            cg,
+            proc_root,
+            root,
+            rt,
+            ..
+        } = v2_pod_running("an-demand", [50_000, 50_000]);
         let uid = "u-1";
-        let (sb_pid, app_pid) = run_pod(&rt, uid);
-        v2_pod(
-            &cg,
-            &proc_root,
-            &root,
-            uid,
-            [(sb_pid, 50_000), (app_pid, 50_000)],
-        );
         let provider = Arc::new(StatsProvider::default());
         let (wake, woken) = crossbeam_channel::bounded(1);
         provider.set_wake(wake);
