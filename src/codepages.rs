@@ -17,8 +17,10 @@ use std::io;
 /// [`drop_code_pages`] needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
-    pub start: usize,
-    pub end: usize,
+    /// Its address range, as smaps prints it (under qemu-user, the host's: wider than
+    /// a 32-bit guest's `usize`).
+    pub start: u64,
+    pub end: u64,
     /// The file's path as smaps shows it.
     pub path: String,
     /// Resident kB.
@@ -63,8 +65,8 @@ fn header(line: &str) -> Option<Option<Mapping>> {
     let mut parts = line.split_whitespace();
     let range = parts.next()?;
     let (start, end) = range.split_once('-')?;
-    let start = usize::from_str_radix(start, 16).ok()?;
-    let end = usize::from_str_radix(end, 16).ok()?;
+    let start = u64::from_str_radix(start, 16).ok()?;
+    let end = u64::from_str_radix(end, 16).ok()?;
     let perms = parts.next()?;
     let (_offset, _dev, inode) = (parts.next()?, parts.next()?, parts.next()?);
     let path = parts.collect::<Vec<_>>().join(" ");
@@ -82,7 +84,7 @@ fn header(line: &str) -> Option<Option<Mapping>> {
 /// one of `addresses` (this binary, the C library: mapped for the process's whole
 /// life, so none is unmapped and reused between the read and the drop), with no
 /// anonymous page.
-pub fn droppable(mappings: &[Mapping], addresses: &[usize]) -> Vec<Mapping> {
+pub fn droppable(mappings: &[Mapping], addresses: &[u64]) -> Vec<Mapping> {
     let files: Vec<&str> = mappings
         .iter()
         .filter(|m| addresses.iter().any(|&a| m.start <= a && a < m.end))
@@ -110,21 +112,20 @@ pub fn drop_code_pages() -> io::Result<u64> {
     #[cfg(target_os = "linux")]
     {
         let smaps = std::fs::read_to_string("/proc/self/smaps")?;
-        let ours = drop_code_pages as fn() -> io::Result<u64> as usize;
-        let libc = libc::madvise as unsafe extern "C" fn(_, _, _) -> _ as usize;
+        let ours = drop_code_pages as fn() -> io::Result<u64> as usize as u64;
+        let libc = libc::madvise as unsafe extern "C" fn(_, _, _) -> _ as usize as u64;
         let mut dropped = 0;
         for m in droppable(&read_only_file_mappings(&smaps), &[ours, libc]) {
+            let (Ok(start), Ok(end)) = (usize::try_from(m.start), usize::try_from(m.end)) else {
+                continue;
+            };
             // SAFETY: the range is a whole private mapping of a file that is neither
             // writable nor holds a page of this process's own (anonymous 0 kB, and no
             // write can add one to a read-only mapping), and it belongs to this binary
             // or the C library, which stay mapped for the process's life. Dropping its
             // pages loses nothing: the next access maps the same bytes from the file.
             let rc = unsafe {
-                libc::madvise(
-                    m.start as *mut libc::c_void,
-                    m.end - m.start,
-                    libc::MADV_DONTNEED,
-                )
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED)
             };
             if rc == 0 {
                 dropped += m.rss_kb;
@@ -179,7 +180,7 @@ Anonymous:             0 kB
     #[test]
     fn only_read_only_file_mappings_are_read_with_their_figures() {
         let ms = read_only_file_mappings(SMAPS);
-        let got: Vec<(usize, &str, u64, u64)> = ms
+        let got: Vec<(u64, &str, u64, u64)> = ms
             .iter()
             .map(|m| (m.start, m.path.as_str(), m.rss_kb, m.anonymous_kb))
             .collect();
@@ -203,7 +204,7 @@ Anonymous:             0 kB
     #[test]
     fn only_the_files_holding_the_addresses_and_no_written_page_are_dropped() {
         let ms = read_only_file_mappings(SMAPS);
-        let starts: Vec<usize> = droppable(&ms, &[0x55d0a0123456, 0x7f0000000100])
+        let starts: Vec<u64> = droppable(&ms, &[0x55d0a0123456, 0x7f0000000100])
             .iter()
             .map(|m| m.start)
             .collect();
@@ -219,7 +220,7 @@ Anonymous:             0 kB
         // The code runs again from the file: this very function, called once more.
         drop_code_pages().expect("release again");
         let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
-        let ours = drop_code_pages as fn() -> io::Result<u64> as usize;
+        let ours = drop_code_pages as fn() -> io::Result<u64> as usize as u64;
         let text = read_only_file_mappings(&smaps)
             .into_iter()
             .find(|m| m.start <= ours && ours < m.end)
