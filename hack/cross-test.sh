@@ -47,11 +47,6 @@ case "$target" in
 		metrics::tests::families_render_sorted_by_name_and_promtool_accepts_them
 		prober::metrics::tests::promtool_accepts_the_rendering
 	)
-	# qemu-user (7.2) passes the host's /proc/self/smaps through, and a 32-bit guest
-	# is mapped at an offset from the host's addresses: no mapping there holds the
-	# guest's code, so there is none to drop (rkubelet drops nothing, as meant). A
-	# 64-bit guest sits at the host's addresses and runs the test.
-	skips+=(codepages::tests::this_process_drops_its_code_and_runs_on)
 	;;
 esac
 
