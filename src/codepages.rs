@@ -124,6 +124,8 @@ pub fn drop_code_pages() -> io::Result<u64> {
             // write can add one to a read-only mapping), and it belongs to this binary
             // or the C library, which stay mapped for the process's life. Dropping its
             // pages loses nothing: the next access maps the same bytes from the file.
+            // (Only a debugger's breakpoint written between the read and this call
+            // would be lost, the original instruction coming back.)
             let rc = unsafe {
                 libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED)
             };
