@@ -74,7 +74,7 @@ fn pod_json(name: &str, node: &str) -> serde_json::Value {
 }
 
 fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
+    rkubelet::sort::sort(v);
     v[v.len() / 2]
 }
 

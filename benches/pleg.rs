@@ -96,7 +96,7 @@ fn main() {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let p50 = |v: &[Duration]| {
         let mut v = v.to_vec();
-        v.sort();
+        rkubelet::sort::sort(&mut v);
         v[v.len() / 2]
     };
     let raw50 = ms(p50(&raw));

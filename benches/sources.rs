@@ -116,7 +116,7 @@ fn main() {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let med = |v: &[Duration]| {
         let mut v = v.to_vec();
-        v.sort();
+        rkubelet::sort::sort(&mut v);
         v[v.len() / 2]
     };
     let file_med = med(&results[0]);

@@ -240,7 +240,7 @@ fn scrape_metrics(port: u16, pid: u32) -> Scrape {
         bytes = raw.len() - body_at;
     }
     let (rss_after_kib, _) = proc_status(pid);
-    times.sort();
+    rkubelet::sort::sort(&mut times);
     Scrape {
         median: times[SCRAPES / 2],
         p99: times[SCRAPES * 99 / 100],
@@ -329,7 +329,7 @@ fn print_starts(
     rk_many: Duration,
 ) {
     let med = |v: &mut [Duration]| {
-        v.sort();
+        rkubelet::sort::sort(v);
         v[v.len() / 2]
     };
     let raw1 = med(raw_one);
@@ -544,7 +544,7 @@ fn idle(pid: u32) -> Idle {
         *by.entry(name.clone()).or_default() += (t1 - t0.min(*t1)) as f64 / hz * 1000.0;
     }
     let mut by_thread: Vec<(String, f64)> = by.into_iter().collect();
-    by_thread.sort_by(|a, b| b.1.total_cmp(&a.1));
+    rkubelet::sort::sort_by(&mut by_thread, |a, b| b.1.total_cmp(&a.1));
     let (stacks, rss_by_kind) = memory_map(pid);
     Idle {
         rss_kib,
@@ -623,7 +623,7 @@ fn memory_map(pid: u32) -> (Vec<(String, u64)>, BTreeMap<&'static str, u64>) {
             }
         }
     }
-    stacks.sort_by_key(|s| std::cmp::Reverse(s.1));
+    rkubelet::sort::sort_by_key(&mut stacks, |s| std::cmp::Reverse(s.1));
     let mut kinds = BTreeMap::new();
     for (i, m) in maps.iter().enumerate() {
         let kind = if stack_maps.contains(&i) {

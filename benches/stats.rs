@@ -139,7 +139,7 @@ fn main() {
             times.push(d);
         }
     }
-    times.sort();
+    rkubelet::sort::sort(&mut times);
     let pct = |p: usize| times.get((times.len() * p / 100).min(times.len().saturating_sub(1)));
     let ms = |d: Option<&Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0);
     let (p50, p99, max) = (ms(pct(50)), ms(pct(99)), ms(times.last()));

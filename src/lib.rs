@@ -17,6 +17,7 @@ pub mod quantity;
 pub mod lines;
 pub mod chan;
 pub mod json;
+pub mod sort;
 pub mod fsutil;
 pub mod malloc;
 pub mod codepages;

@@ -95,7 +95,7 @@ fn pleg_state(s: Option<&Seen>) -> PlegState {
 /// container for determinism.
 pub fn compute_events(old: &HashMap<String, Seen>, new: &HashMap<String, Seen>) -> Vec<PlegEvent> {
     let mut ids: Vec<&String> = old.keys().chain(new.keys()).collect();
-    ids.sort();
+    crate::sort::sort(&mut ids);
     ids.dedup();
     let mut out = Vec::new();
     for id in ids {
@@ -122,7 +122,9 @@ pub fn compute_events(old: &HashMap<String, Seen>, new: &HashMap<String, Seen>) 
             }
         }
     }
-    out.sort_by(|a, b| (&a.pod_uid, &a.container_id).cmp(&(&b.pod_uid, &b.container_id)));
+    crate::sort::sort_by(&mut out, |a, b| {
+        (&a.pod_uid, &a.container_id).cmp(&(&b.pod_uid, &b.container_id))
+    });
     out
 }
 
@@ -595,7 +597,7 @@ impl Pleg {
                 .set([state_label(*state)], f64::from(n));
         }
         for info in pods.values_mut() {
-            info.running_containers.sort();
+            crate::sort::sort(&mut info.running_containers);
         }
         lock(&self.shared.pod_generations).retain(|uid, _| pods.contains_key(uid));
         *lock(&self.shared.pods) = Arc::new(pods);

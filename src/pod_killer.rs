@@ -844,7 +844,7 @@ mod tests {
             .collect();
         assert_eq!(order.len(), 6);
         let mut apps = order[..3].to_vec();
-        apps.sort();
+        crate::sort::sort(&mut apps);
         assert_eq!(apps, ["a", "b", "c"]);
         assert_eq!(order[3..], ["s2", "s1", "POD"]);
         assert!(rt
@@ -1047,7 +1047,7 @@ mod tests {
                 Some((c.labels.get(labels::CONTAINER_NAME)?.clone(), s.signal))
             })
             .collect();
-        sent.sort();
+        crate::sort::sort(&mut sent);
         assert_eq!(
             sent,
             [

@@ -19,7 +19,7 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
             }
         }
     }
-    out.sort();
+    rkubelet::sort::sort(&mut out);
     out
 }
 

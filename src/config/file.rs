@@ -386,8 +386,8 @@ mod tests {
     fn struct_names_exactly_the_upstream_fields() {
         let mut ours: Vec<&str> = KUBELET_CONFIGURATION_FIELDS.to_vec();
         let mut theirs = UPSTREAM_FIELDS.to_vec();
-        ours.sort_unstable();
-        theirs.sort_unstable();
+        crate::sort::sort(&mut ours);
+        crate::sort::sort(&mut theirs);
         assert_eq!(ours, theirs);
     }
 

@@ -316,7 +316,7 @@ pub mod text {
             out.push((key.to_string(), value.to_string()));
         }
         if !unknown.is_empty() {
-            unknown.sort();
+            crate::sort::sort(&mut unknown);
             return Err(format!(
                 "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: {unknown:?}; \
                  --node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix \

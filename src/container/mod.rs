@@ -60,8 +60,8 @@ impl RuntimePod {
     /// Orders sandboxes and containers newest first (creation time, restart count).
     pub fn sort(&mut self) {
         let key = |c: &ContainerDetails| (c.created, labels::restart_count(&c.labels));
-        self.sandboxes.sort_by_key(|c| std::cmp::Reverse(key(c)));
-        self.containers.sort_by_key(|c| std::cmp::Reverse(key(c)));
+        crate::sort::sort_by_key(&mut self.sandboxes, |c| std::cmp::Reverse(key(c)));
+        crate::sort::sort_by_key(&mut self.containers, |c| std::cmp::Reverse(key(c)));
     }
 }
 

@@ -158,7 +158,7 @@ pub fn thresholds_updated_stats(
 /// The node conditions met thresholds raise (upstream `nodeConditions`), in order.
 pub fn node_conditions(met: &[Threshold]) -> Vec<Condition> {
     let mut out: Vec<Condition> = met.iter().map(|t| t.signal.condition()).collect();
-    out.sort();
+    crate::sort::sort(&mut out);
     out.dedup();
     out
 }
@@ -195,7 +195,7 @@ pub fn node_conditions_observed_since(
 /// Thresholds in the order they are acted on (upstream `byEvictionPriority`): memory
 /// first, the rest as given.
 pub fn sort_by_eviction_priority(thresholds: &mut [Threshold]) {
-    thresholds.sort_by_key(|t| u8::from(!t.signal.is_memory()));
+    crate::sort::sort_by_key(thresholds, |t| u8::from(!t.signal.is_memory()));
 }
 
 /// A pod as the ranking sees it.
@@ -277,7 +277,7 @@ pub fn rank(candidates: &mut [Candidate<'_>], by: Rank) {
             Rank::Pids => 0,
         }
     };
-    candidates.sort_by(|a, b| {
+    crate::sort::sort_by(candidates, |a, b| {
         let (ua, ub) = (usage(a), usage(b));
         // No stats first.
         let by_found = ua.is_some().cmp(&ub.is_some());

@@ -68,7 +68,7 @@ pub fn is_sandbox(c: &ContainerSummary) -> bool {
 /// Newest first: restart count (the attempt), then creation time (upstream sorts its
 /// evict units by creation; the attempt breaks ties of a clock that went back).
 fn newest_first(v: &mut [ContainerSummary]) {
-    v.sort_by_key(|c| {
+    crate::sort::sort_by_key(v, |c| {
         (
             Reverse(labels::restart_count(&c.labels)),
             Reverse(c.created),
@@ -167,7 +167,7 @@ pub fn plan_containers(
     // Only a live pod's newest instances are protected.
     let protected: HashSet<String> = newest;
     let mut keys: Vec<Unit> = units.keys().cloned().collect();
-    keys.sort();
+    crate::sort::sort(&mut keys);
     let enforce = |units: &mut HashMap<Unit, Vec<ContainerSummary>>,
                    keep: usize,
                    out: &mut Vec<ContainerSummary>| {
@@ -190,7 +190,7 @@ pub fn plan_containers(
             let total: usize = count(&units);
             if total > max {
                 let mut flat: Vec<ContainerSummary> = units.into_values().flatten().collect();
-                flat.sort_by_key(|c| (Reverse(c.created), c.id.clone()));
+                crate::sort::sort_by_key(&mut flat, |c| (Reverse(c.created), c.id.clone()));
                 remove_oldest(flat, total - max, &protected, &mut plan.containers);
             }
         }
@@ -375,7 +375,7 @@ mod tests {
         };
         let p = plan_containers(&all, &policy, at(1000), &live);
         let mut ids = p.ids();
-        ids.sort();
+        crate::sort::sort(&mut ids);
         // Per unit max(1, 2/3) = 1 → the three "-0" go; then the oldest "-1" until 2.
         assert_eq!(ids, ["u1-0", "u1-1", "u2-0", "u3-0"]);
     }
@@ -390,7 +390,7 @@ mod tests {
         let gone = |uid: &str| uid == "u1";
         let p = plan_containers(&all, &GcPolicy::default(), at(100), &gone);
         let mut ids = p.ids();
-        ids.sort();
+        crate::sort::sort(&mut ids);
         assert_eq!(ids, ["a0", "a1"]);
     }
 
@@ -415,7 +415,7 @@ mod tests {
             .into_iter()
             .map(|c| c.id)
             .collect();
-        ids.sort();
+        crate::sort::sort(&mut ids);
         assert_eq!(ids, ["s0", "s1", "t0", "t1"]);
     }
 

@@ -118,7 +118,7 @@ impl ImageRecords {
             })
             .map(|(id, r)| (id.clone(), r.clone()))
             .collect();
-        v.sort_by(|a, b| {
+        crate::sort::sort_by(&mut v, |a, b| {
             (a.1.last_used, a.1.first_detected, &a.0).cmp(&(
                 b.1.last_used,
                 b.1.first_detected,

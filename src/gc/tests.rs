@@ -126,7 +126,7 @@ impl World {
 
     fn ids(&self) -> Vec<String> {
         let mut v: Vec<String> = self.rt.containers().into_iter().map(|c| c.id).collect();
-        v.sort();
+        crate::sort::sort(&mut v);
         v
     }
 }
@@ -143,7 +143,7 @@ fn a_pass_keeps_the_running_and_the_newest_dead_instance_and_the_live_sandbox() 
     w.publish(&["u1"], true);
     assert_eq!(w.gc.collect().expect("gc"), 3);
     let mut want = vec![s1, a2, a3];
-    want.sort();
+    crate::sort::sort(&mut want);
     assert_eq!(w.ids(), want);
     let _ = s0;
 }
@@ -190,7 +190,7 @@ fn a_died_container_prunes_its_older_instances() {
     // the other container's are untouched.
     assert_eq!(w.gc.prune_died("u1", &a2).expect("prune"), 2);
     let mut want = vec![a2, b0];
-    want.sort();
+    crate::sort::sort(&mut want);
     assert_eq!(w.ids(), want);
     assert!(!w.ids().contains(&a0) && !w.ids().contains(&a1));
 }
@@ -258,7 +258,7 @@ fn image_gc_frees_least_recently_used_first_never_in_use_or_pause() {
             .into_iter()
             .flat_map(|i| i.repo_tags)
             .collect();
-        v.sort();
+        crate::sort::sort(&mut v);
         v
     };
     assert_eq!(left(&rt), ["newer:1", "pause:1", "used:1"]);

@@ -130,7 +130,7 @@ pub fn parse(text: &str, legacy: bool) -> Result<Keyring, String> {
         k.entries.push((normalize_key(&loc), user, pass));
     }
     // Reverse order puts `quay.io/coreos` before `quay.io`: specific paths first.
-    k.entries.sort_by(|a, b| b.0.cmp(&a.0));
+    crate::sort::sort_by(&mut k.entries, |a, b| b.0.cmp(&a.0));
     k.entries.dedup_by(|a, b| a == b);
     Ok(k)
 }
@@ -184,7 +184,7 @@ impl Keyring {
     /// pull secrets): lookups then see them all, most specific first.
     pub fn extend(&mut self, other: Keyring) {
         self.entries.extend(other.entries);
-        self.entries.sort_by(|a, b| b.0.cmp(&a.0));
+        crate::sort::sort_by(&mut self.entries, |a, b| b.0.cmp(&a.0));
         self.entries.dedup_by(|a, b| a == b);
     }
 

@@ -423,7 +423,7 @@ mod tests {
         let mut told: Vec<String> = (0..2)
             .map(|_| rx.recv_timeout(Duration::from_secs(10)).expect("told"))
             .collect();
-        told.sort();
+        crate::sort::sort(&mut told);
         assert_eq!(told, ["a", "b"]);
         assert_eq!(rt.count(Op::Pull), 1, "one pull for both pods");
         for uid in ["a", "b"] {

@@ -994,7 +994,9 @@ mod testing {
                         && c.labels.get(labels::CONTAINER_NAME).map(String::as_str) == Some(name)
                 })
                 .collect();
-            v.sort_by_key(|c| std::cmp::Reverse((c.created, labels::restart_count(&c.labels))));
+            crate::sort::sort_by_key(&mut v, |c| {
+                std::cmp::Reverse((c.created, labels::restart_count(&c.labels)))
+            });
             v
         }
 

@@ -201,7 +201,7 @@ impl SyncLoop {
                 }
                 let mut due = self.queue.take_due(Instant::now());
                 due.extend(self.past_deadline(SystemTime::now()));
-                due.sort();
+                crate::sort::sort(&mut due);
                 due.dedup();
                 for uid in due {
                     if let Some(pod) = self.pods.get(&uid) {
@@ -222,7 +222,7 @@ impl SyncLoop {
                 if u.op == PodOp::Add {
                     // Upstream `HandlePodAdditions`: oldest first, each admitted against
                     // the pods admitted before it.
-                    pods.sort_by(|a, b| {
+                    crate::sort::sort_by(&mut pods, |a, b| {
                         a.metadata
                             .creation_timestamp
                             .as_ref()
@@ -331,7 +331,7 @@ impl SyncLoop {
 
     pub(super) fn publish(&self) {
         let mut pods: Vec<Arc<Pod>> = self.pods.values().cloned().collect();
-        pods.sort_by(|a, b| {
+        crate::sort::sort_by(&mut pods, |a, b| {
             (&a.metadata.namespace, &a.metadata.name)
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });

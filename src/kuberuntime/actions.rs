@@ -582,7 +582,7 @@ fn compute_init_actions(spec: &PodSpec, rt: &RuntimePod, a: &mut PodActions) -> 
     if !previously {
         to_start.push(0);
     }
-    to_start.sort_unstable();
+    crate::sort::sort(&mut to_start);
     to_start.dedup();
     a.start_init = to_start
         .into_iter()

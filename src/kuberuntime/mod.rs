@@ -1009,7 +1009,7 @@ impl RuntimeManager {
         // later sidecars): ordering by that count puts every stop after the ones it
         // waits for, so a pool taking them in order never waits on one it has not
         // started.
-        stops.sort_by_key(|s| s.outlive.len());
+        crate::sort::sort_by_key(&mut stops, |s| s.outlive.len());
         Ok(KillPlan {
             stops,
             runtime_pod: rp,

@@ -259,7 +259,7 @@ mod tests {
         let mut names: Vec<String> = (0..3)
             .map(|_| seen_rx.recv_timeout(Duration::from_secs(10)).expect("ran"))
             .collect();
-        names.sort();
+        crate::sort::sort(&mut names);
         assert_eq!(
             names,
             ["tp-0", "tp-1", "tp-2"],

@@ -534,7 +534,7 @@ mod tests {
             .filter_map(|l| l.split(' ').next())
             .collect();
         let mut sorted = names.clone();
-        sorted.sort();
+        crate::sort::sort(&mut sorted);
         assert_eq!(names, sorted, "families are sorted by name");
         promtool_check(&text);
     }

@@ -115,7 +115,7 @@ pub trait Collector {
 
 /// Renders `families` sorted by name.
 pub fn render(families: &mut [&dyn Collector]) -> String {
-    families.sort_by_key(|f| f.name());
+    crate::sort::sort_by_key(families, |f| f.name());
     let mut out = String::with_capacity(16 * 1024);
     for f in families.iter() {
         f.render(&mut out);
@@ -173,7 +173,7 @@ impl<V: Clone, const N: usize> Series<V, N> {
     /// text is written).
     fn sorted(&self) -> Vec<([String; N], V)> {
         let mut v = lock(&self.items).clone();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
+        crate::sort::sort_by(&mut v, |a, b| a.0.cmp(&b.0));
         v
     }
 

@@ -153,7 +153,7 @@ fn hugepages(dir: &Path) -> Vec<(u64, u64)> {
             Some((kb.saturating_mul(1024), pages))
         })
         .collect();
-    out.sort_unstable();
+    crate::sort::sort(&mut out);
     out
 }
 

@@ -247,7 +247,9 @@ pub fn capacity(
 /// digests then its tags, at most five names (upstream `Images` setter).
 pub fn images(list: &[ImageDetails], max: i32) -> Vec<ContainerImage> {
     let mut sorted: Vec<&ImageDetails> = list.iter().collect();
-    sorted.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.id.cmp(&b.id)));
+    crate::sort::sort_by(&mut sorted, |a, b| {
+        b.size.cmp(&a.size).then_with(|| a.id.cmp(&b.id))
+    });
     if let Ok(max) = usize::try_from(max) {
         sorted.truncate(max);
     }

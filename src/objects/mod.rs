@@ -510,9 +510,9 @@ pub fn references(pod: &Pod) -> References {
     for s in spec.image_pull_secrets.iter().flatten() {
         r.secrets.push(s.name.clone());
     }
-    r.config_maps.sort();
+    crate::sort::sort(&mut r.config_maps);
     r.config_maps.dedup();
-    r.secrets.sort();
+    crate::sort::sort(&mut r.secrets);
     r.secrets.dedup();
     r
 }

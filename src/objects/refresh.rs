@@ -94,7 +94,7 @@ pub fn volume_references(pod: &Pod) -> Vec<ObjectRef> {
             }
         }
     }
-    out.sort();
+    crate::sort::sort(&mut out);
     out.dedup();
     out
 }

@@ -364,7 +364,7 @@ impl FileSource {
                 log::trace!("skipping non-manifest file path={path:?}");
             }
         }
-        files.sort();
+        crate::sort::sort(&mut files);
         Ok(Some(files))
     }
 }

@@ -157,7 +157,7 @@ fn quantile(w: &mut [f64], q: f64) -> Option<f64> {
     if w.is_empty() {
         return None;
     }
-    w.sort_by(f64::total_cmp);
+    crate::sort::sort_by(w, f64::total_cmp);
     // Nearest rank.
     let rank = (q * w.len() as f64).ceil() as usize;
     Some(w[rank.clamp(1, w.len()) - 1])

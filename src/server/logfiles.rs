@@ -187,7 +187,7 @@ fn dir_list(dir: &File, meta: &Metadata) -> Reply {
         let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
         names.push((e.file_name().as_bytes().to_vec(), is_dir));
     }
-    names.sort();
+    crate::sort::sort(&mut names);
     let mut body = String::from(
         "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n",
     );

@@ -413,7 +413,9 @@ fn lookup(
     let mut found = runtime
         .list_containers(&filter)
         .map_err(|e| crate::loops::error_chain(&e))?;
-    found.sort_by_key(|c| std::cmp::Reverse((c.created, labels::restart_count(&c.labels))));
+    crate::sort::sort_by_key(&mut found, |c| {
+        std::cmp::Reverse((c.created, labels::restart_count(&c.labels)))
+    });
     let pick = if previous {
         found
             .iter()

@@ -96,7 +96,9 @@ impl PodsView {
 pub fn running_pods_json(pods: &BTreeMap<String, RuntimePodInfo>) -> Vec<u8> {
     let mut running: Vec<(&String, &RuntimePodInfo)> =
         pods.iter().filter(|(_, p)| p.running).collect();
-    running.sort_by(|a, b| (&a.1.namespace, &a.1.name, a.0).cmp(&(&b.1.namespace, &b.1.name, b.0)));
+    crate::sort::sort_by(&mut running, |a, b| {
+        (&a.1.namespace, &a.1.name, a.0).cmp(&(&b.1.namespace, &b.1.name, b.0))
+    });
     let items: Vec<serde_json::Value> = running
         .into_iter()
         .map(|(uid, p)| {

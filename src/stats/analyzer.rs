@@ -709,7 +709,7 @@ impl Analyzer {
 
         let mut pods = Vec::with_capacity(by_pod.len());
         for (uid, mut members) in by_pod {
-            members.sort_by(|a, b| a.1.container.cmp(&b.1.container));
+            crate::sort::sort_by(&mut members, |a, b| a.1.container.cmp(&b.1.container));
             let wall = SystemTime::now();
             let pod_ref = members[0].1.pod.clone();
             let mut containers = Vec::new();
@@ -872,7 +872,7 @@ fn volume_dirs(root: &Path, uid: &str) -> Vec<(String, PathBuf)> {
             }
         }
     }
-    out.sort();
+    crate::sort::sort(&mut out);
     out
 }
 

@@ -72,7 +72,7 @@ impl FsScanner {
             })
             .collect();
         // Never measured first, then the oldest.
-        stale.sort();
+        crate::sort::sort(&mut stale);
         let mut spent = 0u64;
         for (_, p) in stale {
             if spent >= budget {

@@ -246,7 +246,7 @@ fn cadvisor_labels(c: &CgroupSample) -> [(&'static str, &str); 6] {
 pub fn render_cadvisor(s: &Snapshot) -> String {
     let mut out = String::with_capacity(32 * 1024);
     let mut cgroups: Vec<&CgroupSample> = s.cgroups.iter().collect();
-    cgroups.sort_by(|a, b| a.id.cmp(&b.id));
+    crate::sort::sort_by(&mut cgroups, |a, b| a.id.cmp(&b.id));
     {
         let mut f = Family::new(
             &mut out,

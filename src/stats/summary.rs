@@ -203,7 +203,7 @@ pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
             tx_errors: Some(f[10]),
         });
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
+    crate::sort::sort_by(&mut out, |a, b| a.name.cmp(&b.name));
     out
 }
 

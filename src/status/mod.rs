@@ -179,7 +179,7 @@ pub fn generate(pod: &Pod, rt: &RuntimePod, inp: &StatusInputs<'_>) -> PodStatus
         prev.and_then(|p| p.container_statuses.as_deref()),
         has_inits,
     );
-    app_statuses.sort_by(|a, b| a.name.cmp(&b.name));
+    crate::sort::sort_by(&mut app_statuses, |a, b| a.name.cmp(&b.name));
 
     let start_time = prev
         .and_then(|p| p.start_time.clone())
@@ -945,7 +945,7 @@ mod tests {
 
     fn rt(containers: Vec<ContainerDetails>) -> RuntimePod {
         let mut containers = containers;
-        containers.sort_by_key(|c| std::cmp::Reverse(c.created));
+        crate::sort::sort_by_key(&mut containers, |c| std::cmp::Reverse(c.created));
         RuntimePod {
             sandboxes: vec![sandbox()],
             containers,

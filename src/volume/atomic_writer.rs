@@ -354,7 +354,7 @@ mod tests {
             .expect("dir")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
-        names.sort();
+        crate::sort::sort(&mut names);
         assert_eq!(
             names,
             vec![

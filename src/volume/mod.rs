@@ -715,7 +715,7 @@ pub fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, S
     if missing.is_empty() {
         Ok(out)
     } else {
-        missing.sort();
+        crate::sort::sort(&mut missing);
         Err(format!("missing value for {}", missing.join(", ")))
     }
 }

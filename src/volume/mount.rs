@@ -65,7 +65,9 @@ pub fn mounts_under(dir: &Path) -> io::Result<Vec<MountEntry>> {
         .into_iter()
         .filter(|m| m.mount_point.starts_with(dir))
         .collect();
-    found.sort_by_key(|m| std::cmp::Reverse(m.mount_point.components().count()));
+    crate::sort::sort_by_key(&mut found, |m| {
+        std::cmp::Reverse(m.mount_point.components().count())
+    });
     found.dedup();
     Ok(found)
 }

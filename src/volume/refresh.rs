@@ -168,7 +168,7 @@ impl VolumeManager {
             })
             .collect();
         // Never fetched (or gone) first, then the oldest copies.
-        due.sort_by(|a, b| match (a.0, b.0) {
+        crate::sort::sort_by(&mut due, |a, b| match (a.0, b.0) {
             (None, None) => a.1.cmp(&b.1),
             (None, Some(_)) => Ordering::Less,
             (Some(_), None) => Ordering::Greater,
@@ -228,7 +228,7 @@ impl VolumeManager {
                 Rewrite::Gone => {}
             }
         }
-        report.rewritten.sort();
+        crate::sort::sort(&mut report.rewritten);
         report
     }
 
@@ -470,7 +470,7 @@ mod tests {
             let from = calls + seen.len();
             seen.extend(lock(&x.f.calls)[from..].to_vec());
         }
-        seen.sort();
+        crate::sort::sort(&mut seen);
         let want: Vec<String> = names.iter().map(|n| format!("configmap ns/{n}")).collect();
         assert_eq!(seen, want, "each once");
     }

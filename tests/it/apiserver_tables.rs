@@ -395,7 +395,7 @@ fn node_cells(node: &Value) -> Vec<Value> {
             }
         }
     }
-    roles.sort();
+    rkubelet::sort::sort(&mut roles);
     roles.dedup();
     let address = |ty: &str| {
         node["status"]["addresses"]

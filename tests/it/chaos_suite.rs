@@ -327,7 +327,7 @@ pub fn restart_evidence(
             format!("io.kubernetes.pod.name={pod}"),
         ];
         let mut all = docker.list_containers(&filter).unwrap_or_default();
-        all.sort_by_key(|c| c.created);
+        rkubelet::sort::sort_by_key(&mut all, |c| c.created);
         for c in &all {
             let Ok(d) = docker.inspect_container(&c.id) else {
                 out.push_str(&format!("  {} {} (gone)\n", &c.id[..12], c.name));
@@ -363,7 +363,7 @@ pub fn restart_evidence(
                 .iter()
                 .map(|(at, what)| (klog_time(*at), format!("--- {} {what}", klog_time(*at)))),
         );
-        lines.sort();
+        rkubelet::sort::sort(&mut lines);
         for (_, l) in lines {
             out.push_str(&format!("  {l}\n"));
         }
@@ -427,7 +427,7 @@ impl DupMonitor {
                     let now = Instant::now();
                     let mut live = BTreeSet::new();
                     for (k, mut ids) in by.into_iter().filter(|(_, v)| v.len() > 1) {
-                        ids.sort();
+                        rkubelet::sort::sort(&mut ids);
                         let first = *seen.entry((k.clone(), ids.clone())).or_insert(now);
                         if now.duration_since(first) >= Duration::from_secs(3) {
                             fd.lock()

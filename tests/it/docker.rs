@@ -225,7 +225,7 @@ fn list_returns_exactly_the_labelled_containers() {
         mine.push(f.create(&f.config(&format!("c{i}"), BUSYBOX, &["true"])));
     }
     let theirs = other.create(&other.config("x", BUSYBOX, &["true"]));
-    mine.sort();
+    rkubelet::sort::sort(&mut mine);
 
     let mut listed: Vec<String> = f
         .docker
@@ -239,7 +239,7 @@ fn list_returns_exactly_the_labelled_containers() {
             c.id
         })
         .collect();
-    listed.sort();
+    rkubelet::sort::sort(&mut listed);
     assert_eq!(listed, mine);
     assert!(!listed.contains(&theirs));
 
@@ -452,7 +452,7 @@ fn logs_are_demultiplexed_and_tailed() {
     let text = String::from_utf8(logs).expect("utf-8: no frame headers left");
     // stdout and stderr are separate pipes: their relative order is not guaranteed.
     let mut lines: Vec<&str> = text.lines().collect();
-    lines.sort_unstable();
+    rkubelet::sort::sort(&mut lines);
     assert_eq!(lines, ["err1", "out1", "out2"], "{text:?}");
     let tail = f.docker.logs(&id, Some(1)).expect("tail");
     assert_eq!(tail.iter().filter(|&&b| b == b'\n').count(), 1, "{tail:?}");

@@ -147,7 +147,7 @@ fn log_files(log_path: &str) -> Vec<(PathBuf, u64)> {
         .filter(|e| e.file_name().to_string_lossy().starts_with(&base))
         .map(|e| (e.path(), e.metadata().map(|m| m.len()).unwrap_or(0)))
         .collect();
-    v.sort();
+    rkubelet::sort::sort(&mut v);
     v
 }
 

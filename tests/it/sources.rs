@@ -45,7 +45,7 @@ fn names<P: std::borrow::Borrow<Pod>>(pods: &[P]) -> Vec<String> {
         .iter()
         .map(|p| p.borrow().metadata.name.clone().unwrap_or_default())
         .collect();
-    n.sort();
+    rkubelet::sort::sort(&mut n);
     n
 }
 

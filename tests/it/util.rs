@@ -450,7 +450,7 @@ pub fn thread_names(pid: u32) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default();
-    names.sort();
+    rkubelet::sort::sort(&mut names);
     names
 }
 

@@ -131,7 +131,7 @@ pub fn make_environment(
             set(&mut order, &mut values, k, v);
         }
         if !invalid.is_empty() {
-            invalid.sort();
+            crate::sort::sort(&mut invalid);
             crate::record::event(
                 pod,
                 None,

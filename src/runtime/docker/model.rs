@@ -181,7 +181,7 @@ fn ip_address(settings: Option<&InspectNetworkSettings>) -> String {
         return ip;
     }
     let mut names: Vec<&String> = networks.keys().collect();
-    names.sort();
+    crate::sort::sort(&mut names);
     names.into_iter().find_map(|n| ip(n)).unwrap_or_default()
 }
 
@@ -231,7 +231,7 @@ fn settings_from(
     let h = host.unwrap_or(&empty);
     let mut ports: Vec<crate::runtime::PortBinding> = Vec::new();
     let mut keys: Vec<&String> = h.port_bindings.iter().flatten().map(|(k, _)| k).collect();
-    keys.sort();
+    crate::sort::sort(&mut keys);
     for key in keys {
         let (port, proto) = key.split_once('/').unwrap_or((key.as_str(), "tcp"));
         let Ok(container_port) = port.parse::<u16>() else {

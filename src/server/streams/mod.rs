@@ -316,7 +316,7 @@ fn find_container(
         .into_iter()
         .filter(|c| c.state == ContainerState::Running)
         .collect();
-    running.sort_by_key(|c| c.created);
+    crate::sort::sort_by_key(&mut running, |c| c.created);
     Ok(running.pop().map(|c| c.id))
 }
 
@@ -333,7 +333,7 @@ fn sandbox_pid(s: &StreamServer, uid: &str) -> Result<Option<u32>, crate::runtim
         .into_iter()
         .filter(|c| c.state == ContainerState::Running)
         .collect();
-    running.sort_by_key(|c| c.created);
+    crate::sort::sort_by_key(&mut running, |c| c.created);
     let Some(sandbox) = running.pop() else {
         return Ok(None);
     };
