@@ -11,11 +11,12 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bollard_stubs::models::{ErrorResponse, SystemVersion};
+use bollard_stubs::models::ErrorResponse;
 use serde::de::DeserializeOwned;
 use ureq::http::{self, Response};
 use ureq::{Agent, Body};
 
+use super::model::Version;
 use super::transport::{NoDnsResolver, UnixConnector};
 use super::wire::ApiVersion;
 use crate::loops::lock;
@@ -187,12 +188,12 @@ impl Client {
 
     /// Asks the engine for its version and negotiates the API version to use, caching
     /// it. Also the liveness check.
-    pub(crate) fn negotiate(&self) -> Result<(SystemVersion, ApiVersion), RuntimeError> {
+    pub(crate) fn negotiate(&self) -> Result<(Version, ApiVersion), RuntimeError> {
         let op = "get docker version";
         let req = Req::get(String::new());
         let resp = self.run(op, &format!("{BASE}/version"), &req)?;
         let resp = self.check(op, resp)?;
-        let version: SystemVersion = self.read_json(op, &req, resp)?;
+        let version: Version = self.read_json(op, &req, resp)?;
         let server = version.api_version.as_deref().and_then(ApiVersion::parse);
         let server_min = version
             .min_api_version

@@ -313,7 +313,7 @@ impl Runtime for Docker {
     fn inspect_image(&self, image: &str) -> Result<Option<ImageDetails>, RuntimeError> {
         let op = format!("inspect image {image}");
         let req = Req::get(format!("/images/{}/json", percent_encode(image)));
-        match self.client.call_json::<api::ImageInspect>(&op, req) {
+        match self.client.call_json::<model::InspectedImage>(&op, req) {
             Ok(i) => Ok(Some(image_from_inspect(i))),
             Err(RuntimeError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -378,7 +378,7 @@ impl Runtime for Docker {
     }
 
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
-        let list: Vec<api::ImageSummary> = self
+        let list: Vec<model::ListedImage> = self
             .client
             .call_json("list images", Req::get("/images/json".to_string()))?;
         Ok(list.into_iter().map(image_from_summary).collect())
@@ -791,13 +791,13 @@ pub fn fuzz_answer(what: u8, data: &[u8]) {
             }
         }
         3 => {
-            if let Ok(v) = serde_json::from_slice::<Vec<api::ImageSummary>>(data) {
+            if let Ok(v) = serde_json::from_slice::<Vec<model::ListedImage>>(data) {
                 v.into_iter()
                     .for_each(|i| drop(model::image_from_summary(i)));
             }
         }
         4 => {
-            if let Ok(i) = serde_json::from_slice::<api::ImageInspect>(data) {
+            if let Ok(i) = serde_json::from_slice::<model::InspectedImage>(data) {
                 drop(model::image_from_inspect(i));
             }
         }

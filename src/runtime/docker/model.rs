@@ -2,12 +2,14 @@
 //! container summaries and details, the create body (host config, namespaces, mounts,
 //! ports, resources, security options), images and events. Pure functions: no I/O here.
 //!
-//! What is sent, and images and events, use `bollard-stubs` (the Engine API's own
-//! generated types). The two answers read most often, the container list and inspect
-//! (every relist, resync and stats refresh), are decoded into the few fields read
-//! ([`ListedContainer`], [`Inspect`]): serde skips the rest without building it (an
-//! inspect is ~8 KiB of JSON, mostly host config and network endpoints), and the
-//! generated decoders of bollard's whole models stay out of the binary.
+//! What is sent, and events, use `bollard-stubs` (the Engine API's own generated
+//! types). The answers are decoded into the few fields read: containers
+//! ([`ListedContainer`], [`Inspect`]; every relist, resync and stats refresh), images
+//! ([`ListedImage`], [`InspectedImage`]) and the version ([`Version`]). serde skips the
+//! rest without building it (an inspect is ~8 KiB of JSON, mostly host config and
+//! network endpoints), and the generated decoders of bollard's whole models (an image's
+//! manifests, signatures and build identities among them: ~90 KiB of code) stay out
+//! of the binary.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::UNIX_EPOCH;
@@ -103,6 +105,39 @@ struct InspectHostConfig {
     readonly_rootfs: Option<bool>,
     security_opt: Option<Vec<String>>,
     network_mode: Option<String>,
+}
+
+/// One image of `GET /images/json`, as far as it is read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub(super) struct ListedImage {
+    id: String,
+    repo_tags: Option<Vec<String>>,
+    repo_digests: Option<Vec<String>>,
+    size: i64,
+}
+
+/// `GET /images/{name}/json`, as far as it is read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub(super) struct InspectedImage {
+    id: Option<String>,
+    repo_tags: Option<Vec<String>>,
+    repo_digests: Option<Vec<String>>,
+    size: Option<i64>,
+    /// The image's config: the same fields as a container's (`Entrypoint`, `Cmd`,
+    /// `User`, `StopSignal`).
+    config: Option<InspectConfig>,
+}
+
+/// `GET /version`, as far as it is read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub(crate) struct Version {
+    pub(crate) version: Option<String>,
+    pub(crate) api_version: Option<String>,
+    #[serde(rename = "MinAPIVersion")]
+    pub(crate) min_api_version: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -425,7 +460,7 @@ pub(super) fn cfg_host_ip(ip: &str) -> String {
     }
 }
 
-pub(super) fn image_from_inspect(i: api::ImageInspect) -> ImageDetails {
+pub(super) fn image_from_inspect(i: InspectedImage) -> ImageDetails {
     let config = i.config.unwrap_or_default();
     ImageDetails {
         id: i.id.unwrap_or_default(),
@@ -441,17 +476,19 @@ pub(super) fn image_from_inspect(i: api::ImageInspect) -> ImageDetails {
 
 /// An image from the list call, which carries no image config: `entrypoint`, `cmd`,
 /// `user` and `stop_signal` are empty (use [`Runtime::inspect_image`] for them).
-pub(super) fn image_from_summary(i: api::ImageSummary) -> ImageDetails {
+pub(super) fn image_from_summary(i: ListedImage) -> ImageDetails {
     ImageDetails {
         id: i.id,
         // Untagged images are listed as `<none>:<none>`, which is not a reference.
         repo_tags: i
             .repo_tags
+            .unwrap_or_default()
             .into_iter()
             .filter(|t| !t.starts_with("<none>"))
             .collect(),
         repo_digests: i
             .repo_digests
+            .unwrap_or_default()
             .into_iter()
             .filter(|d| !d.starts_with("<none>"))
             .collect(),
