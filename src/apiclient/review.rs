@@ -16,6 +16,14 @@ use k8s_openapi::api::authorization::v1::{
 
 use super::{ApiClient, ApiError};
 
+/// A review's answer as far as it is read: its `status`. The echoed `spec` is skipped
+/// unread (and its decoder stays out of the binary).
+#[derive(serde::Deserialize)]
+struct Answer<S> {
+    #[serde(default)]
+    status: Option<S>,
+}
+
 /// The subject and the node request a `SubjectAccessReview` asks about. The resource
 /// is always `nodes` in the core group, version `v1`, cluster-scoped, as upstream's
 /// `nodeAuthorizerAttributesGetter` builds it.
@@ -57,7 +65,7 @@ impl ApiClient {
             url: String::new(),
             source,
         })?;
-        let answer: TokenReview = self.post_json(
+        let answer: Answer<TokenReviewStatus> = self.post_json(
             "create tokenreview",
             "/apis/authentication.k8s.io/v1/tokenreviews",
             body,
@@ -99,7 +107,7 @@ impl ApiClient {
             url: String::new(),
             source,
         })?;
-        let answer: SubjectAccessReview = self.post_json(
+        let answer: Answer<SubjectAccessReviewStatus> = self.post_json(
             "create subjectaccessreview",
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
             body,
