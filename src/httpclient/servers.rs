@@ -35,7 +35,7 @@ pub const MAX_LINE: usize = 10 * 1024 * 1024 + 4096;
 /// kubeconfig `-data` fields).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct TlsSettings {
-    /// CA bundle to trust instead of the built-in web roots.
+    /// CA bundle to trust instead of the host's CAs ([`super::roots`]).
     pub ca_pem: Option<Vec<u8>>,
     /// Client certificate chain.
     pub cert_pem: Option<Vec<u8>>,
@@ -57,8 +57,21 @@ impl fmt::Debug for TlsSettings {
     }
 }
 
-/// Turns PEM settings into ureq's TLS configuration. The error is the reason only.
+/// Turns PEM settings into ureq's TLS configuration. Without a CA bundle the server is
+/// verified against the host's CAs, as upstream's clients do. The error is the reason
+/// only.
 pub fn tls_config(s: &TlsSettings) -> Result<TlsConfig, String> {
+    build(s, host_roots)
+}
+
+/// [`tls_config`] for a client whose servers are all plain http (no redirect is
+/// followed, so it never speaks TLS): the same checks of the PEM settings, but without
+/// a CA bundle no CA is trusted, and the host's are not read for nothing.
+pub fn plain_tls_config(s: &TlsSettings) -> Result<TlsConfig, String> {
+    build(s, no_roots)
+}
+
+fn build(s: &TlsSettings, without_ca: fn() -> RootCerts) -> Result<TlsConfig, String> {
     let mut b = TlsConfig::builder().disable_verification(s.insecure);
     if let Some(ca) = &s.ca_pem {
         let certs = certificates(ca).map_err(|e| format!("CA bundle: {e}"))?;
@@ -66,6 +79,8 @@ pub fn tls_config(s: &TlsSettings) -> Result<TlsConfig, String> {
             return Err("CA bundle: no certificate in it".into());
         }
         b = b.root_certs(RootCerts::new_with_certs(&certs));
+    } else if !s.insecure {
+        b = b.root_certs(without_ca());
     }
     match (&s.cert_pem, &s.key_pem) {
         (Some(cert), Some(key)) => {
@@ -82,6 +97,29 @@ pub fn tls_config(s: &TlsSettings) -> Result<TlsConfig, String> {
         (None, None) => {}
     }
     Ok(b.build())
+}
+
+/// The host's CAs ([`super::roots`]), read on first use and kept (~200 KiB with
+/// Debian's bundle, so only a client of an https server without a configured CA pays
+/// for it).
+pub fn host_roots() -> RootCerts {
+    static ROOTS: std::sync::OnceLock<RootCerts> = std::sync::OnceLock::new();
+    ROOTS
+        .get_or_init(|| RootCerts::new_with_certs(&super::roots::Locations::from_env().load()))
+        .clone()
+}
+
+/// No CA at all: every server certificate is refused.
+pub fn no_roots() -> RootCerts {
+    RootCerts::new_with_certs(&[])
+}
+
+/// Whether any of `urls` is https (case-insensitive scheme).
+pub fn any_https<'a>(urls: impl IntoIterator<Item = &'a str>) -> bool {
+    urls.into_iter().any(|u| {
+        u.get(..8)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+    })
 }
 
 fn certificates(pem: &[u8]) -> Result<Vec<Certificate<'static>>, String> {

@@ -63,13 +63,14 @@ impl PreparedSources {
                 key_pem: read("--etcd-keyfile", &cfg.etcd_keyfile)?,
                 insecure: false,
             };
-            crate::httpclient::servers::tls_config(&tls)
-                .map_err(|r| boxed(format!("etcd TLS files: {r}").into()))?;
-            prepared.etcd = Some(crate::podconfig::etcd::EtcdConfig {
+            let etcd = crate::podconfig::etcd::EtcdConfig {
                 servers: cfg.etcd_servers.clone(),
                 prefix: cfg.etcd_prefix.clone(),
                 tls,
-            });
+            };
+            etcd.tls_config()
+                .map_err(|r| boxed(format!("etcd TLS files: {r}").into()))?;
+            prepared.etcd = Some(etcd);
         }
         Ok(prepared)
     }

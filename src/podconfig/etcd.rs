@@ -68,6 +68,18 @@ pub struct EtcdConfig {
     pub tls: TlsSettings,
 }
 
+impl EtcdConfig {
+    /// The client's TLS: the PEM settings (checked even when every server is plain
+    /// http), and the host's CAs only for https servers without a CA bundle.
+    pub fn tls_config(&self) -> Result<ureq::tls::TlsConfig, String> {
+        if client::any_https(self.servers.iter().map(String::as_str)) {
+            client::tls_config(&self.tls)
+        } else {
+            client::plain_tls_config(&self.tls)
+        }
+    }
+}
+
 /// Why the etcd source cannot read or watch right now. Each message names the server.
 #[derive(Debug)]
 pub enum EtcdError {
@@ -258,7 +270,7 @@ impl EtcdSource {
         node_name: String,
         updates: Sender<SourceUpdate>,
     ) -> Result<EtcdSource, EtcdError> {
-        let tls = client::tls_config(&cfg.tls).map_err(EtcdError::Tls)?;
+        let tls = cfg.tls_config().map_err(EtcdError::Tls)?;
         Ok(EtcdSource {
             cfg,
             current: 0,

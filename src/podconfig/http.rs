@@ -128,8 +128,13 @@ impl HttpSource {
         node_name: String,
         updates: Sender<SourceUpdate>,
     ) -> HttpSource {
-        // The URL may be https:// with a public certificate: the built-in roots.
-        let tls = ureq::tls::TlsConfig::builder().build();
+        // An https URL is verified against the host's CAs.
+        let roots = if client::any_https([url.as_str()]) {
+            client::host_roots()
+        } else {
+            client::no_roots()
+        };
+        let tls = ureq::tls::TlsConfig::builder().root_certs(roots).build();
         HttpSource {
             url,
             headers,

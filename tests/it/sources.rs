@@ -755,6 +755,55 @@ fn pods_from_etcd_run_and_follow_keys_across_an_etcd_restart() {
     assert!(took < Duration::from_secs(2), "exit took {took:?}");
 }
 
+/// With no `--etcd-cafile`, an https etcd is verified against the host's CAs as Go's
+/// clients find them (`SSL_CERT_FILE`, `SSL_CERT_DIR`), not a bundle compiled in: a node
+/// whose store lacks the CA refuses the server and says why; one whose store holds it
+/// runs the pods.
+#[test]
+fn etcd_over_tls_without_a_ca_flag_trusts_the_host_store() {
+    let pki = Pki::get();
+    let etcd = Etcd::start_tls(&pki);
+    let empty = std::env::temp_dir().join(util::unique("rkubelet-no-cas"));
+    std::fs::create_dir_all(&empty).expect("dir");
+    let client = [
+        format!("--etcd-servers={}", etcd.url),
+        format!("--etcd-certfile={}", pki.client_cert.display()),
+        format!("--etcd-keyfile={}", pki.client_key.display()),
+    ];
+    let args: Vec<&str> = client.iter().map(String::as_str).collect();
+
+    // A store without the test CA: refused, with the reason on /healthz.
+    let mut untrusting = Node::new("src-etcd-noca");
+    untrusting.env = vec![
+        ("SSL_CERT_FILE".into(), empty.join("none.pem").display().to_string()),
+        ("SSL_CERT_DIR".into(), empty.display().to_string()),
+    ];
+    etcd.put(&format!("/registry/hosts/{}/a", untrusting.name), &etcd_pod("a"));
+    untrusting.start(&args);
+    wait_for("healthz to name the unknown issuer", LONG, || {
+        let (_, body) = untrusting.ro_get("/healthz?verbose");
+        (body.contains(&etcd.url) && body.contains("UnknownIssuer")).then_some(())
+    });
+    assert!(
+        untrusting.log().contains("no trusted CA certificate found on this host"),
+        "{}",
+        untrusting.log()
+    );
+    drop(untrusting);
+
+    // The CA in the host's store: the pod runs.
+    let mut node = Node::new("src-etcd-hostca");
+    node.env = vec![
+        ("SSL_CERT_FILE".into(), pki.ca.display().to_string()),
+        ("SSL_CERT_DIR".into(), empty.display().to_string()),
+    ];
+    etcd.put(&format!("/registry/hosts/{}/a", node.name), &etcd_pod("a"));
+    node.start(&args);
+    let n = node.name.clone();
+    wait_running(&node, &format!("a-{n}/c"));
+    let _ = std::fs::remove_dir_all(&empty);
+}
+
 #[test]
 fn api_pods_run_and_a_graceful_delete_kills_them() {
     let server = TestApiServer::start(Options::default());
