@@ -8,9 +8,12 @@
 //! by swaps. The results are those of `slice::sort_by` (stable); the cost, a vector of
 //! positions and a call through a pointer per comparison, does not show at the sizes
 //! a node sorts (its pods, containers, images, metric series). `clippy.toml` turns the
-//! slice methods away, so new code comes here.
+//! slice methods away, so new code comes here. `collect()` into a `BTreeMap` or
+//! `BTreeSet` sorts too (a vector of the items, before building the tree); [`map`] and
+//! [`set`] insert instead, for the places that build one often from an iterator.
 
 use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// `v` in ascending order, as `slice::sort` (stable).
 pub fn sort<T: Ord>(v: &mut [T]) {
@@ -33,6 +36,22 @@ pub fn sort_by<T>(v: &mut [T], mut cmp: impl FnMut(&T, &T) -> Ordering) {
         sort_positions(&mut order, &mut |a, b| cmp(&v[a], &v[b]));
     }
     permute(v, &mut order);
+}
+
+/// `pairs` as an ordered map, as `collect()` makes it (a repeated key keeps its last
+/// value), by inserting each: `collect` into a `BTreeMap` sorts a vector of the pairs
+/// first, with its own copy of the sort for each pair type.
+pub fn map<K: Ord, V>(pairs: impl IntoIterator<Item = (K, V)>) -> BTreeMap<K, V> {
+    let mut m = BTreeMap::new();
+    m.extend(pairs);
+    m
+}
+
+/// `items` as an ordered set, as `collect()` makes it, by inserting each (see [`map`]).
+pub fn set<T: Ord>(items: impl IntoIterator<Item = T>) -> BTreeSet<T> {
+    let mut s = BTreeSet::new();
+    s.extend(items);
+    s
 }
 
 /// The one instance of the standard sort.
@@ -100,6 +119,17 @@ mod tests {
         let mut v = vec![(3, 'a'), (1, 'b'), (3, 'c'), (0, 'd')];
         sort_by_key(&mut v, |p| std::cmp::Reverse(p.0));
         assert_eq!(v, [(3, 'a'), (3, 'c'), (1, 'b'), (0, 'd')]);
+    }
+
+    #[test]
+    fn map_and_set_collect_as_collect_does() {
+        let pairs = [("b", 1), ("a", 2), ("b", 3)];
+        let want: BTreeMap<_, _> = pairs.into_iter().collect();
+        assert_eq!(map(pairs), want);
+        assert_eq!(map(pairs)["b"], 3, "the last value of a repeated key");
+        let items = ["x", "a", "x", "m"];
+        let want: BTreeSet<_> = items.into_iter().collect();
+        assert_eq!(set(items), want);
     }
 
     #[test]

@@ -106,10 +106,11 @@ fn pod_amounts(
     }
     max_into(&mut out, &init_max);
     if let Some(overhead) = &spec.overhead {
-        let o: BTreeMap<String, i128> = overhead
-            .iter()
-            .filter_map(|(k, q)| crate::quantity::parse_milli(&q.0).map(|v| (k.clone(), v)))
-            .collect();
+        let o = crate::sort::map(
+            overhead
+                .iter()
+                .filter_map(|(k, q)| crate::quantity::parse_milli(&q.0).map(|v| (k.clone(), v))),
+        );
         add(&mut out, &o);
     }
     out

@@ -115,10 +115,11 @@ pub fn limits(c: &Container) -> BTreeMap<String, i128> {
 fn quantities(
     m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
 ) -> BTreeMap<String, i128> {
-    m.into_iter()
-        .flatten()
-        .filter_map(|(k, q)| parse_milli(&q.0).map(|v| (k.clone(), v)))
-        .collect()
+    crate::sort::map(
+        m.into_iter()
+            .flatten()
+            .filter_map(|(k, q)| parse_milli(&q.0).map(|v| (k.clone(), v))),
+    )
 }
 
 /// The value of a downward API `resourceFieldRef` (upstream

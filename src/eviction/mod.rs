@@ -216,12 +216,10 @@ impl Manager {
         self.state.set(conditions);
         self.first_observed = first_observed;
         // Forget observation times of conditions past their period.
-        self.conditions_last_observed = last_observed
-            .into_iter()
-            .filter(|(_, at)| {
+        self.conditions_last_observed =
+            crate::sort::map(last_observed.into_iter().filter(|(_, at)| {
                 now.saturating_duration_since(*at) < self.config.pressure_transition_period
-            })
-            .collect();
+            }));
         self.thresholds_met = act.clone();
         self.last_observations = Some(observations.clone());
 

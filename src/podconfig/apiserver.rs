@@ -110,11 +110,11 @@ impl ApiSource {
     pub fn list(&mut self, fresh: bool) -> Result<(), ApiError> {
         let rv = if fresh { None } else { Some("0") };
         let list = self.client.list_pods(&self.node_name, rv)?;
-        self.pods = list
-            .items
-            .into_iter()
-            .filter_map(|p| p.metadata.uid.clone().map(|u| (u, Arc::new(p))))
-            .collect();
+        self.pods = crate::sort::map(
+            list.items
+                .into_iter()
+                .filter_map(|p| p.metadata.uid.clone().map(|u| (u, Arc::new(p)))),
+        );
         self.resource_version = Some(list.resource_version);
         self.send();
         Ok(())

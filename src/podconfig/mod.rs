@@ -134,7 +134,7 @@ impl PodConfig {
     /// A merge expecting snapshots from exactly these sources.
     pub fn new(configured: &[Source]) -> Self {
         PodConfig {
-            configured: configured.iter().copied().collect(),
+            configured: crate::sort::set(configured.iter().copied()),
             pods: Default::default(),
             held: Default::default(),
             conflicts: Default::default(),

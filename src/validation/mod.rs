@@ -325,11 +325,11 @@ fn validate_volumes(volumes: &[Volume], spec_path: &Path) -> (BTreeSet<String>, 
 fn validate_volume_source(vol: &Volume, path: &Path) -> ErrorList {
     let mut errs = ErrorList::default();
     let set: BTreeSet<String> = match crate::json::to_value(vol) {
-        Ok(serde_json::Value::Object(m)) => m
-            .into_iter()
-            .filter(|(k, v)| k != "name" && !v.is_null())
-            .map(|(k, _)| k)
-            .collect(),
+        Ok(serde_json::Value::Object(m)) => crate::sort::set(
+            m.into_iter()
+                .filter(|(k, v)| k != "name" && !v.is_null())
+                .map(|(k, _)| k),
+        ),
         _ => BTreeSet::new(),
     };
     let mut count = 0;

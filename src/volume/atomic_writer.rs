@@ -125,8 +125,8 @@ pub fn write(target: &Path, payload: &Payload, fs_group: Option<u32>) -> io::Res
         Some(d) => list_files(d)?,
         None => BTreeSet::new(),
     };
-    let new_tops: BTreeSet<&str> = clean_payload.keys().map(|p| top(p)).collect();
-    let old_tops: BTreeSet<String> = old_files.iter().map(|p| top(p).to_string()).collect();
+    let new_tops: BTreeSet<&str> = crate::sort::set(clean_payload.keys().map(|p| top(p)));
+    let old_tops: BTreeSet<String> = crate::sort::set(old_files.iter().map(|p| top(p).to_string()));
     let unchanged = old_dir.as_ref().is_some_and(|d| {
         old_files.len() == clean_payload.len()
             && clean_payload.iter().all(|(p, f)| same_file(&d.join(p), f))

@@ -60,12 +60,13 @@ pub fn secret_payload(
     default_mode: Option<i32>,
     optional: bool,
 ) -> Result<Payload, String> {
-    let data: BTreeMap<&str, &[u8]> = secret
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.as_str(), v.0.as_slice()))
-        .collect();
+    let data: BTreeMap<&str, &[u8]> = crate::sort::map(
+        secret
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.0.as_slice())),
+    );
     keys_payload(
         items,
         &data,

@@ -24,7 +24,7 @@ use crate::runtime::{
 };
 
 pub(super) fn labels_from(labels: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
-    labels.unwrap_or_default().into_iter().collect()
+    crate::sort::map(labels.unwrap_or_default())
 }
 
 /// One container of `GET /containers/json`, as far as it is read.
@@ -506,12 +506,13 @@ pub(super) const EVENT_ATTRIBUTES: &[&str] = &["name", "image", "exitCode", "sig
 pub(super) fn event_from(m: api::EventMessage) -> Option<RuntimeEvent> {
     let actor = m.actor?;
     let id = actor.id.filter(|id| !id.is_empty())?;
-    let labels = actor
-        .attributes
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(k, _)| !EVENT_ATTRIBUTES.contains(&k.as_str()))
-        .collect();
+    let labels = crate::sort::map(
+        actor
+            .attributes
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| !EVENT_ATTRIBUTES.contains(&k.as_str())),
+    );
     let time = match (m.time_nano, m.time) {
         (Some(nanos), _) => unix_nanos(nanos),
         (None, Some(secs)) => unix_secs(secs),
