@@ -370,16 +370,26 @@ impl Client {
         req: &Req,
         resp: Response<Body>,
     ) -> Result<T, RuntimeError> {
-        let bytes = resp
-            .into_body()
-            .into_with_config()
-            .limit(MAX_JSON_BODY)
-            .read_to_vec()
-            .map_err(|e| self.transport_error(op, req, e))?;
+        let bytes = self.read_body(op, req, resp)?;
         serde_json::from_slice(&bytes).map_err(|source| RuntimeError::Decode {
             op: op.to_string(),
             source,
         })
+    }
+
+    /// The whole body of a JSON answer (at most [`MAX_JSON_BODY`]); apart from
+    /// [`Self::read_json`] so that each answer type's instance holds only its decoding.
+    fn read_body(
+        &self,
+        op: &str,
+        req: &Req,
+        resp: Response<Body>,
+    ) -> Result<Vec<u8>, RuntimeError> {
+        resp.into_body()
+            .into_with_config()
+            .limit(MAX_JSON_BODY)
+            .read_to_vec()
+            .map_err(|e| self.transport_error(op, req, e))
     }
 
     fn drain(&self, op: &str, req: &Req, resp: Response<Body>) -> Result<(), RuntimeError> {
