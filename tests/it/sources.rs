@@ -775,17 +775,25 @@ fn etcd_over_tls_without_a_ca_flag_trusts_the_host_store() {
     // A store without the test CA: refused, with the reason on /healthz.
     let mut untrusting = Node::new("src-etcd-noca");
     untrusting.env = vec![
-        ("SSL_CERT_FILE".into(), empty.join("none.pem").display().to_string()),
+        (
+            "SSL_CERT_FILE".into(),
+            empty.join("none.pem").display().to_string(),
+        ),
         ("SSL_CERT_DIR".into(), empty.display().to_string()),
     ];
-    etcd.put(&format!("/registry/hosts/{}/a", untrusting.name), &etcd_pod("a"));
+    etcd.put(
+        &format!("/registry/hosts/{}/a", untrusting.name),
+        &etcd_pod("a"),
+    );
     untrusting.start(&args);
     wait_for("healthz to name the unknown issuer", LONG, || {
         let (_, body) = untrusting.ro_get("/healthz?verbose");
         (body.contains(&etcd.url) && body.contains("UnknownIssuer")).then_some(())
     });
     assert!(
-        untrusting.log().contains("no trusted CA certificate found on this host"),
+        untrusting
+            .log()
+            .contains("no trusted CA certificate found on this host"),
         "{}",
         untrusting.log()
     );
