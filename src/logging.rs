@@ -4,7 +4,8 @@
 //! the PID — so every line says which loop wrote it).
 //!
 //! Verbosity: `--v N` maps klog levels onto `log` levels (0–1 info, 2–4 debug, 5+
-//! trace). Without `--v`, `RUST_LOG` is honoured, else info. The verbosity can change
+//! trace; release builds have no trace lines, see Cargo.toml). Without `--v`,
+//! `RUST_LOG` is honoured, else info. The verbosity can change
 //! while the kubelet runs ([`set_verbosity`], the kubelet port's `PUT
 //! /debug/flags/v`): the logger itself lets every level through and `log`'s global
 //! maximum does the filtering, so a change takes effect on the next line, at no cost

@@ -661,8 +661,9 @@ settings_table! {
             default: CONTAINER_LOGS_DIR = "/var/log/containers",
         }
         verbosity: u8 {
-            help: "Log verbosity, 0 to 10: 0-1 info, 2-4 debug, 5 and up trace. Without it, \
-                   RUST_LOG (else info) decides.",
+            help: "Log verbosity, 0 to 10: 0-1 info, 2-4 debug, 5 and up trace (debug builds \
+                   only: release builds have no trace lines). Without it, RUST_LOG (else info) \
+                   decides.",
             parse: text::verbosity,
             flag: "v" <"level"> short 'v',
             file: "logging.verbosity", decode: yaml::verbosity, examples: ["3", "5"],

@@ -361,7 +361,7 @@ impl FileSource {
             if is_manifest_name(&path) {
                 files.push(path);
             } else {
-                log::trace!("skipping non-manifest file path={path:?}");
+                log::debug!("skipping non-manifest file path={path:?}");
             }
         }
         crate::sort::sort(&mut files);
