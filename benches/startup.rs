@@ -6,10 +6,10 @@
 //!   of every container of the pod(s) (sandbox + 2 app containers per pod). The
 //!   baseline, measured in the same run, creates and starts the same containers (pause
 //!   sandbox with a shareable IPC namespace, two busybox containers joined to it)
-//!   directly through the Engine API, sequentially, timed by the same event stream.
-//!   The ratio is the figure. The stream is opened before t0 and pushes each start, so
-//!   neither side is timed by polling the engine while it works (a `list` every 5 ms
-//!   competes with the creates it times).
+//!   directly through the Engine API, sequentially, timed by the same event stream,
+//!   taking turns with rkubelet's runs. The ratio is the figure. The stream is opened
+//!   before t0 and pushes each start, so neither side is timed by polling the engine
+//!   while it works (a `list` every 5 ms competes with the creates it times).
 //! - Idle: with 1, 30 and 110 pods running, RSS and thread count from /proc, and CPU%
 //!   of one core over 60 s from utime+stime; at 110 pods also the CPU of each thread
 //!   over the window, each thread's resident stack, and RSS by mapping kind (smaps).
@@ -48,14 +48,6 @@ fn main() {
     let docker = common::docker_with_images();
     let tag = format!("bench-{}", std::process::id());
 
-    // Baseline: raw Engine API.
-    let mut raw_one = Vec::new();
-    for i in 0..RUNS_ONE_POD {
-        raw_one.push(raw_pods(&docker, &format!("{tag}-raw{i}"), 1));
-    }
-    let raw_many = raw_pods(&docker, &format!("{tag}-rawmany"), MANY);
-
-    // rkubelet.
     let dir = std::env::temp_dir().join(format!("rkubelet-{tag}"));
     let manifests = dir.join("manifests");
     std::fs::create_dir_all(&manifests).expect("dir");
@@ -64,8 +56,13 @@ fn main() {
     let pid = kubelet.child.id();
     let (rss0_kib, threads0) = proc_status(pid);
 
+    // One pod: the raw Engine API sequence and rkubelet take turns, so that a drift
+    // of the engine or the machine over the run (its state, other load) weighs on both
+    // alike rather than on whichever went second.
+    let mut raw_one = Vec::new();
     let mut rk_one = Vec::new();
     for i in 0..RUNS_ONE_POD {
+        raw_one.push(raw_pods(&docker, &format!("{tag}-raw{i}"), 1));
         let name = format!("one{i}");
         let starts = Starts::watch(format!("io.rkubelet.node={node}"));
         let t0 = Instant::now();
@@ -74,6 +71,7 @@ fn main() {
         std::fs::remove_file(manifests.join(format!("{name}.yaml"))).expect("rm");
         wait_gone(&docker, &node);
     }
+    let raw_many = raw_pods(&docker, &format!("{tag}-rawmany"), MANY);
 
     // Idle with one pod (it is removed again before the many-pod start).
     write_manifest(&manifests, "idle1.yaml", &pod_yaml("idle1"));
