@@ -112,10 +112,39 @@ fn maximum_dead_containers_holds_across_pods() {
             .count();
         (running == 3).then_some(())
     });
-    // Three dead instances, one allowed on the node: the oldest two go.
-    wait_for("one dead container on the node", LONG, || {
-        (dead(&node).len() == 1).then_some(())
-    });
+    // Three dead instances, one allowed on the node: the oldest two go. On a timeout
+    // the message holds what was still there and the kubelet's log, to tell a slow
+    // engine from a plan that kept too many.
+    let until = Instant::now() + LONG;
+    loop {
+        let left = dead(&node);
+        if left.len() == 1 {
+            break;
+        }
+        if Instant::now() >= until {
+            let seen: Vec<String> = left
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} {} restarts={} {:?} created={:?}",
+                        label(c, "io.kubernetes.pod.name"),
+                        label(c, NAME),
+                        label(c, RESTARTS),
+                        c.state,
+                        c.created
+                    )
+                })
+                .collect();
+            let log = node.log();
+            let tail: Vec<&str> = log.lines().rev().take(200).collect();
+            panic!(
+                "timed out after {LONG:?} waiting for one dead container on the node; \
+                 dead: {seen:#?}\nthe kubelet log's last 200 lines:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     for p in ["a", "b", "c"] {
         let uid = node
             .containers()
