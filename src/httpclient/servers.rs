@@ -64,14 +64,16 @@ pub fn tls_config(s: &TlsSettings) -> Result<TlsConfig, String> {
     build(s, host_roots)
 }
 
-/// [`tls_config`] for a client whose servers are all plain http (no redirect is
-/// followed, so it never speaks TLS): the same checks of the PEM settings, but without
-/// a CA bundle no CA is trusted, and the host's are not read for nothing.
-pub fn plain_tls_config(s: &TlsSettings) -> Result<TlsConfig, String> {
-    build(s, no_roots)
+/// [`tls_config`] for a client of `urls`: without a CA bundle, the CAs of
+/// [`default_roots`].
+pub fn tls_config_for<'a>(
+    s: &TlsSettings,
+    urls: impl IntoIterator<Item = &'a str>,
+) -> Result<TlsConfig, String> {
+    build(s, || default_roots(urls))
 }
 
-fn build(s: &TlsSettings, without_ca: fn() -> RootCerts) -> Result<TlsConfig, String> {
+fn build(s: &TlsSettings, without_ca: impl FnOnce() -> RootCerts) -> Result<TlsConfig, String> {
     let mut b = TlsConfig::builder().disable_verification(s.insecure);
     if let Some(ca) = &s.ca_pem {
         let certs = certificates(ca).map_err(|e| format!("CA bundle: {e}"))?;
@@ -99,23 +101,29 @@ fn build(s: &TlsSettings, without_ca: fn() -> RootCerts) -> Result<TlsConfig, St
     Ok(b.build())
 }
 
+/// The CAs a client of `urls` trusts when none is configured: the host's when one of
+/// them is https; none when all are plain http (no redirect is followed, so such a
+/// client never speaks TLS, and the host's are not read for nothing).
+pub fn default_roots<'a>(urls: impl IntoIterator<Item = &'a str>) -> RootCerts {
+    if any_https(urls) {
+        host_roots()
+    } else {
+        RootCerts::new_with_certs(&[])
+    }
+}
+
 /// The host's CAs ([`super::roots`]), read on first use and kept (~200 KiB with
 /// Debian's bundle, so only a client of an https server without a configured CA pays
 /// for it).
-pub fn host_roots() -> RootCerts {
+fn host_roots() -> RootCerts {
     static ROOTS: std::sync::OnceLock<RootCerts> = std::sync::OnceLock::new();
     ROOTS
         .get_or_init(|| RootCerts::new_with_certs(&super::roots::Locations::from_env().load()))
         .clone()
 }
 
-/// No CA at all: every server certificate is refused.
-pub fn no_roots() -> RootCerts {
-    RootCerts::new_with_certs(&[])
-}
-
 /// Whether any of `urls` is https (case-insensitive scheme).
-pub fn any_https<'a>(urls: impl IntoIterator<Item = &'a str>) -> bool {
+fn any_https<'a>(urls: impl IntoIterator<Item = &'a str>) -> bool {
     urls.into_iter().any(|u| {
         u.get(..8)
             .is_some_and(|s| s.eq_ignore_ascii_case("https://"))

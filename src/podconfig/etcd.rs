@@ -72,11 +72,7 @@ impl EtcdConfig {
     /// The client's TLS: the PEM settings (checked even when every server is plain
     /// http), and the host's CAs only for https servers without a CA bundle.
     pub fn tls_config(&self) -> Result<ureq::tls::TlsConfig, String> {
-        if client::any_https(self.servers.iter().map(String::as_str)) {
-            client::tls_config(&self.tls)
-        } else {
-            client::plain_tls_config(&self.tls)
-        }
+        client::tls_config_for(&self.tls, self.servers.iter().map(String::as_str))
     }
 }
 

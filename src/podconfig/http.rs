@@ -129,12 +129,9 @@ impl HttpSource {
         updates: Sender<SourceUpdate>,
     ) -> HttpSource {
         // An https URL is verified against the host's CAs.
-        let roots = if client::any_https([url.as_str()]) {
-            client::host_roots()
-        } else {
-            client::no_roots()
-        };
-        let tls = ureq::tls::TlsConfig::builder().root_certs(roots).build();
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(client::default_roots([url.as_str()]))
+            .build();
         HttpSource {
             url,
             headers,
