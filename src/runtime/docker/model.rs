@@ -133,11 +133,11 @@ pub(super) struct InspectedImage {
 /// `GET /version`, as far as it is read.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
-pub(crate) struct Version {
-    pub(crate) version: Option<String>,
-    pub(crate) api_version: Option<String>,
+pub(super) struct Version {
+    pub(super) version: Option<String>,
+    pub(super) api_version: Option<String>,
     #[serde(rename = "MinAPIVersion")]
-    pub(crate) min_api_version: Option<String>,
+    pub(super) min_api_version: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
