@@ -12,10 +12,12 @@
 //!
 //! Bounds: a frame's payload is buffered until complete, but only as far as its bytes
 //! arrive (never allocated from the announced length); a frame longer than
-//! [`Limits::max_frame_len`] is refused as soon as its 8-byte header is read; a header
-//! block that inflates past [`Limits::max_header_bytes`] or counts more than
-//! [`Limits::max_header_pairs`] pairs is refused before anything that size is
-//! allocated. Control frames of other types (SPDY/3's CREDENTIAL, types it leaves free)
+//! [`Limits::max_frame_len`] (1 MiB by default, [`MAX_FRAME_LEN`]) is refused as soon
+//! as its 8-byte header is read, so a decoder holds at most one incomplete frame of
+//! that size plus the bytes of one [`Decoder::feed`]; a buffer a large frame grew is
+//! freed once it is consumed ([`KEEP_CAPACITY`]). A header block that inflates past
+//! [`Limits::max_header_bytes`] or counts more than [`Limits::max_header_pairs`] pairs
+//! is refused before anything that size is allocated. Control frames of other types (SPDY/3's CREDENTIAL, types it leaves free)
 //! are skipped, as the spec asks; a version other than 3 is an error. Every decoding
 //! error is a session error (the zlib stream may be out of step): the decoder then
 //! refuses everything after it, and the connection should get a GOAWAY and close.
@@ -49,6 +51,15 @@ pub const FLAG_SETTINGS_CLEAR: u8 = 0x01;
 pub const SETTINGS_INITIAL_WINDOW_SIZE: u32 = 7;
 /// The largest payload the 24-bit length field can carry.
 pub const MAX_PAYLOAD: usize = 0xFF_FFFF;
+/// The longest frame payload a decoder takes by default: 1 MiB. spdystream writes one
+/// DATA frame per `Write` call, and its writers are `io.Copy`s with 32 KiB buffers
+/// (kubectl's stdin, port-forward's connections), so real frames are 32 KiB; header
+/// blocks are a handful of short pairs. The wire's own limit (16 MiB) let each session
+/// buffer 16 MiB before acting on it: 32 sessions held 540 MB, 128 held 2.1 GB.
+pub const MAX_FRAME_LEN: usize = 1 << 20;
+/// A decoder's buffer of more than this is freed once every byte in it is consumed:
+/// the megabyte one large frame grew is given back, not kept by an idle session.
+pub const KEEP_CAPACITY: usize = 64 * 1024;
 
 /// SPDY/3's zlib dictionary for header blocks (draft 3, section 2.6.10.1), byte for
 /// byte: length-prefixed header names and values, then common strings.
@@ -272,13 +283,12 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// Every payload the wire allows (16 MiB: spdystream writes a DATA frame per
-    /// `Write` call, whatever its size, and buffering follows the bytes that arrive,
-    /// not the length announced); 1 MiB and 4096 pairs per header block (Kubernetes'
-    /// stream headers are a handful of short pairs; 1 MiB is upstream's header cap).
+    /// Frames of at most [`MAX_FRAME_LEN`] (1 MiB, 32 times what spdystream's
+    /// writers send); 1 MiB and 4096 pairs per header block (Kubernetes' stream
+    /// headers are a handful of short pairs; 1 MiB is upstream's header cap).
     fn default() -> Limits {
         Limits {
-            max_frame_len: MAX_PAYLOAD,
+            max_frame_len: MAX_FRAME_LEN,
             max_header_bytes: 1 << 20,
             max_header_pairs: 4096,
         }
@@ -440,6 +450,15 @@ impl Decoder {
         }
         let r = self.next_frame_inner();
         self.failed = r.is_err();
+        if matches!(r, Ok(None))
+            && self.pos == self.buf.len()
+            && self.buf.capacity() > KEEP_CAPACITY
+        {
+            // Everything fed is consumed: what a large frame grew goes back now,
+            // not when (if ever) the peer sends again.
+            self.buf = Vec::new();
+            self.pos = 0;
+        }
         r
     }
 
@@ -1464,6 +1483,71 @@ mod tests {
             assert!(err.contains("SYN_REPLY on stream 1"), "{what}: {err}");
             assert!(err.contains(want), "{what}: {err}");
         }
+    }
+
+    /// A DATA frame's 8-byte header announcing `len` bytes on `stream_id`.
+    fn data_head(stream_id: u32, len: usize) -> Vec<u8> {
+        let mut head = stream_id.to_be_bytes().to_vec();
+        head.extend_from_slice(&(len as u32).to_be_bytes());
+        head
+    }
+
+    #[test]
+    fn default_limits_refuse_a_data_frame_over_1_mib_at_its_header() {
+        // What spdystream's writers send (32 KiB) and up to 1 MiB decode.
+        for len in [32 * 1024, MAX_FRAME_LEN] {
+            let mut bytes = data_head(3, len);
+            bytes.resize(8 + len, 7);
+            let got = decode_all(&mut Decoder::default(), &bytes).expect("decode");
+            assert_eq!(got, vec![data(3, 0, &vec![7; len])]);
+        }
+        // The wire's 16 MiB (a hostile client's announcement): refused from the
+        // header alone, before one payload byte is buffered.
+        for len in [MAX_FRAME_LEN + 1, MAX_PAYLOAD] {
+            let mut d = Decoder::default();
+            let err = decode_all(&mut d, &data_head(3, len)).expect_err("over the cap");
+            assert!(
+                matches!(
+                    err,
+                    SpdyError::TooLarge { frame: "DATA", stream_id: 3, len: l, max }
+                        if l == len && max == MAX_FRAME_LEN
+                ),
+                "{err}"
+            );
+            assert_eq!(
+                err.to_string(),
+                format!("spdy DATA on stream 3: {len} bytes, over the limit of 1048576")
+            );
+            // The session is over: nothing after it is read.
+            d.feed(&encode_all(&[Frame::Ping { id: 1 }]));
+            assert!(matches!(d.next_frame(), Err(SpdyError::Failed)));
+        }
+    }
+
+    #[test]
+    fn a_decoder_holds_one_frame_and_frees_what_it_grew_once_consumed() {
+        let mut d = Decoder::default();
+        // All but the last byte of a 1 MiB frame, fed in 256 KiB reads.
+        let mut bytes = data_head(1, MAX_FRAME_LEN);
+        bytes.resize(8 + MAX_FRAME_LEN, 1);
+        for chunk in bytes[..bytes.len() - 1].chunks(256 * 1024) {
+            assert_eq!(decode_all(&mut d, chunk).expect("partial"), vec![]);
+        }
+        assert_eq!(d.buffered(), 8 + MAX_FRAME_LEN - 1);
+        // The last byte and a ping complete it; then nothing is left to keep.
+        let mut rest = vec![1];
+        rest.extend(encode_all(&[Frame::Ping { id: 1 }]));
+        let got = decode_all(&mut d, &rest).expect("whole");
+        assert_eq!(got.len(), 2);
+        assert_eq!(d.buffered(), 0);
+        assert!(
+            d.buf.capacity() <= KEEP_CAPACITY,
+            "a consumed 1 MiB frame's buffer is freed: {}",
+            d.buf.capacity()
+        );
+        // Small frames keep their small buffer.
+        let ping = encode_all(&[Frame::Ping { id: 3 }]);
+        assert_eq!(decode_all(&mut d, &ping).expect("ping").len(), 1);
     }
 
     #[test]

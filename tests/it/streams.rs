@@ -811,6 +811,179 @@ fn a_100_mb_websocket_frame_is_refused_and_healthz_stays_fast() {
     assert_eq!(channel(&read_channels(&mut ws), 1), b"ok\n");
 }
 
+/// A `/proc/<pid>/status` figure in kB (`VmRSS`, `VmHWM`), 0 if unreadable.
+fn proc_status_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// An exec over SPDY/3.1 straight to the kubelet port: the upgrade, the error, stdin
+/// and stdout streams opened and replied to. Returns the connection and a decoder
+/// holding what came after the `101`.
+fn spdy_exec(port: u16, path: &str) -> (Tls, rkubelet::server::spdy::Decoder) {
+    use rkubelet::server::spdy::{Decoder, Encoder, Frame};
+    let mut s = tls_connect(port);
+    s.sock
+        .set_write_timeout(Some(Duration::from_secs(60)))
+        .expect("write timeout");
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+         X-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n"
+    )
+    .expect("upgrade request");
+    s.flush().expect("flush");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).expect("the upgrade's answer");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101 "), "{}", text(&head));
+    let (mut enc, mut dec) = (Encoder::new(), Decoder::default());
+    let mut out = Vec::new();
+    for (id, kind) in [(1, "error"), (3, "stdin"), (5, "stdout")] {
+        let syn = Frame::SynStream {
+            stream_id: id,
+            associated_to: 0,
+            priority: 0,
+            slot: 0,
+            flags: 0,
+            headers: vec![("streamtype".into(), kind.into())],
+        };
+        enc.encode(&syn, &mut out).expect("encode");
+    }
+    s.write_all(&out).expect("streams");
+    let mut replies = 0;
+    while replies < 3 {
+        match dec.next_frame().expect("frame") {
+            Some(Frame::SynReply { .. }) => replies += 1,
+            Some(other) => panic!("before the replies: {other:?}"),
+            None => {
+                let mut buf = [0u8; 4096];
+                let n = s.read(&mut buf).expect("the replies");
+                assert!(n > 0, "closed before the replies");
+                dec.feed(&buf[..n]);
+            }
+        }
+    }
+    (s, dec)
+}
+
+#[test]
+fn spdy_data_frames_announcing_16_mib_end_their_sessions_and_rss_stays_bounded() {
+    // 32 exec sessions, each announcing a 16 MiB DATA frame on stdin and sending all
+    // of it but the last byte: a kubelet that buffers frames whole holds ~512 MiB.
+    const SESSIONS: usize = 32;
+    const ANNOUNCED: usize = 0xFF_FFFF;
+    let c = Cluster::start(
+        "spdybig",
+        &[pod("spdybig", &[("c", SLEEPER)])],
+        &["spdybig/c"],
+    );
+    let pid = c.node.pid();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..SESSIONS {
+        let (tx, port) = (tx.clone(), c.port);
+        std::thread::spawn(move || {
+            let (mut s, _) =
+                spdy_exec(port, "/exec/default/spdybig/c?command=cat&stdin=1&stdout=1");
+            let mut frame = 3u32.to_be_bytes().to_vec();
+            frame.extend_from_slice(&(ANNOUNCED as u32).to_be_bytes());
+            let chunk = vec![0u8; 64 * 1024];
+            let mut sent = 0;
+            let mut wrote = s.write_all(&frame).and_then(|_| s.flush());
+            while wrote.is_ok() && sent < ANNOUNCED - 1 {
+                let n = chunk.len().min(ANNOUNCED - 1 - sent);
+                wrote = s.write_all(&chunk[..n]).and_then(|_| s.flush());
+                sent += n;
+            }
+            // The connection stays open: a kubelet that buffers keeps holding.
+            let _ = tx.send((s, wrote.is_ok()));
+        });
+    }
+    drop(tx);
+    let mut sessions = Vec::new();
+    let mut peak_rss = 0;
+    wait_for("every session to send its frame", LONG, || {
+        peak_rss = peak_rss.max(proc_status_kb(pid, "VmRSS"));
+        while let Ok(s) = rx.try_recv() {
+            sessions.push(s);
+        }
+        (sessions.len() == SESSIONS).then_some(())
+    });
+    let hwm = proc_status_kb(pid, "VmHWM");
+    let limit = 300 * 1024;
+    assert!(
+        peak_rss < limit && hwm < limit,
+        "RSS must stay under 300 MiB: VmRSS peaked at {peak_rss} kB seen, VmHWM {hwm} kB"
+    );
+    // Each session was ended by the kubelet at the frame's header: its connection is
+    // closed (after a GOAWAY at most), not held open with the bytes buffered.
+    let whole = sessions.iter().filter(|(_, wrote)| *wrote).count();
+    assert_eq!(whole, 0, "sessions that took all 16 MiB");
+    for (mut s, _) in sessions {
+        let mut buf = [0u8; 4096];
+        let closed = loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break true,
+                Ok(_) => {}
+            }
+        };
+        assert!(closed);
+    }
+    wait_for("the log line of a refused frame", LONG, || {
+        c.node
+            .log()
+            .contains(
+                "spdy: closing the session: spdy session failed: spdy DATA on stream 3: \
+                 16777215 bytes, over the limit of 1048576",
+            )
+            .then_some(())
+    });
+    // The port still serves SPDY exec, with a 32 KiB frame as kubectl writes them.
+    let (mut s, mut dec) = spdy_exec(
+        c.port,
+        "/exec/default/spdybig/c?command=wc&command=-c&stdin=1&stdout=1",
+    );
+    let mut frames = Vec::new();
+    let mut enc = rkubelet::server::spdy::Encoder::new();
+    for (flags, data) in [
+        (0, vec![b'x'; 32 * 1024]),
+        (rkubelet::server::spdy::FLAG_FIN, vec![]),
+    ] {
+        let f = rkubelet::server::spdy::Frame::Data {
+            stream_id: 3,
+            flags,
+            data,
+        };
+        enc.encode(&f, &mut frames).expect("encode");
+    }
+    s.write_all(&frames).expect("stdin");
+    let mut stdout = Vec::new();
+    loop {
+        match dec.next_frame().expect("frame") {
+            Some(rkubelet::server::spdy::Frame::Data {
+                stream_id: 5, data, ..
+            }) => stdout.extend_from_slice(&data),
+            Some(rkubelet::server::spdy::Frame::GoAway { .. }) => break,
+            Some(_) => {}
+            None => {
+                let mut buf = [0u8; 4096];
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => dec.feed(&buf[..n]),
+                }
+            }
+        }
+    }
+    assert_eq!(text(&stdout).trim(), "32768");
+}
+
 // ---------------------------------------------------------------------------------
 // The Docker side, against the real engine.
 

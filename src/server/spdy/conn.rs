@@ -1115,6 +1115,27 @@ mod tests {
     }
 
     #[test]
+    fn a_data_frame_announcing_more_than_1_mib_ends_the_session_at_its_header() {
+        let (mut s, mut c) = (Session::new(Config::default()), Client::new());
+        c.send(&mut s, &[syn(1, "stdin")]);
+        // 16 MiB announced on stdin: refused before any of it is buffered.
+        s.feed(&[0, 0, 0, 1, 0, 0xFF, 0xFF, 0xFF]);
+        let err = s.poll_event().expect_err("over the cap");
+        assert_eq!(
+            crate::loops::error_chain(&err),
+            "spdy session failed: spdy DATA on stream 1: 16777215 bytes, over the limit \
+             of 1048576"
+        );
+        assert_eq!(
+            c.received(&mut s),
+            vec![Frame::GoAway {
+                last_good_stream_id: 1,
+                status: GOAWAY_PROTOCOL_ERROR
+            }]
+        );
+    }
+
+    #[test]
     fn after_our_goaway_new_streams_are_ignored() {
         let (mut s, mut c) = (Session::new(Config::default()), Client::new());
         c.send(&mut s, &[syn(1, "error")]);

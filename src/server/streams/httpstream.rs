@@ -309,8 +309,12 @@ impl<L: ByteLink> SpdyConn<L> {
                 Ok(Some(ev)) => events.push(ev),
                 Ok(None) => break,
                 Err(e) => {
+                    // A frame that breaks the protocol or its bounds (over 1 MiB): the
+                    // GOAWAY is queued, the session ends here.
+                    let why = crate::loops::error_chain(&e);
+                    log::warn!("spdy: closing the session: {why}");
                     self.push();
-                    return Err(crate::loops::error_chain(&e));
+                    return Err(why);
                 }
             }
         }
@@ -429,7 +433,7 @@ fn wait_for_streams<L: ByteLink>(
         }
         events.clear();
         if let Err(e) = conn.read_events(&mut events) {
-            log::info!("spdy: {e}");
+            log::debug!("spdy: {e}");
             return None;
         }
         for ev in events.drain(..) {
