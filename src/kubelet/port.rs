@@ -68,9 +68,10 @@ impl PreparedPort {
                 "{} needs the API server of --kubeconfig, and none is given: the \
                  authenticated port {}:{} is not served (upstream refuses to start: \"no \
                  client provided, cannot use webhook authentication\"); give --kubeconfig, \
-                 or set authentication.webhook.enabled: false and authorization.mode: \
-                 AlwaysAllow (--authentication-token-webhook=false \
-                 --authorization-mode=AlwaysAllow)",
+                 or (a standalone node) set authentication.webhook.enabled: false, \
+                 authorization.mode: AlwaysAllow and authentication.x509.clientCAFile \
+                 (--authentication-token-webhook=false --authorization-mode=AlwaysAllow \
+                 --client-ca-file), so that client certificates of that CA are let in",
                 missing.join(" and "),
                 cfg.address,
                 cfg.port
@@ -99,6 +100,21 @@ impl PreparedPort {
             (AuthorizationMode::Webhook, Some(w)) => Authorizer::Webhook(w.clone()),
             _ => Authorizer::AlwaysAllow,
         };
+        if cfg.anonymous_auth
+            && matches!(authorizer, Authorizer::AlwaysAllow)
+            && !cfg.address.is_loopback()
+        {
+            // Upstream's flag defaults, which no upstream deployment runs with.
+            log::warn!(
+                "the authenticated port {}:{} lets anonymous requests do everything \
+                 (--anonymous-auth with --authorization-mode=AlwaysAllow, the flag \
+                 defaults): anyone who reaches it can run commands as root in every pod; \
+                 use a config file (--config, as the systemd unit does) or \
+                 --anonymous-auth=false",
+                cfg.address,
+                cfg.port
+            );
+        }
         let auth = AuthConfig {
             anonymous: cfg.anonymous_auth,
             token_webhook: webhooks.filter(|_| cfg.authentication_token_webhook),

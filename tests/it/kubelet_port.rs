@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeSet;
+
 use crate::apiserver::Pki;
-use crate::util::{free_port, wait_for, Node, LONG};
+use crate::util::{free_port, pod_yaml, wait_for, Node, LONG, SLEEPER};
 
 /// Starts `node` with the kubelet port on a free port and `extra`; waits until the
 /// port accepts connections. Returns the port.
@@ -317,6 +319,142 @@ fn webhook_authorization_without_a_kubeconfig_leaves_the_port_unserved_and_the_n
             && log.contains("is not served"),
         "{log}"
     );
+}
+
+/// The TCP ports process `pid` listens on: its sockets' inodes, looked up among the
+/// listening entries (state 0A) of `/proc/net/tcp` and `tcp6`.
+fn listening_ports(pid: u32) -> BTreeSet<u16> {
+    let inodes: BTreeSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the process's descriptors")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|link| {
+            let link = link.to_str()?;
+            Some(
+                link.strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_string(),
+            )
+        })
+        .collect();
+    let mut ports = BTreeSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
+                let port = f[1].rsplit(':').next();
+                ports.extend(port.and_then(|p| u16::from_str_radix(p, 16).ok()));
+            }
+        }
+    }
+    ports
+}
+
+/// `--config` naming the shipped KubeletConfiguration (the unit's
+/// `/etc/rkubelet/config.yaml`).
+fn shipped_config() -> String {
+    format!(
+        "--config={}/systemd/config.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// `curl -sk -X POST` (optionally with a client certificate): (status, body).
+fn curl_post(port: u16, path: &str, cert: Option<(&Path, &Path)>) -> (u16, String) {
+    let mut c = Command::new("curl");
+    c.args([
+        "-sk",
+        "-X",
+        "POST",
+        "--max-time",
+        "30",
+        "-w",
+        "\n%{http_code}",
+    ]);
+    if let Some((crt, key)) = cert {
+        c.arg("--cert").arg(crt).arg("--key").arg(key);
+    }
+    c.arg(format!("https://127.0.0.1:{port}{path}"));
+    let out = run(&mut c);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+#[test]
+fn the_shipped_config_refuses_anonymous_requests_and_serves_no_read_only_port() {
+    // As the unit runs it, with no --kubeconfig: no read-only port (no flag given
+    // here), and 10250 fails closed, unserved, while the node runs.
+    let mut node = Node::new("kshipped");
+    node.ro_port = 0;
+    let port = free_port();
+    node.start(&[&shipped_config(), &format!("--port={port}")]);
+    assert_eq!(
+        listening_ports(node.pid()),
+        BTreeSet::from([node.healthz_port]),
+        "healthz only: {}",
+        node.log()
+    );
+    let log = node.log();
+    assert!(
+        log.contains("needs the API server of --kubeconfig") && log.contains("is not served"),
+        "{log}"
+    );
+    drop(node);
+
+    // A standalone node's overrides (`make run`'s, the README's "Standalone nodes"),
+    // with hack/run-pki.sh's CA and client certificate.
+    let mut node = Node::new("kstandalone");
+    node.ro_port = 0;
+    let pki = node.dir.join("pki");
+    let made = run(Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/run-pki.sh")).arg(&pki));
+    assert!(made.status.success(), "hack/run-pki.sh: {made:?}");
+    node.write_manifest("shell.yaml", &pod_yaml("shell", 1, &[("c", SLEEPER)]));
+    let ca = format!("--client-ca-file={}", pki.join("ca.crt").display());
+    let port = start(
+        &mut node,
+        &[
+            &shipped_config(),
+            &ca,
+            "--authentication-token-webhook=false",
+            "--authorization-mode=AlwaysAllow",
+        ],
+    );
+    assert_eq!(
+        listening_ports(node.pid()),
+        BTreeSet::from([node.healthz_port, port]),
+        "no read-only port"
+    );
+    let pod = format!("shell-{}", node.name);
+    wait_for("the pod to run", LONG, || {
+        node.running()
+            .contains_key(&format!("{pod}/c"))
+            .then_some(())
+    });
+    let run_id = format!("/run/default/{pod}/c?cmd=id");
+    // Anonymous: 401 for everything, exec included.
+    assert_eq!(curl(port, "/pods", None), (401, "Unauthorized".to_string()));
+    assert_eq!(
+        curl_post(port, &run_id, None),
+        (401, "Unauthorized".to_string())
+    );
+    // The client certificate of the configured CA is let in.
+    let (crt, key) = (pki.join("client.crt"), pki.join("client.key"));
+    let cert = Some((crt.as_path(), key.as_path()));
+    let (code, pods) = curl(port, "/pods", cert);
+    assert_eq!(code, 200, "{pods}");
+    assert!(pods.contains(&pod), "{pods}");
+    let (code, id) = curl_post(port, &run_id, cert);
+    assert!(code == 200 && id.starts_with("uid=0 "), "{code} {id}");
+    let (code, configz) = curl(port, "/configz", cert);
+    assert_eq!(code, 200, "{configz}");
+    let configz: serde_json::Value = serde_json::from_str(&configz).expect("JSON");
+    let kcfg = &configz["kubeletconfig"];
+    assert_eq!(kcfg["readOnlyPort"], 0);
+    assert_eq!(kcfg["authentication"]["anonymous"]["enabled"], false);
+    assert_eq!(kcfg["authentication"]["webhook"]["enabled"], false);
+    assert_eq!(kcfg["authorization"]["mode"], "AlwaysAllow");
 }
 
 /// Sends `request` over TLS (no client certificate, no verification: the port runs

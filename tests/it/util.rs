@@ -86,7 +86,8 @@ pub struct Node {
     pub dir: PathBuf,
     /// `--healthz-port`.
     pub healthz_port: u16,
-    /// `--read-only-port`.
+    /// `--read-only-port`; 0: the flag is not given (a `--config` file's value, or the
+    /// flag default, holds).
     pub ro_port: u16,
     /// The runtime endpoint rkubelet is given.
     pub endpoint: String,
@@ -162,7 +163,7 @@ impl Node {
             .arg(format!("--container-runtime-endpoint={}", self.endpoint))
             .arg(format!("--pod-infra-container-image={}", self.pause))
             .arg(format!("--healthz-port={}", self.healthz_port))
-            .arg(format!("--read-only-port={}", self.ro_port))
+            .args((self.ro_port != 0).then(|| format!("--read-only-port={}", self.ro_port)))
             .arg("--address=127.0.0.1")
             .arg("--port=0")
             .arg("--v=2")
