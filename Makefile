@@ -20,13 +20,26 @@ images:
 	hack/build-images.sh
 
 # Standalone kubelet on examples/manifests, state under .run/. Ctrl-C stops it and
-# leaves the pods running; `make run` again adopts them.
+# leaves the pods running; `make run` again adopts them. It runs the shipped config
+# (systemd/config.yaml: no anonymous requests, no read-only port) with a standalone
+# node's overrides, as the README's "Standalone nodes" describes: the ports on
+# 127.0.0.1 only, client certificates of .run/pki's CA (hack/run-pki.sh makes it once,
+# with the README's client certificate) authorized with AlwaysAllow, and the
+# read-only port back on 127.0.0.1:10255 for the quick start's curls.
+# tests/it/kubelet_port.rs runs the binary with the same config and overrides.
 run: build images
 	mkdir -p $(RUN_DIR)
-	$(BIN) --pod-manifest-path=$(CURDIR)/examples/manifests \
+	hack/run-pki.sh $(RUN_DIR)/pki
+	$(BIN) --config=$(CURDIR)/systemd/config.yaml \
+		--pod-manifest-path=$(CURDIR)/examples/manifests \
 		--root-dir=$(RUN_DIR) \
 		--hostname-override=$(NODE_NAME) \
-		--pod-infra-container-image=$(PAUSE)
+		--pod-infra-container-image=$(PAUSE) \
+		--address=127.0.0.1 \
+		--read-only-port=10255 \
+		--client-ca-file=$(RUN_DIR)/pki/ca.crt \
+		--authentication-token-webhook=false \
+		--authorization-mode=AlwaysAllow
 
 # Unit tests and integration tests against the real Docker engine. The integration
 # tests mostly wait (for outages, back-offs, grace periods, rotations), so four run at
