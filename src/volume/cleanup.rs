@@ -2,9 +2,8 @@
 //! `cleanupOrphanedPodDirs` in `kubelet_volumes.go`): removes the directory of every
 //! pod that no source wants and that has no container left, unmounting the tmpfs
 //! volumes and subPath bind mounts rkubelet made (also those a previous run left) and
-//! refusing to delete through any other mount. A pod's
-//! directory is unmounted and moved away under that pod's own lock only; the tree is
-//! deleted with no lock held.
+//! refusing to delete through any other mount. A pod's directory is unmounted and
+//! moved away under that pod's own lock only; the tree is deleted with no lock held.
 
 use std::io;
 use std::path::Path;
