@@ -148,6 +148,9 @@ fn unmount_all(dir: &Path) -> Result<(), VolumeError> {
         let path = path.to_path_buf();
         move |source| VolumeError::Io { what, path, source }
     };
+    // The mount table holds canonical paths: a root dir reached through a symlink must
+    // not hide the mounts below it (the removal would then delete through them).
+    let dir = &std::fs::canonicalize(dir).map_err(io_err("cannot resolve", dir))?;
     for m in mount::mounts_under(dir).map_err(io_err("cannot read the mount table for", dir))? {
         let tmpfs_volume = m.fs_type == "tmpfs"
             && m.mount_point

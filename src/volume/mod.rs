@@ -957,6 +957,18 @@ mod tests {
     #[test]
     fn sub_path_mounts_go_with_the_pod_even_after_a_restart_and_host_files_stay() {
         let root = TempDir::new("vol-subpath-cleanup");
+        // A root dir reached through a symlink: the mount table names the real path.
+        let links = TempDir::new("vol-subpath-link");
+        let linked = links.0.join("root");
+        std::os::unix::fs::symlink(&root.0, &linked).expect("symlink");
+        let manager = |_: &TempDir| {
+            Arc::new(VolumeManager::new(
+                linked.clone(),
+                Arc::new(FakeRuntime::new(FakeClock::default())),
+                "node".into(),
+                0,
+            ))
+        };
         let host = root.0.join("host");
         std::fs::create_dir_all(host.join("data")).expect("host dir");
         std::fs::write(host.join("data/keep"), "host file").expect("host file");
@@ -972,8 +984,8 @@ mod tests {
         let mounts = vm
             .mounts_for("u1", &vm.setup_pod(&pod), &c, &[])
             .expect("mounts");
-        let subpaths = root.0.join("pods/u1").join(subpath::SUBPATHS_DIR);
-        let made: Vec<_> = mount::mounts_under(&subpaths)
+        let subpaths = linked.join("pods/u1").join(subpath::SUBPATHS_DIR);
+        let made: Vec<_> = mount::mounts_under(&root.0.join("pods/u1"))
             .expect("mountinfo")
             .into_iter()
             .map(|m| m.mount_point)

@@ -108,6 +108,12 @@ pub fn bind(base: &Path, real: &Path, target: &Path) -> io::Result<()> {
             real_base.display()
         ))
     })?;
+    // Compared with the mount table's canonical paths below (the kubelet's root dir
+    // may be reached through a symlink).
+    let target = &match (target.parent(), target.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent)?.join(name),
+        _ => return Err(invalid(format!("bad target {}", target.display()))),
+    };
     let fd = open_beneath(&real_base, rel, None)?;
     let file = File::from(fd);
     let meta = file.metadata()?;
