@@ -1,6 +1,7 @@
 //! Volumes end to end: emptyDir on disk and in memory, hostPath with every type,
-//! subPath and subPathExpr, unsupported types, and the removal of pod directories by
-//! the `volume-mgr` loop once a pod is gone (never while one of its containers exists).
+//! subPath and subPathExpr (and CVE-2021-25741's swap attack on them), unsupported
+//! types, and the removal of pod directories by the `volume-mgr` loop once a pod is
+//! gone (never while one of its containers exists).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -707,8 +708,8 @@ spec:
         .count();
     assert!(written > 0, "no victim wrote into the emptyDir");
 
-    // The pod goes: its subPath mounts are unmounted and its directory removed; the
-    // host directory is untouched.
+    // The pod goes while the kubelet is down: the next one unmounts the subPath mounts
+    // the last one left and removes the directory; the host directory is untouched.
     let subpaths = pod_dir(&node, &uid).join("volume-subpaths");
     assert!(
         !rkubelet::volume::mount::mounts_under(&subpaths)
@@ -716,7 +717,9 @@ spec:
             .is_empty(),
         "the victims ran on the kubelet's subPath mounts"
     );
+    node.kill9();
     std::fs::remove_file(node.manifests().join("swap.yaml")).expect("remove manifest");
+    node.start(&[]);
     wait_for("the pod directory to be removed", LONG * 2, || {
         (!pod_dir(&node, &uid).exists()).then_some(())
     });
