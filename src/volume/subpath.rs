@@ -127,10 +127,16 @@ pub fn bind(base: &Path, real: &Path, target: &Path) -> io::Result<()> {
             return Ok(());
         }
         for _ in 0..MAX_STALE_MOUNTS {
+            mount::unmount(target)?;
             if mount::mounted_at(target)?.is_none() {
                 break;
             }
-            mount::unmount(target)?;
+        }
+        if mount::mounted_at(target)?.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!("{} stays mounted", target.display()),
+            ));
         }
     }
     make_target(target, meta.is_dir())?;
@@ -335,6 +341,11 @@ mod tests {
         bind(&vol, &real, &target).expect("bind");
         // A restarted container: the same file, the same single mount.
         bind(&vol, &real, &target).expect("bind again");
+        // Another subPath at that index now: the stale mount goes, the new one comes.
+        let real_e = prepare(&vol, "e", "v", "c").expect("e");
+        bind(&vol, &real_e, &target).expect("bind another");
+        let on_e = std::fs::write(vol.join("e/z"), "z").is_ok() && target.join("z").exists();
+        bind(&vol, &real, &target).expect("bind back");
         let real_f = prepare(&vol, "f", "v", "c").expect("f");
         bind(&vol, &real_f, &file_target).expect("bind a file");
         let ours: Vec<_> = mount::mounts_under(&pod_dir)
@@ -353,6 +364,7 @@ mod tests {
         assert_eq!(ours.len(), 2, "{ours:?}");
         assert!(cleanup_sees, "{ours:?}");
         assert!(through, "the targets show the volume's directory and file");
+        assert!(on_e, "a changed subPath is mounted again");
         std::fs::write(vol.join("d/x"), "through the mount").expect("write");
         assert!(!target.join("x").exists(), "unmounted");
         assert!(!is_subpath_mount(
