@@ -151,11 +151,11 @@ pub fn container_config(
     // Volumes are set up before the container is created (upstream
     // WaitForAttachAndMount), then mapped onto bind mounts.
     let volumes = node.volumes.setup_pod(pod);
-    let mut mounts = match volumes.mounts_for(c, &env) {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut mounts = match node.volumes.mounts_for(&uid, &volumes, c, &env) {
         Ok(m) => m,
         Err(e) => return config_error(e),
     };
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
     let pod_dir = match node.volumes.pod_dir(&uid) {
         Ok(d) => d,
         Err(e) => return config_error(e.to_string()),

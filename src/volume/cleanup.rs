@@ -1,14 +1,14 @@
 //! The `volume-mgr` loop's half of the volume manager (upstream
 //! `cleanupOrphanedPodDirs` in `kubelet_volumes.go`): removes the directory of every
 //! pod that no source wants and that has no container left, unmounting the tmpfs
-//! volumes rkubelet made and refusing to delete through any other mount. A pod's
-//! directory is unmounted and moved away under that pod's own lock only; the tree is
-//! deleted with no lock held.
+//! volumes and subPath bind mounts rkubelet made (also those a previous run left) and
+//! refusing to delete through any other mount. A pod's directory is unmounted and
+//! moved away under that pod's own lock only; the tree is deleted with no lock held.
 
 use std::io;
 use std::path::Path;
 
-use super::{mount, VolumeError, VolumeManager, DELETING_PREFIX, TMPFS_PLUGINS};
+use super::{mount, subpath, VolumeError, VolumeManager, DELETING_PREFIX, TMPFS_PLUGINS};
 use crate::container::labels;
 use crate::loops::lock;
 use crate::safepath::{safe_join, UnsafePathError};
@@ -138,21 +138,26 @@ impl VolumeManager {
     }
 }
 
-/// Unmounts every mount below `dir`: the tmpfs volumes rkubelet made. Any other
-/// mount is left alone and stops the removal (deleting through it would delete the
-/// mounted filesystem's files).
+/// Unmounts every mount below `dir`: the tmpfs volumes and the subPath bind mounts
+/// (`volume-subpaths/<volume>/<container>/<index>`, upstream `CleanSubPaths`) rkubelet
+/// made, deepest first. Any other mount is left alone and stops the removal (deleting
+/// through it would delete the mounted filesystem's files).
 fn unmount_all(dir: &Path) -> Result<(), VolumeError> {
     let io_err = |what: &str, path: &Path| {
         let what = what.to_string();
         let path = path.to_path_buf();
         move |source| VolumeError::Io { what, path, source }
     };
+    // The mount table holds canonical paths: a root dir reached through a symlink must
+    // not hide the mounts below it (the removal would then delete through them).
+    let dir = &std::fs::canonicalize(dir).map_err(io_err("cannot resolve", dir))?;
     for m in mount::mounts_under(dir).map_err(io_err("cannot read the mount table for", dir))? {
-        let ours = m.fs_type == "tmpfs"
+        let tmpfs_volume = m.fs_type == "tmpfs"
             && m.mount_point
                 .parent()
                 .and_then(Path::file_name)
                 .is_some_and(|p| TMPFS_PLUGINS.iter().any(|t| p == *t));
+        let ours = tmpfs_volume || subpath::is_subpath_mount(dir, &m.mount_point);
         if !ours {
             return Err(VolumeError::Io {
                 what: format!(

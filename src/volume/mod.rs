@@ -41,13 +41,14 @@ pub mod hostpath;
 pub mod mount;
 pub mod projection;
 pub mod refresh;
+pub mod subpath;
 
 use crate::safepath::{safe_join, UnsafePathError};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -644,19 +645,25 @@ fn set_volume_ownership(dir: &Path, gid: i64) -> io::Result<()> {
     Ok(())
 }
 
-impl PodVolumes {
+impl VolumeManager {
     /// A container's `volumeMounts` as bind mounts (upstream `makeMounts`): the
-    /// volume's host path, joined with the `subPath` (or the `subPathExpr` expanded
-    /// from the container's environment; the sub-directory is created if missing).
+    /// volume's host path; for a `subPath` (or a `subPathExpr` expanded from the
+    /// container's environment; the sub-directory is created if missing) the
+    /// kubelet's own bind mount of it, `<pod dir>/volume-subpaths/<volume>/<container>/
+    /// <index>` ([`subpath`]), never a path into the volume that the container could
+    /// swap for a symlink before the runtime resolves it. Made under the pod's lock, so
+    /// the pod's cleanup never runs between a mount and its directory.
     /// Err is the `CreateContainerConfigError` message.
     pub fn mounts_for(
         &self,
+        uid: &str,
+        volumes: &PodVolumes,
         c: &Container,
         env: &[(String, String)],
     ) -> Result<Vec<Mount>, String> {
         let mut out = Vec::new();
-        for m in c.volume_mounts.iter().flatten() {
-            let base = match self.volumes.get(&m.name) {
+        for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
+            let base = match volumes.volumes.get(&m.name) {
                 None => {
                     return Err(format!(
                         "cannot find volume {:?} to mount into container {:?}",
@@ -673,7 +680,21 @@ impl PodVolumes {
             let host_path = if sub.is_empty() {
                 base.clone()
             } else {
-                prepare_sub_path(base, &sub, &m.name, &c.name)?
+                self.with_pod(uid, |_| {
+                    let real = subpath::prepare(base, &sub, &m.name, &c.name)?;
+                    self.bind_sub_path(uid, base, &real, &m.name, &c.name, index)
+                        .map_err(|e| {
+                            log::warn!(
+                                "pod {uid}: subPath {sub:?} of volume {:?} for container {:?}: {e}",
+                                m.name,
+                                c.name
+                            );
+                            format!(
+                                "failed to prepare subPath for volumeMount {:?} of container {:?}",
+                                m.name, c.name
+                            )
+                        })
+                })?
             };
             let container_path = if m.mount_path.starts_with('/') {
                 m.mount_path.clone()
@@ -683,12 +704,43 @@ impl PodVolumes {
             out.push(Mount {
                 host_path: host_path.display().to_string(),
                 container_path,
-                read_only: m.read_only.unwrap_or(false) || self.read_only.contains(&m.name),
+                read_only: m.read_only.unwrap_or(false) || volumes.read_only.contains(&m.name),
             });
         }
         Ok(out)
     }
 
+    /// Bind-mounts the resolved subPath `real` of the volume at `base` onto its target
+    /// under the pod directory (which must exist: a pod cleaned up meanwhile is not
+    /// made again here). The caller holds the pod's lock.
+    fn bind_sub_path(
+        &self,
+        uid: &str,
+        base: &Path,
+        real: &Path,
+        volume: &str,
+        container: &str,
+        index: usize,
+    ) -> io::Result<PathBuf> {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut target = self.pod_dir(uid)?.join(subpath::SUBPATHS_DIR);
+        for name in [None, Some(volume), Some(container)] {
+            if let Some(name) = name {
+                target = safe_join(&target, name)?;
+            }
+            match std::fs::DirBuilder::new().mode(0o750).create(&target) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let target = safe_join(&target, &index.to_string())?;
+        subpath::bind(base, real, &target)?;
+        Ok(target)
+    }
+}
+
+impl PodVolumes {
     /// The failure of a volume the container mounts, if any (for reporting).
     pub fn failure_for(&self, c: &Container) -> Option<String> {
         c.volume_mounts
@@ -718,85 +770,6 @@ pub fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, S
         crate::sort::sort(&mut missing);
         Err(format!("missing value for {}", missing.join(", ")))
     }
-}
-
-/// Checks a subPath and creates it below the volume if missing, refusing anything that
-/// leaves the volume (upstream `ValidatePathNoBacksteps`, `SafeMakeDir`).
-fn prepare_sub_path(
-    base: &Path,
-    sub: &str,
-    volume: &str,
-    container: &str,
-) -> Result<PathBuf, String> {
-    if sub.starts_with('/') {
-        return Err(format!(
-            "error SubPath `{sub}` must not be an absolute path"
-        ));
-    }
-    if Path::new(sub)
-        .components()
-        .any(|c| c == Component::ParentDir)
-    {
-        return Err(format!(
-            "unable to provision SubPath `{sub}`: must not contain '..'"
-        ));
-    }
-    let escaped = || {
-        format!("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")
-    };
-    let path = crate::safepath::safe_join_relative(base, sub).map_err(|e| e.to_string())?;
-    if std::fs::symlink_metadata(&path).is_err() {
-        let mode = std::fs::metadata(base)
-            .map(|m| m.permissions().mode() & 0o7777)
-            .unwrap_or(0o755);
-        safe_make_dir(base, sub, mode).map_err(|e| {
-            log::warn!("creating subPath {sub:?} of volume {volume:?}: {e}");
-            format!("failed to create subPath directory for volumeMount {volume:?} of container {container:?}")
-        })?;
-    }
-    // A symlink inside the volume (written by a container) must not lead out of it.
-    let real_base = std::fs::canonicalize(base).map_err(|_| escaped())?;
-    let real = std::fs::canonicalize(&path).map_err(|_| escaped())?;
-    if !real.starts_with(&real_base) {
-        log::warn!(
-            "subPath {sub:?} of volume {volume:?} resolves to {} outside the volume",
-            real.display()
-        );
-        return Err(escaped());
-    }
-    Ok(real)
-}
-
-/// Creates `base/sub` one component at a time with `mode`, refusing to pass through a
-/// symlink (so a container cannot point a subPath at the host).
-fn safe_make_dir(base: &Path, sub: &str, mode: u32) -> io::Result<()> {
-    let mut cur = base.to_path_buf();
-    for comp in Path::new(sub).components() {
-        let Component::Normal(part) = comp else {
-            continue;
-        };
-        cur.push(part);
-        match std::fs::symlink_metadata(&cur) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("{} is a symlink", cur.display()),
-                ))
-            }
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("{} is not a directory", cur.display()),
-                ))
-            }
-            Err(_) => {
-                std::fs::create_dir(&cur)?;
-                std::fs::set_permissions(&cur, std::fs::Permissions::from_mode(mode))?;
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -893,7 +866,9 @@ mod tests {
         .expect("pod");
         let c = pod.spec.as_ref().expect("spec").containers[0].clone();
         let file = root.0.join("pods/u1/volumes/kubernetes.io~configmap/v/k");
-        let mounts = vm.setup_pod(&pod).mounts_for(&c, &[]).expect("mounts");
+        let mounts = vm
+            .mounts_for("u1", &vm.setup_pod(&pod), &c, &[])
+            .expect("mounts");
         assert!(mounts[0].read_only, "API volumes are mounted read-only");
         assert_eq!(std::fs::read_to_string(&file).expect("k"), "v1");
         lock(&f.config_maps).insert("ns/cm".into(), config_map(&[("k", "v2")]));
@@ -980,38 +955,65 @@ mod tests {
     }
 
     #[test]
-    fn sub_paths_stay_inside_their_volume() {
-        let dir = std::env::temp_dir().join(format!("rkubelet-subpath-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let vol = dir.join("vol");
-        std::fs::create_dir_all(&vol).expect("vol");
-        std::fs::create_dir_all(dir.join("outside")).expect("outside");
-        std::os::unix::fs::symlink(dir.join("outside"), vol.join("link")).expect("symlink");
-
-        let made = prepare_sub_path(&vol, "a/b", "v", "c").expect("made");
+    fn sub_path_mounts_go_with_the_pod_even_after_a_restart_and_host_files_stay() {
+        let root = TempDir::new("vol-subpath-cleanup");
+        // A root dir reached through a symlink: the mount table names the real path.
+        let links = TempDir::new("vol-subpath-link");
+        let linked = links.0.join("root");
+        std::os::unix::fs::symlink(&root.0, &linked).expect("symlink");
+        let manager = |_: &TempDir| {
+            Arc::new(VolumeManager::new(
+                linked.clone(),
+                Arc::new(FakeRuntime::new(FakeClock::default())),
+                "node".into(),
+                0,
+            ))
+        };
+        let host = root.0.join("host");
+        std::fs::create_dir_all(host.join("data")).expect("host dir");
+        std::fs::write(host.join("data/keep"), "host file").expect("host file");
+        let vm = manager(&root);
+        let pod: Pod = serde_yaml::from_str(&format!(
+            "metadata: {{name: p, namespace: ns, uid: u1}}\n\
+             spec:\n  volumes: [{{name: hp, hostPath: {{path: {:?}}}}}, {{name: e, emptyDir: {{}}}}]\n\
+             \x20 containers: [{{name: c, volumeMounts: [{{name: hp, mountPath: /h, subPath: data}}, {{name: e, mountPath: /e, subPath: x/y}}]}}]",
+            host.display().to_string()
+        ))
+        .expect("pod");
+        let c = pod.spec.as_ref().expect("spec").containers[0].clone();
+        let mounts = vm
+            .mounts_for("u1", &vm.setup_pod(&pod), &c, &[])
+            .expect("mounts");
+        let subpaths = linked.join("pods/u1").join(subpath::SUBPATHS_DIR);
+        let made: Vec<_> = mount::mounts_under(&root.0.join("pods/u1"))
+            .expect("mountinfo")
+            .into_iter()
+            .map(|m| m.mount_point)
+            .collect();
+        // A kubelet restarted since: a new manager, the mounts the old one left.
+        let vm = manager(&root);
+        vm.set_desired_pods([]);
+        let cleaned = vm.cleanup_orphans();
+        let left = mount::mounts_under(&root.0).expect("mountinfo");
+        for m in &left {
+            let _ = mount::unmount(&m.mount_point);
+        }
+        let hosts: Vec<_> = mounts.iter().map(|m| m.host_path.clone()).collect();
         assert_eq!(
-            made,
-            std::fs::canonicalize(vol.join("a/b")).expect("exists")
+            hosts,
+            [
+                subpaths.join("hp/c/0").display().to_string(),
+                subpaths.join("e/c/1").display().to_string()
+            ]
         );
+        assert_eq!(made.len(), 2, "{made:?}");
+        cleaned.expect("cleanup");
+        assert!(left.is_empty(), "{left:?}");
+        assert!(!root.0.join("pods/u1").exists());
         assert_eq!(
-            prepare_sub_path(&vol, "/etc", "v", "c"),
-            Err("error SubPath `/etc` must not be an absolute path".into())
+            std::fs::read_to_string(host.join("data/keep")).expect("host file stays"),
+            "host file"
         );
-        assert_eq!(
-            prepare_sub_path(&vol, "a/../../x", "v", "c"),
-            Err("unable to provision SubPath `a/../../x`: must not contain '..'".into())
-        );
-        let esc = "failed to prepare subPath for volumeMount \"v\" of container \"c\"";
-        assert_eq!(prepare_sub_path(&vol, "link", "v", "c"), Err(esc.into()));
-        assert_eq!(
-            prepare_sub_path(&vol, "link/new", "v", "c"),
-            Err(
-                "failed to create subPath directory for volumeMount \"v\" of container \"c\""
-                    .into()
-            )
-        );
-        assert!(!dir.join("outside/new").exists());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The few mount-table operations the volume manager needs, over libc: read
-//! `/proc/self/mountinfo`, mount a tmpfs, unmount. (Upstream uses `k8s.io/mount-utils`,
+//! `/proc/self/mountinfo`, mount a tmpfs, bind-mount (subPaths), unmount. (Upstream uses `k8s.io/mount-utils`,
 //! which runs `mount(8)`; a syscall needs no helper binary on a small board.)
 
 use std::ffi::CString;
@@ -110,11 +110,36 @@ pub fn mount_tmpfs(path: &Path, size: Option<u64>) -> io::Result<()> {
     }
 }
 
-/// Unmounts whatever is mounted at `path`.
+/// Bind-mounts `source` onto `target` (not recursively: mounts below `source` are
+/// not carried along). Both paths are resolved by the kernel here; the subPath code
+/// passes a `/proc/self/fd/N` source it opened safely.
+pub fn bind_mount(source: &Path, target: &Path) -> io::Result<()> {
+    let src = c_path(source)?;
+    let dst = c_path(target)?;
+    // SAFETY: both pointers are valid NUL-terminated strings that outlive the call;
+    // a bind mount reads neither the type nor the data argument (null).
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Unmounts whatever is mounted at `path`, never following a symlink there
+/// (`UMOUNT_NOFOLLOW`).
 pub fn unmount(path: &Path) -> io::Result<()> {
     let target = c_path(path)?;
     // SAFETY: a valid NUL-terminated path that outlives the call.
-    let rc = unsafe { libc::umount2(target.as_ptr(), 0) };
+    let rc = unsafe { libc::umount2(target.as_ptr(), libc::UMOUNT_NOFOLLOW) };
     if rc == 0 {
         Ok(())
     } else {

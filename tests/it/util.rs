@@ -380,7 +380,18 @@ impl Drop for Node {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // The mounts a killed kubelet left (tmpfs volumes, subPath binds): unmounted
+        // deepest first; while one stays, nothing is deleted through it.
+        use rkubelet::volume::mount::{mounts_under, unmount};
+        for m in mounts_under(&self.dir).unwrap_or_default() {
+            let _ = unmount(&m.mount_point);
+        }
+        match mounts_under(&self.dir) {
+            Ok(left) if left.is_empty() => {
+                let _ = std::fs::remove_dir_all(&self.dir);
+            }
+            left => eprintln!("keeping {}: mounts left {left:?}", self.dir.display()),
+        }
         remove_cgroups(&self.cgroup_root());
     }
 }

@@ -1,6 +1,7 @@
 //! Volumes end to end: emptyDir on disk and in memory, hostPath with every type,
-//! subPath and subPathExpr, unsupported types, and the removal of pod directories by
-//! the `volume-mgr` loop once a pod is gone (never while one of its containers exists).
+//! subPath and subPathExpr (and CVE-2021-25741's swap attack on them), unsupported
+//! types, and the removal of pod directories by the `volume-mgr` loop once a pod is
+//! gone (never while one of its containers exists).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -561,4 +562,169 @@ spec:
         seen_kept,
         "the directory was kept while the container was stopping"
     );
+}
+
+/// The swapping half of CVE-2021-25741's exploit: exchanges its two arguments with
+/// `renameat2(RENAME_EXCHANGE)` in a tight loop, so each name is a directory one
+/// instant and a symlink to the host the next. Built static, it runs in any image.
+const SWAP_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+int main(int argc, char **argv) {
+    unsigned long n = 0;
+    if (argc != 3) { fprintf(stderr, "usage: swap A B\n"); return 2; }
+    for (;;) {
+        if (syscall(SYS_renameat2, AT_FDCWD, argv[1], AT_FDCWD, argv[2], RENAME_EXCHANGE) != 0) {
+            perror("renameat2");
+            return 1;
+        }
+        if (++n == 1000) { printf("swapping\n"); fflush(stdout); }
+    }
+}
+"#;
+
+/// How long the attack runs at least, and how many victim starts it must have made
+/// (each start is one race: ten at first, then each victim again after its back-off).
+const ATTACK_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+const ATTACK_STARTS: usize = 25;
+const VICTIMS: usize = 10;
+
+#[test]
+fn a_sub_path_swapped_for_a_symlink_never_mounts_the_host() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut node = Node::new("vol-swap");
+    let tools = node.dir.join("tools");
+    std::fs::create_dir_all(&tools).expect("tools dir");
+    std::fs::write(tools.join("swap.c"), SWAP_C).expect("swap.c");
+    let out = std::process::Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(tools.join("swap"))
+        .arg(tools.join("swap.c"))
+        .output()
+        .expect("run cc (apt-get install -y gcc libc6-dev)");
+    assert!(
+        out.status.success(),
+        "cc -static swap.c: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The host directory the attacker aims at, and where victims report.
+    let secret = node.dir.join("host-secret");
+    std::fs::create_dir_all(&secret).expect("secret dir");
+    std::fs::write(secret.join("marker"), "host\n").expect("marker");
+    let report = node.dir.join("report");
+    std::fs::create_dir_all(&report).expect("report dir");
+    std::fs::set_permissions(&report, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let mut victims = String::new();
+    for i in 0..VICTIMS {
+        victims.push_str(&format!(
+            r#"  - name: victim-{i}
+    image: {BUSYBOX}
+    command: ["sh", "-c", "echo start >> /report/starts; if [ -e /m/marker ]; then echo victim-{i} >> /report/saw-host; fi; echo x > /m/victim-{i}-$$; exit 1"]
+    volumeMounts:
+    - {{name: scratch, mountPath: /m, subPath: d}}
+    - {{name: report, mountPath: /report}}
+"#
+        ));
+    }
+    node.write_manifest(
+        "swap.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: swap}}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {{name: scratch, emptyDir: {{}}}}
+  - {{name: tools, hostPath: {{path: {tools:?}, type: Directory}}}}
+  - {{name: report, hostPath: {{path: {report:?}, type: Directory}}}}
+  containers:
+  - name: swapper
+    image: {BUSYBOX}
+    command: ["sh", "-c", "mkdir -p /v/d && ln -sfn {secret} /v/x && exec /tools/swap /v/d /v/x"]
+    volumeMounts:
+    - {{name: scratch, mountPath: /v}}
+    - {{name: tools, mountPath: /tools, readOnly: true}}
+{victims}"#,
+            tools = tools.display().to_string(),
+            report = report.display().to_string(),
+            secret = secret.display(),
+        ),
+    );
+    node.start(&[]);
+    let swapper = wait_running_id(&node, "swap", "swapper");
+    wait_log(&node, &swapper, "swapping");
+    let uid = pod_uid(&node, "swap");
+    let started = std::time::Instant::now();
+    let starts = || {
+        std::fs::read_to_string(report.join("starts"))
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    let host_entries = || {
+        let mut names: Vec<String> = std::fs::read_dir(&secret)
+            .expect("read the host directory")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        rkubelet::sort::sort(&mut names);
+        names
+    };
+    wait_for(
+        &format!("{ATTACK_STARTS} victim starts over at least {ATTACK_FOR:?}"),
+        LONG * 4,
+        || {
+            let saw = std::fs::read_to_string(report.join("saw-host")).unwrap_or_default();
+            assert!(
+                saw.is_empty(),
+                "victims saw the host directory through subPath d: {saw}"
+            );
+            assert_eq!(
+                host_entries(),
+                ["marker"],
+                "a victim wrote into the host directory"
+            );
+            (started.elapsed() >= ATTACK_FOR && starts() >= ATTACK_STARTS).then_some(())
+        },
+    );
+    assert_eq!(
+        node.running().get(&format!("swap-{}/swapper", node.name)),
+        Some(&vec![swapper]),
+        "the swapper kept swapping all along"
+    );
+    // The victims wrote into the volume's own directory, wherever it was renamed to.
+    let scratch = empty_dir(&node, &uid, "scratch");
+    let written = ["d", "x"]
+        .iter()
+        .filter_map(|n| std::fs::read_dir(scratch.join(n)).ok())
+        .flat_map(|rd| rd.flatten())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("victim-"))
+        .count();
+    assert!(written > 0, "no victim wrote into the emptyDir");
+
+    // The pod goes while the kubelet is down: the next one unmounts the subPath mounts
+    // the last one left and removes the directory; the host directory is untouched.
+    let subpaths = pod_dir(&node, &uid).join("volume-subpaths");
+    assert!(
+        !rkubelet::volume::mount::mounts_under(&subpaths)
+            .expect("mountinfo")
+            .is_empty(),
+        "the victims ran on the kubelet's subPath mounts"
+    );
+    node.kill9();
+    std::fs::remove_file(node.manifests().join("swap.yaml")).expect("remove manifest");
+    node.start(&[]);
+    wait_for("the pod directory to be removed", LONG * 2, || {
+        (!pod_dir(&node, &uid).exists()).then_some(())
+    });
+    assert!(rkubelet::volume::mount::mounts_under(&root(&node))
+        .expect("mountinfo")
+        .is_empty());
+    assert_eq!(host_entries(), ["marker"]);
 }
