@@ -120,6 +120,18 @@ pub enum ManifestErrorKind {
     Decode(serde_json::Error),
     /// The pod decodes but is not valid.
     Invalid(String),
+    /// The pod's UID is already the UID of a pod of another manifest (or of an
+    /// earlier document of this one), which keeps it.
+    DuplicateUid {
+        /// This pod's full name.
+        pod: String,
+        /// The UID both give.
+        uid: String,
+        /// The pod that keeps the UID, and where it comes from.
+        owner: String,
+        /// The file or URL of that pod.
+        owner_origin: String,
+    },
 }
 
 impl fmt::Display for ManifestError {
@@ -142,6 +154,15 @@ impl fmt::Display for ManifestError {
             ManifestErrorKind::Kind(k) => f.write_str(k),
             ManifestErrorKind::Decode(e) => write!(f, "cannot decode pod: {e}"),
             ManifestErrorKind::Invalid(r) => write!(f, "invalid pod: {r}"),
+            ManifestErrorKind::DuplicateUid {
+                pod,
+                uid,
+                owner,
+                owner_origin,
+            } => write!(
+                f,
+                "pod {pod} has uid {uid:?}, already the uid of pod {owner} from {owner_origin}; ignoring it (a uid names one pod: drop `metadata.uid` to have one derived from the file)"
+            ),
         }
     }
 }
