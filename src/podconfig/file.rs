@@ -42,7 +42,9 @@ use std::time::{Duration, SystemTime};
 use crossbeam_channel::Sender;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::manifest::{self, Format, ManifestError, ManifestErrorKind, Origin, MAX_MANIFEST_BYTES};
+use super::manifest::{
+    self, DuplicateUid, Format, ManifestError, ManifestErrorKind, Origin, MAX_MANIFEST_BYTES,
+};
 use super::{Source, SourceUpdate};
 use crate::fsutil::{self, Fingerprint, ReadError};
 use crate::loops::{Loops, SpawnError};
@@ -281,12 +283,12 @@ impl FileSource {
                             origin: file.display().to_string(),
                             document: None,
                             item: None,
-                            kind: ManifestErrorKind::DuplicateUid {
+                            kind: ManifestErrorKind::DuplicateUid(Box::new(DuplicateUid {
                                 pod: super::full_name(p),
                                 uid: u,
                                 owner: owner.clone(),
                                 owner_origin: owner_file.display().to_string(),
-                            },
+                            })),
                         }));
                     }
                 }

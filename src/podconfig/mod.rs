@@ -4,6 +4,9 @@
 //! ([`SourceUpdate`]); the merge turns them into ADD / UPDATE / DELETE / REMOVE /
 //! RECONCILE operations and knows when every configured source has sent its first
 //! snapshot ("all sources ready"). Mirrors `pkg/kubelet/config/config.go`.
+//!
+//! Over 800 lines: 380 of them are its unit tests, one per merge rule (order,
+//! conflicts of names and UIDs, held-back pods, mirrors, refusals).
 
 pub mod apiserver;
 pub mod etcd;
@@ -12,6 +15,7 @@ pub mod http;
 #[cfg(target_os = "linux")]
 pub mod inotify;
 pub mod manifest;
+pub mod nodecount;
 
 use std::sync::Arc;
 
