@@ -42,7 +42,9 @@ use std::time::{Duration, SystemTime};
 use crossbeam_channel::Sender;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::manifest::{self, Format, ManifestError, ManifestErrorKind, Origin, MAX_MANIFEST_BYTES};
+use super::manifest::{
+    self, DuplicateUid, Format, ManifestError, ManifestErrorKind, Origin, MAX_MANIFEST_BYTES,
+};
 use super::{Source, SourceUpdate};
 use crate::fsutil::{self, Fingerprint, ReadError};
 use crate::loops::{Loops, SpawnError};
@@ -106,6 +108,9 @@ struct Manifest {
     pods: Option<Vec<Arc<Pod>>>,
     /// What its bytes looked like when last read, and how they decoded.
     seen: Option<Seen>,
+    /// The indexes in `pods` of the pods left out of the snapshot because another
+    /// pod has their UID ([`FileSource::claim_uids`]).
+    refused: Vec<usize>,
 }
 
 /// The last bytes read from a manifest, by fingerprint and hash.
@@ -130,6 +135,9 @@ pub struct FileSource {
     updates: Sender<SourceUpdate>,
     /// Per manifest file; ordered by path, so by file name.
     files: BTreeMap<PathBuf, Manifest>,
+    /// Per pod UID, the manifest whose pod held it in the last snapshot: that file
+    /// keeps it when another manifest's pod claims it too.
+    uid_owners: BTreeMap<String, PathBuf>,
     /// Whether "path does not exist" was logged since the path was last seen.
     missing_logged: bool,
     /// Manifests decoded so far (a changed file counts once), for tests and debugging.
@@ -149,6 +157,7 @@ impl FileSource {
             node_name,
             updates,
             files: BTreeMap::new(),
+            uid_owners: BTreeMap::new(),
             missing_logged: false,
             decodes: 0,
             trim_next_tick: false,
@@ -172,13 +181,19 @@ impl FileSource {
         refreshed
     }
 
-    /// Every pod of every manifest, by file name then document order.
+    /// Every pod of every manifest, by file name then document order, less the pods
+    /// refused for a UID another pod has.
     pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.files
             .values()
-            .filter_map(|m| m.pods.as_ref())
-            .flatten()
-            .cloned()
+            .flat_map(|m| {
+                m.pods
+                    .iter()
+                    .flatten()
+                    .enumerate()
+                    .filter(|(i, _)| !m.refused.contains(i))
+                    .map(|(_, p)| p.clone())
+            })
             .collect()
     }
 
@@ -193,6 +208,7 @@ impl FileSource {
             Ok(Some(files)) => files,
             Ok(None) => {
                 self.files.clear();
+                self.uid_owners.clear();
                 return Ok(());
             }
             Err(source) => {
@@ -221,11 +237,65 @@ impl FileSource {
             self.trim_next_tick = true;
         }
         self.files = files;
+        errors.extend(self.claim_uids());
         if errors.is_empty() {
             Ok(())
         } else {
             Err(FileSourceError::Manifests(errors))
         }
+    }
+
+    /// Gives each pod UID to one pod: the pod runs, and is known to the merge, the
+    /// pod workers and the runtime's labels, by its UID, so two pods with one UID
+    /// would take each other's sandbox and containers. A UID is derived per file
+    /// (upstream's `applyDefaults`), so only manifests that write the same
+    /// `metadata.uid` collide: the manifest that held the UID in the last snapshot
+    /// keeps it (a new file cannot take a running pod's UID), else the first by file
+    /// name and document; every other pod with it is refused, with an error naming
+    /// both files. Deleting the refused one's file touches nothing; deleting the
+    /// keeper's lets the next one in.
+    fn claim_uids(&mut self) -> Vec<Arc<ManifestError>> {
+        let previous = std::mem::take(&mut self.uid_owners);
+        let uid = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
+        // UID -> (file, index of its pod there, the pod's full name).
+        let mut owners: BTreeMap<String, (PathBuf, usize, String)> = BTreeMap::new();
+        for (file, m) in &self.files {
+            for (i, p) in m.pods.iter().flatten().enumerate() {
+                let u = uid(p);
+                if previous.get(&u) == Some(file) && !owners.contains_key(&u) {
+                    owners.insert(u, (file.clone(), i, super::full_name(p)));
+                }
+            }
+        }
+        let mut errors = Vec::new();
+        for (file, m) in &mut self.files {
+            m.refused.clear();
+            for (i, p) in m.pods.iter().flatten().enumerate() {
+                let u = uid(p);
+                match owners.get(&u) {
+                    None => {
+                        owners.insert(u, (file.clone(), i, super::full_name(p)));
+                    }
+                    Some((f, j, _)) if f == file && *j == i => {}
+                    Some((owner_file, _, owner)) => {
+                        m.refused.push(i);
+                        errors.push(Arc::new(ManifestError {
+                            origin: file.display().to_string(),
+                            document: None,
+                            item: None,
+                            kind: ManifestErrorKind::DuplicateUid(Box::new(DuplicateUid {
+                                pod: super::full_name(p),
+                                uid: u,
+                                owner: owner.clone(),
+                                owner_origin: owner_file.display().to_string(),
+                            })),
+                        }));
+                    }
+                }
+            }
+        }
+        self.uid_owners = owners.into_iter().map(|(u, (f, _, _))| (u, f)).collect();
+        errors
     }
 
     /// Brings one file's entry up to date: decodes it only if its bytes changed.
@@ -923,6 +993,65 @@ mod tests {
         );
         let (mut src, rx) = source(&dir.0, "n");
         assert_eq!(uid_of(&tick(&mut src, &rx).1, "web-n"), "abc-123");
+    }
+
+    #[test]
+    fn a_uid_another_manifest_has_is_refused_and_the_holder_keeps_it() {
+        let dir = TempDir::new("dupuid");
+        let with_uid = |name: &str| {
+            pod(name, "i").replace(
+                &format!("  name: {name}\n"),
+                &format!("  name: {name}\n  uid: same\n"),
+            )
+        };
+        // A later file (by name) arrives first and runs.
+        let m = dir.write("m.yaml", &with_uid("m"));
+        let (mut src, rx) = source(&dir.0, "n");
+        let (r, pods) = tick(&mut src, &rx);
+        assert_eq!((r, names(&pods)), (Ok(()), vec!["m-n".to_string()]));
+        // One before it and one after it by name, with the same uid: both refused,
+        // each error naming its file and the holder's.
+        let a = dir.write("a.yaml", &with_uid("a"));
+        let z = dir.write(
+            "z.yaml",
+            &format!("{}---\n{}", with_uid("z"), pod("other", "i")),
+        );
+        let (r, pods) = tick(&mut src, &rx);
+        assert_eq!(names(&pods), ["m-n", "other-n"], "the holder keeps the uid");
+        let msg = r.expect_err("two refused pods");
+        let want = |file: &Path, name: &str| {
+            format!(
+                "{}: pod {name}_default has uid \"same\", already the uid of pod m-n_default from {}; ignoring it (a uid names one pod: drop `metadata.uid` to have one derived from the file)",
+                file.display(),
+                m.display()
+            )
+        };
+        assert_eq!(
+            msg.lines().collect::<Vec<_>>(),
+            [want(&a, "a-n"), want(&z, "z-n")]
+        );
+        // Refused again on the next tick, though nothing changed.
+        assert_eq!(names(&tick(&mut src, &rx).1), ["m-n", "other-n"]);
+        // Deleting a refused file touches nothing, and its error goes.
+        dir.remove("z.yaml");
+        let (r, pods) = tick(&mut src, &rx);
+        assert_eq!(names(&pods), ["m-n"]);
+        assert_eq!(r.expect_err("a.yaml still refused").lines().count(), 1);
+        // Deleting the holder lets the next one (by name) in, cleanly.
+        dir.remove("m.yaml");
+        let (r, pods) = tick(&mut src, &rx);
+        assert_eq!((r, names(&pods)), (Ok(()), vec!["a-n".to_string()]));
+        // Two documents of one file with one uid: the first keeps it.
+        dir.write(
+            "a.yaml",
+            &format!("{}---\n{}", with_uid("a"), with_uid("b")),
+        );
+        let (r, pods) = tick(&mut src, &rx);
+        assert_eq!(names(&pods), ["a-n"]);
+        assert!(
+            r.expect_err("b refused")
+                .ends_with(&format!("already the uid of pod a-n_default from {}; ignoring it (a uid names one pod: drop `metadata.uid` to have one derived from the file)", a.display())),
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@
 use std::fmt;
 use std::path::Path;
 
+use super::nodecount::{self, MAX_MANIFEST_NODES};
 use super::CONFIG_HASH_ANNOTATION;
 use k8s_openapi::api::core::v1::{Pod, PodStatus, Toleration};
 use serde::Deserialize;
@@ -118,8 +119,27 @@ pub enum ManifestErrorKind {
     Kind(String),
     /// The object does not decode as a v1 Pod (a field of the wrong type…).
     Decode(serde_json::Error),
+    /// The text decodes to more nodes or bytes than the decoder's bound
+    /// ([`super::nodecount`]; aliases count as what they repeat): not decoded.
+    TooManyNodes(nodecount::Exceeded),
     /// The pod decodes but is not valid.
     Invalid(String),
+    /// The pod's UID is already the UID of a pod of another manifest (or of an
+    /// earlier document of this one), which keeps it.
+    DuplicateUid(Box<DuplicateUid>),
+}
+
+/// A pod refused for a UID another pod has.
+#[derive(Debug)]
+pub struct DuplicateUid {
+    /// This pod's full name.
+    pub pod: String,
+    /// The UID both give.
+    pub uid: String,
+    /// The full name of the pod that keeps the UID.
+    pub owner: String,
+    /// The file or URL of that pod.
+    pub owner_origin: String,
 }
 
 impl fmt::Display for ManifestError {
@@ -141,7 +161,23 @@ impl fmt::Display for ManifestError {
             ManifestErrorKind::Json(e) => write!(f, "invalid JSON: {e}"),
             ManifestErrorKind::Kind(k) => f.write_str(k),
             ManifestErrorKind::Decode(e) => write!(f, "cannot decode pod: {e}"),
+            ManifestErrorKind::TooManyNodes(e) => write!(
+                f,
+                "decodes to {e} (aliases count as what they repeat), not decoded"
+            ),
             ManifestErrorKind::Invalid(r) => write!(f, "invalid pod: {r}"),
+            ManifestErrorKind::DuplicateUid(d) => {
+                let DuplicateUid {
+                    pod,
+                    uid,
+                    owner,
+                    owner_origin,
+                } = &**d;
+                write!(
+                f,
+                "pod {pod} has uid {uid:?}, already the uid of pod {owner} from {owner_origin}; ignoring it (a uid names one pod: drop `metadata.uid` to have one derived from the file)"
+            )
+            }
         }
     }
 }
@@ -212,6 +248,19 @@ pub fn pods_from_str(
 
 /// Decodes every pod: (document index, PodList item index, pod).
 fn decode(text: &str, format: Format) -> Result<Vec<(usize, Option<usize>, Pod)>, Problem> {
+    // Counted first: the decoders build every node before anything can be checked.
+    let counted = match format {
+        Format::Json => nodecount::json(text, MAX_MANIFEST_NODES),
+        // With its aliases expanded, no more text than a manifest may hold without.
+        Format::Yaml => nodecount::yaml(text, MAX_MANIFEST_NODES, MAX_MANIFEST_BYTES),
+    };
+    if let Err(e) = counted {
+        return Err(Problem {
+            document: None,
+            item: None,
+            kind: ManifestErrorKind::TooManyNodes(e),
+        });
+    }
     let mut documents = Vec::new();
     match format {
         Format::Json => {
@@ -456,6 +505,24 @@ mod tests {
 
     fn uid(p: &Pod) -> &str {
         p.metadata.uid.as_deref().expect("uid")
+    }
+
+    #[test]
+    fn a_manifest_of_too_many_nodes_is_refused_before_it_is_decoded() {
+        let n = usize::try_from(MAX_MANIFEST_NODES).expect("limit");
+        let many = format!("{WEB}x: [{}]\n", vec!["0"; n].join(","));
+        assert_eq!(
+            err(&many),
+            "/etc/kubernetes/manifests/web.yaml: decodes to more than 100000 nodes (aliases count as what they repeat), not decoded"
+        );
+        let bomb = format!("{WEB}a: &a {}\nb: [*a, *a, *a, *a]\n", "x".repeat(1 << 20));
+        assert!(err(&bomb).ends_with(": decodes to more than 3145728 bytes of text (aliases count as what they repeat), not decoded"));
+        let json = format!("{{\"kind\": \"Pod\", \"x\": [{}]}}", vec!["0"; n].join(","));
+        let e = pods_from_str(&json, Format::Json, origin(), "n").expect_err("too many");
+        assert!(matches!(e.kind, ManifestErrorKind::TooManyNodes(_)), "{e}");
+        // Just under the limit it decodes.
+        let fewer = format!("{WEB}x: [{}]\n", vec!["0"; n - 100].join(","));
+        assert_eq!(pods(&fewer).len(), 1);
     }
 
     #[test]

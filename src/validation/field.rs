@@ -81,6 +81,8 @@ pub enum BadValue {
     Str(String),
     /// A number.
     Int(i64),
+    /// A list of strings, printed as Go's `%#v` prints a `[]string`.
+    StrList(Vec<String>),
 }
 
 impl From<&str> for BadValue {
@@ -92,6 +94,12 @@ impl From<&str> for BadValue {
 impl From<&String> for BadValue {
     fn from(s: &String) -> Self {
         BadValue::Str(s.clone())
+    }
+}
+
+impl From<&[String]> for BadValue {
+    fn from(list: &[String]) -> Self {
+        BadValue::StrList(list.to_vec())
     }
 }
 
@@ -186,6 +194,10 @@ impl fmt::Display for FieldError {
                 BadValue::None => {}
                 BadValue::Str(s) => write!(f, ": {}", go_quote(s))?,
                 BadValue::Int(n) => write!(f, ": {n}")?,
+                BadValue::StrList(list) => {
+                    let quoted: Vec<String> = list.iter().map(|s| go_quote(s)).collect();
+                    write!(f, ": []string{{{}}}", quoted.join(", "))?;
+                }
             }
         }
         if !self.detail.is_empty() {
@@ -296,6 +308,11 @@ mod tests {
         assert_eq!(
             FieldError::too_long(&Path::new("metadata").child("annotations"), 262144).to_string(),
             "metadata.annotations: Too long: must have at most 262144 bytes"
+        );
+        let list = ["a".to_string(), "b\n".to_string()];
+        assert_eq!(
+            FieldError::invalid(&Path::new("s"), &list[..], "too many").to_string(),
+            "s: Invalid value: []string{\"a\", \"b\\n\"}: too many"
         );
         assert_eq!(
             Path::new("r").child("limits").key("cpu").to_string(),

@@ -16,6 +16,7 @@
 //! resize, pod-level resources) are not checked.
 
 mod container;
+pub mod dns;
 pub mod field;
 pub mod names;
 mod volumes;
@@ -226,13 +227,13 @@ pub fn validate_pod_spec(spec: &PodSpec, path: &Path) -> ErrorList {
                 dp,
                 &valid,
             ));
-        } else if dp == "None" && spec.dns_config.is_none() {
-            errs.push(FieldError::required(
-                &path.child("dnsConfig"),
-                "must provide `dnsConfig` when `dnsPolicy` is None",
-            ));
         }
     }
+    errs.extend(dns::validate_pod_dns_config(
+        spec.dns_config.as_ref(),
+        spec.dns_policy.as_deref(),
+        &path.child("dnsConfig"),
+    ));
     if let Some(g) = spec.termination_grace_period_seconds {
         if g < 0 {
             errs.push(FieldError::invalid(
@@ -258,6 +259,10 @@ pub fn validate_pod_spec(spec: &PodSpec, path: &Path) -> ErrorList {
             }
         }
     }
+    errs.extend(dns::validate_host_aliases(
+        spec.host_aliases.as_deref().unwrap_or_default(),
+        &path.child("hostAliases"),
+    ));
     if let Some(sc) = &spec.security_context {
         let p = path.child("securityContext");
         for (value, field) in [

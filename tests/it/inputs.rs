@@ -1,7 +1,8 @@
 //! Hostile inputs found by adversarial testing: FIFOs where manifests or the config
-//! file should be, bad flags, and a pod whose image is absent in every one of its many
-//! containers (a log flood). Each runs the real binary; the ones with pods run it
-//! against the real Docker engine.
+//! file should be, bad flags, a pod whose image is absent in every one of its many
+//! containers (a log flood), a host alias that would add a line to `/etc/hosts`, two
+//! manifests with one UID, and manifests of millions of tiny nodes or aliases. Each
+//! runs the real binary; the ones with pods run it against the real Docker engine.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -9,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{pod_yaml, wait_for, Node, LONG, SLEEPER};
+use crate::util::{label, pod_yaml, wait_for, Node, LONG, SLEEPER};
 use rkubelet::record::SPAM_BURST;
 
 fn mkfifo(path: &Path) {
@@ -260,5 +261,224 @@ fn many_containers_with_an_absent_image_log_a_bounded_number_of_lines() {
         log.lines().count(),
         about.len(),
         other.len()
+    );
+}
+
+/// `name`'s manifest with `metadata.uid` set.
+fn pod_with_uid(name: &str, uid: &str) -> String {
+    pod_yaml(name, 1, &[("c", SLEEPER)]).replace(
+        &format!("  name: {name}\n"),
+        &format!("  name: {name}\n  uid: {uid}\n"),
+    )
+}
+
+/// The running containers of a pod (full name), sandbox included.
+fn running_ids(node: &Node, pod: &str) -> Vec<String> {
+    let mut ids: Vec<String> = node
+        .containers()
+        .into_iter()
+        .filter(|c| {
+            label(c, "io.kubernetes.pod.name") == pod
+                && c.state == rkubelet::runtime::ContainerState::Running
+        })
+        .map(|c| c.id)
+        .collect();
+    rkubelet::sort::sort(&mut ids);
+    ids
+}
+
+#[test]
+fn a_host_alias_that_would_add_a_hosts_line_is_refused() {
+    let mut node = Node::new("in-alias");
+    let evil = pod_yaml("evil", 1, &[("c", SLEEPER)]).replace(
+        "spec:\n",
+        "spec:\n  hostAliases: [{ip: 10.0.0.1, hostnames: [\"a\\nevil 6.6.6.6\"]}]\n",
+    );
+    node.write_manifest("evil.yaml", &evil);
+    node.write_manifest("good.yaml", &pod_yaml("good", 1, &[("c", SLEEPER)]));
+    node.start(&[]);
+    // Both are in the file source's first snapshot: once the good one runs, the evil
+    // one was refused or started.
+    wait_for("the good pod to run", LONG, || {
+        node.running()
+            .get(&format!("good-{}/c", node.name))
+            .cloned()
+    });
+    let want = "evil.yaml: document 0: invalid pod: spec.hostAliases[0].hostnames[0]: Invalid value: \"a\\nevil 6.6.6.6\": a lowercase RFC 1123 subdomain";
+    wait_for("the refusal in the log", LONG, || {
+        node.log().contains(want).then_some(())
+    });
+    let evil_pod = format!("evil-{}", node.name);
+    assert!(
+        node.containers()
+            .iter()
+            .all(|c| label(c, "io.kubernetes.pod.name") != evil_pod),
+        "no container of the refused pod"
+    );
+    let pods = node.pods().to_string();
+    assert!(!pods.contains(&evil_pod), "not in /pods: {pods}");
+}
+
+#[test]
+fn a_second_manifest_with_a_uid_in_use_is_refused_and_the_first_keeps_running() {
+    let mut node = Node::new("in-uid");
+    node.start(&[]);
+    let (first, second) = (
+        format!("first-{}", node.name),
+        format!("second-{}", node.name),
+    );
+    // `b.yaml` comes after `a.yaml` by name, and after it in time.
+    node.write_manifest("a.yaml", &pod_with_uid("first", "same-uid"));
+    wait_for("the first pod to run", LONG, || {
+        node.running().get(&format!("{first}/c")).cloned()
+    });
+    let ids = running_ids(&node, &first);
+    assert_eq!(ids.len(), 2, "sandbox and c: {ids:?}");
+    node.write_manifest("b.yaml", &pod_with_uid("second", "same-uid"));
+    let a = node.manifests().join("a.yaml");
+    let want = format!(
+        "b.yaml: pod {second}_default has uid \"same-uid\", already the uid of pod {first}_default from {}; ignoring it",
+        a.display()
+    );
+    wait_for("the refusal naming both files", LONG, || {
+        node.log().contains(&want).then_some(())
+    });
+    let pod_names = || -> Vec<String> {
+        node.pods()["items"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .map(|p| {
+                        p["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(pod_names(), std::slice::from_ref(&first));
+    assert_eq!(
+        running_ids(&node, &first),
+        ids,
+        "the first pod is untouched"
+    );
+    assert!(running_ids(&node, &second).is_empty());
+    // Deleting the refused manifest touches nothing: the error clears, the first runs on.
+    std::fs::remove_file(node.manifests().join("b.yaml")).expect("rm b.yaml");
+    wait_for("the file source to recover", LONG, || {
+        node.log()
+            .split(&want)
+            .nth(1)
+            .is_some_and(|after| after.contains("src-file: recovered"))
+            .then_some(())
+    });
+    assert_eq!(pod_names(), std::slice::from_ref(&first));
+    assert_eq!(running_ids(&node, &first), ids, "still the same containers");
+    // Deleting the first stops it.
+    std::fs::remove_file(&a).expect("rm a.yaml");
+    wait_for("the first pod's containers to stop", LONG, || {
+        running_ids(&node, &first).is_empty().then_some(())
+    });
+}
+
+/// VmHWM (peak resident set) of a process, KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
+#[test]
+fn manifests_of_millions_of_tiny_nodes_or_aliases_are_refused_within_64_mib() {
+    use rkubelet::podconfig::manifest::MAX_MANIFEST_BYTES;
+    use rkubelet::podconfig::nodecount::MAX_MANIFEST_NODES;
+    const PEAK_MAX_KIB: u64 = 64 * 1024;
+    let cap = usize::try_from(MAX_MANIFEST_BYTES).expect("cap");
+    let head = "kind: Pod\nmetadata: {name: big}\nspec: {containers: [{name: c, image: i}]}\n";
+    let fill = |open: &str, item: &str, close: &str, room: usize| {
+        let n = room / (item.len() + 1);
+        format!("{open}{}{close}", vec![item; n].join(","))
+    };
+    // 1.5 M nodes; an alias to 10 000 nodes a million times; 1.5 M JSON values; and,
+    // decoded to the end, a manifest at the cap just under the node limit (refused
+    // by validation only after, for its container name).
+    let nodes = format!("{head}{}", fill("x: [", "0", "]\n", cap - head.len() - 8));
+    let anchor = format!("a: &a [{}]\n", vec!["0"; 10_000].join(","));
+    let aliases = format!(
+        "{head}{anchor}{}",
+        fill("b: [", "*a", "]\n", cap - head.len() - anchor.len() - 8)
+    );
+    let json_head = r#"{"kind":"Pod","metadata":{"name":"big"},"spec":{"containers":[{"name":"c","image":"i"}]},"#;
+    let json = format!(
+        "{json_head}{}",
+        fill("\"x\":[", "0", "]}", cap - json_head.len() - 8)
+    );
+    let under_head = head.replace("name: c,", "name: C_,");
+    let n = usize::try_from(MAX_MANIFEST_NODES).expect("limit") - 1_000;
+    let item = "v".repeat((cap - under_head.len() - 16) / n - 1);
+    let under = format!("{under_head}x: [{}]\n", vec![item.as_str(); n].join(","));
+    for (what, text) in [
+        ("nodes", &nodes),
+        ("aliases", &aliases),
+        ("json", &json),
+        ("under", &under),
+    ] {
+        assert!(
+            text.len() <= cap && text.len() > cap / 100 * 97,
+            "{what}: {}",
+            text.len()
+        );
+    }
+
+    let mut node = Node::new("in-nodes");
+    node.start(&[]);
+    // Should the bound regress, the alias manifest asks for hundreds of GB: a limit on
+    // the address space makes that an abort of this one process, not the host's OOM.
+    let lim = libc::rlimit {
+        rlim_cur: 4 << 30,
+        rlim_max: 4 << 30,
+    };
+    let pid = libc::pid_t::try_from(node.pid()).expect("pid");
+    // SAFETY: prlimit on our own child with a valid rlimit struct.
+    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_AS, &lim, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit({pid})");
+    let before = peak_rss_kib(node.pid());
+    node.write_manifest("nodes.yaml", &nodes);
+    node.write_manifest("aliases.yaml", &aliases);
+    node.write_manifest("nodes.json", &json);
+    node.write_manifest("under.yaml", &under);
+    let dir = node.manifests();
+    let refused = |file: &str| {
+        format!(
+            "{}: decodes to more than {MAX_MANIFEST_NODES} nodes (aliases count as what they repeat), not decoded",
+            dir.join(file).display()
+        )
+    };
+    let want = [
+        refused("aliases.yaml"),
+        refused("nodes.json"),
+        refused("nodes.yaml"),
+        format!(
+            "{}: document 0: invalid pod: spec.containers[0].name: Invalid value: \"C_\"",
+            dir.join("under.yaml").display()
+        ),
+    ];
+    wait_for("every manifest to be reported", LONG, || {
+        assert!(node.alive(), "rkubelet died: {}", node.log());
+        let log = node.log();
+        want.iter().all(|w| log.contains(w.as_str())).then_some(())
+    });
+    assert!(node.alive(), "rkubelet died: {}", node.log());
+    let peak = peak_rss_kib(node.pid());
+    eprintln!("peak RSS {peak} KiB after the manifests, {before} KiB before them");
+    assert!(
+        peak < PEAK_MAX_KIB,
+        "peak RSS {peak} KiB decoding the manifests (was {before} KiB before), over {PEAK_MAX_KIB} KiB"
     );
 }
