@@ -419,6 +419,10 @@ impl Pleg {
     /// exited and now says OOM-killed moves its pod's generation and is sent as
     /// `ContainerChanged`, so the pod's status is read again and says `OOMKilled`
     /// rather than keeping the `Error` of the first read.
+    ///
+    /// A pod with no container named (a re-check, [`evented::Wake::Pod`]) has each of
+    /// its containers the list shows running inspected: nothing it may have missed is
+    /// left to the list.
     pub fn update_pods(
         &mut self,
         pods: &BTreeMap<String, BTreeSet<String>>,
@@ -429,7 +433,11 @@ impl Pleg {
             let mut list = self.runtime.list_containers(&filter)?;
             let mut gone = BTreeSet::new();
             let mut late_oom = Vec::new();
-            for c in list.iter_mut().filter(|c| ids.contains(&c.id)) {
+            let recheck = ids.is_empty();
+            let named = |c: &ContainerSummary| {
+                ids.contains(&c.id) || (recheck && c.state == ContainerState::Running)
+            };
+            for c in list.iter_mut().filter(|c| named(c)) {
                 match self.runtime.inspect_container(&c.id) {
                     Ok(d) => {
                         let exited = |s: ContainerState| s == ContainerState::Exited;

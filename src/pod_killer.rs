@@ -84,6 +84,11 @@ const IDLE: Duration = Duration::from_secs(60);
 /// What runs when a kill has finished (on the supervisor's thread: keep it short).
 pub type Done = Box<dyn FnOnce(Result<(), RuntimeError>) + Send + 'static>;
 
+/// Told each pod (by UID) whose kill has ended, before the kill's own callback: the
+/// kubelet has the PLEG look at the pod again, so what the kill stopped is seen
+/// whether or not the runtime's events about it arrive (never blocks).
+pub type Killed = Arc<dyn Fn(&str) + Send + Sync>;
+
 struct Job {
     req: KillPodRequest,
     done: Done,
@@ -155,6 +160,7 @@ enum Outcome {
 pub struct PodKiller {
     tx: BoundedSender<Job>,
     manager: Arc<RuntimeManager>,
+    killed: Option<Killed>,
 }
 
 impl std::fmt::Debug for PodKiller {
@@ -197,12 +203,32 @@ impl PodKiller {
             let mut sup = Supervisor::new(&m, steps);
             sup.run(rx.clone(), &out_rx, &stop, &handle);
         })?;
-        Ok(PodKiller { tx, manager })
+        Ok(PodKiller {
+            tx,
+            manager,
+            killed: None,
+        })
+    }
+
+    /// Tells `killed` of every kill that ends, before its callback runs.
+    pub fn on_killed(mut self, killed: Killed) -> Self {
+        self.killed = Some(killed);
+        self
     }
 
     /// Hands a kill over; `done` runs when it has finished. Never drops a kill: when
     /// the queue is full, or the killer has stopped, the kill runs here and now.
     pub fn submit(&self, req: KillPodRequest, done: Done) {
+        let done: Done = match &self.killed {
+            Some(killed) => {
+                let (killed, uid) = (killed.clone(), req.uid.clone());
+                Box::new(move |r| {
+                    killed(&uid);
+                    done(r);
+                })
+            }
+            None => done,
+        };
         match self.tx.try_send(Job { req, done }) {
             Ok(()) => {}
             Err(TrySendError::Full(job)) | Err(TrySendError::Disconnected(job)) => {
@@ -782,6 +808,41 @@ mod tests {
         let (_, most) = kill_and_wait(&rt, &root, kill_all(&uids, true), || {});
         assert!(most <= THREADS, "{most} kill threads, more than {THREADS}");
         assert!(rt.containers().is_empty(), "every container was removed");
+    }
+
+    #[test]
+    fn a_pod_whose_kill_ended_is_told_before_the_kills_callback() {
+        let _turn = crate::loops::lock(&ONE_KILLER);
+        let root = TempDir::new("killer-told");
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
+        run(&rt, "p", "POD", "");
+        run(&rt, "p", "a", "container");
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let told = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let t = told.clone();
+        let killer = PodKiller::start(&loops, manager(&rt, &root))
+            .expect("start")
+            .on_killed(Arc::new(move |uid: &str| {
+                crate::loops::lock(&t).push(uid.to_string())
+            }));
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let t = told.clone();
+        killer.submit(
+            KillPodRequest {
+                uid: "p".into(),
+                pod: None,
+                grace_override: Some(Duration::from_secs(30)),
+                remove: false,
+            },
+            Box::new(move |r| {
+                let _ = done_tx.send((r.is_ok(), crate::loops::lock(&t).clone()));
+            }),
+        );
+        let got = done_rx.recv_timeout(Duration::from_secs(30));
+        assert_eq!(got, Ok((true, vec!["p".to_string()])), "told first, once");
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
     }
 
     #[test]

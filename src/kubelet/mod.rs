@@ -380,6 +380,9 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // which relists the pod at once, and everything every 5 min (1 s while the stream
     // is down).
     let (wake_tx, wake_rx) = evented::wake_channel(CHANNEL_CAPACITY);
+    // The pod killer's and the status manager's too: a pod whose kill ended, and a
+    // deleted pod whose final delete waits on a container seen running, are relisted.
+    let recheck_wake = wake_tx.clone();
     let watcher = evented::EventWatcher::new(
         parts.runtime.clone(),
         pleg.node_filter(),
@@ -414,7 +417,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     )?;
 
     // Pod killer and pod workers.
-    let handler = parts.syncer(&loops, &cfg)?;
+    let handler = parts.syncer(&loops, &cfg, recheck_wake.clone())?;
     // Volume manager: removes the directories of pods that are gone.
     {
         let volumes = parts.volumes.clone();
@@ -488,7 +491,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             &checks,
             parts.pressure.clone(),
         )?;
-        parts.start_status_manager(&loops, client, &cfg.node_name)?;
+        parts.start_status_manager(&loops, client, &cfg.node_name, recheck_wake)?;
     }
 
     // The sync loop.
@@ -709,9 +712,21 @@ impl Components {
         )
     }
 
-    /// Starts the pod killer and returns the pod workers' syncer.
-    fn syncer(&self, loops: &Loops, cfg: &KubeletConfig) -> Result<Arc<SyncHandler>, SpawnError> {
-        let killer = PodKiller::start(loops, self.manager.clone())?;
+    /// Starts the pod killer and returns the pod workers' syncer. Each pod whose kill
+    /// ends is relisted by the PLEG (`wake`): its stopped containers are seen even if
+    /// the runtime's events about them are not.
+    fn syncer(
+        &self,
+        loops: &Loops,
+        cfg: &KubeletConfig,
+        wake: evented::WakeSender,
+    ) -> Result<Arc<SyncHandler>, SpawnError> {
+        let killer =
+            PodKiller::start(loops, self.manager.clone())?.on_killed(Arc::new(move |uid: &str| {
+                wake.send(evented::Wake::Pod {
+                    pod_uid: uid.to_string(),
+                })
+            }));
         Ok(Arc::new(SyncHandler {
             manager: self.manager.clone(),
             statuses: self.statuses.clone(),
@@ -906,7 +921,9 @@ mod testing {
             let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
             let parts =
                 Components::new(&cfg, &runtime, &loops, probe_tx, None).expect("components");
-            let handler = parts.syncer(&loops, &cfg).expect("syncer");
+            // No evented PLEG here: the pod killer's wakes go nowhere.
+            let (wake, _) = crate::pleg::evented::wake_channel(1);
+            let handler = parts.syncer(&loops, &cfg, wake).expect("syncer");
             let (pleg_tx, pleg_rx) = crate::chan::bounded(crate::pleg::CHANNEL_CAPACITY);
             let pleg = Pleg::new(
                 parts.runtime.clone(),

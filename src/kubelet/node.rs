@@ -12,9 +12,10 @@ use crate::health::{HealthChecks, NetworkHealth, RuntimeHealth};
 use crate::loops::{Loops, Periodic, SpawnError};
 use crate::nodelease::{self, Heartbeat};
 use crate::nodestatus::{self, setters::NodeSettings, ReadinessCheck};
+use crate::pleg::evented::{Wake, WakeSender};
 use crate::pleg::PlegShared;
 use crate::runtime::Runtime;
-use crate::status::manager::{PodFinished, StatusManager, TICK};
+use crate::status::manager::{PodFinished, PodRecheck, StatusManager, TICK};
 
 use super::Components;
 
@@ -158,12 +159,15 @@ pub(super) fn start(
 impl Components {
     /// Starts the `status-mgr` loop: woken by status changes, ticking every second.
     /// A pod is finished (may be reported terminal, may be deleted) when no kill of it
-    /// is under way and the last relist saw none of its containers running.
+    /// is under way and the last relist saw none of its containers running. A deleted
+    /// pod whose kill has ended while the PLEG still sees a container of it running has
+    /// the PLEG relist it (`wake`): its final delete never waits on one missed event.
     pub(super) fn start_status_manager(
         &self,
         loops: &Loops,
         api: Arc<ApiClient>,
         node_name: &str,
+        wake: WakeSender,
     ) -> Result<(), SpawnError> {
         // Decodes the API server's JSON (serde recursion): the big stack.
         let loops = &loops.with_stack_size(crate::loops::BIG_STACK);
@@ -172,6 +176,18 @@ impl Components {
         let finished: PodFinished = Arc::new(move |uid: &str| {
             !workers.is_active(uid) && pleg.runtime_pods().get(uid).is_none_or(|p| !p.running)
         });
+        let workers = self.workers.clone();
+        let pleg = self.pleg_shared.clone();
+        let recheck: PodRecheck = Arc::new(move |uid: &str| {
+            let stale =
+                !workers.is_active(uid) && pleg.runtime_pods().get(uid).is_some_and(|p| p.running);
+            if stale {
+                wake.send(Wake::Pod {
+                    pod_uid: uid.to_string(),
+                });
+            }
+            stale
+        });
         let mut manager = StatusManager::new(
             api,
             self.statuses.clone(),
@@ -179,6 +195,7 @@ impl Components {
             finished,
             node_name,
         )
+        .with_recheck(recheck)
         .with_metrics(self.metrics.clone());
         loops.spawn_periodic(
             Periodic {

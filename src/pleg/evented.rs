@@ -97,6 +97,14 @@ pub enum Wake {
         /// The container's ID.
         id: String,
     },
+    /// Look at this pod again whatever events came (or did not): its final delete
+    /// waits on a container the PLEG still sees running. Relist the pod, inspecting
+    /// each of its containers the list shows running, so no missed `die` keeps the
+    /// PLEG's record wrong until the next full relist (5 min away while events flow).
+    Pod {
+        /// The pod's UID.
+        pod_uid: String,
+    },
     /// The stream (re)opened: relist everything now, for what it may have missed.
     StreamOpened,
     /// The stream broke: the relist period is 1 s again.
@@ -198,6 +206,10 @@ impl Schedule {
         match w {
             Wake::Container { pod_uid, id } => {
                 self.pods.entry(pod_uid).or_default().insert(id);
+            }
+            // No container named: the targeted relist inspects the running ones.
+            Wake::Pod { pod_uid } => {
+                self.pods.entry(pod_uid).or_default();
             }
             Wake::StreamOpened => self.relist_now = true,
             // The period the caller passes shrinks to 1 s; nothing else to do.

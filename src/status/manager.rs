@@ -54,6 +54,13 @@ const MAX_TICK_WORK: Duration = Duration::from_secs(30);
 /// A mirror just created is not created again for this long while the watch has not
 /// shown it yet (the API source's copy lags the create by a watch event).
 const MIRROR_CREATE_WAIT: Duration = Duration::from_secs(5);
+/// How often a pod being deleted that can still have running containers has the
+/// runtime looked at again ([`PodRecheck`]): its final delete then waits at most this
+/// long (and a relist) past its containers' end, whatever event was missed.
+pub const RECHECK_PERIOD: Duration = Duration::from_secs(2);
+/// A pod that waits this long on the runtime after its kill ended is worth a warning:
+/// Docker still says a container of it runs.
+const RECHECK_WARN: Duration = Duration::from_secs(30);
 
 /// What the sync loop publishes for the status manager: its pod manager.
 #[derive(Debug, Default)]
@@ -127,6 +134,22 @@ impl PodStatusApi for ApiClient {
 /// `podDeletionSafety.PodCouldHaveRunningContainers`, negated).
 pub type PodFinished = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
+/// Asks for another look at the runtime for a pod being deleted that can still have
+/// running containers (by the kubelet's UID); true when it asked (the pod's kill has
+/// ended, yet the last look saw a container running), false when there is nothing to
+/// look at again (a kill is under way).
+pub type PodRecheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// What the status manager remembers of a pod whose final delete waits on the runtime.
+#[derive(Debug)]
+struct Recheck {
+    /// The last call of the hook.
+    last: Instant,
+    /// The first call that asked (the pod's kill had ended).
+    asked_since: Option<Instant>,
+    warned: bool,
+}
+
 /// Why a tick stopped early.
 #[derive(Debug)]
 pub enum StatusError {
@@ -156,6 +179,7 @@ pub struct StatusManager {
     statuses: Arc<StatusCache>,
     view: Arc<PodManagerView>,
     finished: PodFinished,
+    recheck: PodRecheck,
     node_name: String,
     metrics: Option<Arc<KubeletMetrics>>,
     /// By API UID (a static pod's: its mirror's): the version of the kubelet's status
@@ -173,6 +197,8 @@ pub struct StatusManager {
     /// API UIDs never to write again: the API has no such pod (404) or another pod
     /// of that name (409), or it was deleted for good.
     dropped: HashSet<String>,
+    /// By API UID: pods being deleted whose containers may still run.
+    rechecks: HashMap<String, Recheck>,
     /// Mirrors created and not yet seen in the snapshot: full name → (UID, when).
     created: HashMap<String, (String, Instant)>,
     node_uid: Option<String>,
@@ -211,6 +237,7 @@ impl StatusManager {
             statuses,
             view,
             finished,
+            recheck: Arc::new(|_: &str| false),
             node_name: node_name.to_string(),
             metrics: None,
             synced: HashMap::new(),
@@ -218,6 +245,7 @@ impl StatusManager {
             patched: HashMap::new(),
             dropped: HashSet::new(),
             seen_rv: HashMap::new(),
+            rechecks: HashMap::new(),
             created: HashMap::new(),
             node_uid: None,
             node_retry_at: None,
@@ -225,6 +253,15 @@ impl StatusManager {
             backoff: Duration::ZERO,
             retry_at: None,
         }
+    }
+
+    /// Calls `recheck` for a pod being deleted that can still have running
+    /// containers, every [`RECHECK_PERIOD`]: the final delete must not hang on one
+    /// runtime event (a missed `die` left the PLEG seeing a container running, and the
+    /// pod in the API, until its next full relist 5 min later; issue 27).
+    pub fn with_recheck(mut self, recheck: PodRecheck) -> Self {
+        self.recheck = recheck;
+        self
     }
 
     /// Records `kubelet_pod_status_sync_duration_seconds` into `metrics`.
@@ -274,7 +311,7 @@ impl StatusManager {
                 }
             } else {
                 self.sync_status(uid_of(pod), pod, resync, now)?;
-                self.delete_if_done(pod)?;
+                self.delete_if_done(pod, now)?;
             }
         }
         self.sync_mirrors(&snap, now)?;
@@ -395,14 +432,20 @@ impl StatusManager {
 
     /// Upstream `canBeDeleted` + the final `DELETE`: a pod being deleted whose
     /// containers are all stopped and whose API status is terminal is deleted with
-    /// grace 0 and its UID as precondition. Mirror pods never come here.
-    fn delete_if_done(&mut self, pod: &Pod) -> Result<(), ApiError> {
+    /// grace 0 and its UID as precondition. Mirror pods never come here. One whose
+    /// containers may still run has the runtime looked at again ([`Self::recheck`]).
+    fn delete_if_done(&mut self, pod: &Pod, now: Instant) -> Result<(), ApiError> {
         let uid = uid_of(pod).to_string();
         if pod.metadata.deletion_timestamp.is_none() || self.dropped.contains(&uid) {
             return Ok(());
         }
+        if !(self.finished)(&uid) {
+            self.recheck(pod, now);
+            return Ok(());
+        }
+        self.rechecks.remove(&uid);
         let terminal = super::is_terminal_phase(self.api_status(pod).phase.as_deref());
-        if !terminal || !(self.finished)(&uid) {
+        if !terminal {
             return Ok(());
         }
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
@@ -425,6 +468,52 @@ impl StatusManager {
                 );
                 Ok(())
             }
+        }
+    }
+
+    /// A pod being deleted whose containers may still run: every [`RECHECK_PERIOD`]
+    /// the hook has the runtime looked at again, so a container death the PLEG missed
+    /// is found without waiting for its next full relist. Said once when it first
+    /// asks, warned once when the runtime keeps a container running [`RECHECK_WARN`]
+    /// after the pod's kill ended.
+    fn recheck(&mut self, pod: &Pod, now: Instant) {
+        let uid = uid_of(pod);
+        let due = self
+            .rechecks
+            .get(uid)
+            .is_none_or(|r| now.duration_since(r.last) >= RECHECK_PERIOD);
+        if !due {
+            return;
+        }
+        let asked = (self.recheck)(uid);
+        let r = self.rechecks.entry(uid.to_string()).or_insert(Recheck {
+            last: now,
+            asked_since: None,
+            warned: false,
+        });
+        r.last = now;
+        if !asked {
+            r.asked_since = None;
+            return;
+        }
+        let pod = crate::container::format_pod(pod);
+        match r.asked_since {
+            None => {
+                r.asked_since = Some(now);
+                log::info!(
+                    "pod {pod}: being deleted and its kill has ended, but a container \
+                     of it was last seen running: looking at the runtime again"
+                );
+            }
+            Some(since) if !r.warned && now.duration_since(since) >= RECHECK_WARN => {
+                r.warned = true;
+                log::warn!(
+                    "pod {pod}: being deleted, its kill ended {:?} ago, and the runtime \
+                     still lists a container of it running: its final delete waits",
+                    now.duration_since(since)
+                );
+            }
+            Some(_) => {}
         }
     }
 
@@ -525,6 +614,7 @@ impl StatusManager {
             .retain(|u, _| api_uids.contains(u.as_str()));
         self.patched.retain(|u, _| api_uids.contains(u.as_str()));
         self.seen_rv.retain(|u, _| api_uids.contains(u.as_str()));
+        self.rechecks.retain(|u, _| api_uids.contains(u.as_str()));
         self.dropped.retain(|u| api_uids.contains(u.as_str()));
     }
 }
@@ -887,6 +977,72 @@ mod tests {
         );
         h.tick_after(11).expect("resync");
         assert_eq!(h.api.calls(), [], "deleted once");
+    }
+
+    #[test]
+    fn a_deleted_pod_seen_running_after_its_kill_has_the_runtime_looked_at_again() {
+        let mut h = harness();
+        let asked = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (a, f, f2) = (asked.clone(), h.finished.clone(), h.finished.clone());
+        // As the kubelet's hook: asks while the pod is not finished.
+        h.m = StatusManager::new(
+            h.api.clone(),
+            h.statuses.clone(),
+            h.view.clone(),
+            Arc::new(move |_: &str| *lock(&f2)),
+            "node1",
+        )
+        .with_recheck(Arc::new(move |uid: &str| {
+            lock(&a).push(uid.to_string());
+            !*lock(&f)
+        }));
+        let mut p = api_pod("web", "u1");
+        p.metadata.deletion_timestamp = Some(crate::time::k8s_time(std::time::SystemTime::now()));
+        lock(&h.api.statuses).insert("web".into(), json!({"phase": "Running"}));
+        h.publish(vec![p.clone()], vec![]);
+        h.statuses.set("u1", status("Failed", "False"));
+        // Its containers may still run: asked at once, then every RECHECK_PERIOD.
+        h.tick_after(0).expect("tick");
+        assert_eq!(*lock(&asked), ["u1"]);
+        h.tick_after(1).expect("tick");
+        assert_eq!(lock(&asked).len(), 1, "not again within the period");
+        h.tick_after(RECHECK_PERIOD.as_secs()).expect("tick");
+        assert_eq!(lock(&asked).len(), 2);
+        assert!(!h.api.calls().iter().any(|c| matches!(c, Call::Delete(..))));
+        // The look found it down: final status, delete, no more asking.
+        *lock(&h.finished) = true;
+        h.tick_after(1).expect("tick");
+        let calls = h.api.calls();
+        assert_eq!(
+            calls.last(),
+            Some(&Call::Delete("web".into(), "u1".into())),
+            "{calls:?}"
+        );
+        h.tick_after(RECHECK_PERIOD.as_secs() + 1).expect("tick");
+        assert_eq!(lock(&asked).len(), 2);
+    }
+
+    #[test]
+    fn a_pod_not_being_deleted_is_never_looked_at_again() {
+        let mut h = harness();
+        let asked = Arc::new(Mutex::new(0));
+        let a = asked.clone();
+        h.m = StatusManager::new(
+            h.api.clone(),
+            h.statuses.clone(),
+            h.view.clone(),
+            Arc::new(|_: &str| false),
+            "node1",
+        )
+        .with_recheck(Arc::new(move |_: &str| {
+            *lock(&a) += 1;
+            true
+        }));
+        h.publish(vec![api_pod("web", "u1")], vec![]);
+        h.statuses.set("u1", status("Running", "True"));
+        h.tick_after(0).expect("tick");
+        h.tick_after(RECHECK_PERIOD.as_secs()).expect("tick");
+        assert_eq!(*lock(&asked), 0);
     }
 
     fn static_pod() -> Pod {

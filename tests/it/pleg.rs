@@ -4,7 +4,8 @@
 //!
 //! Docker cannot be restarted here (the engine is shared), so the cut is made by a
 //! Unix-socket proxy in front of `/var/run/docker.sock` that the kubelet is pointed at:
-//! it forwards every connection byte for byte and can shut the ones carrying `/events`.
+//! it forwards every connection byte for byte and can shut the ones carrying `/events`
+//! (or hide every `die` from them: tests/it/status_manager.rs).
 
 use std::io::{Read, Write};
 use std::net::Shutdown;
@@ -33,7 +34,18 @@ pub struct DockerProxy {
     stop: Arc<AtomicBool>,
 }
 
-fn copy(mut from: UnixStream, mut to: UnixStream, events: Option<Arc<AtomicBool>>) {
+/// The `die` action in an events request's filter, and what it is rewritten to when
+/// deaths are hidden: an action Docker never sends, of the same length, so the request
+/// stays well-formed.
+const DIE_FILTER: &[u8] = b"%22die%22";
+const NO_DIE_FILTER: &[u8] = b"%22xxx%22";
+
+fn copy(
+    mut from: UnixStream,
+    mut to: UnixStream,
+    events: Option<Arc<AtomicBool>>,
+    hide_deaths: bool,
+) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -43,6 +55,14 @@ fn copy(mut from: UnixStream, mut to: UnixStream, events: Option<Arc<AtomicBool>
         if let Some(flag) = &events {
             if buf[..n].windows(8).any(|w| w == b"/events?") {
                 flag.store(true, Ordering::SeqCst);
+                if hide_deaths {
+                    while let Some(i) = buf[..n]
+                        .windows(DIE_FILTER.len())
+                        .position(|w| w == DIE_FILTER)
+                    {
+                        buf[i..i + NO_DIE_FILTER.len()].copy_from_slice(NO_DIE_FILTER);
+                    }
+                }
             }
         }
         if to.write_all(&buf[..n]).is_err() {
@@ -55,6 +75,17 @@ fn copy(mut from: UnixStream, mut to: UnixStream, events: Option<Arc<AtomicBool>
 impl DockerProxy {
     /// A proxy listening on `dir/docker-proxy.sock`.
     pub fn start(dir: &std::path::Path) -> DockerProxy {
+        Self::start_with(dir, false)
+    }
+
+    /// A proxy whose event streams never carry a `die`: the `die` action is taken out
+    /// of every events request's filter on its way to Docker, so the kubelet misses
+    /// every container death it does not find for itself (issue 27).
+    pub fn start_hiding_deaths(dir: &std::path::Path) -> DockerProxy {
+        Self::start_with(dir, true)
+    }
+
+    fn start_with(dir: &std::path::Path, hide_deaths: bool) -> DockerProxy {
         let path = dir.join("docker-proxy.sock");
         let listener = UnixListener::bind(&path).expect("bind the proxy socket");
         let conns: Arc<Mutex<Vec<Conn>>> = Arc::default();
@@ -84,10 +115,10 @@ impl DockerProxy {
                     let flag = events.clone();
                     let _ = std::thread::Builder::new()
                         .name("it-dproxy-up".into())
-                        .spawn(move || copy(c1, u1, Some(flag)));
+                        .spawn(move || copy(c1, u1, Some(flag), hide_deaths));
                     let _ = std::thread::Builder::new()
                         .name("it-dproxy-down".into())
-                        .spawn(move || copy(u2, c2, None));
+                        .spawn(move || copy(u2, c2, None, false));
                     c.lock().expect("conns").push(Conn {
                         client,
                         upstream,

@@ -2,16 +2,21 @@
 //! API pods' statuses written back (and read by a real `kubectl`), mirror pods for
 //! static pods (created, recreated, deleted, never run), graceful deletion with
 //! `kubectl delete pod`, an API server that goes away and comes back (or comes back
-//! with new resourceVersions), and a status write that meets a recreated pod.
+//! with new resourceVersions), and a status write that meets a recreated pod. Pods
+//! that ignore SIGTERM leave the API within their grace + 10 s: 50 deleted under CPU
+//! load, and some whose deaths never reach the kubelet as events (issue 27).
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rkubelet::runtime::Runtime;
 use serde_json::{json, Value};
 
 use crate::apiserver::{Options, TestApiServer};
+use crate::pleg::DockerProxy;
 use crate::util::{wait_for, Node, BUSYBOX, LONG, SLEEPER};
 
 /// The kubelet's bearer token (user `system:node:<node>`), and kubectl's.
@@ -31,8 +36,9 @@ impl World {
         Self::start_after(prefix, |_, _| {})
     }
 
-    /// Starts the kubelet after `before` has prepared the stand-in.
-    fn start_after(prefix: &str, before: impl FnOnce(&TestApiServer, &Node)) -> World {
+    /// Starts the kubelet after `before` has prepared the stand-in (and perhaps the
+    /// node's runtime endpoint).
+    fn start_after(prefix: &str, before: impl FnOnce(&TestApiServer, &mut Node)) -> World {
         let api = TestApiServer::start(Options {
             tokens: vec![KUBELET_TOKEN.into(), KUBECTL_TOKEN.into()],
             ..Options::default()
@@ -46,7 +52,7 @@ impl World {
         api.set_token_user(KUBECTL_TOKEN, "admin", &["system:masters"]);
         let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
         let kubectl_config = api.kubeconfig(&node.dir, "user.kubeconfig", "token: kubectl-token");
-        before(&api, &node);
+        before(&api, &mut node);
         node.start(&[&format!("--kubeconfig={}", kc.display())]);
         World {
             api,
@@ -505,4 +511,144 @@ fn a_pod_deleted_before_the_kubelet_ever_ran_it_is_deleted_for_good() {
         w.pod("early").is_none().then_some(())
     });
     assert!(w.node.containers().is_empty(), "never started");
+}
+
+/// Burns CPU on `n` threads until dropped: the load under which the final delete of a
+/// stubborn pod went missing (issue 27).
+struct CpuHog {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl CpuHog {
+    fn start(n: usize) -> CpuHog {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
+                })
+            })
+            .collect();
+        CpuHog { stop, threads }
+    }
+}
+
+impl Drop for CpuHog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl World {
+    /// Waits until pod `name` (UID `uid`), deleted at `at`, has left the API, at most
+    /// until `at + limit`; panics then with the kubelet's lines about it.
+    fn wait_gone(&self, name: &str, uid: &str, at: Instant, limit: Duration) {
+        while self.pod(name).is_some() {
+            if at.elapsed() > limit {
+                let log = self.node.log();
+                let lines: Vec<&str> = log
+                    .lines()
+                    .filter(|l| l.contains(uid) || l.contains(name))
+                    .collect();
+                panic!(
+                    "pod {name} ({uid}) still in the API {limit:?} after its delete:\n{}",
+                    lines.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn stubborn_pods_deleted_under_load_all_leave_the_api_within_their_grace() {
+    // 50 deletions of pods that ignore SIGTERM, five at a time, while two threads
+    // burn CPU: each pod leaves the API within its grace + 10 s.
+    const GRACE: i64 = 2;
+    const AT_ONCE: usize = 5;
+    const ROUNDS: usize = 10;
+    let limit = Duration::from_secs(GRACE as u64 + 10);
+    let w = World::start("sm-final");
+    let _hog = CpuHog::start(2);
+    let mut slowest = Duration::ZERO;
+    for round in 0..ROUNDS {
+        let names: Vec<String> = (0..AT_ONCE).map(|i| format!("s{round}-{i}")).collect();
+        for n in &names {
+            // A busybox shell as PID 1 ignores SIGTERM: SIGKILL after the grace.
+            w.create_pod(n, Some(GRACE), "while true; do sleep 1; done");
+        }
+        let uids: Vec<String> = names
+            .iter()
+            .map(|n| {
+                let p = w.wait_running(n);
+                p["metadata"]["uid"].as_str().expect("uid").to_string()
+            })
+            .collect();
+        let mut deleted = Vec::new();
+        for n in &names {
+            w.api
+                .delete("pods", "default", n, &json!({"gracePeriodSeconds": GRACE}))
+                .expect("delete");
+            deleted.push(Instant::now());
+        }
+        for ((n, uid), at) in names.iter().zip(&uids).zip(deleted) {
+            w.wait_gone(n, uid, at, limit);
+            slowest = slowest.max(at.elapsed());
+        }
+    }
+    eprintln!("slowest of 50 final deletes: {slowest:?} after the delete");
+}
+
+#[test]
+fn a_stopped_pod_whose_death_the_pleg_never_heard_of_is_deleted_all_the_same() {
+    const GRACE: i64 = 2;
+    // The kubelet talks to Docker through a proxy that takes `die` out of its event
+    // filter: no container death reaches the evented PLEG, whose full relist is 5 min
+    // away. The pods' deletions must not wait for it.
+    let mut proxy = None;
+    let w = World::start_after("sm-nodie", |_, node| {
+        let p = DockerProxy::start_hiding_deaths(&node.dir);
+        node.endpoint = p.endpoint();
+        proxy = Some(p);
+    });
+    let names = ["nodie-0", "nodie-1", "nodie-2"];
+    for n in names {
+        w.create_pod(n, Some(GRACE), "while true; do sleep 1; done");
+    }
+    for n in names {
+        w.wait_running(n);
+    }
+    let uids: Vec<String> = names
+        .iter()
+        .map(|n| {
+            w.pod(n).expect("pod")["metadata"]["uid"]
+                .as_str()
+                .expect("uid")
+                .to_string()
+        })
+        .collect();
+    let began = Instant::now();
+    for n in names {
+        w.api
+            .delete("pods", "default", n, &json!({"gracePeriodSeconds": GRACE}))
+            .expect("delete");
+    }
+    for (n, uid) in names.iter().zip(&uids) {
+        w.wait_gone(n, uid, began, Duration::from_secs(GRACE as u64 + 10));
+    }
+    eprintln!("all deleted {:?} after their deletes", began.elapsed());
+    let log = w.node.log();
+    assert!(log.contains("outlived its grace period: SIGKILL"), "{log}");
+    assert!(
+        !log.contains("pleg: event die of"),
+        "the proxy let a die event through: the test proves nothing"
+    );
 }

@@ -409,3 +409,36 @@ fn a_burst_beyond_the_channel_becomes_one_full_relist() {
     assert_eq!(s.next(t0, RELIST_PERIOD), Action::Relist, "overflow");
     assert_eq!(s.next(t0, RELIST_PERIOD), Action::Wait(RELIST_PERIOD));
 }
+
+#[test]
+fn a_pod_woken_without_an_event_is_relisted_with_its_running_containers_inspected() {
+    let (rt, id, mut pleg, rx) = world();
+    let (wake, wakes) = wake_channel(CHANNEL_CAPACITY);
+    let mut s = Schedule::new();
+    s.next(Instant::now(), RELIST_PERIOD);
+    pleg.shared().set_stream_open(true);
+    let wake_pod = || Wake::Pod {
+        pod_uid: "uid-1".into(),
+    };
+
+    // Still running: listed, and inspected although no event named it.
+    wake.send(wake_pod());
+    let before = rt.calls().len();
+    assert_eq!(
+        run_until_idle(&mut pleg, &wakes, &mut s),
+        vec![Action::UpdatePods(
+            [("uid-1".to_string(), BTreeSet::new())].into()
+        )]
+    );
+    let ops: Vec<Op> = rt.calls()[before..].iter().map(|c| c.op).collect();
+    assert_eq!(ops, vec![Op::List, Op::Inspect]);
+    assert_eq!(rx.try_iter().count(), 0, "nothing changed");
+
+    // Its death's event never came (issue 27): the wake alone finds it dead.
+    rt.exit(&id, 137);
+    wake.send(wake_pod());
+    run_until_idle(&mut pleg, &wakes, &mut s);
+    let got: Vec<PlegEvent> = rx.try_iter().collect();
+    assert_eq!(got, vec![pod1_event(PlegEventType::ContainerDied, &id)]);
+    assert!(!pleg.shared().runtime_pods()["uid-1"].running);
+}
