@@ -399,6 +399,10 @@ struct Kill {
     phase: Phase,
     /// Stops of the current phase not yet done.
     pending: usize,
+    /// The first stop signal that failed, for a kill of some containers: its end is
+    /// an error, so that the pod's sync waits as after a failed sync, rather than
+    /// ask for the same stop again at once.
+    error: Option<RuntimeError>,
 }
 
 /// A container (or sandbox) that was sent its stop signal and has not been seen
@@ -524,6 +528,7 @@ impl<'a> Supervisor<'a> {
                 pod: RuntimePod::default(),
                 phase,
                 pending: 0,
+                error: None,
             },
         );
         match job.what {
@@ -647,6 +652,9 @@ impl<'a> Supervisor<'a> {
                     crate::loops::error_chain(&e)
                 );
                 drop(stop);
+                if let Some(k) = self.kills.get_mut(&kill) {
+                    k.error.get_or_insert(e);
+                }
                 self.stop_done(kill);
             }
         }
@@ -670,7 +678,10 @@ impl<'a> Supervisor<'a> {
         };
         match k.phase {
             Phase::Planning | Phase::Hook | Phase::Removing => {}
-            Phase::Containers if !k.whole => self.complete(kill, Ok(())),
+            Phase::Containers if !k.whole => {
+                let result = k.error.take().map_or(Ok(()), Err);
+                self.complete(kill, result);
+            }
             Phase::Containers => {
                 k.phase = Phase::Sandboxes;
                 let pod = std::mem::take(&mut k.pod);
@@ -1277,6 +1288,55 @@ mod tests {
             Some(ContainerState::Running),
             "the sandbox stays"
         );
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn a_syncs_container_stop_whose_signal_fails_ends_in_an_error() {
+        let _turn = crate::loops::lock(&ONE_KILLER);
+        let root = TempDir::new("killer-one-fails");
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
+        run(&rt, "p", "POD", "");
+        run(&rt, "p", "a", "container");
+        let d = rt
+            .containers()
+            .into_iter()
+            .find(|c| c.name == "k8s_a_p")
+            .expect("a");
+        rt.fail(
+            Op::Stop,
+            1,
+            crate::runtime::fake::Fault::Api(500, "boom".into()),
+        );
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let m = manager(&rt, &root);
+        let killer = PodKiller::start(&loops, m.clone()).expect("start");
+        let k = crate::kuberuntime::actions::KillAction {
+            id: d.id.clone(),
+            name: "a".into(),
+            kind: crate::container::labels::ContainerKind::App,
+            message: String::new(),
+            reason: crate::kuberuntime::actions::KillReason::Other,
+        };
+        let stops = vec![m.plan_container_stop(None, &d, k)];
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let req = KillPodRequest {
+            uid: "p".into(),
+            pod: None,
+            grace_override: None,
+            remove: false,
+        };
+        killer.submit_containers(
+            req,
+            stops,
+            Box::new(move |r| {
+                let _ = done_tx.send(r.is_ok());
+            }),
+        );
+        // The pod's sync is then tried again after the error period, not at once.
+        assert_eq!(done_rx.recv_timeout(Duration::from_secs(30)), Ok(false));
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
     }

@@ -79,12 +79,18 @@ impl SyncHandler {
             remove: false,
         };
         let (workers, manager, pod) = (self.workers.clone(), self.manager.clone(), pod.clone());
+        let queue = self.queue.clone();
         let done: crate::pod_killer::Done = Box::new(move |res| {
-            if let Err(e) = res {
-                log::warn!("pod {uid}: {}", crate::loops::error_chain(&e));
-            }
             manager.forget_pod_status(&uid);
-            workers.resume(&uid, pod);
+            match res {
+                Ok(()) => workers.resume(&uid, pod),
+                Err(e) => {
+                    // As a failed sync: tried again after the error period.
+                    log::warn!("pod {uid}: {}", crate::loops::error_chain(&e));
+                    queue.enqueue(&uid, SYNC_ERROR_REQUEUE);
+                    workers.finish(&uid, false);
+                }
+            }
         });
         match parked {
             Parked::Stops(stops) => self.killer.submit_containers(req, stops, done),

@@ -1,8 +1,9 @@
 //! The kubelet's runtime manager (upstream `pkg/kubelet/kuberuntime`): reads a pod's
 //! containers from the runtime, decides what to start and stop
 //! ([`actions::compute_pod_actions`]), and does it through the [`Runtime`] trait:
-//! `SyncPod`, `startContainer` (with the postStart hook and the termination-message
-//! file), `killContainer` (preStop hook, grace period, sidecar termination order) and
+//! `SyncPod`, `startContainer` (with the termination-message file; its postStart hook
+//! and a sync's container kills are returned for the pod killer, which calls back
+//! here), `killContainer` (preStop hook, grace period, sidecar termination order) and
 //! `KillPod`.
 //!
 //! (Over 800 lines: sync, start and kill share the manager's private helpers; the kill
