@@ -38,6 +38,13 @@ pub const LOOP_STALL_PERIODS: u32 = 3;
 /// blocked, not slow; the floor keeps 1 s loops (PLEG-like relists on a busy Docker)
 /// from being called stuck by a few slow calls in a row.
 pub const MIN_LOOP_STALL_WINDOW: Duration = Duration::from_secs(120);
+/// A pod worker is stuck when one job (a pod's sync or kill hand-over) has held it
+/// this long. A sync makes only runtime calls, each with a timeout of 30 s or less,
+/// a few per container: two minutes is blocked, not slow.
+pub const POD_WORKER_STALL: Duration = Duration::from_secs(120);
+/// Pod workers are named `<this>N`.
+const POD_WORKER_PREFIX: &str = "pod-worker-";
+
 /// The first tick may do start-up work (the first list of every container on a
 /// loaded node, a runtime still starting): it gets the sync loop's window.
 pub const FIRST_TICK_STALL_WINDOW: Duration = MIN_SYNC_LOOP_WINDOW;
@@ -75,6 +82,29 @@ pub fn loop_stall(name: &str, st: &LoopState, now: Instant) -> Result<(), String
         ));
     }
     Ok(())
+}
+
+/// The check of one pod worker: Err when its current job has held it longer than
+/// [`POD_WORKER_STALL`]. An idle or finished worker passes.
+pub fn worker_stall(name: &str, st: &LoopState, now: Instant) -> Result<(), String> {
+    let Some(since) = st.busy_since.filter(|_| !st.finished) else {
+        return Ok(());
+    };
+    let busy = now.saturating_duration_since(since);
+    if busy > POD_WORKER_STALL {
+        return Err(format!(
+            "{name} has been on one pod's work for {}; threshold is {}",
+            go_duration(busy),
+            go_duration(POD_WORKER_STALL)
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a loop's health is judged as a pod worker's.
+fn is_pod_worker(name: &str) -> bool {
+    name.strip_prefix(POD_WORKER_PREFIX)
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The runtime's liveness, written by the `runtime-up` loop.
@@ -211,6 +241,9 @@ impl HealthChecks {
             "network" => self.network.healthy(),
             _ => {
                 let st = self.registry.get(name)?;
+                if is_pod_worker(name) {
+                    return Some(worker_stall(name, &st, now));
+                }
                 st.period?;
                 loop_stall(name, &st, now)
             }
@@ -250,7 +283,8 @@ impl HealthChecks {
     }
 
     /// Every check's result, in order: the fixed checks, then one per periodic loop
-    /// (by name; a loop named like a fixed check is covered by that check).
+    /// and per pod worker alive (by name; a loop named like a fixed check is covered by
+    /// that check).
     pub fn all(&self, now: Instant) -> Vec<(String, Result<(), String>)> {
         let fixed = CHECKS
             .iter()
@@ -259,9 +293,15 @@ impl HealthChecks {
             .registry
             .snapshot()
             .into_iter()
-            .filter(|(name, st)| st.period.is_some() && !CHECKS.contains(&name.as_str()))
+            .filter(|(name, st)| {
+                (st.period.is_some() || is_pod_worker(name)) && !CHECKS.contains(&name.as_str())
+            })
             .map(|(name, st)| {
-                let r = loop_stall(&name, &st, now);
+                let r = if is_pod_worker(&name) {
+                    worker_stall(&name, &st, now)
+                } else {
+                    loop_stall(&name, &st, now)
+                };
                 (name, r)
             })
             .collect::<Vec<_>>();
@@ -503,5 +543,74 @@ mod tests {
             ..state(period, 9, Some(t0))
         };
         assert_eq!(loop_stall("src-file", &done, t0 + s(3600)), Ok(()));
+    }
+
+    #[test]
+    fn a_pod_worker_held_by_one_job_past_the_bound_fails_a_check_of_its_name() {
+        use crate::loops::{shutdown_channel, Loops, Pool, PoolSpec};
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);
+        let (job_tx, job_rx) = crossbeam_channel::bounded::<()>(1);
+        // A pool named as the pod workers, whose one job blocks until released.
+        let pool = Pool::new(
+            &loops,
+            PoolSpec {
+                prefix: "pod-worker".into(),
+                max: 2,
+                idle: Duration::from_secs(60),
+            },
+            job_rx,
+            move |(), _| {
+                let _ = release_rx.recv();
+            },
+        );
+        job_tx.send(()).expect("queue");
+        pool.kick();
+        let checks = HealthChecks {
+            registry: loops.registry(),
+            pleg: Arc::new(PlegShared::default()),
+            runtime: Arc::new(RuntimeHealth::default()),
+            network: Arc::new(NetworkHealth::default()),
+            sync_frequency: Duration::from_secs(1),
+        };
+        let until = Instant::now() + Duration::from_secs(10);
+        while checks
+            .registry
+            .get("pod-worker-0")
+            .is_none_or(|s| s.busy_since.is_none())
+        {
+            assert!(Instant::now() < until, "the worker never took its job");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let now = Instant::now();
+        assert_eq!(checks.check("pod-worker-0", now), Some(Ok(())));
+        let later = now + POD_WORKER_STALL + Duration::from_secs(1);
+        let stuck = checks.check("pod-worker-0", later).expect("a check");
+        assert!(
+            stuck
+                .as_ref()
+                .is_err_and(|e| e.starts_with("pod-worker-0 has been on one pod's work for ")),
+            "{stuck:?}"
+        );
+        let all = checks.all(later);
+        assert!(
+            all.contains(&("pod-worker-0".to_string(), stuck)),
+            "{all:?}"
+        );
+        assert_eq!(checks.check("pod-worker-1", later), None, "not started");
+        // Released, the worker is idle and passes.
+        release_tx.send(()).expect("release");
+        while checks
+            .registry
+            .get("pod-worker-0")
+            .is_some_and(|s| s.busy_since.is_some())
+        {
+            assert!(Instant::now() < until, "the job never ended");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(checks.check("pod-worker-0", later), Some(Ok(())));
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
     }
 }

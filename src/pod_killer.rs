@@ -27,6 +27,15 @@
 //! run. So 100 pods that ignore SIGTERM are all stopped in about one grace period,
 //! with [`THREADS`] threads whatever the number of pods and containers.
 //!
+//! It also carries out what would hold a pod worker inside one pod's sync (upstream
+//! blocks that pod's goroutine, which here would be one of the few workers shared by
+//! all pods): the stops of single containers a sync decided (a failed liveness or
+//! startup probe, a changed spec), each a stop as above without the sandboxes, and a
+//! started container's postStart hook, run on a `post-start-N` thread (a pool of at
+//! most [`HOOK_THREADS`], so hooks that hang never take the kill steps' threads) and
+//! followed by the container's stop when it fails. The pod's sync is parked
+//! meanwhile (its slot busy, no worker held) and resumes when the job completes.
+//!
 //! Ordering stays per pod: the pod worker that hands a kill over keeps the pod's slot
 //! busy until the kill's completion callback runs (which calls
 //! [`crate::pod_workers::PodWorkers::finish`]), so nothing else of that pod runs while
@@ -41,7 +50,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::chan::BoundedSender;
 use crate::container::{short, RuntimePod};
-use crate::kuberuntime::{ContainerStop, KillPlan, KillPodRequest, RuntimeManager};
+use crate::kuberuntime::{ContainerStop, KillPlan, KillPodRequest, PostStart, RuntimeManager};
 use crate::loops::{LoopHandle, Loops, Pool, PoolSpec, SpawnError, Stop};
 use crate::runtime::RuntimeError;
 
@@ -55,9 +64,14 @@ pub const STEP_THREADS: usize = 16;
 /// again (~0.1 ms). At 60 s a node counted 26 threads for a minute after one removal
 /// (bench `startup`, 30 pods), over the 24 of issue 13.
 pub const STEP_IDLE: Duration = Duration::from_secs(10);
-/// Every thread the pod killer runs, whatever it is asked: the supervisor and the
-/// step threads.
+/// Every thread the pod killer runs for kills, whatever it is asked: the supervisor
+/// and the step threads.
 pub const THREADS: usize = 1 + STEP_THREADS;
+/// Threads that run postStart hooks (`post-start-N`, started on demand, gone after
+/// [`STEP_IDLE`] without one). A hook may block up to two minutes: its own pool keeps
+/// hung hooks from taking the kill steps' threads. Beyond this many hooks at once the
+/// others wait in the queue, their pods parked, holding no pod worker.
+pub const HOOK_THREADS: usize = 8;
 /// Kill requests waiting for the supervisor. A request is small; the queue holds a
 /// mass removal of every pod a node can run, so a pod worker hands kills over rather
 /// than carry them out itself (which it does only when the queue is full).
@@ -91,7 +105,19 @@ pub type Killed = Arc<dyn Fn(&str) + Send + Sync>;
 
 struct Job {
     req: KillPodRequest,
+    what: Request,
     done: Done,
+}
+
+/// What a job asks of the killer.
+enum Request {
+    /// Every container and sandbox of the pod.
+    Pod,
+    /// These containers of the pod (planned by its sync), each stopped as in a
+    /// whole-pod kill; the sandbox stays.
+    Containers(Vec<ContainerStop>),
+    /// A started container's postStart hook; a failed one stops the container.
+    PostStart(Box<PostStart>),
 }
 
 /// Blocking work handed by the supervisor to the step threads.
@@ -115,6 +141,12 @@ enum Step {
     SignalSandboxes {
         kill: u64,
         pod: RuntimePod,
+    },
+    /// A postStart hook (on the hook pool).
+    PostStart {
+        kill: u64,
+        req: KillPodRequest,
+        hook: Box<PostStart>,
     },
     /// A grace period has passed.
     Sigkill {
@@ -148,6 +180,11 @@ enum Outcome {
         signalled: Vec<(String, Duration)>,
         at: Instant,
     },
+    /// The hook has returned; its container's stop when it failed.
+    PostStarted {
+        kill: u64,
+        stop: Option<Box<ContainerStop>>,
+    },
     Sigkilled,
     Removed {
         kill: u64,
@@ -180,27 +217,38 @@ impl PodKiller {
         // in them is bounded by the kills in flight (one per pod) and their containers.
         let (step_tx, step_rx) = crossbeam_channel::unbounded::<Step>();
         let (out_tx, out_rx) = crossbeam_channel::unbounded::<Outcome>();
-        let m = manager.clone();
-        let pool = Pool::new(
-            loops,
-            PoolSpec {
-                prefix: "pod-kill".into(),
-                max: STEP_THREADS,
-                idle: STEP_IDLE,
-            },
-            step_rx,
-            move |step, _| {
-                // The supervisor gone means shutdown: the outcome has no reader.
-                let _ = out_tx.send(run_step(&m, step));
-            },
-        );
+        // Hooks: at most one per pod (its sync is parked until it returns).
+        let (hook_tx, hook_rx) = crossbeam_channel::unbounded::<Step>();
+        let pool_of = |prefix: &str, max: usize, rx: Receiver<Step>| {
+            let m = manager.clone();
+            let out_tx = out_tx.clone();
+            Pool::new(
+                loops,
+                PoolSpec {
+                    prefix: prefix.into(),
+                    max,
+                    idle: STEP_IDLE,
+                },
+                rx,
+                move |step, _| {
+                    // The supervisor gone means shutdown: the outcome has no reader.
+                    let _ = out_tx.send(run_step(&m, step));
+                },
+            )
+        };
+        let pool = pool_of("pod-kill", STEP_THREADS, step_rx);
+        let hook_pool = pool_of("post-start", HOOK_THREADS, hook_rx);
         let m = manager.clone();
         loops.spawn("pod-killer", move |stop, handle| {
             let steps = Steps {
                 tx: step_tx.clone(),
                 pool: pool.clone(),
             };
-            let mut sup = Supervisor::new(&m, steps);
+            let hooks = Steps {
+                tx: hook_tx.clone(),
+                pool: hook_pool.clone(),
+            };
+            let mut sup = Supervisor::new(&m, steps, hooks);
             sup.run(rx.clone(), &out_rx, &stop, &handle);
         })?;
         Ok(PodKiller {
@@ -219,24 +267,67 @@ impl PodKiller {
     /// Hands a kill over; `done` runs when it has finished. Never drops a kill: when
     /// the queue is full, or the killer has stopped, the kill runs here and now.
     pub fn submit(&self, req: KillPodRequest, done: Done) {
-        let done: Done = match &self.killed {
-            Some(killed) => {
-                let (killed, uid) = (killed.clone(), req.uid.clone());
-                Box::new(move |r| {
-                    killed(&uid);
-                    done(r);
-                })
-            }
-            None => done,
-        };
-        match self.tx.try_send(Job { req, done }) {
+        self.send(Job {
+            req,
+            what: Request::Pod,
+            done,
+        });
+    }
+
+    /// Hands over the stops of some of a pod's containers (planned by its sync; `req`
+    /// names the pod); `done` runs when every one has exited or been SIGKILLed.
+    pub fn submit_containers(&self, req: KillPodRequest, stops: Vec<ContainerStop>, done: Done) {
+        self.send(Job {
+            req,
+            what: Request::Containers(stops),
+            done,
+        });
+    }
+
+    /// Hands over a started container's postStart hook (`req` names the pod); `done`
+    /// runs when it has returned, or when it failed and the container was stopped.
+    pub fn submit_post_start(&self, req: KillPodRequest, hook: PostStart, done: Done) {
+        self.send(Job {
+            req,
+            what: Request::PostStart(Box::new(hook)),
+            done,
+        });
+    }
+
+    /// Queues a job; when the queue is full, or the killer has stopped, carries it
+    /// out here and now.
+    /// `killed` is told first, whatever the job was.
+    fn send(&self, mut job: Job) {
+        if let Some(killed) = &self.killed {
+            let (killed, uid, done) = (killed.clone(), job.req.uid.clone(), job.done);
+            job.done = Box::new(move |r| {
+                killed(&uid);
+                done(r);
+            });
+        }
+        match self.tx.try_send(job) {
             Ok(()) => {}
             Err(TrySendError::Full(job)) | Err(TrySendError::Disconnected(job)) => {
                 log::warn!(
-                    "pod killer is busy or stopped; killing pod {} inline",
+                    "pod killer is busy or stopped; carrying out pod {}'s work inline",
                     job.req.uid
                 );
-                let result = self.manager.kill_pod(&job.req);
+                let m = &self.manager;
+                let result = match job.what {
+                    Request::Pod => m.kill_pod(&job.req),
+                    Request::Containers(stops) => {
+                        for s in stops {
+                            m.stop_in_kill(&job.req, s);
+                        }
+                        Ok(())
+                    }
+                    Request::PostStart(hook) => {
+                        if let Some(s) = m.post_start(&job.req, &hook) {
+                            m.stop_in_kill(&job.req, s);
+                        }
+                        Ok(())
+                    }
+                };
                 (job.done)(result);
             }
         }
@@ -286,6 +377,10 @@ fn run_step(manager: &RuntimeManager, step: Step) -> Outcome {
                 at: Instant::now(),
             }
         }
+        Step::PostStart { kill, req, hook } => Outcome::PostStarted {
+            kill,
+            stop: manager.post_start(&req, &hook).map(Box::new),
+        },
         Step::Sigkill { id, name } => {
             if let Err(e) = manager.sigkill(&id, &name) {
                 log::warn!(
@@ -306,6 +401,8 @@ fn run_step(manager: &RuntimeManager, step: Step) -> Outcome {
 enum Phase {
     /// A step thread reads the pod's containers.
     Planning,
+    /// A postStart hook runs on a `post-start-N` thread.
+    Hook,
     /// The containers are stopping.
     Containers,
     /// The containers are down; the sandboxes are stopping.
@@ -317,12 +414,19 @@ enum Phase {
 /// One pod kill in flight.
 struct Kill {
     req: KillPodRequest,
+    /// The whole pod (its sandboxes next, then the removal), or only some of its
+    /// containers (done once they are down).
+    whole: bool,
     done: Option<Done>,
     /// The pod's containers as planned (for the sandboxes and the removal).
     pod: RuntimePod,
     phase: Phase,
     /// Stops of the current phase not yet done.
     pending: usize,
+    /// The first stop signal that failed, for a kill of some containers: its end is
+    /// an error, so that the pod's sync waits as after a failed sync, rather than
+    /// ask for the same stop again at once.
+    error: Option<RuntimeError>,
 }
 
 /// A container (or sandbox) that was sent its stop signal and has not been seen
@@ -350,6 +454,7 @@ struct Steps {
 struct Supervisor<'a> {
     manager: &'a RuntimeManager,
     steps: Steps,
+    hooks: Steps,
     kills: HashMap<u64, Kill>,
     /// Stops whose hook has run, waiting for their turn (sidecars).
     waiting: Vec<(u64, ContainerStop)>,
@@ -360,10 +465,11 @@ struct Supervisor<'a> {
 }
 
 impl<'a> Supervisor<'a> {
-    fn new(manager: &'a RuntimeManager, steps: Steps) -> Self {
+    fn new(manager: &'a RuntimeManager, steps: Steps, hooks: Steps) -> Self {
         Supervisor {
             manager,
             steps,
+            hooks,
             kills: HashMap::new(),
             waiting: Vec::new(),
             terminating: Vec::new(),
@@ -426,34 +532,72 @@ impl<'a> Supervisor<'a> {
         }
     }
 
-    /// A new kill: planned on a step thread.
+    /// A new job: a whole-pod kill is planned on a step thread; a sync's container
+    /// stops begin with their preStop steps; a hook goes to the hook threads.
     fn accept(&mut self, job: Job) {
         let kill = self.next_kill;
         self.next_kill = self.next_kill.wrapping_add(1);
-        log::info!("pod-killer: killing pod {}", job.req.uid);
         let req = job.req.clone();
+        let (phase, whole) = match &job.what {
+            Request::Pod => (Phase::Planning, true),
+            Request::Containers(_) => (Phase::Containers, false),
+            Request::PostStart(_) => (Phase::Hook, false),
+        };
         self.kills.insert(
             kill,
             Kill {
                 req: job.req,
+                whole,
                 done: Some(job.done),
                 pod: RuntimePod::default(),
-                phase: Phase::Planning,
+                phase,
                 pending: 0,
+                error: None,
             },
         );
-        self.step(Step::Plan { kill, req });
+        match job.what {
+            Request::Pod => {
+                log::info!("pod-killer: killing pod {}", req.uid);
+                self.step(Step::Plan { kill, req });
+            }
+            Request::Containers(stops) => self.stop_containers(kill, stops),
+            Request::PostStart(hook) => self.step(Step::PostStart { kill, req, hook }),
+        }
     }
 
-    /// Hands a step to the step threads (starting one if none is free).
+    /// The stops of a kill's containers begin (their preStop steps); with none, the
+    /// kill goes on to its next phase.
+    fn stop_containers(&mut self, kill: u64, stops: Vec<ContainerStop>) {
+        let Some(k) = self.kills.get_mut(&kill) else {
+            return;
+        };
+        k.phase = Phase::Containers;
+        k.pending = stops.len();
+        let req = k.req.clone();
+        if stops.is_empty() {
+            self.advance(kill);
+        }
+        for stop in stops {
+            let req = req.clone();
+            let stop = Box::new(stop);
+            self.step(Step::PreStop { kill, req, stop });
+        }
+    }
+
+    /// Hands a step to its threads (starting one if none is free): hooks to the hook
+    /// pool, the rest to the step pool.
     fn step(&mut self, step: Step) {
-        if let Err(crossbeam_channel::SendError(step)) = self.steps.tx.send(step) {
+        let threads = match step {
+            Step::PostStart { .. } => &self.hooks,
+            _ => &self.steps,
+        };
+        if let Err(crossbeam_channel::SendError(step)) = threads.tx.send(step) {
             // Unreachable while the pool holds the receiver; run it here regardless.
             let outcome = run_step(self.manager, step);
             self.outcome(outcome);
             return;
         }
-        self.steps.pool.kick();
+        threads.pool.kick();
     }
 
     fn outcome(&mut self, outcome: Outcome) {
@@ -466,17 +610,20 @@ impl<'a> Supervisor<'a> {
                         return;
                     };
                     k.pod = pod;
-                    k.phase = Phase::Containers;
-                    k.pending = stops.len();
-                    let req = k.req.clone();
-                    if stops.is_empty() {
-                        self.advance(kill);
+                    self.stop_containers(kill, stops);
+                }
+            },
+            Outcome::PostStarted { kill, stop } => match stop {
+                None => self.complete(kill, Ok(())),
+                Some(stop) => {
+                    if let Some(k) = self.kills.get(&kill) {
+                        log::info!(
+                            "pod-killer: stopping container {} of pod {}: its postStart hook failed",
+                            stop.name(),
+                            k.req.uid
+                        );
                     }
-                    for stop in stops {
-                        let req = req.clone();
-                        let stop = Box::new(stop);
-                        self.step(Step::PreStop { kill, req, stop });
-                    }
+                    self.stop_containers(kill, vec![*stop]);
                 }
             },
             Outcome::PreStopped {
@@ -529,6 +676,9 @@ impl<'a> Supervisor<'a> {
                     crate::loops::error_chain(&e)
                 );
                 drop(stop);
+                if let Some(k) = self.kills.get_mut(&kill) {
+                    k.error.get_or_insert(e);
+                }
                 self.stop_done(kill);
             }
         }
@@ -551,7 +701,11 @@ impl<'a> Supervisor<'a> {
             return;
         };
         match k.phase {
-            Phase::Planning | Phase::Removing => {}
+            Phase::Planning | Phase::Hook | Phase::Removing => {}
+            Phase::Containers if !k.whole => {
+                let result = k.error.take().map_or(Ok(()), Err);
+                self.complete(kill, result);
+            }
             Phase::Containers => {
                 k.phase = Phase::Sandboxes;
                 let pod = std::mem::take(&mut k.pod);
@@ -1117,5 +1271,132 @@ mod tests {
                 ("usr1".to_string(), "SIGUSR1".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn a_syncs_container_stop_is_a_signal_then_sigkill_at_its_deadline_and_the_rest_stays() {
+        let _turn = crate::loops::lock(&ONE_KILLER);
+        let root = TempDir::new("killer-one");
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
+        run(&rt, "p", "POD", "");
+        run(&rt, "p", "stubborn", "container");
+        run(&rt, "p", "other", "container");
+        rt.ignore_stop_signal("stubborn");
+        let pod: Arc<Pod> = Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"uid": "p", "name": "p", "namespace": "default"},
+                "spec": {"terminationGracePeriodSeconds": 2,
+                         "containers": [{"name": "stubborn"}, {"name": "other"}]}
+            }))
+            .expect("pod"),
+        );
+        let d = rt
+            .containers()
+            .into_iter()
+            .find(|c| c.name == "k8s_stubborn_p")
+            .expect("stubborn");
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let m = manager(&rt, &root);
+        let killer = PodKiller::start(&loops, m.clone()).expect("start");
+        let k = crate::kuberuntime::actions::KillAction {
+            id: d.id.clone(),
+            name: "stubborn".into(),
+            kind: crate::container::labels::ContainerKind::App,
+            message: "Container stubborn failed liveness probe, will be restarted".into(),
+            reason: crate::kuberuntime::actions::KillReason::LivenessProbe,
+        };
+        let stops = vec![m.plan_container_stop(Some(&pod), &d, k)];
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let req = KillPodRequest {
+            uid: "p".into(),
+            pod: Some(pod),
+            grace_override: None,
+            remove: false,
+        };
+        // Submitting never blocks on the grace period: the caller gets on at once.
+        killer.submit_containers(
+            req,
+            stops,
+            Box::new(move |r| {
+                let _ = done_tx.send(r.is_ok());
+            }),
+        );
+        assert_eq!(done_rx.recv_timeout(Duration::from_secs(30)), Ok(true));
+        let signals: Vec<String> = rt
+            .signals()
+            .into_iter()
+            .filter(|s| s.id == d.id)
+            .map(|s| s.signal)
+            .collect();
+        assert_eq!(signals, ["SIGTERM", crate::runtime::SIGKILL]);
+        let state = |name: &str| {
+            rt.containers()
+                .into_iter()
+                .find(|c| c.name == format!("k8s_{name}_p"))
+                .map(|c| c.state)
+        };
+        assert_eq!(state("stubborn"), Some(ContainerState::Exited));
+        assert_eq!(
+            state("other"),
+            Some(ContainerState::Running),
+            "only that one"
+        );
+        assert_eq!(
+            state("POD"),
+            Some(ContainerState::Running),
+            "the sandbox stays"
+        );
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
+    }
+
+    #[test]
+    fn a_syncs_container_stop_whose_signal_fails_ends_in_an_error() {
+        let _turn = crate::loops::lock(&ONE_KILLER);
+        let root = TempDir::new("killer-one-fails");
+        let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
+        run(&rt, "p", "POD", "");
+        run(&rt, "p", "a", "container");
+        let d = rt
+            .containers()
+            .into_iter()
+            .find(|c| c.name == "k8s_a_p")
+            .expect("a");
+        rt.fail(
+            Op::Stop,
+            1,
+            crate::runtime::fake::Fault::Api(500, "boom".into()),
+        );
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let m = manager(&rt, &root);
+        let killer = PodKiller::start(&loops, m.clone()).expect("start");
+        let k = crate::kuberuntime::actions::KillAction {
+            id: d.id.clone(),
+            name: "a".into(),
+            kind: crate::container::labels::ContainerKind::App,
+            message: String::new(),
+            reason: crate::kuberuntime::actions::KillReason::Other,
+        };
+        let stops = vec![m.plan_container_stop(None, &d, k)];
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let req = KillPodRequest {
+            uid: "p".into(),
+            pod: None,
+            grace_override: None,
+            remove: false,
+        };
+        killer.submit_containers(
+            req,
+            stops,
+            Box::new(move |r| {
+                let _ = done_tx.send(r.is_ok());
+            }),
+        );
+        // The pod's sync is then tried again after the error period, not at once.
+        assert_eq!(done_rx.recv_timeout(Duration::from_secs(30)), Ok(false));
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
     }
 }

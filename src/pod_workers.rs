@@ -8,10 +8,14 @@
 //! it (the pod is stopped, then started again), a kill that arrives after a pending sync
 //! replaces it.
 //!
-//! A worker may hand a pod's work on (a whole-pod kill goes to the pod killer, so a long
-//! grace period does not hold one of the few workers): it answers
-//! [`Outcome::Continues`], the pod's slot stays busy, and whoever finishes the work
-//! calls [`PodWorkers::finish`], after which the pod's pending work runs.
+//! A worker may hand a pod's work on (a whole-pod kill, a sync's container stops or a
+//! postStart hook go to the pod killer, so a long grace period or a hung hook does not
+//! hold one of the few workers): it answers [`Outcome::Continues`], the pod's slot
+//! stays busy (the pod is parked), and whoever finishes the work calls
+//! [`PodWorkers::finish`] (or [`PodWorkers::resume`], which syncs the pod again), after
+//! which the pod's pending work runs. So a worker is held only by runtime calls, each
+//! with a timeout: one held longer than [`crate::health::POD_WORKER_STALL`] fails the
+//! healthz check named after it.
 //!
 //! A worker that panics (caught and restarted by `loops`) releases the pod it held: the
 //! slot is no longer busy, the work it was doing is pending again (unless newer work of
@@ -333,6 +337,30 @@ impl PodWorkers {
         } else if was_kill {
             slots.remove(uid);
         }
+        drop(slots);
+        if full {
+            queue_full(uid);
+        }
+    }
+}
+
+impl PodWorkers {
+    /// Ends a sync that a worker parked ([`Outcome::Continues`]: its containers'
+    /// stops, a postStart hook) and resumes it: `pod` is synced again on a free worker
+    /// unless newer work of the pod is pending (a newer sync replaces it; a pending
+    /// kill runs instead).
+    pub fn resume(&self, uid: &str, pod: Arc<Pod>) {
+        let mut slots = lock(&self.slots);
+        let Some(slot) = slots.get_mut(uid) else {
+            return;
+        };
+        self.work_done(slot);
+        slot.busy = false;
+        if !slot.has_pending() {
+            slot.pending_sync = Some(pod);
+            slot.pending_since = Some(Instant::now());
+        }
+        let full = !slot.queued && !self.enqueue(uid, slot);
         drop(slots);
         if full {
             queue_full(uid);

@@ -1,7 +1,8 @@
 //! The pod workers' syncer (upstream `Kubelet.SyncPod` / `SyncTerminatingPod` as the
 //! pod workers call them): runs the runtime manager for one pod, publishes the status
-//! it computes, keeps the prober's view of the pod current, and hands whole-pod kills
-//! to the pod killer so no worker waits out a grace period.
+//! it computes, keeps the prober's view of the pod current, and hands whole-pod kills,
+//! a sync's container stops and postStart hooks to the pod killer, so no worker waits
+//! out a grace period or a hook (the pod is parked, and synced again after).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -9,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::cm::ContainerManager;
-use crate::kuberuntime::{KillPodRequest, RuntimeManager, SyncInputs};
+use crate::kuberuntime::{ContainerStop, KillPodRequest, PostStart, RuntimeManager, SyncInputs};
 use crate::metrics::kubelet::KubeletMetrics;
 use crate::pod_killer::PodKiller;
 use crate::pod_workers::{Kill, Outcome, PodSyncer, PodWorkers, WorkQueue};
@@ -52,6 +53,49 @@ impl SyncHandler {
                 workers.finish(&uid, was_kill);
             }),
         );
+        Outcome::Continues
+    }
+}
+
+/// Work of a sync that would hold a pod worker: handed to the pod killer while the
+/// pod is parked.
+enum Parked {
+    /// Containers to stop (a failed probe, a changed spec).
+    Stops(Vec<ContainerStop>),
+    /// A started container's postStart hook.
+    PostStart(PostStart),
+}
+
+impl SyncHandler {
+    /// Parks the pod's sync: the pod killer carries out `parked`, this worker is free
+    /// meanwhile (the pod's slot stays busy), and the pod is synced again when it is
+    /// done, reading its containers afresh.
+    fn park(&self, pod: &Arc<Pod>, parked: Parked) -> Outcome {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let req = KillPodRequest {
+            uid: uid.clone(),
+            pod: Some(pod.clone()),
+            grace_override: None,
+            remove: false,
+        };
+        let (workers, manager, pod) = (self.workers.clone(), self.manager.clone(), pod.clone());
+        let queue = self.queue.clone();
+        let done: crate::pod_killer::Done = Box::new(move |res| {
+            manager.forget_pod_status(&uid);
+            match res {
+                Ok(()) => workers.resume(&uid, pod),
+                Err(e) => {
+                    // As a failed sync: tried again after the error period.
+                    log::warn!("pod {uid}: {}", crate::loops::error_chain(&e));
+                    queue.enqueue(&uid, SYNC_ERROR_REQUEUE);
+                    workers.finish(&uid, false);
+                }
+            }
+        });
+        match parked {
+            Parked::Stops(stops) => self.killer.submit_containers(req, stops, done),
+            Parked::PostStart(hook) => self.killer.submit_post_start(req, hook, done),
+        }
         Outcome::Continues
     }
 }
@@ -112,7 +156,7 @@ impl PodSyncer for SyncHandler {
             cgroup_parent,
         };
         match self.manager.sync_pod(pod, &inputs) {
-            Ok(r) => {
+            Ok(mut r) => {
                 let st = status::generate(
                     pod,
                     &r.runtime_pod,
@@ -144,6 +188,14 @@ impl PodSyncer for SyncHandler {
                     );
                 }
                 self.statuses.set(&uid, st);
+                let parked = if !r.kill_containers.is_empty() {
+                    Some(Parked::Stops(std::mem::take(&mut r.kill_containers)))
+                } else {
+                    r.post_start.take().map(Parked::PostStart)
+                };
+                if let Some(parked) = parked {
+                    return self.park(pod, parked);
+                }
                 if r.kill_pod {
                     // Sync again once it is down: a new sandbox, or the final status.
                     let queue = self.queue.clone();
@@ -232,6 +284,7 @@ mod tests {
     use crate::pod_workers::Work;
     use crate::podconfig::Source;
     use crate::runtime::fake::{Fault, Op};
+    use crate::runtime::ContainerState;
 
     const PROBED: &str = "{containers: [{name: a, image: 'busybox:1', \
                           readinessProbe: {exec: {command: [check]}}}]}";
@@ -339,5 +392,37 @@ mod tests {
         assert!(!n.sl.workers.is_active("u1"), "the slot is released");
         assert!(n.containers_of("u1").is_empty());
         assert_eq!(n.phase("u1"), None);
+    }
+
+    #[test]
+    fn a_post_start_hook_parks_the_pod_not_the_worker_and_a_failed_one_stops_its_container() {
+        let rt = testing::runtime(&testing::clock());
+        let n = Node::new(&rt, &[Source::File]);
+        let spec = "{terminationGracePeriodSeconds: 1, containers: [\
+                    {name: a, image: 'busybox:1', lifecycle: {postStart: {exec: {command: [hook]}}}}, \
+                    {name: b, image: 'busybox:1'}]}";
+        // The hook takes a while, then fails (once).
+        let hook = s(3);
+        rt.delay(Op::Exec, hook);
+        rt.fail(Op::Exec, 1, Fault::Api(500, "boom".into()));
+        let began = Instant::now();
+        n.sl.workers
+            .update_pod("u1", Work::Sync(Arc::new(pod("web", "u1", spec))));
+        n.sl.workers.run_queued(n.handler.as_ref());
+        assert!(
+            began.elapsed() < hook,
+            "the worker did not wait for the hook"
+        );
+        assert!(n.sl.workers.is_active("u1"), "the pod is parked");
+        let first = n.running("u1", "a").expect("a started");
+        assert!(n.running("u1", "b").is_none(), "b starts after a's hook");
+        n.settle();
+        // The failed hook stopped `a`; the syncs after it started it again (its hook
+        // succeeded) and then `b`.
+        let old = rt.containers().into_iter().find(|c| c.id == first.id);
+        assert_eq!(old.map(|c| c.state), Some(ContainerState::Exited));
+        assert!(n.running("u1", "a").is_some_and(|a| a.id != first.id));
+        assert!(n.running("u1", "b").is_some());
+        assert!(!n.sl.workers.is_active("u1"));
     }
 }

@@ -17,7 +17,8 @@ use crate::httpclient::pods::{pod_agent, resolve_location, MAX_REDIRECTS};
 use crate::runtime::Runtime;
 
 /// Upstream runs postStart without a timeout, so a hung hook holds the pod's sync for
-/// ever. Two minutes leaves slow hooks room while bounding the pod worker it blocks.
+/// ever. Two minutes leaves slow hooks room while bounding how long its pod stays
+/// parked and its `post-start-N` thread busy.
 pub const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Upstream's lifecycle hooks send this User-Agent (`kube-lifecycle/<version>`).

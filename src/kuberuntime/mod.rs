@@ -1,8 +1,9 @@
 //! The kubelet's runtime manager (upstream `pkg/kubelet/kuberuntime`): reads a pod's
 //! containers from the runtime, decides what to start and stop
 //! ([`actions::compute_pod_actions`]), and does it through the [`Runtime`] trait:
-//! `SyncPod`, `startContainer` (with the postStart hook and the termination-message
-//! file), `killContainer` (preStop hook, grace period, sidecar termination order) and
+//! `SyncPod`, `startContainer` (with the termination-message file; its postStart hook
+//! and a sync's container kills are returned for the pod killer, which calls back
+//! here), `killContainer` (preStop hook, grace period, sidecar termination order) and
 //! `KillPod`.
 //!
 //! (Over 800 lines: sync, start and kill share the manager's private helpers; the kill
@@ -123,10 +124,41 @@ pub struct SyncResult {
     /// hands the kill to the pod killer (a slow stop must not hold a pod worker), then
     /// syncs again.
     pub kill_pod: bool,
+    /// Containers to stop before anything else of the sync (a failed liveness or
+    /// startup probe, a changed spec): the caller hands them to the pod killer (a
+    /// signal, then state until the exit or SIGKILL at the deadline) and syncs again
+    /// when they are down, which starts what must start. Nothing was started.
+    pub kill_containers: Vec<ContainerStop>,
+    /// A container this sync started has a postStart hook: the caller has it run
+    /// where its wait blocks only this pod, and syncs again when it returned (the
+    /// containers after it start then, as upstream's `SyncPod` starts them after the
+    /// hook). A failed hook stops the container.
+    pub post_start: Option<PostStart>,
     /// The containers this sync started, with their labels: their log links are made
     /// from the pod's status read at the end of the sync (no inspect of its own
     /// between one container's start and the next one's create).
     started: Vec<(String, BTreeMap<String, String>)>,
+}
+
+/// A started container's postStart hook, to run off the pod worker
+/// ([`RuntimeManager::post_start`]).
+#[derive(Debug)]
+pub struct PostStart {
+    /// The container's spec (the hook, its ports for `httpGet`).
+    container: Container,
+    /// The started container's ID.
+    id: String,
+    kind: ContainerKind,
+    handler: LifecycleHandler,
+    /// The address an `httpGet` hook reaches the pod at.
+    hook_ip: String,
+}
+
+impl PostStart {
+    /// The container's name (for logs and tests).
+    pub fn name(&self) -> &str {
+        &self.container.name
+    }
 }
 
 /// What the containers a sync starts need of their sandbox, read once per sync.
@@ -637,11 +669,26 @@ impl RuntimeManager {
             requeue_after: acts.requeue_after,
             runtime_pod: RuntimePod::default(),
             kill_pod: false,
+            kill_containers: Vec::new(),
+            post_start: None,
             started: Vec::new(),
         };
         if acts.kill_pod && rp.any_running() {
             log::info!("pod {fmt_pod}: all containers and the sandbox must stop");
             result.kill_pod = true;
+            result.runtime_pod = rp;
+            return Ok(result);
+        }
+        // Upstream `SyncPod` kills these first, blocking on each grace period; here they
+        // are the pod killer's, and the starts wait for the sync after them.
+        for k in &acts.kill {
+            if let Some(d) = rp.containers.iter().find(|d| d.id == k.id) {
+                log::info!("pod {fmt_pod}: killing container {}: {}", k.name, k.message);
+                let stop = self.plan_container_stop(Some(pod), d, k.clone());
+                result.kill_containers.push(stop);
+            }
+        }
+        if !result.kill_containers.is_empty() {
             result.runtime_pod = rp;
             return Ok(result);
         }
@@ -664,13 +711,6 @@ impl RuntimeManager {
         acts: &PodActions,
         result: &mut SyncResult,
     ) -> Result<(), RuntimeError> {
-        let name = format_pod(pod);
-        for k in &acts.kill {
-            log::info!("pod {name}: killing container {}: {}", k.name, k.message);
-            if let Some(d) = rp.containers.iter().find(|d| d.id == k.id) {
-                self.kill_container(Some(pod), d, k, None, &[])?;
-            }
-        }
         let sandbox_id = match acts.create_sandbox {
             Some(attempt) => {
                 if !rp.sandboxes.is_empty() {
@@ -745,12 +785,19 @@ impl RuntimeManager {
                 // A regular init container that did not start stops the rest.
                 return Ok(());
             }
+            if result.post_start.is_some() {
+                // The rest start once its hook has returned.
+                return Ok(());
+            }
         }
         for s in &acts.start {
             let Some(c) = spec.containers.get(s.index) else {
                 continue;
             };
             self.start_one(pod, c, s, &sandbox, rp, result)?;
+            if result.post_start.is_some() {
+                return Ok(());
+            }
         }
         Ok(())
     }
@@ -849,9 +896,9 @@ impl RuntimeManager {
     /// event, the preStop hook within the grace period (its time taken off the grace),
     /// the wait for the containers this one must outlive (sidecars), then the stop
     /// signal and SIGKILL after what is left of the grace, at least [`MIN_GRACE`], in
-    /// one blocking runtime stop. Used inside one pod's own sync (as upstream's
-    /// `SyncPod` blocks on it) and by the pod killer's inline fallback; the pod killer
-    /// itself carries stops out in steps.
+    /// one blocking runtime stop. Used only by the pod killer's inline fallback (its
+    /// queue full); the pod killer itself carries stops out in steps, and a sync hands
+    /// its container kills to it.
     fn kill_container(
         &self,
         pod: Option<&Pod>,
@@ -1014,6 +1061,28 @@ impl RuntimeManager {
             stops,
             runtime_pod: rp,
         })
+    }
+
+    /// Plans the stop of one container of a sync (a failed probe, a changed spec, a
+    /// failed postStart hook): its preStop hook and its grace (upstream
+    /// `killContainer` without an override); it waits for no other container.
+    pub fn plan_container_stop(
+        &self,
+        pod: Option<&Pod>,
+        d: &ContainerDetails,
+        kill: KillAction,
+    ) -> ContainerStop {
+        let spec = pod.and_then(|p| find_container(p, &kill.name, kill.kind));
+        let grace = Self::grace_of(pod, spec, d, kill.reason, None);
+        let (done, _) = crossbeam_channel::bounded::<Never>(0);
+        ContainerStop {
+            container: d.clone(),
+            kill,
+            grace,
+            waiting_since: None,
+            outlive: Vec::new(),
+            done,
+        }
     }
 
     /// Carries out one stop of a planned kill on this thread, blocking for its hook,
@@ -1418,45 +1487,84 @@ impl RuntimeManager {
             &format!("Started container {}", c.name),
         );
         if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
-            let target = hooks::HookTarget {
-                container_id: &id,
-                pod_ip: sandbox.hook_ip,
-            };
-            let timeout = hooks::POST_START_TIMEOUT;
-            if let Err(msg) = hooks::run(self.runtime.as_ref(), pod, c, h, &target, timeout) {
-                log::warn!("Failed to execute PostStartHook: {msg}");
-                // Upstream keeps the hook's message out of the event (secrets).
-                record::event(
-                    pod,
-                    Some(&c.name),
-                    true,
-                    "FailedPostStartHook",
-                    "PostStartHook failed",
-                );
-                let details = self.runtime.inspect_container(&id);
-                if let Ok(d) = details {
-                    let k = KillAction {
-                        id: id.clone(),
-                        name: c.name.clone(),
-                        kind: s.kind,
-                        message: "FailedPostStartHook".into(),
-                        reason: KillReason::FailedPostStartHook,
-                    };
-                    if let Err(e) = self.kill_container(Some(pod), &d, &k, None, &[]) {
-                        log::warn!(
-                            "killing container {}: {}",
-                            c.name,
-                            crate::loops::error_chain(&e)
-                        );
-                    }
-                }
-                return Ok(Some(Waiting {
-                    reason: "PostStartHookError".into(),
-                    message: msg,
-                }));
-            }
+            // Run by the caller where its wait (up to POST_START_TIMEOUT) holds only
+            // this pod: see `post_start`.
+            result.post_start = Some(PostStart {
+                container: c.clone(),
+                id,
+                kind: s.kind,
+                handler: h.clone(),
+                hook_ip: sandbox.hook_ip.to_string(),
+            });
         }
         Ok(None)
+    }
+
+    /// Runs a started container's postStart hook (the end of upstream
+    /// `startContainer`), blocking for it, within [`hooks::POST_START_TIMEOUT`]. When it
+    /// fails: the `FailedPostStartHook` event, the `PostStartHookError` line, and the
+    /// container's stop to carry out (upstream kills the container). Called by the pod
+    /// killer's `post-start-N` threads, never by a pod worker.
+    pub fn post_start(&self, req: &KillPodRequest, h: &PostStart) -> Option<ContainerStop> {
+        let fallback;
+        let pod = match req.pod.as_deref() {
+            Some(p) => p,
+            None => {
+                fallback = Pod::default();
+                &fallback
+            }
+        };
+        let c = &h.container;
+        let target = hooks::HookTarget {
+            container_id: &h.id,
+            pod_ip: &h.hook_ip,
+        };
+        let timeout = hooks::POST_START_TIMEOUT;
+        let Err(msg) = hooks::run(self.runtime.as_ref(), pod, c, &h.handler, &target, timeout)
+        else {
+            return None;
+        };
+        log::warn!("Failed to execute PostStartHook: {msg}");
+        // Upstream keeps the hook's message out of the event (secrets).
+        record::event(
+            pod,
+            Some(&c.name),
+            true,
+            "FailedPostStartHook",
+            "PostStartHook failed",
+        );
+        crate::record::warn_limited(pod, "PostStartHookError", || {
+            format!(
+                "pod {}: container {}: PostStartHookError: {msg}",
+                format_pod(pod),
+                c.name
+            )
+        });
+        let d = match self.runtime.inspect_container(&h.id) {
+            Ok(d) => d,
+            Err(e) => {
+                log::warn!(
+                    "killing container {}: {}",
+                    c.name,
+                    crate::loops::error_chain(&e)
+                );
+                return None;
+            }
+        };
+        let k = KillAction {
+            id: h.id.clone(),
+            name: c.name.clone(),
+            kind: h.kind,
+            message: "FailedPostStartHook".into(),
+            reason: KillReason::FailedPostStartHook,
+        };
+        Some(self.plan_container_stop(Some(pod), &d, k))
+    }
+
+    /// Forgets what the last sync read of a pod's containers, so that the next sync
+    /// reads them afresh: after a kill or a hook the PLEG may not have seen yet.
+    pub fn forget_pod_status(&self, uid: &str) {
+        lock(&self.pod_cache).remove(uid);
     }
 
     /// The image manager (its pullers are started by the kubelet's wiring).

@@ -40,3 +40,4 @@ mod pleg;
 mod chaos_suite;
 mod chaos;
 mod panics;
+mod workers;
