@@ -63,7 +63,7 @@ enum Parked {
     /// Containers to stop (a failed probe, a changed spec).
     Stops(Vec<ContainerStop>),
     /// A started container's postStart hook.
-    PostStart(PostStart),
+    PostStart(Box<PostStart>),
 }
 
 impl SyncHandler {
@@ -94,7 +94,7 @@ impl SyncHandler {
         });
         match parked {
             Parked::Stops(stops) => self.killer.submit_containers(req, stops, done),
-            Parked::PostStart(hook) => self.killer.submit_post_start(req, hook, done),
+            Parked::PostStart(hook) => self.killer.submit_post_start(req, *hook, done),
         }
         Outcome::Continues
     }
@@ -191,7 +191,7 @@ impl PodSyncer for SyncHandler {
                 let parked = if !r.kill_containers.is_empty() {
                     Some(Parked::Stops(std::mem::take(&mut r.kill_containers)))
                 } else {
-                    r.post_start.take().map(Parked::PostStart)
+                    r.post_start.take().map(|h| Parked::PostStart(Box::new(h)))
                 };
                 if let Some(parked) = parked {
                     return self.park(pod, parked);
