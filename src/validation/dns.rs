@@ -5,8 +5,8 @@
 //! These strings are written into those files line by line
 //! ([`crate::kuberuntime::container::dns`]), so a hostname or a search domain holding
 //! a newline would add a line of its own choosing (`"a\nevil 6.6.6.6"`); here every
-//! one must be an IP address or an RFC 1123 subdomain, and the lists stay within the
-//! resolver's limits.
+//! one must be an IP address or an RFC 1123 subdomain, an option's name and value hold
+//! no whitespace, and the lists stay within the resolver's limits.
 
 use k8s_openapi::api::core::v1::{HostAlias, PodDNSConfig};
 
@@ -110,14 +110,35 @@ pub fn validate_pod_dns_config(
         }
     }
     for (i, option) in config.options.iter().flatten().enumerate() {
-        if option.name.as_deref().unwrap_or_default().is_empty() {
-            errs.push(FieldError::required(
-                &path.child("options").index(i),
-                "must not be empty",
+        let option_path = path.child("options").index(i);
+        let name = option.name.as_deref().unwrap_or_default();
+        if name.is_empty() {
+            errs.push(FieldError::required(&option_path, "must not be empty"));
+        } else if has_whitespace(name) {
+            errs.push(FieldError::invalid(
+                &option_path.child("name"),
+                name,
+                WHITESPACE_MSG,
+            ));
+        }
+        if let Some(value) = option.value.as_deref().filter(|v| has_whitespace(v)) {
+            errs.push(FieldError::invalid(
+                &option_path.child("value"),
+                value,
+                WHITESPACE_MSG,
             ));
         }
     }
     errs
+}
+
+/// rkubelet's own rule (upstream checks only that an option has a name): an option is
+/// written as one `name:value` word of the `options` line, so a space would add an
+/// option and a newline a line of its own choosing.
+const WHITESPACE_MSG: &str = "must not contain whitespace or control characters";
+
+fn has_whitespace(s: &str) -> bool {
+    s.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 /// `IsValidIP`: what Go's `netutils.ParseIPSloppy` takes, an IPv4 or IPv6 address
@@ -215,6 +236,17 @@ mod tests {
                 format!("spec.dnsConfig.searches[1]: Invalid value: \"B\": {SUBDOMAIN_MSG}"),
                 format!("spec.dnsConfig.searches[2]: Invalid value: \"\": {SUBDOMAIN_MSG}"),
                 "spec.dnsConfig.options[0]: Required value: must not be empty".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_option_that_would_add_a_word_or_a_line_is_refused() {
+        assert_eq!(
+            dns("containers: []\ndnsConfig: {options: [{name: ndots, value: \"1\\nnameserver 6.6.6.6\"}, {name: \"a b\"}, {name: edns0}, {name: timeout, value: '2'}]}\n"),
+            [
+                format!("spec.dnsConfig.options[0].value: Invalid value: \"1\\nnameserver 6.6.6.6\": {WHITESPACE_MSG}"),
+                format!("spec.dnsConfig.options[1].name: Invalid value: \"a b\": {WHITESPACE_MSG}"),
             ]
         );
     }
