@@ -39,6 +39,7 @@ use crate::prober::metrics::ProbeMetrics;
 use crate::runtime::fake::{FakeClock, FakeRuntime};
 use crate::runtime::{ContainerConfig, Runtime};
 use crate::server::auth::webhook::{CacheTtls, Webhooks};
+use crate::server::auth::x509::ClientCert;
 use crate::server::auth::{AuthConfig, Authorizer};
 use crate::server::http::{self, Limits};
 use crate::server::http_metrics::{instrument, ServerType};
@@ -286,8 +287,8 @@ fn log_dir() -> Option<PathBuf> {
     Some(dir)
 }
 
-/// A DER certificate with this CN and O (rcgen, self-signed: the handshake would
-/// have verified it; the filter only reads its names).
+/// A DER certificate with this CN and O (rcgen, self-signed: taken as verified
+/// against the client CA; the filter only reads its names).
 fn certificate(cn: Option<&str>, org: Option<&str>) -> Option<Vec<u8>> {
     let mut params = rcgen::CertificateParams::new(Vec::new()).ok()?;
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -310,7 +311,7 @@ fn certificate(cn: Option<&str>, org: Option<&str>) -> Option<Vec<u8>> {
 fn connection(
     s: &Shared,
     bytes: &[u8],
-    certs: &[Vec<u8>],
+    cert: &ClientCert,
     limits: Limits,
     handler: &dyn Fn(&Req) -> Reply,
 ) -> Vec<u16> {
@@ -326,8 +327,7 @@ fn connection(
         client = Some(c);
         Some((server, s.stop.clone()))
     };
-    let (statuses, mut answers) =
-        http::fuzz_connection(bytes, certs, limits, handler, &mut connect);
+    let (statuses, mut answers) = http::fuzz_connection(bytes, cert, limits, handler, &mut connect);
     // What the streams wrote, as far as the client's buffer took it.
     if let Some(mut c) = client {
         if c.set_nonblocking(true).is_ok() {
@@ -358,7 +358,7 @@ fn readonly_port(which: u8, rest: &[u8]) -> Vec<u16> {
     };
     if which % 2 == 1 {
         let checks = s.checks.clone();
-        return connection(s, rest, &[], Limits::PLAIN, &move |r| {
+        return connection(s, rest, &ClientCert::Absent, Limits::PLAIN, &move |r| {
             healthz::handle(&checks, r)
         });
     }
@@ -373,12 +373,12 @@ fn readonly_port(which: u8, rest: &[u8]) -> Vec<u16> {
     let handler = instrument(s.metrics.clone(), ServerType::ReadOnly, move |r| {
         readonly::handle(&ro, r)
     });
-    connection(s, rest, &[], Limits::PLAIN, &handler)
+    connection(s, rest, &ClientCert::Absent, Limits::PLAIN, &handler)
 }
 
 /// The kubelet port: the first byte picks how the client authenticated and how the
 /// port authorizes (bit 0: anonymous allowed; bits 1–2: no certificate, `admin`'s,
-/// one without a CN, garbage DER; bit 3: bearer tokens reviewed; bit 4: the webhook
+/// one without a CN, one that did not verify; bit 3: bearer tokens reviewed; bit 4: the webhook
 /// authorizer; bit 5: debugging handlers off), the rest is what the client sends
 /// after the handshake.
 pub fn http_kubelet(data: &[u8]) {
@@ -397,11 +397,14 @@ fn kubelet_port(which: u8, rest: &[u8]) -> Vec<u16> {
     let (Some(s), Some((runtime, app))) = (shared(), shared().and_then(Shared::runtime)) else {
         return Vec::new();
     };
-    let certs = match (which >> 1) & 3 {
-        0 => Vec::new(),
-        1 => vec![s.admin_cert.clone()],
-        2 => vec![s.nameless_cert.clone()],
-        _ => vec![vec![0x30, 0x82, 0x01]],
+    let cert = match (which >> 1) & 3 {
+        0 => ClientCert::Absent,
+        1 => ClientCert::Verified(vec![s.admin_cert.clone()]),
+        2 => ClientCert::Verified(vec![s.nameless_cert.clone()]),
+        _ => ClientCert::Unverified {
+            subject: "CN=mallory".into(),
+            reason: "invalid peer certificate: UnknownIssuer".into(),
+        },
     };
     let auth = AuthConfig {
         anonymous: which & 1 != 0,
@@ -437,7 +440,7 @@ fn kubelet_port(which: u8, rest: &[u8]) -> Vec<u16> {
     let handler = instrument(s.metrics.clone(), ServerType::ReadWrite, move |r| {
         kubelet::handle(&k, r)
     });
-    connection(s, rest, &certs, Limits::KUBELET, &handler)
+    connection(s, rest, &cert, Limits::KUBELET, &handler)
 }
 
 #[cfg(test)]

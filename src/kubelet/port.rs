@@ -25,8 +25,8 @@ use crate::server::{kubelet, tls};
 /// What the kubelet port is served with.
 #[derive(Debug)]
 pub(super) struct PreparedPort {
-    /// The rustls configuration.
-    pub(super) tls: Arc<rustls::ServerConfig>,
+    /// The TLS configuration and client CA.
+    pub(super) tls: tls::TlsServer,
     /// The `/configz` document.
     pub(super) configz: Arc<Vec<u8>>,
     /// The authenticator and authorizer.

@@ -35,8 +35,9 @@
 //! has into the connection's `rustls::ServerConnection` and reads the head from its
 //! plaintext ([`super::tls::Stream`]), so a handshake that never finishes is a head
 //! that never completes and is closed at the header timeout; the worker writes the
-//! answer through the same connection. The verified client certificate chain reaches
-//! the handler in [`Req::peer_certificates`], which only the transport sets.
+//! answer through the same connection. The client certificate chain, verified against
+//! the client CA on the worker for each request, reaches the handler in
+//! [`Req::client_cert`], which only the transport sets.
 //!
 //! Streams: a handler may answer with [`Reply::takeover`] instead of a body (logs
 //! followed, exec, attach, port-forward). The worker then hands the connection,
@@ -58,7 +59,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use super::tls::Stream;
+use super::auth::x509::ClientCert;
+use super::tls::{Stream, TlsServer};
 use super::{Reply, Req};
 use crate::loops::{lock, LoopHandle, Loops, Pool, PoolSpec, SpawnError, Stop};
 
@@ -215,7 +217,7 @@ pub fn serve_tls<H>(
     name: &str,
     listener: TcpListener,
     limits: Limits,
-    tls: Arc<rustls::ServerConfig>,
+    tls: TlsServer,
     handler: H,
 ) -> Result<Waker, SpawnError>
 where
@@ -229,7 +231,7 @@ fn serve_with<H>(
     name: &str,
     listener: TcpListener,
     limits: Limits,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<TlsServer>,
     handler: H,
 ) -> Result<Waker, SpawnError>
 where
@@ -442,7 +444,7 @@ struct Poller {
     name: String,
     listener: TcpListener,
     /// TLS for every connection (the kubelet port); `None` for the plain ports.
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<TlsServer>,
     wake: UnixStream,
     limits: Limits,
     jobs: Sender<Job>,
@@ -658,7 +660,7 @@ impl Poller {
                     }
                     let stream = match &self.tls {
                         None => Stream::Plain(stream),
-                        Some(config) => match Stream::tls(stream, config) {
+                        Some(server) => match Stream::tls(stream, server) {
                             Ok(s) => s,
                             Err(e) => {
                                 log::debug!("{}: no TLS state for {peer}: {e}", self.name);
@@ -1064,7 +1066,7 @@ where
     let _closed = ClosedOnPanic { back, waker };
     let Job { mut conn, head } = job;
     let req = Req {
-        peer_certificates: conn.stream.peer_certificates(),
+        client_cert: conn.stream.client_cert(),
         ..Req::from_head(&head, conn.peer)
     };
     let mut reply = handler(&req);
@@ -1144,7 +1146,7 @@ fn encode_reply(head: &Head, reply: &Reply, keep_alive: bool) -> Vec<u8> {
 /// Fuzzing (`crate::fuzzing`): the bytes a client sent on one connection, taken as
 /// the poller and a worker take them, on the calling thread: each request head parsed
 /// in turn ([`parse_head`], pipelined ones included), made the [`Req`] a worker makes
-/// (with `peer_certificates` as the TLS handshake would have verified them), answered
+/// (with `client_cert` as the transport would have verified it), answered
 /// by `handler` and encoded as [`write_reply`] writes it, until a head is partial or
 /// invalid, the connection is not kept alive, or an answer takes it over. A takeover
 /// runs here as on a stream thread, over the socket `connect` gives (the client's end
@@ -1155,7 +1157,7 @@ fn encode_reply(head: &Head, reply: &Reply, keep_alive: bool) -> Vec<u8> {
 #[doc(hidden)]
 pub fn fuzz_connection(
     bytes: &[u8],
-    peer_certificates: &[Vec<u8>],
+    client_cert: &ClientCert,
     limits: Limits,
     handler: &dyn Fn(&Req) -> Reply,
     connect: &mut dyn FnMut() -> Option<(std::net::TcpStream, Stop)>,
@@ -1174,7 +1176,7 @@ pub fn fuzz_connection(
         };
         buf = buf.get(head.len..).unwrap_or_default();
         let req = Req {
-            peer_certificates: peer_certificates.to_vec(),
+            client_cert: client_cert.clone(),
             ..Req::from_head(&head, None)
         };
         let mut reply = handler(&req);

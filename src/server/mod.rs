@@ -8,6 +8,7 @@
 //! At shutdown [`Unblockers::unblock_all`] wakes every poller.
 
 pub mod auth;
+pub mod client_cert;
 pub mod debug;
 pub mod healthz;
 pub mod http;
@@ -101,10 +102,10 @@ pub struct Req {
     pub headers: Vec<(String, String)>,
     /// The client's address.
     pub peer: Option<SocketAddr>,
-    /// The client certificate chain (DER, leaf first) that the TLS handshake verified
-    /// against the client CA; empty without TLS or without a certificate. Set by the
-    /// transport only, never from anything in the request.
-    pub peer_certificates: Vec<Vec<u8>>,
+    /// The client certificate chain the TLS handshake took, verified against the
+    /// client CA when the request was read; `Absent` without TLS or without a
+    /// certificate. Set by the transport only, never from anything in the request.
+    pub client_cert: auth::x509::ClientCert,
 }
 
 impl Req {
@@ -122,7 +123,7 @@ impl Req {
             query: query.to_string(),
             headers: Vec::new(),
             peer: None,
-            peer_certificates: Vec::new(),
+            client_cert: auth::x509::ClientCert::Absent,
         }
     }
 
@@ -264,7 +265,7 @@ pub fn serve_tls<H>(
     name: &str,
     listener: TcpListener,
     limits: Limits,
-    tls: Arc<rustls::ServerConfig>,
+    tls: tls::TlsServer,
     unblockers: &Unblockers,
     handler: H,
 ) -> Result<(), SpawnError>

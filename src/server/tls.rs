@@ -16,8 +16,9 @@
 //! is, so a handshake is just more bytes of a request head and counts against the
 //! same header timeout. The workers write answers through the same connection with
 //! the socket blocking and a write timeout. The client certificate chain comes from
-//! rustls after the handshake verified it, never from anything the client sends in
-//! the HTTP request.
+//! rustls after the handshake (which checked that the client holds its key), never
+//! from anything the client sends in the HTTP request, and is verified against the
+//! client CA for each request ([`Stream::client_cert`], [`super::client_cert`]).
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -30,10 +31,12 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::danger::ClientCertVerifier;
-use rustls::server::{ResolvesServerCert, WebPkiClientVerifier};
+use rustls::server::ResolvesServerCert;
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig, ServerConnection};
 
+use super::auth::x509::ClientCert;
+use super::client_cert::{self, ClientCa};
 use crate::config::values::TlsVersion;
 
 /// The largest certificate, key or CA bundle file read: real ones are a few KiB.
@@ -50,22 +53,39 @@ pub enum Stream {
     Tls(Box<TlsStream>),
 }
 
-/// A TLS connection: the socket and rustls's state for it.
+/// A TLS connection: the socket, rustls's state for it, and the client CA its
+/// certificate is verified against.
 #[derive(Debug)]
 pub struct TlsStream {
     tcp: TcpStream,
     tls: ServerConnection,
+    client_ca: Option<Arc<ClientCa>>,
+}
+
+/// The kubelet port's TLS: the rustls configuration, and the client CA (`None`:
+/// client certificates are not asked for) whose verification each request's chain
+/// gets.
+#[derive(Debug, Clone)]
+pub struct TlsServer {
+    /// The rustls configuration.
+    pub config: Arc<ServerConfig>,
+    /// With `--client-ca-file`: the CA in use (the handshake verifier in `config`).
+    pub client_ca: Option<Arc<ClientCa>>,
 }
 
 impl Stream {
-    /// A TLS connection on `tcp` with `config`.
-    pub fn tls(tcp: TcpStream, config: &Arc<ServerConfig>) -> io::Result<Stream> {
-        let tls = ServerConnection::new(config.clone()).map_err(io::Error::other)?;
+    /// A TLS connection on `tcp` served with `server`.
+    pub fn tls(tcp: TcpStream, server: &TlsServer) -> io::Result<Stream> {
+        let tls = ServerConnection::new(server.config.clone()).map_err(io::Error::other)?;
         // A handshake is several small flights, and rustls may hand an answer to the
         // socket in more than one write: without this, Nagle and the client's delayed
         // ACK add ~40 ms to each (Go's net/http sets it on every connection too).
         tcp.set_nodelay(true)?;
-        Ok(Stream::Tls(Box::new(TlsStream { tcp, tls })))
+        Ok(Stream::Tls(Box::new(TlsStream {
+            tcp,
+            tls,
+            client_ca: server.client_ca.clone(),
+        })))
     }
 
     fn tcp(&self) -> &TcpStream {
@@ -230,16 +250,21 @@ impl Stream {
         self.tcp().shutdown(std::net::Shutdown::Write)
     }
 
-    /// The client's certificate chain (DER, leaf first) as rustls verified it during
-    /// the handshake; empty for plain TCP or a client that sent none.
-    pub fn peer_certificates(&self) -> Vec<Vec<u8>> {
-        match self {
-            Stream::Plain(_) => Vec::new(),
-            Stream::Tls(t) => t
-                .tls
-                .peer_certificates()
-                .map(|c| c.iter().map(|d| d.to_vec()).collect())
-                .unwrap_or_default(),
+    /// The client's certificate chain as the handshake took it, verified now against
+    /// the client CA in use; [`ClientCert::Absent`] for plain TCP or a client that
+    /// sent none.
+    pub fn client_cert(&self) -> ClientCert {
+        let Stream::Tls(t) = self else {
+            return ClientCert::Absent;
+        };
+        match (t.tls.peer_certificates(), &t.client_ca) {
+            (None, _) => ClientCert::Absent,
+            (Some(chain), Some(ca)) => ca.verify(chain, std::time::SystemTime::now()),
+            // Not asked for without a CA, so rustls never has one; never trusted.
+            (Some(_), None) => ClientCert::Unverified {
+                subject: String::new(),
+                reason: "no client CA is configured".into(),
+            },
         }
     }
 }
@@ -450,10 +475,8 @@ pub fn certified_key(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsEr
         .map_err(TlsError::Config)
 }
 
-/// A verifier of client certificates against the CA bundle `ca`: verified if sent, but
-/// not required (a request without one goes on to the token and anonymous
-/// authenticators, as upstream's, which asks for a certificate and verifies it only if
-/// one is sent).
+/// A verifier of client certificate chains against the CA bundle `ca`, for
+/// [`ClientCa`] (which decides what the handshake asks for and lets through).
 pub fn client_verifier(ca: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in certificates(ca)? {
@@ -462,13 +485,10 @@ pub fn client_verifier(ca: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsErro
             reason: e.to_string(),
         })?;
     }
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::new(provider()))
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| TlsError::ClientCa {
-            path: ca.to_path_buf(),
-            reason: e.to_string(),
-        })
+    client_cert::webpki_verifier(roots, provider()).map_err(|reason| TlsError::ClientCa {
+        path: ca.to_path_buf(),
+        reason,
+    })
 }
 
 /// The rustls suite of an upstream TLS 1.2 cipher suite name; `None` for TLS 1.3 names
@@ -522,14 +542,14 @@ fn cipher_suites(
     (kept, lacking)
 }
 
-/// The rustls configuration of the kubelet port: the serving pair from `cert` (which
-/// may change between handshakes), the TLS versions from `min_version` up, the cipher
-/// suites, and, with `client_ca`, client certificates verified against it.
+/// The TLS of the kubelet port: the serving pair from `cert` (which may change between
+/// handshakes), the TLS versions from `min_version` up, the cipher suites, and, with
+/// `client_ca`, client certificates asked for and verified against it.
 pub fn server_config(
     s: &TlsSettings,
     cert: Arc<dyn ResolvesServerCert>,
-    client_ca: Option<Arc<dyn ClientCertVerifier>>,
-) -> Result<Arc<ServerConfig>, TlsError> {
+    client_ca: Option<Arc<ClientCa>>,
+) -> Result<TlsServer, TlsError> {
     let mut provider = provider();
     let (suites, lacking) = cipher_suites(&provider.cipher_suites, &s.cipher_suites);
     if !lacking.is_empty() {
@@ -555,14 +575,17 @@ pub fn server_config(
     let builder = ServerConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(versions)
         .map_err(TlsError::Config)?;
-    let builder = match client_ca {
+    let builder = match &client_ca {
         None => builder.with_no_client_auth(),
-        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        Some(ca) => builder.with_client_cert_verifier(ca.clone()),
     };
     let mut config = builder.with_cert_resolver(cert);
     // HTTP/1.1 only: a client offering h2 must not think it was accepted.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok(TlsServer {
+        config: Arc::new(config),
+        client_ca,
+    })
 }
 
 /// The serving pair's files: the given ones, or the self-signed pair in `cert_dir`

@@ -4,31 +4,27 @@
 //! (`DynamicFileCAContent`): rotation without a restart.
 //!
 //! The rustls configuration holds a [`ServingPair`] (its `ResolvesServerCert`) and a
-//! [`ClientCa`] (its `ClientCertVerifier`); each hands every new handshake the current
-//! pair or verifier, an `Arc` cloned under a lock held for nanoseconds. The
+//! [`ClientCa`] (its `ClientCertVerifier`, which also verifies each request's chain);
+//! each hands every new handshake the current pair or CA, an `Arc` cloned under a lock
+//! held for nanoseconds. The
 //! `tls-reload` loop ([`Reloader::tick`], every [`RELOAD_PERIOD`]) stats the files and,
 //! when a fingerprint (inode, size, times) changed, reads and checks them off the
 //! handshake path and swaps them in. A file that does not read, parse or match (a key
 //! written before its certificate, say) leaves the old pair or CA in use and makes the
 //! tick fail with the reason (logged once per change); the next change is tried again.
-//! Connections already open keep what they were set up with.
-//!
-//! The client CA's names are not sent as hints in the CertificateRequest (they would
-//! have to change with the CA): clients then offer whatever certificate they hold,
-//! which is what openssl, curl and Go's clients do with one certificate anyway.
+//! Connections already open keep the serving pair they were set up with; their
+//! requests' client certificates are verified against the CA in use when each request
+//! is read (as upstream's x509 authenticator does).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 
-use super::tls::{self, TlsError, TlsSettings};
+use super::client_cert::ClientCa;
+use super::tls::{self, TlsError, TlsServer, TlsSettings};
 use crate::fsutil::Fingerprint;
 use crate::loops::lock;
 
@@ -47,62 +43,6 @@ pub struct ServingPair(Mutex<Arc<CertifiedKey>>);
 impl ResolvesServerCert for ServingPair {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(lock(&self.0).clone())
-    }
-}
-
-/// The client CA verifier new handshakes get.
-#[derive(Debug)]
-pub struct ClientCa(Mutex<Arc<dyn ClientCertVerifier>>);
-
-impl ClientCa {
-    fn current(&self) -> Arc<dyn ClientCertVerifier> {
-        lock(&self.0).clone()
-    }
-}
-
-impl ClientCertVerifier for ClientCa {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        false
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        self.current()
-            .verify_client_cert(end_entity, intermediates, now)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.current().verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.current().verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.current().supported_verify_schemes()
     }
 }
 
@@ -157,10 +97,9 @@ fn fingerprints(paths: &[&Path]) -> Result<Vec<Fingerprint>, TlsError> {
         .collect()
 }
 
-/// The kubelet port's rustls configuration from `s`, with the serving pair and the
-/// client CA read now (an error here fails start-up) and re-read later by the returned
-/// [`Reloader`].
-pub fn reloading_server_config(s: &TlsSettings) -> Result<(Arc<ServerConfig>, Reloader), TlsError> {
+/// The kubelet port's TLS from `s`, with the serving pair and the client CA read now
+/// (an error here fails start-up) and re-read later by the returned [`Reloader`].
+pub fn reloading_server_config(s: &TlsSettings) -> Result<(TlsServer, Reloader), TlsError> {
     let now = SystemTime::now();
     let mut pair_seen = Seen::default();
     let pair_prints = fingerprints(&[&s.cert_file, &s.key_file])?;
@@ -176,14 +115,10 @@ pub fn reloading_server_config(s: &TlsSettings) -> Result<(Arc<ServerConfig>, Re
             let prints = fingerprints(&[path])?;
             let verifier = tls::client_verifier(path)?;
             ca_seen.read(prints, now, None);
-            Some(Arc::new(ClientCa(Mutex::new(verifier))))
+            Some(Arc::new(ClientCa::new(verifier)))
         }
     };
-    let config = tls::server_config(
-        s,
-        pair.clone(),
-        ca.clone().map(|c| c as Arc<dyn ClientCertVerifier>),
-    )?;
+    let config = tls::server_config(s, pair.clone(), ca.clone())?;
     Ok((
         config,
         Reloader {
@@ -244,7 +179,7 @@ impl Reloader {
         if self.ca_seen.changed(&prints) {
             match tls::client_verifier(path) {
                 Ok(verifier) => {
-                    *lock(&ca.0) = verifier;
+                    ca.set(verifier);
                     if self.ca_seen.fingerprints.is_some() {
                         log::info!("client CA bundle reloaded from {}", path.display());
                     }

@@ -15,7 +15,7 @@ use crate::kubelet_port::{client_cert, kubectl_raw, pki_flags, run, start};
 use crate::util::{wait_for, Node, LONG};
 
 /// `curl -sk` with an optional client certificate and bearer token: (status, body);
-/// status 0 when no HTTP answer came (the handshake was refused).
+/// status 0 when no HTTP answer came.
 fn get(port: u16, path: &str, cert: Option<(&Path, &Path)>, token: Option<&str>) -> (u16, String) {
     let mut c = Command::new("curl");
     c.args(["-sk", "--max-time", "30", "-w", "\n%{http_code}"]);
@@ -116,8 +116,6 @@ const PATHS: [(&str, &[&str], Option<u16>); 5] = [
 enum Want {
     /// Served by its handler.
     Pass,
-    /// No HTTP answer: the handshake refuses it.
-    Refused,
     /// This status and body.
     Status(u16, String),
 }
@@ -135,7 +133,9 @@ fn want(webhook: bool, anonymous: bool, cred: Cred, subs: &[&str]) -> Want {
     };
     let unauthorized = Want::Status(401, "Unauthorized".into());
     match cred {
-        Cred::Rogue => Want::Refused,
+        // Verified after the handshake; a failure is a failed credential (401, not
+        // anonymous and not the token), as upstream's x509 authenticator.
+        Cred::Rogue => unauthorized,
         Cred::None if !anonymous => unauthorized,
         Cred::None if webhook => forbidden("system:anonymous"),
         // A refused or unreviewable token fails, anonymous or not.
@@ -155,7 +155,6 @@ fn want(webhook: bool, anonymous: bool, cred: Cred, subs: &[&str]) -> Want {
 
 fn matches(got: &(u16, String), want: &Want, pass: Option<u16>) -> bool {
     match want {
-        Want::Refused => got.0 == 0,
         Want::Status(code, body) => got.0 == *code && got.1 == *body,
         Want::Pass => match pass {
             Some(code) => got.0 == code,
@@ -553,14 +552,16 @@ fn rotated_certificate_files_are_served_without_a_restart() {
     });
     assert_eq!(served_serial(port), second);
 
-    // The client CA changes to the other CA: its clients get in, the old ones no longer.
+    // The client CA changes to the other CA: its clients get in, the old ones no longer
+    // (401, on the connections and handshakes made after the change).
     let rogue = Some((pki.rogue_cert.as_path(), pki.rogue_key.as_path()));
-    assert_eq!(get(port, "/healthz", rogue, None).0, 0);
+    let unauthorized = (401, "Unauthorized".to_string());
+    assert_eq!(get(port, "/healthz", rogue, None), unauthorized);
     replace(&pki.dir.join("rogue-ca.crt"), &ca);
     wait_for("the new client CA to be used", LONG, || {
         (get(port, "/healthz", rogue, None) == (200, "ok".into())).then_some(())
     });
-    assert_eq!(get(port, "/healthz", client, None).0, 0);
+    assert_eq!(get(port, "/healthz", client, None), unauthorized);
 }
 
 /// `openssl s_client` with `args`: whether a handshake finished, and its output.

@@ -5,16 +5,17 @@
 //!
 //! Authentication, in upstream's order (a union, then anonymous as a fallback that a
 //! failed credential never reaches):
-//! 1. the client certificate rustls verified against `--client-ca-file` ([`x509`]: user
-//!    = CN, groups = O);
+//! 1. the client certificate, verified against `--client-ca-file` when the request was
+//!    read ([`ClientCert`], [`x509`]: user = CN, groups = O);
 //! 2. with `--authentication-token-webhook`, an `Authorization: Bearer` token, reviewed
 //!    by the API server ([`webhook`], a TokenReview, cached);
 //! 3. with `--anonymous-auth`, `system:anonymous` in `system:unauthenticated`.
 //!
-//! Users of 1 and 2 also get `system:authenticated`. A token the API server refuses, or
-//! cannot review, is a failed credential: 401 `Unauthorized`, anonymous or not (upstream's
-//! `unionauth.NewFailOnError`); so is no credential without anonymous. A certificate from
-//! another CA never gets this far: the handshake refuses it.
+//! Users of 1 and 2 also get `system:authenticated`. A certificate that does not verify
+//! (another CA, expired …) and a token the API server refuses, or cannot review, are
+//! failed credentials: 401 `Unauthorized`, anonymous or not, and a failed certificate
+//! ends the chain before the token is asked (upstream's `unionauth.NewFailOnError`);
+//! so is no credential without anonymous.
 //!
 //! Authorization: `AlwaysAllow`, or `Webhook`: a SubjectAccessReview per subresource of
 //! the request's attributes ([`attributes`], the fine-grained one first, then `proxy`),
@@ -29,6 +30,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use self::webhook::Webhooks;
+use self::x509::ClientCert;
 use super::{Reply, Req};
 use crate::apiclient::review::AccessRequest;
 use crate::loops::error_chain;
@@ -103,18 +105,26 @@ pub enum TokenOutcome {
 }
 
 /// Upstream's chain: the certificate's user, else the token's, else anonymous. `token`
-/// is asked only when the certificate gave no user. `Err(None)`: no credential and no
-/// anonymous; `Err(Some(why))`: a credential that failed (401 even with anonymous on).
+/// is asked only when no certificate was presented or a verified one gave no user (no
+/// CN). `Err(None)`: no credential and no anonymous; `Err(Some(why))`: a credential
+/// that failed (401 even with anonymous on).
 pub fn authenticate(
-    peer_certificates: &[Vec<u8>],
+    cert: &ClientCert,
     token: impl FnOnce() -> TokenOutcome,
     anonymous: bool,
 ) -> Result<User, Option<String>> {
-    if let Some(user) = peer_certificates
-        .first()
-        .and_then(|leaf| x509::user_of(leaf))
-    {
-        return Ok(with_authenticated_group(user));
+    match cert {
+        ClientCert::Verified(chain) => {
+            if let Some(user) = chain.first().and_then(|leaf| x509::user_of(leaf)) {
+                return Ok(with_authenticated_group(user));
+            }
+        }
+        ClientCert::Unverified { subject, reason } => {
+            return Err(Some(format!(
+                "client certificate {subject:?} did not verify against the client CA: {reason}"
+            )));
+        }
+        ClientCert::Absent => {}
     }
     match token() {
         TokenOutcome::User(user) => return Ok(with_authenticated_group(user)),
@@ -221,7 +231,7 @@ pub fn filter(auth: &AuthConfig, req: &Req) -> Result<(), Reply> {
         },
         _ => TokenOutcome::Absent,
     };
-    let user = match authenticate(&req.peer_certificates, token, auth.anonymous) {
+    let user = match authenticate(&req.client_cert, token, auth.anonymous) {
         Ok(user) => user,
         Err(why) => {
             log::debug!(
@@ -326,57 +336,88 @@ mod tests {
     fn certificate_users_are_cn_with_o_groups_and_anonymous_only_without_one() {
         // rcgen keeps one value per attribute; several O values are covered by the
         // integration test's openssl certificate.
-        let admin = cert(Some("kube-apiserver"), &["system:masters"]);
+        let verified = |der: Vec<u8>| ClientCert::Verified(vec![der]);
+        let admin = verified(cert(Some("kube-apiserver"), &["system:masters"]));
         let want = user("kube-apiserver", &["system:masters", AUTHENTICATED_GROUP]);
         let absent = || TokenOutcome::Absent;
         for anonymous in [false, true] {
-            assert_eq!(
-                authenticate(std::slice::from_ref(&admin), absent, anonymous),
-                Ok(want.clone())
-            );
+            assert_eq!(authenticate(&admin, absent, anonymous), Ok(want.clone()));
         }
         let anon = user(ANONYMOUS_USER, &[UNAUTHENTICATED_GROUP]);
-        assert_eq!(authenticate(&[], absent, true), Ok(anon.clone()));
-        assert_eq!(authenticate(&[], absent, false), Err(None));
+        let none = ClientCert::Absent;
+        assert_eq!(authenticate(&none, absent, true), Ok(anon.clone()));
+        assert_eq!(authenticate(&none, absent, false), Err(None));
         // No CN: the certificate authenticates no one.
-        let nameless = cert(None, &["ops"]);
+        let nameless = verified(cert(None, &["ops"]));
+        assert_eq!(authenticate(&nameless, absent, false), Err(None));
+        assert_eq!(authenticate(&nameless, absent, true), Ok(anon));
+        // Garbage (never verifies, but must not panic).
         assert_eq!(
-            authenticate(std::slice::from_ref(&nameless), absent, false),
-            Err(None)
-        );
-        assert_eq!(authenticate(&[nameless], absent, true), Ok(anon));
-        // Garbage (never reaches here past rustls, but must not panic).
-        assert_eq!(
-            authenticate(&[vec![0x30, 0x84, 0xff]], absent, false),
+            authenticate(&verified(vec![0x30, 0x84, 0xff]), absent, false),
             Err(None)
         );
         // Already in system:authenticated: not added twice.
-        let marked = cert(Some("m"), &[AUTHENTICATED_GROUP]);
+        let marked = verified(cert(Some("m"), &[AUTHENTICATED_GROUP]));
         assert_eq!(
-            authenticate(&[marked], absent, false),
+            authenticate(&marked, absent, false),
             Ok(user("m", &[AUTHENTICATED_GROUP]))
         );
     }
 
     #[test]
+    fn a_certificate_that_did_not_verify_fails_even_with_anonymous_and_a_token() {
+        let rogue = ClientCert::Unverified {
+            subject: "CN=mallory".into(),
+            reason: "invalid peer certificate: UnknownIssuer".into(),
+        };
+        let alice = || TokenOutcome::User(user("alice", &[]));
+        for anonymous in [false, true] {
+            let unasked = || -> TokenOutcome { panic!("token asked after a failed certificate") };
+            let why = authenticate(&rogue, unasked, anonymous).expect_err("401");
+            let why = why.expect("a failed credential, not a missing one");
+            assert!(
+                why.contains("CN=mallory") && why.contains("UnknownIssuer"),
+                "{why}"
+            );
+        }
+        // Even a good token does not rescue it (upstream fails on the first error).
+        assert!(authenticate(&rogue, alice, true).is_err());
+        // Through the filter: 401 Unauthorized with anonymous and AlwaysAllow.
+        let auth = AuthConfig {
+            anonymous: true,
+            token_webhook: None,
+            authorizer: Authorizer::AlwaysAllow,
+            node_name: "n".into(),
+        };
+        let mut req = Req::new("GET", "/pods");
+        req.client_cert = rogue;
+        let denied = filter(&auth, &req).expect_err("401");
+        assert_eq!(
+            (denied.status, denied.body.as_slice()),
+            (401, &b"Unauthorized"[..])
+        );
+    }
+
+    #[test]
     fn the_chain_is_certificate_then_token_then_anonymous_and_a_failed_token_fails() {
-        let admin = cert(Some("admin"), &[]);
+        let admin = ClientCert::Verified(vec![cert(Some("admin"), &[])]);
+        let none = ClientCert::Absent;
         let alice = || TokenOutcome::User(user("alice", &["devs"]));
         let refused = || TokenOutcome::Failed("invalid bearer token".into());
         for anonymous in [false, true] {
             // A certificate wins; the token is not even asked.
             let unasked = || -> TokenOutcome { panic!("token asked despite a certificate") };
             assert_eq!(
-                authenticate(std::slice::from_ref(&admin), unasked, anonymous),
+                authenticate(&admin, unasked, anonymous),
                 Ok(user("admin", &[AUTHENTICATED_GROUP]))
             );
             assert_eq!(
-                authenticate(&[], alice, anonymous),
+                authenticate(&none, alice, anonymous),
                 Ok(user("alice", &["devs", AUTHENTICATED_GROUP]))
             );
             // A refused token is a 401 even where anonymous would have been served.
             assert_eq!(
-                authenticate(&[], refused, anonymous),
+                authenticate(&none, refused, anonymous),
                 Err(Some("invalid bearer token".into()))
             );
         }
@@ -492,7 +533,7 @@ mod tests {
         );
         auth.anonymous = true;
         assert!(filter(&auth, &req).is_ok(), "anonymous + AlwaysAllow");
-        req.peer_certificates = vec![cert(Some("admin"), &[])];
+        req.client_cert = ClientCert::Verified(vec![cert(Some("admin"), &[])]);
         auth.anonymous = false;
         assert!(filter(&auth, &req).is_ok(), "certificate + AlwaysAllow");
     }

@@ -1,13 +1,33 @@
 //! The x509 client-certificate authenticator (upstream's `x509.NewDynamic` with
-//! `CommonNameUserConversion`): the user of a leaf certificate that rustls has already
-//! verified against `--client-ca-file` during the handshake is its subject's CN, and its
-//! groups are the O values. Only the subject's names are read here, from the DER; and,
-//! for the client certificate manager ([`crate::certificate`]), a certificate's
-//! validity window ([`validity`]).
+//! `CommonNameUserConversion`): what a request's certificate is worth
+//! ([`ClientCert`], which the transport makes by verifying the chain against
+//! `--client-ca-file` in [`super::super::client_cert`]), and the user of a verified
+//! leaf: its subject's CN, with the O values as groups. Only the subject's names are
+//! read here, from the DER (and written out for logs, [`subject_text`]); and, for the
+//! client certificate manager ([`crate::certificate`]), a certificate's validity window
+//! ([`validity`]).
 
 use std::time::{Duration, SystemTime};
 
 use super::User;
+
+/// What a request's TLS client certificate is worth: the authenticator's input, made
+/// by the transport ([`super::super::client_cert::ClientCa::verify`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ClientCert {
+    /// None was presented (plain TCP, no client CA, or a client that sent none).
+    #[default]
+    Absent,
+    /// The chain (DER, leaf first), verified against the client CA for this request.
+    Verified(Vec<Vec<u8>>),
+    /// A chain that did not verify: a failed credential.
+    Unverified {
+        /// The leaf's subject (`CN=…, O=…`), for the log.
+        subject: String,
+        /// Why it did not verify.
+        reason: String,
+    },
+}
 
 /// The user of a verified leaf certificate (DER): CN, and O as groups. A certificate
 /// without a CN authenticates no one (upstream: "not ok", no error).
@@ -28,6 +48,49 @@ pub fn user_of(der: &[u8]) -> Option<User> {
         groups,
         ..User::default()
     })
+}
+
+/// A DER certificate's subject as text, for logs: `CN=alice, O=ops`, in the
+/// certificate's order; attributes other than CN, O, OU, C, ST and L by their dotted
+/// OID. `None`: not a certificate.
+pub fn subject_text(der: &[u8]) -> Option<String> {
+    let parts: Vec<String> = subject(der)?
+        .into_iter()
+        .map(|(oid, value)| {
+            let name = match oid {
+                OID_COMMON_NAME => "CN".to_string(),
+                OID_ORGANIZATION => "O".to_string(),
+                [0x55, 0x04, 0x0b] => "OU".to_string(),
+                [0x55, 0x04, 0x06] => "C".to_string(),
+                [0x55, 0x04, 0x08] => "ST".to_string(),
+                [0x55, 0x04, 0x07] => "L".to_string(),
+                _ => dotted_oid(oid),
+            };
+            format!("{name}={value}")
+        })
+        .collect();
+    Some(parts.join(", "))
+}
+
+/// An OID's DER content bytes as `1.2.840…`.
+fn dotted_oid(oid: &[u8]) -> String {
+    let mut arcs: Vec<u64> = Vec::new();
+    let mut arc = 0u64;
+    for &b in oid {
+        arc = arc.saturating_mul(128).saturating_add(u64::from(b & 0x7f));
+        if b & 0x80 == 0 {
+            if arcs.is_empty() {
+                let first = arc.min(80) / 40;
+                arcs.push(first);
+                arcs.push(arc - first * 40);
+            } else {
+                arcs.push(arc);
+            }
+            arc = 0;
+        }
+    }
+    let text: Vec<String> = arcs.iter().map(u64::to_string).collect();
+    text.join(".")
 }
 
 /// `2.5.4.3`, id-at-commonName, as DER content bytes.
@@ -144,8 +207,8 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// The subject of a DER certificate as (attribute OID, value) pairs, in order. The
-/// certificate was verified by rustls already; this only reads its names.
+/// The subject of a DER certificate as (attribute OID, value) pairs, in order. This
+/// only reads its names; whether the certificate is to be trusted is decided elsewhere.
 fn subject(der: &[u8]) -> Option<Vec<(&[u8], String)>> {
     const SET: u8 = 0x31;
     const OID: u8 = 0x06;
@@ -201,6 +264,33 @@ mod tests {
         assert_eq!(
             subject_public_key_info(cert.der()),
             Some(key.public_key_der().as_slice())
+        );
+    }
+
+    #[test]
+    fn subjects_are_written_out_for_logs() {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(vec!["x".to_string()]).expect("params");
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "alice");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "ops");
+        params.distinguished_name.push(
+            rcgen::DnType::CustomDnType(vec![0, 9, 2342, 19200300, 100, 1, 1]),
+            "uid-1",
+        );
+        let cert = params.self_signed(&key).expect("cert");
+        assert_eq!(
+            subject_text(cert.der()).as_deref(),
+            Some("CN=alice, O=ops, 0.9.2342.19200300.100.1.1=uid-1")
+        );
+        assert_eq!(subject_text(b"not a certificate"), None);
+        assert_eq!(
+            dotted_oid(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d]),
+            "1.2.840.113549"
         );
     }
 
