@@ -23,6 +23,9 @@ pub mod malloc;
 pub mod codepages;
 pub mod record;
 pub mod netutil;
+// Pod sysctls: namespaces, the safe set, the allowlist (config, validation, admission
+// and the sandbox all read it).
+pub mod sysctl;
 // Outgoing HTTP: agents for the servers pods come from, and for requests to pods.
 pub mod httpclient;
 pub mod wait;

@@ -426,6 +426,7 @@ mod tests {
                 "cgroupsPerQOS" => "false",
                 "cgroupRoot" => "/rk",
                 "enforceNodeAllocatable" => "[pods]",
+                "allowedUnsafeSysctls" => "[\"kernel.msg*\"]",
                 "imageMinimumGCAge" | "imageMaximumGCAge" => "\"5m\"",
                 "imageGCHighThresholdPercent" => "90",
                 "imageGCLowThresholdPercent" => "70",
@@ -444,9 +445,10 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 44 implemented fields and `logging`, plus
+        // All but the type meta, the 45 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 47 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 48 + 1);
+        assert!(!s.unsupported.contains(&"allowedUnsafeSysctls".to_string()));
         assert_eq!(s.serialize_image_pulls, Some(false));
         assert_eq!(s.max_parallel_image_pulls, Some(3));
         assert_eq!(s.cluster_dns, Some(vec!["10.96.0.10".to_string()]));

@@ -438,6 +438,7 @@ mod tests {
                 cgroups_per_qos: true,
                 cgroup_root: String::new(),
                 enforce_node_allocatable: vec!["pods".into()],
+                allowed_unsafe_sysctls: vec![],
                 node_status_update_frequency: Duration::from_secs(10),
                 node_status_report_frequency: Duration::from_secs(300),
                 node_status_max_images: 50,
@@ -562,6 +563,44 @@ mod tests {
         assert!(
             err.to_string().contains("TLS_ECDHE_RSA_WITH_AES_128_GCM"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn allowed_unsafe_sysctls_must_be_namespaced() {
+        let dir = TempDir::new("sysctls");
+        let c = run_with(
+            &dir,
+            &[
+                "--allowed-unsafe-sysctls=kernel.msg*,net.core.somaxconn",
+                "--allowed-unsafe-sysctls",
+                "fs/mqueue/*",
+            ],
+        )
+        .expect("valid");
+        assert_eq!(
+            c.allowed_unsafe_sysctls,
+            ["kernel.msg*", "net.core.somaxconn", "fs/mqueue/*"]
+        );
+        let e = run_with(
+            &dir,
+            &["--allowed-unsafe-sysctls=kernel.msg*,vm.swappiness"],
+        )
+        .expect_err("not namespaced");
+        assert_eq!(
+            crate::loops::error_chain(&e),
+            "invalid value \"kernel.msg*,vm.swappiness\" for flag --allowed-unsafe-sysctls: \
+             the sysctls \"vm.swappiness\" are not known to be namespaced"
+        );
+        let cfg = dir.write(
+            "sysctls.yaml",
+            &format!("{HEAD}allowedUnsafeSysctls: [\"kernel.*\"]\n"),
+        );
+        let e = run_with(&dir, &[&format!("--config={}", cfg.display())]).expect_err("kernel.*");
+        let msg = crate::loops::error_chain(&e);
+        assert!(
+            msg.ends_with("the sysctls \"kernel.\" are not known to be namespaced"),
+            "{msg}"
         );
     }
 

@@ -437,6 +437,16 @@ settings_table! {
             examples: ["[none]", "[pods, kube-reserved]"],
             default: ENFORCE_NODE_ALLOCATABLE = "pods",
         }
+        allowed_unsafe_sysctls: Vec<String> {
+            help: "Comma-separated unsafe sysctls or sysctl patterns (ending in *) pods may \
+                   set beside the safe set; repeatable. Each must be namespaced: kernel.shm*, \
+                   kernel.msg*, kernel.sem, fs.mqueue.*, net.*.",
+            append: text::sysctl_patterns,
+            flag: "allowed-unsafe-sysctls" <"patterns">,
+            file: "allowedUnsafeSysctls", decode: yaml::sysctl_patterns,
+            examples: ["[kernel.msg*]", "[net.core.somaxconn, kernel.shm_rmid_forced]"],
+            default: "",
+        }
         node_status_update_frequency: Duration {
             help: "How often the node's status is computed (and sent if it changed).",
             parse: text::period,

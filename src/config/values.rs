@@ -477,6 +477,19 @@ pub mod text {
         Ok(list)
     }
 
+    /// `--allowed-unsafe-sysctls`: comma-separated sysctls or patterns ending in `*`,
+    /// each refused as upstream's `NewAllowlist` refuses it (not a valid pattern, or not
+    /// known to be namespaced), so a bad one stops the start-up naming it.
+    pub fn sysctl_patterns(v: &str) -> Result<Vec<String>, String> {
+        let list: Vec<String> = v
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        crate::sysctl::Allowlist::new(&list).map_err(|e| e.0)?;
+        Ok(list)
+    }
+
     /// Upstream's check of `enforceNodeAllocatable`'s levels.
     pub fn check_enforce_node_allocatable(list: &[String]) -> Result<(), String> {
         for l in list {
@@ -761,6 +774,22 @@ pub mod yaml {
             out.push(s.clone());
         }
         text::check_enforce_node_allocatable(&out)?;
+        Ok(Some(out))
+    }
+
+    /// `allowedUnsafeSysctls`: a list of sysctls or patterns, checked as the flag's.
+    pub fn sysctl_patterns(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
+        let Value::Sequence(seq) = v else {
+            return Err(invalid(v, "not a list of strings"));
+        };
+        let mut out = Vec::new();
+        for item in seq {
+            let Value::String(s) = item else {
+                return Err(invalid(item, "not a string"));
+            };
+            out.push(s.clone());
+        }
+        crate::sysctl::Allowlist::new(&out).map_err(|e| e.0)?;
         Ok(Some(out))
     }
 

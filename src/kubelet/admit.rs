@@ -2,7 +2,8 @@
 //! `canAdmitPod` and `rejectPod`): each new pod is checked against the pods admitted
 //! before it (pure arithmetic, no I/O); a rejected pod stays in the pod manager, never
 //! reaches a pod worker, and gets a `Failed` status with the reason (written by the
-//! status manager) and a `Warning` event.
+//! status manager) and a `Warning` event. Its handlers are the eviction manager's
+//! (under pressure) and the sysctl allowlist's ([`SysctlAdmit`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -55,6 +56,20 @@ impl Admission {
     /// The pod's source removed it.
     pub(super) fn forget(&mut self, uid: &str) {
         self.rejected.remove(uid);
+    }
+}
+
+/// Upstream's sysctl admit handler (`patternAllowlist.Admit`): a sysctl neither safe
+/// nor allowed, or a namespaced one the pod shares with the host, refuses the pod with
+/// `SysctlForbidden`.
+pub(super) struct SysctlAdmit(pub(super) crate::sysctl::Allowlist);
+
+impl AdmitHandler for SysctlAdmit {
+    fn admit(&self, pod: &Pod, _others: &[&Pod]) -> Option<Rejection> {
+        self.0.admit(pod).map(|message| Rejection {
+            reason: crate::sysctl::FORBIDDEN_REASON.into(),
+            message,
+        })
     }
 }
 
@@ -184,6 +199,42 @@ mod tests {
         n.snapshot(Source::Api, vec![p]);
         assert!(n.containers_of("u-big").is_empty());
         assert_eq!(rt.count(Op::Create), 0);
+    }
+
+    #[test]
+    fn a_forbidden_sysctl_fails_the_pod_with_sysctl_forbidden_even_a_static_one() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        let with = |sysctl: &str| {
+            format!(
+                "{{securityContext: {{sysctls: [{sysctl}]}}, \
+                 containers: [{{name: a, image: 'busybox:1'}}]}}"
+            )
+        };
+        n.snapshot(
+            Source::File,
+            vec![
+                pod(
+                    "unsafe",
+                    "u-unsafe",
+                    &with("{name: kernel.msgmax, value: '9000'}"),
+                ),
+                pod(
+                    "safe",
+                    "u-safe",
+                    &with("{name: kernel/shm_rmid_forced, value: '1'}"),
+                ),
+            ],
+        );
+        assert!(n.containers_of("u-unsafe").is_empty(), "never started");
+        assert!(n.running("u-safe", "a").is_some(), "a safe sysctl runs");
+        let st = n.sl.statuses.get("u-unsafe").expect("a status");
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some("SysctlForbidden"));
+        assert_eq!(
+            st.message.as_deref(),
+            Some("Pod was rejected: forbidden sysctl: \"kernel.msgmax\" not allowlisted")
+        );
     }
 
     #[test]

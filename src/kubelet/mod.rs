@@ -83,6 +83,8 @@ pub enum StartError {
     Tls(crate::server::tls::TlsError),
     /// The eviction flags are refused.
     Eviction(crate::eviction::api::ThresholdError),
+    /// `--allowed-unsafe-sysctls` names a sysctl that is not namespaced.
+    Sysctl(crate::sysctl::SysctlError),
     /// The root directory could not be created.
     RootDir {
         /// The directory.
@@ -100,6 +102,7 @@ impl fmt::Display for StartError {
             StartError::Source(e) => e.fmt(f),
             StartError::Tls(e) => write!(f, "kubelet port: {e}"),
             StartError::Eviction(e) => write!(f, "eviction thresholds: {e}"),
+            StartError::Sysctl(e) => write!(f, "allowed unsafe sysctls: {e}"),
             StartError::RootDir { path, .. } => {
                 write!(f, "cannot create root directory {}", path.display())
             }
@@ -115,6 +118,7 @@ impl std::error::Error for StartError {
             StartError::Source(e) => e.source(),
             StartError::Tls(e) => Some(e),
             StartError::Eviction(e) => Some(e),
+            StartError::Sysctl(e) => Some(e),
             StartError::RootDir { source, .. } => Some(source),
         }
     }
@@ -562,6 +566,8 @@ struct Components {
     cm: Arc<crate::cm::ContainerManager>,
     /// What admission checks new pods against.
     admission_node: crate::admission::NodeInfo,
+    /// The sysctls pods may set: the safe set on this kernel and the allowed unsafe ones.
+    sysctls: crate::sysctl::Allowlist,
 }
 
 impl Components {
@@ -574,7 +580,13 @@ impl Components {
         loops: &Loops,
         probe_tx: Sender<ProbeEvent>,
         api: Option<Arc<crate::apiclient::ApiClient>>,
-    ) -> Result<Components, SpawnError> {
+    ) -> Result<Components, StartError> {
+        // Upstream `NewMainKubelet`: the safe set, then the allowed unsafe sysctls.
+        let sysctls = crate::sysctl::Allowlist::for_node(
+            crate::sysctl::kernel_version(),
+            &cfg.allowed_unsafe_sysctls,
+        )
+        .map_err(StartError::Sysctl)?;
         let metrics = Arc::new(KubeletMetrics::new(loops.registry()));
         metrics.node_name.set([&cfg.node_name], 1.0);
         let instrumented: Arc<dyn Runtime> =
@@ -678,6 +690,7 @@ impl Components {
             pressure: Arc::default(),
             cm,
             admission_node,
+            sysctls,
         })
     }
 
@@ -814,6 +827,7 @@ impl Components {
                 // Admission under pressure first (upstream registers the eviction
                 // manager's admit handler before the predicates).
                 admission.add_handler(Box::new(eviction::PressureAdmit(self.pressure)));
+                admission.add_handler(Box::new(admit::SysctlAdmit(self.sysctls)));
                 admission
             },
             container_died: None,

@@ -553,7 +553,7 @@ pub fn security_settings(
 }
 
 /// The runtime config of a pod's sandbox (pause) container: it holds the pod's network
-/// and IPC namespaces, its hostname and its host ports (upstream
+/// and IPC namespaces, its hostname, its host ports and the pod's sysctls (upstream
 /// `generatePodSandboxConfig`, dockershim `makeSandboxDockerConfig`). Err is why the
 /// sandbox cannot be created.
 pub fn sandbox_config(
@@ -598,6 +598,9 @@ pub fn sandbox_config(
         } else {
             host_ports(pod)
         },
+        // Admitted, so each is safe or allowed; the containers join the sandbox's
+        // network and IPC namespaces, so they see the values.
+        sysctls: crate::sysctl::pod_sysctls(pod),
         ..Default::default()
     })
 }

@@ -418,6 +418,9 @@ pub struct ContainerConfig {
     pub stop_signal: String,
     /// Rotation of the container's log file (None: the runtime's default).
     pub log_rotation: Option<LogRotation>,
+    /// Namespaced kernel parameters, dotted names: a sandbox's are the pod's sysctls
+    /// (dockershim's `applySandboxLinuxOptions` sets Docker's `Sysctls` from them).
+    pub sysctls: BTreeMap<String, String>,
 }
 
 /// Rotation of a container's log file (upstream `containerLogMaxSize` and

@@ -282,6 +282,39 @@ pub fn validate_pod_spec(spec: &PodSpec, path: &Path) -> ErrorList {
             sc.seccomp_profile.as_ref(),
             &p.child("seccompProfile"),
         ));
+        errs.extend(validate_sysctls(
+            sc.sysctls.as_deref().unwrap_or_default(),
+            &p.child("sysctls"),
+        ));
+    }
+    errs
+}
+
+/// Upstream `validateSysctls`: each name given, valid (`.` or `/` separated segments,
+/// at most 253 characters) and not repeated. Upstream's API server also refuses a
+/// namespaced sysctl shared with the host (`ValidateHostSysctl`); here that is
+/// admission's `SysctlForbidden`, as for a pod the API server let through.
+fn validate_sysctls(sysctls: &[k8s_openapi::api::core::v1::Sysctl], path: &Path) -> ErrorList {
+    let mut errs = ErrorList::default();
+    let mut names = std::collections::HashSet::new();
+    for (i, s) in sysctls.iter().enumerate() {
+        let p = path.index(i).child("name");
+        if s.name.is_empty() {
+            errs.push(FieldError::required(&p, ""));
+        } else if !crate::sysctl::is_valid_name(&s.name) {
+            errs.push(FieldError::invalid(
+                &p,
+                s.name.as_str(),
+                &format!(
+                    "must have at most {} characters and match regex {}",
+                    crate::sysctl::MAX_LENGTH,
+                    crate::sysctl::NAME_REGEX
+                ),
+            ));
+        } else if names.contains(s.name.as_str()) {
+            errs.push(FieldError::duplicate(&p, s.name.as_str()));
+        }
+        names.insert(s.name.as_str());
     }
     errs
 }
@@ -594,6 +627,15 @@ spec:
                     "spec.containers[0].securityContext.seccompProfile.type: Unsupported value: \"Other\": supported values: \"Localhost\", \"RuntimeDefault\", \"Unconfined\"".into(),
                     "spec.containers[0].securityContext.seccompProfile.localhostProfile: Invalid value: \"/x\": can only be set when seccomp type is Localhost".into(),
                     "spec.securityContext.seccompProfile.localhostProfile: Invalid value: \"../../etc/shadow\": must not contain '..'".into(),
+                ],
+            ),
+            (
+                with_spec("  securityContext: {sysctls: [{name: kernel.shm_rmid_forced, value: '1'}, {name: '', value: '1'}, {name: Kernel.msgmax, value: '1'}, {name: kernel.shm_rmid_forced, value: '0'}, {name: net/ipv4/ip_local_port_range, value: '1 2'}, {name: 'kernel.msg*', value: '1'}]}\n"),
+                vec![
+                    "spec.securityContext.sysctls[1].name: Required value".into(),
+                    "spec.securityContext.sysctls[2].name: Invalid value: \"Kernel.msgmax\": must have at most 253 characters and match regex ^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$".into(),
+                    "spec.securityContext.sysctls[3].name: Duplicate value: \"kernel.shm_rmid_forced\"".into(),
+                    "spec.securityContext.sysctls[5].name: Invalid value: \"kernel.msg*\": must have at most 253 characters and match regex ^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$".into(),
                 ],
             ),
             (

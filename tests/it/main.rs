@@ -41,3 +41,4 @@ mod chaos_suite;
 mod chaos;
 mod panics;
 mod workers;
+mod sysctl;

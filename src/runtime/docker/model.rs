@@ -422,6 +422,7 @@ pub(super) fn create_body(cfg: &ContainerConfig) -> api::ContainerCreateBody {
         dns_search: non_empty(&cfg.dns_search),
         dns_options: non_empty(&cfg.dns_options),
         extra_hosts: non_empty(&cfg.extra_hosts),
+        sysctls: (!cfg.sysctls.is_empty()).then(|| cfg.sysctls.clone().into_iter().collect()),
         log_config: cfg.log_rotation.map(|r| api::HostConfigLogConfig {
             typ: Some("json-file".into()),
             config: Some(HashMap::from([
@@ -564,6 +565,7 @@ mod tests {
             "Binds",
             "PortBindings",
             "Memory",
+            "Sysctls",
         ] {
             assert!(hc.get(absent).is_none(), "{absent} should be unset: {hc}");
         }
@@ -582,7 +584,7 @@ mod tests {
     }
 
     #[test]
-    fn create_body_maps_namespaces_mounts_ports_and_resources() {
+    fn create_body_maps_namespaces_mounts_ports_resources_and_sysctls() {
         let cfg = ContainerConfig {
             network: Some(NamespaceMode::Container("abc".into())),
             ipc: Some(NamespaceMode::Shareable),
@@ -621,6 +623,7 @@ mod tests {
             },
             cap_add: vec!["NET_ADMIN".into()],
             stop_signal: "SIGINT".into(),
+            sysctls: [("kernel.shm_rmid_forced".into(), "1".into())].into(),
             ..Default::default()
         };
         let v = to_json(&cfg);
@@ -643,6 +646,7 @@ mod tests {
         assert_eq!(hc["Memory"], 64 << 20);
         assert_eq!(hc["CapAdd"], serde_json::json!(["NET_ADMIN"]));
         assert_eq!(v["StopSignal"], "SIGINT");
+        assert_eq!(hc["Sysctls"]["kernel.shm_rmid_forced"], "1");
     }
 
     #[test]
