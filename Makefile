@@ -8,7 +8,7 @@ PAUSE      ?= rkubelet/pause:3.10
 BIN        := target/release/rkubelet
 
 .PHONY: all build images run test lint bench chaos fuzz deps verify-unit clean \
-	build-arm64 build-armv7 build-static test-arm64 test-armv7 test-static size ci-smoke-arm64 idle-order
+	build-arm64 build-armv7 build-static test-arm64 test-armv7 test-static size ci-smoke-arm64
 
 all: build
 
@@ -59,13 +59,6 @@ lint:
 # WebSocket and SPDY next to `docker exec`. Programs, not tests.
 bench: build images
 	$(CARGO) bench
-
-# hack/idle-order.txt, the link order of the code an idle node runs (build.rs): a
-# profile of the release binary under valgrind with one idle pod (~7 min), then the
-# build again with the new order.
-idle-order: build images
-	hack/idle-order.sh
-	$(CARGO) build --release
 
 # The chaos suite at full size (benches/chaos.rs; the short forms are in `make test`):
 # kill -9 under churn, a private dockerd restarted, API server + etcd away, root dir

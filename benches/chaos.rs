@@ -13,6 +13,7 @@
 //! `cargo bench --bench chaos -- kill9 disk` runs only the named scenarios
 //! (kill9, dockerd, sources, disk, fds, clock); `RKUBELET_CHAOS_SEED` repeats a churn;
 //! `RKUBELET_CHAOS_SCALE=short` runs the short forms' sizes.
+#![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
 
 #[allow(dead_code)]
 #[path = "../tests/it/util.rs"]

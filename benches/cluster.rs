@@ -13,6 +13,7 @@
 //!   one node status report every 5 minutes falls in it) — the pod watch counts once,
 //!   when it is opened;
 //! - rkubelet's RSS and threads with the API source, the node's loops and 30 pods.
+#![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
 
 #[allow(dead_code)]
 #[path = "../tests/it/util.rs"]

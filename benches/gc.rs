@@ -8,6 +8,7 @@
 //!    `GC_BENCH_MINUTES` (default 4; 0 skips it): containers kept and bytes under Docker's
 //!    container directories, sampled every 30 s (flat after the first minute is the
 //!    target).
+#![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
 
 #[allow(dead_code)] // this bench needs only the process helpers
 mod common;

@@ -5,6 +5,7 @@
 //! Then a second one (token webhook, Webhook authorization, against the test API
 //! server stand-in) is asked `/pods` the same way with a bearer token whose user and
 //! decision are cached after the first request.
+#![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
 
 #[path = "common/mod.rs"]
 #[allow(dead_code)] // this bench needs only the process helpers

@@ -9,6 +9,7 @@
 //! what is kept, and the table says how much that was. kubectl's own start (the pod
 //! GET before the log) is in its time, as a user sees it; `curl` straight to the
 //! kubelet port shows rkubelet's part alone.
+#![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
 
 #[path = "common/mod.rs"]
 #[allow(dead_code)] // this bench needs only the process helpers

@@ -3,6 +3,7 @@
 //! ports; the table gives connections held (descriptors), threads, RSS before, during
 //! and after, and the healthz latency under the flood. Target: `/healthz` under 1 s
 //! (p99) whatever the flood, a fixed thread count, and the process alive.
+#![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
 
 #[path = "common/mod.rs"]
 #[allow(dead_code)] // this bench needs only the process helpers

@@ -16,6 +16,7 @@
 //! poll. It is measured with `--http-check-frequency=1s` (override with
 //! `RKUBELET_BENCH_HTTP_PERIOD`, a Go duration); at the 20 s default a change waits
 //! 10 s longer on average (uniform in [0, 20 s)).
+#![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
 
 #[allow(dead_code)]
 #[path = "../tests/it/util.rs"]

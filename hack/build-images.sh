@@ -67,8 +67,18 @@ build_busybox() {
 
 # The static rkubelet the pause image holds (and tests/it/pause.rs runs): the dev
 # profile, which builds in a fraction of a fat-LTO release build's time; stripped, it
-# is ~30 MB.
-static_target="x86_64-unknown-linux-musl"
+# is ~30 MB. It is built for the host's architecture, so the quick start works on an
+# arm64 or armv7 board too.
+case "$(uname -m)" in
+	x86_64) static_target="x86_64-unknown-linux-musl" ;;
+	aarch64 | arm64) static_target="aarch64-unknown-linux-musl" ;;
+	# armv7: glibc linked statically (.cargo/config.toml), as `make build-armv7`.
+	armv7l | armv7*) static_target="armv7-unknown-linux-gnueabihf" ;;
+	*)
+		log "no static target known for $(uname -m)"
+		exit 1
+		;;
+esac
 # The rustup target and musl-tools, installed when missing; run even when the image
 # exists, since tests/it/pause.rs builds the same static binary.
 static_tools() {
@@ -76,16 +86,15 @@ static_tools() {
 		log "adding the rustup target $static_target"
 		rustup target add "$static_target" >/dev/null
 	fi
-	if ! command -v musl-gcc >/dev/null 2>&1; then
+	if [ "$static_target" = x86_64-unknown-linux-musl ] && ! command -v musl-gcc >/dev/null 2>&1; then
 		log "installing musl-tools"
 		apt_install musl-tools
 	fi
 }
 
 build_static_rkubelet() {
-	# ring's C and assembly need musl's compiler wrapper.
-	(cd "$here/.." && CC_x86_64_unknown_linux_musl=musl-gcc \
-		cargo build --quiet --bin rkubelet --target "$static_target")
+	# (ring's C compiler per target: .cargo/config.toml's [env], musl-gcc on x86_64.)
+	(cd "$here/.." && cargo build --quiet --bin rkubelet --target "$static_target")
 	local target_dir="${CARGO_TARGET_DIR:-$here/../target}"
 	static_bin="$target_dir/$static_target/debug/rkubelet"
 }

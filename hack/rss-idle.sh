@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# VmRSS of one rkubelet binary with idle pods (one unless PODS says), after 60 s idle:
+# The memory of one rkubelet binary with idle pods (one unless PODS says), after 60 s
+# idle, every port on:
 #   [PODS=110] [RUNNER=qemu-aarch64] hack/rss-idle.sh BINARY [SECONDS]
 # (RUNNER: a cross-built binary under qemu-user against this machine's Docker; the
 # figures are then qemu's, a smoke figure and not a board's.)
 # Its own root dir, node name, ports and --cgroup-root=/rkubelet-boards; each pod is a
 # busybox sleeping (rkubelet/busybox:1.35, rkubelet/pause:3.10: `make images`). Its
-# containers and cgroups are removed afterwards. Prints VmRSS (RssAnon, RssFile), the
+# containers and cgroups are removed afterwards. Prints VmHWM, VmRSS (RssAnon, RssFile)
+# and PSS, the
 # kB of each mapping of the binary that the idle window touched (its working set), then the
 # resident kB by kind of mapping (the binary's text, its data, heap, thread stacks,
 # other anonymous mappings, libc) from /proc/PID/smaps, the thread count, and the CPU
@@ -27,7 +29,10 @@ echo 1 >"/proc/$pid/clear_refs"
 sleep "$idle"
 ticks >"$work/ticks1"
 t1=$(date +%s.%N)
-grep -E "VmRSS|RssAnon|RssFile" "/proc/$pid/status" | tr -s "\t\n " " "; echo
+# What the node pays: RssAnon (the kubelet's own memory, nothing the page cache
+# shares) and PSS (its share of every resident page); VmHWM, the peak since start.
+grep -E "VmHWM|VmRSS|RssAnon|RssFile" "/proc/$pid/status" | tr -s "\t\n " " "
+grep -E "^Pss:" "/proc/$pid/smaps_rollup" | tr -s "\t\n " " "; echo
 awk -v exe="$(readlink -f "$bin")" '$6 == exe { m = $2 } /^Referenced:/ && m != "" {
 	printf "  binary %s: %s kB referenced in the idle window\n", m, $2; m = "" }' "/proc/$pid/smaps"
 # Idle CPU over the window, in % of one core, and the threads that spent it (a thread

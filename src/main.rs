@@ -57,7 +57,6 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Exit {
-    rkubelet::malloc::reexec_with_tunables();
     rkubelet::malloc::tune();
     let args: Vec<String> = std::env::args().collect();
     let cfg = match config::load(args) {

@@ -1,5 +1,5 @@
 //! How rkubelet's heap is kept small: glibc's malloc tuned for a daemon of ~25
-//! mostly sleeping threads ([`tune`], [`reexec_with_tunables`]), and freed heap given
+//! mostly sleeping threads ([`tune`], by `mallopt` before any thread starts), and freed heap given
 //! back to the kernel after a big decode and once a minute ([`release_freed_memory`]).
 //! Other C libraries (musl's mallocng) have no arenas or thread caches and give memory
 //! back on their own, so all of this is glibc only and a no-op elsewhere.
@@ -84,54 +84,3 @@ pub fn tune() {
 pub const MMAP_THRESHOLD: i32 = 32 * 1024;
 /// Free memory at the heap's top beyond this is given back at once (see [`tune`]).
 pub const TRIM_THRESHOLD: i32 = 64 * 1024;
-
-/// The glibc tunables [`reexec_with_tunables`] sets: no per-thread cache. glibc's
-/// tcache keeps up to 7 freed blocks of each of 64 sizes in every thread that freed
-/// them, where no other thread can use them and `malloc_trim` cannot return their
-/// pages; at 110 idle pods the heap was 1.2 MiB smaller without it (7.5 → 6.3 MiB
-/// resident). Idle threads allocate rarely, so the cache's speed buys nothing here.
-pub const TUNABLES: &str = "glibc.malloc.tcache_count=0";
-
-/// Runs this binary again with [`TUNABLES`] when `GLIBC_TUNABLES` is not set: glibc
-/// reads tunables only at process start, and the tcache has no `mallopt`. `exec(2)`
-/// keeps the PID, the arguments and the environment (so systemd's `NOTIFY_SOCKET` and
-/// `WATCHDOG_PID` still hold). It execs the binary's own path, not `/proc/self/exe`,
-/// whose name would become the process's (`ps` and `top` would say `exe`). A
-/// `GLIBC_TUNABLES` the user set is left alone, and the new image sees it set, so it
-/// never runs twice. If the exec fails (no `/proc`, the binary deleted, a foreign
-/// binary under qemu-user with no binfmt entry), the kubelet runs on as it is. It is
-/// `execv(2)` itself, not `Command::exec`: that one is `execvp`, which runs a binary
-/// the kernel refuses (`ENOEXEC`) as a shell script. Call it first in `main`, before
-/// any thread starts.
-pub fn reexec_with_tunables() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        use std::ffi::CString;
-        use std::os::unix::ffi::OsStrExt;
-        if std::env::var_os("GLIBC_TUNABLES").is_some() {
-            return;
-        }
-        let Ok(exe) = std::env::current_exe() else {
-            return;
-        };
-        let c = |s: &std::ffi::OsStr| CString::new(s.as_bytes()).ok();
-        let Some(path) = c(exe.as_os_str()) else {
-            return;
-        };
-        let Some(args) = std::env::args_os()
-            .map(|a| c(&a))
-            .collect::<Option<Vec<CString>>>()
-        else {
-            return;
-        };
-        let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-        argv.push(std::ptr::null());
-        std::env::set_var("GLIBC_TUNABLES", TUNABLES);
-        // SAFETY: `path` and every `argv` entry are NUL-terminated strings that outlive
-        // the call, and `argv` ends with a null pointer; execv returns only on failure.
-        unsafe {
-            libc::execv(path.as_ptr(), argv.as_ptr());
-        }
-        std::env::remove_var("GLIBC_TUNABLES");
-    }
-}

@@ -1,7 +1,9 @@
-# Sourced by hack/rss-idle.sh and hack/idle-order.sh: one rkubelet with idle pods.
+# Sourced by hack/rss-idle.sh: one rkubelet with idle pods.
 #   idle_node_start PODS COMMAND...   starts COMMAND (rkubelet, or a runner and
 #                                     rkubelet) with its own root dir, node name, ports
-#                                     and --cgroup-root=/rkubelet-boards, and PODS pods
+#                                     and --cgroup-root=/rkubelet-boards (every port
+#                                     on, :10250 with a self-signed certificate, as
+#                                     the flags' defaults), and PODS pods
 #                                     (a busybox sleeping each; `make images`), and
 #                                     waits until every pod runs (saying how long
 #                                     it took). Sets pid, work, ro.
@@ -46,11 +48,13 @@ YAML
 	local hz
 	hz=$(free_port)
 	ro=$(free_port)
+	local port
+	port=$(free_port)
 	local t0
 	t0=$(date +%s%N)
 	"$@" --pod-manifest-path="$work/manifests" --root-dir="$work/root" \
 		--hostname-override="$node" --pod-infra-container-image=rkubelet/pause:3.10 \
-		--cgroup-root=/rkubelet-boards --healthz-port="$hz" --read-only-port="$ro" --port=0 \
+		--cgroup-root=/rkubelet-boards --healthz-port="$hz" --read-only-port="$ro" --port="$port" \
 		--cert-dir="$work/pki" >"$work/log" 2>&1 &
 	pid=$!
 	for _ in $(seq 1 3000); do

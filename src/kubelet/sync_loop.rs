@@ -391,11 +391,8 @@ impl SyncLoop {
         self.volumes
             .set_desired_pods(self.pods.keys().map(String::as_str));
         self.status_line();
-        // What a burst of syncs freed (decodes, Docker answers) and the code pages it
-        // mapped, back to the kernel.
-        if crate::malloc::release_freed_memory_every(crate::malloc::TRIM_PERIOD) {
-            crate::codepages::release_unused_code();
-        }
+        // What a burst of syncs freed (decodes, Docker answers), back to the kernel.
+        crate::malloc::release_freed_memory_every(crate::malloc::TRIM_PERIOD);
         if began.elapsed() > HOUSEKEEPING_WARNING {
             log::warn!(
                 "Housekeeping took longer than expected: {:?}",

@@ -16,8 +16,15 @@ use rkubelet::runtime::Runtime;
 
 use crate::util::{self, wait_for, Node, BUSYBOX, DOCKER_SOCK, LONG};
 
-/// The static target the tests build rkubelet for.
-const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
+/// The static target the tests build rkubelet for: the host's, as
+/// `hack/build-images.sh` builds the pause image.
+const STATIC_TARGET: &str = if cfg!(target_arch = "aarch64") {
+    "aarch64-unknown-linux-musl"
+} else if cfg!(target_arch = "arm") {
+    "armv7-unknown-linux-gnueabihf"
+} else {
+    "x86_64-unknown-linux-musl"
+};
 
 /// A static (musl) build of this source tree, built once per test run with the same
 /// cargo (dev profile: a fat-LTO release build takes minutes more). Panics with the
@@ -32,7 +39,6 @@ fn static_rkubelet() -> &'static Path {
         let out = Command::new(cargo)
             .current_dir(manifest)
             .args(["build", "--bin", "rkubelet", "--target", STATIC_TARGET])
-            .env("CC_x86_64_unknown_linux_musl", "musl-gcc")
             .stdin(Stdio::null())
             .output()
             .expect("run cargo");
