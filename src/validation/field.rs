@@ -209,7 +209,8 @@ impl fmt::Display for FieldError {
 
 /// Every problem of one object (`field.ErrorList`). Printed as upstream's
 /// `ToAggregate().Error()`: one error alone, several as `[a, b]` (repeats once).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.aggregate())]
 pub struct ErrorList(pub Vec<FieldError>);
 
 impl ErrorList {
@@ -228,14 +229,8 @@ impl ErrorList {
         self.0.extend(other.0);
     }
 
-    /// The fields in error, in order (for tests and short log lines).
-    pub fn fields(&self) -> Vec<&str> {
-        self.0.iter().map(|e| e.field.as_str()).collect()
-    }
-}
-
-impl fmt::Display for ErrorList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    /// The message: one error alone, several as `[a, b]`, each repeated message once.
+    fn aggregate(&self) -> String {
         let mut seen = std::collections::BTreeSet::new();
         let messages: Vec<String> = self
             .0
@@ -244,14 +239,17 @@ impl fmt::Display for ErrorList {
             .filter(|m| seen.insert(m.clone()))
             .collect();
         if messages.len() == 1 {
-            f.write_str(&messages[0])
+            messages[0].clone()
         } else {
-            write!(f, "[{}]", messages.join(", "))
+            format!("[{}]", messages.join(", "))
         }
     }
-}
 
-impl std::error::Error for ErrorList {}
+    /// The fields in error, in order (for tests and short log lines).
+    pub fn fields(&self) -> Vec<&str> {
+        self.0.iter().map(|e| e.field.as_str()).collect()
+    }
+}
 
 /// Go's `strconv.Quote` (what `%q` prints) for the characters a manifest can hold:
 /// printable characters as they are, the usual escapes, `\x..` for other ASCII
