@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::goquote::go_quote;
+
 /// A path to a field (`field.Path`): built with [`Path::child`], [`Path::index`] and
 /// [`Path::key`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -251,34 +253,6 @@ impl ErrorList {
     }
 }
 
-/// Go's `strconv.Quote` (what `%q` prints) for the characters a manifest can hold:
-/// printable characters as they are, the usual escapes, `\x..` for other ASCII
-/// controls and `\u....` for other non-printable characters.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,12 +301,5 @@ mod tests {
             ErrorList(vec![a.clone(), b, a]).to_string(),
             "[a: Required value, b: Forbidden: no]"
         );
-    }
-
-    #[test]
-    fn strings_are_quoted_as_go_does() {
-        assert_eq!(go_quote("a\"b\\c"), r#""a\"b\\c""#);
-        assert_eq!(go_quote("x\u{0}y\n"), r#""x\x00y\n""#);
-        assert_eq!(go_quote("é"), "\"é\"");
     }
 }
