@@ -12,7 +12,6 @@
 //! `O_NOFOLLOW` is not used: following links is wanted here, and the `fstat` of the
 //! opened descriptor already rules out whatever a link could be swapped to.
 
-use std::fmt;
 use std::fs::{File, Metadata};
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -20,40 +19,22 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 /// Why a file was not read.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// `stat`, `open` or `read` failed.
-    Io(io::Error),
+    #[error("{0}")]
+    Io(#[source] io::Error),
     /// The path is not a regular file (after following links); the kind it is.
+    #[error("is {0}, not a regular file")]
     NotRegular(&'static str),
     /// The file is larger than the cap (its size, or at least cap + 1).
+    #[error("is {size} bytes, more than the {max} bytes allowed")]
     TooLarge {
         /// The size seen.
         size: u64,
         /// The cap.
         max: u64,
     },
-}
-
-impl fmt::Display for ReadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ReadError::Io(e) => write!(f, "{e}"),
-            ReadError::NotRegular(kind) => write!(f, "is {kind}, not a regular file"),
-            ReadError::TooLarge { size, max } => {
-                write!(f, "is {size} bytes, more than the {max} bytes allowed")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ReadError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ReadError::Io(e) => Some(e),
-            _ => None,
-        }
-    }
 }
 
 impl ReadError {

@@ -15,6 +15,7 @@ pub mod loops;
 pub mod logging;
 pub mod time;
 pub mod safepath;
+pub mod goquote;
 pub mod quantity;
 pub mod lines;
 pub mod chan;

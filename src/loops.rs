@@ -24,7 +24,6 @@
 //! (periodic, event loop, supervised, transient), with and without panics.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -379,7 +378,8 @@ pub const BIG_STACK: usize = 2 * 1024 * 1024;
 type NamedHandle = (String, JoinHandle<()>);
 
 /// A thread could not be spawned (the process is out of threads or memory).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot spawn thread {name}")]
 pub struct SpawnError {
     name: String,
     source: std::io::Error,
@@ -392,18 +392,6 @@ impl SpawnError {
             name: name.to_string(),
             source,
         }
-    }
-}
-
-impl fmt::Display for SpawnError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot spawn thread {}", self.name)
-    }
-}
-
-impl std::error::Error for SpawnError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
     }
 }
 
@@ -705,14 +693,9 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    #[derive(Debug)]
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
     struct TestError(&'static str);
-    impl fmt::Display for TestError {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str(self.0)
-        }
-    }
-    impl std::error::Error for TestError {}
 
     fn wait_for(mut cond: impl FnMut() -> bool) {
         let until = Instant::now() + Duration::from_secs(10);

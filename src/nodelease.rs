@@ -100,34 +100,16 @@ impl LeaseApi for ApiLeases {
 }
 
 /// Why a renewal failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
     /// Every update attempt failed; the last error.
+    #[error("failed {MAX_UPDATE_RETRIES} attempts to update lease {NODE_LEASE_NAMESPACE}/{node}")]
     Retries {
         /// The lease's name.
         node: String,
         /// The last failure.
         source: Box<ApiError>,
     },
-}
-
-impl std::fmt::Display for LeaseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LeaseError::Retries { node, .. } => write!(
-                f,
-                "failed {MAX_UPDATE_RETRIES} attempts to update lease {NODE_LEASE_NAMESPACE}/{node}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for LeaseError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            LeaseError::Retries { source, .. } => Some(source.as_ref()),
-        }
-    }
 }
 
 /// The lease controller's state: the lease from the last successful write.

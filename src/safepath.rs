@@ -6,11 +6,11 @@
 //! has the same belt and braces: API validation, then `utilstrings` and the subpath
 //! checks on the node).
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// A name or relative path refused because it would leave its parent.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("refusing path {name:?} below {parent}: {reason}")]
 pub struct UnsafePathError {
     /// The parent directory.
     pub parent: PathBuf,
@@ -19,20 +19,6 @@ pub struct UnsafePathError {
     /// Why.
     pub reason: &'static str,
 }
-
-impl fmt::Display for UnsafePathError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "refusing path {:?} below {}: {}",
-            self.name,
-            self.parent.display(),
-            self.reason
-        )
-    }
-}
-
-impl std::error::Error for UnsafePathError {}
 
 impl From<UnsafePathError> for std::io::Error {
     fn from(e: UnsafePathError) -> Self {

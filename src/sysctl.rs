@@ -76,16 +76,9 @@ impl fmt::Display for Namespace {
 }
 
 /// A pattern `NewAllowlist` refuses: its message is upstream's.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct SysctlError(pub String);
-
-impl fmt::Display for SysctlError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for SysctlError {}
 
 /// The dotted form of a sysctl name (upstream `NormalizeName`): a name whose first
 /// separator is `/` has its `/` and `.` swapped (`net/ipv4/conf/eno2.100/rp_filter` →

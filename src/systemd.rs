@@ -12,7 +12,6 @@
 //! such thread runs.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
@@ -118,32 +117,14 @@ pub fn watchdog_timeout(
 }
 
 /// Why a watchdog tick sent no ping (the loop's recorded error).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SystemdError {
     /// A health check failed: no ping, so systemd restarts a kubelet that stays so.
+    #[error("not telling systemd's watchdog we are alive: {0}")]
     Unhealthy(String),
     /// The ping could not be sent.
-    Notify(std::io::Error),
-}
-
-impl fmt::Display for SystemdError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SystemdError::Unhealthy(why) => {
-                write!(f, "not telling systemd's watchdog we are alive: {why}")
-            }
-            SystemdError::Notify(_) => write!(f, "cannot send WATCHDOG=1"),
-        }
-    }
-}
-
-impl std::error::Error for SystemdError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            SystemdError::Notify(e) => Some(e),
-            SystemdError::Unhealthy(_) => None,
-        }
-    }
+    #[error("cannot send WATCHDOG=1")]
+    Notify(#[source] std::io::Error),
 }
 
 /// Starts the `watchdog` loop: every [`Watchdog::period`], `WATCHDOG=1` if

@@ -332,22 +332,44 @@ fn threads_are_spawned_only_by_the_loop_helper() {
     );
 }
 
-/// Every module boundary's error enum is listed in ARCHITECTURE.md's rules on errors.
+/// The name of the type a line declares (`pub enum X`, `struct Y(…)`), if it does.
+fn declared_type(line: &str) -> Option<String> {
+    let l = line.trim();
+    let l = l.strip_prefix("pub ").unwrap_or(l);
+    let rest = l
+        .strip_prefix("enum ")
+        .or_else(|| l.strip_prefix("struct "))?;
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// Every module boundary's error enum is listed in ARCHITECTURE.md's rules on errors:
+/// every `pub enum …Error`, and every type that derives `thiserror::Error` (the error
+/// structs and the `…Kind` enums of their causes included).
 #[test]
 fn every_error_enum_is_listed() {
     let rules = architecture_section("Cross-cutting rules");
     let mut missing = Vec::new();
     for f in rust_files(&src()) {
         let text = read(&f);
+        // A `#[derive(…thiserror::Error…)]` seen, waiting for the type it is on.
+        let mut derives_error = false;
         for line in shipped(&text).lines() {
-            let Some(rest) = line.trim().strip_prefix("pub enum ") else {
+            let trimmed = line.trim();
+            if trimmed.starts_with("#[derive(") && trimmed.contains("thiserror::Error") {
+                derives_error = true;
+                continue;
+            }
+            let Some(name) = declared_type(line) else {
                 continue;
             };
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if name.ends_with("Error") && !rules.contains(&format!("`{name}`")) {
+            let is_pub_enum = trimmed.starts_with("pub enum ");
+            let is_error = derives_error || (is_pub_enum && name.ends_with("Error"));
+            derives_error = false;
+            if is_error && !rules.contains(&format!("`{name}`")) {
                 missing.push(format!("{name} ({})", rel(&f)));
             }
         }

@@ -87,25 +87,14 @@ impl Credential {
 }
 
 /// Why a plugin gave no credential. The message names the command.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("exec credential plugin {command:?}: {reason}")]
 pub struct ExecError {
     /// The plugin's command.
     pub command: String,
     /// What went wrong.
     pub reason: String,
 }
-
-impl fmt::Display for ExecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "exec credential plugin {:?}: {}",
-            self.command, self.reason
-        )
-    }
-}
-
-impl std::error::Error for ExecError {}
 
 #[derive(Deserialize)]
 struct ExecCredential {

@@ -21,18 +21,36 @@ use super::exec::ExecConfig;
 use crate::httpclient::servers::TlsSettings;
 
 /// Why the kubeconfig cannot be used. Every message names the file.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("kubeconfig {path}: {}", self.what())]
 pub struct KubeconfigError {
     /// The kubeconfig file.
     pub path: PathBuf,
-    /// What is wrong.
+    /// What is wrong; the first layer of the `source()` chain, which `error_chain`
+    /// does not repeat (its message ends this one, or is its cause's).
+    #[source]
     pub kind: KubeconfigErrorKind,
 }
 
+impl KubeconfigError {
+    /// The message after the file: a read of the kubeconfig itself is "it".
+    fn what(&self) -> String {
+        match &self.kind {
+            KubeconfigErrorKind::Read { file, .. } if file == &self.path => {
+                "cannot read it".to_string()
+            }
+            KubeconfigErrorKind::Read { file, .. } => format!("cannot read {}", file.display()),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// What is wrong with a kubeconfig.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum KubeconfigErrorKind {
-    /// The file (or one it names) cannot be read.
+    /// The file (or one it names) cannot be read. The message is the cause's:
+    /// [`KubeconfigError`] says which file.
+    #[error("{source}")]
     Read {
         /// The file that could not be read.
         file: PathBuf,
@@ -40,34 +58,11 @@ pub enum KubeconfigErrorKind {
         source: std::io::Error,
     },
     /// Not valid YAML, or not the shape of a kubeconfig.
+    #[error("not a valid kubeconfig: {0}")]
     Parse(serde_yaml::Error),
     /// The content is not usable (no current context, unknown cluster…).
+    #[error("{0}")]
     Invalid(String),
-}
-
-impl fmt::Display for KubeconfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "kubeconfig {}: ", self.path.display())?;
-        match &self.kind {
-            KubeconfigErrorKind::Read { file, .. } if file == &self.path => {
-                f.write_str("cannot read it")
-            }
-            KubeconfigErrorKind::Read { file, .. } => {
-                write!(f, "cannot read {}", file.display())
-            }
-            KubeconfigErrorKind::Parse(e) => write!(f, "not a valid kubeconfig: {e}"),
-            KubeconfigErrorKind::Invalid(r) => f.write_str(r),
-        }
-    }
-}
-
-impl std::error::Error for KubeconfigError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
-            KubeconfigErrorKind::Read { source, .. } => Some(source),
-            KubeconfigErrorKind::Parse(_) | KubeconfigErrorKind::Invalid(_) => None,
-        }
-    }
 }
 
 /// Where the API server is and how to talk to it.
@@ -413,5 +408,30 @@ mod tests {
             crate::loops::error_chain(&e),
             "kubeconfig /nonexistent/kubeconfig: cannot read it: No such file or directory (os error 2)"
         );
+    }
+
+    /// The kind is a layer of the `source()` chain that `error_chain` does not repeat:
+    /// a file the kubeconfig names, and a parse error, read as before the derive.
+    #[test]
+    fn a_missing_named_file_and_bad_yaml_are_said_once() {
+        let dir = crate::testutil::TempDir::new("kubeconfig-chain");
+        let text = BASE.replace(
+            "    tokenFile: tok\n",
+            "    client-certificate: missing.crt\n    client-key: missing.key\n",
+        ) + "current-context: ctx\n";
+        let path = dir.write("kubeconfig", &text);
+        let e = load(&path).expect_err("missing token file");
+        assert_eq!(
+            crate::loops::error_chain(&e),
+            format!(
+                "kubeconfig {}: cannot read {}: No such file or directory (os error 2)",
+                path.display(),
+                dir.0.join("missing.crt").display()
+            )
+        );
+        let path = dir.write("bad", "clusters: [");
+        let e = load(&path).expect_err("bad yaml");
+        assert!(e.to_string().contains(": not a valid kubeconfig: "), "{e}");
+        assert_eq!(crate::loops::error_chain(&e), e.to_string());
     }
 }

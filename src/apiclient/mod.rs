@@ -129,9 +129,10 @@ impl DeleteOptions {
 }
 
 /// Why a call to the API server failed. Each message names the call and the URL.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// The server could not be reached, or the call timed out.
+    #[error("{what} from {url}")]
     Transport {
         /// The call, e.g. `list pods`.
         what: &'static str,
@@ -141,6 +142,7 @@ pub enum ApiError {
         source: ureq::Error,
     },
     /// The server answered with an error status.
+    #[error("{what} from {url}: the API server answered {code}{}", status_tail(.reason, .message))]
     Status {
         /// The call.
         what: &'static str,
@@ -154,6 +156,7 @@ pub enum ApiError {
         message: String,
     },
     /// The answer is not what the API promises.
+    #[error("{what} from {url}: the answer does not decode")]
     Decode {
         /// The call.
         what: &'static str,
@@ -163,6 +166,7 @@ pub enum ApiError {
         source: serde_json::Error,
     },
     /// A streamed body broke off.
+    #[error("{what} from {url}: stream broken")]
     Stream {
         /// The call.
         what: &'static str,
@@ -172,10 +176,13 @@ pub enum ApiError {
         source: io::Error,
     },
     /// The exec credential plugin gave no credential.
+    #[error(transparent)]
     Credential(ExecError),
     /// The TLS settings cannot be used.
+    #[error("TLS settings: {0}")]
     Tls(String),
     /// No request was sent: the client certificate is not issued yet (TLS bootstrap).
+    #[error("{what} from {url}: no client certificate yet (TLS bootstrap in progress)")]
     NoIdentity {
         /// The call.
         what: &'static str,
@@ -184,49 +191,19 @@ pub enum ApiError {
     },
 }
 
-impl fmt::Display for ApiError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ApiError::Transport { what, url, .. } => write!(f, "{what} from {url}"),
-            ApiError::Status {
-                what,
-                url,
-                code,
-                reason,
-                message,
-            } => {
-                write!(f, "{what} from {url}: the API server answered {code}")?;
-                if !reason.is_empty() {
-                    write!(f, " {reason}")?;
-                }
-                if !message.is_empty() {
-                    write!(f, ": {message}")?;
-                }
-                Ok(())
-            }
-            ApiError::Decode { what, url, .. } => {
-                write!(f, "{what} from {url}: the answer does not decode")
-            }
-            ApiError::Stream { what, url, .. } => write!(f, "{what} from {url}: stream broken"),
-            ApiError::Credential(e) => e.fmt(f),
-            ApiError::Tls(r) => write!(f, "TLS settings: {r}"),
-            ApiError::NoIdentity { what, url } => write!(
-                f,
-                "{what} from {url}: no client certificate yet (TLS bootstrap in progress)"
-            ),
-        }
+/// [`ApiError::Status`]'s message after the code: ` <reason>` and `: <message>`, each
+/// when the answer had one.
+fn status_tail(reason: &str, message: &str) -> String {
+    let mut tail = String::new();
+    if !reason.is_empty() {
+        tail.push(' ');
+        tail.push_str(reason);
     }
-}
-
-impl std::error::Error for ApiError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ApiError::Transport { source, .. } => Some(source),
-            ApiError::Decode { source, .. } => Some(source),
-            ApiError::Stream { source, .. } => Some(source),
-            _ => None,
-        }
+    if !message.is_empty() {
+        tail.push_str(": ");
+        tail.push_str(message);
     }
+    tail
 }
 
 impl ApiError {

@@ -24,7 +24,6 @@ pub mod manager;
 pub mod request;
 pub mod store;
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -36,17 +35,26 @@ pub use manager::ClientCertManager;
 pub use store::{CertStore, Pair};
 
 /// Why a client certificate could not be had.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum CertError {
     /// `--bootstrap-kubeconfig` is given without `--kubeconfig`.
+    #[error(
+        "--bootstrap-kubeconfig needs --kubeconfig (where the kubeconfig with the \
+             issued client certificate is written)"
+    )]
     NoKubeconfig,
-    /// A kubeconfig cannot be used.
+    /// A kubeconfig cannot be used. Its message is the error's own: it names the file.
+    #[error(transparent)]
     Kubeconfig(KubeconfigError),
-    /// The API client cannot be built (boxed: ureq's errors are large).
+    /// The API client cannot be built (boxed: ureq's errors are large). Its message is
+    /// the error's own: it names the server.
+    #[error(transparent)]
     Client(Box<ApiError>),
     /// A key or request could not be made.
-    Key(rcgen::Error),
+    #[error("cannot make the client key or request")]
+    Key(#[source] rcgen::Error),
     /// A file of the store could not be read or written.
+    #[error("{path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -54,11 +62,13 @@ pub enum CertError {
         source: std::io::Error,
     },
     /// A pair file does not hold a certificate and a key.
+    #[error("{path}: not a PEM certificate followed by its private key")]
     BadPair {
         /// The file.
         path: PathBuf,
     },
     /// A call about a CSR failed.
+    #[error("certificate signing request {csr}")]
     Api {
         /// The CSR's name (or `generateName` prefix).
         csr: String,
@@ -66,6 +76,7 @@ pub enum CertError {
         source: Box<ApiError>,
     },
     /// An approver denied the CSR.
+    #[error("certificate signing request {csr} is denied, reason: {reason}, message: {message}")]
     Denied {
         /// The CSR.
         csr: String,
@@ -75,6 +86,7 @@ pub enum CertError {
         message: String,
     },
     /// The signer failed to issue the certificate.
+    #[error("certificate signing request {csr} failed, reason: {reason}, message: {message}")]
     Failed {
         /// The CSR.
         csr: String,
@@ -84,6 +96,7 @@ pub enum CertError {
         message: String,
     },
     /// The CSR was not issued within the wait.
+    #[error("certificate signing request {csr} was not approved and issued within {}s", .waited.as_secs())]
     Timeout {
         /// The CSR.
         csr: String,
@@ -91,6 +104,7 @@ pub enum CertError {
         waited: Duration,
     },
     /// The CSR or its certificate is not what was asked for.
+    #[error("certificate signing request {csr}: {why}")]
     Unusable {
         /// The CSR.
         csr: String,
@@ -98,73 +112,14 @@ pub enum CertError {
         why: &'static str,
     },
     /// Shutdown began while waiting.
+    #[error("stopped while waiting for a client certificate")]
     Stopped,
-}
-
-impl fmt::Display for CertError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CertError::NoKubeconfig => f.write_str(
-                "--bootstrap-kubeconfig needs --kubeconfig (where the kubeconfig with the \
-                 issued client certificate is written)",
-            ),
-            // These two name their file or server themselves.
-            CertError::Kubeconfig(e) => e.fmt(f),
-            CertError::Client(e) => e.fmt(f),
-            CertError::Key(_) => f.write_str("cannot make the client key or request"),
-            CertError::Io { path, .. } => write!(f, "{}", path.display()),
-            CertError::BadPair { path } => write!(
-                f,
-                "{}: not a PEM certificate followed by its private key",
-                path.display()
-            ),
-            CertError::Api { csr, .. } => write!(f, "certificate signing request {csr}"),
-            CertError::Denied {
-                csr,
-                reason,
-                message,
-            } => write!(
-                f,
-                "certificate signing request {csr} is denied, reason: {reason}, message: {message}"
-            ),
-            CertError::Failed {
-                csr,
-                reason,
-                message,
-            } => write!(
-                f,
-                "certificate signing request {csr} failed, reason: {reason}, message: {message}"
-            ),
-            CertError::Timeout { csr, waited } => write!(
-                f,
-                "certificate signing request {csr} was not approved and issued within {}s",
-                waited.as_secs()
-            ),
-            CertError::Unusable { csr, why } => {
-                write!(f, "certificate signing request {csr}: {why}")
-            }
-            CertError::Stopped => f.write_str("stopped while waiting for a client certificate"),
-        }
-    }
 }
 
 impl CertError {
     /// [`CertError::Client`] of `e`.
     pub fn client(e: ApiError) -> CertError {
         CertError::Client(Box::new(e))
-    }
-}
-
-impl std::error::Error for CertError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CertError::Kubeconfig(e) => e.source(),
-            CertError::Client(e) => e.source(),
-            CertError::Key(e) => Some(e),
-            CertError::Io { source, .. } => Some(source),
-            CertError::Api { source, .. } => Some(source.as_ref()),
-            _ => None,
-        }
     }
 }
 

@@ -16,7 +16,6 @@ pub mod cgroups;
 pub mod resources;
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -34,11 +33,13 @@ pub const POD_CGROUP_GC_PERIOD: std::time::Duration = std::time::Duration::from_
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 
 /// Errors of the container manager, each naming its pod or cgroup.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum CmError {
     /// The runtime's `/info` could not be read (the driver is not known yet).
-    Runtime(RuntimeError),
+    #[error("reading the runtime's cgroup driver")]
+    Runtime(#[source] RuntimeError),
     /// A pod's cgroup could not be created or updated.
+    #[error("ensuring cgroup {cgroup} of pod {pod}")]
     PodCgroup {
         /// The pod (`ns/name`).
         pod: String,
@@ -47,26 +48,6 @@ pub enum CmError {
         /// The filesystem's answer.
         source: std::io::Error,
     },
-}
-
-impl fmt::Display for CmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CmError::Runtime(_) => write!(f, "reading the runtime's cgroup driver"),
-            CmError::PodCgroup { pod, cgroup, .. } => {
-                write!(f, "ensuring cgroup {cgroup} of pod {pod}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for CmError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CmError::Runtime(e) => Some(e),
-            CmError::PodCgroup { source, .. } => Some(source),
-        }
-    }
 }
 
 /// What the container manager is set up with.

@@ -6,42 +6,30 @@
 //! a bare `0` is allowed. Unlike Go, negative durations are refused: every duration the
 //! kubelet reads is a period or a timeout.
 
-use std::fmt;
 use std::time::Duration;
 
 /// Why a string is not a duration.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
     /// The string is empty.
+    #[error("empty")]
     Empty,
     /// A number has no unit after it (`10`).
+    #[error("missing unit (use e.g. 20s, 1m30s, 500ms)")]
     MissingUnit,
     /// A unit is not one of Go's.
+    #[error("unknown unit {0:?} (use ns, us, ms, s, m or h)")]
     UnknownUnit(String),
     /// Something other than a number stands where a number should.
+    #[error("expected a number")]
     ExpectedNumber,
     /// The duration is below zero.
+    #[error("must not be negative")]
     Negative,
     /// The duration exceeds Go's limit (about 292 years).
+    #[error("too large")]
     Overflow,
 }
-
-impl fmt::Display for DurationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DurationError::Empty => f.write_str("empty"),
-            DurationError::MissingUnit => f.write_str("missing unit (use e.g. 20s, 1m30s, 500ms)"),
-            DurationError::UnknownUnit(u) => {
-                write!(f, "unknown unit {u:?} (use ns, us, ms, s, m or h)")
-            }
-            DurationError::ExpectedNumber => f.write_str("expected a number"),
-            DurationError::Negative => f.write_str("must not be negative"),
-            DurationError::Overflow => f.write_str("too large"),
-        }
-    }
-}
-
-impl std::error::Error for DurationError {}
 
 /// Nanoseconds per unit, by Go's unit names.
 fn unit_nanos(unit: &str) -> Option<u128> {

@@ -27,7 +27,6 @@ pub mod flags;
 pub mod settings;
 pub mod values;
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use settings::{defaults, KubeletConfig, Layer};
@@ -72,16 +71,19 @@ pub enum Loaded {
 /// Why the flags or the config file cannot be used. `main` prints it and exits 2.
 /// Each message is one line naming the flag or field and the reason; an I/O or YAML
 /// cause is also kept as the `source()` (and said once by `error_chain`).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A flag rkubelet does not know.
+    #[error("unknown flag: {0}")]
     UnknownFlag(String),
     /// A flag that takes a value came last, without one.
+    #[error("flag needs an argument: {flag}")]
     MissingValue {
         /// The flag as written (`--port`, `-v`).
         flag: String,
     },
     /// A flag's value is not valid.
+    #[error("invalid value {value:?} for flag {flag}: {reason}")]
     InvalidFlag {
         /// The flag as written.
         flag: String,
@@ -91,8 +93,10 @@ pub enum ConfigError {
         reason: String,
     },
     /// A positional argument: the kubelet takes none.
+    #[error("unexpected argument {0:?}: rkubelet takes flags only")]
     UnexpectedArgument(String),
     /// The config file cannot be read.
+    #[error("config file {path}: cannot read it: {source}")]
     ReadFile {
         /// The file.
         path: PathBuf,
@@ -100,6 +104,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The config file is not valid YAML.
+    #[error("config file {path}: invalid YAML: {source}")]
     ParseFile {
         /// The file.
         path: PathBuf,
@@ -107,6 +112,7 @@ pub enum ConfigError {
         source: serde_yaml::Error,
     },
     /// The config file is not a v1beta1 `KubeletConfiguration`.
+    #[error("config file {path}: not a KubeletConfiguration: {reason}")]
     NotKubeletConfiguration {
         /// The file.
         path: PathBuf,
@@ -114,6 +120,7 @@ pub enum ConfigError {
         reason: String,
     },
     /// The config file has a field upstream's `KubeletConfiguration` does not have.
+    #[error("config file {path}: unknown field {field:?}")]
     UnknownField {
         /// The file.
         path: PathBuf,
@@ -121,6 +128,7 @@ pub enum ConfigError {
         field: String,
     },
     /// A config file field's value is not valid.
+    #[error("config file {path}: field {field}: {reason}")]
     InvalidField {
         /// The file.
         path: PathBuf,
@@ -130,6 +138,7 @@ pub enum ConfigError {
         reason: String,
     },
     /// Without `--hostname-override`, the host name could not be read.
+    #[error("cannot read the host name from {path} ({source}); set --hostname-override")]
     HostName {
         /// Where it was read from.
         path: PathBuf,
@@ -137,78 +146,16 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The node name came out empty.
+    #[error("the node name is empty; set --hostname-override")]
     EmptyNodeName,
     /// The host name (no `--hostname-override`) is not a valid node name.
+    #[error("the host name {name:?} is not a valid node name: {reason}; set --hostname-override")]
     InvalidNodeName {
         /// The lowercased host name.
         name: String,
         /// Why, in upstream's words.
         reason: String,
     },
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::UnknownFlag(flag) => write!(f, "unknown flag: {flag}"),
-            ConfigError::MissingValue { flag } => write!(f, "flag needs an argument: {flag}"),
-            ConfigError::InvalidFlag {
-                flag,
-                value,
-                reason,
-            } => write!(f, "invalid value {value:?} for flag {flag}: {reason}"),
-            ConfigError::UnexpectedArgument(a) => {
-                write!(f, "unexpected argument {a:?}: rkubelet takes flags only")
-            }
-            ConfigError::ReadFile { path, source } => {
-                write!(
-                    f,
-                    "config file {}: cannot read it: {source}",
-                    path.display()
-                )
-            }
-            ConfigError::ParseFile { path, source } => {
-                write!(f, "config file {}: invalid YAML: {source}", path.display())
-            }
-            ConfigError::NotKubeletConfiguration { path, reason } => write!(
-                f,
-                "config file {}: not a KubeletConfiguration: {reason}",
-                path.display()
-            ),
-            ConfigError::UnknownField { path, field } => {
-                write!(f, "config file {}: unknown field {field:?}", path.display())
-            }
-            ConfigError::InvalidField {
-                path,
-                field,
-                reason,
-            } => write!(f, "config file {}: field {field}: {reason}", path.display()),
-            ConfigError::HostName { path, source } => write!(
-                f,
-                "cannot read the host name from {} ({source}); set --hostname-override",
-                path.display()
-            ),
-            ConfigError::EmptyNodeName => {
-                f.write_str("the node name is empty; set --hostname-override")
-            }
-            ConfigError::InvalidNodeName { name, reason } => write!(
-                f,
-                "the host name {name:?} is not a valid node name: {reason}; set --hostname-override"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConfigError::ReadFile { source, .. } | ConfigError::HostName { source, .. } => {
-                Some(source)
-            }
-            ConfigError::ParseFile { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// Reads the command line (`args` as `std::env::args()` gives it, program name first)

@@ -93,7 +93,7 @@ fn split_subscript(path: &str) -> Option<(&str, &str)> {
 fn format_map(m: Option<&BTreeMap<String, String>>) -> String {
     m.into_iter()
         .flatten()
-        .map(|(k, v)| format!("{k}={}", crate::validation::field::go_quote(v)))
+        .map(|(k, v)| format!("{k}={}", crate::goquote::go_quote(v)))
         .collect::<Vec<_>>()
         .join("\n")
 }

@@ -194,16 +194,9 @@ pub const DEFAULT_EVICTION_HARD: &str =
     "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%";
 
 /// Why a threshold setting was refused (upstream's words).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ThresholdError(pub String);
-
-impl fmt::Display for ThresholdError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ThresholdError {}
 
 /// Parses `signal<value` statements separated by commas (`--eviction-hard`,
 /// `--eviction-soft`); zero thresholds are dropped.

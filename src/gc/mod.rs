@@ -14,7 +14,6 @@ pub mod container;
 pub mod image;
 
 use std::collections::HashSet;
-use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -39,9 +38,10 @@ pub const DIED_CHANNEL_CAPACITY: usize = 256;
 const UNKNOWN_STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// The errors of a GC pass: each step that failed, with what it was about.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum GcError {
     /// A runtime call failed (listing, stopping, removing; which is in `op`).
+    #[error("{op}: {}", crate::loops::error_chain(.source))]
     Runtime {
         /// What was being done, e.g. `remove container 1a2b3c`.
         op: String,
@@ -49,6 +49,7 @@ pub enum GcError {
         source: RuntimeError,
     },
     /// The image filesystem could not be measured.
+    #[error("cannot measure the image filesystem at {path}: {reason}")]
     ImageFs {
         /// The runtime's root directory.
         path: String,
@@ -56,8 +57,13 @@ pub enum GcError {
         reason: String,
     },
     /// Several steps failed.
+    #[error("[{}]", comma_list(.0))]
     Many(Vec<GcError>),
     /// Image GC could not free as much as the disk usage asked (upstream's message).
+    #[error(
+        "Failed to garbage collect required amount of images. Attempted to free \
+         {wanted} bytes, but only found {found} bytes eligible to free."
+    )]
     Shortfall {
         /// Bytes asked.
         wanted: u64,
@@ -65,39 +71,14 @@ pub enum GcError {
         found: u64,
     },
     /// Log link clean-up failed.
+    #[error("{}", .0.join(", "))]
     Logs(Vec<String>),
 }
 
-impl fmt::Display for GcError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GcError::Runtime { op, source } => {
-                write!(f, "{op}: {}", crate::loops::error_chain(source))
-            }
-            GcError::ImageFs { path, reason } => {
-                write!(f, "cannot measure the image filesystem at {path}: {reason}")
-            }
-            GcError::Many(v) => {
-                let parts: Vec<String> = v.iter().map(ToString::to_string).collect();
-                write!(f, "[{}]", parts.join(", "))
-            }
-            GcError::Shortfall { wanted, found } => write!(
-                f,
-                "Failed to garbage collect required amount of images. Attempted to free \
-                 {wanted} bytes, but only found {found} bytes eligible to free."
-            ),
-            GcError::Logs(v) => write!(f, "{}", v.join(", ")),
-        }
-    }
-}
-
-impl std::error::Error for GcError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            GcError::Runtime { source, .. } => Some(source),
-            _ => None,
-        }
-    }
+/// [`GcError::Many`]'s steps, `, ` between them.
+fn comma_list(errors: &[GcError]) -> String {
+    let parts: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    parts.join(", ")
 }
 
 fn rt_err(op: impl Into<String>) -> impl FnOnce(RuntimeError) -> GcError {

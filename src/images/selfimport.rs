@@ -12,7 +12,6 @@
 //! with. The tar is streamed to the engine (header, the file, padding), never held in
 //! memory whole.
 
-use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
@@ -38,51 +37,33 @@ const MAX_INTERP: u64 = 4096;
 const BLOCK: u64 = 512;
 
 /// Why rkubelet could not import itself.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SelfImportError {
     /// The running binary could not be read.
+    #[error("cannot read the running binary {SELF_EXE}")]
     Exe {
         /// What failed.
         source: io::Error,
     },
     /// The running binary is not an ELF file this code can read.
+    #[error("{SELF_EXE} is not a usable ELF file: {0}")]
     NotElf(String),
     /// The running binary is dynamically linked: it needs a loader the image lacks.
+    #[error(
+        "rkubelet is dynamically linked (interpreter {interpreter}) and cannot be its \
+             own pause image; run a static build (e.g. --target x86_64-unknown-linux-musl) \
+             or make the image available"
+    )]
     Dynamic {
         /// The `PT_INTERP` path.
         interpreter: String,
     },
     /// The tar header could not be made.
-    Tar(io::Error),
+    #[error("cannot make the image's tar header")]
+    Tar(#[source] io::Error),
     /// The engine refused or failed the import.
-    Runtime(RuntimeError),
-}
-
-impl fmt::Display for SelfImportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SelfImportError::Exe { .. } => write!(f, "cannot read the running binary {SELF_EXE}"),
-            SelfImportError::NotElf(why) => write!(f, "{SELF_EXE} is not a usable ELF file: {why}"),
-            SelfImportError::Dynamic { interpreter } => write!(
-                f,
-                "rkubelet is dynamically linked (interpreter {interpreter}) and cannot be its \
-                 own pause image; run a static build (e.g. --target x86_64-unknown-linux-musl) \
-                 or make the image available"
-            ),
-            SelfImportError::Tar(_) => write!(f, "cannot make the image's tar header"),
-            SelfImportError::Runtime(_) => write!(f, "the engine did not import it"),
-        }
-    }
-}
-
-impl std::error::Error for SelfImportError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            SelfImportError::Exe { source } | SelfImportError::Tar(source) => Some(source),
-            SelfImportError::Runtime(e) => Some(e),
-            SelfImportError::NotElf(_) | SelfImportError::Dynamic { .. } => None,
-        }
-    }
+    #[error("the engine did not import it")]
+    Runtime(#[source] RuntimeError),
 }
 
 /// The fields of an ELF header that locate its program headers.

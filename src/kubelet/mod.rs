@@ -26,7 +26,6 @@ use sync_loop::SyncLoop;
 use syncer::SyncHandler;
 
 use std::collections::HashMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,69 +70,34 @@ pub const PULLED_CHANNEL_CAPACITY: usize = 256;
 pub const HOUSEKEEPING_WARNING: Duration = Duration::from_secs(1);
 
 /// Errors that stop the kubelet from starting.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// A port could not be bound.
-    Server(ServerError),
+    #[error(transparent)]
+    Server(#[from] ServerError),
     /// A thread could not be spawned.
-    Spawn(SpawnError),
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
     /// A pod source's settings cannot be used (kubeconfig, etcd TLS files).
+    #[error(transparent)]
     Source(Box<dyn std::error::Error + Send + Sync>),
     /// The kubelet port's TLS cannot be set up (files, self-signed pair).
-    Tls(crate::server::tls::TlsError),
+    #[error("kubelet port: {0}")]
+    Tls(#[source] crate::server::tls::TlsError),
     /// The eviction flags are refused.
-    Eviction(crate::eviction::api::ThresholdError),
+    #[error("eviction thresholds: {0}")]
+    Eviction(#[source] crate::eviction::api::ThresholdError),
     /// `--allowed-unsafe-sysctls` names a sysctl that is not namespaced.
-    Sysctl(crate::sysctl::SysctlError),
+    #[error("allowed unsafe sysctls: {0}")]
+    Sysctl(#[source] crate::sysctl::SysctlError),
     /// The root directory could not be created.
+    #[error("cannot create root directory {path}")]
     RootDir {
         /// The directory.
         path: std::path::PathBuf,
         /// The OS error.
         source: std::io::Error,
     },
-}
-
-impl fmt::Display for StartError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StartError::Server(e) => e.fmt(f),
-            StartError::Spawn(e) => e.fmt(f),
-            StartError::Source(e) => e.fmt(f),
-            StartError::Tls(e) => write!(f, "kubelet port: {e}"),
-            StartError::Eviction(e) => write!(f, "eviction thresholds: {e}"),
-            StartError::Sysctl(e) => write!(f, "allowed unsafe sysctls: {e}"),
-            StartError::RootDir { path, .. } => {
-                write!(f, "cannot create root directory {}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for StartError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            StartError::Server(e) => e.source(),
-            StartError::Spawn(e) => e.source(),
-            StartError::Source(e) => e.source(),
-            StartError::Tls(e) => Some(e),
-            StartError::Eviction(e) => Some(e),
-            StartError::Sysctl(e) => Some(e),
-            StartError::RootDir { source, .. } => Some(source),
-        }
-    }
-}
-
-impl From<ServerError> for StartError {
-    fn from(e: ServerError) -> Self {
-        StartError::Server(e)
-    }
-}
-
-impl From<SpawnError> for StartError {
-    fn from(e: SpawnError) -> Self {
-        StartError::Spawn(e)
-    }
 }
 
 /// A running kubelet: the handles main needs to wait for readiness and shut it down.

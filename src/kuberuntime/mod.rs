@@ -19,7 +19,6 @@ pub mod logs;
 
 use crate::safepath::{safe_join, UnsafePathError};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -61,9 +60,10 @@ const SANDBOX_STOP_GRACE: Duration = Duration::from_secs(2);
 pub const POD_CACHE_MAX_AGE: Duration = Duration::from_secs(5 * 60);
 
 /// Errors of one pod sync, with the pod (and container) they concern.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     /// The runtime failed a call needed for the whole pod.
+    #[error("pod {pod}: {what}")]
     Runtime {
         /// `name_namespace(uid)`.
         pod: String,
@@ -72,22 +72,6 @@ pub enum SyncError {
         /// The runtime's error.
         source: RuntimeError,
     },
-}
-
-impl fmt::Display for SyncError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SyncError::Runtime { pod, what, .. } => write!(f, "pod {pod}: {what}"),
-        }
-    }
-}
-
-impl std::error::Error for SyncError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            SyncError::Runtime { source, .. } => Some(source),
-        }
-    }
 }
 
 impl SyncError {

@@ -80,34 +80,16 @@ impl NodeApi for ApiNodes {
 }
 
 /// Why registering or updating the Node failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum NodeStatusError {
     /// Every attempt of this tick to update the status failed; the last error.
+    #[error("update node status exceeds retry count ({NODE_STATUS_UPDATE_RETRY}) for node {node}")]
     Update {
         /// The node.
         node: String,
         /// The last failure.
         source: Box<ApiError>,
     },
-}
-
-impl fmt::Display for NodeStatusError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NodeStatusError::Update { node, .. } => write!(
-                f,
-                "update node status exceeds retry count ({NODE_STATUS_UPDATE_RETRY}) for node {node}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for NodeStatusError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            NodeStatusError::Update { source, .. } => Some(source.as_ref()),
-        }
-    }
 }
 
 /// Where the Ready condition's reasons come from: the errors that make the node not

@@ -72,9 +72,10 @@ impl Kind {
 }
 
 /// Why an object could not be had.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
     /// The API server says it does not exist.
+    #[error("{} {name:?} not found", .kind.as_str())]
     NotFound {
         /// Its kind.
         kind: Kind,
@@ -82,6 +83,7 @@ pub enum ObjectError {
         name: String,
     },
     /// No API server is configured (no `--kubeconfig`).
+    #[error("cannot get {} {object}: no API server is configured (--kubeconfig)", .kind.as_str())]
     NoClient {
         /// Its kind.
         kind: Kind,
@@ -89,6 +91,7 @@ pub enum ObjectError {
         object: String,
     },
     /// The request failed.
+    #[error("{}", api_failure(.kind, .object))]
     Api {
         /// Its kind.
         kind: Kind,
@@ -98,6 +101,7 @@ pub enum ObjectError {
         source: Box<ApiError>,
     },
     /// A fetch moments ago could not reach the API server: not asked again yet.
+    #[error("cannot get {} {object}: the API server was unreachable less than {UNAVAILABLE_FOR:?} ago", .kind.as_str())]
     Unavailable {
         /// Its kind.
         kind: Kind,
@@ -106,36 +110,13 @@ pub enum ObjectError {
     },
 }
 
-impl fmt::Display for ObjectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ObjectError::NotFound { kind, name } => write!(f, "{} {name:?} not found", kind.as_str()),
-            ObjectError::NoClient { kind, object } => write!(
-                f,
-                "cannot get {} {object}: no API server is configured (--kubeconfig)",
-                kind.as_str()
-            ),
-            ObjectError::Api { kind, object, .. } if *kind == Kind::Token => {
-                write!(f, "failed to fetch token for {object}")
-            }
-            ObjectError::Api { kind, object, .. } => {
-                write!(f, "failed to get object {object} ({})", kind.as_str())
-            }
-            ObjectError::Unavailable { kind, object } => write!(
-                f,
-                "cannot get {} {object}: the API server was unreachable less than {UNAVAILABLE_FOR:?} ago",
-                kind.as_str()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ObjectError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ObjectError::Api { source, .. } => Some(source.as_ref()),
-            _ => None,
-        }
+/// [`ObjectError::Api`]'s message: a token's in upstream's token manager's words, an
+/// object's in its cache-based manager's.
+fn api_failure(kind: &Kind, object: &str) -> String {
+    if *kind == Kind::Token {
+        format!("failed to fetch token for {object}")
+    } else {
+        format!("failed to get object {object} ({})", kind.as_str())
     }
 }
 

@@ -77,9 +77,10 @@ impl EtcdConfig {
 }
 
 /// Why the etcd source cannot read or watch right now. Each message names the server.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
     /// The request failed (refused, timed out…).
+    #[error("etcd {server}: {what}")]
     Transport {
         /// What was asked, e.g. `read /registry/hosts/n/`.
         what: String,
@@ -89,6 +90,7 @@ pub enum EtcdError {
         source: ureq::Error,
     },
     /// The server answered with an error.
+    #[error("etcd {server}: {what}: {reason}")]
     Answer {
         /// What was asked.
         what: String,
@@ -98,6 +100,7 @@ pub enum EtcdError {
         reason: String,
     },
     /// The watch stream broke off.
+    #[error("etcd {server}: the watch broke off")]
     Stream {
         /// The server.
         server: String,
@@ -105,35 +108,11 @@ pub enum EtcdError {
         source: std::io::Error,
     },
     /// The TLS settings cannot be used.
+    #[error("etcd TLS settings: {0}")]
     Tls(String),
     /// The pod config merge no longer listens (shutdown).
+    #[error("the pod config merge is gone")]
     Disconnected,
-}
-
-impl fmt::Display for EtcdError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EtcdError::Transport { what, server, .. } => write!(f, "etcd {server}: {what}"),
-            EtcdError::Answer {
-                what,
-                server,
-                reason,
-            } => write!(f, "etcd {server}: {what}: {reason}"),
-            EtcdError::Stream { server, .. } => write!(f, "etcd {server}: the watch broke off"),
-            EtcdError::Tls(r) => write!(f, "etcd TLS settings: {r}"),
-            EtcdError::Disconnected => f.write_str("the pod config merge is gone"),
-        }
-    }
-}
-
-impl std::error::Error for EtcdError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            EtcdError::Transport { source, .. } => Some(source),
-            EtcdError::Stream { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// One key's state: its last value and the pods of its last good value.

@@ -32,7 +32,6 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::hash::Hasher;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -54,12 +53,15 @@ const MANIFEST_EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
 
 /// Why a tick of the file source is not clean. The snapshot was still sent (unless the
 /// merge is gone), holding every good pod.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FileSourceError {
     /// These manifests cannot be used; each keeps the pods it last had. Shared with
     /// the cache, which reports an unchanged bad file again without decoding it.
+    /// One line per bad file, so the registry and the log show them all.
+    #[error("{}", one_per_line(.0))]
     Manifests(Vec<Arc<ManifestError>>),
     /// The path exists but cannot be listed; the last pods are kept.
+    #[error("cannot list {path}: {source}")]
     List {
         /// The path.
         path: PathBuf,
@@ -67,37 +69,14 @@ pub enum FileSourceError {
         source: io::Error,
     },
     /// The pod config merge no longer listens (shutdown).
+    #[error("the pod config merge is gone")]
     Disconnected,
 }
 
-impl fmt::Display for FileSourceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FileSourceError::Manifests(errors) => {
-                // One line per bad file, so the registry and the log show them all.
-                for (i, e) in errors.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str("\n")?;
-                    }
-                    write!(f, "{e}")?;
-                }
-                Ok(())
-            }
-            FileSourceError::List { path, source } => {
-                write!(f, "cannot list {}: {source}", path.display())
-            }
-            FileSourceError::Disconnected => f.write_str("the pod config merge is gone"),
-        }
-    }
-}
-
-impl std::error::Error for FileSourceError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            FileSourceError::List { source, .. } => Some(source),
-            _ => None,
-        }
-    }
+/// The manifests' errors, one a line.
+fn one_per_line(errors: &[Arc<ManifestError>]) -> String {
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    lines.join("\n")
 }
 
 /// What the source knows of one manifest file between ticks.

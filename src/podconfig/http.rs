@@ -33,9 +33,10 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a tick of the HTTP source is not clean. The last good pods are kept (except
 /// for an empty body, as upstream).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum HttpSourceError {
     /// The URL could not be fetched (refused, timed out, TLS…).
+    #[error("cannot fetch {url}")]
     Fetch {
         /// The URL.
         url: String,
@@ -43,6 +44,7 @@ pub enum HttpSourceError {
         source: ureq::Error,
     },
     /// The server answered with a status other than 2xx.
+    #[error("{url}: the server answered {code}")]
     Status {
         /// The URL.
         url: String,
@@ -50,48 +52,23 @@ pub enum HttpSourceError {
         code: u16,
     },
     /// The body is larger than a manifest may be.
+    #[error("{url}: the body is larger than {} MiB, not read", MAX_MANIFEST_BYTES >> 20)]
     TooLarge {
         /// The URL.
         url: String,
     },
     /// The body is empty: every pod of the URL was removed.
+    #[error("zero-length data received from {url}")]
     Empty {
         /// The URL.
         url: String,
     },
     /// The body does not hold valid pods.
+    #[error(transparent)]
     Manifest(ManifestError),
     /// The pod config merge no longer listens (shutdown).
+    #[error("the pod config merge is gone")]
     Disconnected,
-}
-
-impl fmt::Display for HttpSourceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HttpSourceError::Fetch { url, .. } => write!(f, "cannot fetch {url}"),
-            HttpSourceError::Status { url, code } => {
-                write!(f, "{url}: the server answered {code}")
-            }
-            HttpSourceError::TooLarge { url } => write!(
-                f,
-                "{url}: the body is larger than {} MiB, not read",
-                MAX_MANIFEST_BYTES >> 20
-            ),
-            HttpSourceError::Empty { url } => write!(f, "zero-length data received from {url}"),
-            HttpSourceError::Manifest(e) => e.fmt(f),
-            HttpSourceError::Disconnected => f.write_str("the pod config merge is gone"),
-        }
-    }
-}
-
-impl std::error::Error for HttpSourceError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            HttpSourceError::Fetch { source, .. } => Some(source),
-            HttpSourceError::Manifest(e) => e.source(),
-            _ => None,
-        }
-    }
 }
 
 /// The HTTP source's state between ticks.

@@ -90,7 +90,8 @@ impl Format {
 }
 
 /// Why a manifest (or one pod in it) cannot be used.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{origin}: {}{kind}", self.position())]
 pub struct ManifestError {
     /// The file or URL.
     pub origin: String,
@@ -98,34 +99,50 @@ pub struct ManifestError {
     pub document: Option<usize>,
     /// The 0-based item of a `PodList`, if the problem is inside one.
     pub item: Option<usize>,
-    /// What is wrong.
+    /// What is wrong: the end of the message, and the cause's holder (a layer of the
+    /// `source()` chain that `error_chain` does not repeat, its message being the end
+    /// of this one).
+    #[source]
     pub kind: ManifestErrorKind,
 }
 
 /// What is wrong with a manifest.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ManifestErrorKind {
     /// The file cannot be read.
-    Read(std::io::Error),
+    #[error("cannot read: {0}")]
+    Read(#[source] std::io::Error),
     /// The file is larger than [`MAX_MANIFEST_BYTES`].
+    #[error("larger than {} MiB, not read", MAX_MANIFEST_BYTES >> 20)]
     TooLarge,
     /// The file is not UTF-8 text.
+    #[error("not UTF-8 text")]
     NotUtf8,
     /// A YAML syntax error; serde's message carries the line and column.
-    Yaml(serde_yaml::Error),
+    #[error("invalid YAML: {0}")]
+    Yaml(#[source] serde_yaml::Error),
     /// A JSON syntax error, with its line and column.
-    Json(serde_json::Error),
+    #[error("invalid JSON: {0}")]
+    Json(#[source] serde_json::Error),
     /// The document is not a Pod or a PodList.
+    #[error("{0}")]
     Kind(String),
     /// The object does not decode as a v1 Pod (a field of the wrong type…).
-    Decode(serde_json::Error),
+    #[error("cannot decode pod: {0}")]
+    Decode(#[source] serde_json::Error),
     /// The text decodes to more nodes or bytes than the decoder's bound
     /// ([`super::nodecount`]; aliases count as what they repeat): not decoded.
+    #[error("decodes to {0} (aliases count as what they repeat), not decoded")]
     TooManyNodes(nodecount::Exceeded),
     /// The pod decodes but is not valid.
+    #[error("invalid pod: {0}")]
     Invalid(String),
     /// The pod's UID is already the UID of a pod of another manifest (or of an
     /// earlier document of this one), which keeps it.
+    #[error(
+        "pod {} has uid {:?}, already the uid of pod {} from {}; ignoring it (a uid names one pod: drop `metadata.uid` to have one derived from the file)",
+        .0.pod, .0.uid, .0.owner, .0.owner_origin
+    )]
     DuplicateUid(Box<DuplicateUid>),
 }
 
@@ -142,58 +159,20 @@ pub struct DuplicateUid {
     pub owner_origin: String,
 }
 
-impl fmt::Display for ManifestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: ", self.origin)?;
+impl ManifestError {
+    /// Where in the manifest, as the message's middle: `document 1: item 0: `, or
+    /// nothing.
+    fn position(&self) -> String {
+        let mut at = String::new();
         if let Some(d) = self.document {
-            write!(f, "document {d}: ")?;
+            at.push_str(&format!("document {d}: "));
         }
         if let Some(i) = self.item {
-            write!(f, "item {i}: ")?;
+            at.push_str(&format!("item {i}: "));
         }
-        match &self.kind {
-            ManifestErrorKind::Read(e) => write!(f, "cannot read: {e}"),
-            ManifestErrorKind::TooLarge => {
-                write!(f, "larger than {} MiB, not read", MAX_MANIFEST_BYTES >> 20)
-            }
-            ManifestErrorKind::NotUtf8 => f.write_str("not UTF-8 text"),
-            ManifestErrorKind::Yaml(e) => write!(f, "invalid YAML: {e}"),
-            ManifestErrorKind::Json(e) => write!(f, "invalid JSON: {e}"),
-            ManifestErrorKind::Kind(k) => f.write_str(k),
-            ManifestErrorKind::Decode(e) => write!(f, "cannot decode pod: {e}"),
-            ManifestErrorKind::TooManyNodes(e) => write!(
-                f,
-                "decodes to {e} (aliases count as what they repeat), not decoded"
-            ),
-            ManifestErrorKind::Invalid(r) => write!(f, "invalid pod: {r}"),
-            ManifestErrorKind::DuplicateUid(d) => {
-                let DuplicateUid {
-                    pod,
-                    uid,
-                    owner,
-                    owner_origin,
-                } = &**d;
-                write!(
-                f,
-                "pod {pod} has uid {uid:?}, already the uid of pod {owner} from {owner_origin}; ignoring it (a uid names one pod: drop `metadata.uid` to have one derived from the file)"
-            )
-            }
-        }
+        at
     }
-}
 
-impl std::error::Error for ManifestError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
-            ManifestErrorKind::Read(e) => Some(e),
-            ManifestErrorKind::Yaml(e) => Some(e),
-            ManifestErrorKind::Json(e) | ManifestErrorKind::Decode(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl ManifestError {
     /// True when the file vanished between listing and reading: a deletion, not an
     /// error.
     pub fn is_not_found(&self) -> bool {
@@ -769,5 +748,18 @@ mod tests {
             "{e}"
         );
         assert!(e.contains(" at line 13 column 1"), "{e}");
+    }
+
+    /// The kind is a layer of the `source()` chain whose message ends the manifest's,
+    /// and its cause is in it already: `error_chain` says each once.
+    #[test]
+    fn the_chain_says_the_cause_once() {
+        for text in [
+            format!("{WEB}---\nkind: Pod\nmetadata: {{name: [\n"),
+            "kind: Service\n".to_string(),
+        ] {
+            let e = pods_from_str(&text, Format::Yaml, origin(), "node-1").expect_err("invalid");
+            assert_eq!(crate::loops::error_chain(&e), e.to_string());
+        }
     }
 }

@@ -7,7 +7,6 @@
 //! Done once per container spec, not per probe run: the spec of a container instance
 //! never changes (a changed spec is a new container).
 
-use std::fmt;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Probe};
@@ -82,21 +81,14 @@ pub struct ProbeSpec {
 
 /// A probe that cannot be run, naming the field and the reason (upstream's
 /// validation wording where it has one).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
 pub struct ProbeError {
     /// `livenessProbe.periodSeconds` and the like.
     pub field: String,
     /// Why it is refused.
     pub reason: String,
 }
-
-impl fmt::Display for ProbeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.reason)
-    }
-}
-
-impl std::error::Error for ProbeError {}
 
 /// The probe of type `ty` of container `c`, if it has one.
 pub fn probe_of(c: &Container, ty: ProbeType) -> Option<&Probe> {

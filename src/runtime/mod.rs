@@ -23,10 +23,11 @@ use std::io;
 use std::time::{Duration, SystemTime};
 
 /// The errors of the runtime boundary. Messages describe this layer only.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     /// The runtime's socket is absent, refuses connections, or the connection broke:
     /// the runtime is down.
+    #[error("container runtime is down (cannot reach {endpoint})")]
     Unavailable {
         /// The endpoint we tried, e.g. `unix:///var/run/docker.sock`.
         endpoint: String,
@@ -34,6 +35,7 @@ pub enum RuntimeError {
         source: std::io::Error,
     },
     /// A call did not finish within its timeout.
+    #[error("{op}: timed out after {after:?}")]
     Timeout {
         /// The operation, e.g. `create container k8s_app_…`.
         op: String,
@@ -41,6 +43,7 @@ pub enum RuntimeError {
         after: Duration,
     },
     /// The object (container, image, exec) does not exist.
+    #[error("{op}: not found: {message}")]
     NotFound {
         /// The operation.
         op: String,
@@ -48,6 +51,7 @@ pub enum RuntimeError {
         message: String,
     },
     /// A name is already in use (create), or the object is in a state that forbids the call.
+    #[error("{op}: conflict: {message}")]
     Conflict {
         /// The operation.
         op: String,
@@ -55,6 +59,7 @@ pub enum RuntimeError {
         message: String,
     },
     /// Any other error answer from the runtime.
+    #[error("{op}: runtime answered {status}: {message}")]
     Api {
         /// The operation.
         op: String,
@@ -64,6 +69,7 @@ pub enum RuntimeError {
         message: String,
     },
     /// The runtime's answer could not be understood.
+    #[error("{op}: cannot decode the runtime's answer")]
     Decode {
         /// The operation.
         op: String,
@@ -71,46 +77,13 @@ pub enum RuntimeError {
         source: serde_json::Error,
     },
     /// The endpoint string itself is not usable.
+    #[error("bad container runtime endpoint {endpoint:?}: {reason}")]
     BadEndpoint {
         /// The endpoint as given.
         endpoint: String,
         /// Why it is refused.
         reason: String,
     },
-}
-
-impl fmt::Display for RuntimeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RuntimeError::Unavailable { endpoint, .. } => {
-                write!(f, "container runtime is down (cannot reach {endpoint})")
-            }
-            RuntimeError::Timeout { op, after } => write!(f, "{op}: timed out after {after:?}"),
-            RuntimeError::NotFound { op, message } => write!(f, "{op}: not found: {message}"),
-            RuntimeError::Conflict { op, message } => write!(f, "{op}: conflict: {message}"),
-            RuntimeError::Api {
-                op,
-                status,
-                message,
-            } => write!(f, "{op}: runtime answered {status}: {message}"),
-            RuntimeError::Decode { op, .. } => {
-                write!(f, "{op}: cannot decode the runtime's answer")
-            }
-            RuntimeError::BadEndpoint { endpoint, reason } => {
-                write!(f, "bad container runtime endpoint {endpoint:?}: {reason}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for RuntimeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RuntimeError::Unavailable { source, .. } => Some(source),
-            RuntimeError::Decode { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 impl RuntimeError {

@@ -22,7 +22,6 @@ pub mod streams;
 pub mod tls;
 pub mod tls_reload;
 
-use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -33,9 +32,10 @@ use crate::health::HealthChecks;
 use crate::loops::{lock, Loops, SpawnError};
 
 /// Errors of the servers' start-up.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// A port could not be bound.
+    #[error("cannot listen on {addr} for the {server} server")]
     Bind {
         /// Which server (`healthz`, `read-only`).
         server: &'static str,
@@ -44,24 +44,6 @@ pub enum ServerError {
         /// The OS error.
         source: std::io::Error,
     },
-}
-
-impl fmt::Display for ServerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ServerError::Bind { server, addr, .. } => {
-                write!(f, "cannot listen on {addr} for the {server} server")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ServerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ServerError::Bind { source, .. } => Some(source),
-        }
-    }
 }
 
 /// Binds a listening socket for one server.

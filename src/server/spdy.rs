@@ -296,9 +296,10 @@ impl Default for Limits {
 }
 
 /// A frame that could not be read or written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SpdyError {
     /// A control frame of another SPDY version.
+    #[error("spdy control frame type {frame_type} has version {version}, not 3")]
     Version {
         /// The version it carried.
         version: u16,
@@ -306,6 +307,7 @@ pub enum SpdyError {
         frame_type: u16,
     },
     /// A payload over [`Limits::max_frame_len`] (or, to encode, over 2^24 - 1).
+    #[error("spdy {frame} on stream {stream_id}: {len} bytes, over the limit of {max}")]
     TooLarge {
         /// Which frame.
         frame: &'static str,
@@ -317,6 +319,7 @@ pub enum SpdyError {
         max: usize,
     },
     /// A frame the spec does not allow.
+    #[error("invalid spdy {frame} on stream {stream_id}: {reason}")]
     Invalid {
         /// Which frame.
         frame: &'static str,
@@ -326,6 +329,7 @@ pub enum SpdyError {
         reason: String,
     },
     /// zlib refused a header block.
+    #[error("spdy {frame} on stream {stream_id}: header block compression: {reason}")]
     Zlib {
         /// Which frame.
         frame: &'static str,
@@ -335,47 +339,9 @@ pub enum SpdyError {
         reason: String,
     },
     /// An earlier error left the header stream out of step; nothing more is read.
+    #[error("spdy session already failed")]
     Failed,
 }
-
-impl fmt::Display for SpdyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SpdyError::Version {
-                version,
-                frame_type,
-            } => write!(
-                f,
-                "spdy control frame type {frame_type} has version {version}, not 3"
-            ),
-            SpdyError::TooLarge {
-                frame,
-                stream_id,
-                len,
-                max,
-            } => write!(
-                f,
-                "spdy {frame} on stream {stream_id}: {len} bytes, over the limit of {max}"
-            ),
-            SpdyError::Invalid {
-                frame,
-                stream_id,
-                reason,
-            } => write!(f, "invalid spdy {frame} on stream {stream_id}: {reason}"),
-            SpdyError::Zlib {
-                frame,
-                stream_id,
-                reason,
-            } => write!(
-                f,
-                "spdy {frame} on stream {stream_id}: header block compression: {reason}"
-            ),
-            SpdyError::Failed => write!(f, "spdy session already failed"),
-        }
-    }
-}
-
-impl std::error::Error for SpdyError {}
 
 fn invalid(frame: &'static str, stream_id: u32, reason: impl Into<String>) -> SpdyError {
     SpdyError::Invalid {

@@ -20,7 +20,6 @@
 //! from anything the client sends in the HTTP request, and is verified against the
 //! client CA for each request ([`Stream::client_cert`], [`super::client_cert`]).
 
-use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
@@ -347,9 +346,10 @@ fn wait_writable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
 }
 
 /// Why the kubelet port's TLS cannot be set up. Start-up fails with it.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// A certificate, key or CA file cannot be read.
+    #[error("cannot read {path}: {reason}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -357,6 +357,7 @@ pub enum TlsError {
         reason: String,
     },
     /// A file has no usable PEM block of the kind needed.
+    #[error("{path}: {reason}")]
     Pem {
         /// The file.
         path: PathBuf,
@@ -364,8 +365,10 @@ pub enum TlsError {
         reason: String,
     },
     /// rustls refused the configuration (a key that does not match the certificate …).
+    #[error("unusable TLS serving pair: {0}")]
     Config(rustls::Error),
     /// The client CA bundle cannot verify anything.
+    #[error("client CA file {path}: {reason}")]
     ClientCa {
         /// The file.
         path: PathBuf,
@@ -373,8 +376,10 @@ pub enum TlsError {
         reason: String,
     },
     /// Only one of `--tls-cert-file` and `--tls-private-key-file` is given.
+    #[error("--tls-cert-file and --tls-private-key-file must be given together")]
     HalfPair,
     /// The self-signed pair cannot be made or written.
+    #[error("cannot make the self-signed serving pair in {dir}: {reason}")]
     SelfSigned {
         /// The directory.
         dir: PathBuf,
@@ -383,35 +388,9 @@ pub enum TlsError {
     },
     /// A changed certificate, key or CA file cannot be used (the `tls-reload` loop's
     /// error; the files in use stay).
+    #[error("{0}")]
     Reload(String),
 }
-
-impl fmt::Display for TlsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TlsError::Read { path, reason } => {
-                write!(f, "cannot read {}: {reason}", path.display())
-            }
-            TlsError::Pem { path, reason } => write!(f, "{}: {reason}", path.display()),
-            TlsError::Config(e) => write!(f, "unusable TLS serving pair: {e}"),
-            TlsError::ClientCa { path, reason } => {
-                write!(f, "client CA file {}: {reason}", path.display())
-            }
-            TlsError::HalfPair => write!(
-                f,
-                "--tls-cert-file and --tls-private-key-file must be given together"
-            ),
-            TlsError::SelfSigned { dir, reason } => write!(
-                f,
-                "cannot make the self-signed serving pair in {}: {reason}",
-                dir.display()
-            ),
-            TlsError::Reload(reason) => f.write_str(reason),
-        }
-    }
-}
-
-impl std::error::Error for TlsError {}
 
 /// What the kubelet port's TLS is built from (the TLS settings, the self-signed pair's
 /// names resolved).

@@ -22,7 +22,6 @@
 //! one or two small reads of kernel files; nothing here blocks for long or keeps state.
 //! The file is over 800 lines because half of it is the tests on fake v1 and v2 trees.
 
-use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -42,9 +41,10 @@ const UNLIMITED_ABOVE: u64 = 1 << 62;
 const USER_HZ: u64 = 100;
 
 /// Why a figure could not be read: the file and what went wrong.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SampleError {
     /// Opening or reading a file, or `statvfs` of a path, failed.
+    #[error("reading {path}: {source}")]
     Io {
         /// The file or path.
         path: PathBuf,
@@ -52,6 +52,7 @@ pub enum SampleError {
         source: io::Error,
     },
     /// The file did not hold what it should.
+    #[error("reading {path}: {detail}")]
     Parse {
         /// The file.
         path: PathBuf,
@@ -65,26 +66,6 @@ impl SampleError {
     /// and the read, a controller not mounted).
     pub fn is_not_found(&self) -> bool {
         matches!(self, SampleError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
-    }
-}
-
-impl fmt::Display for SampleError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SampleError::Io { path, source } => write!(f, "reading {}: {source}", path.display()),
-            SampleError::Parse { path, detail } => {
-                write!(f, "reading {}: {detail}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for SampleError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            SampleError::Io { source, .. } => Some(source),
-            SampleError::Parse { .. } => None,
-        }
     }
 }
 

@@ -151,26 +151,11 @@ struct Recheck {
 }
 
 /// Why a tick stopped early.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StatusError {
     /// The API server could not be reached; the tick backs off.
-    Unreachable(ApiError),
-}
-
-impl std::fmt::Display for StatusError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StatusError::Unreachable(_) => write!(f, "status manager: API server unreachable"),
-        }
-    }
-}
-
-impl std::error::Error for StatusError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            StatusError::Unreachable(e) => Some(e),
-        }
-    }
+    #[error("status manager: API server unreachable")]
+    Unreachable(#[source] ApiError),
 }
 
 /// The `status-mgr` loop's state. [`StatusManager::tick`] is one iteration.

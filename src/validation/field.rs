@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::goquote::go_quote;
+
 /// A path to a field (`field.Path`): built with [`Path::child`], [`Path::index`] and
 /// [`Path::key`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -209,7 +211,8 @@ impl fmt::Display for FieldError {
 
 /// Every problem of one object (`field.ErrorList`). Printed as upstream's
 /// `ToAggregate().Error()`: one error alone, several as `[a, b]` (repeats once).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.aggregate())]
 pub struct ErrorList(pub Vec<FieldError>);
 
 impl ErrorList {
@@ -228,14 +231,8 @@ impl ErrorList {
         self.0.extend(other.0);
     }
 
-    /// The fields in error, in order (for tests and short log lines).
-    pub fn fields(&self) -> Vec<&str> {
-        self.0.iter().map(|e| e.field.as_str()).collect()
-    }
-}
-
-impl fmt::Display for ErrorList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    /// The message: one error alone, several as `[a, b]`, each repeated message once.
+    fn aggregate(&self) -> String {
         let mut seen = std::collections::BTreeSet::new();
         let messages: Vec<String> = self
             .0
@@ -244,41 +241,16 @@ impl fmt::Display for ErrorList {
             .filter(|m| seen.insert(m.clone()))
             .collect();
         if messages.len() == 1 {
-            f.write_str(&messages[0])
+            messages[0].clone()
         } else {
-            write!(f, "[{}]", messages.join(", "))
+            format!("[{}]", messages.join(", "))
         }
     }
-}
 
-impl std::error::Error for ErrorList {}
-
-/// Go's `strconv.Quote` (what `%q` prints) for the characters a manifest can hold:
-/// printable characters as they are, the usual escapes, `\x..` for other ASCII
-/// controls and `\u....` for other non-printable characters.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
+    /// The fields in error, in order (for tests and short log lines).
+    pub fn fields(&self) -> Vec<&str> {
+        self.0.iter().map(|e| e.field.as_str()).collect()
     }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -329,12 +301,5 @@ mod tests {
             ErrorList(vec![a.clone(), b, a]).to_string(),
             "[a: Required value, b: Forbidden: no]"
         );
-    }
-
-    #[test]
-    fn strings_are_quoted_as_go_does() {
-        assert_eq!(go_quote("a\"b\\c"), r#""a\"b\\c""#);
-        assert_eq!(go_quote("x\u{0}y\n"), r#""x\x00y\n""#);
-        assert_eq!(go_quote("é"), "\"é\"");
     }
 }

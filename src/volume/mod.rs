@@ -45,7 +45,6 @@ pub mod subpath;
 
 use crate::safepath::{safe_join, UnsafePathError};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fmt;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -90,9 +89,10 @@ const DELETING_PREFIX: &str = ".deleting-";
 pub const CONFIG_ERROR: &str = "CreateContainerConfigError";
 
 /// Errors of the cleanup loop.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
     /// A filesystem operation failed.
+    #[error("{what} {path}")]
     Io {
         /// What was being done.
         what: String,
@@ -102,6 +102,7 @@ pub enum VolumeError {
         source: io::Error,
     },
     /// The runtime could not say whether a pod still has containers.
+    #[error("cannot list the containers of orphaned pod {uid}")]
     Runtime {
         /// The pod UID.
         uid: String,
@@ -109,34 +110,11 @@ pub enum VolumeError {
         source: RuntimeError,
     },
     /// An object running pods' volumes read could not be refetched.
+    #[error("cannot refresh the objects of running pods' volumes")]
     Refresh {
         /// The cause (it names the object).
         source: crate::objects::ObjectError,
     },
-}
-
-impl fmt::Display for VolumeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VolumeError::Io { what, path, .. } => write!(f, "{what} {}", path.display()),
-            VolumeError::Runtime { uid, .. } => {
-                write!(f, "cannot list the containers of orphaned pod {uid}")
-            }
-            VolumeError::Refresh { .. } => {
-                write!(f, "cannot refresh the objects of running pods' volumes")
-            }
-        }
-    }
-}
-
-impl std::error::Error for VolumeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            VolumeError::Io { source, .. } => Some(source),
-            VolumeError::Runtime { source, .. } => Some(source),
-            VolumeError::Refresh { source } => Some(source),
-        }
-    }
 }
 
 /// The set-up volumes of one pod: each volume's host path, or why it failed.

@@ -51,37 +51,20 @@ pub struct CacheTtls {
 }
 
 /// Why a review gave no answer.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
     /// The call failed (unreachable, timed out, an error status, an undecodable answer).
-    Api(ApiError),
+    #[error("the review failed")]
+    Api(#[source] ApiError),
     /// An earlier review could not reach the API server moments ago: not asked again
     /// yet.
+    #[error(
+        "the API server was unreachable less than {UNAVAILABLE_FOR:?} ago; not asked again yet"
+    )]
     Unavailable,
     /// The review answered with an error of its own.
+    #[error("the review answered an error: {0}")]
     Review(String),
-}
-
-impl fmt::Display for WebhookError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WebhookError::Api(_) => write!(f, "the review failed"),
-            WebhookError::Unavailable => write!(
-                f,
-                "the API server was unreachable less than {UNAVAILABLE_FOR:?} ago; not asked again yet"
-            ),
-            WebhookError::Review(r) => write!(f, "the review answered an error: {r}"),
-        }
-    }
-}
-
-impl std::error::Error for WebhookError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            WebhookError::Api(e) => Some(e),
-            _ => None,
-        }
-    }
 }
 
 /// The reviews and their caches, shared by the port's workers. Every lock is held

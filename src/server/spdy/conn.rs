@@ -55,7 +55,6 @@
 //! rule of the session, which read best beside it.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use super::{
     Decoder, Encoder, Frame, Headers, Limits, RstStatus, SpdyError, FLAG_FIN, FLAG_UNIDIRECTIONAL,
@@ -183,59 +182,35 @@ impl StreamState {
 }
 
 /// A session that failed, or a call it refused.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     /// A frame could not be read or written; a GOAWAY is queued, end the connection.
-    Codec(SpdyError),
+    #[error("spdy session failed")]
+    Codec(#[source] SpdyError),
     /// No such open stream.
+    #[error("spdy stream {stream_id} is not open")]
     UnknownStream {
         /// The stream.
         stream_id: u32,
     },
     /// The stream already has its SYN_REPLY.
+    #[error("spdy stream {stream_id} was already replied to")]
     AlreadyReplied {
         /// The stream.
         stream_id: u32,
     },
     /// Data before the SYN_REPLY (the client would drop it).
+    #[error("spdy stream {stream_id} has no reply yet")]
     NotReplied {
         /// The stream.
         stream_id: u32,
     },
     /// Our side of the stream is closed.
+    #[error("spdy stream {stream_id} is closed for sending")]
     LocalClosed {
         /// The stream.
         stream_id: u32,
     },
-}
-
-impl fmt::Display for SessionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SessionError::Codec(_) => write!(f, "spdy session failed"),
-            SessionError::UnknownStream { stream_id } => {
-                write!(f, "spdy stream {stream_id} is not open")
-            }
-            SessionError::AlreadyReplied { stream_id } => {
-                write!(f, "spdy stream {stream_id} was already replied to")
-            }
-            SessionError::NotReplied { stream_id } => {
-                write!(f, "spdy stream {stream_id} has no reply yet")
-            }
-            SessionError::LocalClosed { stream_id } => {
-                write!(f, "spdy stream {stream_id} is closed for sending")
-            }
-        }
-    }
-}
-
-impl std::error::Error for SessionError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            SessionError::Codec(e) => Some(e),
-            _ => None,
-        }
-    }
 }
 
 /// The server side of one SPDY/3.1 connection.
