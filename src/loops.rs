@@ -370,7 +370,7 @@ pub struct Loops {
 pub const LOOP_STACK: usize = 512 * 1024;
 
 /// The stack of threads that decode outside input (sources, request handlers, pod
-/// workers, the prober's runs): Rust's default, 2 MiB. serde_json and serde_yaml stop
+/// workers, the prober's runs): Rust's default, 2 MiB. serde_json and serde_norway stop
 /// at 128 levels of nesting, and a debug build's frames per level are large.
 pub const BIG_STACK: usize = 2 * 1024 * 1024;
 

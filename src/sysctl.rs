@@ -344,7 +344,7 @@ mod tests {
     use super::*;
 
     fn pod(yaml: &str) -> Pod {
-        serde_yaml::from_str(yaml).expect("pod")
+        serde_norway::from_str(yaml).expect("pod")
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub enum KubeconfigErrorKind {
     },
     /// Not valid YAML, or not the shape of a kubeconfig.
     #[error("not a valid kubeconfig: {0}")]
-    Parse(serde_yaml::Error),
+    Parse(serde_norway::Error),
     /// The content is not usable (no current context, unknown cluster…).
     #[error("{0}")]
     Invalid(String),
@@ -158,7 +158,7 @@ struct RawUser {
     token_file: Option<PathBuf>,
     exec: Option<ExecConfig>,
     #[serde(rename = "auth-provider")]
-    auth_provider: Option<serde_yaml::Value>,
+    auth_provider: Option<serde_norway::Value>,
     username: Option<String>,
 }
 
@@ -181,7 +181,7 @@ pub fn load(path: &Path) -> Result<RestConfig, KubeconfigError> {
         })
     })?;
     let raw: RawConfig =
-        serde_yaml::from_str(&text).map_err(|e| fail(KubeconfigErrorKind::Parse(e)))?;
+        serde_norway::from_str(&text).map_err(|e| fail(KubeconfigErrorKind::Parse(e)))?;
     let base = path.parent().unwrap_or(Path::new("."));
     resolve(raw, base).map_err(fail)
 }
@@ -190,7 +190,7 @@ pub fn load(path: &Path) -> Result<RestConfig, KubeconfigError> {
 /// does, files named relative to `base`.
 #[doc(hidden)]
 pub fn fuzz_parse(text: &str, base: &Path) -> bool {
-    serde_yaml::from_str::<RawConfig>(text)
+    serde_norway::from_str::<RawConfig>(text)
         .ok()
         .is_some_and(|raw| resolve(raw, base).is_ok())
 }
@@ -317,7 +317,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<RestConfig, String> {
-        let raw: RawConfig = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+        let raw: RawConfig = serde_norway::from_str(text).map_err(|e| e.to_string())?;
         resolve(raw, Path::new("/etc/kubernetes")).map_err(|e| match e {
             KubeconfigErrorKind::Invalid(s) => s,
             other => format!("{other:?}"),

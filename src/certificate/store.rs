@@ -251,7 +251,7 @@ pub fn write_kubeconfig(
 /// `default-context`, namespace `default`). Written by hand: the shape is fixed and
 /// every value is a [`yaml_quoted`] scalar, so nothing depends on YAML's rules for plain
 /// scalars, and the binary carries no YAML emitter (this was its only use outside
-/// tests; serde_yaml's serializer and libyaml's emitter cost ~40 KiB).
+/// tests; serde_norway's serializer and libyaml's emitter cost ~40 KiB).
 fn kubeconfig_text(cluster: &RestConfig, pem_path: &Path) -> String {
     let mut c = String::new();
     if let Some(ca) = &cluster.tls.ca_pem {
@@ -433,7 +433,7 @@ mod tests {
             "0755",
         ] {
             let q = yaml_quoted(s);
-            let back: String = serde_yaml::from_str(&q).expect("valid YAML");
+            let back: String = serde_norway::from_str(&q).expect("valid YAML");
             assert_eq!(back, s, "{q}");
         }
         assert_eq!(yaml_quoted("a\"b\\c\u{1}"), "\"a\\\"b\\\\c\\u0001\"");

@@ -17,7 +17,7 @@
 
 use std::path::Path;
 
-use serde_yaml::{Mapping, Value};
+use serde_norway::{Mapping, Value};
 
 use super::settings::{Layer, ENTRIES};
 use super::values::yaml::{describe, lookup};
@@ -123,7 +123,7 @@ pub fn read(path: &Path) -> Result<FileSettings, ConfigError> {
 /// Parses the text of a config file; `path` names it in errors and anchors relative
 /// paths.
 pub fn parse(path: &Path, text: &str) -> Result<FileSettings, ConfigError> {
-    let doc: Value = serde_yaml::from_str(text).map_err(|source| ConfigError::ParseFile {
+    let doc: Value = serde_norway::from_str(text).map_err(|source| ConfigError::ParseFile {
         path: path.to_path_buf(),
         source,
     })?;

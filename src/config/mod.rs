@@ -109,7 +109,7 @@ pub enum ConfigError {
         /// The file.
         path: PathBuf,
         /// The parser's error, with its line and column.
-        source: serde_yaml::Error,
+        source: serde_norway::Error,
     },
     /// The config file is not a v1beta1 `KubeletConfiguration`.
     #[error("config file {path}: not a KubeletConfiguration: {reason}")]

@@ -700,7 +700,7 @@ settings_table! {
 
 #[cfg(test)]
 mod tests {
-    use serde_yaml::{Mapping, Value};
+    use serde_norway::{Mapping, Value};
 
     use super::*;
     use crate::config::{load_with, Loaded};
@@ -712,7 +712,7 @@ mod tests {
         doc.insert("apiVersion".into(), "kubelet.config.k8s.io/v1beta1".into());
         doc.insert("kind".into(), "KubeletConfiguration".into());
         if let Some((field, value)) = field {
-            let mut v: Value = serde_yaml::from_str(value).expect("example is YAML");
+            let mut v: Value = serde_norway::from_str(value).expect("example is YAML");
             let mut parts: Vec<&str> = field.split('.').collect();
             let top = parts.remove(0);
             for p in parts.into_iter().rev() {
@@ -720,7 +720,7 @@ mod tests {
             }
             doc.insert(top.into(), v);
         }
-        serde_yaml::to_string(&doc).expect("serialize")
+        serde_norway::to_string(&doc).expect("serialize")
     }
 
     /// A YAML example as the flag spells it: scalars as they are, lists joined with
@@ -728,12 +728,12 @@ mod tests {
     fn flag_form(example: &str) -> String {
         let scalar = |v: &Value| match v {
             Value::String(s) => s.clone(),
-            other => serde_yaml::to_string(other)
+            other => serde_norway::to_string(other)
                 .expect("scalar")
                 .trim()
                 .to_string(),
         };
-        match serde_yaml::from_str::<Value>(example).expect("example is YAML") {
+        match serde_norway::from_str::<Value>(example).expect("example is YAML") {
             Value::Sequence(items) => items.iter().map(scalar).collect::<Vec<_>>().join(","),
             // A map of scalars (reserved resources): name=value pairs.
             Value::Mapping(m) if m.values().all(|v| !v.is_sequence()) => m

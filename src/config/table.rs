@@ -220,7 +220,7 @@ macro_rules! settings_table {
             /// directory, which relative paths are resolved against. The error names
             /// the field.
             pub fn from_file(
-                map: &serde_yaml::Mapping,
+                map: &serde_norway::Mapping,
                 base: &std::path::Path,
             ) -> Result<Layer, (&'static str, String)> {
                 let mut layer = Layer::default();

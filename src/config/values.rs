@@ -557,7 +557,7 @@ pub mod yaml {
     use std::path::{Path, PathBuf};
     use std::time::Duration;
 
-    use serde_yaml::{Mapping, Value};
+    use serde_norway::{Mapping, Value};
 
     use super::text;
     use crate::config::duration::parse_duration;

@@ -858,7 +858,7 @@ mod testing {
     /// mapping of its spec, with a fixed UID.
     pub(super) fn pod(name: &str, uid: &str, spec: &str) -> Pod {
         let yaml = format!("{{metadata: {{name: {name}, uid: {uid}}}, spec: {spec}}}");
-        let pod: Pod = serde_yaml::from_str(&yaml).expect("pod yaml");
+        let pod: Pod = serde_norway::from_str(&yaml).expect("pod yaml");
         prepare(
             pod,
             NODE,

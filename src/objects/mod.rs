@@ -645,7 +645,7 @@ mod tests {
     }
 
     fn pod(uid: &str) -> Pod {
-        serde_yaml::from_str(&format!(
+        serde_norway::from_str(&format!(
             "metadata: {{name: p, namespace: ns, uid: {uid}}}\n\
              spec: {{containers: [{{name: c, envFrom: [{{configMapRef: {{name: cm}}}}]}}]}}"
         ))
@@ -713,7 +713,7 @@ mod tests {
 
     #[test]
     fn references_cover_volumes_env_and_pull_secrets() {
-        let p: Pod = serde_yaml::from_str(
+        let p: Pod = serde_norway::from_str(
             "metadata: {name: p}\n\
              spec:\n  imagePullSecrets: [{name: reg}]\n  volumes:\n\
              \x20 - {name: a, configMap: {name: cm1}}\n\

@@ -311,7 +311,7 @@ mod tests {
         let g = m.generation();
         assert_eq!(m.refresh(&cm("a")).expect("a"), Refreshed::Unchanged);
         // A new pod's invalidation and refetch of the same content is no change.
-        let p: Pod = serde_yaml::from_str(
+        let p: Pod = serde_norway::from_str(
             "metadata: {name: p, namespace: ns, uid: u}\n\
              spec: {volumes: [{name: v, configMap: {name: a}}], containers: []}",
         )
@@ -345,7 +345,7 @@ mod tests {
         let f = Arc::new(FakeFetcher::default());
         let m = ObjectManager::new(Some(f.clone() as Arc<dyn Fetcher>));
         let p: Pod =
-            serde_yaml::from_str("metadata: {name: p, namespace: ns, uid: u}").expect("pod");
+            serde_norway::from_str("metadata: {name: p, namespace: ns, uid: u}").expect("pod");
         assert!(m.token_due(&p, "default", None, 3607));
         m.service_account_token(&p, "default", None, 3607)
             .expect("token");

@@ -471,7 +471,7 @@ pub fn start(
 ) -> Result<(), SpawnError> {
     log::info!("adding static pod path path={path:?}");
     let mut source = FileSource::new(path, node_name, updates);
-    // Decodes manifests (serde_yaml recursion): the big stack.
+    // Decodes manifests (serde_norway recursion): the big stack.
     let loops = loops.with_stack_size(crate::loops::BIG_STACK);
     #[cfg(target_os = "linux")]
     loops.spawn_timed("src-file", period, move |stop, handle| {

@@ -120,7 +120,7 @@ pub enum ManifestErrorKind {
     NotUtf8,
     /// A YAML syntax error; serde's message carries the line and column.
     #[error("invalid YAML: {0}")]
-    Yaml(#[source] serde_yaml::Error),
+    Yaml(#[source] serde_norway::Error),
     /// A JSON syntax error, with its line and column.
     #[error("invalid JSON: {0}")]
     Json(#[source] serde_json::Error),
@@ -248,7 +248,7 @@ fn decode(text: &str, format: Format) -> Result<Vec<(usize, Option<usize>, Pod)>
             documents.push(v);
         }
         Format::Yaml => {
-            for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
                 // Stop at the first syntax error: the parser cannot resync after one.
                 let mut v = Value::deserialize(doc)
                     .map_err(|e| Problem::at(i, ManifestErrorKind::Yaml(e)))?;
@@ -315,7 +315,7 @@ fn decode(text: &str, format: Format) -> Result<Vec<(usize, Option<usize>, Pod)>
 }
 
 /// Upstream reads manifests with YAML 1.1 (go-yaml v2 under sigs.k8s.io/yaml), where a
-/// plain `0400` is the octal number 256; serde_yaml (YAML 1.2) gives the string "0400",
+/// plain `0400` is the octal number 256; serde_norway (YAML 1.2) gives the string "0400",
 /// which no pod field takes. File modes are where people write octal (`defaultMode`,
 /// an item's `mode`), so a string of octal digits with a leading 0 under those keys is
 /// read as YAML 1.1 would. (A quoted '0400' is read the same way; upstream refuses it.)

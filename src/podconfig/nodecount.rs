@@ -3,17 +3,17 @@
 //! before it costs the node hundreds of MB.
 //!
 //! The byte cap on a manifest (3 MiB) bounds the text, not the
-//! tree: serde_yaml keeps every event of a document (~130 bytes each) before it
+//! tree: serde_norway keeps every event of a document (~130 bytes each) before it
 //! builds anything, and then a `serde_json::Value` per node, so 3 MiB of `[0,0,0,…]`
 //! (1.5 M nodes) cost ~270 MB, and an alias repeated a million times to a list of ten
-//! thousand nodes asks for billions of nodes (serde_yaml expands aliases as it
+//! thousand nodes asks for billions of nodes (serde_norway expands aliases as it
 //! builds, and allows up to a hundred times the document's events in jumps). Here the
-//! YAML is read once more as a stream of events (libyaml's parser, the one serde_yaml
-//! runs, through `unsafe-libyaml`; constant memory), counting each scalar, sequence
-//! and mapping as one node and each alias as the nodes it repeats, and the scalars'
-//! bytes the same way (an alias to a 1 MiB string repeated is as costly as many
-//! nodes); JSON's values are counted from its punctuation (its strings are no longer
-//! than its text). Both stop as soon as a count passes its limit.
+//! YAML is read once more as a stream of events (libyaml's parser, the one
+//! serde_norway runs, through `unsafe-libyaml-norway`; constant memory), counting
+//! each scalar, sequence and mapping as one node and each alias as the nodes it
+//! repeats, and the scalars' bytes the same way (an alias to a 1 MiB string repeated
+//! is as costly as many nodes); JSON's values are counted from its punctuation (its
+//! strings are no longer than its text). Both stop as soon as a count passes its limit.
 //! A syntax error ends the count without an error of its own: the decoder reports it,
 //! with its line and column.
 
@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
 
-use unsafe_libyaml as unsafe_yaml;
+use unsafe_libyaml_norway as unsafe_yaml;
 
 /// The most nodes a manifest may decode to, all its documents together (an alias
 /// counts as what it repeats). A real pod is a few hundred nodes; a `PodList` of a

@@ -975,7 +975,7 @@ mod tests {
             "{{metadata: {{name: p, namespace: default, uid: {UID}}}, spec: {{containers: [\
              {{name: app, image: 'busybox:1', {probe_field}: {{exec: {{command: [check]}}, {fields}}}}}]}}}}"
         );
-        serde_yaml::from_str(&yaml).expect("pod yaml")
+        serde_norway::from_str(&yaml).expect("pod yaml")
     }
 
     fn event(ty: ProbeType, result: ProbeResult) -> ProbeEvent {

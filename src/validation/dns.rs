@@ -167,7 +167,7 @@ mod tests {
     use super::*;
 
     fn spec(yaml: &str) -> k8s_openapi::api::core::v1::PodSpec {
-        serde_yaml::from_str(yaml).expect("test spec decodes")
+        serde_norway::from_str(yaml).expect("test spec decodes")
     }
 
     fn messages(errs: ErrorList) -> Vec<String> {

@@ -453,7 +453,7 @@ mod tests {
 
     /// A pod from YAML (the pods of these tests are easier to read that way).
     fn pod(yaml: &str) -> Pod {
-        serde_yaml::from_str(yaml).expect("test pod decodes")
+        serde_norway::from_str(yaml).expect("test pod decodes")
     }
 
     const GOOD: &str = "

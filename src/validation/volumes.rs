@@ -396,7 +396,7 @@ mod tests {
     use super::*;
 
     fn errors(yaml: &str) -> Vec<String> {
-        let vol: Volume = serde_yaml::from_str(yaml).expect("volume");
+        let vol: Volume = serde_norway::from_str(yaml).expect("volume");
         let p = Path::new("spec").child("volumes").index(0);
         validate_api_volume(&vol, &p)
             .0
@@ -456,7 +456,7 @@ mod tests {
 
     #[test]
     fn env_references_need_one_source_and_valid_keys() {
-        let c: Container = serde_yaml::from_str(
+        let c: Container = serde_norway::from_str(
             "name: c\nenv:\n\
              - {name: A, valueFrom: {configMapKeyRef: {name: cm, key: 'bad key'}}}\n\
              - {name: B, value: x, valueFrom: {secretKeyRef: {name: s, key: k}}}\n\

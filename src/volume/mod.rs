@@ -836,7 +836,7 @@ mod tests {
             0,
         )
         .with_objects(objects, NodeFacts::default());
-        let pod: Pod = serde_yaml::from_str(
+        let pod: Pod = serde_norway::from_str(
             "metadata: {name: p, namespace: ns, uid: u1}\n\
              spec:\n  volumes: [{name: v, configMap: {name: cm}}]\n\
              \x20 containers: [{name: c, volumeMounts: [{name: v, mountPath: /etc/v}]}]",
@@ -951,7 +951,7 @@ mod tests {
         std::fs::create_dir_all(host.join("data")).expect("host dir");
         std::fs::write(host.join("data/keep"), "host file").expect("host file");
         let vm = manager(&root);
-        let pod: Pod = serde_yaml::from_str(&format!(
+        let pod: Pod = serde_norway::from_str(&format!(
             "metadata: {{name: p, namespace: ns, uid: u1}}\n\
              spec:\n  volumes: [{{name: hp, hostPath: {{path: {:?}}}}}, {{name: e, emptyDir: {{}}}}]\n\
              \x20 containers: [{{name: c, volumeMounts: [{{name: hp, mountPath: /h, subPath: data}}, {{name: e, mountPath: /e, subPath: x/y}}]}}]",

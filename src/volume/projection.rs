@@ -339,7 +339,7 @@ mod tests {
     use std::sync::Arc;
 
     fn pod(yaml_volumes: &str) -> Pod {
-        serde_yaml::from_str(&format!(
+        serde_norway::from_str(&format!(
             "metadata: {{name: web, namespace: prod, uid: u-1, labels: {{app: web}}, annotations: {{a: b}}}}\n\
              spec:\n  containers: [{{name: c, resources: {{limits: {{memory: 64Mi}}}}}}]\n  volumes:\n{yaml_volumes}"
         ))

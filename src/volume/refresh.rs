@@ -311,7 +311,7 @@ mod tests {
                 .iter()
                 .map(|c| format!("{{name: {c}, configMap: {{name: {c}}}}}"))
                 .collect();
-            let p: Pod = serde_yaml::from_str(&format!(
+            let p: Pod = serde_norway::from_str(&format!(
                 "metadata: {{name: {uid}, namespace: ns, uid: {uid}}}\n\
                  spec: {{volumes: [{}], containers: [{{name: c}}]}}",
                 vols.join(", ")
