@@ -763,34 +763,29 @@ pub mod yaml {
 
     /// `enforceNodeAllocatable`: a list of levels.
     pub fn enforce_node_allocatable(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
-        let Value::Sequence(seq) = v else {
-            return Err(invalid(v, "not a list of strings"));
-        };
-        let mut out = Vec::new();
-        for item in seq {
-            let Value::String(s) = item else {
-                return Err(invalid(item, "not a string"));
-            };
-            out.push(s.clone());
-        }
+        let out = string_list(v)?;
         text::check_enforce_node_allocatable(&out)?;
         Ok(Some(out))
     }
 
     /// `allowedUnsafeSysctls`: a list of sysctls or patterns, checked as the flag's.
     pub fn sysctl_patterns(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
+        let out = string_list(v)?;
+        crate::sysctl::Allowlist::new(&out).map_err(|e| e.0)?;
+        Ok(Some(out))
+    }
+
+    /// A YAML list of strings, each as it is.
+    fn string_list(v: &Value) -> Result<Vec<String>, String> {
         let Value::Sequence(seq) = v else {
             return Err(invalid(v, "not a list of strings"));
         };
-        let mut out = Vec::new();
-        for item in seq {
-            let Value::String(s) = item else {
-                return Err(invalid(item, "not a string"));
-            };
-            out.push(s.clone());
-        }
-        crate::sysctl::Allowlist::new(&out).map_err(|e| e.0)?;
-        Ok(Some(out))
+        seq.iter()
+            .map(|item| match item {
+                Value::String(s) => Ok(s.clone()),
+                _ => Err(invalid(item, "not a string")),
+            })
+            .collect()
     }
 
     /// A YAML scalar's text (a quantity may be written as a number).
