@@ -46,17 +46,18 @@ run: build images
 # once even on two cores; set RUST_TEST_THREADS to change it.
 RUST_TEST_THREADS ?= 4
 test: images
-	RUST_TEST_THREADS=$(RUST_TEST_THREADS) $(CARGO) test
+	RUST_TEST_THREADS=$(RUST_TEST_THREADS) $(CARGO) test --workspace
 
 lint:
-	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
 # Start latency, RSS, threads and idle CPU against the raw Docker API; change-to-running
 # per pod source (file, URL, etcd, API); the prober under 100 pods x 2 probes at 1 s
 # (threads, lateness); the plain ports under connection floods (descriptors, threads,
 # RSS, healthz latency); `kubectl exec … true` through the API server stand-in over
-# WebSocket and SPDY next to `docker exec`. Programs, not tests.
+# WebSocket and SPDY next to `docker exec`; pod start with --network-plugin=cni next to
+# Docker's bridge (needs containernetworking-plugins). Programs, not tests.
 bench: build images
 	$(CARGO) bench
 
@@ -153,8 +154,8 @@ ci-smoke-arm64:
 
 # Size of the dependency tree, and proof that no async runtime is in it.
 deps:
-	@$(CARGO) tree -e normal --prefix none | sort -u | wc -l | xargs echo "crates in the tree:"
-	@! $(CARGO) tree -e normal --prefix none | grep -E '^(tokio|async-std|smol|async-executor|futures-executor|hyper) ' \
+	@$(CARGO) tree --workspace -e normal --prefix none | sort -u | wc -l | xargs echo "crates in the tree:"
+	@! $(CARGO) tree --workspace -e normal --prefix none | grep -E '^(tokio|async-std|smol|async-executor|futures-executor|hyper) ' \
 		|| (echo "an async runtime is in the dependency tree" && false)
 
 # systemd-analyze accepts the unit (pointed at the built binary, since it checks ExecStart).

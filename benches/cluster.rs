@@ -75,7 +75,7 @@ fn pod_json(name: &str, node: &str) -> serde_json::Value {
 }
 
 fn median(v: &mut [Duration]) -> Duration {
-    rkubelet::sort::sort(v);
+    base::sort::sort(v);
     v[v.len() / 2]
 }
 

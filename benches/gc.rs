@@ -18,16 +18,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use docker::Docker;
 use k8s_openapi::api::core::v1::Pod;
 use rkubelet::gc::{ContainerGc, GcPolicy, PodState};
 use rkubelet::kuberuntime::container::dns::DnsSettings;
 use rkubelet::kuberuntime::container::NodeContext;
 use rkubelet::kuberuntime::{ManagerConfig, RuntimeManager};
 use rkubelet::pod_workers::PodWorkers;
-use rkubelet::runtime::docker::Docker;
-use rkubelet::runtime::{ContainerConfig, ContainerState, Runtime};
 use rkubelet::status::manager::{PodManagerView, PodSnapshot};
 use rkubelet::volume::VolumeManager;
+use runtime::config::{ContainerConfig, PodSandboxConfig};
+use runtime::{ContainerState, Runtime};
 
 const BUSYBOX: &str = "rkubelet/busybox:1.35";
 const PAUSE: &str = "rkubelet/pause:3.10";
@@ -123,13 +124,15 @@ fn gc_pass_cost() {
             ),
         ]);
         docker
-            .create_container(&ContainerConfig {
-                name: format!("k8s_c_p{i}_default_{uid}_0"),
-                image: BUSYBOX.into(),
-                cmd: Some(vec!["true".into()]),
-                labels,
-                ..ContainerConfig::default()
-            })
+            .create_container(
+                "",
+                &ContainerConfig {
+                    args: Some(vec!["true".into()]),
+                    labels,
+                    ..ContainerConfig::named(format!("k8s_c_p{i}_default_{uid}_0"), BUSYBOX)
+                },
+                &PodSandboxConfig::default(),
+            )
             .expect("create");
     }
     publish(&view, &uids);

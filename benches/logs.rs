@@ -183,7 +183,7 @@ fn main() {
         sizes.1 = n;
     }
     let median = |v: &mut Vec<f64>| {
-        rkubelet::sort::sort_by(v, |a, b| a.total_cmp(b));
+        base::sort::sort_by(v, |a, b| a.total_cmp(b));
         v[v.len() / 2]
     };
     let (k, d, c) = (

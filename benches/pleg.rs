@@ -33,10 +33,9 @@ use std::time::{Duration, Instant, SystemTime};
 mod common;
 
 use common::{cpu_ticks, poll, verdict, wait_running, write_manifest};
-use rkubelet::runtime::docker::Docker;
-use rkubelet::runtime::{
-    ContainerConfig, ContainerState, EventFilter, EventItem, NamespaceMode, Runtime, RuntimeEvent,
-};
+use docker::Docker;
+use runtime::config::{PodSandboxConfig, PodSandboxMetadata};
+use runtime::{ContainerEventType, ContainerState, EventFilter, EventItem, Runtime, RuntimeEvent};
 
 const BUSYBOX: &str = "rkubelet/busybox:1.35";
 const PAUSE: &str = "rkubelet/pause:3.10";
@@ -97,7 +96,7 @@ fn main() {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let p50 = |v: &[Duration]| {
         let mut v = v.to_vec();
-        rkubelet::sort::sort(&mut v);
+        base::sort::sort(&mut v);
         v[v.len() / 2]
     };
     let raw50 = ms(p50(&raw));
@@ -147,16 +146,17 @@ fn raw_create_start(docker: &Docker, tag: &str) -> Vec<Duration> {
     let mut labels = BTreeMap::new();
     labels.insert("rkubelet.bench".to_string(), tag.to_string());
     let sandbox = docker
-        .create_container(&ContainerConfig {
-            name: format!("{tag}-pause"),
-            image: PAUSE.into(),
+        .run_pod_sandbox(&PodSandboxConfig {
+            metadata: PodSandboxMetadata {
+                name: format!("{tag}-sandbox"),
+                uid: tag.to_string(),
+                namespace: "bench".into(),
+                attempt: 0,
+            },
             labels: labels.clone(),
-            network: Some(NamespaceMode::Private),
-            ipc: Some(NamespaceMode::Shareable),
             ..Default::default()
         })
-        .expect("create sandbox");
-    docker.start_container(&sandbox).expect("start sandbox");
+        .expect("run sandbox");
     let mut times = Vec::new();
     for i in 0..ROUNDS {
         let t0 = Instant::now();
@@ -213,7 +213,10 @@ fn restart_rounds(
         let new = new.unwrap_or_default();
         let mut took = None;
         poll(|| {
-            took = match (events.time(&id, "die"), events.time(&new, "start")) {
+            took = match (
+                events.time(&id, ContainerEventType::Stopped),
+                events.time(&new, ContainerEventType::Started),
+            ) {
                 (Some(d), Some(s)) => Some(s.duration_since(d).unwrap_or_default()),
                 _ => None,
             };
@@ -248,7 +251,7 @@ impl EventLog {
         let s = seen.clone();
         let filter = EventFilter {
             labels: vec![format!("io.rkubelet.node={node}")],
-            actions: vec!["die".into(), "start".into()],
+            kinds: vec![ContainerEventType::Stopped, ContainerEventType::Started],
             since: None,
         };
         let (tx, rx) = std::sync::mpsc::channel();
@@ -275,12 +278,12 @@ impl EventLog {
         EventLog { seen }
     }
 
-    fn time(&self, id: &str, action: &str) -> Option<SystemTime> {
+    fn time(&self, id: &str, kind: ContainerEventType) -> Option<SystemTime> {
         self.seen
             .lock()
             .expect("events")
             .iter()
-            .find(|e| e.id == id && e.action == action)
+            .find(|e| e.id == id && e.kind == kind)
             .map(|e| e.time)
     }
 }

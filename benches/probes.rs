@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{cpu_ticks, proc_status, verdict, write_manifest};
-use rkubelet::runtime::Runtime;
+use runtime::Runtime;
 
 const BUSYBOX: &str = "rkubelet/busybox:1.35";
 const PAUSE: &str = "rkubelet/pause:3.10";

@@ -169,7 +169,7 @@ struct Row<'a> {
 impl Row<'_> {
     fn print(&self, k: &mut Kubelet) {
         let mut lat = self.lat.clone();
-        rkubelet::sort::sort(&mut lat);
+        base::sort::sort(&mut lat);
         let p = |q: f64| lat[((lat.len() - 1) as f64 * q) as usize];
         println!(
             "| {} | {} | {} | {} | {} / {} | {:.1} / {:.1} / {:.1} | {:.1?} / {:.1?} / {:.1?} {} | {} |",

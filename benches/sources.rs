@@ -31,7 +31,7 @@ mod apiserver;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rkubelet::runtime::{ContainerState, Runtime};
+use runtime::{ContainerState, Runtime};
 use serde_json::json;
 
 const ROUNDS: usize = 7;
@@ -117,7 +117,7 @@ fn main() {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let med = |v: &[Duration]| {
         let mut v = v.to_vec();
-        rkubelet::sort::sort(&mut v);
+        base::sort::sort(&mut v);
         v[v.len() / 2]
     };
     let file_med = med(&results[0]);

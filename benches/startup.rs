@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{cpu_ticks, poll, proc_status, verdict, wait_running, write_manifest};
-use rkubelet::metrics::kubelet::KubeletMetrics;
-use rkubelet::runtime::docker::Docker;
-use rkubelet::runtime::{ContainerConfig, NamespaceMode, Runtime};
+use docker::Docker;
+use rkubelet::metrics::KubeletMetrics;
+use runtime::config::{PodSandboxConfig, PodSandboxMetadata};
+use runtime::Runtime;
 
 const BUSYBOX: &str = "rkubelet/busybox:1.35";
 const PAUSE: &str = "rkubelet/pause:3.10";
@@ -239,7 +240,7 @@ fn scrape_metrics(port: u16, pid: u32) -> Scrape {
         bytes = raw.len() - body_at;
     }
     let (rss_after_kib, _) = proc_status(pid);
-    rkubelet::sort::sort(&mut times);
+    base::sort::sort(&mut times);
     Scrape {
         median: times[SCRAPES / 2],
         p99: times[SCRAPES * 99 / 100],
@@ -276,6 +277,7 @@ fn filled_registry() -> KubeletMetrics {
         "version",
         "list_containers",
         "container_status",
+        "run_podsandbox",
         "create_container",
         "start_container",
         "stop_container",
@@ -328,7 +330,7 @@ fn print_starts(
     rk_many: Duration,
 ) {
     let med = |v: &mut [Duration]| {
-        rkubelet::sort::sort(v);
+        base::sort::sort(v);
         v[v.len() / 2]
     };
     let raw1 = med(raw_one);
@@ -376,17 +378,18 @@ fn raw_pods(docker: &Docker, tag: &str, n: usize) -> Duration {
     let t0 = Instant::now();
     for p in 0..n {
         let sandbox = docker
-            .create_container(&ContainerConfig {
-                name: format!("{tag}-p{p}-pause"),
-                image: PAUSE.into(),
-                labels: labels.clone(),
+            .run_pod_sandbox(&PodSandboxConfig {
+                metadata: PodSandboxMetadata {
+                    name: format!("{tag}-p{p}"),
+                    uid: format!("{tag}-p{p}"),
+                    namespace: "bench".into(),
+                    attempt: 0,
+                },
                 hostname: format!("p{p}"),
-                network: Some(NamespaceMode::Private),
-                ipc: Some(NamespaceMode::Shareable),
+                labels: labels.clone(),
                 ..Default::default()
             })
-            .expect("create sandbox");
-        docker.start_container(&sandbox).expect("start sandbox");
+            .expect("run sandbox");
         for c in 0..2 {
             common::raw_app_container(docker, format!("{tag}-p{p}-c{c}"), &sandbox, &labels);
         }
@@ -417,19 +420,19 @@ impl Starts {
         let stopped = stop.clone();
         std::thread::spawn(move || {
             let docker = Docker::connect("unix:///var/run/docker.sock").expect("endpoint");
-            let filter = rkubelet::runtime::EventFilter {
+            let filter = runtime::EventFilter {
                 labels: vec![label],
-                actions: vec!["start".into()],
+                kinds: vec![runtime::ContainerEventType::Started],
                 since: None,
             };
             let r = docker.watch_events(
                 &filter,
                 &mut |item| {
                     match item {
-                        rkubelet::runtime::EventItem::Opened => {
+                        runtime::EventItem::Opened => {
                             let _ = opened_tx.send(());
                         }
-                        rkubelet::runtime::EventItem::Event(_) => {
+                        runtime::EventItem::Event(_) => {
                             let _ = tx.send(Instant::now());
                         }
                     }
@@ -543,7 +546,7 @@ fn idle(pid: u32) -> Idle {
         *by.entry(name.clone()).or_default() += (t1 - t0.min(*t1)) as f64 / hz * 1000.0;
     }
     let mut by_thread: Vec<(String, f64)> = by.into_iter().collect();
-    rkubelet::sort::sort_by(&mut by_thread, |a, b| b.1.total_cmp(&a.1));
+    base::sort::sort_by(&mut by_thread, |a, b| b.1.total_cmp(&a.1));
     let (stacks, rss_by_kind) = memory_map(pid);
     Idle {
         rss_kib,
@@ -622,7 +625,7 @@ fn memory_map(pid: u32) -> (Vec<(String, u64)>, BTreeMap<&'static str, u64>) {
             }
         }
     }
-    rkubelet::sort::sort_by_key(&mut stacks, |s| std::cmp::Reverse(s.1));
+    base::sort::sort_by_key(&mut stacks, |s| std::cmp::Reverse(s.1));
     let mut kinds = BTreeMap::new();
     for (i, m) in maps.iter().enumerate() {
         let kind = if stack_maps.contains(&i) {

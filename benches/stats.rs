@@ -18,8 +18,8 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::{spawn_kubelet, verdict, write_manifest};
-use rkubelet::runtime::docker::Docker;
-use rkubelet::runtime::Runtime;
+use docker::Docker;
+use runtime::Runtime;
 
 const PAUSE: &str = "rkubelet/pause:3.10";
 const PODS: usize = 110;
@@ -140,7 +140,7 @@ fn main() {
             times.push(d);
         }
     }
-    rkubelet::sort::sort(&mut times);
+    base::sort::sort(&mut times);
     let pct = |p: usize| times.get((times.len() * p / 100).min(times.len().saturating_sub(1)));
     let ms = |d: Option<&Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0);
     let (p50, p99, max) = (ms(pct(50)), ms(pct(99)), ms(times.last()));

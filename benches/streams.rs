@@ -215,7 +215,7 @@ fn percentile(v: &[Duration], p: f64) -> Duration {
         return Duration::ZERO;
     }
     let mut s = v.to_vec();
-    rkubelet::sort::sort(&mut s);
+    base::sort::sort(&mut s);
     let i = ((s.len() - 1) as f64 * p).round() as usize;
     s[i.min(s.len() - 1)]
 }

@@ -82,9 +82,11 @@ esac
 # The rustup target and musl-tools, installed when missing; run even when the image
 # exists, since tests/it/pause.rs builds the same static binary.
 static_tools() {
-	if ! rustup target list --installed 2>/dev/null | grep -qx "$static_target"; then
+	# From the repository root, so the target goes to the toolchain that
+	# rust-toolchain.toml pins (the one the build below uses).
+	if ! (cd "$here/.." && rustup target list --installed 2>/dev/null) | grep -qx "$static_target"; then
 		log "adding the rustup target $static_target"
-		rustup target add "$static_target" >/dev/null
+		(cd "$here/.." && rustup target add "$static_target" >/dev/null)
 	fi
 	if [ "$static_target" = x86_64-unknown-linux-musl ] && ! command -v musl-gcc >/dev/null 2>&1; then
 		log "installing musl-tools"

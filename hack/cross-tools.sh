@@ -6,6 +6,9 @@
 # run the result.
 set -euo pipefail
 target=${1:?usage: $0 TARGET [qemu]}
+# rustup from the repository root: the target goes to the toolchain that
+# rust-toolchain.toml pins, whatever directory this is called from.
+cd "$(dirname "$0")/.."
 want_qemu=${2:-}
 
 need_update=1

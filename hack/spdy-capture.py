@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Capture the SPDY/3.1 bytes a real kubectl sends for exec and port-forward.
 
-How the fixtures under src/server/spdy/fixtures/ were made, kept so they can be made
+How the fixtures under crates/wire/src/spdy/fixtures/ were made, kept so they can be made
 again (with another kubectl, say). It is independent of rkubelet's own codec: the
 frames are cut by their length fields and SYN_REPLYs are compressed by Python's zlib.
 

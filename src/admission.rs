@@ -19,14 +19,14 @@ use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Pod, Toleration};
 use crate::cm::resources::pod_requests;
 
 /// Upstream `SystemCriticalPriority`: pods at or above it are critical.
-pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+pub(crate) const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 /// The node's OS (upstream `runtime.GOOS`).
-pub const NODE_OS: &str = "linux";
+pub(crate) const NODE_OS: &str = "linux";
 
 /// Why a pod was not admitted: the status's reason, and its message (the status says
 /// `Pod was rejected: <message>`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     /// `OutOfcpu`, `NodePorts` …
     pub reason: String,
     /// Upstream's message.
@@ -44,14 +44,14 @@ impl Rejection {
 
 /// One more admission check, run before the resource fit (upstream's
 /// `PodAdmitHandler`; the eviction manager's admission under pressure is one).
-pub trait AdmitHandler: Send + Sync {
+pub(crate) trait AdmitHandler: Send + Sync {
     /// None admits; `others` are the pods admitted before.
     fn admit(&self, pod: &Pod, others: &[&Pod]) -> Option<Rejection>;
 }
 
 /// A node taint (the `--register-with-taints` ones).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeTaint {
+pub(crate) struct NodeTaint {
     /// Key.
     pub key: String,
     /// Value.
@@ -62,7 +62,7 @@ pub struct NodeTaint {
 
 /// What admission knows of the node.
 #[derive(Clone, Debug, Default)]
-pub struct NodeInfo {
+pub(crate) struct NodeInfo {
     /// The node's name.
     pub name: String,
     /// Its labels (`kubernetes.io/hostname`, `kubernetes.io/os`, `--node-labels` …).
@@ -81,8 +81,8 @@ pub struct NodeInfo {
 
 /// Is the pod critical (upstream `IsCriticalPod`): static, mirror, or a system
 /// priority.
-pub fn is_critical(pod: &Pod) -> bool {
-    crate::container::is_static_pod(pod)
+pub(crate) fn is_critical(pod: &Pod) -> bool {
+    runtime::container::is_static_pod(pod)
         || pod
             .metadata
             .annotations
@@ -97,7 +97,7 @@ pub fn is_critical(pod: &Pod) -> bool {
 
 /// Upstream `canAdmitPod`: the extra handlers, then the general predicates, then the
 /// OS checks. `others` are the admitted, non-terminal pods.
-pub fn can_admit(
+pub(crate) fn can_admit(
     pod: &Pod,
     others: &[&Pod],
     node: &NodeInfo,
@@ -134,7 +134,7 @@ pub fn can_admit(
             "node(s) didn't have free ports for the requested pod ports",
         ));
     }
-    if !crate::container::is_static_pod(pod) && untolerated_no_execute(pod, node) {
+    if !runtime::container::is_static_pod(pod) && untolerated_no_execute(pod, node) {
         reasons.push(Rejection::predicate(
             "TaintToleration",
             "node(s) had taints that the pod didn't tolerate",

@@ -100,14 +100,14 @@ fn flags(data: &[u8]) {
 /// A kubeconfig, resolved against a directory that does not exist (no file is read
 /// unless the input names one by absolute path).
 fn kubeconfig(data: &[u8]) {
-    let _ = crate::apiclient::kubeconfig::fuzz_parse(&text(data), Path::new("/nonexistent-fuzz"));
+    let _ = apiclient::kubeconfig::fuzz_parse(&text(data), Path::new("/nonexistent-fuzz"));
 }
 
 /// Docker's answers: container list, inspect, an event line, image list and inspect,
 /// the multiplexed stream framing, an error body, a time.
 fn docker(data: &[u8]) {
     let (which, rest) = split(data);
-    crate::runtime::docker::fuzz_answer(which, rest);
+    docker::fuzz_answer(which, rest);
 }
 
 /// One line of an etcd v3 JSON-gateway watch, and the manifests in its values.
@@ -117,43 +117,43 @@ fn etcd_watch(data: &[u8]) {
 
 /// One line of an API server pod watch.
 fn api_watch(data: &[u8]) {
-    let _ = crate::apiclient::decode_watch_line(data);
+    let _ = apiclient::decode_watch_line(data);
 }
 
 /// A request head on any of the kubelet's ports, and the request made of it.
 fn http_head(data: &[u8]) {
-    use crate::server::http::{parse_head, Parsed};
+    use wire::server::http::{parse_head, Parsed};
     if let Parsed::Complete(head) = parse_head(data, 16 << 10) {
-        let req = crate::server::Req::from_head(&head, None);
+        let req = wire::server::Req::from_head(&head, None);
         drop(req);
     }
 }
 
 /// A resource quantity (`100m`, `1Gi`, `1e3`).
 fn quantity(data: &[u8]) {
-    let _ = crate::quantity::parse_milli(&text(data));
+    let _ = base::quantity::parse_milli(&text(data));
 }
 
 /// A Go duration (flags, config file), an RFC 3339 time (API objects, Docker).
 fn duration(data: &[u8]) {
     let t = text(data);
     let _ = crate::config::duration::parse_duration(&t);
-    let _ = crate::time::parse_rfc3339(&t);
+    let _ = base::time::parse_rfc3339(&t);
 }
 
 /// An image reference.
 fn reference(data: &[u8]) {
     let t = text(data);
-    if let Ok(r) = crate::reference::parse(&t) {
+    if let Ok(r) = runtime::reference::parse(&t) {
         let _ = (r.registry(), r.name(), r.repository());
     }
-    let r = crate::reference::split(&t);
+    let r = runtime::reference::split(&t);
     let _ = (r.registry(), r.name(), r.repository());
 }
 
 /// SPDY/3.1 frames from a client, through the frame decoder and the session.
 fn spdy(data: &[u8]) {
-    use crate::server::spdy::conn::{Config, Session};
+    use wire::spdy::conn::{Config, Session};
     let (which, rest) = split(data);
     let mut session = Session::new(Config::default());
     // Fed whole or in two pieces: a frame cut anywhere must decode the same.
@@ -171,7 +171,7 @@ fn spdy(data: &[u8]) {
 /// WebSocket frames from a client (exec, attach, port-forward), and the channel
 /// protocols' payloads.
 fn websocket(data: &[u8]) {
-    crate::server::streams::websocket::fuzz_frames(data);
+    wire::streams::websocket::fuzz_frames(data);
 }
 
 /// A gRPC health response: header blocks (HPACK) and the DATA payload, split at

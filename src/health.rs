@@ -19,39 +19,39 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use crate::loops::{lock, LoopRegistry, LoopState};
 use crate::pleg::PlegShared;
-use crate::runtime::{Runtime, RuntimeError, RuntimeVersion};
-use crate::time::go_duration;
+use base::loops::{lock, LoopRegistry, LoopState};
+use base::time::go_duration;
+use runtime::{Runtime, RuntimeError};
 
 /// Upstream's `updateRuntimeUp` period.
-pub const RUNTIME_UP_PERIOD: Duration = Duration::from_secs(5);
+pub(crate) const RUNTIME_UP_PERIOD: Duration = Duration::from_secs(5);
 /// Upstream `maxWaitForContainerRuntime`: the runtime is down after this without an answer.
-pub const MAX_WAIT_FOR_RUNTIME: Duration = Duration::from_secs(30);
+pub(crate) const MAX_WAIT_FOR_RUNTIME: Duration = Duration::from_secs(30);
 /// The sync loop is stuck after max(2 × syncFrequency, this) without an iteration.
-pub const MIN_SYNC_LOOP_WINDOW: Duration = Duration::from_secs(300);
+pub(crate) const MIN_SYNC_LOOP_WINDOW: Duration = Duration::from_secs(300);
 
 /// A periodic loop is stuck when one tick has run for this many periods…
-pub const LOOP_STALL_PERIODS: u32 = 3;
+pub(crate) const LOOP_STALL_PERIODS: u32 = 3;
 /// …and for at least this long. Every outside call a tick makes has a timeout of 30 s
 /// or less (Docker calls, a URL 10 s, etcd 10 s), so a tick running for two minutes is
 /// blocked, not slow; the floor keeps 1 s loops (PLEG-like relists on a busy Docker)
 /// from being called stuck by a few slow calls in a row.
-pub const MIN_LOOP_STALL_WINDOW: Duration = Duration::from_secs(120);
+pub(crate) const MIN_LOOP_STALL_WINDOW: Duration = Duration::from_secs(120);
 /// A pod worker is stuck when one job (a pod's sync or kill hand-over) has held it
 /// this long. A sync makes only runtime calls, each with a timeout of 30 s or less,
 /// a few per container: two minutes is blocked, not slow.
-pub const POD_WORKER_STALL: Duration = Duration::from_secs(120);
+pub(crate) const POD_WORKER_STALL: Duration = Duration::from_secs(120);
 /// Pod workers are named `<this>N`.
 const POD_WORKER_PREFIX: &str = "pod-worker-";
 
 /// The first tick may do start-up work (the first list of every container on a
 /// loaded node, a runtime still starting): it gets the sync loop's window.
-pub const FIRST_TICK_STALL_WINDOW: Duration = MIN_SYNC_LOOP_WINDOW;
+pub(crate) const FIRST_TICK_STALL_WINDOW: Duration = MIN_SYNC_LOOP_WINDOW;
 
 /// How long one tick of a loop with `period` may run before the loop is unhealthy:
 /// max(3 × period, 2 min), and at least 5 min for the first tick.
-pub fn loop_stall_window(period: Duration, first_tick: bool) -> Duration {
+pub(crate) fn loop_stall_window(period: Duration, first_tick: bool) -> Duration {
     let window = period
         .saturating_mul(LOOP_STALL_PERIODS)
         .max(MIN_LOOP_STALL_WINDOW);
@@ -65,7 +65,7 @@ pub fn loop_stall_window(period: Duration, first_tick: bool) -> Duration {
 /// The stall check of one loop: Err (upstream's PLEG wording) when its current tick
 /// has run longer than its window. Loops without a period, and finished ones (shutdown)
 /// always pass.
-pub fn loop_stall(name: &str, st: &LoopState, now: Instant) -> Result<(), String> {
+pub(crate) fn loop_stall(name: &str, st: &LoopState, now: Instant) -> Result<(), String> {
     let (Some(period), Some(since)) = (st.period, st.busy_since) else {
         return Ok(());
     };
@@ -86,7 +86,7 @@ pub fn loop_stall(name: &str, st: &LoopState, now: Instant) -> Result<(), String
 
 /// The check of one pod worker: Err when its current job has held it longer than
 /// [`POD_WORKER_STALL`]. An idle or finished worker passes.
-pub fn worker_stall(name: &str, st: &LoopState, now: Instant) -> Result<(), String> {
+pub(crate) fn worker_stall(name: &str, st: &LoopState, now: Instant) -> Result<(), String> {
     let Some(since) = st.busy_since.filter(|_| !st.finished) else {
         return Ok(());
     };
@@ -109,14 +109,13 @@ fn is_pod_worker(name: &str) -> bool {
 
 /// The runtime's liveness, written by the `runtime-up` loop.
 #[derive(Debug, Default)]
-pub struct RuntimeHealth {
+pub(crate) struct RuntimeHealth {
     last_ok: Mutex<Option<Instant>>,
-    version: Mutex<Option<RuntimeVersion>>,
 }
 
 impl RuntimeHealth {
     /// Err with upstream's wording while the runtime is not known to be up.
-    pub fn healthy(&self, now: Instant) -> Result<(), String> {
+    pub(crate) fn healthy(&self, now: Instant) -> Result<(), String> {
         match *lock(&self.last_ok) {
             None => Err("container runtime status check may not have completed yet".into()),
             Some(t) if now.saturating_duration_since(t) > MAX_WAIT_FOR_RUNTIME => {
@@ -126,14 +125,9 @@ impl RuntimeHealth {
         }
     }
 
-    /// The runtime's version, once known.
-    pub fn version(&self) -> Option<RuntimeVersion> {
-        lock(&self.version).clone()
-    }
-
     /// One `runtime-up` tick: asks the runtime for its version. On the transition from
     /// down (or unknown) to up, sends on `up` so the sync loop re-syncs every pod.
-    pub fn tick(&self, runtime: &dyn Runtime, up: &Sender<()>) -> Result<(), RuntimeError> {
+    pub(crate) fn tick(&self, runtime: &dyn Runtime, up: &Sender<()>) -> Result<(), RuntimeError> {
         let now = Instant::now();
         let was_up = self.healthy(now).is_ok();
         let v = runtime.version()?;
@@ -147,7 +141,6 @@ impl RuntimeHealth {
             let _ = up.try_send(());
         }
         *lock(&self.last_ok) = Some(now);
-        *lock(&self.version) = Some(v);
         Ok(())
     }
 }
@@ -159,12 +152,12 @@ const NETWORK_UNKNOWN: &str = "network state unknown";
 /// How often a ready network is asked again (it changes rarely; a bridge taken down
 /// shows within 30 s). While it is not ready, or unknown (Docker down at start), it is
 /// asked every [`RUNTIME_UP_PERIOD`], so the node turns Ready within 5 s of Docker.
-pub const NET_STATUS_PERIOD: Duration = Duration::from_secs(30);
+pub(crate) const NET_STATUS_PERIOD: Duration = Duration::from_secs(30);
 
 /// The runtime's network readiness, written by the `runtime-up` loop (upstream's
 /// `runtimeState.networkError`, set from CRI `Status`'s `NetworkReady`).
 #[derive(Debug, Default)]
-pub struct NetworkHealth {
+pub(crate) struct NetworkHealth {
     error: Mutex<Option<Result<(), String>>>,
     /// When the network was last seen ready.
     ready_at: Mutex<Option<Instant>>,
@@ -172,7 +165,7 @@ pub struct NetworkHealth {
 
 impl NetworkHealth {
     /// Err with upstream's wording while pods cannot get a network.
-    pub fn healthy(&self) -> Result<(), String> {
+    pub(crate) fn healthy(&self) -> Result<(), String> {
         lock(&self.error)
             .clone()
             .unwrap_or_else(|| Err(NETWORK_UNKNOWN.into()))
@@ -180,7 +173,7 @@ impl NetworkHealth {
 
     /// One network check of the `runtime-up` loop. A runtime that does not answer leaves the last state
     /// (the `runtime` check reports it), as upstream's `updateRuntimeUp`.
-    pub fn tick(&self, runtime: &dyn Runtime) -> Result<(), RuntimeError> {
+    pub(crate) fn tick(&self, runtime: &dyn Runtime) -> Result<(), RuntimeError> {
         let now = Instant::now();
         let fresh = lock(&self.ready_at)
             .is_some_and(|at| now.saturating_duration_since(at) < NET_STATUS_PERIOD);
@@ -210,7 +203,7 @@ impl NetworkHealth {
 
 /// The checks behind the healthz endpoints.
 #[derive(Debug, Clone)]
-pub struct HealthChecks {
+pub(crate) struct HealthChecks {
     /// Every loop's ticks.
     pub registry: Arc<LoopRegistry>,
     /// The PLEG's relist time.
@@ -224,12 +217,12 @@ pub struct HealthChecks {
 }
 
 /// The names of the checks, in the order they are reported.
-pub const CHECKS: [&str; 5] = ["ping", "syncloop", "pleg", "runtime", "network"];
+pub(crate) const CHECKS: [&str; 5] = ["ping", "syncloop", "pleg", "runtime", "network"];
 
 impl HealthChecks {
     /// Runs one named check (a fixed one, or a periodic loop's stall check). None if
     /// there is no such check.
-    pub fn check(&self, name: &str, now: Instant) -> Option<Result<(), String>> {
+    pub(crate) fn check(&self, name: &str, now: Instant) -> Option<Result<(), String>> {
         Some(match name {
             "ping" => Ok(()),
             "syncloop" => self.sync_loop(now),
@@ -253,7 +246,7 @@ impl HealthChecks {
     /// What the systemd watchdog pings for: the sync loop's and the PLEG's checks, as
     /// `/healthz` runs them. The runtime's and the network's are left out: a restart
     /// cannot bring Docker or its bridge back.
-    pub fn watchdog(&self, now: Instant) -> Result<(), String> {
+    pub(crate) fn watchdog(&self, now: Instant) -> Result<(), String> {
         for name in ["syncloop", "pleg"] {
             if let Some(Err(e)) = self.check(name, now) {
                 return Err(format!("{name}: {e}"));
@@ -285,7 +278,7 @@ impl HealthChecks {
     /// Every check's result, in order: the fixed checks, then one per periodic loop
     /// and per pod worker alive (by name; a loop named like a fixed check is covered by
     /// that check).
-    pub fn all(&self, now: Instant) -> Vec<(String, Result<(), String>)> {
+    pub(crate) fn all(&self, now: Instant) -> Vec<(String, Result<(), String>)> {
         let fixed = CHECKS
             .iter()
             .filter_map(|n| self.check(n, now).map(|r| (n.to_string(), r)));
@@ -309,7 +302,7 @@ impl HealthChecks {
     }
 
     /// Loops whose last tick failed, with the error (e.g. a bad manifest).
-    pub fn warnings(&self) -> Vec<(String, String)> {
+    pub(crate) fn warnings(&self) -> Vec<(String, String)> {
         self.registry
             .snapshot()
             .into_iter()
@@ -357,7 +350,7 @@ mod tests {
 
     #[test]
     fn healthz_lists_periodic_loops_and_fails_the_one_blocked_in_a_tick() {
-        use crate::loops::{shutdown_channel, Loops, Periodic};
+        use base::loops::{shutdown_channel, Loops, Periodic};
         let (shutdown, stop) = shutdown_channel();
         let loops = Loops::new(stop);
         let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);
@@ -429,7 +422,7 @@ mod tests {
 
     #[test]
     fn the_watchdog_check_fails_with_a_wedged_sync_loop_or_pleg() {
-        use crate::loops::{shutdown_channel, Loops};
+        use base::loops::{shutdown_channel, Loops};
         let (shutdown, stop) = shutdown_channel();
         let loops = Loops::new(stop);
         let (ticked_tx, ticked_rx) = crossbeam_channel::bounded(1);
@@ -471,8 +464,8 @@ mod tests {
 
     #[test]
     fn network_readiness_has_upstreams_wording_and_survives_a_runtime_error() {
-        use crate::runtime::fake::{FakeClock, FakeRuntime, Fault, Op};
-        use crate::runtime::NetworkStatus;
+        use runtime::fake::{FakeClock, FakeRuntime, Fault, Op};
+        use runtime::NetworkStatus;
         let rt = FakeRuntime::new(FakeClock::default());
         let h = NetworkHealth::default();
         assert_eq!(h.healthy(), Err("network state unknown".into()));
@@ -547,7 +540,7 @@ mod tests {
 
     #[test]
     fn a_pod_worker_held_by_one_job_past_the_bound_fails_a_check_of_its_name() {
-        use crate::loops::{shutdown_channel, Loops, Pool, PoolSpec};
+        use base::loops::{shutdown_channel, Loops, Pool, PoolSpec};
         let (shutdown, stop) = shutdown_channel();
         let loops = Loops::new(stop);
         let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);

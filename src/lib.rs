@@ -3,86 +3,67 @@
 //! thread, events travel over channels into one sync loop.
 //!
 //! The modules, in reading order (ARCHITECTURE.md has the threads and invariants):
+// What main, the tests and the benches use is `pub`, the rest `pub(crate)` or private.
+#![warn(unreachable_pub)]
 // The sort ban of clippy.toml is for shipped code (one copy of the sort code).
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 // `rkubelet pause`: a sandbox's init, run before any of the kubelet starts.
 pub mod pause;
 
-// Foundations: the loop helper every thread goes through, logging, time.
-pub mod panics;
-pub mod loops;
+// Foundations above the base crate: logging, the event recorder, systemd.
 pub mod logging;
-pub mod time;
-pub mod safepath;
-pub mod goquote;
-pub mod quantity;
-pub mod lines;
-pub mod chan;
-pub mod json;
-pub mod sort;
-pub mod fsutil;
-pub mod malloc;
 pub mod record;
-pub mod netutil;
 // Pod sysctls: namespaces, the safe set, the allowlist (config, validation, admission
 // and the sandbox all read it).
-pub mod sysctl;
-// Outgoing HTTP: agents for the servers pods come from, and for requests to pods.
-pub mod httpclient;
-pub mod wait;
-pub mod reference;
+mod sysctl;
 pub mod systemd;
-// The Prometheus registry every component records into (`/metrics`).
+// The kubelet's `/metrics` families, on base's registry.
 pub mod metrics;
 
 // Configuration: flags and the KubeletConfiguration file.
 pub mod config;
 
-// The runtime seam and its Docker implementation, and the runtime-neutral kubelet
-// types every part of the kubelet core builds on.
-pub mod runtime;
-pub mod container;
+// The runtime seam (the `runtime` crate) counted and timed into `/metrics`, and the
+// CNI network beside Docker (`--network-plugin=cni`).
+mod instrumented;
+mod network;
 
 // Where pods come from: sources, pod validation before admission, and their merge.
-pub mod validation;
+mod validation;
 pub mod podconfig;
 
-// The API server client, and the objects this node's pods reference through it.
-pub mod apiclient;
-pub mod objects;
-pub mod events;
+// The objects this node's pods reference through the API server client (the
+// `apiclient` crate), and the Events written through it.
+mod objects;
+mod events;
 // TLS bootstrap and rotation of the client certificate the API client uses.
-pub mod certificate;
+mod certificate;
 
 // The kubelet core: the sync loop and what it drives.
 pub mod kubelet;
 pub mod pod_workers;
 pub mod pod_killer;
 pub mod kuberuntime;
-pub mod cm;
-pub mod admission;
-pub mod images;
+mod cm;
+mod admission;
+mod images;
 pub mod volume;
-pub mod pleg;
+mod pleg;
 pub mod status;
 pub mod prober;
-pub mod health;
-pub mod nodelease;
-pub mod eviction;
-pub mod oom_watcher;
-pub mod nodestatus;
+mod health;
+mod nodelease;
+mod eviction;
+mod oom_watcher;
+mod nodestatus;
 // Resource usage: cgroupfs and /proc readers, the resource analyzer.
-pub mod stats;
+mod stats;
 pub mod gc;
 
 // The HTTP ports.
-pub mod server;
-
-// Test helpers shared by unit tests.
-#[cfg(test)]
-mod testutil;
+mod server;
 
 // Fuzzing: the parsers of outside input, for fuzz/ and tests/fuzz_corpus.rs.
-#[doc(hidden)]
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;

@@ -29,10 +29,10 @@ use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::loops::{lock, Loops, SpawnError};
+use base::loops::{lock, Loops, SpawnError};
 
 /// The `log` level filter for a klog verbosity.
-pub fn level_for_verbosity(v: u8) -> log::LevelFilter {
+pub(crate) fn level_for_verbosity(v: u8) -> log::LevelFilter {
     match v {
         0 | 1 => log::LevelFilter::Info,
         2..=4 => log::LevelFilter::Debug,
@@ -42,7 +42,7 @@ pub fn level_for_verbosity(v: u8) -> log::LevelFilter {
 
 /// Sets the klog verbosity from now on (negative counts as 0, as klog logs nothing
 /// more below 0).
-pub fn set_verbosity(v: i64) {
+pub(crate) fn set_verbosity(v: i64) {
     let level = level_for_verbosity(u8::try_from(v.clamp(0, 255)).unwrap_or(u8::MAX));
     log::set_max_level(level);
 }
@@ -115,7 +115,7 @@ const FLUSH_SOON: usize = 256 << 10;
 /// Buffered lines past which new ones are dropped (the disk is not keeping up).
 const PENDING_MAX: usize = 8 << 20;
 /// The `log-flush` loop's name.
-pub const FLUSH_THREAD: &str = "log-flush";
+pub(crate) const FLUSH_THREAD: &str = "log-flush";
 
 /// The `--log-file` target.
 static LOG_FILE: OnceLock<LogFile> = OnceLock::new();
@@ -128,8 +128,10 @@ pub struct LogFile {
     max_bytes: u64,
     /// Lines not yet written (the only lock a log call takes).
     pending: Mutex<Vec<u8>>,
-    /// The open file and its size: taken only by a flush (the loop, or exit), held
-    /// across its own write, never by a log call.
+    /// The open file and its size: the writer's token. A flush (the loop, or exit)
+    /// holds it across its own write and rename; nothing ever waits for it (a log call
+    /// never takes it, and a second flush finding it held leaves its lines pending for
+    /// the next one), so a hung write holds back no other thread.
     out: Mutex<Option<(File, u64)>>,
     /// Lines dropped because the buffer was full.
     dropped: AtomicU64,
@@ -167,9 +169,15 @@ impl LogFile {
         }
     }
 
-    /// Writes out what is buffered, rotating first when the file is full.
+    /// Writes out what is buffered, rotating first when the file is full. A flush
+    /// already under way (on another thread) is not waited for: this one returns and
+    /// the lines stay buffered for the next.
     pub fn flush(&self) -> std::io::Result<()> {
-        let mut out = lock(&self.out);
+        let mut out = match self.out.try_lock() {
+            Ok(out) => out,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
+        };
         let data = std::mem::take(&mut *lock(&self.pending));
         let dropped = self.dropped.swap(0, Ordering::Relaxed);
         if data.is_empty() && dropped == 0 {
@@ -220,7 +228,7 @@ pub fn set_log_file(path: &Path, max_mb: u64) -> std::io::Result<()> {
 
 /// Starts the `log-flush` loop (with a `--log-file`): writes the buffer out every
 /// `period`, or sooner when it fills, and once more at shutdown.
-pub fn start_flush(loops: &Loops, period: Duration) -> Result<(), SpawnError> {
+pub(crate) fn start_flush(loops: &Loops, period: Duration) -> Result<(), SpawnError> {
     let Some(f) = LOG_FILE.get() else {
         return Ok(());
     };

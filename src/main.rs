@@ -10,13 +10,12 @@
 //! (a port in use, no root directory), 2 for a bad flag, config file or endpoint.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
+use base::loops::error_chain;
+use base::panics;
 use rkubelet::config::{self, Loaded};
-use rkubelet::loops::error_chain;
-use rkubelet::runtime::docker::Docker;
-use rkubelet::{kubelet, logging, panics, systemd};
+use rkubelet::{kubelet, logging, systemd};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 /// How long the loops get to finish after SIGTERM; the process exits within 2 s either way.
@@ -57,7 +56,7 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Exit {
-    rkubelet::malloc::tune();
+    base::malloc::tune();
     let args: Vec<String> = std::env::args().collect();
     let cfg = match config::load(args) {
         Ok(Loaded::Run(cfg)) => cfg,
@@ -70,8 +69,8 @@ fn run() -> Exit {
     };
     // The endpoint is checked (not dialled) before logging starts, so a bad one is one
     // line on stderr like every other bad flag, not a start-up log followed by an error.
-    let runtime = match Docker::connect(&cfg.container_runtime_endpoint) {
-        Ok(d) => Arc::new(d),
+    let runtime = match kubelet::connect_runtime(&cfg) {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("rkubelet: {}", error_chain(&e));
             return Exit::Usage;
@@ -183,27 +182,22 @@ fn run() -> Exit {
 /// (1024) is meant for `select(2)` users, which rkubelet is not. The servers' caps keep
 /// rkubelet well inside 1024 either way.
 fn raise_nofile_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the one valid rlimit struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
-        || lim.rlim_cur >= lim.rlim_max
-    {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    // getrlimit cannot fail for RLIMIT_NOFILE; `None` is RLIM_INFINITY.
+    let lim = getrlimit(Resource::Nofile);
+    let (cur, max) = (
+        lim.current.unwrap_or(u64::MAX),
+        lim.maximum.unwrap_or(u64::MAX),
+    );
+    if cur >= max {
         return;
     }
-    let wanted = libc::rlimit {
-        rlim_cur: lim.rlim_max,
-        rlim_max: lim.rlim_max,
+    let wanted = Rlimit {
+        current: lim.maximum,
+        maximum: lim.maximum,
     };
-    // SAFETY: setrlimit reads the one valid rlimit struct it is given.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) } == 0 {
-        log::debug!(
-            "raised the open-descriptor limit from {} to {}",
-            lim.rlim_cur,
-            lim.rlim_max
-        );
+    if setrlimit(Resource::Nofile, wanted).is_ok() {
+        log::debug!("raised the open-descriptor limit from {cur} to {max}");
     }
 }
 

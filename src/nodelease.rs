@@ -20,56 +20,56 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::apiclient::leases::NODE_LEASE_NAMESPACE;
-use crate::apiclient::{ApiClient, ApiError};
-use crate::loops::{lock, run_jittered, Loops, SpawnError, Stop};
+use apiclient::leases::NODE_LEASE_NAMESPACE;
+use apiclient::{ApiClient, ApiError};
+use base::loops::{lock, run_jittered, Loops, SpawnError, Stop};
 
 /// Upstream `nodeLeaseRenewIntervalFraction`: renew every quarter of the duration.
-pub const RENEW_INTERVAL_FRACTION: f64 = 0.25;
+pub(crate) const RENEW_INTERVAL_FRACTION: f64 = 0.25;
 /// Upstream `maxUpdateRetries`.
-pub const MAX_UPDATE_RETRIES: u32 = 5;
+pub(crate) const MAX_UPDATE_RETRIES: u32 = 5;
 /// Upstream `maxBackoff`: the longest wait between two tries to ensure the lease.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(7);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(7);
 /// The backoff's start; the first wait is twice it (upstream doubles before sleeping).
-pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 /// Upstream's jitter of the renew period (`wait.JitterUntil` 0.04).
-pub const RENEW_JITTER: f64 = 0.04;
+pub(crate) const RENEW_JITTER: f64 = 0.04;
 
 /// What the `node-status` and `node-lease` loops share: the Node's UID once known,
 /// and whether a heartbeat write failed since the status loop last looked (then it
 /// reads the Node again rather than trust its last copy).
 #[derive(Debug, Default)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     node_uid: Mutex<Option<String>>,
     trouble: AtomicBool,
 }
 
 impl Heartbeat {
     /// The Node's UID, once registered or read.
-    pub fn node_uid(&self) -> Option<String> {
+    pub(crate) fn node_uid(&self) -> Option<String> {
         lock(&self.node_uid).clone()
     }
 
     /// Records the Node's UID.
-    pub fn set_node_uid(&self, uid: Option<String>) {
+    pub(crate) fn set_node_uid(&self, uid: Option<String>) {
         if uid.is_some() {
             *lock(&self.node_uid) = uid;
         }
     }
 
     /// Notes that a write to the API server failed.
-    pub fn note_trouble(&self) {
+    pub(crate) fn note_trouble(&self) {
         self.trouble.store(true, Ordering::Relaxed);
     }
 
     /// Whether a write failed since the last call (and clears it).
-    pub fn take_trouble(&self) -> bool {
+    pub(crate) fn take_trouble(&self) -> bool {
         self.trouble.swap(false, Ordering::Relaxed)
     }
 }
 
 /// The lease calls, a seam for the controller's unit tests.
-pub trait LeaseApi: Send {
+pub(crate) trait LeaseApi: Send {
     /// GET the node's lease.
     fn get(&self) -> Result<Lease, ApiError>;
     /// POST it.
@@ -80,7 +80,7 @@ pub trait LeaseApi: Send {
 
 /// The lease calls over the API client.
 #[derive(Debug)]
-pub struct ApiLeases {
+pub(crate) struct ApiLeases {
     client: Arc<ApiClient>,
     name: String,
     timeout: Duration,
@@ -101,7 +101,7 @@ impl LeaseApi for ApiLeases {
 
 /// Why a renewal failed.
 #[derive(Debug, thiserror::Error)]
-pub enum LeaseError {
+pub(crate) enum LeaseError {
     /// Every update attempt failed; the last error.
     #[error("failed {MAX_UPDATE_RETRIES} attempts to update lease {NODE_LEASE_NAMESPACE}/{node}")]
     Retries {
@@ -113,7 +113,7 @@ pub enum LeaseError {
 }
 
 /// The lease controller's state: the lease from the last successful write.
-pub struct LeaseController {
+pub(crate) struct LeaseController {
     api: Box<dyn LeaseApi>,
     node: String,
     duration_seconds: i32,
@@ -136,13 +136,13 @@ impl std::fmt::Debug for LeaseController {
 }
 
 /// The heartbeat client's timeout: min(lease duration, `nodeStatusUpdateFrequency`).
-pub fn heartbeat_timeout(lease_duration: Duration, status_frequency: Duration) -> Duration {
+pub(crate) fn heartbeat_timeout(lease_duration: Duration, status_frequency: Duration) -> Duration {
     lease_duration.min(status_frequency)
 }
 
 impl LeaseController {
     /// A controller of `node`'s lease through `api`.
-    pub fn new(
+    pub(crate) fn new(
         api: Box<dyn LeaseApi>,
         node: &str,
         duration_seconds: u32,
@@ -160,13 +160,13 @@ impl LeaseController {
 
     /// One renewal (upstream `sync`). `sleep` waits out a backoff and returns true
     /// when the kubelet is stopping (then the renewal ends quietly).
-    pub fn sync(&mut self, sleep: &dyn Fn(Duration) -> bool) -> Result<(), LeaseError> {
+    pub(crate) fn sync(&mut self, sleep: &dyn Fn(Duration) -> bool) -> Result<(), LeaseError> {
         if let Some(latest) = self.latest.clone() {
             match self.retry_update(latest, sleep) {
                 Ok(()) => return Ok(()),
                 Err(e) => log::info!(
                     "failed to update lease using latest lease, fallback to ensure lease: {}",
-                    crate::loops::error_chain(&e)
+                    base::loops::error_chain(&e)
                 ),
             }
         }
@@ -196,7 +196,7 @@ impl LeaseController {
                 }
                 Err(e) => {
                     self.heartbeat.note_trouble();
-                    log::debug!("failed to update lease: {}", crate::loops::error_chain(&e));
+                    log::debug!("failed to update lease: {}", base::loops::error_chain(&e));
                     if e.is_conflict() {
                         // Someone else wrote it: work from the newer one.
                         match self.backoff_ensure(sleep) {
@@ -233,7 +233,7 @@ impl LeaseController {
                     wait = wait.saturating_mul(2).min(MAX_BACKOFF);
                     let line = format!(
                         "failed to ensure lease exists, will retry in {wait:?}: {}",
-                        crate::loops::error_chain(&e)
+                        base::loops::error_chain(&e)
                     );
                     if failures == 0 {
                         log::warn!("{line}");
@@ -306,7 +306,7 @@ fn micro_time(t: SystemTime) -> MicroTime {
 }
 
 /// Starts the `node-lease` loop.
-pub fn start(
+pub(crate) fn start(
     loops: &Loops,
     client: Arc<ApiClient>,
     node: &str,

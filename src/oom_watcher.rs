@@ -22,15 +22,16 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
-use crate::loops::{LoopHandle, Loops, SpawnError, Stop};
+use base::loops::{LoopHandle, Loops, SpawnError, Stop};
+use rustix::event::{PollFd, PollFlags};
+use rustix::io::Errno;
 
 /// The thread's name.
-pub const THREAD: &str = "oom-watcher";
+pub(crate) const THREAD: &str = "oom-watcher";
 /// Upstream's event reason.
-pub const SYSTEM_OOM_EVENT: &str = "SystemOOM";
+pub(crate) const SYSTEM_OOM_EVENT: &str = "SystemOOM";
 /// The cgroup of a system OOM's victim (upstream `recordEventContainerName`).
 const ROOT_CGROUP: &str = "/";
 /// A kmsg record is at most this long (the kernel's `CONSOLE_EXT_LOG_MAX`).
@@ -38,7 +39,7 @@ const RECORD_MAX: usize = 8192;
 
 /// One OOM kill (cAdvisor's `OomInstance`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OomInstance {
+pub(crate) struct OomInstance {
     /// The victim's pid.
     pub pid: u32,
     /// The victim's command name.
@@ -52,7 +53,7 @@ pub struct OomInstance {
 impl OomInstance {
     /// The node event's message for a system OOM, None for one inside a cgroup
     /// (upstream's watcher records only victims of the root cgroup).
-    pub fn system_oom_message(&self) -> Option<String> {
+    pub(crate) fn system_oom_message(&self) -> Option<String> {
         if self.victim_container_name != ROOT_CGROUP {
             return None;
         }
@@ -66,14 +67,14 @@ impl OomInstance {
 
 /// The kernel log's OOM records, assembled across lines.
 #[derive(Debug, Default)]
-pub struct OomParser {
+pub(crate) struct OomParser {
     current: Option<OomInstance>,
 }
 
 impl OomParser {
     /// Feeds one kmsg record (`6,1234,5678,-;message`, or just the message); returns
     /// the OOM instance it completes.
-    pub fn feed(&mut self, record: &str) -> Option<OomInstance> {
+    pub(crate) fn feed(&mut self, record: &str) -> Option<OomInstance> {
         let message = kmsg_message(record);
         if message.contains("invoked oom-killer:") {
             self.current = Some(OomInstance {
@@ -121,7 +122,7 @@ impl OomParser {
 
 /// The message of a kmsg record: after the `prio,seq,time,flags;` header, without
 /// the continuation lines (` KEY=value`) the kernel appends.
-pub fn kmsg_message(record: &str) -> &str {
+pub(crate) fn kmsg_message(record: &str) -> &str {
     let text = match record.split_once(';') {
         Some((header, msg)) if header.split(',').count() >= 3 => msg,
         _ => record,
@@ -131,7 +132,7 @@ pub fn kmsg_message(record: &str) -> &str {
 
 /// Starts the watcher on `/dev/kmsg` for `node`; Ok(false) (logged once) when the
 /// kernel log cannot be read.
-pub fn start(loops: &Loops, node: &str, kmsg: &Path) -> Result<bool, SpawnError> {
+pub(crate) fn start(loops: &Loops, node: &str, kmsg: &Path) -> Result<bool, SpawnError> {
     let mut file = match open_kmsg(kmsg) {
         Ok(f) => f,
         Err(e) => {
@@ -165,14 +166,14 @@ fn open_kmsg(path: &Path) -> io::Result<File> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
-    // SAFETY: lseek on a descriptor we own; /dev/kmsg takes SEEK_END to mean "after
-    // the last record"; a failure (a regular file in tests) is harmless.
-    unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END) };
+    // lseek(fd, 0, SEEK_END): /dev/kmsg takes it to mean "after the last record"; a
+    // failure (a regular file in tests) is harmless.
+    let _ = rustix::fs::seek(&f, rustix::fs::SeekFrom::End(0));
     Ok(f)
 }
 
 /// Reads records until shutdown, handing each completed OOM to `on_oom`.
-pub fn watch(
+pub(crate) fn watch(
     file: &mut File,
     stop: &Stop,
     handle: &LoopHandle,
@@ -182,21 +183,15 @@ pub fn watch(
     let mut buf = vec![0u8; RECORD_MAX];
     while !stop.is_stopped() {
         let mut pfds = [
-            libc::pollfd {
-                fd: file.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: stop.fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            PollFd::new(&*file, PollFlags::IN),
+            PollFd::from_borrowed_fd(stop.fd(), PollFlags::IN),
         ];
-        // SAFETY: two valid pollfds for the duration of the call; both descriptors
-        // are open (the file is ours, the shutdown one lives as long as `stop`).
-        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) };
-        if n <= 0 || pfds[1].revents != 0 || pfds[0].revents == 0 {
+        // No timeout: the shutdown descriptor ends the wait.
+        let n = rustix::event::poll(&mut pfds, None);
+        if !matches!(n, Ok(n) if n > 0)
+            || !pfds[1].revents().is_empty()
+            || pfds[0].revents().is_empty()
+        {
             continue;
         }
         let began = handle.begin_tick();
@@ -215,7 +210,7 @@ pub fn watch(
                     }
                 }
                 // Records overwritten before we read them: go on with the next.
-                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+                Err(e) if e.raw_os_error() == Some(Errno::PIPE.raw_os_error()) => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -311,7 +306,7 @@ mod tests {
             }
         }
         // The watcher starts, waits in poll and stops within its poll timeout.
-        let (shutdown, stop) = crate::loops::shutdown_channel();
+        let (shutdown, stop) = base::loops::shutdown_channel();
         let loops = Loops::new(stop);
         assert!(start(&loops, "node-1", path).expect("spawn"));
         shutdown.trigger();
@@ -321,15 +316,10 @@ mod tests {
     #[test]
     fn the_reader_turns_records_from_a_pipe_into_system_ooms() {
         use std::io::Write;
-        use std::os::unix::io::FromRawFd;
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills the two descriptors of the array it is given.
-        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) };
-        assert_eq!(rc, 0);
-        // SAFETY: both descriptors were just created and are owned here only.
-        let (mut reader, mut writer) =
-            unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
-        let (shutdown, stop) = crate::loops::shutdown_channel();
+        let (reader, writer) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).expect("pipe2");
+        let (mut reader, mut writer) = (File::from(reader), File::from(writer));
+        let (shutdown, stop) = base::loops::shutdown_channel();
         let loops = Loops::new(stop);
         let (tx, rx) = crossbeam_channel::bounded(4);
         loops
@@ -359,7 +349,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_kernel_log_starts_nothing() {
-        let (_shutdown, stop) = crate::loops::shutdown_channel();
+        let (_shutdown, stop) = base::loops::shutdown_channel();
         let loops = Loops::new(stop);
         let missing = Path::new("/nonexistent/kmsg");
         assert!(!start(&loops, "node-1", missing).expect("no spawn"));

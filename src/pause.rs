@@ -15,6 +15,10 @@
 //! flow after it returns, so nothing but an atomic store runs in signal context and no
 //! signal is lost between two waits.
 //!
+//! The signal mask, handlers and `sigsuspend` stay `unsafe` libc calls: rustix has
+//! them only in its `runtime` module, which is hidden, unstable, itself `unsafe`, and
+//! not for a process that has a libc (it is for writing one).
+//!
 //! `main` calls [`run`] before anything else (no logging, no threads, no config), so
 //! the process is a few hundred KiB of touched pages, not a kubelet.
 
@@ -42,7 +46,7 @@ extern "C" fn record(signo: libc::c_int) {
 }
 
 /// Whether `args` (without the program and subcommand) ask for the version.
-pub fn wants_version<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> bool {
+pub(crate) fn wants_version<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> bool {
     args.iter().any(|a| {
         a.as_ref()
             .to_str()
@@ -58,8 +62,7 @@ pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> u8 {
         let _ = writeln!(out, "{}", version()).and_then(|()| out.flush());
         return 0;
     }
-    // SAFETY: getpid has no preconditions.
-    if unsafe { libc::getpid() } != 1 {
+    if !rustix::process::getpid().is_init() {
         say("Warning: pause should be the first process");
     }
     // SAFETY: an all-zero sigset_t is a valid value to initialise with sigemptyset.
@@ -130,8 +133,12 @@ fn install(sig: libc::c_int, flags: libc::c_int) -> Result<(), ()> {
 
 /// Waits for every child that has exited (upstream's `sigreap`).
 fn reap() {
-    // SAFETY: waitpid with a null status pointer and WNOHANG never blocks.
-    while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+    use rustix::process::{wait, WaitOptions};
+    // wait4(-1, …, WNOHANG): any child, never blocking; ends at "none exited yet"
+    // (None) or at ECHILD (no children at all). Not rustix's waitpid(None, …), which
+    // is wait4(0, …): only children in pause's own process group, and the orphans
+    // it inherits keep theirs.
+    while let Ok(Some(_)) = wait(WaitOptions::NOHANG) {}
 }
 
 /// `psignal`'s description of the two signals that end pause.

@@ -13,7 +13,7 @@
 //! gets comes out of the one diff, [`compute_events`], against the one record of what
 //! was seen, so events and relists can never disagree.
 
-pub mod evented;
+pub(crate) mod evented;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,27 +22,28 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Sender, TrySendError};
 
-use crate::chan::BoundedSender;
+use base::chan::BoundedSender;
 
-use crate::container::labels;
-use crate::loops::lock;
-use crate::metrics::kubelet::KubeletMetrics;
-use crate::runtime::{ContainerState, ContainerSummary, Runtime, RuntimeError};
+use crate::metrics::KubeletMetrics;
+use base::loops::lock;
+use runtime::container::labels;
+use runtime::{ContainerState, ContainerSummary, Runtime, RuntimeError};
 
 /// Upstream `genericPlegRelistPeriod`.
-pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// Upstream `genericPlegRelistThreshold`: the PLEG is unhealthy past this.
-pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+pub(crate) const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 /// Without the event stream, a relist this recent vouches for what it saw: three
 /// relist periods, so one slow list does not count.
-pub const FRESH_RELIST: Duration = Duration::from_secs(3);
+pub(crate) const FRESH_RELIST: Duration = Duration::from_secs(3);
 /// Upstream `plegChannelCapacity`: events beyond it are dropped (the next relist or
 /// resync catches up).
-pub const CHANNEL_CAPACITY: usize = 1000;
+pub(crate) const CHANNEL_CAPACITY: usize = 1000;
 
 /// What happened to a container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PlegEventType {
+#[allow(clippy::enum_variant_names)] // upstream's names (`ContainerStarted`, …)
+pub(crate) enum PlegEventType {
     /// It is running now.
     ContainerStarted,
     /// It stopped running.
@@ -55,7 +56,7 @@ pub enum PlegEventType {
 
 /// One lifecycle event of one container of one pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlegEvent {
+pub(crate) struct PlegEvent {
     /// The pod's UID.
     pub pod_uid: String,
     /// What happened.
@@ -66,7 +67,7 @@ pub struct PlegEvent {
 
 /// One container as one relist saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// The pod's UID.
     pub pod_uid: String,
     /// Its state.
@@ -93,9 +94,12 @@ fn pleg_state(s: Option<&Seen>) -> PlegState {
 
 /// The events between two relists (upstream `generateEvents`), sorted by pod then
 /// container for determinism.
-pub fn compute_events(old: &HashMap<String, Seen>, new: &HashMap<String, Seen>) -> Vec<PlegEvent> {
+pub(crate) fn compute_events(
+    old: &HashMap<String, Seen>,
+    new: &HashMap<String, Seen>,
+) -> Vec<PlegEvent> {
     let mut ids: Vec<&String> = old.keys().chain(new.keys()).collect();
-    crate::sort::sort(&mut ids);
+    base::sort::sort(&mut ids);
     ids.dedup();
     let mut out = Vec::new();
     for id in ids {
@@ -122,7 +126,7 @@ pub fn compute_events(old: &HashMap<String, Seen>, new: &HashMap<String, Seen>) 
             }
         }
     }
-    crate::sort::sort_by(&mut out, |a, b| {
+    base::sort::sort_by(&mut out, |a, b| {
         (&a.pod_uid, &a.container_id).cmp(&(&b.pod_uid, &b.container_id))
     });
     out
@@ -278,7 +282,7 @@ impl PlegShared {
 /// The relisting component. Its [`Pleg::relist`] is the `pleg` loop's tick, and its
 /// [`Pleg::update_pods`] the evented PLEG's targeted relist.
 #[derive(Debug)]
-pub struct Pleg {
+pub(crate) struct Pleg {
     runtime: Arc<dyn Runtime>,
     filter: Vec<String>,
     /// Every container of this node the PLEG has seen, by ID, as last listed: the
@@ -335,7 +339,7 @@ fn seen_states<'a>(
 impl Pleg {
     /// A PLEG for the containers of `node_name`. `first_done` is signalled once after the
     /// first successful relist (readiness for systemd).
-    pub fn new(
+    pub(crate) fn new(
         runtime: Arc<dyn Runtime>,
         node_name: &str,
         events: BoundedSender<PlegEvent>,
@@ -356,18 +360,18 @@ impl Pleg {
 
     /// Records into `metrics` (relist duration and interval, last seen, running pods
     /// and containers, discarded events) instead of a registry of its own.
-    pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
         self.metrics = metrics;
         self
     }
 
     /// The label filter of this node's containers (the event watcher's too).
-    pub fn node_filter(&self) -> &[String] {
+    pub(crate) fn node_filter(&self) -> &[String] {
         &self.filter
     }
 
     /// What this PLEG publishes.
-    pub fn shared(&self) -> &Arc<PlegShared> {
+    pub(crate) fn shared(&self) -> &Arc<PlegShared> {
         &self.shared
     }
 
@@ -375,7 +379,7 @@ impl Pleg {
     /// leaves the relist time alone (that is what trips the health check). Upstream's
     /// `Relist` metrics: the interval since the last successful relist is observed
     /// before listing, the duration (failed relists included) after.
-    pub fn relist(&mut self) -> Result<(), RuntimeError> {
+    pub(crate) fn relist(&mut self) -> Result<(), RuntimeError> {
         let started = Instant::now();
         if let Some(last) = self.last_success {
             self.metrics
@@ -394,7 +398,7 @@ impl Pleg {
         self.last_success = Some(started);
         self.metrics
             .pleg_last_seen
-            .set([], crate::time::unix_secs(SystemTime::now()) as f64);
+            .set([], base::time::unix_secs(SystemTime::now()) as f64);
         self.apply(list, None);
         *lock(&self.shared.last_relist) = Some(started);
         if let Some(tx) = self.first_done.take() {
@@ -423,7 +427,7 @@ impl Pleg {
     /// A pod with no container named (a re-check, [`evented::Wake::Pod`]) has each of
     /// its containers the list shows running inspected: nothing it may have missed is
     /// left to the list.
-    pub fn update_pods(
+    pub(crate) fn update_pods(
         &mut self,
         pods: &BTreeMap<String, BTreeSet<String>>,
     ) -> Result<(), RuntimeError> {
@@ -462,7 +466,7 @@ impl Pleg {
                 for id in late_oom {
                     log::debug!(
                         "pleg: {} of pod {uid} was OOM-killed (Docker said so after its exit)",
-                        crate::container::short(&id)
+                        runtime::container::short(&id)
                     );
                     self.forward(PlegEvent {
                         pod_uid: uid.clone(),
@@ -474,7 +478,7 @@ impl Pleg {
         }
         self.metrics
             .pleg_last_seen
-            .set([], crate::time::unix_secs(SystemTime::now()) as f64);
+            .set([], base::time::unix_secs(SystemTime::now()) as f64);
         Ok(())
     }
 
@@ -527,7 +531,7 @@ impl Pleg {
         log::debug!(
             "pleg: {:?} {} in pod {}",
             ev.kind,
-            crate::container::short(&ev.container_id),
+            runtime::container::short(&ev.container_id),
             ev.pod_uid
         );
         if ev.kind == PlegEventType::ContainerChanged {
@@ -605,7 +609,7 @@ impl Pleg {
                 .set([state_label(*state)], f64::from(n));
         }
         for info in pods.values_mut() {
-            crate::sort::sort(&mut info.running_containers);
+            base::sort::sort(&mut info.running_containers);
         }
         lock(&self.shared.pod_generations).retain(|uid, _| pods.contains_key(uid));
         *lock(&self.shared.pods) = Arc::new(pods);

@@ -48,11 +48,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::chan::BoundedSender;
-use crate::container::{short, RuntimePod};
 use crate::kuberuntime::{ContainerStop, KillPlan, KillPodRequest, PostStart, RuntimeManager};
-use crate::loops::{LoopHandle, Loops, Pool, PoolSpec, SpawnError, Stop};
-use crate::runtime::RuntimeError;
+use base::chan::BoundedSender;
+use base::loops::{LoopHandle, Loops, Pool, PoolSpec, SpawnError, Stop};
+use runtime::container::{short, RuntimePod};
+use runtime::RuntimeError;
 
 /// Threads that run the blocking steps of kills. Only a preStop hook is long (it is
 /// bounded by the grace period, and few containers have one); the other steps are
@@ -63,19 +63,20 @@ pub const STEP_THREADS: usize = 16;
 /// milliseconds; a step after a grace period (SIGKILL at the deadline) starts a thread
 /// again (~0.1 ms). At 60 s a node counted 26 threads for a minute after one removal
 /// (bench `startup`, 30 pods), over the 24 of issue 13.
-pub const STEP_IDLE: Duration = Duration::from_secs(10);
+pub(crate) const STEP_IDLE: Duration = Duration::from_secs(10);
 /// Every thread the pod killer runs for kills, whatever it is asked: the supervisor
 /// and the step threads.
-pub const THREADS: usize = 1 + STEP_THREADS;
+#[cfg(test)]
+pub(crate) const THREADS: usize = 1 + STEP_THREADS;
 /// Threads that run postStart hooks (`post-start-N`, started on demand, gone after
 /// [`STEP_IDLE`] without one). A hook may block up to two minutes: its own pool keeps
 /// hung hooks from taking the kill steps' threads. Beyond this many hooks at once the
 /// others wait in the queue, their pods parked, holding no pod worker.
-pub const HOOK_THREADS: usize = 8;
+pub(crate) const HOOK_THREADS: usize = 8;
 /// Kill requests waiting for the supervisor. A request is small; the queue holds a
 /// mass removal of every pod a node can run, so a pod worker hands kills over rather
 /// than carry them out itself (which it does only when the queue is full).
-pub const CHANNEL_CAPACITY: usize = 1024;
+pub(crate) const CHANNEL_CAPACITY: usize = 1024;
 /// How often the terminating containers are polled while none was signalled
 /// recently: a container still running a second after its signal is using its grace
 /// period (seconds), so noticing its exit a little late costs nothing, and one list
@@ -212,7 +213,7 @@ impl PodKiller {
     /// Starts the supervisor `pod-killer`; its step threads `pod-kill-N` start on
     /// demand.
     pub fn start(loops: &Loops, manager: Arc<RuntimeManager>) -> Result<PodKiller, SpawnError> {
-        let (tx, rx) = crate::chan::bounded(CHANNEL_CAPACITY);
+        let (tx, rx) = base::chan::bounded(CHANNEL_CAPACITY);
         // Unbounded both ways, so that neither side ever blocks on the other: what is
         // in them is bounded by the kills in flight (one per pod) and their containers.
         let (step_tx, step_rx) = crossbeam_channel::unbounded::<Step>();
@@ -383,10 +384,7 @@ fn run_step(manager: &RuntimeManager, step: Step) -> Outcome {
         },
         Step::Sigkill { id, name } => {
             if let Err(e) = manager.sigkill(&id, &name) {
-                log::warn!(
-                    "killing container {name}: {}",
-                    crate::loops::error_chain(&e)
-                );
+                log::warn!("killing container {name}: {}", base::loops::error_chain(&e));
             }
             Outcome::Sigkilled
         }
@@ -663,7 +661,7 @@ impl<'a> Supervisor<'a> {
                     kill,
                     id: stop.id().to_string(),
                     name: stop.name().to_string(),
-                    deadline: crate::time::saturating_deadline(at, grace),
+                    deadline: base::time::saturating_deadline(at, grace),
                     _stop: Some(stop),
                     sigkilled: false,
                 });
@@ -673,7 +671,7 @@ impl<'a> Supervisor<'a> {
                 log::warn!(
                     "stopping container {}: {}",
                     stop.name(),
-                    crate::loops::error_chain(&e)
+                    base::loops::error_chain(&e)
                 );
                 drop(stop);
                 if let Some(k) = self.kills.get_mut(&kill) {
@@ -741,7 +739,7 @@ impl<'a> Supervisor<'a> {
                 name: format!("sandbox {}", short(&id)),
                 id,
                 _stop: None,
-                deadline: crate::time::saturating_deadline(at, grace),
+                deadline: base::time::saturating_deadline(at, grace),
                 sigkilled: false,
             });
         }
@@ -780,7 +778,7 @@ impl<'a> Supervisor<'a> {
                 Err(e) => {
                     error = Some(format!(
                         "listing containers: {}",
-                        crate::loops::error_chain(&e)
+                        base::loops::error_chain(&e)
                     ))
                 }
             }
@@ -811,7 +809,7 @@ impl<'a> Supervisor<'a> {
                 continue;
             }
             t.sigkilled = true;
-            t.deadline = crate::time::saturating_deadline(now, KILL_WAIT);
+            t.deadline = base::time::saturating_deadline(now, KILL_WAIT);
             sigkills.push(Step::Sigkill {
                 id: t.id.clone(),
                 name: t.name.clone(),
@@ -858,16 +856,17 @@ impl<'a> Supervisor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container::labels;
     use crate::kuberuntime::container::dns::DnsSettings;
     use crate::kuberuntime::container::NodeContext;
     use crate::kuberuntime::ManagerConfig;
-    use crate::loops::shutdown_channel;
-    use crate::runtime::fake::{FakeClock, FakeRuntime, Op};
-    use crate::runtime::{ContainerConfig, ContainerState, Runtime};
-    use crate::testutil::TempDir;
     use crate::volume::VolumeManager;
+    use base::loops::shutdown_channel;
+    use base::testutil::TempDir;
     use k8s_openapi::api::core::v1::Pod;
+    use runtime::config::{ContainerConfig, PodSandboxConfig};
+    use runtime::container::labels;
+    use runtime::fake::{FakeClock, FakeRuntime, Op};
+    use runtime::{ContainerState, Runtime};
     use std::time::{Duration, Instant};
 
     const IMAGE: &str = "app:1";
@@ -914,12 +913,14 @@ mod tests {
         l.insert(labels::DOCKER_TYPE.to_string(), docker_type.to_string());
         l.insert(labels::CONTAINER_TYPE.to_string(), kind.to_string());
         let id = rt
-            .create_container(&ContainerConfig {
-                name: format!("k8s_{name}_{uid}"),
-                image: IMAGE.into(),
-                labels: l,
-                ..ContainerConfig::default()
-            })
+            .create_container(
+                "",
+                &ContainerConfig {
+                    labels: l,
+                    ..ContainerConfig::named(format!("k8s_{name}_{uid}"), IMAGE)
+                },
+                &PodSandboxConfig::default(),
+            )
             .expect("create");
         rt.start_container(&id).expect("start");
     }
@@ -949,7 +950,7 @@ mod tests {
 
     #[test]
     fn killing_100_pods_never_exceeds_the_fixed_thread_count() {
-        let _turn = crate::loops::lock(&ONE_KILLER);
+        let _turn = base::loops::lock(&ONE_KILLER);
         let root = TempDir::new("killer-100");
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
         let uids: Vec<String> = (0..100).map(|i| format!("pod-{i}")).collect();
@@ -966,7 +967,7 @@ mod tests {
 
     #[test]
     fn a_pod_whose_kill_ended_is_told_before_the_kills_callback() {
-        let _turn = crate::loops::lock(&ONE_KILLER);
+        let _turn = base::loops::lock(&ONE_KILLER);
         let root = TempDir::new("killer-told");
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
         run(&rt, "p", "POD", "");
@@ -978,7 +979,7 @@ mod tests {
         let killer = PodKiller::start(&loops, manager(&rt, &root))
             .expect("start")
             .on_killed(Arc::new(move |uid: &str| {
-                crate::loops::lock(&t).push(uid.to_string())
+                base::loops::lock(&t).push(uid.to_string())
             }));
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
         let t = told.clone();
@@ -990,7 +991,7 @@ mod tests {
                 remove: false,
             },
             Box::new(move |r| {
-                let _ = done_tx.send((r.is_ok(), crate::loops::lock(&t).clone()));
+                let _ = done_tx.send((r.is_ok(), base::loops::lock(&t).clone()));
             }),
         );
         let got = done_rx.recv_timeout(Duration::from_secs(30));
@@ -1001,7 +1002,7 @@ mod tests {
 
     #[test]
     fn app_containers_of_one_pod_stop_together_then_sidecars_in_reverse() {
-        let _turn = crate::loops::lock(&ONE_KILLER);
+        let _turn = base::loops::lock(&ONE_KILLER);
         let root = TempDir::new("killer-order");
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
         run(&rt, "p", "POD", "");
@@ -1059,7 +1060,7 @@ mod tests {
             .collect();
         assert_eq!(order.len(), 6);
         let mut apps = order[..3].to_vec();
-        crate::sort::sort(&mut apps);
+        base::sort::sort(&mut apps);
         assert_eq!(apps, ["a", "b", "c"]);
         assert_eq!(order[3..], ["s2", "s1", "POD"]);
         assert!(rt
@@ -1125,7 +1126,7 @@ mod tests {
 
     #[test]
     fn pods_ignoring_their_stop_signal_are_all_killed_in_about_one_grace_period() {
-        let _turn = crate::loops::lock(&ONE_KILLER);
+        let _turn = base::loops::lock(&ONE_KILLER);
         let root = TempDir::new("killer-grace");
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
         let uids: Vec<String> = (0..100).map(|i| format!("pod-{i}")).collect();
@@ -1161,10 +1162,7 @@ mod tests {
                 .map(|s| s.at)
         };
         let mut sigkills = 0;
-        for s in signals
-            .iter()
-            .filter(|s| s.signal == crate::runtime::SIGKILL)
-        {
+        for s in signals.iter().filter(|s| s.signal == runtime::SIGKILL) {
             sigkills += 1;
             let term = first(&s.id, "SIGTERM").expect("SIGTERM before SIGKILL");
             let after = s.at.duration_since(term);
@@ -1183,7 +1181,7 @@ mod tests {
 
     #[test]
     fn a_sidecar_is_signalled_only_after_the_app_containers_exited() {
-        let _turn = crate::loops::lock(&ONE_KILLER);
+        let _turn = base::loops::lock(&ONE_KILLER);
         let root = TempDir::new("killer-sidecar");
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
         run(&rt, "p", "POD", "");
@@ -1236,7 +1234,7 @@ mod tests {
         );
         assert_eq!(side_signal.signal, "SIGTERM");
         assert!(
-            signals.iter().all(|s| s.signal != crate::runtime::SIGKILL),
+            signals.iter().all(|s| s.signal != runtime::SIGKILL),
             "every container exited within its grace: {signals:?}"
         );
         assert!(rt
@@ -1247,7 +1245,7 @@ mod tests {
 
     #[test]
     fn each_container_is_sent_its_own_stop_signal() {
-        let _turn = crate::loops::lock(&ONE_KILLER);
+        let _turn = base::loops::lock(&ONE_KILLER);
         let root = TempDir::new("killer-signal");
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
         run(&rt, "p", "POD", "");
@@ -1262,7 +1260,7 @@ mod tests {
                 Some((c.labels.get(labels::CONTAINER_NAME)?.clone(), s.signal))
             })
             .collect();
-        crate::sort::sort(&mut sent);
+        base::sort::sort(&mut sent);
         assert_eq!(
             sent,
             [
@@ -1275,7 +1273,7 @@ mod tests {
 
     #[test]
     fn a_syncs_container_stop_is_a_signal_then_sigkill_at_its_deadline_and_the_rest_stays() {
-        let _turn = crate::loops::lock(&ONE_KILLER);
+        let _turn = base::loops::lock(&ONE_KILLER);
         let root = TempDir::new("killer-one");
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
         run(&rt, "p", "POD", "");
@@ -1302,7 +1300,7 @@ mod tests {
         let k = crate::kuberuntime::actions::KillAction {
             id: d.id.clone(),
             name: "stubborn".into(),
-            kind: crate::container::labels::ContainerKind::App,
+            kind: runtime::container::labels::ContainerKind::App,
             message: "Container stubborn failed liveness probe, will be restarted".into(),
             reason: crate::kuberuntime::actions::KillReason::LivenessProbe,
         };
@@ -1329,7 +1327,7 @@ mod tests {
             .filter(|s| s.id == d.id)
             .map(|s| s.signal)
             .collect();
-        assert_eq!(signals, ["SIGTERM", crate::runtime::SIGKILL]);
+        assert_eq!(signals, ["SIGTERM", runtime::SIGKILL]);
         let state = |name: &str| {
             rt.containers()
                 .into_iter()
@@ -1353,7 +1351,7 @@ mod tests {
 
     #[test]
     fn a_syncs_container_stop_whose_signal_fails_ends_in_an_error() {
-        let _turn = crate::loops::lock(&ONE_KILLER);
+        let _turn = base::loops::lock(&ONE_KILLER);
         let root = TempDir::new("killer-one-fails");
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image(IMAGE));
         run(&rt, "p", "POD", "");
@@ -1363,11 +1361,7 @@ mod tests {
             .into_iter()
             .find(|c| c.name == "k8s_a_p")
             .expect("a");
-        rt.fail(
-            Op::Stop,
-            1,
-            crate::runtime::fake::Fault::Api(500, "boom".into()),
-        );
+        rt.fail(Op::Stop, 1, runtime::fake::Fault::Api(500, "boom".into()));
         let (shutdown, stop) = shutdown_channel();
         let loops = Loops::new(stop);
         let m = manager(&rt, &root);
@@ -1375,7 +1369,7 @@ mod tests {
         let k = crate::kuberuntime::actions::KillAction {
             id: d.id.clone(),
             name: "a".into(),
-            kind: crate::container::labels::ContainerKind::App,
+            kind: runtime::container::labels::ContainerKind::App,
             message: String::new(),
             reason: crate::kuberuntime::actions::KillReason::Other,
         };

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, TrySendError};
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::loops::{lock, LoopHandle, Loops, Pool, PoolSpec, SpawnError};
-use crate::metrics::kubelet::KubeletMetrics;
+use crate::metrics::KubeletMetrics;
+use base::loops::{lock, LoopHandle, Loops, Pool, PoolSpec, SpawnError};
 
 /// Size of the worker pool. Pod work is mostly waiting on dockerd; four in flight keep
 /// a 2-core board busy without piling up runtime calls.
@@ -47,7 +47,7 @@ pub const WORKER_IDLE: Duration = Duration::from_secs(90);
 /// Capacity of the ready queue. Each pod is queued at most once, so this bounds the
 /// number of pods with work waiting; beyond it, updates stay pending and the next sync
 /// tick re-queues them.
-pub const QUEUE_CAPACITY: usize = 1024;
+pub(crate) const QUEUE_CAPACITY: usize = 1024;
 
 /// A pod to stop for good.
 #[derive(Clone, Debug, Default)]
@@ -120,7 +120,7 @@ impl Slot {
 #[derive(Debug)]
 pub struct PodWorkers {
     slots: Mutex<HashMap<String, Slot>>,
-    ready_tx: crate::chan::BoundedSender<String>,
+    ready_tx: base::chan::BoundedSender<String>,
     ready_rx: Receiver<String>,
     /// The workers, once started; None in tests that drive [`PodWorkers`] by hand.
     pool: OnceLock<Pool<String>>,
@@ -129,7 +129,7 @@ pub struct PodWorkers {
 
 impl Default for PodWorkers {
     fn default() -> Self {
-        let (ready_tx, ready_rx) = crate::chan::bounded(QUEUE_CAPACITY);
+        let (ready_tx, ready_rx) = base::chan::bounded(QUEUE_CAPACITY);
         PodWorkers {
             slots: Mutex::new(HashMap::new()),
             ready_tx,
@@ -163,7 +163,7 @@ impl PodWorkers {
             idle: WORKER_IDLE,
         };
         // A sync decodes Docker's JSON answers and builds pods: the big stack.
-        let big = loops.with_stack_size(crate::loops::BIG_STACK);
+        let big = loops.with_stack_size(base::loops::BIG_STACK);
         let pool = Pool::new(
             &big,
             spec,
@@ -208,7 +208,7 @@ impl PodWorkers {
                 let removing =
                     slot.removing || slot.pending_kill.as_ref().is_some_and(|k| k.remove);
                 if removing {
-                    let is_static = crate::container::is_static_pod(&pod);
+                    let is_static = runtime::container::is_static_pod(&pod);
                     self.metrics
                         .restarted_pods
                         .inc([if is_static { "true" } else { "false" }]);
@@ -488,19 +488,19 @@ impl PodWorkers {
 /// the resync period on success, sooner after an error or when a backoff expires. The
 /// sync loop's 1 s tick takes the due pods.
 #[derive(Debug, Default)]
-pub struct WorkQueue {
+pub(crate) struct WorkQueue {
     due: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 impl WorkQueue {
     /// Schedules `uid` to be synced `after` from now (replacing an earlier schedule).
-    pub fn enqueue(&self, uid: &str, after: Duration) {
-        let at = crate::time::saturating_deadline(std::time::Instant::now(), after);
+    pub(crate) fn enqueue(&self, uid: &str, after: Duration) {
+        let at = base::time::saturating_deadline(std::time::Instant::now(), after);
         lock(&self.due).insert(uid.to_string(), at);
     }
 
     /// Takes every pod whose time has come.
-    pub fn take_due(&self, now: std::time::Instant) -> Vec<String> {
+    pub(crate) fn take_due(&self, now: std::time::Instant) -> Vec<String> {
         let mut due = lock(&self.due);
         let ready: Vec<String> = due
             .iter()
@@ -514,7 +514,7 @@ impl WorkQueue {
     }
 
     /// Forgets a pod.
-    pub fn remove(&self, uid: &str) {
+    pub(crate) fn remove(&self, uid: &str) {
         lock(&self.due).remove(uid);
     }
 }
@@ -522,8 +522,8 @@ impl WorkQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loops::{shutdown_channel, Loops};
-    use crate::metrics::kubelet::KubeletMetrics;
+    use crate::metrics::KubeletMetrics;
+    use base::loops::{shutdown_channel, Loops};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::time::Instant;
 

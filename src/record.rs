@@ -29,20 +29,20 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::TrySendError;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
-use crate::chan::BoundedSender;
-use crate::loops::lock;
+use base::chan::BoundedSender;
+use base::loops::lock;
 
 /// Upstream's `defaultSpamBurst`: events of one kind an object may log at once.
 pub const SPAM_BURST: u32 = 25;
 /// Upstream's `defaultSpamQPS` (1/300): one more event every 5 minutes after the burst.
-pub const SPAM_REFILL: Duration = Duration::from_secs(300);
+pub(crate) const SPAM_REFILL: Duration = Duration::from_secs(300);
 /// Upstream's `maxLruCacheEntries`: the most buckets kept; a full bucket carries no
 /// state, so the idlest ones are dropped first.
-pub const MAX_BUCKETS: usize = 4096;
+pub(crate) const MAX_BUCKETS: usize = 4096;
 
 /// What the recorder does with one event.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Log it; `suppressed` events of the same key were held back before it.
     Log {
         /// Held back since the last line of this key.
@@ -82,20 +82,20 @@ impl Bucket {
 /// Token buckets per event key (pod UID, type, reason): upstream's
 /// `EventSourceObjectSpamFilter` with the same burst and refill.
 #[derive(Debug, Default)]
-pub struct SpamFilter {
+pub(crate) struct SpamFilter {
     buckets: BTreeMap<String, Bucket>,
 }
 
 impl SpamFilter {
     /// An empty correlator.
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         SpamFilter {
             buckets: BTreeMap::new(),
         }
     }
 
     /// Decides whether an event with this key, seen at `now`, is logged.
-    pub fn observe(&mut self, key: &str, now: Instant) -> Decision {
+    pub(crate) fn observe(&mut self, key: &str, now: Instant) -> Decision {
         if !self.buckets.contains_key(key) {
             self.make_room(now);
         }
@@ -143,14 +143,10 @@ impl SpamFilter {
         }
     }
 
+    #[cfg(test)]
     /// Buckets held (for tests).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.buckets.len()
-    }
-
-    /// True when no bucket is held.
-    pub fn is_empty(&self) -> bool {
-        self.buckets.is_empty()
     }
 }
 
@@ -159,12 +155,12 @@ static RECORDER: Mutex<SpamFilter> = Mutex::new(SpamFilter::new());
 
 /// Upstream's broadcaster queue (`maxQueuedEvents`): events waiting for the `events`
 /// loop; more are dropped, never waited for.
-pub const QUEUE_CAPACITY: usize = 1000;
+pub(crate) const QUEUE_CAPACITY: usize = 1000;
 
 /// One event on its way to the API server: what the `events` loop needs to write a
 /// core/v1 Event (it adds the source, the node and the name).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     /// The object the event is about (a pod, with a container's `fieldPath`, or the
     /// node).
     pub object: ObjectReference,
@@ -180,14 +176,14 @@ pub struct Recorded {
 
 /// The sending side of the events queue, and the count of events it dropped.
 #[derive(Debug)]
-pub struct Sink {
+pub(crate) struct Sink {
     tx: BoundedSender<Recorded>,
     dropped: AtomicU64,
 }
 
 impl Sink {
     /// A sink offering to `tx` (bounded: [`QUEUE_CAPACITY`]).
-    pub fn new(tx: BoundedSender<Recorded>) -> Self {
+    pub(crate) fn new(tx: BoundedSender<Recorded>) -> Self {
         Sink {
             tx,
             dropped: AtomicU64::new(0),
@@ -195,7 +191,7 @@ impl Sink {
     }
 
     /// Queues `r` if there is room; otherwise drops and counts it. Never blocks.
-    pub fn offer(&self, r: Recorded) -> bool {
+    pub(crate) fn offer(&self, r: Recorded) -> bool {
         match self.tx.try_send(r) {
             Ok(()) => true,
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
@@ -206,7 +202,7 @@ impl Sink {
     }
 
     /// Events dropped so far because the queue was full (or its loop gone).
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 }
@@ -217,7 +213,7 @@ static SINK: OnceLock<Sink> = OnceLock::new();
 
 /// Sends every event recorded from now on to `tx` as well (the `events` loop's
 /// queue). Only the first call takes effect; false for a later one.
-pub fn set_sink(tx: BoundedSender<Recorded>) -> bool {
+pub(crate) fn set_sink(tx: BoundedSender<Recorded>) -> bool {
     SINK.set(Sink::new(tx)).is_ok()
 }
 
@@ -230,7 +226,7 @@ pub fn dropped() -> u64 {
 /// `GenerateContainerRef` with a container: its `fieldPath`,
 /// `spec.containers{c}`, `spec.initContainers{c}` or `spec.ephemeralContainers{c}`
 /// from where the spec has it; none when the spec has no such container).
-pub fn pod_reference(pod: &Pod, container: Option<&str>) -> ObjectReference {
+pub(crate) fn pod_reference(pod: &Pod, container: Option<&str>) -> ObjectReference {
     let field_path = container.and_then(|c| {
         let spec = pod.spec.as_ref()?;
         let has = |list: &[k8s_openapi::api::core::v1::Container]| list.iter().any(|x| x.name == c);
@@ -261,7 +257,7 @@ pub fn pod_reference(pod: &Pod, container: Option<&str>) -> ObjectReference {
 
 /// The node's reference (upstream's `nodeRef`: kind `Node`, the name as its UID, no
 /// namespace, so its events go to `default`).
-pub fn node_reference(node: &str) -> ObjectReference {
+pub(crate) fn node_reference(node: &str) -> ObjectReference {
     ObjectReference {
         kind: Some("Node".into()),
         name: Some(node.into()),
@@ -283,7 +279,7 @@ pub fn event(pod: &Pod, container: Option<&str>, warning: bool, reason: &str, me
 /// Records an event about an app container of the pod `namespace/name` (`uid`) for a
 /// caller that holds the pod's identity but not its object (the prober): as
 /// [`event`], the reference's `fieldPath` `spec.containers{container}`.
-pub fn container_event(
+pub(crate) fn container_event(
     namespace: &str,
     name: &str,
     uid: &str,
@@ -340,7 +336,7 @@ fn pod_event(
 /// Records an event about the node `node` (`Starting`, `NodeReady`,
 /// `NodeHasSufficientMemory` …): logged as `event: <Type> <reason> node/<node>: <message>`
 /// through the same limiter, keyed by the node, and offered to the API server's queue.
-pub fn node_event(node: &str, warning: bool, reason: &str, message: &str) {
+pub(crate) fn node_event(node: &str, warning: bool, reason: &str, message: &str) {
     let kind = if warning { "Warning" } else { "Normal" };
     let key = format!("node\u{0}{node}\u{0}{kind} {reason}");
     let decision = lock(&RECORDER).observe(&key, Instant::now());
@@ -381,7 +377,7 @@ fn offer(object: impl FnOnce() -> ObjectReference, warning: bool, reason: &str, 
 /// container waiting in `ImagePullBackOff`, say), through the same limiter as events,
 /// keyed by the pod and `reason`. `line` is only formatted when it is logged. It is a
 /// log line only, never an API event.
-pub fn warn_limited(pod: &Pod, reason: &str, line: impl FnOnce() -> String) {
+pub(crate) fn warn_limited(pod: &Pod, reason: &str, line: impl FnOnce() -> String) {
     let (ns, name) = pod_names(pod);
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     emit(uid, ns, name, true, reason, line);
@@ -532,7 +528,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_and_counts_without_waiting() {
-        let (tx, rx) = crate::chan::bounded(2);
+        let (tx, rx) = base::chan::bounded(2);
         let sink = Sink::new(tx);
         let r = Recorded {
             object: node_reference("n"),

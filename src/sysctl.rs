@@ -17,19 +17,19 @@ use std::fmt;
 use k8s_openapi::api::core::v1::Pod;
 
 /// The reason of a pod refused for its sysctls (upstream `ForbiddenReason`).
-pub const FORBIDDEN_REASON: &str = "SysctlForbidden";
+pub(crate) const FORBIDDEN_REASON: &str = "SysctlForbidden";
 
 /// The longest sysctl name or pattern (upstream `SysctlMaxLength`).
-pub const MAX_LENGTH: usize = 253;
+pub(crate) const MAX_LENGTH: usize = 253;
 
 /// A sysctl name, `.` or `/` separated, as the pod validation message prints it
 /// (upstream's `sysctlContainSlashRegexp`, anchors included).
-pub const NAME_REGEX: &str =
+pub(crate) const NAME_REGEX: &str =
     r"^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$";
 
 /// A sysctl or a pattern ending in `*`, as `NewAllowlist`'s message prints it
 /// (upstream policy's `SysctlContainSlashPatternFmt`, without anchors).
-pub const PATTERN_REGEX: &str =
+pub(crate) const PATTERN_REGEX: &str =
     r"([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*([a-z0-9][-_a-z0-9]*)?[a-z0-9*]";
 
 /// Upstream's safe sysctls of earlier releases: always safe, whatever the kernel
@@ -59,7 +59,7 @@ const NEWER_SAFE: &[(&str, (u64, u64))] = &[
 /// A kernel namespace that holds sysctls (upstream's `Namespace`; its names, which
 /// the refusal message prints).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Namespace {
+pub(crate) enum Namespace {
     /// The IPC namespace (`kernel.shm*`, `kernel.msg*`, `kernel.sem`, `fs.mqueue.*`).
     Ipc,
     /// The network namespace (`net.*`).
@@ -83,7 +83,7 @@ pub struct SysctlError(pub String);
 /// The dotted form of a sysctl name (upstream `NormalizeName`): a name whose first
 /// separator is `/` has its `/` and `.` swapped (`net/ipv4/conf/eno2.100/rp_filter` →
 /// `net.ipv4.conf.eno2/100.rp_filter`); any other is kept.
-pub fn normalize_name(name: &str) -> String {
+pub(crate) fn normalize_name(name: &str) -> String {
     match name.find(['.', '/']) {
         Some(i) if name.as_bytes()[i] == b'/' => name
             .chars()
@@ -126,7 +126,7 @@ fn namespace_of(name: &str) -> Option<Namespace> {
 
 /// A sysctl or pattern read (upstream `GetNamespace`): its namespace, its dotted name
 /// up to the first `*`, and whether it had one (a prefix).
-pub fn get_namespace(sysctl: &str) -> (Option<Namespace>, String, bool) {
+pub(crate) fn get_namespace(sysctl: &str) -> (Option<Namespace>, String, bool) {
     let mut name = normalize_name(sysctl);
     let prefixed = match name.find('*') {
         Some(i) => {
@@ -158,7 +158,7 @@ fn is_segment(s: &[u8]) -> bool {
 
 /// Is this a valid sysctl name (upstream `IsValidSysctlName`): at most 253
 /// characters of segments separated by `.` or `/` ([`NAME_REGEX`]).
-pub fn is_valid_name(name: &str) -> bool {
+pub(crate) fn is_valid_name(name: &str) -> bool {
     name.len() <= MAX_LENGTH
         && name
             .as_bytes()
@@ -168,7 +168,7 @@ pub fn is_valid_name(name: &str) -> bool {
 
 /// Is this a valid sysctl pattern (upstream policy's `IsValidSysctlPattern`): a name
 /// whose last segment may end in `*` ([`PATTERN_REGEX`]).
-pub fn is_valid_pattern(pattern: &str) -> bool {
+pub(crate) fn is_valid_pattern(pattern: &str) -> bool {
     if pattern.len() > MAX_LENGTH {
         return false;
     }
@@ -194,7 +194,7 @@ pub fn is_valid_pattern(pattern: &str) -> bool {
 
 /// The safe sysctls on a kernel of this version (upstream `getSafeSysctlAllowlist`):
 /// the legacy ones always, the newer ones when the version is known and recent enough.
-pub fn safe_sysctls(kernel: Option<(u64, u64)>) -> Vec<&'static str> {
+pub(crate) fn safe_sysctls(kernel: Option<(u64, u64)>) -> Vec<&'static str> {
     let mut out = LEGACY_SAFE.to_vec();
     for (name, min) in NEWER_SAFE {
         if kernel.is_some_and(|k| k >= *min) {
@@ -211,7 +211,7 @@ pub fn safe_sysctls(kernel: Option<(u64, u64)>) -> Vec<&'static str> {
 
 /// The running kernel's major and minor version, from `/proc/sys/kernel/osrelease`
 /// (upstream `utilkernel.GetVersion`); None when it cannot be read.
-pub fn kernel_version() -> Option<(u64, u64)> {
+pub(crate) fn kernel_version() -> Option<(u64, u64)> {
     match std::fs::read_to_string("/proc/sys/kernel/osrelease") {
         Ok(s) => {
             let v = parse_kernel_version(s.trim());
@@ -244,7 +244,7 @@ fn parse_kernel_version(s: &str) -> Option<(u64, u64)> {
 /// The sysctls pods may set (upstream's `patternAllowlist`): names and prefixes (a
 /// pattern's text before its `*`), each with its namespace.
 #[derive(Clone, Debug, Default)]
-pub struct Allowlist {
+pub(crate) struct Allowlist {
     sysctls: BTreeMap<String, Namespace>,
     prefixes: Vec<(String, Namespace)>,
 }
@@ -252,7 +252,7 @@ pub struct Allowlist {
 impl Allowlist {
     /// The allowlist of these sysctls and patterns (upstream `NewAllowlist`): each must
     /// be a valid pattern that names a namespaced sysctl or group.
-    pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<Allowlist, SysctlError> {
+    pub(crate) fn new<S: AsRef<str>>(patterns: &[S]) -> Result<Allowlist, SysctlError> {
         let mut w = Allowlist::default();
         for p in patterns {
             let p = p.as_ref();
@@ -279,7 +279,7 @@ impl Allowlist {
 
     /// The safe set on this kernel plus the node's allowed unsafe sysctls (upstream's
     /// `SafeSysctlAllowlist()` appended with `allowedUnsafeSysctls`).
-    pub fn for_node<S: AsRef<str>>(
+    pub(crate) fn for_node<S: AsRef<str>>(
         kernel: Option<(u64, u64)>,
         allowed_unsafe: &[S],
     ) -> Result<Allowlist, SysctlError> {
@@ -290,7 +290,12 @@ impl Allowlist {
 
     /// Upstream `validateSysctl`: Err is why `sysctl` is refused to a pod with these
     /// host namespaces.
-    pub fn validate(&self, sysctl: &str, host_net: bool, host_ipc: bool) -> Result<(), String> {
+    pub(crate) fn validate(
+        &self,
+        sysctl: &str,
+        host_net: bool,
+        host_ipc: bool,
+    ) -> Result<(), String> {
         let sysctl = normalize_name(sysctl);
         let ns = self.sysctls.get(&sysctl).copied().or_else(|| {
             self.prefixes
@@ -312,7 +317,7 @@ impl Allowlist {
 
     /// Upstream `Admit`: the message of the pod's first refused sysctl (the reason is
     /// [`FORBIDDEN_REASON`]); None admits.
-    pub fn admit(&self, pod: &Pod) -> Option<String> {
+    pub(crate) fn admit(&self, pod: &Pod) -> Option<String> {
         let spec = pod.spec.as_ref()?;
         let sysctls = spec.security_context.as_ref()?.sysctls.as_ref()?;
         let host_net = spec.host_network == Some(true);
@@ -328,7 +333,7 @@ impl Allowlist {
 /// The pod's sysctls for its sandbox, names in the dotted form (upstream converts them
 /// with `ConvertPodSysctlsVariableToDotsSeparator` before creating the sandbox, as runc
 /// wants dots).
-pub fn pod_sysctls(pod: &Pod) -> BTreeMap<String, String> {
+pub(crate) fn pod_sysctls(pod: &Pod) -> BTreeMap<String, String> {
     pod.spec
         .as_ref()
         .and_then(|s| s.security_context.as_ref())

@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
-use crate::loops::{Loops, Periodic, SpawnError};
+use base::loops::{Loops, Periodic, SpawnError};
 
 /// Sends one notification; returns whether it was sent. Failures are logged at debug
 /// only: a kubelet must not stop because systemd is not listening.
@@ -33,7 +33,7 @@ pub fn notify(state: &str) -> bool {
 }
 
 /// Sends one notification to the socket at `path` (`@name`: an abstract socket).
-pub fn notify_to(path: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
+pub(crate) fn notify_to(path: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
     let sock = UnixDatagram::unbound()?;
     let bytes = path.as_encoded_bytes();
     if let Some(name) = bytes.strip_prefix(b"@") {
@@ -89,7 +89,7 @@ impl Watchdog {
 /// `sd_watchdog_enabled`: the watchdog timeout from `$WATCHDOG_USEC` (None when unset,
 /// or when `$WATCHDOG_PID` names another process); an error for values that do not
 /// parse or a zero timeout.
-pub fn watchdog_timeout(
+pub(crate) fn watchdog_timeout(
     usec: Option<&str>,
     pid: Option<&str>,
     me: u32,
@@ -118,7 +118,7 @@ pub fn watchdog_timeout(
 
 /// Why a watchdog tick sent no ping (the loop's recorded error).
 #[derive(Debug, thiserror::Error)]
-pub enum SystemdError {
+pub(crate) enum SystemdError {
     /// A health check failed: no ping, so systemd restarts a kubelet that stays so.
     #[error("not telling systemd's watchdog we are alive: {0}")]
     Unhealthy(String),
@@ -213,7 +213,7 @@ mod tests {
 
     #[test]
     fn pings_arrive_every_half_period_while_healthy_and_stop_when_wedged() {
-        use crate::loops::shutdown_channel;
+        use base::loops::shutdown_channel;
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::Arc;
         use std::time::Instant;

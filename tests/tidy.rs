@@ -20,18 +20,34 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
             }
         }
     }
-    rkubelet::sort::sort(&mut out);
+    base::sort::sort(&mut out);
     out
 }
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+/// The `src/` folder of every crate of the workspace: the daemon's and each one under
+/// `crates/`.
+fn src_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![root().join("src")];
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root().join("crates"))
+        .expect("read crates/")
+        .flatten()
+        .map(|e| e.path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    base::sort::sort(&mut crates);
+    dirs.extend(crates);
+    dirs
 }
 
-/// The module path of a file under `src/`: `src/a/b.rs` and `src/a/b/mod.rs` are
-/// `["a", "b"]`; `lib.rs` and `main.rs` are the crate root (empty).
-fn module_path(file: &Path) -> Vec<String> {
-    let rel = file.strip_prefix(src()).expect("under src");
+/// Every `.rs` file of every crate's `src/`.
+fn all_rust_files() -> Vec<PathBuf> {
+    src_dirs().iter().flat_map(|d| rust_files(d)).collect()
+}
+
+/// The module path of a file under its crate's `src/`: `src/a/b.rs` and
+/// `src/a/b/mod.rs` are `["a", "b"]`; `lib.rs` and `main.rs` are the crate root (empty).
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).expect("under src");
     let mut parts: Vec<String> = rel
         .iter()
         .map(|s| s.to_string_lossy().trim_end_matches(".rs").to_string())
@@ -174,18 +190,33 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
     None
 }
 
-/// Lower layers never import higher ones: between the crate's modules, and between
-/// sibling files of one module, the `crate::`/`super::` import graph has no cycle.
+/// Lower layers never import higher ones: between the crates the compiler judges (a
+/// crate cannot name one that is not its dependency); inside each crate, between its
+/// modules and between sibling files of one module, the `crate::`/`super::` import
+/// graph has no cycle.
 #[test]
 fn no_import_cycles_between_modules() {
-    let files = rust_files(&src());
-    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(f)).collect();
+    let mut cycles = Vec::new();
+    for src in src_dirs() {
+        cycles.extend(cycles_in(&src));
+    }
+    assert!(
+        cycles.is_empty(),
+        "import cycles (a lower module must not import a higher one):\n{}",
+        cycles.join("\n")
+    );
+}
+
+/// The import cycles between the modules of the crate whose `src/` is `src`.
+fn cycles_in(src: &Path) -> Vec<String> {
+    let files = rust_files(src);
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(src, f)).collect();
     // Edges between modules that share a parent (the crate's top-level modules are
     // the children of the root): a file in `a/b…` naming `a/c…` is an edge b → c
     // under `a`. A parent and its own children are not compared.
     let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     for f in &files {
-        let me = module_path(f);
+        let me = module_path(src, f);
         let is_mod = f.file_name().is_some_and(|n| n == "mod.rs");
         let text = std::fs::read_to_string(f).expect("read");
         for target in referenced_paths(&me, is_mod, &code_of(&text)) {
@@ -218,14 +249,10 @@ fn no_import_cycles_between_modules() {
             } else {
                 parent.join("::")
             };
-            cycles.push(format!("under {at}: {}", c.join(" → ")));
+            cycles.push(format!("{}, under {at}: {}", rel(src), c.join(" → ")));
         }
     }
-    assert!(
-        cycles.is_empty(),
-        "import cycles (a lower module must not import a higher one):\n{}",
-        cycles.join("\n")
-    );
+    cycles
 }
 
 fn root() -> PathBuf {
@@ -263,18 +290,19 @@ fn architecture_section(title: &str) -> String {
     body[..body.find("\n## ").unwrap_or(body.len())].to_string()
 }
 
-/// Every `src/` file is in ARCHITECTURE.md's code map exactly once (named in
-/// backquotes, e.g. `src/pleg.rs`), and the map names no file that does not exist.
+/// Every crate's `src/` file is in ARCHITECTURE.md's code map exactly once (named in
+/// backquotes, e.g. `src/pleg.rs`, `crates/base/src/loops.rs`), and the map names no
+/// file that does not exist.
 #[test]
 fn code_map_lists_every_source_file_once() {
     let map = architecture_section("Code map");
     let mut named: BTreeMap<String, usize> = BTreeMap::new();
     for token in map.split('`').skip(1).step_by(2) {
-        if token.starts_with("src/") && token.ends_with(".rs") {
+        if (token.starts_with("src/") || token.starts_with("crates/")) && token.ends_with(".rs") {
             *named.entry(token.to_string()).or_default() += 1;
         }
     }
-    let files: Vec<String> = rust_files(&src()).iter().map(|p| rel(p)).collect();
+    let files: Vec<String> = all_rust_files().iter().map(|p| rel(p)).collect();
     let mut problems = Vec::new();
     for f in &files {
         match named.get(f) {
@@ -313,8 +341,9 @@ fn every_bench_has_harness_false() {
 #[test]
 fn threads_are_spawned_only_by_the_loop_helper() {
     let mut problems = Vec::new();
-    for f in rust_files(&src()) {
-        if rel(&f) == "src/loops.rs" {
+    for f in all_rust_files() {
+        // The loop helper, and the test helper that names a test's own threads.
+        if ["crates/base/src/loops.rs", "crates/base/src/testutil.rs"].contains(&rel(&f).as_str()) {
             continue;
         }
         let text = read(&f);
@@ -327,7 +356,7 @@ fn threads_are_spawned_only_by_the_loop_helper() {
     }
     assert!(
         problems.is_empty(),
-        "threads spawned outside src/loops.rs:\n{}",
+        "threads spawned outside crates/base/src/loops.rs:\n{}",
         problems.join("\n")
     );
 }
@@ -335,7 +364,10 @@ fn threads_are_spawned_only_by_the_loop_helper() {
 /// The name of the type a line declares (`pub enum X`, `struct Y(…)`), if it does.
 fn declared_type(line: &str) -> Option<String> {
     let l = line.trim();
-    let l = l.strip_prefix("pub ").unwrap_or(l);
+    let l = ["pub(crate) ", "pub(super) ", "pub "]
+        .iter()
+        .find_map(|p| l.strip_prefix(p))
+        .unwrap_or(l);
     let rest = l
         .strip_prefix("enum ")
         .or_else(|| l.strip_prefix("struct "))?;
@@ -353,7 +385,7 @@ fn declared_type(line: &str) -> Option<String> {
 fn every_error_enum_is_listed() {
     let rules = architecture_section("Cross-cutting rules");
     let mut missing = Vec::new();
-    for f in rust_files(&src()) {
+    for f in all_rust_files() {
         let text = read(&f);
         // A `#[derive(…thiserror::Error…)]` seen, waiting for the type it is on.
         let mut derives_error = false;
@@ -366,7 +398,8 @@ fn every_error_enum_is_listed() {
             let Some(name) = declared_type(line) else {
                 continue;
             };
-            let is_pub_enum = trimmed.starts_with("pub enum ");
+            let is_pub_enum =
+                trimmed.starts_with("pub enum ") || trimmed.starts_with("pub(crate) enum ");
             let is_error = derives_error || (is_pub_enum && name.ends_with("Error"));
             derives_error = false;
             if is_error && !rules.contains(&format!("`{name}`")) {
@@ -386,7 +419,7 @@ fn every_error_enum_is_listed() {
 #[test]
 fn every_file_has_module_docs_and_long_files_say_why() {
     let mut problems = Vec::new();
-    for f in rust_files(&src()) {
+    for f in all_rust_files() {
         let text = read(&f);
         let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("//!")).collect();
         if header.is_empty() {
@@ -398,6 +431,211 @@ fn every_file_has_module_docs_and_long_files_say_why() {
                 "{} has {lines} lines and no reason (a //! line mentioning \"800 lines\")",
                 rel(&f)
             ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The name `item` declares when `line` is a top-level `pub` item (`pub fn x`,
+/// `pub struct X<…>`, `pub const X`, …), if it is one.
+fn top_level_pub_item(line: &str) -> Option<String> {
+    let rest = line.strip_prefix("pub ")?;
+    let rest = [
+        "fn ", "struct ", "enum ", "trait ", "const ", "static ", "type ",
+    ]
+    .iter()
+    .find_map(|k| rest.strip_prefix(k))?;
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// Whether `word` stands in `text` as a whole word.
+fn has_word(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        !ident(before) && !ident(after)
+    })
+}
+
+/// The lines of a crate's shipped code that make up its public signatures: `pub`
+/// declarations (functions, fields, aliases) and the variants of its `pub enum`s.
+fn public_signature_lines(src: &Path) -> String {
+    let mut out = String::new();
+    for f in rust_files(src) {
+        let text = read(&f);
+        let mut in_pub_enum = false;
+        // Inside a `pub fn` signature spread over several lines.
+        let mut in_signature = false;
+        for line in code_of(shipped(&text)).lines() {
+            let trimmed = line.trim_start();
+            if line.starts_with("pub enum ") {
+                in_pub_enum = true;
+            } else if line.starts_with('}') {
+                in_pub_enum = false;
+            }
+            if trimmed.starts_with("pub fn ") {
+                in_signature = true;
+            }
+            if in_pub_enum || in_signature || trimmed.starts_with("pub ") {
+                out.push_str(line);
+                out.push('\n');
+            }
+            if line.contains('{') || line.contains(';') {
+                in_signature = false;
+            }
+        }
+    }
+    out
+}
+
+/// A lower crate's `pub` is its promise to the crates above: every top-level `pub`
+/// item of `crates/*/src` is named somewhere outside its crate (another crate, the
+/// daemon, its tests or benches) or in one of its crate's public signatures (an
+/// error that is another's source, a type a public function takes); the rest is
+/// `pub(crate)` or private. (Methods are not checked here; `#![warn(unreachable_pub)]`
+/// and review keep those.)
+#[test]
+fn every_pub_item_is_used_outside_its_crate() {
+    let mut outside_text: BTreeMap<PathBuf, String> = BTreeMap::new();
+    let everything: Vec<PathBuf> = src_dirs()
+        .into_iter()
+        .chain([
+            root().join("tests"),
+            root().join("benches"),
+            root().join("fuzz"),
+        ])
+        .flat_map(|d| rust_files(&d))
+        .collect();
+    for f in &everything {
+        outside_text.insert(f.clone(), code_of(&read(f)));
+    }
+    let mut unused = Vec::new();
+    for src in src_dirs() {
+        // The daemon's library is used by its binary (`main.rs`), the tests, the
+        // benches and the fuzz targets; a lower crate by every other crate.
+        let daemon = !src.starts_with(root().join("crates"));
+        let krate = src.parent().expect("crate dir").to_path_buf();
+        let main = root().join("src").join("main.rs");
+        let others: String = outside_text
+            .iter()
+            .filter(|(p, _)| {
+                if daemon {
+                    !p.starts_with(&src) || **p == main
+                } else {
+                    !p.starts_with(&krate)
+                }
+            })
+            .map(|(_, t)| t.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let signatures = public_signature_lines(&src);
+        for f in rust_files(&src).into_iter().filter(|f| *f != main) {
+            let text = read(&f);
+            for (i, line) in shipped(&text).lines().enumerate() {
+                if let Some(name) = top_level_pub_item(line) {
+                    let in_a_signature = signatures
+                        .lines()
+                        .filter(|l| !l.starts_with(&format!("pub struct {name}")))
+                        .filter(|l| !l.starts_with(&format!("pub enum {name}")))
+                        .filter(|l| top_level_pub_item(l).as_deref() != Some(name.as_str()))
+                        .any(|l| has_word(l, &name));
+                    if !has_word(&others, &name) && !in_a_signature {
+                        unused.push(format!("{}:{}: {name}", rel(&f), i + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        unused.is_empty(),
+        "`pub` items no other crate names (make them `pub(crate)` or private):\n{}",
+        unused.join("\n")
+    );
+}
+
+/// The file that declares the module `file` is in (its parent module): `a/b.rs` and
+/// `a/b/mod.rs` are declared by `a.rs` or `a/mod.rs` (the crate root for a top-level
+/// module). None for a crate root.
+fn parent_file(src: &Path, file: &Path) -> Option<PathBuf> {
+    let module = module_path(src, file);
+    let parent = module.get(..module.len().checked_sub(1)?)?;
+    if parent.is_empty() {
+        return [src.join("lib.rs"), src.join("main.rs")]
+            .into_iter()
+            .find(|p| p.exists());
+    }
+    let dir = parent.iter().fold(src.to_path_buf(), |d, p| d.join(p));
+    [dir.with_extension("rs"), dir.join("mod.rs")]
+        .into_iter()
+        .find(|p| p.exists())
+}
+
+/// Whether `text` declares an item or module called `name` (not merely imports it).
+fn declares(text: &str, name: &str) -> bool {
+    code_of(text).lines().any(|line| {
+        let mut words = line
+            .trim_start()
+            .split(|c: char| !c.is_alphanumeric() && c != '_');
+        let mut previous = "";
+        words.any(|w| {
+            let hit = w == name
+                && [
+                    "fn", "struct", "enum", "mod", "const", "static", "type", "trait",
+                ]
+                .contains(&previous);
+            if !w.is_empty() {
+                previous = w;
+            }
+            hit
+        })
+    })
+}
+
+/// A module imports what it uses from where it is defined: no `use super::X` at a
+/// file's top level reaches an `X` that the parent module only imported (a parent
+/// `mod.rs` doubling as a hub of other modules' types).
+#[test]
+fn nothing_is_reached_through_a_parents_import() {
+    let mut problems = Vec::new();
+    for src in src_dirs() {
+        for f in rust_files(&src) {
+            let Some(parent) = parent_file(&src, &f) else {
+                continue;
+            };
+            let parent_text = read(&parent);
+            for line in code_of(&read(&f)).lines() {
+                let Some(rest) = line.strip_prefix("use super::") else {
+                    continue;
+                };
+                let rest = rest.trim_end_matches(';');
+                let firsts: Vec<&str> = match rest.strip_prefix('{') {
+                    Some(inner) => inner
+                        .trim_end_matches('}')
+                        .split(',')
+                        .filter_map(|p| p.split("::").next())
+                        .map(str::trim)
+                        .collect(),
+                    None => rest.split("::").next().into_iter().collect(),
+                };
+                for name in firsts {
+                    let name = name.split_whitespace().next().unwrap_or_default();
+                    if name.is_empty() || ["self", "super", "*"].contains(&name) {
+                        continue;
+                    }
+                    if !declares(&parent_text, name) {
+                        problems.push(format!(
+                            "{}: `use super::{name}`, which {} does not declare: import it from where it is defined",
+                            rel(&f),
+                            rel(&parent)
+                        ));
+                    }
+                }
+            }
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));

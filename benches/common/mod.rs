@@ -6,10 +6,12 @@ use std::process::{Child, Command, Stdio};
 
 /// The local Docker engine, once it answers and holds the offline images the benches
 /// run (`make images`); otherwise the program says which is missing and exits 1.
-pub fn docker_with_images() -> rkubelet::runtime::docker::Docker {
-    use rkubelet::runtime::Runtime;
-    let docker = rkubelet::runtime::docker::Docker::connect("unix:///var/run/docker.sock")
-        .expect("endpoint");
+pub fn docker_with_images() -> docker::Docker {
+    use runtime::Runtime;
+    // Sandboxes run the pause image, as rkubelet's do.
+    let docker = docker::Docker::connect("unix:///var/run/docker.sock")
+        .expect("endpoint")
+        .with_sandbox_image("rkubelet/pause:3.10");
     if let Err(e) = docker.version() {
         eprintln!("cannot reach Docker: {e}; start it first");
         std::process::exit(1);
@@ -26,25 +28,38 @@ pub fn docker_with_images() -> rkubelet::runtime::docker::Docker {
 /// The raw Engine API's app container of a pod: busybox sleeping (and exiting 0 on
 /// TERM), in `sandbox`'s network and IPC namespaces, created and started; its ID.
 pub fn raw_app_container(
-    docker: &rkubelet::runtime::docker::Docker,
+    docker: &docker::Docker,
     name: String,
     sandbox: &str,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> String {
-    use rkubelet::runtime::{ContainerConfig, NamespaceMode, Runtime};
+    use runtime::config::{
+        ContainerConfig, LinuxContainerConfig, LinuxContainerSecurityContext, NamespaceMode,
+        NamespaceOption, PodSandboxConfig,
+    };
+    use runtime::Runtime;
     const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done";
-    let joined = NamespaceMode::Container(sandbox.to_string());
     let id = docker
-        .create_container(&ContainerConfig {
-            name,
-            image: "rkubelet/busybox:1.35".into(),
-            entrypoint: Some(vec!["sh".into(), "-c".into()]),
-            cmd: Some(vec![SLEEPER.into()]),
-            labels: labels.clone(),
-            network: Some(joined.clone()),
-            ipc: Some(joined),
-            ..Default::default()
-        })
+        .create_container(
+            sandbox,
+            &ContainerConfig {
+                command: Some(vec!["sh".into(), "-c".into()]),
+                args: Some(vec![SLEEPER.into()]),
+                labels: labels.clone(),
+                linux: LinuxContainerConfig {
+                    security_context: LinuxContainerSecurityContext {
+                        namespace_options: NamespaceOption {
+                            pid: NamespaceMode::Container,
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+                ..runtime::config::ContainerConfig::named(name, "rkubelet/busybox:1.35")
+            },
+            &PodSandboxConfig::default(),
+        )
         .expect("create container");
     docker.start_container(&id).expect("start container");
     id
@@ -151,8 +166,8 @@ pub fn poll(mut done: impl FnMut() -> bool) {
 }
 
 /// Waits until at least `n` of `node`'s containers run.
-pub fn wait_running(docker: &rkubelet::runtime::docker::Docker, node: &str, n: usize) {
-    use rkubelet::runtime::{ContainerState, Runtime};
+pub fn wait_running(docker: &docker::Docker, node: &str, n: usize) {
+    use runtime::{ContainerState, Runtime};
     let filter = [format!("io.rkubelet.node={node}")];
     poll(|| {
         docker

@@ -13,19 +13,19 @@ use rustls::pki_types::CertificateDer;
 use super::request::request_certificate;
 use super::store::{self, CertStore, Pair};
 use super::{csr, CertError};
-use crate::apiclient::kubeconfig::{self, RestConfig};
-use crate::apiclient::ApiClient;
-use crate::httpclient::servers::TlsSettings;
-use crate::loops::Stop;
+use apiclient::kubeconfig::{self, RestConfig};
+use apiclient::ApiClient;
+use base::httpclient::servers::TlsSettings;
+use base::loops::Stop;
 
 /// How long one bootstrap request waits for approval and issue (upstream: 3600 s).
 /// Then the same request (same key, same name) is looked up again.
-pub const BOOTSTRAP_WAIT: Duration = Duration::from_secs(3600);
+pub(crate) const BOOTSTRAP_WAIT: Duration = Duration::from_secs(3600);
 
 /// Whether the kubeconfig at `path` can be used as it is (upstream
 /// `isClientConfigStillValid`): it exists, loads, carries a client certificate, and no
 /// certificate of that chain has expired. Each "no" is logged with its reason.
-pub fn kubeconfig_still_valid(path: &Path, now: SystemTime) -> bool {
+pub(crate) fn kubeconfig_still_valid(path: &Path, now: SystemTime) -> bool {
     if !path.exists() {
         return false;
     }
@@ -34,7 +34,7 @@ pub fn kubeconfig_still_valid(path: &Path, now: SystemTime) -> bool {
         Err(e) => {
             log::warn!(
                 "existing kubeconfig cannot be used: {}",
-                crate::loops::error_chain(&e)
+                base::loops::error_chain(&e)
             );
             return false;
         }
@@ -54,7 +54,7 @@ pub fn kubeconfig_still_valid(path: &Path, now: SystemTime) -> bool {
         return false;
     }
     for c in &certs {
-        match crate::server::auth::x509::validity(c) {
+        match wire::x509::validity(c) {
             Some((_, not_after)) if now <= not_after => {}
             Some((_, not_after)) => {
                 log::info!(
@@ -78,7 +78,7 @@ pub fn kubeconfig_still_valid(path: &Path, now: SystemTime) -> bool {
 
 /// A TLS bootstrap to run: the bootstrap kubeconfig and where to write the new one.
 #[derive(Debug, Clone)]
-pub struct Bootstrap {
+pub(crate) struct Bootstrap {
     /// The bootstrap kubeconfig, with its credentials.
     rest: RestConfig,
     /// Its cluster alone (server and CA), what the kubelet's client and the written
@@ -90,7 +90,7 @@ pub struct Bootstrap {
 
 impl Bootstrap {
     /// A bootstrap with the credentials of `rest`, writing `kubeconfig`.
-    pub fn new(rest: RestConfig, kubeconfig: &Path) -> Bootstrap {
+    pub(crate) fn new(rest: RestConfig, kubeconfig: &Path) -> Bootstrap {
         let cluster = RestConfig {
             server: rest.server.clone(),
             tls: TlsSettings {
@@ -109,14 +109,19 @@ impl Bootstrap {
     }
 
     /// The bootstrap kubeconfig's cluster, without credentials.
-    pub fn cluster(&self) -> &RestConfig {
+    pub(crate) fn cluster(&self) -> &RestConfig {
         &self.cluster
     }
 
     /// One bootstrap attempt: the cached key (or a new one), its CSR under its digested
     /// name (found again if it already exists), waited for up to [`BOOTSTRAP_WAIT`];
     /// then the pair is written to the store and the kubeconfig to `--kubeconfig`.
-    pub fn run(&self, store: &CertStore, node_name: &str, stop: &Stop) -> Result<Pair, CertError> {
+    pub(crate) fn run(
+        &self,
+        store: &CertStore,
+        node_name: &str,
+        stop: &Stop,
+    ) -> Result<Pair, CertError> {
         let client = ApiClient::new(self.rest.clone()).map_err(CertError::client)?;
         let key = store.load_or_generate_bootstrap_key()?;
         let name = csr::digested_name(&key.public_key_der(), node_name, &csr::USAGES);
@@ -142,7 +147,7 @@ impl Bootstrap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
 
     /// A kubeconfig with a client certificate valid from the start of one year to the
     /// start of another.
@@ -185,7 +190,7 @@ mod tests {
                 key_pem: Some(b"K".to_vec()),
                 insecure: false,
             },
-            auth: crate::apiclient::kubeconfig::Auth {
+            auth: apiclient::kubeconfig::Auth {
                 token: Some("abcdef.0123456789abcdef".into()),
                 ..Default::default()
             },

@@ -15,30 +15,30 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 
 /// The signer of kubelet client certificates (`certificatesv1.KubeAPIServerClientKubeletSignerName`).
-pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+pub(crate) const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// The group every node is in, the certificate's O.
-pub const NODES_GROUP: &str = "system:nodes";
+pub(crate) const NODES_GROUP: &str = "system:nodes";
 /// The usages asked for an ECDSA key, in upstream's order. (An RSA key would add
 /// `key encipherment`; rkubelet's keys are ECDSA, as upstream's.)
-pub const USAGES: [&str; 2] = ["digital signature", "client auth"];
+pub(crate) const USAGES: [&str; 2] = ["digital signature", "client auth"];
 /// The name prefix of a rotation's CSR (`generateName`, client-go's `csr-`).
-pub const GENERATE_NAME: &str = "csr-";
+pub(crate) const GENERATE_NAME: &str = "csr-";
 
 /// The user a node's client certificate names: `system:node:<node>`.
-pub fn common_name(node_name: &str) -> String {
+pub(crate) fn common_name(node_name: &str) -> String {
     format!("system:node:{node_name}")
 }
 
 /// A new private key: ECDSA on P-256 with SHA-256, upstream's choice
 /// (`keyutil.MakeEllipticPrivateKeyPEM`).
-pub fn generate_key() -> Result<rcgen::KeyPair, rcgen::Error> {
+pub(crate) fn generate_key() -> Result<rcgen::KeyPair, rcgen::Error> {
     rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
 }
 
 /// The PEM certificate request of `key` for `node_name`: subject
 /// `CN=system:node:<node>, O=system:nodes`, no extensions (the usages travel in the CSR
 /// object, as upstream's `certutil.MakeCSR` with no SANs).
-pub fn request_pem(key: &rcgen::KeyPair, node_name: &str) -> Result<String, rcgen::Error> {
+pub(crate) fn request_pem(key: &rcgen::KeyPair, node_name: &str) -> Result<String, rcgen::Error> {
     let mut params = rcgen::CertificateParams::default();
     let mut dn = rcgen::DistinguishedName::new();
     dn.push(rcgen::DnType::OrganizationName, NODES_GROUP);
@@ -52,7 +52,7 @@ pub fn request_pem(key: &rcgen::KeyPair, node_name: &str) -> Result<String, rcge
 /// cached key finds its own request again instead of filing another one. SHA-512/256
 /// over each input base64url-encoded and followed by `|` (not in that alphabet, so two
 /// inputs can never run into each other).
-pub fn digested_name(public_key_der: &[u8], node_name: &str, usages: &[&str]) -> String {
+pub(crate) fn digested_name(public_key_der: &[u8], node_name: &str, usages: &[&str]) -> String {
     let encode = |d: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(d);
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA512_256);
     let mut write = |d: &[u8]| {
@@ -70,7 +70,7 @@ pub fn digested_name(public_key_der: &[u8], node_name: &str, usages: &[&str]) ->
 
 /// The CSR object for `request_pem`: named `name`, or with `generateName: csr-` when
 /// None.
-pub fn csr_object(name: Option<&str>, request_pem: &str) -> CertificateSigningRequest {
+pub(crate) fn csr_object(name: Option<&str>, request_pem: &str) -> CertificateSigningRequest {
     CertificateSigningRequest {
         metadata: ObjectMeta {
             name: name.map(str::to_string),
@@ -89,7 +89,7 @@ pub fn csr_object(name: Option<&str>, request_pem: &str) -> CertificateSigningRe
 
 /// What a CSR read back says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Not approved yet.
     Pending,
     /// Approved; the signer has not written the certificate yet.
@@ -115,7 +115,7 @@ pub enum Outcome {
 /// What `csr`'s conditions and certificate say (`WaitForCertificate`): Denied or
 /// Failed win over Approved; Approved counts once the certificate is there. A
 /// condition whose status is `False` is not counted.
-pub fn outcome(csr: &CertificateSigningRequest) -> Outcome {
+pub(crate) fn outcome(csr: &CertificateSigningRequest) -> Outcome {
     let Some(status) = &csr.status else {
         return Outcome::Pending;
     };
@@ -172,7 +172,7 @@ mod tests {
         ]
         .concat();
         let cert = der_element(0x30, &der_element(0x30, &tbs));
-        let user = crate::server::auth::x509::user_of(&cert).expect("subject");
+        let user = wire::x509::user_of(&cert).expect("subject");
         (user.name, user.groups)
     }
 

@@ -18,19 +18,19 @@ use super::bootstrap::Bootstrap;
 use super::request::request_certificate;
 use super::store::{describe, stamp, validity, CertStore, Pair};
 use super::{csr, CertError};
-use crate::apiclient::ApiClient;
-use crate::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
+use apiclient::ApiClient;
+use base::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
 
 /// The thread's name.
-pub const THREAD: &str = "client-cert";
+pub(crate) const THREAD: &str = "client-cert";
 /// How long one rotation request waits for its certificate (upstream
 /// `certificateWaitTimeout`).
-pub const ROTATION_WAIT: Duration = Duration::from_secs(15 * 60);
+pub(crate) const ROTATION_WAIT: Duration = Duration::from_secs(15 * 60);
 /// The first retry after a failed request (upstream's backoff: 2 s, doubling).
-pub const RETRY_FIRST: Duration = Duration::from_secs(2);
+pub(crate) const RETRY_FIRST: Duration = Duration::from_secs(2);
 /// The longest wait between retries (upstream polls every 32 s once its five
 /// backoff steps are spent).
-pub const RETRY_CAP: Duration = Duration::from_secs(32);
+pub(crate) const RETRY_CAP: Duration = Duration::from_secs(32);
 /// The longest single sleep before a rotation deadline: the wall clock is read again
 /// after it, so a clock step or a suspend does not push the rotation late.
 const MAX_SLEEP: Duration = Duration::from_secs(600);
@@ -38,12 +38,16 @@ const MAX_SLEEP: Duration = Duration::from_secs(600);
 /// When to rotate a certificate valid from `not_before` to `not_after` (upstream
 /// `nextRotationDeadline` with `jitteryDuration`): at 70 % plus `jitter` (in `[0, 1)`)
 /// times 20 % of its lifetime.
-pub fn rotation_deadline(not_before: SystemTime, not_after: SystemTime, jitter: f64) -> SystemTime {
+pub(crate) fn rotation_deadline(
+    not_before: SystemTime,
+    not_after: SystemTime,
+    jitter: f64,
+) -> SystemTime {
     let total = not_after
         .duration_since(not_before)
         .unwrap_or(Duration::ZERO);
     let fraction = 0.7 + 0.2 * jitter.clamp(0.0, 1.0);
-    crate::time::saturating_system_add(not_before, total.mul_f64(fraction))
+    base::time::saturating_system_add(not_before, total.mul_f64(fraction))
 }
 
 /// A random number in `[0, 1)` for the rotation jitter (0.5 if the system has no
@@ -60,7 +64,7 @@ fn jitter() -> f64 {
 /// Bootstrap and rotation of the kubelet's client certificate, run on the
 /// `client-cert` thread.
 #[derive(Debug)]
-pub struct ClientCertManager {
+pub(crate) struct ClientCertManager {
     client: Arc<ApiClient>,
     store: CertStore,
     node_name: String,
@@ -72,7 +76,12 @@ pub struct ClientCertManager {
 
 impl ClientCertManager {
     /// A manager of `client`'s certificate, kept in `store`; rotating when `rotate`.
-    pub fn new(client: Arc<ApiClient>, store: CertStore, node_name: &str, rotate: bool) -> Self {
+    pub(crate) fn new(
+        client: Arc<ApiClient>,
+        store: CertStore,
+        node_name: &str,
+        rotate: bool,
+    ) -> Self {
         ClientCertManager {
             client,
             store,
@@ -84,20 +93,20 @@ impl ClientCertManager {
     }
 
     /// Runs `bootstrap` first.
-    pub fn with_bootstrap(mut self, bootstrap: Bootstrap) -> Self {
+    pub(crate) fn with_bootstrap(mut self, bootstrap: Bootstrap) -> Self {
         self.bootstrap = Some(bootstrap);
         self
     }
 
     /// The pair the client starts with.
-    pub fn with_current(mut self, current: Option<Pair>) -> Self {
+    pub(crate) fn with_current(mut self, current: Option<Pair>) -> Self {
         self.current = current;
         self
     }
 
     /// Starts the `client-cert` thread. A bootstrap the cluster refuses (CSR denied or
     /// failed) sends its error to `fatal`, for `main` to end the process with.
-    pub fn start(mut self, loops: &Loops, fatal: Sender<String>) -> Result<(), SpawnError> {
+    pub(crate) fn start(mut self, loops: &Loops, fatal: Sender<String>) -> Result<(), SpawnError> {
         loops.spawn(THREAD, move |stop, handle| self.run(&stop, &handle, &fatal))
     }
 

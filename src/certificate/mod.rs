@@ -5,7 +5,7 @@
 //! [`prepare`] decides at start-up which client the kubelet talks to the API server
 //! with. With `--bootstrap-kubeconfig` and a `--kubeconfig` that is missing or whose
 //! client certificate is expired or unusable, the client is made for the bootstrap
-//! kubeconfig's cluster without an identity ([`crate::apiclient::ApiClient::awaiting_identity`])
+//! kubeconfig's cluster without an identity ([`apiclient::ApiClient::awaiting_identity`])
 //! and the `client-cert` thread ([`manager`]) obtains one: a new ECDSA key, a
 //! `certificates.k8s.io/v1` CSR posted with the bootstrap credentials, its approval and
 //! certificate waited for, the pair written to `--cert-dir` ([`store`]) and the
@@ -18,25 +18,25 @@
 //! of its lifetime, asking with the current one, and hands each new pair to the running
 //! client; a failed rotation keeps the current certificate and tries again with backoff.
 
-pub mod bootstrap;
-pub mod csr;
-pub mod manager;
-pub mod request;
-pub mod store;
+pub(crate) mod bootstrap;
+pub(crate) mod csr;
+pub(crate) mod manager;
+pub(crate) mod request;
+pub(crate) mod store;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::apiclient::kubeconfig::{self, KubeconfigError};
-use crate::apiclient::{ApiClient, ApiError};
+use apiclient::kubeconfig::{self, KubeconfigError};
+use apiclient::{ApiClient, ApiError};
 
-pub use manager::ClientCertManager;
-pub use store::{CertStore, Pair};
+pub(crate) use manager::ClientCertManager;
+pub(crate) use store::{CertStore, Pair};
 
 /// Why a client certificate could not be had.
 #[derive(Debug, thiserror::Error)]
-pub enum CertError {
+pub(crate) enum CertError {
     /// `--bootstrap-kubeconfig` is given without `--kubeconfig`.
     #[error(
         "--bootstrap-kubeconfig needs --kubeconfig (where the kubeconfig with the \
@@ -118,7 +118,7 @@ pub enum CertError {
 
 impl CertError {
     /// [`CertError::Client`] of `e`.
-    pub fn client(e: ApiError) -> CertError {
+    pub(crate) fn client(e: ApiError) -> CertError {
         CertError::Client(Box::new(e))
     }
 }
@@ -126,7 +126,7 @@ impl CertError {
 /// The API client the kubelet starts with, and the `client-cert` thread to start when
 /// there is a certificate to obtain or rotate.
 #[derive(Debug)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// The client every part of the kubelet shares.
     pub client: Arc<ApiClient>,
     /// Bootstrap and/or rotation, to start once the loops exist.
@@ -135,7 +135,7 @@ pub struct Prepared {
 
 /// The flags this module reads.
 #[derive(Debug, Clone)]
-pub struct Settings<'a> {
+pub(crate) struct Settings<'a> {
     /// `--kubeconfig`.
     pub kubeconfig: &'a Path,
     /// `--bootstrap-kubeconfig`.
@@ -153,7 +153,7 @@ pub struct Settings<'a> {
 /// or a `--kubeconfig` still valid → its client (with rotation: the store's newer
 /// certificate if there is one); else a client waiting for the certificate TLS
 /// bootstrap will obtain. Only files are read here; nothing is sent.
-pub fn prepare(s: &Settings<'_>) -> Result<Prepared, CertError> {
+pub(crate) fn prepare(s: &Settings<'_>) -> Result<Prepared, CertError> {
     let store = CertStore::new(s.cert_dir);
     let now = SystemTime::now();
     if let Some(bootstrap_path) = s.bootstrap_kubeconfig {
@@ -215,7 +215,7 @@ pub fn prepare(s: &Settings<'_>) -> Result<Prepared, CertError> {
             current = Some(pair);
         }
         Ok(_) => {}
-        Err(e) => log::warn!("{}", crate::loops::error_chain(&e)),
+        Err(e) => log::warn!("{}", base::loops::error_chain(&e)),
     }
     let manager =
         ClientCertManager::new(client.clone(), store, s.node_name, true).with_current(current);
@@ -228,11 +228,11 @@ pub fn prepare(s: &Settings<'_>) -> Result<Prepared, CertError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
 
     /// A kubeconfig for an unreachable server with a client pair valid for a year.
     fn kubeconfig_with_cert(dir: &TempDir, name: &str) -> PathBuf {
-        let (cert, key) = crate::server::tls::self_signed("n", "127.0.0.1").expect("pair");
+        let (cert, key) = wire::selfsigned::self_signed("n", "127.0.0.1").expect("pair");
         dir.kubeconfig_with_pair(name, &cert, &key)
     }
 
@@ -303,7 +303,7 @@ mod tests {
         let dir = TempDir::new("certprepare");
         let kc = kubeconfig_with_cert(&dir, "kubelet.conf");
         let pki = dir.0.join("pki");
-        let (cert, key) = crate::server::tls::self_signed("newer", "127.0.0.1").expect("pair");
+        let (cert, key) = wire::selfsigned::self_signed("newer", "127.0.0.1").expect("pair");
         let pair = Pair {
             cert_pem: cert.into_bytes(),
             key_pem: key.into_bytes(),
@@ -322,7 +322,7 @@ mod tests {
         let no_boot = dir.0.join("no-bootstrap");
         let e = prepare(&settings(&missing, Some(&no_boot), &dir.0, false)).expect_err("no file");
         assert_eq!(
-            crate::loops::error_chain(&e),
+            base::loops::error_chain(&e),
             format!(
                 "kubeconfig {}: cannot read it: No such file or directory (os error 2)",
                 no_boot.display()

@@ -11,21 +11,21 @@ use rustls::pki_types::CertificateDer;
 
 use super::csr::{self, Outcome};
 use super::CertError;
-use crate::apiclient::ApiClient;
-use crate::loops::{error_chain, Stop};
+use apiclient::ApiClient;
+use base::loops::{error_chain, Stop};
 
 /// Each call about a CSR must finish within this.
-pub const API_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const API_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a waiting CSR is read back (upstream watches it; a read every 2 s is as
 /// prompt for a person approving it, and one small GET).
-pub const POLL: Duration = Duration::from_secs(2);
+pub(crate) const POLL: Duration = Duration::from_secs(2);
 
 /// Asks for a client certificate for `key`: creates the CSR (`name`, or
 /// `generateName: csr-`; an existing one of that name is waited for instead, as
 /// client-go's `RequestCertificate` does), then reads it back every [`POLL`] until it is
 /// issued (the certificate, PEM, checked to be for `key`), denied or failed, deleted,
 /// or `wait` has passed. Transient read errors are waited through.
-pub fn request_certificate(
+pub(crate) fn request_certificate(
     client: &ApiClient,
     key: &rcgen::KeyPair,
     node_name: &str,
@@ -58,7 +58,7 @@ pub fn request_certificate(
         csr::common_name(node_name),
         wait.as_secs()
     );
-    let until = crate::time::saturating_deadline(Instant::now(), wait);
+    let until = base::time::saturating_deadline(Instant::now(), wait);
     let mut said_approved = false;
     loop {
         match csr::outcome(&current) {
@@ -125,7 +125,7 @@ fn check_issued(cert_pem: &[u8], key: &rcgen::KeyPair, csr: &str) -> Result<(), 
         .next()
         .and_then(Result::ok)
         .ok_or_else(|| unusable("the issued certificate is not PEM"))?;
-    match crate::server::auth::x509::subject_public_key_info(&der) {
+    match wire::x509::subject_public_key_info(&der) {
         Some(spki) if spki == key.public_key_der().as_slice() => Ok(()),
         Some(_) => Err(unusable("the issued certificate is for another key")),
         None => Err(unusable("the issued certificate cannot be read")),

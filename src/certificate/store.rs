@@ -18,17 +18,17 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
 use super::CertError;
-use crate::apiclient::kubeconfig::RestConfig;
+use apiclient::kubeconfig::RestConfig;
 
 /// The store's file name prefix (upstream's pair name `kubelet-client`).
-pub const PAIR_NAME: &str = "kubelet-client";
+pub(crate) const PAIR_NAME: &str = "kubelet-client";
 /// The bootstrap key, kept until its certificate is issued, so a kubelet restarted
 /// while it waits asks again with the same key (and finds its own CSR by name).
-pub const BOOTSTRAP_KEY_FILE: &str = "kubelet-client.key.tmp";
+pub(crate) const BOOTSTRAP_KEY_FILE: &str = "kubelet-client.key.tmp";
 
 /// A certificate chain and its key, PEM.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Pair {
+pub(crate) struct Pair {
     /// The certificate, then any intermediates.
     pub cert_pem: Vec<u8>,
     /// The private key.
@@ -44,34 +44,34 @@ impl std::fmt::Debug for Pair {
 
 /// The client certificate files of one `--cert-dir`.
 #[derive(Debug, Clone)]
-pub struct CertStore {
+pub(crate) struct CertStore {
     dir: PathBuf,
 }
 
 impl CertStore {
     /// The store in `dir` (created on the first write).
-    pub fn new(dir: &Path) -> CertStore {
+    pub(crate) fn new(dir: &Path) -> CertStore {
         CertStore {
             dir: dir.to_path_buf(),
         }
     }
 
     /// `<dir>/kubelet-client-current.pem`.
-    pub fn current_path(&self) -> PathBuf {
+    pub(crate) fn current_path(&self) -> PathBuf {
         self.dir.join(format!("{PAIR_NAME}-current.pem"))
     }
 
     /// `<dir>/kubelet-client.key.tmp`.
-    pub fn bootstrap_key_path(&self) -> PathBuf {
+    pub(crate) fn bootstrap_key_path(&self) -> PathBuf {
         self.dir.join(BOOTSTRAP_KEY_FILE)
     }
 
     /// The file name of a pair written at `now`: `kubelet-client-2026-11-30-23-59-01.pem`
     /// (UTC).
-    pub fn file_name(now: SystemTime) -> String {
+    pub(crate) fn file_name(now: SystemTime) -> String {
         // By hand rather than jiff's strftime, whose format interpreter this was the
         // binary's only use of.
-        let t = k8s_openapi::jiff::tz::Offset::UTC.to_datetime(crate::time::k8s_time(now).0);
+        let t = k8s_openapi::jiff::tz::Offset::UTC.to_datetime(base::time::k8s_time(now).0);
         format!(
             "{PAIR_NAME}-{:04}-{:02}-{:02}-{:02}-{:02}-{:02}.pem",
             t.year(),
@@ -84,7 +84,7 @@ impl CertStore {
     }
 
     /// The pair `kubelet-client-current.pem` holds, None when there is none.
-    pub fn current(&self) -> Result<Option<Pair>, CertError> {
+    pub(crate) fn current(&self) -> Result<Option<Pair>, CertError> {
         let path = self.current_path();
         match fs::read(&path) {
             Ok(bytes) => split_pair(&bytes)
@@ -97,7 +97,7 @@ impl CertStore {
 
     /// Writes `pair` to a new timestamped file (0600) and points
     /// `kubelet-client-current.pem` at it; returns the new file.
-    pub fn update(&self, pair: &Pair, now: SystemTime) -> Result<PathBuf, CertError> {
+    pub(crate) fn update(&self, pair: &Pair, now: SystemTime) -> Result<PathBuf, CertError> {
         make_dir(&self.dir)?;
         let name = Self::file_name(now);
         let path = self.dir.join(&name);
@@ -125,7 +125,7 @@ impl CertStore {
     }
 
     /// The cached bootstrap key (PEM), or a new one written there (0600).
-    pub fn load_or_generate_bootstrap_key(&self) -> Result<rcgen::KeyPair, CertError> {
+    pub(crate) fn load_or_generate_bootstrap_key(&self) -> Result<rcgen::KeyPair, CertError> {
         let path = self.bootstrap_key_path();
         match fs::read_to_string(&path) {
             Ok(pem) => match rcgen::KeyPair::from_pem(&pem) {
@@ -145,7 +145,7 @@ impl CertStore {
     }
 
     /// Removes the cached bootstrap key (its certificate is issued).
-    pub fn remove_bootstrap_key(&self) {
+    pub(crate) fn remove_bootstrap_key(&self) {
         let path = self.bootstrap_key_path();
         if let Err(e) = fs::remove_file(&path) {
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -156,16 +156,16 @@ impl CertStore {
 }
 
 /// The validity window of a pair's (first) certificate.
-pub fn validity(pair: &Pair) -> Option<(SystemTime, SystemTime)> {
+pub(crate) fn validity(pair: &Pair) -> Option<(SystemTime, SystemTime)> {
     let der = CertificateDer::pem_slice_iter(&pair.cert_pem)
         .next()?
         .ok()?;
-    crate::server::auth::x509::validity(&der)
+    wire::x509::validity(&der)
 }
 
 /// Whether two PEM texts start with the same certificate (a kubeconfig's client
 /// certificate file may hold the key too).
-pub fn same_certificate(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same_certificate(a: &[u8], b: &[u8]) -> bool {
     let first = |pem: &[u8]| {
         CertificateDer::pem_slice_iter(pem)
             .next()
@@ -176,17 +176,17 @@ pub fn same_certificate(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Whether a pair's certificate is still within its validity at `now`.
-pub fn not_expired(pair: &Pair, now: SystemTime) -> bool {
+pub(crate) fn not_expired(pair: &Pair, now: SystemTime) -> bool {
     validity(pair).is_some_and(|(_, not_after)| now <= not_after)
 }
 
 /// RFC 3339 (seconds) of a time, for log lines.
-pub fn stamp(t: SystemTime) -> String {
-    crate::time::k8s_time(t).0.to_string()
+pub(crate) fn stamp(t: SystemTime) -> String {
+    base::time::k8s_time(t).0.to_string()
 }
 
 /// A pair's validity for a log line.
-pub fn describe(pair: &Pair) -> String {
+pub(crate) fn describe(pair: &Pair) -> String {
     match validity(pair) {
         Some((from, to)) => format!("valid {} to {}", stamp(from), stamp(to)),
         None => "validity unreadable".into(),
@@ -194,7 +194,7 @@ pub fn describe(pair: &Pair) -> String {
 }
 
 /// Splits a PEM file into its certificates and its (one) private key.
-pub fn split_pair(bytes: &[u8]) -> Option<Pair> {
+pub(crate) fn split_pair(bytes: &[u8]) -> Option<Pair> {
     let text = std::str::from_utf8(bytes).ok()?;
     let (mut certs, mut key) = (String::new(), None::<String>);
     let mut block: Option<(String, String)> = None;
@@ -230,7 +230,7 @@ pub fn split_pair(bytes: &[u8]) -> Option<Pair> {
 /// Writes the kubeconfig TLS bootstrap leaves behind at `path` (0600, through a
 /// rename): `cluster`'s server and CA (inline) or `insecure-skip-tls-verify`, and
 /// `pem_path` as both client certificate and key.
-pub fn write_kubeconfig(
+pub(crate) fn write_kubeconfig(
     path: &Path,
     cluster: &RestConfig,
     pem_path: &Path,
@@ -347,7 +347,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
 
     const CERT: &str = "-----BEGIN CERTIFICATE-----\nQUJD\n-----END CERTIFICATE-----\n";
     const KEY: &str = "-----BEGIN PRIVATE KEY-----\nREVG\n-----END PRIVATE KEY-----\n";
@@ -442,19 +442,19 @@ mod tests {
     #[test]
     fn the_kubeconfig_names_the_cluster_and_the_current_pair() {
         let dir = TempDir::new("kubeconfig");
-        let ca = crate::server::tls::self_signed("ca", "127.0.0.1")
+        let ca = wire::selfsigned::self_signed("ca", "127.0.0.1")
             .expect("pair")
             .0;
         let cluster = RestConfig {
             server: "https://10.0.0.1:6443/a path: #x".into(),
-            tls: crate::httpclient::servers::TlsSettings {
+            tls: base::httpclient::servers::TlsSettings {
                 ca_pem: Some(ca.clone().into_bytes()),
                 ..Default::default()
             },
             auth: Default::default(),
         };
         let store = CertStore::new(&dir.0);
-        let pki = crate::server::tls::self_signed("node", "127.0.0.1").expect("pair");
+        let pki = wire::selfsigned::self_signed("node", "127.0.0.1").expect("pair");
         store
             .update(
                 &Pair {
@@ -471,7 +471,7 @@ mod tests {
         let text = fs::read_to_string(&path).expect("read");
         assert!(text.contains("current-context: default-context"), "{text}");
         // It reads back as a kubeconfig with the CA and the pair from the store.
-        let back = crate::apiclient::kubeconfig::load(&path).expect("valid kubeconfig");
+        let back = apiclient::kubeconfig::load(&path).expect("valid kubeconfig");
         assert_eq!(back.server, "https://10.0.0.1:6443/a path: #x");
         assert_eq!(back.tls.ca_pem, Some(ca.into_bytes()));
         // Both name the one file (which TLS reads for its certificates and its key).

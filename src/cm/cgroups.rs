@@ -14,7 +14,7 @@ use super::resources::{shares_to_weight, ResourceConfig};
 
 /// How the runtime names cgroups (Docker's `/info` `CgroupDriver`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Driver {
+pub(crate) enum Driver {
     /// Paths under the cgroupfs mount.
     Cgroupfs,
     /// systemd slices.
@@ -23,7 +23,7 @@ pub enum Driver {
 
 /// The cgroup hierarchy's version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Version {
+pub(crate) enum Version {
     /// One hierarchy per controller.
     V1,
     /// The unified hierarchy.
@@ -32,12 +32,12 @@ pub enum Version {
 
 /// The v1 controllers the kubelet creates a cgroup in (the runtime creates the rest
 /// of a container's); v2 enables these in `cgroup.subtree_control`.
-pub const V1_CONTROLLERS: &[&str] = &["cpu", "cpuacct", "memory", "pids"];
+pub(crate) const V1_CONTROLLERS: &[&str] = &["cpu", "cpuacct", "memory", "pids"];
 const V2_CONTROLLERS: &str = "+cpu +memory +pids";
 
 /// Which version is mounted at `mount` (`/sys/fs/cgroup`): v2 has
 /// `cgroup.controllers` at its top.
-pub fn detect_version(mount: &Path) -> Version {
+pub(crate) fn detect_version(mount: &Path) -> Version {
     if mount.join("cgroup.controllers").exists() {
         Version::V2
     } else {
@@ -47,13 +47,13 @@ pub fn detect_version(mount: &Path) -> Version {
 
 /// A cgroup's name as its components (upstream `CgroupName`); empty is the root.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct CgroupName(pub Vec<String>);
+pub(crate) struct CgroupName(pub Vec<String>);
 
 impl CgroupName {
     /// The name of `--cgroup-root` ("" or "/" is the root; a systemd slice's
     /// `.slice` suffix and prefix are dropped, as upstream's
     /// `ParseSystemdToCgroupName`).
-    pub fn from_root(root: &str) -> CgroupName {
+    pub(crate) fn from_root(root: &str) -> CgroupName {
         CgroupName(
             root.split('/')
                 .filter(|p| !p.is_empty())
@@ -66,20 +66,20 @@ impl CgroupName {
     }
 
     /// This name with one more component.
-    pub fn child(&self, c: &str) -> CgroupName {
+    pub(crate) fn child(&self, c: &str) -> CgroupName {
         let mut v = self.0.clone();
         v.push(c.to_string());
         CgroupName(v)
     }
 
     /// The cgroupfs spelling: `/a/b/c` (`/` for the root).
-    pub fn to_cgroupfs(&self) -> String {
+    pub(crate) fn to_cgroupfs(&self) -> String {
         format!("/{}", self.0.join("/"))
     }
 
     /// The systemd spelling (upstream `ToSystemd`): each component a slice whose
     /// name carries its parents' (`-` in a component becomes `_`), `/` for the root.
-    pub fn to_systemd(&self) -> String {
+    pub(crate) fn to_systemd(&self) -> String {
         if self.0.is_empty() {
             return "/".into();
         }
@@ -99,7 +99,7 @@ impl CgroupName {
     }
 
     /// The path under the mount for `driver`.
-    pub fn path(&self, driver: Driver) -> String {
+    pub(crate) fn path(&self, driver: Driver) -> String {
         match driver {
             Driver::Cgroupfs => self.to_cgroupfs(),
             Driver::Systemd => self.to_systemd(),
@@ -107,7 +107,7 @@ impl CgroupName {
     }
 
     /// What Docker takes as `CgroupParent`: the cgroupfs path, or the leaf slice.
-    pub fn runtime_parent(&self, driver: Driver) -> String {
+    pub(crate) fn runtime_parent(&self, driver: Driver) -> String {
         match driver {
             Driver::Cgroupfs => self.to_cgroupfs(),
             Driver::Systemd => self
@@ -123,7 +123,7 @@ impl CgroupName {
 /// The cgroupfs tree the kubelet writes: the mount, its version and the driver's
 /// spelling. The unit tests point `mount` at a fake tree.
 #[derive(Clone, Debug)]
-pub struct CgroupFs {
+pub(crate) struct CgroupFs {
     /// `/sys/fs/cgroup`.
     pub mount: PathBuf,
     /// v1 or v2.
@@ -135,7 +135,7 @@ pub struct CgroupFs {
 impl CgroupFs {
     /// The directories of a cgroup: one per mounted v1 controller, or the one v2
     /// directory.
-    pub fn dirs(&self, name: &CgroupName) -> Vec<PathBuf> {
+    pub(crate) fn dirs(&self, name: &CgroupName) -> Vec<PathBuf> {
         let rel = name.path(self.driver);
         let rel = rel.trim_start_matches('/');
         match self.version {
@@ -151,7 +151,7 @@ impl CgroupFs {
     }
 
     /// Does the cgroup exist (its memory directory, or the v2 one)?
-    pub fn exists(&self, name: &CgroupName) -> bool {
+    pub(crate) fn exists(&self, name: &CgroupName) -> bool {
         let rel = name.path(self.driver);
         let rel = rel.trim_start_matches('/');
         match self.version {
@@ -161,7 +161,7 @@ impl CgroupFs {
     }
 
     /// Creates the cgroup (and its parents) and applies `config`.
-    pub fn ensure(&self, name: &CgroupName, config: &ResourceConfig) -> io::Result<()> {
+    pub(crate) fn ensure(&self, name: &CgroupName, config: &ResourceConfig) -> io::Result<()> {
         for dir in self.dirs(name) {
             std::fs::create_dir_all(&dir).map_err(|e| at(&dir, e))?;
         }
@@ -191,7 +191,7 @@ impl CgroupFs {
     }
 
     /// Applies `config` to an existing cgroup.
-    pub fn update(&self, name: &CgroupName, config: &ResourceConfig) -> io::Result<()> {
+    pub(crate) fn update(&self, name: &CgroupName, config: &ResourceConfig) -> io::Result<()> {
         let rel = name.path(self.driver);
         let rel = rel.trim_start_matches('/');
         match self.version {
@@ -242,7 +242,7 @@ impl CgroupFs {
 
     /// Removes the cgroup (its directories; a missing one is fine). Fails while a
     /// process is in it.
-    pub fn remove(&self, name: &CgroupName) -> io::Result<()> {
+    pub(crate) fn remove(&self, name: &CgroupName) -> io::Result<()> {
         for dir in self.dirs(name) {
             match std::fs::remove_dir(&dir) {
                 Ok(()) => {}
@@ -254,7 +254,7 @@ impl CgroupFs {
     }
 
     /// The child cgroups' directory names of `name` (from memory, or the v2 tree).
-    pub fn children(&self, name: &CgroupName) -> Vec<String> {
+    pub(crate) fn children(&self, name: &CgroupName) -> Vec<String> {
         let rel = name.path(self.driver);
         let rel = rel.trim_start_matches('/');
         let dir = match self.version {
@@ -313,7 +313,7 @@ mod tests {
 
     #[test]
     fn v1_writes_per_controller() {
-        let tmp = crate::testutil::TempDir::new("cgv1");
+        let tmp = base::testutil::TempDir::new("cgv1");
         for c in V1_CONTROLLERS {
             std::fs::create_dir_all(tmp.0.join(c)).expect("fake cgroupfs");
         }
@@ -358,7 +358,7 @@ mod tests {
 
     #[test]
     fn v2_writes_weight_max_and_enables_controllers() {
-        let tmp = crate::testutil::TempDir::new("cgv2");
+        let tmp = base::testutil::TempDir::new("cgv2");
         std::fs::write(tmp.0.join("cgroup.controllers"), "cpu memory pids").expect("fake cgroupfs");
         let fs = CgroupFs {
             mount: tmp.0.clone(),

@@ -12,8 +12,8 @@
 //! lock held. A cgroupfs that cannot be written (an unprivileged kubelet, a read-only
 //! `/sys/fs/cgroup`) is logged once and pods run without pod cgroups.
 
-pub mod cgroups;
-pub mod resources;
+pub(crate) mod cgroups;
+pub(crate) mod resources;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,20 +21,20 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::runtime::{Runtime, RuntimeError};
 use cgroups::{CgroupFs, CgroupName, Driver};
 use resources::{QosClass, ResourceConfig};
+use runtime::{Runtime, RuntimeError};
 
 /// Upstream's event reason when `kubepods` got its limits.
-pub const NODE_ALLOCATABLE_ENFORCED: &str = "NodeAllocatableEnforced";
+pub(crate) const NODE_ALLOCATABLE_ENFORCED: &str = "NodeAllocatableEnforced";
 /// How often `pod-cgroup-gc` looks for pod cgroups of pods that are gone.
-pub const POD_CGROUP_GC_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const POD_CGROUP_GC_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 /// The cgroupfs mount.
-pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
+pub(crate) const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 
 /// Errors of the container manager, each naming its pod or cgroup.
 #[derive(Debug, thiserror::Error)]
-pub enum CmError {
+pub(crate) enum CmError {
     /// The runtime's `/info` could not be read (the driver is not known yet).
     #[error("reading the runtime's cgroup driver")]
     Runtime(#[source] RuntimeError),
@@ -52,7 +52,7 @@ pub enum CmError {
 
 /// What the container manager is set up with.
 #[derive(Clone, Debug)]
-pub struct CmSettings {
+pub(crate) struct CmSettings {
     /// The node (for the `NodeAllocatableEnforced` event).
     pub node_name: String,
     /// `--cgroups-per-qos`.
@@ -100,7 +100,7 @@ struct Book {
 
 /// The container manager, shared by the pod workers and the pod killer's callbacks.
 #[derive(Debug)]
-pub struct ContainerManager {
+pub(crate) struct ContainerManager {
     settings: CmSettings,
     runtime: Arc<dyn Runtime>,
     state: Mutex<State>,
@@ -113,7 +113,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The pod's cgroup name (upstream `GetPodContainerName`): `pod<uid>` under its QoS
 /// cgroup; Guaranteed pods directly under `kubepods`.
-pub fn pod_cgroup_name(kubepods: &CgroupName, qos: QosClass, uid: &str) -> CgroupName {
+pub(crate) fn pod_cgroup_name(kubepods: &CgroupName, qos: QosClass, uid: &str) -> CgroupName {
     let pod = format!("pod{uid}");
     match qos {
         QosClass::Guaranteed => kubepods.child(&pod),
@@ -124,7 +124,7 @@ pub fn pod_cgroup_name(kubepods: &CgroupName, qos: QosClass, uid: &str) -> Cgrou
 
 impl ContainerManager {
     /// A manager; nothing is built until a pod needs it.
-    pub fn new(settings: CmSettings, runtime: Arc<dyn Runtime>) -> Self {
+    pub(crate) fn new(settings: CmSettings, runtime: Arc<dyn Runtime>) -> Self {
         ContainerManager {
             settings,
             runtime,
@@ -232,7 +232,7 @@ impl ContainerManager {
     /// The `kubepods` cgroup as the cgroupfs readers name it (`/kubepods`, or
     /// `/kubepods.slice` with the systemd driver) once the hierarchy is built; None
     /// before, or without pod cgroups. Never builds it.
-    pub fn pods_cgroup(&self) -> Option<String> {
+    pub(crate) fn pods_cgroup(&self) -> Option<String> {
         match &*lock(&self.state) {
             State::Ready(r) => Some(r.kubepods.path(r.fs.driver)),
             _ => None,
@@ -256,7 +256,7 @@ impl ContainerManager {
     /// Creates or updates the pod's cgroup (upstream `EnsureExists`, after
     /// `UpdateQOSCgroups`) and returns what the runtime takes as `CgroupParent` (""
     /// without pod cgroups). Called by a pod worker before the pod's sync.
-    pub fn ensure_pod(&self, pod: &Pod) -> Result<String, CmError> {
+    pub(crate) fn ensure_pod(&self, pod: &Pod) -> Result<String, CmError> {
         if !self.settings.cgroups_per_qos {
             return Ok(String::new());
         }
@@ -285,7 +285,7 @@ impl ContainerManager {
                 .fs
                 .ensure(&name, &resources::pod_resource_config(pod))
                 .map_err(|source| CmError::PodCgroup {
-                    pod: crate::container::format_pod(pod),
+                    pod: runtime::container::format_pod(pod),
                     cgroup: name.path(ready.fs.driver),
                     source,
                 })?;
@@ -295,7 +295,7 @@ impl ContainerManager {
 
     /// Removes a pod's cgroup once its containers are gone (upstream
     /// `cleanupOrphanedPodCgroups`' `Destroy`), wherever its QoS class put it.
-    pub fn remove_pod(&self, uid: &str) {
+    pub(crate) fn remove_pod(&self, uid: &str) {
         if !self.settings.cgroups_per_qos {
             return;
         }
@@ -332,7 +332,7 @@ impl ContainerManager {
 
     /// The pod cgroups on disk whose UIDs `keep` rejects, removed (a kubelet restart
     /// forgets pods removed meanwhile). Called off the sync loop.
-    pub fn remove_orphans(&self, keep: &dyn Fn(&str) -> bool) -> Result<(), CmError> {
+    pub(crate) fn remove_orphans(&self, keep: &dyn Fn(&str) -> bool) -> Result<(), CmError> {
         if !self.settings.cgroups_per_qos {
             return Ok(());
         }
@@ -395,7 +395,7 @@ impl ContainerManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::fake::FakeRuntime;
+    use runtime::fake::FakeRuntime;
 
     fn settings(mount: PathBuf) -> CmSettings {
         CmSettings {
@@ -430,7 +430,7 @@ mod tests {
 
     #[test]
     fn without_a_cgroup_driver_pods_run_without_cgroups() {
-        let tmp = crate::testutil::TempDir::new("cm-none");
+        let tmp = base::testutil::TempDir::new("cm-none");
         let cm = ContainerManager::new(settings(tmp.0.clone()), Arc::new(FakeRuntime::default()));
         let pod = Pod::default();
         assert_eq!(cm.ensure_pod(&pod).expect("fake cgroupfs"), "");
@@ -442,11 +442,11 @@ mod tests {
 
     #[test]
     fn an_unwritable_cgroupfs_runs_pods_without_cgroups() {
-        let tmp = crate::testutil::TempDir::new("cm-ro");
+        let tmp = base::testutil::TempDir::new("cm-ro");
         // A file where the controllers' directories should be: nothing can be made.
         let mount = tmp.write("not-a-dir", "");
         let rt = FakeRuntime::default();
-        rt.set_info(crate::runtime::RuntimeInfo {
+        rt.set_info(runtime::RuntimeInfo {
             cgroup_driver: "cgroupfs".into(),
             ..Default::default()
         });
@@ -459,7 +459,7 @@ mod tests {
 
     #[test]
     fn kubepods_gets_allocatable_or_capacity() {
-        let tmp = crate::testutil::TempDir::new("cm-alloc");
+        let tmp = base::testutil::TempDir::new("cm-alloc");
         let mut s = settings(tmp.0.clone());
         let cm = ContainerManager::new(s.clone(), Arc::new(FakeRuntime::default()));
         assert_eq!(
@@ -502,10 +502,10 @@ mod tests {
 
     #[test]
     fn v2_tree_pods_qos_shares_and_removal() {
-        let tmp = crate::testutil::TempDir::new("cm-v2");
+        let tmp = base::testutil::TempDir::new("cm-v2");
         std::fs::write(tmp.0.join("cgroup.controllers"), "cpu memory pids").expect("fake cgroupfs");
         let rt = FakeRuntime::default();
-        rt.set_info(crate::runtime::RuntimeInfo {
+        rt.set_info(runtime::RuntimeInfo {
             cgroup_driver: "systemd".into(),
             cgroup_version: "2".into(),
             root_dir: String::new(),

@@ -7,14 +7,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::container::downward::{effective_requests, limits};
 use crate::kuberuntime::container::{
     milli_cpu_to_quota, milli_cpu_to_shares, MAX_SHARES, MIN_SHARES, QUOTA_PERIOD,
 };
+use runtime::container::downward::{effective_requests, limits};
 
 /// A pod's QoS class (upstream `v1qos.GetPodQOS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum QosClass {
+pub(crate) enum QosClass {
     /// Every container limits cpu and memory, requests equal limits.
     Guaranteed,
     /// Some request or limit, not Guaranteed.
@@ -25,27 +25,18 @@ pub enum QosClass {
 
 impl QosClass {
     /// The pod's class (the status's computation, one definition).
-    pub fn of(pod: &Pod) -> QosClass {
+    pub(crate) fn of(pod: &Pod) -> QosClass {
         match crate::status::qos_class(pod) {
             "Guaranteed" => QosClass::Guaranteed,
             "Burstable" => QosClass::Burstable,
             _ => QosClass::BestEffort,
         }
     }
-
-    /// The class as the API spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QosClass::Guaranteed => "Guaranteed",
-            QosClass::Burstable => "Burstable",
-            QosClass::BestEffort => "BestEffort",
-        }
-    }
 }
 
 /// Settings of one cgroup; None leaves a knob as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ResourceConfig {
+pub(crate) struct ResourceConfig {
     /// cgroup v1 `cpu.shares` (v2: converted to `cpu.weight`).
     pub cpu_shares: Option<u64>,
     /// CFS quota in µs per period (v1 `cpu.cfs_quota_us`, v2 `cpu.max`).
@@ -106,10 +97,10 @@ fn pod_amounts(
     }
     max_into(&mut out, &init_max);
     if let Some(overhead) = &spec.overhead {
-        let o = crate::sort::map(
+        let o = base::sort::map(
             overhead
                 .iter()
-                .filter_map(|(k, q)| crate::quantity::parse_milli(&q.0).map(|v| (k.clone(), v))),
+                .filter_map(|(k, q)| base::quantity::parse_milli(&q.0).map(|v| (k.clone(), v))),
         );
         add(&mut out, &o);
     }
@@ -118,17 +109,17 @@ fn pod_amounts(
 
 /// The pod's requests in milli-units by resource (a missing request is its limit, as
 /// API defaulting makes it).
-pub fn pod_requests(pod: &Pod) -> BTreeMap<String, i128> {
+pub(crate) fn pod_requests(pod: &Pod) -> BTreeMap<String, i128> {
     pod_amounts(pod, effective_requests)
 }
 
 /// The pod's limits in milli-units by resource.
-pub fn pod_limits(pod: &Pod) -> BTreeMap<String, i128> {
+pub(crate) fn pod_limits(pod: &Pod) -> BTreeMap<String, i128> {
     pod_amounts(pod, limits)
 }
 
 /// Milli-units of bytes as whole bytes, rounded up.
-pub fn milli_to_bytes(milli: i128) -> i64 {
+pub(crate) fn milli_to_bytes(milli: i128) -> i64 {
     i64::try_from(milli.max(0).saturating_add(999) / 1000).unwrap_or(i64::MAX)
 }
 
@@ -147,7 +138,7 @@ fn every_container_limits(pod: &Pod, resource: &str) -> bool {
 /// The pod cgroup's settings (upstream `ResourceConfigForPod`, CFS quota enforced
 /// with the 100 ms period): cpu shares from the requests; a quota and a memory limit
 /// only when every container sets that limit; BestEffort gets the minimum shares.
-pub fn pod_resource_config(pod: &Pod) -> ResourceConfig {
+pub(crate) fn pod_resource_config(pod: &Pod) -> ResourceConfig {
     let requests = pod_requests(pod);
     let lims = pod_limits(pod);
     let cpu_request = requests.get("cpu").copied().unwrap_or(0);
@@ -179,7 +170,7 @@ pub fn pod_resource_config(pod: &Pod) -> ResourceConfig {
 
 /// The burstable QoS cgroup's shares: its pods' cpu requests added up
 /// (upstream `setCPUCgroupConfig`).
-pub fn burstable_shares(cpu_requests_milli: impl IntoIterator<Item = i128>) -> u64 {
+pub(crate) fn burstable_shares(cpu_requests_milli: impl IntoIterator<Item = i128>) -> u64 {
     let sum = cpu_requests_milli
         .into_iter()
         .fold(0i128, |a, b| a.saturating_add(b.max(0)));
@@ -188,7 +179,7 @@ pub fn burstable_shares(cpu_requests_milli: impl IntoIterator<Item = i128>) -> u
 
 /// cgroup v2's `cpu.weight` for v1 shares (upstream `CpuSharesToCpuWeight`): [2,
 /// 262144] mapped linearly onto [1, 10000].
-pub fn shares_to_weight(shares: u64) -> u64 {
+pub(crate) fn shares_to_weight(shares: u64) -> u64 {
     let s = shares.clamp(MIN_SHARES as u64, MAX_SHARES as u64);
     1 + ((s - 2) * 9999) / 262_142
 }

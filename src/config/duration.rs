@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// Why a string is not a duration.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DurationError {
+pub(crate) enum DurationError {
     /// The string is empty.
     #[error("empty")]
     Empty,
@@ -48,7 +48,7 @@ fn unit_nanos(unit: &str) -> Option<u128> {
 const MAX_NANOS: u128 = i64::MAX as u128;
 
 /// Parses a Go duration string: `20s`, `1m30s`, `500ms`, `1h`, `1.5s`, `0`.
-pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let (negative, mut rest) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
         Some(b'+') => (false, &s[1..]),
@@ -196,7 +196,7 @@ mod tests {
             (Duration::from_millis(1500), "1.5s"),
         ];
         for (d, want) in cases {
-            assert_eq!(crate::time::go_duration(*d), *want);
+            assert_eq!(base::time::go_duration(*d), *want);
             assert_eq!(parse_duration(want), Ok(*d), "round trip of {want}");
         }
     }

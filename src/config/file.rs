@@ -4,7 +4,8 @@
 //! [`KUBELET_CONFIGURATION_FIELDS`] names every field of upstream's v1beta1 type
 //! (`staging/src/k8s.io/kubelet/config/v1beta1/types.go`), so a kubeadm-written file is
 //! accepted as it is; a name that upstream does not know is a typo and is refused
-//! with an error that names the field plainly. Which fields are implemented, and how each is read, is the settings table's
+//! with an error that names the field plainly ([`RKUBELET_FIELDS`], rkubelet's own,
+//! are known too). Which fields are implemented, and how each is read, is the settings table's
 //! business ([`super::settings`]); the others are accepted and reported by name so the
 //! caller can log them once.
 //!
@@ -22,19 +23,19 @@ use serde_norway::{Mapping, Value};
 use super::settings::{Layer, ENTRIES};
 use super::values::yaml::{describe, lookup};
 use super::ConfigError;
-use crate::fsutil::{self, ReadError};
+use base::fsutil::{self, ReadError};
 // The tests below name these through `use super::*`.
 #[cfg(test)]
 use std::{path::PathBuf, time::Duration};
 
 /// The only `apiVersion` upstream's kubelet reads today.
-pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 /// The `kind` of the file.
-pub const KIND: &str = "KubeletConfiguration";
+pub(crate) const KIND: &str = "KubeletConfiguration";
 
 /// What a config file sets: the settings [`Layer`], with the upstream fields present
 /// that rkubelet ignores in `unsupported`.
-pub type FileSettings = Layer;
+pub(crate) type FileSettings = Layer;
 
 /// Declares [`KUBELET_CONFIGURATION_FIELDS`] from upstream's field names, spelled as in
 /// the file.
@@ -45,7 +46,7 @@ macro_rules! kubelet_configuration {
         /// reads the implemented ones. A list, not a struct with a derived
         /// `Deserialize`: only the names are needed, and that derive over ~130 fields
         /// was 68 KiB of code in the binary (the largest single function).
-        pub const KUBELET_CONFIGURATION_FIELDS: &[&str] = &["logging", $(stringify!($field),)*];
+        pub(crate) const KUBELET_CONFIGURATION_FIELDS: &[&str] = &["logging", $(stringify!($field),)*];
     };
 }
 
@@ -84,10 +85,15 @@ kubelet_configuration! {
     imageServiceEndpoint failCgroupV1 userNamespaces podHousekeepingPeriod
 }
 
+/// rkubelet's own fields, beyond upstream's: settings upstream's kubelet does not have
+/// (its strict decoding warns about them and goes on), so that a file written for
+/// rkubelet can still turn them on.
+pub(crate) const RKUBELET_FIELDS: &[&str] = &["enableServerSource"];
+
 /// component-base's `LoggingConfiguration` (`logging:` in the file): its field names.
 /// `verbosity` is klog's `-v`, `format` `text` or `json`, `flushFrequency` the log
 /// flush period, `vmodule` per-file verbosity, `options` format-specific options.
-pub const LOGGING_FIELDS: &[&str] = &[
+pub(crate) const LOGGING_FIELDS: &[&str] = &[
     "verbosity",
     "format",
     "flushFrequency",
@@ -97,12 +103,12 @@ pub const LOGGING_FIELDS: &[&str] = &[
 
 /// The largest config file read. A `KubeletConfiguration` is a few KiB; a bigger file
 /// (or `/dev/zero`) is a mistake that must not eat the node's memory before start-up.
-pub const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
 
 /// Reads and validates the config file at `path`. Only a regular file is read (a FIFO
 /// would block start-up for good, a device would never end), at most
 /// [`MAX_CONFIG_FILE_BYTES`].
-pub fn read(path: &Path) -> Result<FileSettings, ConfigError> {
+pub(crate) fn read(path: &Path) -> Result<FileSettings, ConfigError> {
     let fail = |source| ConfigError::ReadFile {
         path: path.to_path_buf(),
         source,
@@ -122,7 +128,7 @@ pub fn read(path: &Path) -> Result<FileSettings, ConfigError> {
 
 /// Parses the text of a config file; `path` names it in errors and anchors relative
 /// paths.
-pub fn parse(path: &Path, text: &str) -> Result<FileSettings, ConfigError> {
+pub(crate) fn parse(path: &Path, text: &str) -> Result<FileSettings, ConfigError> {
     let doc: Value = serde_norway::from_str(text).map_err(|source| ConfigError::ParseFile {
         path: path.to_path_buf(),
         source,
@@ -138,7 +144,8 @@ pub fn parse(path: &Path, text: &str) -> Result<FileSettings, ConfigError> {
     };
     check_type_meta(path, map.get("apiVersion"), "apiVersion", API_VERSION)?;
     check_type_meta(path, map.get("kind"), "kind", KIND)?;
-    check_known_fields(path, map, "", KUBELET_CONFIGURATION_FIELDS)?;
+    let known = [KUBELET_CONFIGURATION_FIELDS, RKUBELET_FIELDS].concat();
+    check_known_fields(path, map, "", &known)?;
     // Every key is known and every value untyped but `logging`'s, which is a mapping
     // (component-base's struct) or null.
     match map.get("logging") {
@@ -386,8 +393,8 @@ mod tests {
     fn struct_names_exactly_the_upstream_fields() {
         let mut ours: Vec<&str> = KUBELET_CONFIGURATION_FIELDS.to_vec();
         let mut theirs = UPSTREAM_FIELDS.to_vec();
-        crate::sort::sort(&mut ours);
-        crate::sort::sort(&mut theirs);
+        base::sort::sort(&mut ours);
+        base::sort::sort(&mut theirs);
         assert_eq!(ours, theirs);
     }
 
@@ -433,6 +440,8 @@ mod tests {
                 "containerLogMaxSize" => "5Mi",
                 "containerLogMaxFiles" => "3",
                 "podLogsDir" => "/srv/pods",
+                "podCIDR" => "10.88.1.0/24",
+                "hairpinMode" => "hairpin-veth",
                 _ => "{}",
             };
             body.push_str(&format!("{f}: {value}\n"));
@@ -445,9 +454,9 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 45 implemented fields and `logging`, plus
+        // All but the type meta, the 47 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 48 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 50 + 1);
         assert!(!s.unsupported.contains(&"allowedUnsafeSysctls".to_string()));
         assert_eq!(s.serialize_image_pulls, Some(false));
         assert_eq!(s.max_parallel_image_pulls, Some(3));

@@ -211,7 +211,7 @@ fn help_rows(rows: &[(String, String)]) -> String {
 /// The kubelet version rkubelet reports to the API server (`nodeInfo.kubeletVersion`):
 /// a semver naming the Kubernetes release whose kubelet behaviour it follows, with
 /// rkubelet's own version after it.
-pub const KUBELET_VERSION: &str = concat!("v1.32.0-rkubelet.", env!("CARGO_PKG_VERSION"));
+pub(crate) const KUBELET_VERSION: &str = concat!("v1.32.0-rkubelet.", env!("CARGO_PKG_VERSION"));
 
 /// The text `--version` prints: rkubelet's version, and the kubelet version the Node
 /// reports (upstream prints `Kubernetes v1.32.0`).

@@ -19,13 +19,13 @@
 //! every special-cased default belong together; the code itself is under 400.
 
 #[macro_use]
-pub mod table;
+pub(crate) mod table;
 
-pub mod duration;
-pub mod file;
+pub(crate) mod duration;
+pub(crate) mod file;
 pub mod flags;
 pub mod settings;
-pub mod values;
+pub(crate) mod values;
 
 use std::path::{Path, PathBuf};
 
@@ -35,7 +35,7 @@ pub use settings::{defaults, KubeletConfig, Layer};
 use std::{net::IpAddr, time::Duration};
 
 /// klog's useful range of `-v`: above 10 nothing more is logged anywhere.
-pub const MAX_VERBOSITY: u8 = 10;
+pub(crate) const MAX_VERBOSITY: u8 = 10;
 
 impl KubeletConfig {
     /// `--cert-dir`, else `<root-dir>/pki`.
@@ -303,7 +303,7 @@ fn dns1123_subdomain(s: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
 
     const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 
@@ -338,6 +338,14 @@ mod tests {
                 root_dir: defaults::ROOT_DIR.into(),
                 container_runtime_endpoint: defaults::CONTAINER_RUNTIME_ENDPOINT.into(),
                 pod_infra_container_image: defaults::POD_INFRA_CONTAINER_IMAGE.into(),
+                network_plugin: String::new(),
+                cni_bin_dir: "/opt/cni/bin".into(),
+                cni_conf_dir: "/etc/cni/net.d".into(),
+                cni_cache_dir: "/var/lib/cni/cache".into(),
+                pod_cidr: String::new(),
+                non_masquerade_cidr: "10.0.0.0/8".into(),
+                hairpin_mode: "promiscuous-bridge".into(),
+                network_plugin_mtu: 0,
                 healthz_port: 10248,
                 healthz_bind_address: ip("127.0.0.1"),
                 read_only_port: 10255,
@@ -346,7 +354,7 @@ mod tests {
                 tls_cert_file: None,
                 tls_private_key_file: None,
                 cert_dir: None,
-                tls_min_version: values::TlsVersion::Tls12,
+                tls_min_version: wire::tls::TlsVersion::Tls12,
                 client_ca_file: None,
                 tls_cipher_suites: vec![],
                 enable_debugging_handlers: true,
@@ -370,6 +378,7 @@ mod tests {
                 etcd_cafile: None,
                 etcd_certfile: None,
                 etcd_keyfile: None,
+                enable_server_source: false,
                 kubeconfig: None,
                 bootstrap_kubeconfig: None,
                 rotate_certificates: false,
@@ -535,7 +544,7 @@ mod tests {
         )
         .expect_err("not namespaced");
         assert_eq!(
-            crate::loops::error_chain(&e),
+            base::loops::error_chain(&e),
             "invalid value \"kernel.msg*,vm.swappiness\" for flag --allowed-unsafe-sysctls: \
              the sysctls \"vm.swappiness\" are not known to be namespaced"
         );
@@ -544,7 +553,7 @@ mod tests {
             &format!("{HEAD}allowedUnsafeSysctls: [\"kernel.*\"]\n"),
         );
         let e = run_with(&dir, &[&format!("--config={}", cfg.display())]).expect_err("kernel.*");
-        let msg = crate::loops::error_chain(&e);
+        let msg = base::loops::error_chain(&e);
         assert!(
             msg.ends_with("the sysctls \"kernel.\" are not known to be namespaced"),
             "{msg}"
@@ -579,7 +588,7 @@ mod tests {
         ] {
             let e = run(body).expect_err(body);
             assert_eq!(
-                crate::loops::error_chain(&e),
+                base::loops::error_chain(&e),
                 format!("config file {cfg}: {want}"),
                 "{body}"
             );
@@ -841,9 +850,12 @@ mod tests {
             ),
         ];
         let fifo = dir.0.join("fifo.yaml");
-        let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("no NUL");
-        // SAFETY: `c` is a valid NUL-terminated path that lives across the call.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+        )
+        .expect("mkfifo");
         let fifo = fifo.to_str().expect("utf-8");
         let huge = dir.write("huge.yaml", &format!("{HEAD}#{}\n", "x".repeat(1 << 20)));
         let huge = huge.to_str().expect("utf-8");
@@ -882,7 +894,7 @@ mod tests {
         ]);
         for (a, want) in cases {
             let e = run_with(&dir, &a).expect_err(&want);
-            let msg = crate::loops::error_chain(&e);
+            let msg = base::loops::error_chain(&e);
             assert_eq!(msg, want);
             assert!(!msg.contains('\n'));
         }

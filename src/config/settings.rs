@@ -27,7 +27,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::table::Spec;
-use super::values::{text, yaml, AuthorizationMode, Taint, TlsVersion};
+use super::values::{text, yaml, AuthorizationMode, Taint};
+use wire::tls::TlsVersion;
 
 settings_table! {
     builtin_flags {
@@ -94,6 +95,67 @@ settings_table! {
             flag: "pod-infra-container-image" <"image">,
             // Upstream's current sandbox image.
             default: POD_INFRA_CONTAINER_IMAGE = "registry.k8s.io/pause:3.10",
+        }
+        network_plugin: String {
+            help: "The network plugin that gives pods their network: empty for Docker's \
+                   bridge, cni (the CNI plugins of --cni-conf-dir on each sandbox), or \
+                   kubenet (a bridge cbr0 over the node's pod CIDR).",
+            parse: text::network_plugin,
+            flag: "network-plugin" <"name">,
+            // Upstream's (the dockershim era's) default: Docker's own bridge.
+            default: NETWORK_PLUGIN = "",
+        }
+        cni_bin_dir: String {
+            help: "Directories of the CNI plugins' binaries, comma-separated, searched in \
+                   order (Debian installs them in /usr/lib/cni).",
+            parse: text::string,
+            flag: "cni-bin-dir" <"dirs">,
+            default: CNI_BIN_DIR = "/opt/cni/bin",
+        }
+        cni_conf_dir: PathBuf {
+            help: "Directory of CNI network configurations: the first valid .conflist, .conf \
+                   or .json by name is the network, read again when the files change.",
+            parse: text::path,
+            flag: "cni-conf-dir" <"dir">,
+            default: CNI_CONF_DIR = "/etc/cni/net.d",
+        }
+        cni_cache_dir: PathBuf {
+            help: "Directory where the CNI plugins' results are kept (libcni's cache), so a \
+                   sandbox's network is taken down with what set it up, after a restart too.",
+            parse: text::path,
+            flag: "cni-cache-dir" <"dir">,
+            default: CNI_CACHE_DIR = "/var/lib/cni/cache",
+        }
+        pod_cidr: String {
+            help: "The node's pod CIDR (one of each family, comma-separated) when there is \
+                   no API server; with one, the Node's spec.podCIDRs is used.",
+            parse: text::pod_cidr,
+            flag: "pod-cidr" <"cidr">,
+            file: "podCIDR", decode: yaml::pod_cidr, examples: ["10.88.1.0/24", "10.88.2.0/24"],
+            default: POD_CIDR = "",
+        }
+        non_masquerade_cidr: String {
+            help: "With kubenet, pod traffic to outside this CIDR is masqueraded; 0.0.0.0/0 \
+                   masquerades none.",
+            parse: text::cidr,
+            flag: "non-masquerade-cidr" <"cidr">,
+            default: NON_MASQUERADE_CIDR = "10.0.0.0/8",
+        }
+        hairpin_mode: String {
+            help: "How kubenet lets a pod reach itself through a service: promiscuous-bridge \
+                   (cbr0 promiscuous), hairpin-veth (hairpin on each veth) or none.",
+            parse: text::hairpin_mode,
+            flag: "hairpin-mode" <"mode">,
+            file: "hairpinMode", decode: yaml::hairpin_mode,
+            examples: ["hairpin-veth", "none"],
+            default: HAIRPIN_MODE = "promiscuous-bridge",
+        }
+        network_plugin_mtu: u32 {
+            help: "The MTU of kubenet's bridge; 0 takes the smallest of the host's \
+                   interfaces.",
+            parse: text::non_negative_int,
+            flag: "network-plugin-mtu" <"mtu">,
+            default: NETWORK_PLUGIN_MTU = "0",
         }
         healthz_port: u16 {
             help: "Port of the localhost healthz endpoint; 0 disables it.",
@@ -328,6 +390,18 @@ settings_table! {
             help: "Client key for etcd (with --etcd-certfile).",
             parse: text::path,
             flag: "etcd-keyfile" <"file">,
+        }
+        enable_server_source: bool {
+            help: "Run pods pushed to the kubelet port (the server source): PUT /pods (the \
+                   whole set: a Pod, a PodList or several documents), POST /pods (one pod), \
+                   DELETE /pods/<namespace>/<name>, GET /pods?source=server; authorized as \
+                   nodes/proxy, static pods named <name>-<node>, kept under \
+                   <root-dir>/pods-pushed/ across restarts. false: those writes answer 404.",
+            parse: text::boolean,
+            flag: "enable-server-source",
+            file: "enableServerSource", decode: yaml::boolean, examples: ["true", "false"],
+            // Off: a pushed pod is code run on the node; only nodes that want it listen.
+            default: ENABLE_SERVER_SOURCE = "false",
         }
         kubeconfig: PathBuf {
             help: "kubeconfig of the API server this node is a member of: its pods are \
@@ -704,7 +778,7 @@ mod tests {
 
     use super::*;
     use crate::config::{load_with, Loaded};
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
 
     /// A config file setting `field` (`logging.verbosity` nests) to the YAML `value`.
     fn config_file(field: Option<(&str, &str)>) -> String {

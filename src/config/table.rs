@@ -48,7 +48,7 @@ pub struct Entry {
 
 /// The values an optional setting (one without a default) can hold. An empty one
 /// means "none", as the upstream flags treat `--pod-manifest-path=` or `--kubeconfig=`.
-pub trait Unset {
+pub(crate) trait Unset {
     /// Whether this value means "not set".
     fn is_unset(&self) -> bool;
 }
@@ -83,7 +83,7 @@ impl Unset for u32 {
 /// text on the command line would. `<node name>` in it stands for the node's name
 /// (upstream's etcd prefix). A default that does not parse is a bug in the table, which
 /// its tests catch; it is still an error here, not a panic.
-pub fn parse_default<V>(
+pub(crate) fn parse_default<V>(
     name: &str,
     text: &str,
     node_name: &str,

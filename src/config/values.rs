@@ -9,62 +9,6 @@
 //! Over 800 lines: every reader of every kind of value, with the node-label, taint and
 //! reservation rules and their tests, kept in one place so each value is read one way.
 
-/// The lowest TLS version the kubelet port accepts (`--tls-min-version`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TlsVersion {
-    /// `VersionTLS12`.
-    Tls12,
-    /// `VersionTLS13`.
-    Tls13,
-}
-
-impl TlsVersion {
-    /// Upstream's spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            TlsVersion::Tls12 => "VersionTLS12",
-            TlsVersion::Tls13 => "VersionTLS13",
-        }
-    }
-}
-
-/// Upstream's cipher suite names (`--tls-cipher-suites`, `tlsCipherSuites`): Go's
-/// `tls.CipherSuites()` and `tls.InsecureCipherSuites()` and the two legacy ChaCha20
-/// spellings component-base keeps (`ciphersuites_flag.go`). Which of them the port can
-/// use is the TLS code's business; here a name is only known or not.
-pub const TLS_CIPHER_SUITE_NAMES: &[&str] = &[
-    // TLS 1.3: accepted, not configurable.
-    "TLS_AES_128_GCM_SHA256",
-    "TLS_AES_256_GCM_SHA384",
-    "TLS_CHACHA20_POLY1305_SHA256",
-    // TLS 1.2, ECDHE with AEAD.
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
-    // TLS 1.2, the rest Go knows.
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
-    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
-    "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
-    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
-    "TLS_RSA_WITH_AES_128_GCM_SHA256",
-    "TLS_RSA_WITH_AES_256_GCM_SHA384",
-    "TLS_RSA_WITH_AES_128_CBC_SHA",
-    "TLS_RSA_WITH_AES_256_CBC_SHA",
-    "TLS_RSA_WITH_AES_128_CBC_SHA256",
-    "TLS_RSA_WITH_RC4_128_SHA",
-    "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
-];
-
 /// How the kubelet port authorizes a request (`--authorization-mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AuthorizationMode {
@@ -97,7 +41,7 @@ pub struct Taint {
 
 /// The label keys a kubelet may set on its own Node in the `kubernetes.io` and `k8s.io`
 /// namespaces (upstream `kubeletapis.KubeletLabels`).
-pub const KUBELET_LABELS: &[&str] = &[
+pub(crate) const KUBELET_LABELS: &[&str] = &[
     "kubernetes.io/hostname",
     "topology.kubernetes.io/zone",
     "topology.kubernetes.io/region",
@@ -113,35 +57,37 @@ pub const KUBELET_LABELS: &[&str] = &[
 
 /// The label namespaces (and their subdomains) a kubelet may set freely (upstream
 /// `kubeletapis.KubeletLabelNamespaces`).
-pub const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
+pub(crate) const KUBELET_LABEL_NAMESPACES: &[&str] =
+    &["kubelet.kubernetes.io", "node.kubernetes.io"];
 
 /// Flag values: pflag's spellings.
-pub mod text {
+pub(crate) mod text {
     use std::net::IpAddr;
     use std::path::PathBuf;
     use std::time::Duration;
 
-    use super::{AuthorizationMode, TlsVersion};
+    use super::AuthorizationMode;
     use crate::config::duration::parse_duration;
     use crate::config::MAX_VERBOSITY;
+    use wire::tls::TlsVersion;
 
     /// Any path; an empty one means "none" where the setting is optional.
-    pub fn any_path(v: &str) -> Result<PathBuf, String> {
+    pub(crate) fn any_path(v: &str) -> Result<PathBuf, String> {
         Ok(v.into())
     }
 
     /// A path that must be given.
-    pub fn path(v: &str) -> Result<PathBuf, String> {
+    pub(crate) fn path(v: &str) -> Result<PathBuf, String> {
         string(v).map(PathBuf::from)
     }
 
     /// Any string, empty included.
-    pub fn any_string(v: &str) -> Result<String, String> {
+    pub(crate) fn any_string(v: &str) -> Result<String, String> {
         Ok(v.to_string())
     }
 
     /// A string that must not be empty.
-    pub fn string(v: &str) -> Result<String, String> {
+    pub(crate) fn string(v: &str) -> Result<String, String> {
         if v.is_empty() {
             Err("must not be empty".into())
         } else {
@@ -149,20 +95,52 @@ pub mod text {
         }
     }
 
+    /// `--network-plugin`: empty (Docker's bridge), `cni` or `kubenet`.
+    pub(crate) fn network_plugin(v: &str) -> Result<String, String> {
+        match v {
+            "" | "cni" | "kubenet" => Ok(v.to_string()),
+            _ => Err(format!(
+                "{v:?} is not a network plugin: \"\", cni or kubenet"
+            )),
+        }
+    }
+
+    /// `--hairpin-mode`: how a pod reaches itself through a service.
+    pub(crate) fn hairpin_mode(v: &str) -> Result<String, String> {
+        match v {
+            "promiscuous-bridge" | "hairpin-veth" | "none" => Ok(v.to_string()),
+            _ => Err(format!(
+                "{v:?} is not a hairpin mode: promiscuous-bridge, hairpin-veth or none"
+            )),
+        }
+    }
+
+    /// `--pod-cidr`: one CIDR, or one of each family comma-separated; empty for none.
+    pub(crate) fn pod_cidr(v: &str) -> Result<String, String> {
+        crate::network::kubenet::parse_pod_cidrs(&[v.to_string()])?;
+        Ok(v.to_string())
+    }
+
+    /// `--non-masquerade-cidr`: one CIDR.
+    pub(crate) fn cidr(v: &str) -> Result<String, String> {
+        crate::network::kubenet::Cidr::parse(v)?;
+        Ok(v.to_string())
+    }
+
     /// A port number.
-    pub fn port(v: &str) -> Result<u16, String> {
+    pub(crate) fn port(v: &str) -> Result<u16, String> {
         v.parse::<u16>()
             .map_err(|_| "not a port number (0-65535)".into())
     }
 
     /// An IP address.
-    pub fn ip(v: &str) -> Result<IpAddr, String> {
+    pub(crate) fn ip(v: &str) -> Result<IpAddr, String> {
         v.parse::<IpAddr>().map_err(|_| "not an IP address".into())
     }
 
     /// Comma-separated IP addresses (pflag's string slice), kept in their canonical
     /// spelling; empty parts are dropped.
-    pub fn ips(v: &str) -> Result<Vec<String>, String> {
+    pub(crate) fn ips(v: &str) -> Result<Vec<String>, String> {
         v.split(',')
             .filter(|p| !p.is_empty())
             .map(|p| ip(p).map(|a| a.to_string()))
@@ -170,7 +148,7 @@ pub mod text {
     }
 
     /// A loop period: a Go duration above zero (a zero period would spin).
-    pub fn period(v: &str) -> Result<Duration, String> {
+    pub(crate) fn period(v: &str) -> Result<Duration, String> {
         match parse_duration(v) {
             Ok(d) if d.is_zero() => Err("must be greater than 0".into()),
             Ok(d) => Ok(d),
@@ -179,12 +157,12 @@ pub mod text {
     }
 
     /// A Go duration, zero included (a cache TTL: 0 caches nothing).
-    pub fn duration(v: &str) -> Result<Duration, String> {
+    pub(crate) fn duration(v: &str) -> Result<Duration, String> {
         parse_duration(v).map_err(|e| format!("invalid duration: {e}"))
     }
 
     /// `--tls-cipher-suites`: comma-separated upstream names (empty parts dropped).
-    pub fn cipher_suites(v: &str) -> Result<Vec<String>, String> {
+    pub(crate) fn cipher_suites(v: &str) -> Result<Vec<String>, String> {
         v.split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
@@ -193,8 +171,8 @@ pub mod text {
     }
 
     /// One upstream cipher suite name, refused in component-base's words.
-    pub fn cipher_suite(name: &str) -> Result<String, String> {
-        if super::TLS_CIPHER_SUITE_NAMES.contains(&name) {
+    pub(crate) fn cipher_suite(name: &str) -> Result<String, String> {
+        if wire::tls::TLS_CIPHER_SUITE_NAMES.contains(&name) {
             Ok(name.to_string())
         } else {
             Err(format!(
@@ -204,7 +182,7 @@ pub mod text {
     }
 
     /// klog's `-v`.
-    pub fn verbosity(v: &str) -> Result<u8, String> {
+    pub(crate) fn verbosity(v: &str) -> Result<u8, String> {
         v.parse::<u8>()
             .ok()
             .filter(|n| *n <= MAX_VERBOSITY)
@@ -212,7 +190,7 @@ pub mod text {
     }
 
     /// A whole number of at least 1 (upstream's wording for less).
-    pub fn positive_int(v: &str) -> Result<u32, String> {
+    pub(crate) fn positive_int(v: &str) -> Result<u32, String> {
         match v.parse::<i64>() {
             Ok(n) if n < 1 => Err(format!("{n} must be a positive number")),
             Ok(n) => u32::try_from(n).map_err(|_| format!("{n} is too large")),
@@ -222,7 +200,7 @@ pub mod text {
 
     /// `--tls-min-version`: upstream's names; rustls speaks TLS 1.2 and 1.3 only, so
     /// the older names upstream also takes are refused with that reason.
-    pub fn tls_version(v: &str) -> Result<TlsVersion, String> {
+    pub(crate) fn tls_version(v: &str) -> Result<TlsVersion, String> {
         match v {
             "VersionTLS12" => Ok(TlsVersion::Tls12),
             "VersionTLS13" => Ok(TlsVersion::Tls13),
@@ -234,7 +212,7 @@ pub mod text {
     }
 
     /// `--authorization-mode`: `AlwaysAllow` or `Webhook`.
-    pub fn authorization_mode(v: &str) -> Result<AuthorizationMode, String> {
+    pub(crate) fn authorization_mode(v: &str) -> Result<AuthorizationMode, String> {
         match v {
             "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
             "Webhook" => Ok(AuthorizationMode::Webhook),
@@ -243,7 +221,7 @@ pub mod text {
     }
 
     /// A boolean, as Go's `strconv.ParseBool` reads it.
-    pub fn boolean(v: &str) -> Result<bool, String> {
+    pub(crate) fn boolean(v: &str) -> Result<bool, String> {
         match v {
             "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
             "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
@@ -252,7 +230,7 @@ pub mod text {
     }
 
     /// An http:// or https:// URL with a host, or empty ("none").
-    pub fn url(v: &str) -> Result<String, String> {
+    pub(crate) fn url(v: &str) -> Result<String, String> {
         if v.is_empty() {
             return Ok(String::new());
         }
@@ -271,7 +249,7 @@ pub mod text {
 
     /// Comma-separated URLs (empty entries dropped, trailing slashes trimmed); none at
     /// all means "no etcd".
-    pub fn urls(v: &str) -> Result<Vec<String>, String> {
+    pub(crate) fn urls(v: &str) -> Result<Vec<String>, String> {
         v.split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
@@ -281,7 +259,7 @@ pub mod text {
     }
 
     /// An etcd key prefix: absolute, as every kubelet key is.
-    pub fn etcd_prefix(v: &str) -> Result<String, String> {
+    pub(crate) fn etcd_prefix(v: &str) -> Result<String, String> {
         if !v.starts_with('/') {
             return Err("must start with /".into());
         }
@@ -292,7 +270,7 @@ pub mod text {
     /// checked as upstream's `ValidateKubeletFlags`: keys are qualified names, values
     /// label values, and a key in the `kubernetes.io` or `k8s.io` namespaces must be one
     /// a kubelet may set (the NodeRestriction admission refuses the others).
-    pub fn node_labels(v: &str) -> Result<Vec<(String, String)>, String> {
+    pub(crate) fn node_labels(v: &str) -> Result<Vec<(String, String)>, String> {
         use crate::validation::names::{is_qualified_name, is_valid_label_value};
         let mut out: Vec<(String, String)> = Vec::new();
         let mut unknown = Vec::new();
@@ -316,7 +294,7 @@ pub mod text {
             out.push((key.to_string(), value.to_string()));
         }
         if !unknown.is_empty() {
-            crate::sort::sort(&mut unknown);
+            base::sort::sort(&mut unknown);
             return Err(format!(
                 "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: {unknown:?}; \
                  --node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix \
@@ -335,7 +313,7 @@ pub mod text {
 
     /// Upstream `isKubernetesLabel`: the key is in `kubernetes.io` or `k8s.io` (or a
     /// subdomain of either).
-    pub fn is_kubernetes_label(key: &str) -> bool {
+    pub(crate) fn is_kubernetes_label(key: &str) -> bool {
         let ns = label_namespace(key);
         ["kubernetes.io", "k8s.io"]
             .iter()
@@ -344,7 +322,7 @@ pub mod text {
 
     /// Upstream `IsKubeletLabel`: one of the kubelet's own labels, or in one of the
     /// namespaces a kubelet may set.
-    pub fn is_kubelet_label(key: &str) -> bool {
+    pub(crate) fn is_kubelet_label(key: &str) -> bool {
         let ns = label_namespace(key);
         super::KUBELET_LABELS.contains(&key)
             || super::KUBELET_LABEL_NAMESPACES
@@ -354,7 +332,7 @@ pub mod text {
 
     /// `--register-with-taints`: comma-separated `key=value:Effect` or `key:Effect`
     /// (upstream `taints.ParseTaint`).
-    pub fn taints(v: &str) -> Result<Vec<super::Taint>, String> {
+    pub(crate) fn taints(v: &str) -> Result<Vec<super::Taint>, String> {
         v.split(',')
             .map(str::trim)
             .filter(|p| !p.is_empty())
@@ -363,7 +341,7 @@ pub mod text {
     }
 
     /// One taint, in upstream's words when it is refused.
-    pub fn taint(spec: &str) -> Result<super::Taint, String> {
+    pub(crate) fn taint(spec: &str) -> Result<super::Taint, String> {
         use crate::validation::names::{is_qualified_name, is_valid_label_value};
         let bad = || format!("invalid taint spec: {spec}");
         let (kv, effect) = spec.rsplit_once(':').ok_or_else(bad)?;
@@ -390,7 +368,7 @@ pub mod text {
     }
 
     /// `--node-ip`: an IP address, or empty (detect it).
-    pub fn node_ip(v: &str) -> Result<String, String> {
+    pub(crate) fn node_ip(v: &str) -> Result<String, String> {
         if v.is_empty() {
             return Ok(String::new());
         }
@@ -399,13 +377,13 @@ pub mod text {
 
     /// A count or size, zero included (`--eviction-max-pod-grace-period` seconds,
     /// `--log-file-max-size` MB).
-    pub fn non_negative_int(v: &str) -> Result<u32, String> {
+    pub(crate) fn non_negative_int(v: &str) -> Result<u32, String> {
         v.parse::<u32>()
             .map_err(|_| format!("{v:?} is not a whole number of 0 or more"))
     }
 
     /// `--node-status-max-images`: a count, or -1 for no cap.
-    pub fn max_images(v: &str) -> Result<i32, String> {
+    pub(crate) fn max_images(v: &str) -> Result<i32, String> {
         match v.parse::<i32>() {
             Ok(n) if n < -1 => Err(format!("{n} must be -1 (no cap) or more")),
             Ok(n) => Ok(n),
@@ -414,12 +392,12 @@ pub mod text {
     }
 
     /// A whole number, negative included (`--maximum-dead-containers`: -1 is no limit).
-    pub fn int(v: &str) -> Result<i32, String> {
+    pub(crate) fn int(v: &str) -> Result<i32, String> {
         v.parse::<i32>().map_err(|_| "not a whole number".into())
     }
 
     /// A percentage, 0 to 100 (the image GC thresholds).
-    pub fn percent(v: &str) -> Result<u8, String> {
+    pub(crate) fn percent(v: &str) -> Result<u8, String> {
         match v.parse::<i64>() {
             Ok(n) if (0..=100).contains(&n) => u8::try_from(n).map_err(|_| "too large".into()),
             Ok(n) => Err(format!("{n} is not a percentage (0-100)")),
@@ -429,8 +407,8 @@ pub mod text {
 
     /// A size as a resource quantity (`10Mi`), in bytes, above zero
     /// (`containerLogMaxSize`).
-    pub fn bytes(v: &str) -> Result<u64, String> {
-        crate::quantity::parse_milli(v)
+    pub(crate) fn bytes(v: &str) -> Result<u64, String> {
+        base::quantity::parse_milli(v)
             .map(|m| m / 1000)
             .filter(|b| *b > 0)
             .and_then(|b| u64::try_from(b).ok())
@@ -439,7 +417,7 @@ pub mod text {
 
     /// A number of files of at least 2 (upstream's `containerLogMaxFiles` rule: the
     /// file being written and one rotated).
-    pub fn log_files(v: &str) -> Result<u32, String> {
+    pub(crate) fn log_files(v: &str) -> Result<u32, String> {
         match v.parse::<i64>() {
             Ok(n) if n < 2 => Err(format!("{n} must be 2 or more")),
             Ok(n) => u32::try_from(n).map_err(|_| format!("{n} is too large")),
@@ -450,7 +428,7 @@ pub mod text {
     /// `--kube-reserved`, `--system-reserved`: comma-separated `name=quantity` of
     /// `cpu`, `memory`, `ephemeral-storage` and `pid` (upstream `parseResourceList`),
     /// each a non-negative quantity; a name given again replaces the earlier one.
-    pub fn reserved(v: &str) -> Result<Vec<(String, String)>, String> {
+    pub(crate) fn reserved(v: &str) -> Result<Vec<(String, String)>, String> {
         let mut out: Vec<(String, String)> = Vec::new();
         for pair in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (name, q) = pair
@@ -466,7 +444,7 @@ pub mod text {
 
     /// `--enforce-node-allocatable`: comma-separated `pods`, `system-reserved`,
     /// `kube-reserved` or `none` (upstream's validation: `none` stands alone).
-    pub fn enforce_node_allocatable(v: &str) -> Result<Vec<String>, String> {
+    pub(crate) fn enforce_node_allocatable(v: &str) -> Result<Vec<String>, String> {
         let list: Vec<String> = v
             .split(',')
             .map(str::trim)
@@ -480,7 +458,7 @@ pub mod text {
     /// `--allowed-unsafe-sysctls`: comma-separated sysctls or patterns ending in `*`,
     /// each refused as upstream's `NewAllowlist` refuses it (not a valid pattern, or not
     /// known to be namespaced), so a bad one stops the start-up naming it.
-    pub fn sysctl_patterns(v: &str) -> Result<Vec<String>, String> {
+    pub(crate) fn sysctl_patterns(v: &str) -> Result<Vec<String>, String> {
         let list: Vec<String> = v
             .split(',')
             .filter(|p| !p.is_empty())
@@ -491,7 +469,7 @@ pub mod text {
     }
 
     /// Upstream's check of `enforceNodeAllocatable`'s levels.
-    pub fn check_enforce_node_allocatable(list: &[String]) -> Result<(), String> {
+    pub(crate) fn check_enforce_node_allocatable(list: &[String]) -> Result<(), String> {
         for l in list {
             if !["pods", "system-reserved", "kube-reserved", "none"].contains(&l.as_str()) {
                 return Err(format!(
@@ -511,11 +489,11 @@ pub mod text {
     }
 
     /// One reserved resource, in upstream's words when it is refused.
-    pub fn reserved_one(name: &str, q: &str) -> Result<(), String> {
+    pub(crate) fn reserved_one(name: &str, q: &str) -> Result<(), String> {
         if !["cpu", "memory", "ephemeral-storage", "pid"].contains(&name) {
             return Err(format!("cannot reserve {name:?} resource"));
         }
-        match crate::quantity::parse_milli(q) {
+        match base::quantity::parse_milli(q) {
             Some(m) if m >= 0 => Ok(()),
             Some(_) => Err(format!(
                 "resource quantity for {name:?} cannot be negative: {q}"
@@ -526,7 +504,7 @@ pub mod text {
 
     /// Upstream's `colonSeparatedMultimapStringString`: `Name:Value` pairs separated by
     /// commas; the value may hold colons, not commas.
-    pub fn headers(v: &str) -> Result<Vec<(String, String)>, String> {
+    pub(crate) fn headers(v: &str) -> Result<Vec<(String, String)>, String> {
         let mut out = Vec::new();
         for pair in v.split(',') {
             if pair.trim().is_empty() {
@@ -552,7 +530,7 @@ pub mod text {
 /// `KubeletConfiguration` fields. Each reader gets a present, non-null value and the
 /// file's directory, and returns `None` where upstream's defaulting treats the value
 /// as unset (`""`, `0s`, `port: 0`).
-pub mod yaml {
+pub(crate) mod yaml {
     use std::net::IpAddr;
     use std::path::{Path, PathBuf};
     use std::time::Duration;
@@ -565,7 +543,7 @@ pub mod yaml {
 
     /// The value of a field, `logging.verbosity` naming one inside `logging`; a null
     /// value is no value, as `Option` fields read it.
-    pub fn lookup<'a>(map: &'a Mapping, field: &str) -> Option<&'a Value> {
+    pub(crate) fn lookup<'a>(map: &'a Mapping, field: &str) -> Option<&'a Value> {
         let (head, rest) = match field.split_once('.') {
             Some((h, r)) => (h, Some(r)),
             None => (field, None),
@@ -579,7 +557,7 @@ pub mod yaml {
     }
 
     /// A string; empty means unset, as in upstream's defaulting.
-    pub fn string(v: &Value, _: &Path) -> Result<Option<String>, String> {
+    pub(crate) fn string(v: &Value, _: &Path) -> Result<Option<String>, String> {
         match v {
             Value::String(s) if s.is_empty() => Ok(None),
             Value::String(s) => Ok(Some(s.clone())),
@@ -587,15 +565,29 @@ pub mod yaml {
         }
     }
 
+    /// `podCIDR`: a pod CIDR (or one of each family).
+    pub(crate) fn pod_cidr(v: &Value, base: &Path) -> Result<Option<String>, String> {
+        string(v, base)?
+            .map(|s| super::text::pod_cidr(&s))
+            .transpose()
+    }
+
+    /// `hairpinMode`.
+    pub(crate) fn hairpin_mode(v: &Value, base: &Path) -> Result<Option<String>, String> {
+        string(v, base)?
+            .map(|s| super::text::hairpin_mode(&s))
+            .transpose()
+    }
+
     /// A path, resolved against the file's directory as upstream's
     /// `resolveRelativePaths` does.
-    pub fn path(v: &Value, base: &Path) -> Result<Option<PathBuf>, String> {
+    pub(crate) fn path(v: &Value, base: &Path) -> Result<Option<PathBuf>, String> {
         Ok(string(v, base)?.map(|p| base.join(p)))
     }
 
     /// `resolvConf`: a path, where an explicit "" turns the node's resolver file off
     /// (and so is kept, not taken for unset).
-    pub fn resolv_conf(v: &Value, base: &Path) -> Result<Option<String>, String> {
+    pub(crate) fn resolv_conf(v: &Value, base: &Path) -> Result<Option<String>, String> {
         match v {
             Value::String(s) if s.is_empty() => Ok(Some(String::new())),
             v => Ok(path(v, base)?.map(|p| p.display().to_string())),
@@ -603,12 +595,12 @@ pub mod yaml {
     }
 
     /// An http:// or https:// URL.
-    pub fn url(v: &Value, base: &Path) -> Result<Option<String>, String> {
+    pub(crate) fn url(v: &Value, base: &Path) -> Result<Option<String>, String> {
         string(v, base)?.map(|u| text::url(&u)).transpose()
     }
 
     /// An IP address.
-    pub fn ip(v: &Value, base: &Path) -> Result<Option<IpAddr>, String> {
+    pub(crate) fn ip(v: &Value, base: &Path) -> Result<Option<IpAddr>, String> {
         string(v, base)?
             .map(|s| {
                 s.parse::<IpAddr>()
@@ -618,7 +610,7 @@ pub mod yaml {
     }
 
     /// A list of IP addresses (`clusterDNS`).
-    pub fn ips(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
+    pub(crate) fn ips(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
         let Value::Sequence(items) = v else {
             return Err(invalid(v, "not a list of IP addresses"));
         };
@@ -634,7 +626,7 @@ pub mod yaml {
 
     /// A port number, 0..=65535; 0 is a value (it disables the server). Upstream's
     /// fields are int32, so only YAML integers count.
-    pub fn port(v: &Value, _: &Path) -> Result<Option<u16>, String> {
+    pub(crate) fn port(v: &Value, _: &Path) -> Result<Option<u16>, String> {
         v.as_u64()
             .and_then(|n| u16::try_from(n).ok())
             .map(Some)
@@ -642,12 +634,12 @@ pub mod yaml {
     }
 
     /// A port number where 0 means unset: upstream defaulting gives `port: 0` 10250.
-    pub fn nonzero_port(v: &Value, base: &Path) -> Result<Option<u16>, String> {
+    pub(crate) fn nonzero_port(v: &Value, base: &Path) -> Result<Option<u16>, String> {
         Ok(port(v, base)?.filter(|p| *p != 0))
     }
 
     /// A Go duration string, as `metav1.Duration` reads it; zero means unset.
-    pub fn duration(v: &Value, _: &Path) -> Result<Option<Duration>, String> {
+    pub(crate) fn duration(v: &Value, _: &Path) -> Result<Option<Duration>, String> {
         match v {
             Value::String(s) => parse_duration(s)
                 .map(|d| Some(d).filter(|d| !d.is_zero()))
@@ -657,7 +649,7 @@ pub mod yaml {
     }
 
     /// A klog verbosity level.
-    pub fn verbosity(v: &Value, _: &Path) -> Result<Option<u8>, String> {
+    pub(crate) fn verbosity(v: &Value, _: &Path) -> Result<Option<u8>, String> {
         v.as_u64()
             .and_then(|n| u8::try_from(n).ok())
             .filter(|n| *n <= MAX_VERBOSITY)
@@ -666,7 +658,7 @@ pub mod yaml {
     }
 
     /// A whole number of at least 1; null is unset (a Go `*int32` left nil).
-    pub fn positive_int(v: &Value, _: &Path) -> Result<Option<u32>, String> {
+    pub(crate) fn positive_int(v: &Value, _: &Path) -> Result<Option<u32>, String> {
         if v.is_null() {
             return Ok(None);
         }
@@ -680,13 +672,13 @@ pub mod yaml {
     }
 
     /// A percentage, 0 to 100.
-    pub fn percent(v: &Value, _: &Path) -> Result<Option<u8>, String> {
+    pub(crate) fn percent(v: &Value, _: &Path) -> Result<Option<u8>, String> {
         let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
         text::percent(&n.to_string()).map(Some)
     }
 
     /// A size as a quantity string (`10Mi`), in bytes; empty is unset.
-    pub fn bytes(v: &Value, _: &Path) -> Result<Option<u64>, String> {
+    pub(crate) fn bytes(v: &Value, _: &Path) -> Result<Option<u64>, String> {
         match v {
             Value::String(s) if s.is_empty() => Ok(None),
             Value::String(s) => text::bytes(s).map(Some),
@@ -696,25 +688,28 @@ pub mod yaml {
     }
 
     /// `containerLogMaxFiles`: at least 2.
-    pub fn log_files(v: &Value, _: &Path) -> Result<Option<u32>, String> {
+    pub(crate) fn log_files(v: &Value, _: &Path) -> Result<Option<u32>, String> {
         let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
         text::log_files(&n.to_string()).map(Some)
     }
 
     /// `nodeStatusMaxImages`: a count, or -1 for no cap.
-    pub fn max_images(v: &Value, _: &Path) -> Result<Option<i32>, String> {
+    pub(crate) fn max_images(v: &Value, _: &Path) -> Result<Option<i32>, String> {
         let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
         let n = i32::try_from(n).map_err(|_| invalid(v, "too large"))?;
         text::max_images(&n.to_string()).map(Some)
     }
 
     /// `tlsMinVersion`; empty is unset.
-    pub fn tls_version(v: &Value, base: &Path) -> Result<Option<super::TlsVersion>, String> {
+    pub(crate) fn tls_version(
+        v: &Value,
+        base: &Path,
+    ) -> Result<Option<wire::tls::TlsVersion>, String> {
         string(v, base)?.map(|s| text::tls_version(&s)).transpose()
     }
 
     /// `tlsCipherSuites`: a list of upstream names.
-    pub fn cipher_suites(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
+    pub(crate) fn cipher_suites(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
         let Value::Sequence(items) = v else {
             return Err(invalid(v, "not a list of cipher suite names"));
         };
@@ -729,7 +724,7 @@ pub mod yaml {
     }
 
     /// `authorization.mode`.
-    pub fn authorization_mode(
+    pub(crate) fn authorization_mode(
         v: &Value,
         base: &Path,
     ) -> Result<Option<super::AuthorizationMode>, String> {
@@ -739,14 +734,14 @@ pub mod yaml {
     }
 
     /// A boolean.
-    pub fn boolean(v: &Value, _: &Path) -> Result<Option<bool>, String> {
+    pub(crate) fn boolean(v: &Value, _: &Path) -> Result<Option<bool>, String> {
         v.as_bool()
             .map(Some)
             .ok_or_else(|| invalid(v, "not a boolean"))
     }
 
     /// `kubeReserved`, `systemReserved`: a map of resource name to quantity.
-    pub fn reserved(v: &Value, _: &Path) -> Result<Option<Vec<(String, String)>>, String> {
+    pub(crate) fn reserved(v: &Value, _: &Path) -> Result<Option<Vec<(String, String)>>, String> {
         let Value::Mapping(map) = v else {
             return Err(invalid(v, "not a map of resource name to quantity"));
         };
@@ -762,14 +757,17 @@ pub mod yaml {
     }
 
     /// `enforceNodeAllocatable`: a list of levels.
-    pub fn enforce_node_allocatable(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
+    pub(crate) fn enforce_node_allocatable(
+        v: &Value,
+        _: &Path,
+    ) -> Result<Option<Vec<String>>, String> {
         let out = string_list(v)?;
         text::check_enforce_node_allocatable(&out)?;
         Ok(Some(out))
     }
 
     /// `allowedUnsafeSysctls`: a list of sysctls or patterns, checked as the flag's.
-    pub fn sysctl_patterns(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
+    pub(crate) fn sysctl_patterns(v: &Value, _: &Path) -> Result<Option<Vec<String>>, String> {
         let out = string_list(v)?;
         crate::sysctl::Allowlist::new(&out).map_err(|e| e.0)?;
         Ok(Some(out))
@@ -799,7 +797,7 @@ pub mod yaml {
 
     /// `staticPodURLHeader`: a map of header name to a list of values (Go's
     /// `map[string][]string`), flattened in the file's order.
-    pub fn headers(v: &Value, _: &Path) -> Result<Option<Vec<(String, String)>>, String> {
+    pub(crate) fn headers(v: &Value, _: &Path) -> Result<Option<Vec<(String, String)>>, String> {
         let Value::Mapping(map) = v else {
             return Err(invalid(v, "not a map of header name to values"));
         };
@@ -827,12 +825,12 @@ pub mod yaml {
     }
 
     /// "invalid value X: reason".
-    pub fn invalid(v: &Value, reason: &str) -> String {
+    pub(crate) fn invalid(v: &Value, reason: &str) -> String {
         format!("invalid value {}: {reason}", describe(v))
     }
 
     /// A value, short enough for a one-line message.
-    pub fn describe(v: &Value) -> String {
+    pub(crate) fn describe(v: &Value) -> String {
         match v {
             Value::Null => "null".into(),
             Value::Bool(b) => b.to_string(),

@@ -12,18 +12,18 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use crate::time::k8s_time;
+use base::time::k8s_time;
 
 /// Upstream's `maxLruCacheEntries`: the most aggregation and logger records kept.
-pub const MAX_LRU_ENTRIES: usize = 4096;
+pub(crate) const MAX_LRU_ENTRIES: usize = 4096;
 /// Upstream's `defaultAggregateMaxEvents`: similar events (other messages) before
 /// they are combined.
-pub const AGGREGATE_MAX_EVENTS: usize = 10;
+pub(crate) const AGGREGATE_MAX_EVENTS: usize = 10;
 /// Upstream's `defaultAggregateIntervalInSeconds`: a quiet spell this long starts the
 /// similar-events count again.
-pub const AGGREGATE_INTERVAL: Duration = Duration::from_secs(600);
+pub(crate) const AGGREGATE_INTERVAL: Duration = Duration::from_secs(600);
 /// The message prefix of a combined event (upstream `EventAggregatorByReasonMessageFunc`).
-pub const AGGREGATE_PREFIX: &str = "(combined from similar events): ";
+pub(crate) const AGGREGATE_PREFIX: &str = "(combined from similar events): ";
 pub(super) fn s(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or_default()
 }
@@ -121,6 +121,7 @@ impl<V> Lru<V> {
         self.map.insert(key, (v, self.clock));
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.map.len()
     }
@@ -144,7 +145,7 @@ struct EventLog {
 
 /// One write to make.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Write {
+pub(crate) enum Write {
     /// A new Event.
     Create(Event),
     /// The Event `event` names exists: bump it with `patch` (strategic merge); `event`
@@ -159,7 +160,7 @@ pub enum Write {
 
 impl Write {
     /// The event written.
-    pub fn event(&self) -> &Event {
+    pub(crate) fn event(&self) -> &Event {
         match self {
             Write::Create(e) | Write::Patch { event: e, .. } => e,
         }
@@ -168,7 +169,7 @@ impl Write {
 
 /// An event after correlation: the write, and the key its outcome is recorded under.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Correlated {
+pub(crate) struct Correlated {
     /// The logger's key (the event's own, or the aggregate's).
     pub key: String,
     /// What to send.
@@ -178,7 +179,7 @@ pub struct Correlated {
 /// client-go's `EventAggregator` and `eventLogger`, without the spam filter (the
 /// recorder's).
 #[derive(Debug)]
-pub struct Correlator {
+pub(crate) struct Correlator {
     aggregates: Lru<AggregateRecord>,
     logs: Lru<EventLog>,
 }
@@ -191,21 +192,22 @@ impl Default for Correlator {
 
 impl Correlator {
     /// A correlator whose two caches hold at most `cap` entries each.
-    pub fn with_capacity(cap: usize) -> Self {
+    pub(crate) fn with_capacity(cap: usize) -> Self {
         Correlator {
             aggregates: Lru::new(cap),
             logs: Lru::new(cap),
         }
     }
 
+    #[cfg(test)]
     /// Entries in the (aggregation, logger) caches.
-    pub fn cache_sizes(&self) -> (usize, usize) {
+    pub(crate) fn cache_sizes(&self) -> (usize, usize) {
         (self.aggregates.len(), self.logs.len())
     }
 
     /// Aggregates `event` with similar ones and counts repeats (upstream
     /// `EventCorrelate` less the filter), at `now`.
-    pub fn correlate(&mut self, event: Event, now: SystemTime) -> Correlated {
+    pub(crate) fn correlate(&mut self, event: Event, now: SystemTime) -> Correlated {
         let (event, key) = self.aggregate(event, now);
         self.observe(event, key)
     }
@@ -292,7 +294,7 @@ impl Correlator {
 
     /// Records what the server stored for `key` (upstream `UpdateState`; kept under
     /// the key the write was correlated with, so combined events find it too).
-    pub fn update_state(&mut self, key: &str, saved: &Event) {
+    pub(crate) fn update_state(&mut self, key: &str, saved: &Event) {
         self.logs.put(
             key.to_string(),
             EventLog {
@@ -356,7 +358,7 @@ mod tests {
     }
 
     fn correlate(c: &mut Correlator, e: Event) -> Correlated {
-        let t = crate::time::system_time(e.last_timestamp.as_ref().expect("stamped"));
+        let t = base::time::system_time(e.last_timestamp.as_ref().expect("stamped"));
         c.correlate(e, t)
     }
 

@@ -31,39 +31,36 @@ use crossbeam_channel::{select, Receiver};
 use k8s_openapi::api::core::v1::{Event, EventSource};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::apiclient::{ApiClient, ApiError};
-use crate::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
-use crate::metrics::kubelet::KubeletMetrics;
+use crate::metrics::KubeletMetrics;
 use crate::record::{self, Recorded};
-use crate::time::k8s_time;
+use apiclient::{ApiClient, ApiError};
+use base::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
+use base::time::k8s_time;
 use correlator::{s, time_nanos};
-pub use correlator::{
-    Correlated, Correlator, Write, AGGREGATE_INTERVAL, AGGREGATE_MAX_EVENTS, AGGREGATE_PREFIX,
-    MAX_LRU_ENTRIES,
-};
+pub(crate) use correlator::{Correlator, Write};
 
 mod correlator;
 
 /// Upstream's `maxTriesPerEvent`.
-pub const MAX_TRIES: u32 = 12;
+pub(crate) const MAX_TRIES: u32 = 12;
 /// Upstream's `sleepDuration` between tries; also how long the loop pauses after the
 /// API server could not be reached.
-pub const RETRY_SLEEP: Duration = Duration::from_secs(10);
+pub(crate) const RETRY_SLEEP: Duration = Duration::from_secs(10);
 /// Each create or patch is one request within this.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// A write not made this long after its first try is dropped (upstream: 12 tries
 /// 10 s apart).
-pub const MAX_AGE: Duration = Duration::from_secs(RETRY_SLEEP.as_secs() * MAX_TRIES as u64);
+pub(crate) const MAX_AGE: Duration = Duration::from_secs(RETRY_SLEEP.as_secs() * MAX_TRIES as u64);
 /// Writes waiting for another try; more drop the oldest (upstream keeps one, blocking
 /// the whole stream while it sleeps).
-pub const MAX_PENDING: usize = 1000;
+pub(crate) const MAX_PENDING: usize = 1000;
 /// Drops are logged at most this often.
-pub const DROP_LOG_PERIOD: Duration = Duration::from_secs(60);
+pub(crate) const DROP_LOG_PERIOD: Duration = Duration::from_secs(60);
 /// The component events are from.
-pub const COMPONENT: &str = "kubelet";
+pub(crate) const COMPONENT: &str = "kubelet";
 
 /// The Event for `r` from the kubelet on `node` (client-go `recorder.makeEvent`).
-pub fn make_event(r: &Recorded, node: &str) -> Event {
+pub(crate) fn make_event(r: &Recorded, node: &str) -> Event {
     let nanos = time_nanos(r.at);
     let object = r.object.name.as_deref().unwrap_or_default();
     let namespace = r
@@ -97,7 +94,7 @@ pub fn make_event(r: &Recorded, node: &str) -> Event {
 }
 
 /// Where events are written: the API server, or a fake in the tests.
-pub trait EventSink {
+pub(crate) trait EventSink {
     /// Creates `event`; returns what was stored.
     fn create(&self, event: &Event) -> Result<Event, ApiError>;
     /// Patches the Event `namespace/name`; returns what was stored.
@@ -151,7 +148,7 @@ struct Pending {
 
 /// What one write came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Stored.
     Written,
     /// The server could not be reached: tried again later (or dropped after
@@ -165,7 +162,7 @@ pub enum Outcome {
 
 /// Events not written, by why (the `reason` label of `rkubelet_events_dropped_total`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Dropped {
+pub(crate) struct Dropped {
     /// The recorder's queue was full.
     pub queue_full: u64,
     /// [`MAX_TRIES`] tries failed, or the retry list was full.
@@ -183,7 +180,7 @@ impl Dropped {
 /// The correlator and the writes through one sink, with the retry list: everything
 /// the loop does but waiting.
 #[derive(Debug)]
-pub struct Writer<S> {
+pub(crate) struct Writer<S> {
     sink: S,
     node: String,
     correlator: Correlator,
@@ -198,7 +195,7 @@ pub struct Writer<S> {
 
 impl<S: EventSink> Writer<S> {
     /// A writer for the kubelet on `node`.
-    pub fn new(sink: S, node: &str) -> Self {
+    pub(crate) fn new(sink: S, node: &str) -> Self {
         Writer {
             sink,
             node: node.to_string(),
@@ -210,18 +207,19 @@ impl<S: EventSink> Writer<S> {
         }
     }
 
+    #[cfg(test)]
     /// Writes waiting for another try.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.retries.len()
     }
 
     /// When the next retry is due.
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.retries.front().map(|p| p.due)
     }
 
     /// Correlates and writes one recorded event.
-    pub fn handle(&mut self, r: &Recorded, now: Instant) -> Outcome {
+    pub(crate) fn handle(&mut self, r: &Recorded, now: Instant) -> Outcome {
         let event = make_event(r, &self.node);
         let c = self.correlator.correlate(event, r.at);
         // A newer write of the same event carries all the older one would have.
@@ -240,7 +238,7 @@ impl<S: EventSink> Writer<S> {
 
     /// Tries again every write that is due (stopping when the server is found
     /// unreachable again).
-    pub fn retry_due(&mut self, now: Instant) {
+    pub(crate) fn retry_due(&mut self, now: Instant) {
         while self.retries.front().is_some_and(|p| p.due <= now) {
             let Some(p) = self.retries.pop_front() else {
                 break;
@@ -317,13 +315,13 @@ impl<S: EventSink> Writer<S> {
 
 /// Starts the `events` loop writing through `api` for `node`, and points the recorder
 /// at its queue. Records the node's `Starting` event once the loop is there.
-pub fn start(
+pub(crate) fn start(
     loops: &Loops,
     api: Arc<ApiClient>,
     node: &str,
     metrics: Arc<KubeletMetrics>,
 ) -> Result<(), SpawnError> {
-    let (tx, rx) = crate::chan::bounded(record::QUEUE_CAPACITY);
+    let (tx, rx) = base::chan::bounded(record::QUEUE_CAPACITY);
     if !record::set_sink(tx) {
         log::warn!("events: the recorder already sends its events elsewhere");
         return Ok(());
@@ -719,7 +717,7 @@ mod tests {
 
     #[test]
     fn drops_reach_the_metrics_and_are_logged_at_most_once_a_minute() {
-        let m = KubeletMetrics::new(Arc::new(crate::loops::LoopRegistry::default()));
+        let m = KubeletMetrics::new(Arc::new(base::loops::LoopRegistry::default()));
         let t0 = Instant::now();
         let mut d = DropReport::new(t0);
         let w = Dropped {

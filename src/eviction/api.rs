@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// An eviction signal (upstream `evictionapi.Signal`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Signal {
+pub(crate) enum Signal {
     /// Node memory capacity − the root cgroup's working set.
     MemoryAvailable,
     /// Free bytes of the filesystem of the kubelet's root directory.
@@ -35,7 +35,7 @@ pub enum Signal {
 
 impl Signal {
     /// Every signal, in upstream's spelling order.
-    pub const ALL: [Signal; 9] = [
+    pub(crate) const ALL: [Signal; 9] = [
         Signal::MemoryAvailable,
         Signal::NodeFsAvailable,
         Signal::NodeFsInodesFree,
@@ -48,7 +48,7 @@ impl Signal {
     ];
 
     /// Upstream's name (`memory.available`), the `eviction_signal` label.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Signal::MemoryAvailable => "memory.available",
             Signal::NodeFsAvailable => "nodefs.available",
@@ -63,13 +63,13 @@ impl Signal {
     }
 
     /// The signal named `name`.
-    pub fn parse(name: &str) -> Option<Signal> {
+    pub(crate) fn parse(name: &str) -> Option<Signal> {
         Signal::ALL.into_iter().find(|s| s.name() == name)
     }
 
     /// The resource it starves (upstream `signalToResource`): the word of the
     /// eviction message and of `EvictionThresholdMet`.
-    pub fn resource(self) -> &'static str {
+    pub(crate) fn resource(self) -> &'static str {
         match self {
             Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => "memory",
             Signal::NodeFsAvailable | Signal::ImageFsAvailable | Signal::ContainerFsAvailable => {
@@ -83,7 +83,7 @@ impl Signal {
     }
 
     /// The node condition it raises (upstream `signalToNodeCondition`).
-    pub fn condition(self) -> Condition {
+    pub(crate) fn condition(self) -> Condition {
         match self {
             Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => {
                 Condition::MemoryPressure
@@ -94,7 +94,7 @@ impl Signal {
     }
 
     /// Whether quantities of it are bytes (binary SI) rather than counts (decimal SI).
-    pub fn is_bytes(self) -> bool {
+    pub(crate) fn is_bytes(self) -> bool {
         matches!(
             self,
             Signal::MemoryAvailable
@@ -106,7 +106,7 @@ impl Signal {
     }
 
     /// A memory signal (acted on first, ranked by working set).
-    pub fn is_memory(self) -> bool {
+    pub(crate) fn is_memory(self) -> bool {
         matches!(
             self,
             Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable
@@ -114,7 +114,7 @@ impl Signal {
     }
 
     /// A filesystem signal (node-level reclaim by container and image GC first).
-    pub fn is_disk(self) -> bool {
+    pub(crate) fn is_disk(self) -> bool {
         self.condition() == Condition::DiskPressure
     }
 }
@@ -127,7 +127,8 @@ impl fmt::Display for Signal {
 
 /// A node pressure condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Condition {
+#[allow(clippy::enum_variant_names)] // the Node condition types' names
+pub(crate) enum Condition {
     /// `MemoryPressure`.
     MemoryPressure,
     /// `DiskPressure`.
@@ -138,7 +139,7 @@ pub enum Condition {
 
 impl Condition {
     /// The node condition's type.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Condition::MemoryPressure => "MemoryPressure",
             Condition::DiskPressure => "DiskPressure",
@@ -149,7 +150,7 @@ impl Condition {
 
 /// A threshold's value: an absolute quantity (bytes or a count) or a share of capacity.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     /// Bytes, or inodes / pids.
     Quantity(i128),
     /// 0 < p ≤ 1 of the capacity.
@@ -159,7 +160,7 @@ pub enum Value {
 impl Value {
     /// The amount for a capacity (upstream `GetThresholdQuantity`: a percentage of the
     /// capacity, truncated).
-    pub fn amount(self, capacity: i128) -> i128 {
+    pub(crate) fn amount(self, capacity: i128) -> i128 {
         match self {
             Value::Quantity(q) => q,
             Value::Percentage(p) => (capacity as f64 * p) as i128,
@@ -169,7 +170,7 @@ impl Value {
 
 /// One threshold (upstream `evictionapi.Threshold`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Threshold {
+pub(crate) struct Threshold {
     /// What is measured.
     pub signal: Signal,
     /// Met when the signal's available amount is below this.
@@ -182,7 +183,7 @@ pub struct Threshold {
 
 impl Threshold {
     /// A hard threshold (no grace period), upstream `isHardEvictionThreshold`.
-    pub fn is_hard(&self) -> bool {
+    pub(crate) fn is_hard(&self) -> bool {
         self.grace_period.is_zero()
     }
 }
@@ -190,7 +191,7 @@ impl Threshold {
 /// Upstream's Linux default `--eviction-hard` (`DefaultEvictionHard`, without the
 /// newest `imagefs.inodesFree`, which this kubelet's image filesystem measures the
 /// same as the others when given).
-pub const DEFAULT_EVICTION_HARD: &str =
+pub(crate) const DEFAULT_EVICTION_HARD: &str =
     "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%";
 
 /// Why a threshold setting was refused (upstream's words).
@@ -200,7 +201,7 @@ pub struct ThresholdError(pub String);
 
 /// Parses `signal<value` statements separated by commas (`--eviction-hard`,
 /// `--eviction-soft`); zero thresholds are dropped.
-pub fn parse_statements(v: &str) -> Result<Vec<(Signal, Value)>, ThresholdError> {
+pub(crate) fn parse_statements(v: &str) -> Result<Vec<(Signal, Value)>, ThresholdError> {
     let mut out: Vec<(Signal, Value)> = Vec::new();
     for stmt in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some((name, value)) = stmt.split_once('<') else {
@@ -238,7 +239,7 @@ fn parse_value(signal: Signal, v: &str) -> Result<Option<Value>, ThresholdError>
         }
         return Ok(Some(Value::Percentage(p / 100.0)).filter(|_| p > 0.0));
     }
-    let milli = crate::quantity::parse_milli(v).ok_or_else(|| {
+    let milli = base::quantity::parse_milli(v).ok_or_else(|| {
         ThresholdError(format!(
             "invalid quantity {v:?} for eviction signal {signal}"
         ))
@@ -276,7 +277,7 @@ fn parse_pairs<T>(
 
 /// The thresholds of the eviction flags (upstream `ParseThresholdConfig`). `hard`:
 /// None for upstream's defaults, Some("") for none at all.
-pub fn parse_threshold_config(
+pub(crate) fn parse_threshold_config(
     hard: Option<&str>,
     soft: &str,
     soft_grace: &str,
@@ -335,7 +336,7 @@ pub fn parse_threshold_config(
 /// filesystem when the runtime's root is a filesystem of its own (`dedicated_image_fs`).
 /// Thresholds set for `containerfs.*` are replaced by those of that filesystem, each
 /// replacement said in the returned warnings (upstream's "ignoring").
-pub fn derive_container_fs_thresholds(
+pub(crate) fn derive_container_fs_thresholds(
     thresholds: &[Threshold],
     dedicated_image_fs: bool,
 ) -> (Vec<Threshold>, Vec<String>) {
@@ -383,16 +384,6 @@ pub fn derive_container_fs_thresholds(
         .collect();
     out.extend(copies);
     (out, warnings)
-}
-
-/// The hard memory threshold's amount for a capacity, as node allocatable subtracts
-/// it (upstream `GetHardEvictionReservation`); 0 without one.
-pub fn hard_memory_reservation(thresholds: &[Threshold], capacity: i128) -> i128 {
-    thresholds
-        .iter()
-        .filter(|t| t.is_hard() && t.signal == Signal::MemoryAvailable)
-        .map(|t| t.value.amount(capacity) + t.min_reclaim.map_or(0, |r| r.amount(capacity)))
-        .sum()
 }
 
 #[cfg(test)]
@@ -537,9 +528,7 @@ mod tests {
     }
 
     #[test]
-    fn percentages_and_reservation() {
+    fn percentages() {
         assert_eq!(Value::Percentage(0.1).amount(1000), 100);
-        let t = parse_threshold_config(None, "", "", "memory.available=50Mi").expect("ok");
-        assert_eq!(hard_memory_reservation(&t, 8 << 30), 150 << 20);
     }
 }

@@ -15,7 +15,7 @@ use super::api::{Condition, Signal, Threshold};
 
 /// One signal's observation (upstream `signalObservation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Observation {
+pub(crate) struct Observation {
     /// What is left (bytes, inodes, pids).
     pub available: i128,
     /// The total.
@@ -25,11 +25,11 @@ pub struct Observation {
 }
 
 /// The observations of one pass.
-pub type Observations = BTreeMap<Signal, Observation>;
+pub(crate) type Observations = BTreeMap<Signal, Observation>;
 
 /// Usage of one container, as the eviction manager ranks and explains it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ContainerUsage {
+pub(crate) struct ContainerUsage {
     /// The container's name.
     pub name: String,
     /// Memory working set, bytes.
@@ -40,7 +40,7 @@ pub struct ContainerUsage {
 
 /// Usage of one pod.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodUsage {
+pub(crate) struct PodUsage {
     /// Its containers'.
     pub containers: Vec<ContainerUsage>,
     /// Bytes used by each local volume (emptyDir) by name.
@@ -51,12 +51,12 @@ pub struct PodUsage {
 
 impl PodUsage {
     /// Working set summed over containers (None: no figure at all).
-    pub fn memory(&self) -> Option<u64> {
+    pub(crate) fn memory(&self) -> Option<u64> {
         sum(self.containers.iter().map(|c| c.working_set))
     }
 
     /// Containers' writable layers and logs plus the local volumes.
-    pub fn ephemeral(&self) -> Option<u64> {
+    pub(crate) fn ephemeral(&self) -> Option<u64> {
         let c = sum(self.containers.iter().map(|c| c.ephemeral));
         let v: u64 = self.volumes.values().sum();
         match c {
@@ -78,7 +78,7 @@ fn sum(it: impl Iterator<Item = Option<u64>>) -> Option<u64> {
 /// amount (plus its minimum reclaim when `enforce_min_reclaim`, for thresholds already
 /// met that must recover past it) above what is available. Signals not observed are
 /// never met.
-pub fn thresholds_met(
+pub(crate) fn thresholds_met(
     thresholds: &[Threshold],
     observations: &Observations,
     enforce_min_reclaim: bool,
@@ -100,7 +100,7 @@ pub fn thresholds_met(
 }
 
 /// `a` plus the thresholds of `b` not in it (upstream `mergeThresholds`).
-pub fn merge_thresholds(mut a: Vec<Threshold>, b: Vec<Threshold>) -> Vec<Threshold> {
+pub(crate) fn merge_thresholds(mut a: Vec<Threshold>, b: Vec<Threshold>) -> Vec<Threshold> {
     for t in b {
         if !a.contains(&t) {
             a.push(t);
@@ -111,7 +111,7 @@ pub fn merge_thresholds(mut a: Vec<Threshold>, b: Vec<Threshold>) -> Vec<Thresho
 
 /// When each threshold was first observed met, keeping earlier times (upstream
 /// `thresholdsFirstObservedAt`).
-pub fn thresholds_first_observed_at(
+pub(crate) fn thresholds_first_observed_at(
     met: &[Threshold],
     last: &[(Threshold, Instant)],
     now: Instant,
@@ -125,7 +125,7 @@ pub fn thresholds_first_observed_at(
 }
 
 /// The thresholds whose grace period has passed (upstream `thresholdsMetGracePeriod`).
-pub fn thresholds_met_grace_period(
+pub(crate) fn thresholds_met_grace_period(
     observed_at: &[(Threshold, Instant)],
     now: Instant,
 ) -> Vec<Threshold> {
@@ -138,7 +138,7 @@ pub fn thresholds_met_grace_period(
 
 /// The thresholds whose signal was measured again since the last pass (upstream
 /// `thresholdsUpdatedStats`); a signal with no earlier figure counts as new.
-pub fn thresholds_updated_stats(
+pub(crate) fn thresholds_updated_stats(
     thresholds: Vec<Threshold>,
     observations: &Observations,
     last: &Observations,
@@ -156,16 +156,16 @@ pub fn thresholds_updated_stats(
 }
 
 /// The node conditions met thresholds raise (upstream `nodeConditions`), in order.
-pub fn node_conditions(met: &[Threshold]) -> Vec<Condition> {
+pub(crate) fn node_conditions(met: &[Threshold]) -> Vec<Condition> {
     let mut out: Vec<Condition> = met.iter().map(|t| t.signal.condition()).collect();
-    crate::sort::sort(&mut out);
+    base::sort::sort(&mut out);
     out.dedup();
     out
 }
 
 /// When each condition was last observed (upstream `nodeConditionsLastObservedAt`):
 /// the current ones now, the others as they were.
-pub fn node_conditions_last_observed_at(
+pub(crate) fn node_conditions_last_observed_at(
     current: &[Condition],
     last: &BTreeMap<Condition, Instant>,
     now: Instant,
@@ -180,7 +180,7 @@ pub fn node_conditions_last_observed_at(
 /// The conditions observed within the transition period (upstream
 /// `nodeConditionsObservedSince`): a pressure condition stays set this long after it
 /// was last seen, so it does not flap.
-pub fn node_conditions_observed_since(
+pub(crate) fn node_conditions_observed_since(
     observed_at: &BTreeMap<Condition, Instant>,
     period: std::time::Duration,
     now: Instant,
@@ -194,13 +194,13 @@ pub fn node_conditions_observed_since(
 
 /// Thresholds in the order they are acted on (upstream `byEvictionPriority`): memory
 /// first, the rest as given.
-pub fn sort_by_eviction_priority(thresholds: &mut [Threshold]) {
-    crate::sort::sort_by_key(thresholds, |t| u8::from(!t.signal.is_memory()));
+pub(crate) fn sort_by_eviction_priority(thresholds: &mut [Threshold]) {
+    base::sort::sort_by_key(thresholds, |t| u8::from(!t.signal.is_memory()));
 }
 
 /// A pod as the ranking sees it.
 #[derive(Debug)]
-pub struct Candidate<'a> {
+pub(crate) struct Candidate<'a> {
     /// The pod.
     pub pod: &'a Pod,
     /// Its usage, None when no stats were found (such pods rank first, as upstream's).
@@ -209,14 +209,14 @@ pub struct Candidate<'a> {
 
 /// A pod's request of `resource` summed over its containers (upstream `podRequest`:
 /// the larger of the app containers' sum and any init container's), in bytes.
-pub fn pod_request(pod: &Pod, resource: &str) -> i128 {
+pub(crate) fn pod_request(pod: &Pod, resource: &str) -> i128 {
     let Some(spec) = &pod.spec else { return 0 };
     let req = |c: &k8s_openapi::api::core::v1::Container| -> i128 {
         c.resources
             .as_ref()
             .and_then(|r| r.requests.as_ref())
             .and_then(|r| r.get(resource))
-            .and_then(|q| crate::quantity::parse_milli(&q.0))
+            .and_then(|q| base::quantity::parse_milli(&q.0))
             .map_or(0, |m| (m + 999) / 1000)
     };
     let containers: i128 = spec.containers.iter().map(req).sum();
@@ -231,13 +231,13 @@ pub fn pod_request(pod: &Pod, resource: &str) -> i128 {
 }
 
 /// The pod's priority (0 without one).
-pub fn priority(pod: &Pod) -> i32 {
+pub(crate) fn priority(pod: &Pod) -> i32 {
     pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
 }
 
 /// What a ranking compares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rank {
+pub(crate) enum Rank {
     /// Memory working set against memory requests.
     Memory,
     /// Ephemeral storage against its requests.
@@ -248,7 +248,7 @@ pub enum Rank {
 
 impl Rank {
     /// The ranking for a signal (upstream `signalToRankFunc`).
-    pub fn for_signal(s: Signal) -> Rank {
+    pub(crate) fn for_signal(s: Signal) -> Rank {
         match s {
             Signal::PidAvailable => Rank::Pids,
             s if s.is_memory() => Rank::Memory,
@@ -261,7 +261,7 @@ impl Rank {
 /// `rankDiskPressureFunc`, `rankPIDPressure`): a pod without stats first; then pods
 /// whose usage exceeds their requests; then lower priority; then the larger usage above
 /// the request. For pids: lower priority, then more processes.
-pub fn rank(candidates: &mut [Candidate<'_>], by: Rank) {
+pub(crate) fn rank(candidates: &mut [Candidate<'_>], by: Rank) {
     let usage = |c: &Candidate<'_>| -> Option<i128> {
         let u = c.usage?;
         match by {
@@ -277,7 +277,7 @@ pub fn rank(candidates: &mut [Candidate<'_>], by: Rank) {
             Rank::Pids => 0,
         }
     };
-    crate::sort::sort_by(candidates, |a, b| {
+    base::sort::sort_by(candidates, |a, b| {
         let (ua, ub) = (usage(a), usage(b));
         // No stats first.
         let by_found = ua.is_some().cmp(&ub.is_some());
@@ -295,7 +295,7 @@ pub fn rank(candidates: &mut [Candidate<'_>], by: Rank) {
 }
 
 /// A quantity as Go's `resource.Quantity` prints a BinarySI one (`200Mi`, `52428801`).
-pub fn binary_si(n: i128) -> String {
+pub(crate) fn binary_si(n: i128) -> String {
     if n == 0 {
         return "0".into();
     }
@@ -312,7 +312,7 @@ pub fn binary_si(n: i128) -> String {
 }
 
 /// A quantity as Go prints a DecimalSI one (`5k`, `52428`).
-pub fn decimal_si(n: i128) -> String {
+pub(crate) fn decimal_si(n: i128) -> String {
     if n == 0 {
         return "0".into();
     }
@@ -335,7 +335,7 @@ fn quantity(signal: Signal, n: i128) -> String {
 
 /// The evicted pod's status message (upstream `evictionMessage`): the resource, the
 /// threshold and what was available, then each container using more than it requested.
-pub fn eviction_message(
+pub(crate) fn eviction_message(
     signal: Signal,
     pod: &Pod,
     usage: Option<&PodUsage>,
@@ -374,7 +374,7 @@ pub fn eviction_message(
             .map(|q| q.0.clone());
         let req_bytes = request
             .as_deref()
-            .and_then(crate::quantity::parse_milli)
+            .and_then(base::quantity::parse_milli)
             .map_or(0, |m| (m + 999) / 1000);
         if let Some(used) = used.map(i128::from).filter(|u| *u > req_bytes) {
             message += &format!(
@@ -390,19 +390,19 @@ pub fn eviction_message(
 
 /// Whether a pod is never evicted (upstream `IsCriticalPod`): a static or mirror pod,
 /// or one at system-critical priority (2000000000) or above.
-pub fn is_critical_pod(pod: &Pod) -> bool {
+pub(crate) fn is_critical_pod(pod: &Pod) -> bool {
     const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
     let mirror = pod
         .metadata
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
-    crate::container::is_static_pod(pod) || mirror || priority(pod) >= SYSTEM_CRITICAL_PRIORITY
+    runtime::container::is_static_pod(pod) || mirror || priority(pod) >= SYSTEM_CRITICAL_PRIORITY
 }
 
 /// Whether a container of `pod` has an `ephemeral-storage` limit: the pods whose
 /// writable layers and logs [`local_storage_violation`] needs measured.
-pub fn has_container_storage_limit(pod: &Pod) -> bool {
+pub(crate) fn has_container_storage_limit(pod: &Pod) -> bool {
     pod.spec.iter().flat_map(|s| &s.containers).any(|c| {
         c.resources
             .as_ref()
@@ -414,7 +414,7 @@ pub fn has_container_storage_limit(pod: &Pod) -> bool {
 /// A pod's local storage limit violation: the message it is evicted with (upstream
 /// `localStorageEviction`: emptyDir `sizeLimit`, then each container's
 /// `ephemeral-storage` limit, then the pod's total), or None.
-pub fn local_storage_violation(pod: &Pod, usage: &PodUsage) -> Option<String> {
+pub(crate) fn local_storage_violation(pod: &Pod, usage: &PodUsage) -> Option<String> {
     let spec = pod.spec.as_ref()?;
     for v in spec.volumes.iter().flatten() {
         let Some(limit) = v
@@ -425,7 +425,7 @@ pub fn local_storage_violation(pod: &Pod, usage: &PodUsage) -> Option<String> {
         else {
             continue;
         };
-        let bytes = crate::quantity::parse_milli(&limit).map(|m| (m + 999) / 1000)?;
+        let bytes = base::quantity::parse_milli(&limit).map(|m| (m + 999) / 1000)?;
         if let Some(used) = usage.volumes.get(&v.name) {
             if i128::from(*used) > bytes {
                 return Some(format!(
@@ -444,7 +444,7 @@ pub fn local_storage_violation(pod: &Pod, usage: &PodUsage) -> Option<String> {
             .get("ephemeral-storage")?
             .0
             .clone();
-        let b = crate::quantity::parse_milli(&q)? / 1000;
+        let b = base::quantity::parse_milli(&q)? / 1000;
         Some((q, b))
     };
     let mut total_limit: i128 = 0;
@@ -485,7 +485,7 @@ pub fn local_storage_violation(pod: &Pod, usage: &PodUsage) -> Option<String> {
 /// Some(message) rejects with reason `Evicted`. Critical pods are always admitted;
 /// under memory pressure alone, pods other than BestEffort, and BestEffort pods that
 /// tolerate the `node.kubernetes.io/memory-pressure:NoSchedule` taint.
-pub fn admit(pod: &Pod, conditions: &[Condition]) -> Option<String> {
+pub(crate) fn admit(pod: &Pod, conditions: &[Condition]) -> Option<String> {
     if conditions.is_empty() || is_critical_pod(pod) {
         return None;
     }

@@ -12,9 +12,9 @@
 //! The conditions are published in [`PressureState`], which the node status and
 //! admission read.
 
-pub mod api;
-pub mod helpers;
-pub mod signals;
+pub(crate) mod api;
+pub(crate) mod helpers;
+pub(crate) mod signals;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -22,18 +22,18 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::metrics::kubelet::KubeletMetrics;
+use crate::metrics::KubeletMetrics;
 use api::{Condition, Signal, Threshold};
 use helpers::{Observations, PodUsage};
 
 /// Upstream `evictionMonitoringPeriod`.
-pub const MONITORING_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const MONITORING_PERIOD: Duration = Duration::from_secs(10);
 /// The grace of a hard eviction (upstream `immediateEvictionGracePeriodSeconds`).
-pub const IMMEDIATE_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const IMMEDIATE_GRACE: Duration = Duration::from_secs(1);
 
 /// The manager's settings.
 #[derive(Clone, Debug)]
-pub struct Config {
+pub(crate) struct Config {
     /// Hard and soft thresholds.
     pub thresholds: Vec<Threshold>,
     /// How long a condition stays after its threshold was last met.
@@ -45,7 +45,7 @@ pub struct Config {
 }
 
 /// What one pass reads.
-pub trait Inputs: Send {
+pub(crate) trait Inputs: Send {
     /// The node's signals now.
     fn observe(&mut self) -> Observations;
     /// The pods that may be evicted (running, not terminating).
@@ -58,7 +58,7 @@ pub trait Inputs: Send {
 }
 
 /// Kills an evicted pod and records its status.
-pub trait Evictor: Send {
+pub(crate) trait Evictor: Send {
     /// Kills `pod` with `grace`, its status Failed, reason `Evicted`, `message`;
     /// false when it could not be.
     fn evict(&mut self, pod: &Pod, grace: Duration, message: &str) -> bool;
@@ -69,38 +69,39 @@ pub trait Evictor: Send {
 }
 
 /// A node-level reclaim step (container GC, image GC).
-pub type Reclaimer = Box<dyn FnMut() -> Result<(), String> + Send>;
+pub(crate) type Reclaimer = Box<dyn FnMut() -> Result<(), String> + Send>;
 
 /// The pressure conditions now, shared with the node status and admission.
 #[derive(Debug, Default)]
-pub struct PressureState(Mutex<Vec<Condition>>);
+pub(crate) struct PressureState(Mutex<Vec<Condition>>);
 
 impl PressureState {
     /// The conditions that hold.
-    pub fn conditions(&self) -> Vec<Condition> {
-        crate::loops::lock(&self.0).clone()
+    pub(crate) fn conditions(&self) -> Vec<Condition> {
+        base::loops::lock(&self.0).clone()
     }
 
+    #[cfg(test)]
     /// Whether `c` holds.
-    pub fn has(&self, c: Condition) -> bool {
-        crate::loops::lock(&self.0).contains(&c)
+    pub(crate) fn has(&self, c: Condition) -> bool {
+        base::loops::lock(&self.0).contains(&c)
     }
 
     /// Replaces the conditions (the manager after each pass; tests).
-    pub fn set(&self, conditions: Vec<Condition>) {
-        *crate::loops::lock(&self.0) = conditions;
+    pub(crate) fn set(&self, conditions: Vec<Condition>) {
+        *base::loops::lock(&self.0) = conditions;
     }
 
     /// Admission under pressure (§9.4): None admits, Some(message) rejects with
     /// reason `Evicted`.
-    pub fn admit(&self, pod: &Pod) -> Option<String> {
+    pub(crate) fn admit(&self, pod: &Pod) -> Option<String> {
         helpers::admit(pod, &self.conditions())
     }
 }
 
 /// What a pass did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// No threshold to act on.
     Nothing,
     /// The node-level reclaim brought the signal back.
@@ -112,7 +113,7 @@ pub enum Outcome {
 }
 
 /// The manager's memory between passes.
-pub struct Manager {
+pub(crate) struct Manager {
     config: Config,
     node: String,
     inputs: Box<dyn Inputs>,
@@ -137,7 +138,7 @@ impl std::fmt::Debug for Manager {
 
 impl Manager {
     /// A manager for `node` (the name its events are about).
-    pub fn new(
+    pub(crate) fn new(
         config: Config,
         node: &str,
         inputs: Box<dyn Inputs>,
@@ -160,30 +161,31 @@ impl Manager {
 
     /// Adds a node-level reclaim step; steps run in the order added (container GC
     /// first, then image GC, as upstream's).
-    pub fn with_reclaimer(mut self, name: &'static str, r: Reclaimer) -> Self {
+    pub(crate) fn with_reclaimer(mut self, name: &'static str, r: Reclaimer) -> Self {
         self.reclaimers.push((name, r));
         self
     }
 
     /// Publishes the conditions in `state` (shared with the node status and admission).
-    pub fn with_state(mut self, state: Arc<PressureState>) -> Self {
+    pub(crate) fn with_state(mut self, state: Arc<PressureState>) -> Self {
         self.state = state;
         self
     }
 
     /// Counts evictions in `kubelet_evictions`.
-    pub fn with_metrics(mut self, m: Arc<KubeletMetrics>) -> Self {
+    pub(crate) fn with_metrics(mut self, m: Arc<KubeletMetrics>) -> Self {
         self.metrics = Some(m);
         self
     }
 
+    #[cfg(test)]
     /// The conditions it publishes.
-    pub fn state(&self) -> Arc<PressureState> {
+    pub(crate) fn state(&self) -> Arc<PressureState> {
         Arc::clone(&self.state)
     }
 
     /// One pass (upstream `synchronize`).
-    pub fn tick(&mut self, now: Instant) -> Outcome {
+    pub(crate) fn tick(&mut self, now: Instant) -> Outcome {
         self.evictor.tick();
         let observations = self.inputs.observe();
         let mut met = helpers::thresholds_met(&self.config.thresholds, &observations, false);
@@ -217,7 +219,7 @@ impl Manager {
         self.first_observed = first_observed;
         // Forget observation times of conditions past their period.
         self.conditions_last_observed =
-            crate::sort::map(last_observed.into_iter().filter(|(_, at)| {
+            base::sort::map(last_observed.into_iter().filter(|(_, at)| {
                 now.saturating_duration_since(*at) < self.config.pressure_transition_period
             }));
         self.thresholds_met = act.clone();

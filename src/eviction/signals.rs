@@ -17,7 +17,7 @@ use crate::stats::cgroupfs::{read_rlimit, CgroupFs};
 
 /// Where the signals are read.
 #[derive(Clone, Debug)]
-pub struct NodeSignals {
+pub(crate) struct NodeSignals {
     /// The cgroup filesystem's mount (`/sys/fs/cgroup`).
     pub cgroup_root: PathBuf,
     /// procfs (`/proc`).
@@ -30,7 +30,7 @@ pub struct NodeSignals {
 
 impl NodeSignals {
     /// The host's paths for these directories.
-    pub fn host(root_dir: PathBuf, image_dir: Option<PathBuf>) -> Self {
+    pub(crate) fn host(root_dir: PathBuf, image_dir: Option<PathBuf>) -> Self {
         NodeSignals {
             cgroup_root: "/sys/fs/cgroup".into(),
             proc_root: "/proc".into(),
@@ -41,7 +41,7 @@ impl NodeSignals {
 
     /// Every signal that could be read now; one that fails is logged at debug and
     /// missing (its thresholds are then not met).
-    pub fn observe(&self) -> Observations {
+    pub(crate) fn observe(&self) -> Observations {
         let mut out = Observations::new();
         let now = Instant::now();
         let mut put = |s: Signal, v: Option<(i128, i128)>| {
@@ -91,7 +91,7 @@ impl NodeSignals {
     }
 
     /// (available, capacity) of memory.
-    pub fn memory(&self) -> Option<(i128, i128)> {
+    pub(crate) fn memory(&self) -> Option<(i128, i128)> {
         let m = CgroupFs::detect(&self.cgroup_root)
             .node_memory(&self.proc_root)
             .map_err(|e| log::debug!("eviction: node memory: {e}"))
@@ -103,7 +103,7 @@ impl NodeSignals {
     /// (available, capacity) of the pods' memory (`allocatableMemory.available`): the
     /// `kubepods` cgroup's limit (node allocatable when enforced; `allocatable` when it
     /// has none) less its working set.
-    pub fn pods_memory(&self, kubepods: &str, allocatable: i128) -> Option<(i128, i128)> {
+    pub(crate) fn pods_memory(&self, kubepods: &str, allocatable: i128) -> Option<(i128, i128)> {
         let m = CgroupFs::detect(&self.cgroup_root)
             .memory(kubepods)
             .map_err(|e| log::debug!("eviction: {kubepods} memory: {e}"))
@@ -114,7 +114,7 @@ impl NodeSignals {
 
     /// Whether Docker's root directory is a filesystem of its own (a dedicated image
     /// filesystem, upstream `HasDedicatedImageFs`): another device than the root dir's.
-    pub fn dedicated_image_fs(&self) -> bool {
+    pub(crate) fn dedicated_image_fs(&self) -> bool {
         use std::os::unix::fs::MetadataExt;
         let Some(dir) = &self.image_dir else {
             return false;
@@ -126,7 +126,7 @@ impl NodeSignals {
     }
 
     /// (available, capacity) of pids.
-    pub fn pids(&self) -> Option<(i128, i128)> {
+    pub(crate) fn pids(&self) -> Option<(i128, i128)> {
         let r = read_rlimit(&self.proc_root);
         let max = i128::from(r.max_pid?);
         Some((max - i128::from(r.running_processes?), max))
@@ -135,7 +135,7 @@ impl NodeSignals {
 
 /// A filesystem's figures (bytes and inodes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FsFigures {
+pub(crate) struct FsFigures {
     /// Bytes available to unprivileged users.
     pub avail: i128,
     /// Total bytes.
@@ -147,7 +147,7 @@ pub struct FsFigures {
 }
 
 /// statvfs(3) of `path`, as the signals use it.
-pub fn statvfs(path: &Path) -> Option<FsFigures> {
+pub(crate) fn statvfs(path: &Path) -> Option<FsFigures> {
     let f = crate::stats::cgroupfs::statvfs(path)
         .map_err(|e| log::debug!("eviction: {e}"))
         .ok()?;
@@ -162,7 +162,7 @@ pub fn statvfs(path: &Path) -> Option<FsFigures> {
 /// Bytes used under `dir` (regular files' allocated blocks, not following links), at
 /// most `budget` entries visited so a huge volume cannot hold the loop: None when the
 /// budget ran out or `dir` could not be read.
-pub fn disk_usage(dir: &Path, budget: usize) -> Option<u64> {
+pub(crate) fn disk_usage(dir: &Path, budget: usize) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let mut stack = vec![dir.to_path_buf()];
     let mut left = budget;

@@ -27,33 +27,36 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::NODE;
-use crate::apiclient::kubeconfig::RestConfig;
-use crate::apiclient::ApiClient;
-use crate::container::labels;
 use crate::health::HealthChecks;
-use crate::loops::{shutdown_channel, Loops, Shutdown, Stop};
-use crate::metrics::kubelet::KubeletMetrics;
+use crate::metrics::KubeletMetrics;
 use crate::pleg::PlegShared;
 use crate::podconfig::manifest::{self, Format, Origin};
 use crate::prober::metrics::ProbeMetrics;
-use crate::runtime::fake::{FakeClock, FakeRuntime};
-use crate::runtime::{ContainerConfig, Runtime};
 use crate::server::auth::webhook::{CacheTtls, Webhooks};
-use crate::server::auth::x509::ClientCert;
 use crate::server::auth::{AuthConfig, Authorizer};
-use crate::server::http::{self, Limits};
+use crate::server::healthz;
 use crate::server::http_metrics::{instrument, ServerType};
 use crate::server::kubelet::{self, KubeletServer};
 use crate::server::readonly::{self, PodsView, ReadOnly};
 use crate::server::streams::StreamServer;
-use crate::server::{healthz, Reply, Req};
-use crate::stats::{Snapshot, StatsProvider};
+use crate::stats::analyzer::Snapshot;
+use crate::stats::StatsProvider;
 use crate::status::StatusCache;
+use apiclient::kubeconfig::RestConfig;
+use apiclient::ApiClient;
+use base::loops::{shutdown_channel, Loops, Shutdown, Stop};
+use runtime::config::{ContainerConfig, PodSandboxConfig};
+use runtime::container::labels;
+use runtime::fake::{FakeClock, FakeRuntime};
+use runtime::Runtime;
+use wire::server::http::{self, Limits};
+use wire::server::{Reply, Req};
+use wire::x509::ClientCert;
 
 /// How long a stream's write waits for the client (the port's is 4 h): the client side
 /// here never reads, so a stream that writes more than the socket buffers hold gives
 /// up after this instead of stalling the fuzzer.
-pub const STREAM_WRITE_TIMEOUT: Duration = Duration::from_millis(100);
+pub(super) const STREAM_WRITE_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The static pod every input may name: `default/web-fuzz-node`, containers `app`
 /// and `side`, an env value (which `/pods` serves, as upstream's).
@@ -120,6 +123,8 @@ impl Shared {
         // write to a client that left must be an error, as in the kubelet (Rust's
         // runtime ignores SIGPIPE there).
         // SAFETY: setting a signal's disposition to SIG_IGN has no handler to race.
+        // rustix sets dispositions only in its hidden, unstable `runtime` module (not
+        // for a process with a libc), so this stays libc's signal(3).
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
         let pods = manifest::pods_from_str(
             MANIFEST,
@@ -247,12 +252,14 @@ impl Shared {
             };
             l.insert(labels::DOCKER_TYPE.to_string(), ty.to_string());
             let id = rt
-                .create_container(&ContainerConfig {
-                    name: name.to_string(),
-                    image: "busybox".into(),
-                    labels: l,
-                    ..ContainerConfig::default()
-                })
+                .create_container(
+                    "",
+                    &ContainerConfig {
+                        labels: l,
+                        ..ContainerConfig::named(name.to_string(), "busybox")
+                    },
+                    &PodSandboxConfig::default(),
+                )
                 .ok()?;
             rt.start_container(&id).ok()?;
             Some(id)
@@ -347,7 +354,7 @@ fn connection(
 
 /// The read-only port (first byte even) or the healthz port (odd): the rest is what
 /// a client sends.
-pub fn http_readonly(data: &[u8]) {
+pub(super) fn http_readonly(data: &[u8]) {
     let (which, rest) = super::split(data);
     readonly_port(which, rest);
 }
@@ -381,7 +388,7 @@ fn readonly_port(which: u8, rest: &[u8]) -> Vec<u16> {
 /// one without a CN, one that did not verify; bit 3: bearer tokens reviewed; bit 4: the webhook
 /// authorizer; bit 5: debugging handlers off), the rest is what the client sends
 /// after the handshake.
-pub fn http_kubelet(data: &[u8]) {
+pub(super) fn http_kubelet(data: &[u8]) {
     let (which, rest) = super::split(data);
     kubelet_port(which, rest);
 }
@@ -389,7 +396,7 @@ pub fn http_kubelet(data: &[u8]) {
 /// Exec, attach and port-forward: like [`http_kubelet`] with the client allowed
 /// (`admin`'s certificate, `AlwaysAllow`), so every input reaches the streaming
 /// handlers and, past the upgrade, the session.
-pub fn upgrade(data: &[u8]) {
+pub(super) fn upgrade(data: &[u8]) {
     kubelet_port(0b0000_0010, data);
 }
 
@@ -436,6 +443,9 @@ fn kubelet_port(which: u8, rest: &[u8]) -> Vec<u16> {
             node_name: NODE.to_string(),
         },
         stats: s.stats.clone(),
+        // The server pod source writes a file per push: not fuzzed through the port
+        // (its bodies decode as the URL source's do).
+        push: None,
     };
     let handler = instrument(s.metrics.clone(), ServerType::ReadWrite, move |r| {
         kubelet::handle(&k, r)

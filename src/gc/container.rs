@@ -11,8 +11,8 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
-use crate::container::labels;
-use crate::runtime::{ContainerState, ContainerSummary};
+use runtime::container::labels;
+use runtime::{ContainerState, ContainerSummary};
 
 /// Upstream `GCPolicy` (flags `--minimum-container-ttl-duration`,
 /// `--maximum-dead-containers-per-container`, `--maximum-dead-containers`).
@@ -39,18 +39,19 @@ impl Default for GcPolicy {
 
 /// Upstream `minDeadContainerInPod`: the per-pod pruning after a container died keeps
 /// at least this many dead instances.
-pub const MIN_DEAD_CONTAINER_IN_POD: usize = 1;
+pub(crate) const MIN_DEAD_CONTAINER_IN_POD: usize = 1;
 
 /// What one pass removes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Dead (or unknown-state) app and init containers, in removal order.
     pub containers: Vec<ContainerSummary>,
 }
 
 impl Plan {
-    /// The IDs, for tests and logs.
-    pub fn ids(&self) -> Vec<&str> {
+    /// The IDs, for tests.
+    #[cfg(test)]
+    pub(crate) fn ids(&self) -> Vec<&str> {
         self.containers.iter().map(|c| c.id.as_str()).collect()
     }
 }
@@ -60,7 +61,7 @@ fn label<'a>(c: &'a ContainerSummary, key: &str) -> &'a str {
 }
 
 /// True for a pod sandbox (the `POD` container).
-pub fn is_sandbox(c: &ContainerSummary) -> bool {
+pub(crate) fn is_sandbox(c: &ContainerSummary) -> bool {
     label(c, labels::DOCKER_TYPE) == labels::TYPE_SANDBOX
         || label(c, labels::CONTAINER_NAME) == labels::SANDBOX_CONTAINER_NAME
 }
@@ -68,7 +69,7 @@ pub fn is_sandbox(c: &ContainerSummary) -> bool {
 /// Newest first: restart count (the attempt), then creation time (upstream sorts its
 /// evict units by creation; the attempt breaks ties of a clock that went back).
 fn newest_first(v: &mut [ContainerSummary]) {
-    crate::sort::sort_by_key(v, |c| {
+    base::sort::sort_by_key(v, |c| {
         (
             Reverse(labels::restart_count(&c.labels)),
             Reverse(c.created),
@@ -123,7 +124,7 @@ fn remove_oldest(
 /// Upstream `evictContainers`: the app and init containers to remove. `pod_gone`
 /// answers for a pod UID whether everything of it may go (the caller answers false
 /// until every source is ready).
-pub fn plan_containers(
+pub(crate) fn plan_containers(
     all: &[ContainerSummary],
     policy: &GcPolicy,
     now: SystemTime,
@@ -167,7 +168,7 @@ pub fn plan_containers(
     // Only a live pod's newest instances are protected.
     let protected: HashSet<String> = newest;
     let mut keys: Vec<Unit> = units.keys().cloned().collect();
-    crate::sort::sort(&mut keys);
+    base::sort::sort(&mut keys);
     let enforce = |units: &mut HashMap<Unit, Vec<ContainerSummary>>,
                    keep: usize,
                    out: &mut Vec<ContainerSummary>| {
@@ -190,7 +191,7 @@ pub fn plan_containers(
             let total: usize = count(&units);
             if total > max {
                 let mut flat: Vec<ContainerSummary> = units.into_values().flatten().collect();
-                crate::sort::sort_by_key(&mut flat, |c| (Reverse(c.created), c.id.clone()));
+                base::sort::sort_by_key(&mut flat, |c| (Reverse(c.created), c.id.clone()));
                 remove_oldest(flat, total - max, &protected, &mut plan.containers);
             }
         }
@@ -201,7 +202,7 @@ pub fn plan_containers(
 /// Upstream `evictSandboxes`: a sandbox is active while it runs or any container
 /// (listed in `all`) still belongs to it. Of a gone pod every inactive sandbox goes;
 /// of any other pod, every inactive one but the newest sandbox.
-pub fn plan_sandboxes(
+pub(crate) fn plan_sandboxes(
     all: &[ContainerSummary],
     pod_gone: &dyn Fn(&str) -> bool,
 ) -> Vec<ContainerSummary> {
@@ -234,7 +235,7 @@ pub fn plan_sandboxes(
 /// Upstream's `podContainerDeletor` after a PLEG `ContainerDied`: the dead instances of
 /// the container that died (by name, in its pod) beyond the newest `keep` (at least
 /// [`MIN_DEAD_CONTAINER_IN_POD`]), never the newest instance.
-pub fn plan_died(
+pub(crate) fn plan_died(
     pod_containers: &[ContainerSummary],
     died_id: &str,
     max_per_pod_container: i32,
@@ -375,7 +376,7 @@ mod tests {
         };
         let p = plan_containers(&all, &policy, at(1000), &live);
         let mut ids = p.ids();
-        crate::sort::sort(&mut ids);
+        base::sort::sort(&mut ids);
         // Per unit max(1, 2/3) = 1 → the three "-0" go; then the oldest "-1" until 2.
         assert_eq!(ids, ["u1-0", "u1-1", "u2-0", "u3-0"]);
     }
@@ -390,7 +391,7 @@ mod tests {
         let gone = |uid: &str| uid == "u1";
         let p = plan_containers(&all, &GcPolicy::default(), at(100), &gone);
         let mut ids = p.ids();
-        crate::sort::sort(&mut ids);
+        base::sort::sort(&mut ids);
         assert_eq!(ids, ["a0", "a1"]);
     }
 
@@ -415,7 +416,7 @@ mod tests {
             .into_iter()
             .map(|c| c.id)
             .collect();
-        crate::sort::sort(&mut ids);
+        base::sort::sort(&mut ids);
         assert_eq!(ids, ["s0", "s1", "t0", "t1"]);
     }
 

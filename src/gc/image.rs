@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
-use crate::runtime::ImageDetails;
+use runtime::ImageDetails;
 
 /// Upstream `ImageGCPolicy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +49,7 @@ pub struct ImageRecord {
 
 /// The image records by image ID.
 #[derive(Clone, Debug, Default)]
-pub struct ImageRecords {
+pub(crate) struct ImageRecords {
     records: HashMap<String, ImageRecord>,
     /// The first detection has run (images found by it count as old).
     initialized: bool,
@@ -59,7 +59,12 @@ impl ImageRecords {
     /// Upstream `detectImages`: records new images (first detected now, or at the
     /// epoch on the first pass), marks `in_use` ones used now, forgets images that are
     /// gone. `in_use` holds image IDs.
-    pub fn detect(&mut self, images: &[ImageDetails], in_use: &HashSet<String>, now: SystemTime) {
+    pub(crate) fn detect(
+        &mut self,
+        images: &[ImageDetails],
+        in_use: &HashSet<String>,
+        now: SystemTime,
+    ) {
         let detected = if self.initialized {
             now
         } else {
@@ -86,20 +91,21 @@ impl ImageRecords {
         }
     }
 
+    #[cfg(test)]
     /// One image's record.
-    pub fn get(&self, id: &str) -> Option<&ImageRecord> {
+    pub(crate) fn get(&self, id: &str) -> Option<&ImageRecord> {
         self.records.get(id)
     }
 
     /// Forgets a removed image.
-    pub fn forget(&mut self, id: &str) {
+    pub(crate) fn forget(&mut self, id: &str) {
         self.records.remove(id);
     }
 
     /// Upstream's eviction candidates: images not in use, not pinned, first detected
     /// at least `min_age` ago; least recently used first, then first detected first
     /// (the ID breaks ties so the order is stable).
-    pub fn candidates(
+    pub(crate) fn candidates(
         &self,
         in_use: &HashSet<String>,
         pinned: &HashSet<String>,
@@ -118,7 +124,7 @@ impl ImageRecords {
             })
             .map(|(id, r)| (id.clone(), r.clone()))
             .collect();
-        crate::sort::sort_by(&mut v, |a, b| {
+        base::sort::sort_by(&mut v, |a, b| {
             (a.1.last_used, a.1.first_detected, &a.0).cmp(&(
                 b.1.last_used,
                 b.1.first_detected,
@@ -132,7 +138,7 @@ impl ImageRecords {
 /// Upstream's amount to free: with usage at or above the high threshold, enough bytes
 /// to come down to the low one; else 0. `None` for a capacity of 0 (upstream's
 /// `InvalidDiskCapacity`).
-pub fn bytes_to_free(policy: &ImagePolicy, capacity: u64, available: u64) -> Option<u64> {
+pub(crate) fn bytes_to_free(policy: &ImagePolicy, capacity: u64, available: u64) -> Option<u64> {
     if capacity == 0 {
         return None;
     }

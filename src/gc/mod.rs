@@ -20,19 +20,19 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::container::{labels, short};
 use crate::kuberuntime::{logs, RuntimeManager};
-use crate::loops::{lock, LoopHandle, Loops, Periodic, SpawnError, Stop};
 use crate::pod_workers::PodWorkers;
-use crate::runtime::{ContainerState, ContainerSummary, Runtime, RuntimeError};
 use crate::status::manager::PodManagerView;
+use base::loops::{lock, LoopHandle, Loops, Periodic, SpawnError, Stop};
+use runtime::container::{labels, short};
+use runtime::{ContainerState, ContainerSummary, Runtime, RuntimeError};
 
 pub use container::GcPolicy;
 pub use image::ImagePolicy;
 
 /// Pods whose container just died, waiting for the `container-gc` loop's pruning. A
 /// burst beyond this is left to the next full pass.
-pub const DIED_CHANNEL_CAPACITY: usize = 256;
+pub(crate) const DIED_CHANNEL_CAPACITY: usize = 256;
 /// Upstream's `minimumGracePeriodInSeconds`: a container in an unknown state is
 /// stopped with this grace before it is removed.
 const UNKNOWN_STOP_GRACE: Duration = Duration::from_secs(2);
@@ -41,7 +41,7 @@ const UNKNOWN_STOP_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
     /// A runtime call failed (listing, stopping, removing; which is in `op`).
-    #[error("{op}: {}", crate::loops::error_chain(.source))]
+    #[error("{op}: {}", base::loops::error_chain(.source))]
     Runtime {
         /// What was being done, e.g. `remove container 1a2b3c`.
         op: String,
@@ -337,7 +337,7 @@ impl ImageGc {
                 short(id.trim_start_matches("sha256:")),
                 r.tags.join(" "),
                 r.size,
-                crate::time::rfc3339_nano(r.last_used)
+                base::time::rfc3339_nano(r.last_used)
             );
             match self.runtime.remove_image(id) {
                 Ok(()) => {
@@ -488,21 +488,11 @@ fn same_ref(a: &str, b: &str) -> bool {
 /// Capacity and available bytes (to unprivileged users) of the filesystem at `path`.
 fn statvfs(path: &str) -> Result<(u64, u64), String> {
     let p = std::ffi::CString::new(path).map_err(|e| e.to_string())?;
-    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statvfs fills the struct we own; the path is NUL-terminated.
-    let rc = unsafe { libc::statvfs(p.as_ptr(), &mut s) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
-    // The field types are narrower on 32-bit ARM.
-    #[allow(clippy::useless_conversion)]
-    let (blocks, avail, frsize) = (
-        u64::from(s.f_blocks),
-        u64::from(s.f_bavail),
-        u64::from(s.f_frsize),
-    );
-    Ok((blocks.saturating_mul(frsize), avail.saturating_mul(frsize)))
+    let s = rustix::fs::statvfs(p.as_c_str()).map_err(|e| std::io::Error::from(e).to_string())?;
+    Ok((
+        s.f_blocks.saturating_mul(s.f_frsize),
+        s.f_bavail.saturating_mul(s.f_frsize),
+    ))
 }
 
 /// Container GC then image GC, now, on the caller's thread (the eviction manager's
@@ -569,11 +559,11 @@ pub fn start(
 }
 
 /// A PLEG `ContainerDied`: the pod's UID and the container's ID.
-pub type Died = (String, String);
+pub(crate) type Died = (String, String);
 
 /// The sender the sync loop hands PLEG `ContainerDied` events to (pod UID,
 /// container ID), and its receiver.
-pub fn died_channel() -> (Sender<Died>, Receiver<Died>) {
+pub(crate) fn died_channel() -> (Sender<Died>, Receiver<Died>) {
     crossbeam_channel::bounded(DIED_CHANNEL_CAPACITY)
 }
 

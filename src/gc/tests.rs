@@ -10,11 +10,11 @@ use super::*;
 use crate::kuberuntime::container::dns::DnsSettings;
 use crate::kuberuntime::container::NodeContext;
 use crate::kuberuntime::ManagerConfig;
-use crate::runtime::fake::{FakeClock, FakeRuntime, Fault, Op};
-use crate::runtime::ContainerConfig;
 use crate::status::manager::PodSnapshot;
-use crate::testutil::TempDir;
 use crate::volume::VolumeManager;
+use base::testutil::TempDir;
+use runtime::config::{ContainerConfig, PodSandboxConfig};
+use runtime::fake::{FakeClock, FakeRuntime, Fault, Op};
 
 const NODE: &str = "node1";
 const IMAGE: &str = "busybox:1";
@@ -94,12 +94,14 @@ impl World {
         }
         let id = self
             .rt
-            .create_container(&ContainerConfig {
-                name: format!("k8s_{name}_{uid}_{rc}"),
-                image: IMAGE.into(),
-                labels: l,
-                ..ContainerConfig::default()
-            })
+            .create_container(
+                "",
+                &ContainerConfig {
+                    labels: l,
+                    ..ContainerConfig::named(format!("k8s_{name}_{uid}_{rc}"), IMAGE)
+                },
+                &PodSandboxConfig::default(),
+            )
             .expect("create");
         self.rt.start_container(&id).expect("start");
         if !running {
@@ -126,7 +128,7 @@ impl World {
 
     fn ids(&self) -> Vec<String> {
         let mut v: Vec<String> = self.rt.containers().into_iter().map(|c| c.id).collect();
-        crate::sort::sort(&mut v);
+        base::sort::sort(&mut v);
         v
     }
 }
@@ -143,7 +145,7 @@ fn a_pass_keeps_the_running_and_the_newest_dead_instance_and_the_live_sandbox() 
     w.publish(&["u1"], true);
     assert_eq!(w.gc.collect().expect("gc"), 3);
     let mut want = vec![s1, a2, a3];
-    crate::sort::sort(&mut want);
+    base::sort::sort(&mut want);
     assert_eq!(w.ids(), want);
     let _ = s0;
 }
@@ -190,7 +192,7 @@ fn a_died_container_prunes_its_older_instances() {
     // the other container's are untouched.
     assert_eq!(w.gc.prune_died("u1", &a2).expect("prune"), 2);
     let mut want = vec![a2, b0];
-    crate::sort::sort(&mut want);
+    base::sort::sort(&mut want);
     assert_eq!(w.ids(), want);
     assert!(!w.ids().contains(&a0) && !w.ids().contains(&a1));
 }
@@ -222,11 +224,13 @@ fn image_gc_frees_least_recently_used_first_never_in_use_or_pause() {
     );
     let runtime: Arc<dyn Runtime> = rt.clone();
     let id = rt
-        .create_container(&ContainerConfig {
-            name: "c".into(),
-            image: "used:1".into(),
-            ..ContainerConfig::default()
-        })
+        .create_container(
+            "",
+            &ContainerConfig {
+                ..ContainerConfig::named("c", "used:1")
+            },
+            &PodSandboxConfig::default(),
+        )
         .expect("create");
     let images = ImageGc::new(
         runtime,
@@ -241,11 +245,13 @@ fn image_gc_frees_least_recently_used_first_never_in_use_or_pause() {
     // while, which makes it more recently used than "old".
     images.detect(SystemTime::now()).expect("detect");
     let n = rt
-        .create_container(&ContainerConfig {
-            name: "n".into(),
-            image: "newer:1".into(),
-            ..ContainerConfig::default()
-        })
+        .create_container(
+            "",
+            &ContainerConfig {
+                ..ContainerConfig::named("n", "newer:1")
+            },
+            &PodSandboxConfig::default(),
+        )
         .expect("create");
     images.detect(SystemTime::now()).expect("detect");
     rt.remove_container(&n).expect("remove");
@@ -258,7 +264,7 @@ fn image_gc_frees_least_recently_used_first_never_in_use_or_pause() {
             .into_iter()
             .flat_map(|i| i.repo_tags)
             .collect();
-        crate::sort::sort(&mut v);
+        base::sort::sort(&mut v);
         v
     };
     assert_eq!(left(&rt), ["newer:1", "pause:1", "used:1"]);

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::runtime::RegistryAuth;
+use runtime::RegistryAuth;
 
 /// The Docker Hub key the keyring falls back to for unqualified images.
 const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
@@ -39,13 +39,13 @@ struct ConfigJson {
 
 /// Credentials by normalised key (`host[/path]`), most specific first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Keyring {
+pub(crate) struct Keyring {
     entries: Vec<(String, String, String)>,
 }
 
 /// Where credentials were found, for logs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Found {
+pub(crate) struct Found {
     /// The file read.
     pub path: PathBuf,
     /// Its credentials.
@@ -53,7 +53,7 @@ pub struct Found {
 }
 
 /// The search paths for `root_dir`, in upstream's order: (file, is legacy format).
-pub fn search_paths(root_dir: &Path) -> Vec<(PathBuf, bool)> {
+pub(crate) fn search_paths(root_dir: &Path) -> Vec<(PathBuf, bool)> {
     let cwd = std::env::current_dir().unwrap_or_default();
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut out = Vec::new();
@@ -80,7 +80,7 @@ pub fn search_paths(root_dir: &Path) -> Vec<(PathBuf, bool)> {
 
 /// Reads the first valid config file among `paths`. A file that exists but does not
 /// parse is logged and skipped, as upstream does.
-pub fn read_first(paths: &[(PathBuf, bool)]) -> Option<Found> {
+pub(crate) fn read_first(paths: &[(PathBuf, bool)]) -> Option<Found> {
     for (path, legacy) in paths {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
@@ -105,7 +105,7 @@ pub fn read_first(paths: &[(PathBuf, bool)]) -> Option<Found> {
 
 /// Parses a config file's text: `config.json` (`{"auths": {...}}`) or the legacy
 /// `.dockercfg` (the entries at the top level).
-pub fn parse(text: &str, legacy: bool) -> Result<Keyring, String> {
+pub(crate) fn parse(text: &str, legacy: bool) -> Result<Keyring, String> {
     let entries: BTreeMap<String, Entry> = if legacy {
         serde_json::from_str(text).map_err(|e| e.to_string())?
     } else {
@@ -130,7 +130,7 @@ pub fn parse(text: &str, legacy: bool) -> Result<Keyring, String> {
         k.entries.push((normalize_key(&loc), user, pass));
     }
     // Reverse order puts `quay.io/coreos` before `quay.io`: specific paths first.
-    crate::sort::sort_by(&mut k.entries, |a, b| b.0.cmp(&a.0));
+    base::sort::sort_by(&mut k.entries, |a, b| b.0.cmp(&a.0));
     k.entries.dedup_by(|a, b| a == b);
     Ok(k)
 }
@@ -162,7 +162,7 @@ fn normalize_key(loc: &str) -> String {
 /// `MakeDockerKeyring`): type `kubernetes.io/dockerconfigjson` with a
 /// `.dockerconfigjson` key, or `kubernetes.io/dockercfg` with `.dockercfg`.
 /// None for any other Secret; Err when its content does not parse.
-pub fn pull_secret_keyring(
+pub(crate) fn pull_secret_keyring(
     secret: &k8s_openapi::api::core::v1::Secret,
 ) -> Option<Result<Keyring, String>> {
     let data = secret.data.as_ref()?;
@@ -182,15 +182,15 @@ pub fn pull_secret_keyring(
 impl Keyring {
     /// Adds another keyring's entries (upstream `BasicDockerKeyring.Add` of several
     /// pull secrets): lookups then see them all, most specific first.
-    pub fn extend(&mut self, other: Keyring) {
+    pub(crate) fn extend(&mut self, other: Keyring) {
         self.entries.extend(other.entries);
-        crate::sort::sort_by(&mut self.entries, |a, b| b.0.cmp(&a.0));
+        base::sort::sort_by(&mut self.entries, |a, b| b.0.cmp(&a.0));
         self.entries.dedup_by(|a, b| a == b);
     }
 
     /// The credentials for a fully qualified repository (`docker.io/library/busybox`,
     /// `127.0.0.1:5000/rk/busybox`), most specific first (upstream `Lookup`).
-    pub fn lookup(&self, repository: &str) -> Vec<RegistryAuth> {
+    pub(crate) fn lookup(&self, repository: &str) -> Vec<RegistryAuth> {
         let server = repository.split('/').next().unwrap_or_default().to_string();
         let auth = |(_, u, p): &(String, String, String)| RegistryAuth {
             username: u.clone(),

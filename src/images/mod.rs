@@ -23,10 +23,10 @@
 //! Upstream records its messages as pod events; without an API server they are log
 //! lines with the event's type and reason.
 
-pub mod credentials;
-pub mod puller;
-pub mod selfimport;
-use crate::reference;
+pub(crate) mod credentials;
+pub(crate) mod puller;
+pub(crate) mod selfimport;
+use runtime::reference;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -36,14 +36,14 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::container::backoff::Backoff;
-use crate::container::Waiting;
-use crate::loops::lock;
 use crate::record;
-use crate::runtime::{RegistryAuth, Runtime, RuntimeError};
+use base::loops::lock;
 use puller::{Outcome, PullTable};
+use runtime::container::backoff::Backoff;
+use runtime::container::Waiting;
+use runtime::{RegistryAuth, Runtime, RuntimeError};
 
-pub use puller::{PullSettings, PULLING_REASON, QUEUE_CAPACITY};
+pub(crate) use puller::{PullSettings, PULLING_REASON, QUEUE_CAPACITY};
 
 /// Pulls images as pods need them. Shared (cloned) by all pod workers, the pullers
 /// and housekeeping; every lock inside is held for microseconds, never across a
@@ -68,7 +68,7 @@ struct Inner {
     queue_tx: Sender<String>,
     queue_rx: Receiver<String>,
     /// The puller threads that take `queue_rx` (set once at start).
-    pullers: std::sync::OnceLock<crate::loops::Pool<String>>,
+    pullers: std::sync::OnceLock<base::loops::Pool<String>>,
     /// Where a finished pull names the pods waiting for it (the sync loop syncs them).
     notify: Mutex<Option<Sender<String>>>,
     /// Where registry credentials are looked for, in order.
@@ -306,16 +306,16 @@ impl ImageManager {
     /// with the process.
     pub fn start(
         &self,
-        loops: &crate::loops::Loops,
+        loops: &base::loops::Loops,
         settings: PullSettings,
         notify: Sender<String>,
-    ) -> Result<(), crate::loops::SpawnError> {
+    ) -> Result<(), base::loops::SpawnError> {
         *lock(&self.inner.notify) = Some(notify);
         // Weak: the pool lives in `Inner`, which must not keep itself alive.
         let inner = Arc::downgrade(&self.inner);
-        let pool = crate::loops::Pool::new(
+        let pool = base::loops::Pool::new(
             loops,
-            crate::loops::PoolSpec {
+            base::loops::PoolSpec {
                 prefix: puller::PULLER_PREFIX.into(),
                 max: settings.pullers(),
                 idle: puller::PULLER_IDLE,
@@ -392,7 +392,7 @@ impl Inner {
 }
 
 /// Upstream `shouldPullImage`.
-pub fn should_pull(policy: &str, present: bool) -> bool {
+pub(crate) fn should_pull(policy: &str, present: bool) -> bool {
     match policy {
         "Never" => false,
         "IfNotPresent" => !present,
@@ -402,7 +402,7 @@ pub fn should_pull(policy: &str, present: bool) -> bool {
 }
 
 /// `busybox` → `busybox:latest`; references with a tag or digest are unchanged.
-pub fn normalize_image(image: &str) -> String {
+pub(crate) fn normalize_image(image: &str) -> String {
     if image.contains('@') {
         return image.to_string();
     }
@@ -416,7 +416,7 @@ pub fn normalize_image(image: &str) -> String {
 
 /// Upstream's defaulting: `Always` for `:latest` (and untagged, already normalised to
 /// `:latest`), `IfNotPresent` otherwise.
-pub fn default_pull_policy(normalized: &str) -> &'static str {
+pub(crate) fn default_pull_policy(normalized: &str) -> &'static str {
     if !normalized.contains('@') && normalized.ends_with(":latest") {
         "Always"
     } else {

@@ -20,29 +20,29 @@ use crossbeam_channel::TrySendError;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{event, Inner};
-use crate::container::Waiting;
-use crate::loops::{error_chain, lock};
-use crate::runtime::RegistryAuth;
-use crate::time::go_duration;
+use base::loops::{error_chain, lock};
+use base::time::go_duration;
+use runtime::container::Waiting;
+use runtime::RegistryAuth;
 
 /// The puller threads' names: `image-puller-N`.
-pub const PULLER_PREFIX: &str = "image-puller";
+pub(crate) const PULLER_PREFIX: &str = "image-puller";
 /// A puller thread with no pull for this long exits: a node whose images are all
 /// present keeps no thread for pulls.
-pub const PULLER_IDLE: Duration = Duration::from_secs(60);
+pub(crate) const PULLER_IDLE: Duration = Duration::from_secs(60);
 
 /// Pull requests (distinct images) waiting for a puller. Upstream's serial puller
 /// buffers 10 and then blocks the asking goroutine; ours refuses instead (the
 /// container waits and asks again), so the queue is larger to keep that rare. Each
 /// entry is an image name.
-pub const QUEUE_CAPACITY: usize = 64;
+pub(crate) const QUEUE_CAPACITY: usize = 64;
 /// The most puller threads `serializeImagePulls: false` starts. Upstream runs every
 /// pull at once when `maxParallelImagePulls` is unset; a thread per pull is what this
 /// design avoids, and dockerd limits each pull's layer downloads (3) anyway.
-pub const MAX_PULLERS: usize = 10;
+pub(crate) const MAX_PULLERS: usize = 10;
 /// The waiting reason while a pull is queued or running (upstream shows the default
 /// `ContainerCreating` while `EnsureImageExists` runs).
-pub const PULLING_REASON: &str = "ContainerCreating";
+pub(crate) const PULLING_REASON: &str = "ContainerCreating";
 /// A finished pull's outcome that no pod came back for (the pod went away) is
 /// forgotten after this long.
 const OUTCOME_TTL: Duration = Duration::from_secs(300);
@@ -332,7 +332,7 @@ impl Inner {
     /// The outcome of a failed pull: a failure, unless the image is the sandbox image
     /// and rkubelet could import itself as it ([`super::selfimport`]), on this
     /// puller's thread as the pull was, so no pod waits longer than for a pull.
-    fn pull_failed(&self, tagged: &str, e: &crate::runtime::RuntimeError) -> Outcome {
+    fn pull_failed(&self, tagged: &str, e: &runtime::RuntimeError) -> Outcome {
         let pulled = error_chain(e);
         if self.self_import.get().map(String::as_str) != Some(tagged) {
             return Outcome::Failed(pulled);
@@ -361,8 +361,8 @@ impl Inner {
 mod tests {
     use super::*;
     use crate::images::ImageManager;
-    use crate::loops::{shutdown_channel, Loops};
-    use crate::runtime::fake::{FakeClock, FakeRuntime, Op};
+    use base::loops::{shutdown_channel, Loops};
+    use runtime::fake::{FakeClock, FakeRuntime, Op};
     use std::sync::Arc;
 
     fn pod(uid: &str) -> Pod {
@@ -388,7 +388,7 @@ mod tests {
         assert_eq!(parallel(None).pullers(), MAX_PULLERS);
         assert_eq!(parallel(Some(1000)).pullers(), MAX_PULLERS);
         let last = format!("{PULLER_PREFIX}-{}", MAX_PULLERS - 1);
-        assert!(last.len() <= crate::loops::MAX_THREAD_NAME, "{last}");
+        assert!(last.len() <= base::loops::MAX_THREAD_NAME, "{last}");
     }
 
     #[test]
@@ -423,7 +423,7 @@ mod tests {
         let mut told: Vec<String> = (0..2)
             .map(|_| rx.recv_timeout(Duration::from_secs(10)).expect("told"))
             .collect();
-        crate::sort::sort(&mut told);
+        base::sort::sort(&mut told);
         assert_eq!(told, ["a", "b"]);
         assert_eq!(rt.count(Op::Pull), 1, "one pull for both pods");
         for uid in ["a", "b"] {

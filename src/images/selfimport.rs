@@ -17,14 +17,14 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use crate::runtime::{Runtime, RuntimeError};
+use runtime::{Runtime, RuntimeError};
 
 /// The running binary.
-pub const SELF_EXE: &str = "/proc/self/exe";
+pub(crate) const SELF_EXE: &str = "/proc/self/exe";
 /// The binary's path inside the image.
-pub const PATH_IN_IMAGE: &str = "rkubelet";
+pub(crate) const PATH_IN_IMAGE: &str = "rkubelet";
 /// The image's entrypoint: the binary as a pause process.
-pub const ENTRYPOINT: &str = r#"ENTRYPOINT ["/rkubelet","pause"]"#;
+pub(crate) const ENTRYPOINT: &str = r#"ENTRYPOINT ["/rkubelet","pause"]"#;
 
 /// ELF's `PT_INTERP`: the program header naming the dynamic loader.
 const PT_INTERP: u32 = 3;
@@ -38,7 +38,7 @@ const BLOCK: u64 = 512;
 
 /// Why rkubelet could not import itself.
 #[derive(Debug, thiserror::Error)]
-pub enum SelfImportError {
+pub(crate) enum SelfImportError {
     /// The running binary could not be read.
     #[error("cannot read the running binary {SELF_EXE}")]
     Exe {
@@ -152,7 +152,7 @@ fn find_interp(h: &ElfHeader, table: &[u8]) -> Result<Option<(u64, u64)>, String
 }
 
 /// The dynamic loader `file` names (its `PT_INTERP`), or None for a static binary.
-pub fn interpreter(file: &File) -> Result<Option<String>, SelfImportError> {
+pub(crate) fn interpreter(file: &File) -> Result<Option<String>, SelfImportError> {
     let mut head = [0u8; 64];
     file.read_exact_at(&mut head, 0)
         .map_err(|e| SelfImportError::NotElf(format!("reading its header: {e}")))?;
@@ -181,7 +181,7 @@ pub fn interpreter(file: &File) -> Result<Option<String>, SelfImportError> {
 /// The image's tar as a stream: one ustar header for `PATH_IN_IMAGE` (mode 0755,
 /// root-owned, `size` bytes), the binary from `exe`, padding to a block, and the two
 /// zero blocks that end an archive. Returns the stream and its exact length.
-pub fn image_tar<R: Read>(
+pub(crate) fn image_tar<R: Read>(
     exe: R,
     size: u64,
     mtime: u64,
@@ -208,12 +208,16 @@ pub fn image_tar<R: Read>(
 
 /// Imports the running binary as `image` with the pause entrypoint, if it is static.
 /// Returns the binary's size.
-pub fn import_self(runtime: &dyn Runtime, image: &str) -> Result<u64, SelfImportError> {
+pub(crate) fn import_self(runtime: &dyn Runtime, image: &str) -> Result<u64, SelfImportError> {
     import_exe(runtime, Path::new(SELF_EXE), image)
 }
 
 /// [`import_self`] for the binary at `exe` (tests give another file).
-pub fn import_exe(runtime: &dyn Runtime, exe: &Path, image: &str) -> Result<u64, SelfImportError> {
+pub(crate) fn import_exe(
+    runtime: &dyn Runtime,
+    exe: &Path,
+    image: &str,
+) -> Result<u64, SelfImportError> {
     let file = File::open(exe).map_err(|source| SelfImportError::Exe { source })?;
     if let Some(interpreter) = interpreter(&file)? {
         return Err(SelfImportError::Dynamic { interpreter });
@@ -237,7 +241,7 @@ pub fn import_exe(runtime: &dyn Runtime, exe: &Path, image: &str) -> Result<u64,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::fake::{FakeClock, FakeRuntime};
+    use runtime::fake::{FakeClock, FakeRuntime};
 
     /// A minimal ELF header and program header table: `interp` adds a PT_INTERP.
     fn elf(class64: bool, little: bool, interp: Option<&str>) -> Vec<u8> {
@@ -276,7 +280,7 @@ mod tests {
     }
 
     fn interp_of(bytes: &[u8]) -> Result<Option<String>, SelfImportError> {
-        let dir = crate::testutil::TempDir::new("selfimport");
+        let dir = base::testutil::TempDir::new("selfimport");
         let path = dir.0.join("exe");
         std::fs::write(&path, bytes).expect("write");
         interpreter(&File::open(&path).expect("open"))
@@ -365,7 +369,7 @@ mod tests {
 
     #[test]
     fn a_static_binary_is_imported_with_the_pause_entrypoint() {
-        let dir = crate::testutil::TempDir::new("selfimport");
+        let dir = base::testutil::TempDir::new("selfimport");
         let exe = dir.0.join("rkubelet");
         let bytes = elf(true, true, None);
         std::fs::write(&exe, &bytes).expect("write");

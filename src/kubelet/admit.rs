@@ -123,7 +123,7 @@ impl Admission {
         };
         log::info!(
             "pod {} rejected: {}: {}",
-            crate::container::format_pod(pod),
+            runtime::container::format_pod(pod),
             r.reason,
             r.message
         );
@@ -138,8 +138,8 @@ mod tests {
     use super::super::testing::{self, pod, Node};
     use super::*;
     use crate::podconfig::Source;
-    use crate::runtime::fake::Op;
     use k8s_openapi::api::core::v1::PodStatus;
+    use runtime::fake::Op;
 
     const HUGE: &str = "{containers: [{name: a, image: 'busybox:1', \
                         resources: {requests: {cpu: '100000'}}}]}";

@@ -21,11 +21,11 @@ use crate::eviction::api::{derive_container_fs_thresholds, parse_threshold_confi
 use crate::eviction::helpers::{ContainerUsage, Observation, Observations, PodUsage};
 use crate::eviction::signals::{disk_usage, NodeSignals};
 use crate::eviction::{Config, Evictor, Inputs, Manager, PressureState, MONITORING_PERIOD};
-use crate::loops::{Loops, Periodic};
-use crate::metrics::kubelet::KubeletMetrics;
+use crate::metrics::KubeletMetrics;
 use crate::pod_workers::{Kill, PodWorkers, Work};
 use crate::status::manager::PodManagerView;
 use crate::status::StatusCache;
+use base::loops::{Loops, Periodic};
 
 /// The eviction loop's name.
 pub(super) const THREAD: &str = "eviction";
@@ -76,7 +76,7 @@ pub(super) fn start(
     cfg: &KubeletConfig,
     mut config: Config,
     parts: Parts,
-) -> Result<(), crate::loops::SpawnError> {
+) -> Result<(), base::loops::SpawnError> {
     let image_dir = PathBuf::from(DOCKER_ROOT);
     let signals = NodeSignals::host(
         cfg.root_dir.clone(),
@@ -319,7 +319,7 @@ pub(super) fn evicted_status(st: &mut PodStatus, message: &str, now: std::time::
         status: "True".into(),
         reason: Some("TerminationByKubelet".into()),
         message: Some(message.into()),
-        last_transition_time: Some(crate::time::k8s_time(now)),
+        last_transition_time: Some(base::time::k8s_time(now)),
         ..Default::default()
     });
 }

@@ -26,7 +26,7 @@ use sync_loop::SyncLoop;
 use syncer::SyncHandler;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,40 +34,42 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::KubeletConfig;
 use crate::health::{HealthChecks, RuntimeHealth, RUNTIME_UP_PERIOD};
+use crate::instrumented::InstrumentedRuntime;
 use crate::kuberuntime::container::dns::DnsSettings;
 use crate::kuberuntime::container::NodeContext;
 use crate::kuberuntime::{ManagerConfig, RuntimeManager};
-use crate::loops::{shutdown_channel, Loops, Periodic, Shutdown, SpawnError};
-use crate::metrics::kubelet::KubeletMetrics;
+use crate::metrics::KubeletMetrics;
 use crate::pleg::{evented, Pleg, PlegEvent, PlegShared, CHANNEL_CAPACITY};
 use crate::pod_killer::PodKiller;
 use crate::pod_workers::{PodWorkers, WorkQueue, DEFAULT_WORKERS};
+use crate::podconfig::server::ServerSource;
 use crate::podconfig::{PodConfig, SourceUpdate};
 use crate::prober::{ProbeEvent, ProbeManager};
-use crate::runtime::instrumented::InstrumentedRuntime;
-use crate::runtime::Runtime;
+use crate::server;
 use crate::server::http_metrics::ServerType;
 use crate::server::kubelet::KubeletServer;
 use crate::server::readonly::{PodsView, ReadOnly};
-use crate::server::{self, ServerError, Unblockers};
-use crate::stats::StatsConfig;
+use crate::stats::{StatsConfig, StatsProvider};
 use crate::status::manager::PodManagerView;
 use crate::status::StatusCache;
 use crate::volume::{VolumeManager, VOLUME_MGR_PERIOD};
+use base::loops::{shutdown_channel, Loops, Periodic, Shutdown, SpawnError};
+use runtime::Runtime;
+use wire::server::{ServerError, Unblockers};
 
 /// Upstream's sync ticker: pods whose work-queue time is due are synced.
-pub const SYNC_TICK: Duration = Duration::from_secs(1);
+pub(crate) const SYNC_TICK: Duration = Duration::from_secs(1);
 /// Upstream `housekeepingPeriod`.
-pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+pub(crate) const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 /// Upstream's buffer of the merged updates channel.
-pub const SOURCE_CHANNEL_CAPACITY: usize = 50;
+pub(crate) const SOURCE_CHANNEL_CAPACITY: usize = 50;
 /// Requeue after a failed sync (upstream `backOffPeriod` 10 s).
-pub const SYNC_ERROR_REQUEUE: Duration = Duration::from_secs(10);
+pub(crate) const SYNC_ERROR_REQUEUE: Duration = Duration::from_secs(10);
 /// Pods named by finished image pulls, waiting for the sync loop. A burst beyond this
 /// is synced by each pod's own requeue instead.
-pub const PULLED_CHANNEL_CAPACITY: usize = 256;
+pub(crate) const PULLED_CHANNEL_CAPACITY: usize = 256;
 /// A housekeeping run slower than this is worth a warning (upstream value).
-pub const HOUSEKEEPING_WARNING: Duration = Duration::from_secs(1);
+pub(crate) const HOUSEKEEPING_WARNING: Duration = Duration::from_secs(1);
 
 /// Errors that stop the kubelet from starting.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +85,7 @@ pub enum StartError {
     Source(Box<dyn std::error::Error + Send + Sync>),
     /// The kubelet port's TLS cannot be set up (files, self-signed pair).
     #[error("kubelet port: {0}")]
-    Tls(#[source] crate::server::tls::TlsError),
+    Tls(#[source] wire::tls::TlsError),
     /// The eviction flags are refused.
     #[error("eviction thresholds: {0}")]
     Eviction(#[source] crate::eviction::api::ThresholdError),
@@ -160,6 +162,45 @@ fn make_root_dir(root: &std::path::Path) -> Result<(), StartError> {
     Ok(())
 }
 
+/// The runtime the kubelet drives: the Docker engine at the configured endpoint, with
+/// the sandbox image and log rotation of the configuration, and with
+/// `--network-plugin=cni` the CNI network around it ([`crate::network`]). Does not
+/// connect: the engine may come up later.
+pub fn connect_runtime(cfg: &KubeletConfig) -> Result<Arc<dyn Runtime>, runtime::RuntimeError> {
+    let mut docker = docker::Docker::connect(&cfg.container_runtime_endpoint)?
+        .with_sandbox_image(&cfg.pod_infra_container_image)
+        .with_log_rotation(docker::translate::LogRotation {
+            max_size: cfg.container_log_max_size,
+            max_files: cfg.container_log_max_files,
+        });
+    let mode = match cfg.network_plugin.as_str() {
+        "cni" => crate::network::Mode::Cni {
+            conf_dir: cfg.cni_conf_dir.clone(),
+        },
+        "kubenet" => crate::network::Mode::Kubenet(crate::network::kubenet::Kubenet {
+            mtu: cfg.network_plugin_mtu,
+            hairpin_mode: cfg.hairpin_mode.clone(),
+            non_masquerade_cidr: cfg.non_masquerade_cidr.clone(),
+        }),
+        _ => return Ok(Arc::new(docker)),
+    };
+    docker = docker.with_plugin_network();
+    let network = crate::network::PluginNetwork::new(
+        Arc::new(docker),
+        cni::Cni {
+            bin_dirs: cni::bin_dirs(&cfg.cni_bin_dir),
+            cache_dir: cfg.cni_cache_dir.clone(),
+            timeout: crate::network::PLUGIN_TIMEOUT,
+        },
+        mode,
+    );
+    // Standalone, the pod CIDR is the flag's (with an API server, the Node's).
+    if cfg.kubeconfig.is_none() && cfg.bootstrap_kubeconfig.is_none() && !cfg.pod_cidr.is_empty() {
+        network.update_runtime_config(std::slice::from_ref(&cfg.pod_cidr))?;
+    }
+    Ok(Arc::new(network))
+}
+
 /// Starts every loop of the kubelet. Ports are bound before any thread starts, so a
 /// port in use fails here with nothing left running.
 pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, StartError> {
@@ -167,28 +208,8 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let eviction_config = eviction::config(&cfg).map_err(StartError::Eviction)?;
     // Source settings are checked before anything starts, like the ports.
     let mut prepared = PreparedSources::prepare(&cfg)?;
-    let mut listeners = Vec::new();
-    if cfg.healthz_port != 0 {
-        let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
-        listeners.push(("healthz", server::bind("healthz", addr)?));
-    }
-    if cfg.read_only_port != 0 {
-        let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
-        listeners.push(("read-only", server::bind("read-only", addr)?));
-    }
-    let mut kubelet_port = None;
-    if cfg.port != 0 {
-        // None: a webhook without an API server; the port stays unserved (logged).
-        if let Some(port) = PreparedPort::prepare(&cfg, prepared.api())? {
-            let addr = SocketAddr::new(cfg.address, cfg.port);
-            listeners.push(("kubelet", server::bind("kubelet", addr)?));
-            kubelet_port = Some(port);
-        }
-    }
-    let bound: Vec<(&'static str, SocketAddr)> = listeners
-        .iter()
-        .filter_map(|(n, l)| l.local_addr().ok().map(|a| (*n, a)))
-        .collect();
+    let ports = bind_ports(&cfg, &prepared)?;
+    let bound = ports.bound();
 
     let (shutdown, stop) = shutdown_channel();
     let loops = Loops::new(stop.clone());
@@ -199,7 +220,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // (upstream records it in `Run`).
     if let Some(api) = prepared.api() {
         // The API server's JSON answers: the big stack, as every loop that reads them.
-        let big = loops.with_stack_size(crate::loops::BIG_STACK);
+        let big = loops.with_stack_size(base::loops::BIG_STACK);
         crate::events::start(&big, api.clone(), &cfg.node_name, parts.metrics.clone())?;
     }
     crate::record::node_event(&cfg.node_name, false, "Starting", "Starting kubelet.");
@@ -218,233 +239,58 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     };
     let unblockers = Unblockers::default();
 
-    // Servers first: they answer health questions while everything else starts.
-    let servers = listeners.len();
-    let limits = server::Limits::PLAIN.fit_to_descriptors(servers);
-    for (name, listener) in listeners {
-        match name {
-            "kubelet" => {
-                let Some(mut port) = kubelet_port.take() else {
-                    continue;
-                };
-                port.start_reload(&loops)?;
-                let tls = port.tls.clone();
-                let k = KubeletServer {
-                    auth: port.auth.clone(),
-                    checks: checks.clone(),
-                    pods: pods_view.clone(),
-                    configz: port.configz.clone(),
-                    metrics: parts.metrics.clone(),
-                    probe_metrics: parts.probes.metrics().clone(),
-                    runtime_pods: parts.pleg_shared.clone(),
-                    runtime: runtime.clone(),
-                    debugging_handlers: cfg.enable_debugging_handlers,
-                    log_dir: server::kubelet::NODE_LOG_DIR.into(),
-                    streams: server::streams::StreamServer {
-                        pods: pods_view.clone(),
-                        runtime: runtime.clone(),
-                        loops: loops.clone(),
-                        node_name: cfg.node_name.clone(),
-                    },
-                    stats: stats.clone(),
-                };
-                log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);
-                server::serve_tls(
-                    &loops,
-                    "srv-kubelet",
-                    listener,
-                    server::Limits::KUBELET.fit_to_descriptors(servers),
-                    tls,
-                    &unblockers,
-                    server::http_metrics::instrument(
-                        parts.metrics.clone(),
-                        ServerType::ReadWrite,
-                        move |r| server::kubelet::handle(&k, r),
-                    ),
-                )?;
-            }
-            "healthz" => {
-                let checks = checks.clone();
-                server::serve(
-                    &loops,
-                    "srv-healthz",
-                    listener,
-                    limits,
-                    &unblockers,
-                    move |r| server::healthz::handle(&checks, r),
-                )?;
-            }
-            _ => {
-                let ro = ReadOnly {
-                    checks: checks.clone(),
-                    pods: pods_view.clone(),
-                    registry: loops.registry(),
-                    probe_metrics: parts.probes.metrics().clone(),
-                    metrics: parts.metrics.clone(),
-                    stats: stats.clone(),
-                };
-                server::serve(
-                    &loops,
-                    "srv-readonly",
-                    listener,
-                    limits,
-                    &unblockers,
-                    server::http_metrics::instrument(
-                        parts.metrics.clone(),
-                        ServerType::ReadOnly,
-                        move |r| server::readonly::handle(&ro, r),
-                    ),
-                )?;
-            }
-        }
+    // The merge's channel: every source sends on it. The server source (pods pushed
+    // over the kubelet port) sends its stored set now, before the port serves and the
+    // sync loop runs, as its first snapshot.
+    let (source_tx, source_rx) = crossbeam_channel::bounded(SOURCE_CHANNEL_CAPACITY);
+    let push = cfg
+        .enable_server_source
+        .then(|| ServerSource::open(&cfg.root_dir, &cfg.node_name, source_tx.clone()));
+    if push.is_some() && ports.kubelet.is_none() {
+        log::warn!(
+            "the server pod source is enabled but the kubelet port is not served: its \
+             stored pods run, and nothing can be pushed"
+        );
     }
+
+    // Servers first: they answer health questions while everything else starts.
+    let served = Served {
+        runtime: &runtime,
+        parts: &parts,
+        checks: &checks,
+        stats: &stats,
+        unblockers: &unblockers,
+        push: push.as_ref(),
+    };
+    start_servers(&loops, &cfg, ports, &served)?;
 
     // The client certificate: TLS bootstrap (the API client waits for it; static pods
     // do not) and rotation. A refused bootstrap reaches main through `fatal`.
     let (fatal_tx, fatal) = crossbeam_channel::bounded(1);
     if let Some(manager) = prepared.take_cert_manager() {
-        manager.start(&loops.with_stack_size(crate::loops::BIG_STACK), fatal_tx)?;
+        manager.start(&loops.with_stack_size(base::loops::BIG_STACK), fatal_tx)?;
     }
 
     // Sources: each configured one is registered with the merge, so nothing
     // destructive happens until every one of them has sent its first snapshot.
-    let (source_tx, source_rx) = crossbeam_channel::bounded(SOURCE_CHANNEL_CAPACITY);
     let api = prepared.api().cloned();
-    let sources = prepared.start(&loops, &cfg, &source_tx)?;
+    let sources = prepared.start(&loops, &cfg, &source_tx, push.is_some())?;
     drop(source_tx);
 
-    // Runtime liveness, then its network's readiness (upstream's `updateRuntimeUp`
-    // reads both from one runtime status): one loop.
-    let (up_tx, up_rx) = crossbeam_channel::bounded(1);
-    {
-        let health = parts.runtime_health.clone();
-        let runtime = parts.runtime.clone();
-        let network = network.clone();
-        loops.spawn_periodic(
-            Periodic {
-                name: "runtime-up".into(),
-                period: RUNTIME_UP_PERIOD,
-                wake: None,
-            },
-            move || {
-                health.tick(runtime.as_ref(), &up_tx)?;
-                network.tick(runtime.as_ref())
-            },
-        )?;
-    }
-
-    // PLEG.
-    let (pleg_tx, pleg_rx) = crate::chan::bounded(CHANNEL_CAPACITY);
-    let (first_tx, first_relist) = crossbeam_channel::bounded(1);
-    let pleg = Pleg::new(
-        parts.runtime.clone(),
-        &cfg.node_name,
-        pleg_tx,
-        parts.pleg_shared.clone(),
-        Some(first_tx),
-    )
-    .with_metrics(parts.metrics.clone());
-    // The evented PLEG: `pleg-events` reads Docker's event stream and wakes `pleg`,
-    // which relists the pod at once, and everything every 5 min (1 s while the stream
-    // is down).
-    let (wake_tx, wake_rx) = evented::wake_channel(CHANNEL_CAPACITY);
-    // The pod killer's and the status manager's too: a pod whose kill ended, and a
-    // deleted pod whose final delete waits on a container seen running, are relisted.
-    let recheck_wake = wake_tx.clone();
-    let watcher = evented::EventWatcher::new(
-        parts.runtime.clone(),
-        pleg.node_filter(),
-        parts.pleg_shared.clone(),
-        wake_tx,
-        parts.metrics.clone(),
-    );
-    let mut pleg = pleg;
-    loops.spawn("pleg", move |stop, handle| {
-        evented::run_pleg(&mut pleg, &wake_rx, &stop, &handle)
-    })?;
-    let mut watcher = watcher;
-    loops.spawn("pleg-events", move |stop, handle| {
-        watcher.run(&stop, &handle)
-    })?;
-
-    // Image pullers: pulls never run on a pod worker; a finished pull names its
-    // waiting pods to the sync loop.
-    let (pulled_tx, pulled_rx) = crossbeam_channel::bounded(PULLED_CHANNEL_CAPACITY);
-    // With no registry, a static rkubelet is its own pause image.
-    parts
-        .manager
-        .images()
-        .set_self_import(&cfg.pod_infra_container_image);
-    parts.manager.images().start(
-        &loops,
-        crate::images::PullSettings {
-            serialize: cfg.serialize_image_pulls,
-            max_parallel: cfg.max_parallel_image_pulls,
-        },
-        pulled_tx,
-    )?;
+    let up_rx = start_runtime_up(&loops, &parts, &network)?;
+    let pleg = start_pleg(&loops, &cfg, &parts)?;
+    let pulled_rx = start_image_pullers(&loops, &cfg, &parts)?;
 
     // Pod killer and pod workers.
-    let handler = parts.syncer(&loops, &cfg, recheck_wake.clone())?;
-    // Volume manager: removes the directories of pods that are gone.
-    {
-        let volumes = parts.volumes.clone();
-        loops.spawn_periodic(
-            Periodic {
-                name: "volume-mgr".into(),
-                period: VOLUME_MGR_PERIOD,
-                wake: None,
-            },
-            move || volumes.cleanup_orphans(),
-        )?;
-    }
-    // Object refresh: ConfigMap, Secret and token updates reach running pods' volumes
-    // between their syncs (only with an API server to read them from).
-    if parts.volumes.objects().has_client() {
-        let volumes = parts.volumes.clone();
-        // Decodes ConfigMaps and Secrets from the API server: the big stack.
-        loops
-            .with_stack_size(crate::loops::BIG_STACK)
-            .spawn_periodic(
-                Periodic {
-                    name: "object-refresh".into(),
-                    period: crate::volume::refresh::REFRESH_PERIOD,
-                    wake: None,
-                },
-                move || volumes.refresh_objects(),
-            )?;
-    }
-
+    let handler = parts.syncer(&loops, &cfg, pleg.recheck_wake.clone())?;
+    start_volume_loops(&loops, &parts)?;
     // Pod cgroups of pods that are gone (removed while the kubelet was down, or a
     // removal that failed).
     parts.start_pod_cgroup_gc(&loops)?;
-
     // Pod workers.
     parts.workers.start(&loops, DEFAULT_WORKERS, handler)?;
 
-    // Garbage collection: dead containers (and a pod's own pruning after a PLEG
-    // `ContainerDied`), images. The handle is eviction's node-level reclaim.
-    let (died_tx, died_rx) = crate::gc::died_channel();
-    let gc = parts.start_gc(&loops, &cfg, died_rx)?;
-
-    // The eviction manager (its conditions reach admission and the node status; its
-    // node-level reclaim is container GC, then image GC) and the OOM watcher.
-    eviction::start(
-        &loops,
-        &cfg,
-        eviction_config,
-        eviction::Parts {
-            view: parts.manager_view.clone(),
-            statuses: parts.statuses.clone(),
-            workers: parts.workers.clone(),
-            stats: stats.clone(),
-            metrics: parts.metrics.clone(),
-            state: parts.pressure.clone(),
-            gc: Some(gc),
-            cm: parts.cm.clone(),
-            allocatable_memory: parts.admission_node.memory,
-        },
-    )?;
+    let died_tx = start_reclaim(&loops, &cfg, &parts, eviction_config, &stats)?;
     crate::oom_watcher::start(&loops, &cfg.node_name, std::path::Path::new("/dev/kmsg"))?;
     crate::logging::start_flush(&loops, cfg.log_flush_frequency)?;
 
@@ -459,7 +305,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             &checks,
             parts.pressure.clone(),
         )?;
-        parts.start_status_manager(&loops, client, &cfg.node_name, recheck_wake)?;
+        parts.start_status_manager(&loops, client, &cfg.node_name, pleg.recheck_wake)?;
     }
 
     // The sync loop.
@@ -467,7 +313,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         PodConfig::new(&sources),
         LoopInputs {
             sources: source_rx,
-            pleg: pleg_rx,
+            pleg: pleg.events,
             probes: probe_rx,
             runtime_up: up_rx,
             pulled: pulled_rx,
@@ -482,12 +328,319 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         loops,
         shutdown,
         unblockers,
-        first_relist,
+        first_relist: pleg.first_relist,
         fatal,
         bound,
         pods: pods_view,
         checks,
     })
+}
+
+/// The ports' listeners, bound before any thread starts, so a port in use is a
+/// start-up error with the address in it.
+struct Ports {
+    listeners: Vec<(&'static str, TcpListener)>,
+    /// The kubelet port's TLS and authentication, when it is served.
+    kubelet: Option<PreparedPort>,
+}
+
+impl Ports {
+    /// Each port's name and the address it is bound to (port 0 resolved).
+    fn bound(&self) -> Vec<(&'static str, SocketAddr)> {
+        self.listeners
+            .iter()
+            .filter_map(|(n, l)| l.local_addr().ok().map(|a| (*n, a)))
+            .collect()
+    }
+}
+
+fn bind_ports(cfg: &KubeletConfig, prepared: &PreparedSources) -> Result<Ports, StartError> {
+    let mut listeners = Vec::new();
+    if cfg.healthz_port != 0 {
+        let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
+        listeners.push(("healthz", wire::server::bind("healthz", addr)?));
+    }
+    if cfg.read_only_port != 0 {
+        let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
+        listeners.push(("read-only", wire::server::bind("read-only", addr)?));
+    }
+    let mut kubelet = None;
+    if cfg.port != 0 {
+        // None: a webhook without an API server; the port stays unserved (logged).
+        if let Some(port) = PreparedPort::prepare(cfg, prepared.api())? {
+            let addr = SocketAddr::new(cfg.address, cfg.port);
+            listeners.push(("kubelet", wire::server::bind("kubelet", addr)?));
+            kubelet = Some(port);
+        }
+    }
+    Ok(Ports { listeners, kubelet })
+}
+
+/// What the ports' handlers read.
+struct Served<'a> {
+    runtime: &'a Arc<dyn Runtime>,
+    parts: &'a Components,
+    checks: &'a HealthChecks,
+    stats: &'a Arc<StatsProvider>,
+    unblockers: &'a Unblockers,
+    /// The server pod source, with `--enable-server-source`.
+    push: Option<&'a Arc<ServerSource>>,
+}
+
+/// Serves each bound port: `srv-healthz`, `srv-readonly`, `srv-kubelet` (with its
+/// `tls-reload` loop).
+fn start_servers(
+    loops: &Loops,
+    cfg: &KubeletConfig,
+    mut ports: Ports,
+    s: &Served<'_>,
+) -> Result<(), StartError> {
+    let parts = s.parts;
+    let pods_view = &parts.pods_view;
+    let servers = ports.listeners.len();
+    let limits = wire::server::http::Limits::PLAIN.fit_to_descriptors(servers);
+    for (name, listener) in ports.listeners {
+        match name {
+            "kubelet" => {
+                let Some(mut port) = ports.kubelet.take() else {
+                    continue;
+                };
+                port.start_reload(loops)?;
+                let tls = port.tls.clone();
+                let k = KubeletServer {
+                    auth: port.auth.clone(),
+                    checks: s.checks.clone(),
+                    pods: pods_view.clone(),
+                    configz: port.configz.clone(),
+                    metrics: parts.metrics.clone(),
+                    probe_metrics: parts.probes.metrics().clone(),
+                    runtime_pods: parts.pleg_shared.clone(),
+                    runtime: s.runtime.clone(),
+                    debugging_handlers: cfg.enable_debugging_handlers,
+                    log_dir: server::kubelet::NODE_LOG_DIR.into(),
+                    streams: server::streams::StreamServer {
+                        pods: pods_view.clone(),
+                        runtime: s.runtime.clone(),
+                        loops: loops.clone(),
+                        node_name: cfg.node_name.clone(),
+                    },
+                    stats: s.stats.clone(),
+                    push: s.push.cloned(),
+                };
+                log::info!("Starting to listen on {}:{} (TLS)", cfg.address, cfg.port);
+                // Its stream threads read and decode pushed pods: the big stack.
+                wire::server::serve_tls(
+                    &loops.with_stack_size(base::loops::BIG_STACK),
+                    "srv-kubelet",
+                    listener,
+                    wire::server::http::Limits::KUBELET.fit_to_descriptors(servers),
+                    tls,
+                    s.unblockers,
+                    server::http_metrics::instrument(
+                        parts.metrics.clone(),
+                        ServerType::ReadWrite,
+                        move |r| server::kubelet::handle(&k, r),
+                    ),
+                )?;
+            }
+            "healthz" => {
+                let checks = s.checks.clone();
+                wire::server::serve(
+                    loops,
+                    "srv-healthz",
+                    listener,
+                    limits,
+                    s.unblockers,
+                    move |r| server::healthz::handle(&checks, r),
+                )?;
+            }
+            _ => {
+                let ro = ReadOnly {
+                    checks: s.checks.clone(),
+                    pods: pods_view.clone(),
+                    registry: loops.registry(),
+                    probe_metrics: parts.probes.metrics().clone(),
+                    metrics: parts.metrics.clone(),
+                    stats: s.stats.clone(),
+                };
+                wire::server::serve(
+                    loops,
+                    "srv-readonly",
+                    listener,
+                    limits,
+                    s.unblockers,
+                    server::http_metrics::instrument(
+                        parts.metrics.clone(),
+                        ServerType::ReadOnly,
+                        move |r| server::readonly::handle(&ro, r),
+                    ),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `runtime-up`: the runtime's liveness, then its network's readiness (upstream's
+/// `updateRuntimeUp` reads both from one runtime status), in one loop. Its receiver
+/// hears when the runtime came up.
+fn start_runtime_up(
+    loops: &Loops,
+    parts: &Components,
+    network: &Arc<crate::health::NetworkHealth>,
+) -> Result<Receiver<()>, SpawnError> {
+    let (up_tx, up_rx) = crossbeam_channel::bounded(1);
+    let health = parts.runtime_health.clone();
+    let runtime = parts.runtime.clone();
+    let network = network.clone();
+    loops.spawn_periodic(
+        Periodic {
+            name: "runtime-up".into(),
+            period: RUNTIME_UP_PERIOD,
+            wake: None,
+        },
+        move || {
+            health.tick(runtime.as_ref(), &up_tx)?;
+            network.tick(runtime.as_ref())
+        },
+    )?;
+    Ok(up_rx)
+}
+
+/// What the PLEG gives the rest: its events, the first relist's notice, and a wake
+/// that relists one pod at once.
+struct PlegOutputs {
+    events: Receiver<PlegEvent>,
+    first_relist: Receiver<()>,
+    /// The pod killer's and the status manager's: a pod whose kill ended, and a
+    /// deleted pod whose final delete waits on a container seen running, are relisted.
+    recheck_wake: evented::WakeSender,
+}
+
+/// `pleg` and the evented PLEG's `pleg-events`, which reads the runtime's event
+/// stream and wakes `pleg` to relist the pod at once (and everything every 5 min,
+/// 1 s while the stream is down).
+fn start_pleg(
+    loops: &Loops,
+    cfg: &KubeletConfig,
+    parts: &Components,
+) -> Result<PlegOutputs, SpawnError> {
+    let (pleg_tx, events) = base::chan::bounded(CHANNEL_CAPACITY);
+    let (first_tx, first_relist) = crossbeam_channel::bounded(1);
+    let mut pleg = Pleg::new(
+        parts.runtime.clone(),
+        &cfg.node_name,
+        pleg_tx,
+        parts.pleg_shared.clone(),
+        Some(first_tx),
+    )
+    .with_metrics(parts.metrics.clone());
+    let (wake_tx, wake_rx) = evented::wake_channel(CHANNEL_CAPACITY);
+    let recheck_wake = wake_tx.clone();
+    let mut watcher = evented::EventWatcher::new(
+        parts.runtime.clone(),
+        pleg.node_filter(),
+        parts.pleg_shared.clone(),
+        wake_tx,
+        parts.metrics.clone(),
+    );
+    loops.spawn("pleg", move |stop, handle| {
+        evented::run_pleg(&mut pleg, &wake_rx, &stop, &handle)
+    })?;
+    loops.spawn("pleg-events", move |stop, handle| {
+        watcher.run(&stop, &handle)
+    })?;
+    Ok(PlegOutputs {
+        events,
+        first_relist,
+        recheck_wake,
+    })
+}
+
+/// The image pullers: pulls never run on a pod worker; a finished pull names its
+/// waiting pods to the sync loop over the returned receiver.
+fn start_image_pullers(
+    loops: &Loops,
+    cfg: &KubeletConfig,
+    parts: &Components,
+) -> Result<Receiver<String>, SpawnError> {
+    let (pulled_tx, pulled_rx) = crossbeam_channel::bounded(PULLED_CHANNEL_CAPACITY);
+    // With no registry, a static rkubelet is its own pause image.
+    parts
+        .manager
+        .images()
+        .set_self_import(&cfg.pod_infra_container_image);
+    parts.manager.images().start(
+        loops,
+        crate::images::PullSettings {
+            serialize: cfg.serialize_image_pulls,
+            max_parallel: cfg.max_parallel_image_pulls,
+        },
+        pulled_tx,
+    )?;
+    Ok(pulled_rx)
+}
+
+/// `volume-mgr` (removes the directories of pods that are gone) and, with an API
+/// server to read them from, `object-refresh` (ConfigMap, Secret and token updates
+/// reach running pods' volumes between their syncs).
+fn start_volume_loops(loops: &Loops, parts: &Components) -> Result<(), SpawnError> {
+    let volumes = parts.volumes.clone();
+    loops.spawn_periodic(
+        Periodic {
+            name: "volume-mgr".into(),
+            period: VOLUME_MGR_PERIOD,
+            wake: None,
+        },
+        move || volumes.cleanup_orphans(),
+    )?;
+    if parts.volumes.objects().has_client() {
+        let volumes = parts.volumes.clone();
+        // Decodes ConfigMaps and Secrets from the API server: the big stack.
+        loops
+            .with_stack_size(base::loops::BIG_STACK)
+            .spawn_periodic(
+                Periodic {
+                    name: "object-refresh".into(),
+                    period: crate::volume::refresh::REFRESH_PERIOD,
+                    wake: None,
+                },
+                move || volumes.refresh_objects(),
+            )?;
+    }
+    Ok(())
+}
+
+/// Garbage collection (dead containers, and a pod's own pruning after a PLEG
+/// `ContainerDied` sent on the returned sender; images) and the eviction manager (its
+/// conditions reach admission and the node status; its node-level reclaim is
+/// container GC, then image GC).
+fn start_reclaim(
+    loops: &Loops,
+    cfg: &KubeletConfig,
+    parts: &Components,
+    eviction_config: crate::eviction::Config,
+    stats: &Arc<StatsProvider>,
+) -> Result<Sender<crate::gc::Died>, StartError> {
+    let (died_tx, died_rx) = crate::gc::died_channel();
+    let gc = parts.start_gc(loops, cfg, died_rx)?;
+    eviction::start(
+        loops,
+        cfg,
+        eviction_config,
+        eviction::Parts {
+            view: parts.manager_view.clone(),
+            statuses: parts.statuses.clone(),
+            workers: parts.workers.clone(),
+            stats: stats.clone(),
+            metrics: parts.metrics.clone(),
+            state: parts.pressure.clone(),
+            gc: Some(gc),
+            cm: parts.cm.clone(),
+            allocatable_memory: parts.admission_node.memory,
+        },
+    )?;
+    Ok(died_tx)
 }
 
 /// What the sync loop receives from the loops around it.
@@ -543,7 +696,7 @@ impl Components {
         runtime: &Arc<dyn Runtime>,
         loops: &Loops,
         probe_tx: Sender<ProbeEvent>,
-        api: Option<Arc<crate::apiclient::ApiClient>>,
+        api: Option<Arc<apiclient::ApiClient>>,
     ) -> Result<Components, StartError> {
         // Upstream `NewMainKubelet`: the safe set, then the allowed unsafe sysctls.
         let sysctls = crate::sysctl::Allowlist::for_node(
@@ -565,7 +718,7 @@ impl Components {
         let (status_tx, status_wake) = crossbeam_channel::bounded(1);
         let statuses = Arc::new(StatusCache::with_notify(status_tx));
         let pods_view = Arc::new(PodsView::new(statuses.clone()));
-        let host_ip = cfg.node_ip.clone().unwrap_or_else(crate::netutil::node_ip);
+        let host_ip = cfg.node_ip.clone().unwrap_or_else(base::netutil::node_ip);
         // The machine's facts, once: the downward API's and admission's allocatable
         // is the node status's.
         let machine = crate::nodestatus::machine::read(&cfg.root_dir);
@@ -589,7 +742,7 @@ impl Components {
         let objects = Arc::new(crate::objects::ObjectManager::new(
             api.map(|c| c as Arc<dyn crate::objects::Fetcher>),
         ));
-        let facts = crate::container::downward::NodeFacts {
+        let facts = runtime::container::downward::NodeFacts {
             allocatable_cpu_milli: allocatable.cpu_milli,
             allocatable_memory: allocatable.memory,
             allocatable_ephemeral_storage: allocatable.ephemeral_storage,
@@ -625,10 +778,6 @@ impl Components {
                     logs: crate::kuberuntime::logs::LogSettings {
                         pods_dir: cfg.pod_logs_dir.clone(),
                         containers_dir: cfg.container_logs_dir.clone(),
-                        rotation: Some(crate::runtime::LogRotation {
-                            max_size: cfg.container_log_max_size,
-                            max_files: cfg.container_log_max_files,
-                        }),
                     },
                 },
             )
@@ -822,14 +971,14 @@ mod testing {
     use super::syncer::SyncHandler;
     use super::{Components, LoopInputs};
     use crate::config::{KubeletConfig, Loaded};
-    use crate::container::labels;
-    use crate::loops::{shutdown_channel, Loops, Shutdown};
     use crate::pleg::Pleg;
     use crate::podconfig::manifest::{prepare, Origin};
     use crate::podconfig::{PodConfig, Source, SourceUpdate};
-    use crate::runtime::fake::{FakeClock, FakeRuntime};
-    use crate::runtime::{ContainerDetails, ContainerState, Runtime};
-    use crate::testutil::TempDir;
+    use base::loops::{shutdown_channel, Loops, Shutdown};
+    use base::testutil::TempDir;
+    use runtime::container::labels;
+    use runtime::fake::{FakeClock, FakeRuntime};
+    use runtime::{ContainerDetails, ContainerState, Runtime};
 
     /// The node's name.
     pub(super) const NODE: &str = "node1";
@@ -902,7 +1051,7 @@ mod testing {
             // No evented PLEG here: the pod killer's wakes go nowhere.
             let (wake, _) = crate::pleg::evented::wake_channel(1);
             let handler = parts.syncer(&loops, &cfg, wake).expect("syncer");
-            let (pleg_tx, pleg_rx) = crate::chan::bounded(crate::pleg::CHANNEL_CAPACITY);
+            let (pleg_tx, pleg_rx) = base::chan::bounded(crate::pleg::CHANNEL_CAPACITY);
             let pleg = Pleg::new(
                 parts.runtime.clone(),
                 NODE,
@@ -989,7 +1138,7 @@ mod testing {
                         && c.labels.get(labels::CONTAINER_NAME).map(String::as_str) == Some(name)
                 })
                 .collect();
-            crate::sort::sort_by_key(&mut v, |c| {
+            base::sort::sort_by_key(&mut v, |c| {
                 std::cmp::Reverse((c.created, labels::restart_count(&c.labels)))
             });
             v

@@ -6,16 +6,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::apiclient::ApiClient;
 use crate::config::KubeletConfig;
 use crate::health::{HealthChecks, NetworkHealth, RuntimeHealth};
-use crate::loops::{Loops, Periodic, SpawnError};
 use crate::nodelease::{self, Heartbeat};
 use crate::nodestatus::{self, setters::NodeSettings, ReadinessCheck};
 use crate::pleg::evented::{Wake, WakeSender};
 use crate::pleg::PlegShared;
-use crate::runtime::Runtime;
 use crate::status::manager::{PodFinished, PodRecheck, StatusManager, TICK};
+use apiclient::ApiClient;
+use base::loops::{Loops, Periodic, SpawnError};
+use runtime::Runtime;
 
 use super::Components;
 
@@ -121,7 +121,7 @@ pub(super) fn start(
     pressure: Arc<crate::eviction::PressureState>,
 ) -> Result<(), SpawnError> {
     // Decodes the API server's JSON (serde recursion): the big stack.
-    let loops = &loops.with_stack_size(crate::loops::BIG_STACK);
+    let loops = &loops.with_stack_size(base::loops::BIG_STACK);
     let heartbeat = Arc::new(Heartbeat::default());
     let lease_duration = Duration::from_secs(u64::from(cfg.node_lease_duration_seconds));
     let timeout = nodelease::heartbeat_timeout(lease_duration, cfg.node_status_update_frequency);
@@ -140,6 +140,7 @@ pub(super) fn start(
             ),
             heartbeat: heartbeat.clone(),
             register_node: cfg.register_node,
+            reads_pod_cidr: cfg.network_plugin == "kubenet",
             update_frequency: cfg.node_status_update_frequency,
             report_frequency: cfg.node_status_report_frequency,
             timeout,
@@ -170,7 +171,7 @@ impl Components {
         wake: WakeSender,
     ) -> Result<(), SpawnError> {
         // Decodes the API server's JSON (serde recursion): the big stack.
-        let loops = &loops.with_stack_size(crate::loops::BIG_STACK);
+        let loops = &loops.with_stack_size(base::loops::BIG_STACK);
         let workers = self.workers.clone();
         let pleg = self.pleg_shared.clone();
         let finished: PodFinished = Arc::new(move |uid: &str| {

@@ -13,14 +13,15 @@
 use std::sync::Arc;
 
 use super::StartError;
-use crate::apiclient::ApiClient;
 use crate::config::values::AuthorizationMode;
 use crate::config::KubeletConfig;
-use crate::loops::{Loops, Periodic, SpawnError};
 use crate::server::auth::webhook::{CacheTtls, Webhooks};
 use crate::server::auth::{AuthConfig, Authorizer};
-use crate::server::tls_reload::{self, Reloader};
-use crate::server::{kubelet, tls};
+use crate::server::kubelet;
+use apiclient::ApiClient;
+use base::loops::{Loops, Periodic, SpawnError};
+use wire::tls;
+use wire::tls_reload::{self, Reloader};
 
 /// What the kubelet port is served with.
 #[derive(Debug)]
@@ -78,12 +79,12 @@ impl PreparedPort {
             );
             return Ok(None);
         }
-        let (cert, key) = tls::serving_pair(
+        let (cert, key) = wire::selfsigned::serving_pair(
             cfg.tls_cert_file.as_deref(),
             cfg.tls_private_key_file.as_deref(),
             &cfg.cert_dir(),
             &cfg.node_name,
-            &crate::netutil::node_ip(),
+            &base::netutil::node_ip(),
         )
         .map_err(StartError::Tls)?;
         let (config, reloader) = tls_reload::reloading_server_config(&tls::TlsSettings {

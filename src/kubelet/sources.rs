@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::config::KubeletConfig;
-use crate::loops::Loops;
 use crate::podconfig::{Source, SourceUpdate};
+use base::loops::Loops;
 
 use super::StartError;
 
@@ -14,7 +14,7 @@ use super::StartError;
 /// read, ready to start.
 pub(super) struct PreparedSources {
     etcd: Option<crate::podconfig::etcd::EtcdConfig>,
-    api: Option<Arc<crate::apiclient::ApiClient>>,
+    api: Option<Arc<apiclient::ApiClient>>,
     /// TLS bootstrap and/or rotation of the API client's certificate, to start.
     cert_manager: Option<crate::certificate::ClientCertManager>,
 }
@@ -57,7 +57,7 @@ impl PreparedSources {
                     })
                     .transpose()
             };
-            let tls = crate::httpclient::servers::TlsSettings {
+            let tls = base::httpclient::servers::TlsSettings {
                 ca_pem: read("--etcd-cafile", &cfg.etcd_cafile)?,
                 cert_pem: read("--etcd-certfile", &cfg.etcd_certfile)?,
                 key_pem: read("--etcd-keyfile", &cfg.etcd_keyfile)?,
@@ -77,7 +77,7 @@ impl PreparedSources {
 
     /// The client of `--kubeconfig`'s API server, if one is given (the kubelet port's
     /// webhooks ask it too).
-    pub(super) fn api(&self) -> Option<&Arc<crate::apiclient::ApiClient>> {
+    pub(super) fn api(&self) -> Option<&Arc<apiclient::ApiClient>> {
         self.api.as_ref()
     }
 
@@ -87,11 +87,14 @@ impl PreparedSources {
     }
 
     /// Starts every configured source; returns them, for the merge to wait for.
+    /// `pushed`: the server source is open (it has no thread; it sent its stored set
+    /// already).
     pub(super) fn start(
         self,
         loops: &Loops,
         cfg: &KubeletConfig,
         tx: &crossbeam_channel::Sender<SourceUpdate>,
+        pushed: bool,
     ) -> Result<Vec<Source>, StartError> {
         let mut sources = Vec::new();
         if let Some(path) = &cfg.static_pod_path {
@@ -136,6 +139,9 @@ impl PreparedSources {
                 sources.push(Source::Api);
             }
             None => log::info!("Kubelet is running in standalone mode, will skip API server sync"),
+        }
+        if pushed {
+            sources.push(Source::Server);
         }
         log::info!(
             "pod sources: {}",

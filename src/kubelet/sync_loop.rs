@@ -12,16 +12,17 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::health::RuntimeHealth;
 use crate::kuberuntime::BackoffGc;
-use crate::loops::{LoopHandle, Stop};
-use crate::metrics::kubelet::KubeletMetrics;
+use crate::metrics::KubeletMetrics;
 use crate::pleg::{PlegEvent, PlegEventType, PlegShared};
 use crate::pod_workers::{Kill, PodWorkers, Work, WorkQueue};
 use crate::podconfig::{PodConfig, PodOp, PodUpdate, SourceUpdate};
-use crate::prober::{ProbeEvent, ProbeManager, ProbeResult, ProbeType};
+use crate::prober::{ProbeEvent, ProbeManager};
 use crate::server::readonly::PodsView;
 use crate::status::manager::{PodManagerView, PodSnapshot};
 use crate::status::{self, StatusCache};
 use crate::volume::VolumeManager;
+use base::loops::{LoopHandle, Stop};
+use runtime::container::{ProbeResult, ProbeType};
 
 use super::{HOUSEKEEPING_PERIOD, HOUSEKEEPING_WARNING, SYNC_TICK};
 
@@ -126,7 +127,7 @@ impl SyncLoop {
     pub(super) fn handle_event(&mut self, event: Event) {
         match event {
             Event::Config(u) => {
-                let now = crate::time::rfc3339_nano(SystemTime::now());
+                let now = base::time::rfc3339_nano(SystemTime::now());
                 let mut updates = self.pod_config.merge(u, &now);
                 // Drain a burst of snapshots in one iteration.
                 while let Ok(u) = self.sources_rx.try_recv() {
@@ -201,7 +202,7 @@ impl SyncLoop {
                 }
                 let mut due = self.queue.take_due(Instant::now());
                 due.extend(self.past_deadline(SystemTime::now()));
-                crate::sort::sort(&mut due);
+                base::sort::sort(&mut due);
                 due.dedup();
                 for uid in due {
                     if let Some(pod) = self.pods.get(&uid) {
@@ -222,7 +223,7 @@ impl SyncLoop {
                 if u.op == PodOp::Add {
                     // Upstream `HandlePodAdditions`: oldest first, each admitted against
                     // the pods admitted before it.
-                    crate::sort::sort_by(&mut pods, |a, b| {
+                    base::sort::sort_by(&mut pods, |a, b| {
                         a.metadata
                             .creation_timestamp
                             .as_ref()
@@ -236,13 +237,13 @@ impl SyncLoop {
                         log::info!(
                             "SyncLoop ADD source={} pod={}",
                             u.source,
-                            crate::container::format_pod(&pod)
+                            runtime::container::format_pod(&pod)
                         );
                     } else {
                         log::info!(
                             "SyncLoop UPDATE source={} pod={}",
                             u.source,
-                            crate::container::format_pod(&pod)
+                            runtime::container::format_pod(&pod)
                         );
                     }
                     if u.op == PodOp::Add {
@@ -275,7 +276,7 @@ impl SyncLoop {
                     log::info!(
                         "SyncLoop REMOVE source={} pod={}",
                         u.source,
-                        crate::container::format_pod(&pod)
+                        runtime::container::format_pod(&pod)
                     );
                     self.pods.remove(&uid);
                     self.queue.remove(&uid);
@@ -331,14 +332,14 @@ impl SyncLoop {
 
     pub(super) fn publish(&self) {
         let mut pods: Vec<Arc<Pod>> = self.pods.values().cloned().collect();
-        crate::sort::sort_by(&mut pods, |a, b| {
+        base::sort::sort_by(&mut pods, |a, b| {
             (&a.metadata.namespace, &a.metadata.name)
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
         // Upstream's pod manager sets `kubelet_desired_pods` when its pods change.
         let statics = pods
             .iter()
-            .filter(|p| crate::container::is_static_pod(p))
+            .filter(|p| runtime::container::is_static_pod(p))
             .count();
         let m = &self.metrics.desired_pods;
         m.set(["true"], statics as f64);
@@ -374,7 +375,7 @@ impl SyncLoop {
                 Work::Kill(Kill {
                     pod: None,
                     // From a Docker label: any i64, negative or huge.
-                    grace: Some(crate::time::secs(info.grace_seconds)),
+                    grace: Some(base::time::secs(info.grace_seconds)),
                     remove: true,
                 }),
             );
@@ -392,7 +393,7 @@ impl SyncLoop {
             .set_desired_pods(self.pods.keys().map(String::as_str));
         self.status_line();
         // What a burst of syncs freed (decodes, Docker answers), back to the kernel.
-        crate::malloc::release_freed_memory_every(crate::malloc::TRIM_PERIOD);
+        base::malloc::release_freed_memory_every(base::malloc::TRIM_PERIOD);
         if began.elapsed() > HOUSEKEEPING_WARNING {
             log::warn!(
                 "Housekeeping took longer than expected: {:?}",
@@ -424,8 +425,8 @@ mod tests {
     use super::super::testing::{self, pod, Node};
     use super::*;
     use crate::podconfig::Source;
-    use crate::runtime::fake::{Fault, Op};
-    use crate::runtime::ContainerState;
+    use runtime::fake::{Fault, Op};
+    use runtime::ContainerState;
 
     const TWO: &str =
         "{containers: [{name: a, image: 'busybox:1'}, {name: b, image: 'busybox:1'}]}";
@@ -465,7 +466,8 @@ mod tests {
         assert_eq!(m.running_containers.get(["exited"]), 0.0);
         assert_eq!(m.pleg_relist_duration.count([]), 1);
         assert!(m.pleg_last_seen.get([]) > 1e9, "a Unix time");
-        assert!(m.runtime_operations.get(["create_container"]) >= 3);
+        assert!(m.runtime_operations.get(["run_podsandbox"]) >= 1);
+        assert!(m.runtime_operations.get(["create_container"]) >= 2);
         assert_eq!(m.node_name.get([testing::NODE]), 1.0);
         let runtime_pods = n.sl.pleg.runtime_pods();
         let info = runtime_pods.get("u1").expect("the PLEG saw the pod");
@@ -611,7 +613,7 @@ mod tests {
 
     #[test]
     fn a_kubelet_killed_between_create_and_start_leaves_no_extra_restart() {
-        use crate::container::labels;
+        use runtime::container::labels;
         let rt = testing::runtime(&testing::clock());
         let mut n = Node::new(&rt, &[Source::File]);
         n.snapshot(Source::File, vec![pod("web", "u1", ONE)]);
@@ -657,7 +659,7 @@ mod tests {
         let first = n.running("u1", "a").expect("a runs");
         rt.set_exec_result(
             &first.id,
-            crate::runtime::ExecResult {
+            runtime::ExecResult {
                 exit_code: 1,
                 stdout: Vec::new(),
                 stderr: Vec::new(),
@@ -688,7 +690,7 @@ mod tests {
         assert!(n.running("u1", "a").is_some());
         // It started an hour ago (as a kubelet restart would find it).
         let mut st = (*n.sl.statuses.get("u1").expect("status")).clone();
-        st.start_time = Some(crate::time::k8s_time(SystemTime::now() - s(3600)));
+        st.start_time = Some(base::time::k8s_time(SystemTime::now() - s(3600)));
         n.sl.statuses.set("u1", st);
         n.handle(Event::SyncTick);
         assert!(n.running("u1", "a").is_none(), "a stopped");
@@ -775,7 +777,7 @@ mod tests {
         assert!(reads() > before);
         let second = n.running("u1", "a").expect("restarted");
         assert_ne!(second.id, first.id);
-        assert_eq!(crate::container::labels::restart_count(&second.labels), 1);
+        assert_eq!(runtime::container::labels::restart_count(&second.labels), 1);
     }
 
     #[test]

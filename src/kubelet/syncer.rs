@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cm::ContainerManager;
 use crate::kuberuntime::{ContainerStop, KillPodRequest, PostStart, RuntimeManager, SyncInputs};
-use crate::metrics::kubelet::KubeletMetrics;
+use crate::metrics::KubeletMetrics;
 use crate::pod_killer::PodKiller;
 use crate::pod_workers::{Kill, Outcome, PodSyncer, PodWorkers, WorkQueue};
 use crate::prober::ProbeManager;
@@ -42,7 +42,7 @@ impl SyncHandler {
         &self,
         req: KillPodRequest,
         was_kill: bool,
-        after: impl FnOnce(Result<(), crate::runtime::RuntimeError>) + Send + 'static,
+        after: impl FnOnce(Result<(), runtime::RuntimeError>) + Send + 'static,
     ) -> Outcome {
         let workers = self.workers.clone();
         let uid = req.uid.clone();
@@ -86,7 +86,7 @@ impl SyncHandler {
                 Ok(()) => workers.resume(&uid, pod),
                 Err(e) => {
                     // As a failed sync: tried again after the error period.
-                    log::warn!("pod {uid}: {}", crate::loops::error_chain(&e));
+                    log::warn!("pod {uid}: {}", base::loops::error_chain(&e));
                     queue.enqueue(&uid, SYNC_ERROR_REQUEUE);
                     workers.finish(&uid, false);
                 }
@@ -111,7 +111,7 @@ impl SyncHandler {
             .annotations
             .as_ref()
             .and_then(|a| a.get(crate::podconfig::CONFIG_SEEN_ANNOTATION))
-            .and_then(|t| crate::time::parse_rfc3339(t));
+            .and_then(|t| base::time::parse_rfc3339(t));
         if let Some(seen) = seen {
             let took = now.duration_since(seen).unwrap_or_default();
             self.metrics
@@ -145,7 +145,7 @@ impl PodSyncer for SyncHandler {
             match self.cm.ensure_pod(pod) {
                 Ok(p) => p,
                 Err(e) => {
-                    log::warn!("{}", crate::loops::error_chain(&e));
+                    log::warn!("{}", base::loops::error_chain(&e));
                     self.queue.enqueue(&uid, SYNC_ERROR_REQUEUE);
                     return Outcome::Done;
                 }
@@ -179,7 +179,7 @@ impl PodSyncer for SyncHandler {
                 if st.phase != previous.as_deref().and_then(|p| p.phase.clone()) {
                     log::info!(
                         "pod {}: phase {}{}",
-                        crate::container::format_pod(pod),
+                        runtime::container::format_pod(pod),
                         st.phase.as_deref().unwrap_or_default(),
                         st.reason
                             .as_deref()
@@ -208,7 +208,7 @@ impl PodSyncer for SyncHandler {
                     };
                     return self.hand_over(req, false, move |res| {
                         if let Err(e) = res {
-                            log::warn!("killing pod {u}: {}", crate::loops::error_chain(&e));
+                            log::warn!("killing pod {u}: {}", base::loops::error_chain(&e));
                         }
                         queue.enqueue(&u, Duration::ZERO);
                     });
@@ -218,9 +218,9 @@ impl PodSyncer for SyncHandler {
             }
             Err(e) => {
                 if e.runtime_unavailable() {
-                    log::debug!("{}", crate::loops::error_chain(&e));
+                    log::debug!("{}", base::loops::error_chain(&e));
                 } else {
-                    log::warn!("{}", crate::loops::error_chain(&e));
+                    log::warn!("{}", base::loops::error_chain(&e));
                 }
                 self.queue.enqueue(&uid, SYNC_ERROR_REQUEUE);
             }
@@ -248,7 +248,7 @@ impl PodSyncer for SyncHandler {
         let force_terminal = kill
             .pod
             .as_deref()
-            .is_some_and(|p| !crate::container::is_static_pod(p));
+            .is_some_and(|p| !runtime::container::is_static_pod(p));
         let api_status = kill.pod.as_deref().and_then(|p| p.status.clone());
         self.hand_over(req, true, move |res| match res {
             Ok(()) if remove => {
@@ -269,7 +269,7 @@ impl PodSyncer for SyncHandler {
             }
             Err(e) => log::warn!(
                 "killing pod {u}: {} (housekeeping retries)",
-                crate::loops::error_chain(&e)
+                base::loops::error_chain(&e)
             ),
         })
     }
@@ -283,8 +283,8 @@ mod tests {
     use super::*;
     use crate::pod_workers::Work;
     use crate::podconfig::Source;
-    use crate::runtime::fake::{Fault, Op};
-    use crate::runtime::ContainerState;
+    use runtime::fake::{Fault, Op};
+    use runtime::ContainerState;
 
     const PROBED: &str = "{containers: [{name: a, image: 'busybox:1', \
                           readinessProbe: {exec: {command: [check]}}}]}";

@@ -15,16 +15,17 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
-use super::backoff::Backoff;
-use super::labels::{self, ContainerKind};
-use crate::container::Waiting;
-use crate::container::{format_pod, RuntimePod};
-use crate::runtime::{ContainerDetails, ContainerState};
-use crate::time::go_duration;
+use base::time::go_duration;
+use runtime::container::backoff::Backoff;
+use runtime::container::helpers::{never_ran, policy, sandbox_changed, should_restart};
+use runtime::container::labels::{self, ContainerKind};
+use runtime::container::Waiting;
+use runtime::container::{format_pod, RuntimePod};
+use runtime::{ContainerDetails, ContainerState};
 
 /// Start one container of the spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StartAction {
+pub(crate) struct StartAction {
     /// Init or app container.
     pub kind: ContainerKind,
     /// Index in `initContainers` or `containers`.
@@ -69,7 +70,7 @@ pub struct KillAction {
 
 /// Everything one sync will do.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodActions {
+pub(crate) struct PodActions {
     /// Stop every container and the sandbox first (sandbox changed, or the pod is done).
     pub kill_pod: bool,
     /// Create a new sandbox with this attempt number.
@@ -92,7 +93,7 @@ pub struct PodActions {
 /// What besides the pod and its runtime view decides the actions. A struct, so that
 /// more inputs (probe results) are added without touching every caller.
 #[derive(Debug)]
-pub struct ActionInputs<'a> {
+pub(crate) struct ActionInputs<'a> {
     /// Restart backoff entries.
     pub backoff: &'a Backoff<SystemTime>,
     /// Now.
@@ -104,7 +105,7 @@ pub struct ActionInputs<'a> {
 
 /// The backoff key of a container (upstream `GetStableKey`:
 /// `<pod>_<ns>_<uid>_<container>_<hash>`), so a spec change starts its backoff fresh.
-pub fn backoff_key(pod: &Pod, c: &Container) -> String {
+pub(crate) fn backoff_key(pod: &Pod, c: &Container) -> String {
     format!(
         "{}_{}_{}_{}_{:x}",
         pod.metadata.name.as_deref().unwrap_or_default(),
@@ -115,75 +116,11 @@ pub fn backoff_key(pod: &Pod, c: &Container) -> String {
     )
 }
 
-/// Whether a new sandbox is needed (upstream `PodSandboxChanged`), and its attempt:
-/// none yet; more than one ready; the newest not ready; the network mode changed
-/// (hostNetwork toggled on an API pod, whose UID stays); or a pod-network sandbox
-/// without an IP.
-pub fn sandbox_changed(pod: &Pod, rt: &RuntimePod) -> (bool, u32) {
-    let host_network = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.host_network)
-        .unwrap_or(false);
-    let Some(newest) = rt.sandboxes.first() else {
-        return (true, 0);
-    };
-    let attempt = labels::parse_name(&newest.name).map_or(0, |p| p.attempt);
-    let running = rt
-        .sandboxes
-        .iter()
-        .filter(|s| s.state == ContainerState::Running)
-        .count();
-    let changed = running > 1
-        || newest.state != ContainerState::Running
-        || (newest.network_mode == "host") != host_network
-        || (!host_network && newest.ip_address.is_empty());
-    (changed, attempt.saturating_add(1))
-}
-
-fn policy(spec: &PodSpec) -> &str {
-    spec.restart_policy.as_deref().unwrap_or("Always")
-}
-
-/// Upstream `ShouldContainerBeRestarted` for a regular container: a deleted pod never
-/// restarts; a container never started, created or in an unknown state starts; a dead
-/// one starts by restart policy.
-pub fn should_restart(pod: &Pod, c: &Container, kind: ContainerKind, rt: &RuntimePod) -> bool {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return false;
-    }
-    let Some(d) = rt.newest(&c.name, kind) else {
-        return true;
-    };
-    match d.state {
-        ContainerState::Running => false,
-        ContainerState::Created | ContainerState::Unknown => true,
-        ContainerState::Exited => match pod.spec.as_ref().map_or("Always", policy) {
-            "Never" => false,
-            "OnFailure" => d.exit_code != 0,
-            _ => true,
-        },
-    }
-}
-
 /// Upstream `isInitContainerFailed`.
 fn init_failed(d: &ContainerDetails) -> bool {
     d.oom_killed
         || (d.state == ContainerState::Exited && d.exit_code != 0)
         || d.state == ContainerState::Unknown
-}
-
-/// An instance the runtime created and never started, nor tried to: `Created`, no start
-/// or finish time, no exit code, no error. What a kubelet killed between its create and
-/// its start leaves behind (the engine finishes a create whose client died). It never
-/// ran, so replacing it is no restart. A start the runtime refused leaves `Created` too,
-/// but with an exit code or an error: that one counts as a failed run, as upstream.
-pub fn never_ran(d: &ContainerDetails) -> bool {
-    d.state == ContainerState::Created
-        && d.started_at.is_none()
-        && d.finished_at.is_none()
-        && d.exit_code == 0
-        && d.error.is_empty()
 }
 
 fn start_of(c: &Container, index: usize, kind: ContainerKind, rt: &RuntimePod) -> StartAction {
@@ -272,11 +209,11 @@ fn gate(
 /// `terminationGracePeriodSeconds` when it has one. As upstream (`doBackOff` looks for
 /// an exited instance of the container), the restart goes through the CrashLoopBackOff
 /// gate: a liveness loop slows down like a crash loop.
-pub fn kill_unhealthy(
+pub(crate) fn kill_unhealthy(
     a: &mut PodActions,
     pod: &Pod,
     rt: &RuntimePod,
-    failed_probe: &dyn Fn(&str) -> Option<crate::container::ProbeType>,
+    failed_probe: &dyn Fn(&str) -> Option<runtime::container::ProbeType>,
     inp: &ActionInputs<'_>,
 ) {
     let Some(spec) = &pod.spec else {
@@ -309,7 +246,7 @@ pub fn kill_unhealthy(
             kind: ContainerKind::App,
             message,
             reason: match ty {
-                crate::container::ProbeType::Startup => KillReason::StartupProbe,
+                runtime::container::ProbeType::Startup => KillReason::StartupProbe,
                 _ => KillReason::LivenessProbe,
             },
         });
@@ -330,7 +267,11 @@ pub fn kill_unhealthy(
 }
 
 /// Computes what one sync of `pod` must do.
-pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, inp: &ActionInputs<'_>) -> PodActions {
+pub(crate) fn compute_pod_actions(
+    pod: &Pod,
+    rt: &RuntimePod,
+    inp: &ActionInputs<'_>,
+) -> PodActions {
     let mut a = PodActions::default();
     let Some(spec) = &pod.spec else {
         return a;
@@ -440,7 +381,7 @@ pub fn compute_pod_actions(pod: &Pod, rt: &RuntimePod, inp: &ActionInputs<'_>) -
         if d.state != ContainerState::Running {
             continue;
         }
-        let kind = crate::container::kind_of(d);
+        let kind = runtime::container::kind_of(d);
         let known = match kind {
             ContainerKind::App => spec.containers.iter().any(|c| c.name == name),
             ContainerKind::Init => inits.iter().any(|c| c.name == name),
@@ -582,7 +523,7 @@ fn compute_init_actions(spec: &PodSpec, rt: &RuntimePod, a: &mut PodActions) -> 
     if !previously {
         to_start.push(0);
     }
-    crate::sort::sort(&mut to_start);
+    base::sort::sort(&mut to_start);
     to_start.dedup();
     a.start_init = to_start
         .into_iter()
@@ -596,7 +537,7 @@ fn compute_init_actions(spec: &PodSpec, rt: &RuntimePod, a: &mut PodActions) -> 
 }
 
 /// Every init container of the pod that is a sidecar, by name.
-pub fn sidecar_names(pod: &Pod) -> Vec<String> {
+pub(crate) fn sidecar_names(pod: &Pod) -> Vec<String> {
     pod.spec
         .as_ref()
         .and_then(|s| s.init_containers.as_ref())
@@ -697,8 +638,10 @@ mod tests {
             error: String::new(),
             pid: 1,
             ip_address: String::new(),
-            network_mode: "container:sb0".into(),
-            settings: Default::default(),
+            additional_ips: Vec::new(),
+            host_network: false,
+            stop_signal: String::new(),
+            rootfs_dir: String::new(),
             log_path: String::new(),
         }
     }
@@ -719,8 +662,10 @@ mod tests {
             error: String::new(),
             pid: 1,
             ip_address: "172.17.0.9".into(),
-            network_mode: "default".into(),
-            settings: Default::default(),
+            additional_ips: Vec::new(),
+            host_network: false,
+            stop_signal: String::new(),
+            rootfs_dir: String::new(),
             log_path: String::new(),
         }
     }
@@ -803,7 +748,7 @@ mod tests {
 
     #[test]
     fn failed_liveness_kills_and_restarts_only_that_container_then_backs_off() {
-        use crate::container::ProbeType;
+        use runtime::container::ProbeType;
         let p = pod(&["a", "b"], "Always");
         let rt = running_pod(vec![
             ctr(&p, "a", ContainerState::Running, 0, 0, 10),
@@ -855,7 +800,7 @@ mod tests {
 
     #[test]
     fn failed_liveness_under_never_kills_without_restart() {
-        use crate::container::ProbeType;
+        use runtime::container::ProbeType;
         let p = pod(&["a"], "Never");
         let rt = running_pod(vec![ctr(&p, "a", ContainerState::Running, 0, 0, 10)]);
         let b = Backoff::default();

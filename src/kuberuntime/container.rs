@@ -1,8 +1,9 @@
 //! The runtime configuration of a pod's sandbox and of its app and init containers: the
-//! pod spec mapped onto [`ContainerConfig`] (upstream `generateContainerConfig`,
+//! pod spec mapped onto CRI-shaped [`PodSandboxConfig`] and [`ContainerConfig`]
+//! (upstream `generatePodSandboxConfig`, `generateContainerConfig`,
 //! `GenerateRunContainerOptions`, `generateLinuxContainerResources`,
-//! `determineEffectiveSecurityContext`, `generatePodSandboxConfig`, and dockershim's
-//! mapping of those onto Docker's create call).
+//! `determineEffectiveSecurityContext`). Each runtime translates them into its own
+//! calls (Docker's: `crates/docker/src/translate.rs`).
 //!
 //! [`container_config`] gathers what the spec alone does not say (the pod's IP, the
 //! volumes set up by the volume manager, the image's user, the node's DNS files) into a
@@ -15,7 +16,7 @@
 //! the container spec and reads best in one place.
 
 pub mod dns;
-pub mod env;
+pub(crate) mod env;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,32 +24,35 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSecurityContext, SecurityContext};
 
 use super::actions::StartAction;
-use super::labels;
 use super::ManagerConfig;
-use crate::container::format_pod;
-use crate::container::Waiting;
 use crate::images::normalize_image;
-use crate::runtime::{
-    ContainerConfig, Mount, NamespaceMode, PortBinding, Resources, Runtime, RuntimeError,
-};
 use crate::volume::VolumeManager;
 use dns::DnsSettings;
-use env::NodeFacts;
+use runtime::config::{
+    ContainerConfig, ContainerMetadata, LinuxContainerConfig, LinuxContainerSecurityContext,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption,
+    PodSandboxConfig, PodSandboxMetadata, PortMapping, Resources, SecurityProfile,
+};
+use runtime::container::downward::{effective_requests, limits, NodeFacts};
+use runtime::container::format_pod;
+use runtime::container::labels;
+use runtime::container::Waiting;
+use runtime::{Runtime, RuntimeError};
 
 /// The waiting reason of a container whose spec cannot be honoured.
-pub const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
+pub(crate) const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
 
 /// Upstream `MinShares`: the kernel's minimum CPU weight, also what a container without
 /// a CPU request gets.
-pub const MIN_SHARES: i64 = 2;
+pub(crate) const MIN_SHARES: i64 = 2;
 /// Upstream `MaxShares`: the kernel's maximum CPU weight.
-pub const MAX_SHARES: i64 = 262_144;
+pub(crate) const MAX_SHARES: i64 = 262_144;
 /// Upstream `SharesPerCPU`.
-pub const SHARES_PER_CPU: i64 = 1024;
+pub(crate) const SHARES_PER_CPU: i64 = 1024;
 /// Upstream `QuotaPeriod`: the CFS period in µs (100 ms), `cpuCFSQuotaPeriod`'s default.
-pub const QUOTA_PERIOD: i64 = 100_000;
+pub(crate) const QUOTA_PERIOD: i64 = 100_000;
 /// Upstream `MinQuotaPeriod`: the kernel refuses a CFS quota under 1 ms.
-pub const MIN_QUOTA: i64 = 1_000;
+pub(crate) const MIN_QUOTA: i64 = 1_000;
 
 /// Where a container finds the pod's managed hosts file and resolver file.
 const ETC_HOSTS: &str = "/etc/hosts";
@@ -86,7 +90,7 @@ pub struct Allocatable {
 pub struct ContainerContext {
     /// The node's name (the `io.rkubelet.node` label).
     pub node_name: String,
-    /// The sandbox whose namespaces the container joins.
+    /// The sandbox the container joins (its `io.kubernetes.sandbox.id` label).
     pub sandbox_id: String,
     /// The container's environment, resolved ([`env::make_environment`]).
     pub env: Vec<(String, String)>,
@@ -94,23 +98,23 @@ pub struct ContainerContext {
     pub mounts: Vec<Mount>,
     /// The image's configured user (`USER`), when it had to be read.
     pub image_user: Option<String>,
-    /// A `Localhost` seccomp profile's JSON, read from `<root>/seccomp/`.
+    /// A `Localhost` seccomp profile's path under `<root>/seccomp/`, checked readable.
     pub seccomp_profile: Option<String>,
 }
 
 /// The runtime config of an app or init container: gathers the context (runtime
 /// calls, the volume manager, files under the pod directory), then maps it.
 /// Ok(Err(waiting)) when the container cannot be created as specified.
-/// `sandbox_ip` is the sandbox's IP as this sync read it (once for all its
-/// containers), or why it could not be read.
-pub fn container_config(
+/// `sandbox_ips` are the sandbox's IPs as this sync read them (once for all its
+/// containers), or why they could not be read.
+pub(crate) fn container_config(
     runtime: &Arc<dyn Runtime>,
     cfg: &ManagerConfig,
     pod: &Pod,
     c: &Container,
     s: &StartAction,
     sandbox_id: &str,
-    sandbox_ip: Result<&str, &str>,
+    sandbox_ips: Result<&[String], &str>,
 ) -> Result<Result<ContainerConfig, Waiting>, RuntimeError> {
     let config_error = |message: String| {
         Ok(Err(Waiting {
@@ -124,11 +128,8 @@ pub fn container_config(
     let pod_ips = if host_network {
         node.host_ips.clone()
     } else {
-        match sandbox_ip {
-            Ok(ip) => Some(ip.to_string())
-                .filter(|ip| !ip.is_empty())
-                .into_iter()
-                .collect(),
+        match sandbox_ips {
+            Ok(ips) => ips.to_vec(),
             Err(e) => return config_error(format!("cannot read the pod sandbox's IP: {e}")),
         }
     };
@@ -238,12 +239,12 @@ pub fn container_config(
         Some((kind, file)) if kind == "Localhost" => {
             // The profile name is the pod's: it must stay inside <root>/seccomp.
             let path =
-                match crate::safepath::safe_join_relative(&node.root_dir.join("seccomp"), &file) {
+                match base::safepath::safe_join_relative(&node.root_dir.join("seccomp"), &file) {
                     Ok(p) => p,
                     Err(e) => return config_error(format!("failed to read seccomp profile: {e}")),
                 };
-            match std::fs::read_to_string(&path) {
-                Ok(p) => Some(p),
+            match std::fs::File::open(&path) {
+                Ok(_) => Some(path.display().to_string()),
                 Err(e) => {
                     return config_error(format!(
                         "failed to read seccomp profile {}: {e}",
@@ -284,39 +285,26 @@ fn write_if_changed(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
 
 /// The runtime config of an app or init container from the spec and its context, as
 /// a pure function. Err is a `CreateContainerConfigError` message.
-pub fn generate_container_config(
+pub(crate) fn generate_container_config(
     pod: &Pod,
     c: &Container,
     s: &StartAction,
     ctx: &ContainerContext,
 ) -> Result<ContainerConfig, String> {
-    let meta = &pod.metadata;
-    let spec = pod.spec.clone().unwrap_or_default();
     let sc = effective_security_context(pod, c);
     verify_run_as_non_root(pod, c, &sc, ctx.image_user.as_deref())?;
-    let (entrypoint, cmd) = env::expand_command_and_args(c, &ctx.env);
-    let joined = NamespaceMode::Container(ctx.sandbox_id.clone());
-    let pid = if spec.host_pid == Some(true) {
-        Some(NamespaceMode::Host)
-    } else if spec.share_process_namespace == Some(true) {
-        Some(joined.clone())
-    } else {
-        None
-    };
-    let security = security_settings(pod, c, &sc, ctx)?;
+    let (command, args) = env::expand_command_and_args(c, &ctx.env);
     Ok(ContainerConfig {
-        name: labels::container_name(
-            &c.name,
-            meta.name.as_deref().unwrap_or_default(),
-            meta.namespace.as_deref().unwrap_or_default(),
-            meta.uid.as_deref().unwrap_or_default(),
-            s.restart_count,
-        ),
+        metadata: ContainerMetadata {
+            name: c.name.clone(),
+            attempt: s.restart_count,
+        },
         image: normalize_image(c.image.as_deref().unwrap_or_default()),
-        entrypoint,
-        cmd,
-        env: ctx.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        command,
+        args,
         working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs: ctx.env.clone(),
+        mounts: ctx.mounts.clone(),
         labels: labels::container_labels(
             pod,
             &ctx.node_name,
@@ -325,27 +313,51 @@ pub fn generate_container_config(
             s.restart_count,
             &ctx.sandbox_id,
         ),
-        network: Some(joined.clone()),
-        ipc: Some(joined),
-        pid,
-        mounts: ctx.mounts.clone(),
-        resources: container_resources(c),
-        user: security.user,
-        group_add: security.group_add,
-        privileged: security.privileged,
-        cap_add: security.cap_add,
-        cap_drop: security.cap_drop,
-        read_only_rootfs: security.read_only_rootfs,
-        security_opt: security.security_opt,
+        log_path: format!("{}/{}.log", c.name, s.restart_count),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
-        ..Default::default()
+        linux: LinuxContainerConfig {
+            resources: container_resources(c),
+            security_context: security_context(pod, c, &sc, ctx)?,
+        },
+        // `lifecycle.stopSignal`; unset, the runtime uses the image's or SIGTERM.
+        stop_signal: c
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.stop_signal.clone())
+            .unwrap_or_default(),
     })
 }
 
+/// The pod's namespaces (upstream `namespacesForPod`), for its sandbox and each of its
+/// containers: the node's where the pod asks for them, else the pod's; the PID
+/// namespace is each container's own unless the pod shares one.
+fn pod_namespaces(pod: &Pod) -> NamespaceOption {
+    let spec = pod.spec.as_ref();
+    let node_or = |host: Option<bool>, otherwise: NamespaceMode| {
+        if host == Some(true) {
+            NamespaceMode::Node
+        } else {
+            otherwise
+        }
+    };
+    NamespaceOption {
+        network: node_or(spec.and_then(|s| s.host_network), NamespaceMode::Pod),
+        ipc: node_or(spec.and_then(|s| s.host_ipc), NamespaceMode::Pod),
+        pid: node_or(
+            spec.and_then(|s| s.host_pid),
+            if spec.and_then(|s| s.share_process_namespace) == Some(true) {
+                NamespaceMode::Pod
+            } else {
+                NamespaceMode::Container
+            },
+        ),
+    }
+}
+
 /// Upstream `MilliCPUToShares`: 1024 shares per CPU, at least 2, at most 262144.
-pub fn milli_cpu_to_shares(milli_cpu: i128) -> i64 {
+pub(crate) fn milli_cpu_to_shares(milli_cpu: i128) -> i64 {
     if milli_cpu <= 0 {
         return MIN_SHARES;
     }
@@ -356,7 +368,7 @@ pub fn milli_cpu_to_shares(milli_cpu: i128) -> i64 {
 
 /// Upstream `MilliCPUToQuota`: the CFS quota for a CPU limit over `period` µs; 0 (no
 /// quota) without a limit; at least 1 ms.
-pub fn milli_cpu_to_quota(milli_cpu: i128, period: i64) -> i64 {
+pub(crate) fn milli_cpu_to_quota(milli_cpu: i128, period: i64) -> i64 {
     if milli_cpu <= 0 {
         return 0;
     }
@@ -367,9 +379,9 @@ pub fn milli_cpu_to_quota(milli_cpu: i128, period: i64) -> i64 {
 /// A container's cgroup settings (upstream `generateLinuxContainerResources`): CPU
 /// shares from the request (or the limit when only that is set), a CFS quota from the
 /// limit over a 100 ms period, and the memory limit.
-pub fn container_resources(c: &Container) -> Resources {
-    let requests = env::effective_requests(c);
-    let limits = env::limits(c);
+pub(crate) fn container_resources(c: &Container) -> Resources {
+    let requests = effective_requests(c);
+    let limits = limits(c);
     let cpu_limit = limits.get("cpu").copied().unwrap_or(0);
     let memory = limits.get("memory").copied().unwrap_or(0);
     Resources {
@@ -383,7 +395,7 @@ pub fn container_resources(c: &Container) -> Resources {
 
 /// The security context that applies to a container: its own settings over the pod's
 /// (upstream `DetermineEffectiveSecurityContext`).
-pub fn effective_security_context(pod: &Pod, c: &Container) -> SecurityContext {
+pub(crate) fn effective_security_context(pod: &Pod, c: &Container) -> SecurityContext {
     let pod_sc: PodSecurityContext = pod
         .spec
         .as_ref()
@@ -406,7 +418,7 @@ fn user_part(image_user: &str) -> &str {
 
 /// Upstream `verifyRunAsNonRoot`: with `runAsNonRoot`, refuse uid 0 and images whose
 /// user is root, unset, or a name that cannot be checked.
-pub fn verify_run_as_non_root(
+pub(crate) fn verify_run_as_non_root(
     pod: &Pod,
     c: &Container,
     sc: &SecurityContext,
@@ -449,25 +461,6 @@ pub fn verify_run_as_non_root(
     }
 }
 
-/// The Docker-side security settings of a container.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Security {
-    /// `uid`, `uid:gid`, or "" for the image's.
-    pub user: String,
-    /// Supplemental groups (and the fsGroup).
-    pub group_add: Vec<String>,
-    /// Privileged.
-    pub privileged: bool,
-    /// Capabilities to add.
-    pub cap_add: Vec<String>,
-    /// Capabilities to drop.
-    pub cap_drop: Vec<String>,
-    /// Read-only root filesystem.
-    pub read_only_rootfs: bool,
-    /// `no-new-privileges`, `seccomp=…`.
-    pub security_opt: Vec<String>,
-}
-
 /// The pod's and container's seccomp profile type and localhost file, container first.
 fn seccomp_of(pod_sc: &Option<PodSecurityContext>, c: &Container) -> Option<(String, String)> {
     c.security_context
@@ -477,93 +470,87 @@ fn seccomp_of(pod_sc: &Option<PodSecurityContext>, c: &Container) -> Option<(Str
         .map(|p| (p.type_, p.localhost_profile.unwrap_or_default()))
 }
 
-/// The security context mapped onto Docker (dockershim's `modifyHostConfig` and user
-/// handling over upstream's effective security context).
-pub fn security_settings(
+/// The security context as the runtime takes it (upstream
+/// `convertToRuntimeSecurityContext` over the effective security context, the pod's
+/// supplemental groups and fsGroup, and upstream's default seccomp profile).
+pub fn security_context(
     pod: &Pod,
     c: &Container,
     sc: &SecurityContext,
     ctx: &ContainerContext,
-) -> Result<Security, String> {
+) -> Result<LinuxContainerSecurityContext, String> {
     let pod_sc = pod
         .spec
         .as_ref()
         .and_then(|s| s.security_context.clone())
         .unwrap_or_default();
-    let user = match (sc.run_as_user, sc.run_as_group) {
-        (Some(u), Some(g)) => format!("{u}:{g}"),
-        (Some(u), None) => u.to_string(),
-        // A group alone applies to the image's user, as CRI runtimes do.
-        (None, Some(g)) => {
-            let image_user = user_part(ctx.image_user.as_deref().unwrap_or_default());
-            let u = if image_user.is_empty() {
-                "0"
-            } else {
-                image_user
-            };
-            format!("{u}:{g}")
-        }
-        (None, None) => String::new(),
+    // A group alone applies to the image's user, as CRI runtimes do.
+    let run_as_username = match (sc.run_as_user, sc.run_as_group) {
+        (None, Some(_)) => match user_part(ctx.image_user.as_deref().unwrap_or_default()) {
+            "" => "0".to_string(),
+            u => u.to_string(),
+        },
+        _ => String::new(),
     };
-    let mut group_add: Vec<String> = Vec::new();
+    let mut supplemental_groups: Vec<i64> = Vec::new();
     for g in pod_sc
         .supplemental_groups
         .iter()
         .flatten()
         .chain(pod_sc.fs_group.iter())
     {
-        let g = g.to_string();
-        if !group_add.contains(&g) {
-            group_add.push(g);
+        if !supplemental_groups.contains(g) {
+            supplemental_groups.push(*g);
         }
     }
-    let privileged = sc.privileged == Some(true);
     let caps = sc.capabilities.clone().unwrap_or_default();
-    let mut security_opt = Vec::new();
-    if sc.allow_privilege_escalation == Some(false) {
-        security_opt.push("no-new-privileges".to_string());
-    }
-    if !privileged {
-        // Upstream's default (seccompDefault: false) is Unconfined, where Docker's own
-        // default would be its profile.
-        match sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()) {
-            None | Some("Unconfined") => security_opt.push("seccomp=unconfined".to_string()),
-            Some("RuntimeDefault") => {}
-            Some("Localhost") => match &ctx.seccomp_profile {
-                Some(json) => security_opt.push(format!("seccomp={json}")),
-                None => {
-                    return Err(format!(
-                        "container {}: localhost seccomp profile not read",
-                        c.name
-                    ))
-                }
-            },
-            Some(other) => return Err(format!("unknown seccomp profile type {other:?}")),
-        }
-    }
-    Ok(Security {
-        user,
-        group_add,
-        privileged,
-        cap_add: caps.add.unwrap_or_default(),
-        cap_drop: caps.drop.unwrap_or_default(),
-        read_only_rootfs: sc.read_only_root_filesystem == Some(true),
-        security_opt,
+    // Upstream's default (seccompDefault: false) is Unconfined.
+    let seccomp = match sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()) {
+        None | Some("Unconfined") => SecurityProfile::Unconfined,
+        Some("RuntimeDefault") => SecurityProfile::RuntimeDefault,
+        Some("Localhost") => match &ctx.seccomp_profile {
+            Some(path) => SecurityProfile::Localhost(path.clone()),
+            None => {
+                return Err(format!(
+                    "container {}: localhost seccomp profile not read",
+                    c.name
+                ))
+            }
+        },
+        Some(other) => return Err(format!("unknown seccomp profile type {other:?}")),
+    };
+    Ok(LinuxContainerSecurityContext {
+        add_capabilities: caps.add.unwrap_or_default(),
+        drop_capabilities: caps.drop.unwrap_or_default(),
+        privileged: sc.privileged == Some(true),
+        namespace_options: pod_namespaces(pod),
+        run_as_user: sc.run_as_user,
+        run_as_username,
+        run_as_group: sc.run_as_group,
+        supplemental_groups,
+        readonly_rootfs: sc.read_only_root_filesystem == Some(true),
+        no_new_privs: sc.allow_privilege_escalation == Some(false),
+        seccomp,
     })
 }
 
-/// The runtime config of a pod's sandbox (pause) container: it holds the pod's network
-/// and IPC namespaces, its hostname, its host ports and the pod's sysctls (upstream
-/// `generatePodSandboxConfig`, dockershim `makeSandboxDockerConfig`). Err is why the
-/// sandbox cannot be created.
+/// The runtime config of a pod's sandbox: it holds the pod's network and IPC
+/// namespaces, its hostname, its host ports and the pod's sysctls (upstream
+/// `generatePodSandboxConfig`). `cgroup_parent` is the pod's cgroup from the container
+/// manager. Err is why the sandbox cannot be created.
 pub fn sandbox_config(
     cfg: &ManagerConfig,
     pod: &Pod,
     attempt: u32,
-) -> Result<ContainerConfig, String> {
+    cgroup_parent: String,
+) -> Result<PodSandboxConfig, String> {
     let meta = &pod.metadata;
     let spec = pod.spec.clone().unwrap_or_default();
-    let pod_name = meta.name.clone().unwrap_or_default();
+    let (name, namespace, uid) = (
+        meta.name.clone().unwrap_or_default(),
+        meta.namespace.clone().unwrap_or_default(),
+        meta.uid.clone().unwrap_or_default(),
+    );
     let host_network = spec.host_network == Some(true);
     let hostname = if host_network {
         String::new()
@@ -571,44 +558,45 @@ pub fn sandbox_config(
         let (h, d) = dns::hostname_and_domain(pod, &cfg.node.dns.cluster_domain)?;
         dns::kernel_hostname(&h, &d, spec.set_hostname_as_fqdn == Some(true))?
     };
-    Ok(ContainerConfig {
-        name: labels::sandbox_name(
-            &pod_name,
-            meta.namespace.as_deref().unwrap_or_default(),
-            meta.uid.as_deref().unwrap_or_default(),
-            attempt,
-        ),
-        image: cfg.pod_infra_image.clone(),
+    let log_directory = if cfg.logs.enabled() {
+        let dir = super::logs::pod_log_dir_name(&namespace, &name, &uid);
+        cfg.logs.pods_dir.join(dir).display().to_string()
+    } else {
+        String::new()
+    };
+    Ok(PodSandboxConfig {
         labels: labels::sandbox_labels(pod, &cfg.node_name),
+        annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+        metadata: PodSandboxMetadata {
+            name,
+            uid,
+            namespace,
+            attempt,
+        },
         hostname,
-        network: Some(if host_network {
-            NamespaceMode::Host
-        } else {
-            NamespaceMode::Private
-        }),
-        ipc: Some(if spec.host_ipc == Some(true) {
-            NamespaceMode::Host
-        } else {
-            NamespaceMode::Shareable
-        }),
-        pid: spec.host_pid.filter(|h| *h).map(|_| NamespaceMode::Host),
-        // Published ports only make sense on the sandbox's own network.
-        ports: if host_network {
+        log_directory,
+        // Host ports only make sense on the sandbox's own network.
+        port_mappings: if host_network {
             Vec::new()
         } else {
             host_ports(pod)
         },
-        // Admitted, so each is safe or allowed; the containers join the sandbox's
-        // network and IPC namespaces, so they see the values.
-        sysctls: crate::sysctl::pod_sysctls(pod),
-        ..Default::default()
+        linux: LinuxPodSandboxConfig {
+            cgroup_parent,
+            security_context: LinuxSandboxSecurityContext {
+                namespace_options: pod_namespaces(pod),
+            },
+            // Admitted, so each is safe or allowed; the containers join the sandbox's
+            // network and IPC namespaces, so they see the values.
+            sysctls: crate::sysctl::pod_sysctls(pod),
+        },
     })
 }
 
 /// Every `hostPort` of the pod's app containers (dockershim `makePortsAndBindings`:
 /// ports without a host port are not published).
-pub fn host_ports(pod: &Pod) -> Vec<PortBinding> {
-    let mut out: Vec<PortBinding> = Vec::new();
+pub(crate) fn host_ports(pod: &Pod) -> Vec<PortMapping> {
+    let mut out: Vec<PortMapping> = Vec::new();
     for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
         for p in c.ports.iter().flatten() {
             let (Some(host), Ok(container)) = (
@@ -619,7 +607,7 @@ pub fn host_ports(pod: &Pod) -> Vec<PortBinding> {
             ) else {
                 continue;
             };
-            let b = PortBinding {
+            let b = PortMapping {
                 container_port: container,
                 host_port: host,
                 host_ip: p.host_ip.clone().unwrap_or_default(),
@@ -636,11 +624,11 @@ pub fn host_ports(pod: &Pod) -> Vec<PortBinding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container::labels::ContainerKind;
     use k8s_openapi::api::core::v1::{
         Capabilities, ContainerPort, PodSpec, ResourceRequirements, SeccompProfile,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use runtime::container::labels::ContainerKind;
 
     #[test]
     fn cpu_shares_and_quota_follow_upstream_arithmetic() {
@@ -772,7 +760,7 @@ mod tests {
     }
 
     #[test]
-    fn security_context_maps_onto_docker() {
+    fn security_context_merges_the_pods_and_the_containers() {
         let pod = pod_with(PodSpec {
             security_context: Some(PodSecurityContext {
                 run_as_user: Some(1000),
@@ -800,26 +788,34 @@ mod tests {
             ..Default::default()
         };
         let eff = effective_security_context(&pod, &c);
-        let s = security_settings(&pod, &c, &eff, &ContainerContext::default()).expect("maps");
+        let s = security_context(&pod, &c, &eff, &ContainerContext::default()).expect("maps");
         assert_eq!(
             s,
-            Security {
-                user: "1000:50".into(),
-                group_add: vec!["3000".into(), "2000".into()],
+            LinuxContainerSecurityContext {
+                add_capabilities: vec!["NET_ADMIN".into()],
+                drop_capabilities: vec!["ALL".into()],
                 privileged: false,
-                cap_add: vec!["NET_ADMIN".into()],
-                cap_drop: vec!["ALL".into()],
-                read_only_rootfs: true,
-                security_opt: vec!["no-new-privileges".into()],
+                namespace_options: NamespaceOption {
+                    network: NamespaceMode::Pod,
+                    pid: NamespaceMode::Container,
+                    ipc: NamespaceMode::Pod,
+                },
+                run_as_user: Some(1000),
+                run_as_username: String::new(),
+                run_as_group: Some(50),
+                supplemental_groups: vec![3000, 2000],
+                readonly_rootfs: true,
+                no_new_privs: true,
+                seccomp: SecurityProfile::RuntimeDefault,
             }
         );
         // No profile anywhere: unconfined, as upstream's default.
         let bare = pod_with(PodSpec::default());
         let c = Container::default();
         let eff = effective_security_context(&bare, &c);
-        let s = security_settings(&bare, &c, &eff, &ContainerContext::default()).expect("maps");
-        assert_eq!(s.security_opt, vec!["seccomp=unconfined".to_string()]);
-        assert_eq!(s.user, "");
+        let s = security_context(&bare, &c, &eff, &ContainerContext::default()).expect("maps");
+        assert_eq!(s.seccomp, SecurityProfile::Unconfined);
+        assert_eq!((s.run_as_user, s.run_as_username.as_str()), (None, ""));
         // A group alone uses the image's user.
         let c = Container {
             security_context: sc(|s| s.run_as_group = Some(7)),
@@ -830,9 +826,26 @@ mod tests {
             image_user: Some("nobody:nogroup".into()),
             ..Default::default()
         };
+        let s = security_context(&bare, &c, &eff, &ctx).expect("maps");
         assert_eq!(
-            security_settings(&bare, &c, &eff, &ctx).expect("maps").user,
-            "nobody:7"
+            (s.run_as_username.as_str(), s.run_as_group),
+            ("nobody", Some(7))
+        );
+        // The node's namespaces where the pod asks for them.
+        let host = pod_with(PodSpec {
+            host_network: Some(true),
+            host_pid: Some(true),
+            ..Default::default()
+        });
+        let eff = effective_security_context(&host, &c);
+        let s = security_context(&host, &c, &eff, &ctx).expect("maps");
+        assert_eq!(
+            s.namespace_options,
+            NamespaceOption {
+                network: NamespaceMode::Node,
+                pid: NamespaceMode::Node,
+                ipc: NamespaceMode::Pod,
+            }
         );
     }
 
@@ -899,18 +912,32 @@ mod tests {
         let cfg = generate_container_config(&pod, &c, &s, &ctx).expect("config");
         assert_eq!(cfg.image, "busybox:latest");
         assert_eq!(
-            cfg.entrypoint,
+            cfg.command,
             Some(vec!["sh".into(), "-c".into(), "echo hi".into()])
         );
         assert_eq!(
-            cfg.cmd, None,
+            cfg.args, None,
             "an empty args list keeps the image's (none here)"
         );
-        assert_eq!(cfg.env, vec!["GREETING=hi".to_string()]);
+        assert_eq!(cfg.envs, vec![("GREETING".to_string(), "hi".to_string())]);
         assert_eq!(cfg.working_dir, "/w");
-        assert_eq!(cfg.network, Some(NamespaceMode::Container("sb".into())));
-        assert_eq!(cfg.pid, Some(NamespaceMode::Container("sb".into())));
-        assert!(cfg.name.ends_with("_3"), "{}", cfg.name);
-        assert_eq!(cfg.resources.cpu_shares, MIN_SHARES);
+        let ns = &cfg.linux.security_context.namespace_options;
+        assert_eq!(
+            (&ns.network, &ns.pid),
+            (&NamespaceMode::Pod, &NamespaceMode::Pod)
+        );
+        assert_eq!(
+            cfg.metadata,
+            ContainerMetadata {
+                name: "app".into(),
+                attempt: 3
+            }
+        );
+        assert_eq!(cfg.log_path, "app/3.log");
+        assert_eq!(
+            cfg.labels.get(labels::SANDBOX_ID).map(String::as_str),
+            Some("sb")
+        );
+        assert_eq!(cfg.linux.resources.cpu_shares, MIN_SHARES);
     }
 }

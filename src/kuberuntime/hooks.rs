@@ -12,21 +12,21 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::container::format_pod;
-use crate::httpclient::pods::{pod_agent, resolve_location, MAX_REDIRECTS};
-use crate::runtime::Runtime;
+use base::httpclient::pods::{pod_agent, resolve_location, MAX_REDIRECTS};
+use runtime::container::format_pod;
+use runtime::Runtime;
 
 /// Upstream runs postStart without a timeout, so a hung hook holds the pod's sync for
 /// ever. Two minutes leaves slow hooks room while bounding how long its pod stays
 /// parked and its `post-start-N` thread busy.
-pub const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const POST_START_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Upstream's lifecycle hooks send this User-Agent (`kube-lifecycle/<version>`).
 const USER_AGENT: &str = "kube-lifecycle/rkubelet";
 
 /// Where an `httpGet` handler without a host goes.
 #[derive(Clone, Debug)]
-pub struct HookTarget<'a> {
+pub(crate) struct HookTarget<'a> {
     /// The container's runtime ID (for `exec`).
     pub container_id: &'a str,
     /// The pod's IP ("" when the pod has none yet).
@@ -34,7 +34,7 @@ pub struct HookTarget<'a> {
 }
 
 /// Runs one handler; Err(message) as upstream words it when the handler failed.
-pub fn run(
+pub(crate) fn run(
     runtime: &dyn Runtime,
     pod: &Pod,
     c: &Container,
@@ -63,7 +63,7 @@ pub fn run(
                     &out,
                 ))
             }
-            Err(e) => Err(failed(crate::loops::error_chain(&e), b"")),
+            Err(e) => Err(failed(base::loops::error_chain(&e), b"")),
         };
     }
     if let Some(get) = &handler.http_get {
@@ -77,8 +77,8 @@ pub fn run(
         });
     }
     if let Some(sleep) = &handler.sleep {
-        let want = crate::time::secs(sleep.seconds);
-        sleep_until(crate::time::saturating_deadline(
+        let want = base::time::secs(sleep.seconds);
+        sleep_until(base::time::saturating_deadline(
             Instant::now(),
             want.min(timeout),
         ));
@@ -100,15 +100,15 @@ fn sleep_until(t: Instant) {
 
 /// The port of an `httpGet` handler: an empty name means 80 (upstream
 /// `runHTTPHandler`), anything else resolves as a probe's port does.
-pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+pub(crate) fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
     match port {
         IntOrString::String(s) if s.is_empty() => Ok(80),
-        port => crate::container::resolve_port(port, c),
+        port => runtime::container::resolve_port(port, c),
     }
 }
 
 /// The URL of an `httpGet` handler (upstream `NewRequestForHTTPGetAction`).
-pub fn http_url(
+pub(crate) fn http_url(
     c: &Container,
     get: &k8s_openapi::api::core::v1::HTTPGetAction,
     pod_ip: &str,
@@ -142,7 +142,7 @@ fn http_get(
     timeout: Duration,
 ) -> Result<(), String> {
     let mut url = http_url(c, get, target.pod_ip)?;
-    let deadline = crate::time::saturating_deadline(Instant::now(), timeout);
+    let deadline = base::time::saturating_deadline(Instant::now(), timeout);
     let agent = pod_agent(USER_AGENT);
     for hop in 0..=MAX_REDIRECTS {
         let mut req = agent.get(&url);

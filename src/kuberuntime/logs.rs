@@ -9,8 +9,7 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use crate::container::labels;
-use crate::runtime::LogRotation;
+use runtime::container::labels;
 
 /// ext4's longest file name (upstream `MaxFileNameLength`).
 const MAX_FILE_NAME: usize = 255;
@@ -25,8 +24,6 @@ pub struct LogSettings {
     pub pods_dir: PathBuf,
     /// The legacy links' directory (`/var/log/containers`).
     pub containers_dir: PathBuf,
-    /// `containerLogMaxSize` / `containerLogMaxFiles`.
-    pub rotation: Option<LogRotation>,
 }
 
 impl LogSettings {
@@ -37,12 +34,12 @@ impl LogSettings {
 }
 
 /// A pod's log directory name: `<namespace>_<name>_<uid>`.
-pub fn pod_log_dir_name(namespace: &str, name: &str, uid: &str) -> String {
+pub(crate) fn pod_log_dir_name(namespace: &str, name: &str, uid: &str) -> String {
     format!("{namespace}_{name}_{uid}")
 }
 
 /// The pod UID a pod log directory name ends in (after its last `_`).
-pub fn uid_of_pod_log_dir(name: &str) -> Option<&str> {
+pub(crate) fn uid_of_pod_log_dir(name: &str) -> Option<&str> {
     name.rsplit_once('_')
         .map(|(_, uid)| uid)
         .filter(|u| !u.is_empty())
@@ -51,7 +48,7 @@ pub fn uid_of_pod_log_dir(name: &str) -> Option<&str> {
 /// The link of one container instance in the pod log directory, from its labels:
 /// `<dir>/<ns>_<pod>_<uid>/<container>/<restartCount>.log`. None without the pod's
 /// labels (not a kubelet container) or for a sandbox.
-pub fn container_log_link(
+pub(crate) fn container_log_link(
     s: &LogSettings,
     l: &std::collections::BTreeMap<String, String>,
 ) -> Option<PathBuf> {
@@ -85,7 +82,7 @@ pub fn container_log_link(
 
 /// The legacy link (upstream `logSymlink`): `<pod>_<ns>_<container>-<id>.log`, the
 /// name cut so that it fits 255 bytes with its suffix.
-pub fn legacy_log_link(
+pub(crate) fn legacy_log_link(
     s: &LogSettings,
     l: &std::collections::BTreeMap<String, String>,
     id: &str,
@@ -120,7 +117,7 @@ fn relink(target: &Path, link: &Path) -> io::Result<()> {
 
 /// Makes both links of a started container whose runtime log is `log_path`. A
 /// container without a log file (another log driver) gets none.
-pub fn make_links(
+pub(crate) fn make_links(
     s: &LogSettings,
     l: &std::collections::BTreeMap<String, String>,
     id: &str,
@@ -149,7 +146,11 @@ pub fn make_links(
 /// Removes a removed container's links: the legacy one (its name holds the ID) and
 /// the pod log directory's one when it still points at this container's file (the
 /// runtime's log path holds the ID).
-pub fn remove_links(s: &LogSettings, l: &std::collections::BTreeMap<String, String>, id: &str) {
+pub(crate) fn remove_links(
+    s: &LogSettings,
+    l: &std::collections::BTreeMap<String, String>,
+    id: &str,
+) {
     if !s.enabled() || id.is_empty() {
         return;
     }
@@ -168,7 +169,7 @@ pub fn remove_links(s: &LogSettings, l: &std::collections::BTreeMap<String, Stri
 
 /// What a sweep removed.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Swept {
+pub(crate) struct Swept {
     /// Dangling legacy links removed.
     pub links: usize,
     /// Pod log directories removed.
@@ -180,7 +181,10 @@ pub struct Swept {
 /// pod log directories of pods it does not keep. Nothing but links and the pod
 /// directories' own trees is removed; errors are returned as text for the caller's
 /// event.
-pub fn sweep(s: &LogSettings, keep_pod: Option<&dyn Fn(&str) -> bool>) -> (Swept, Vec<String>) {
+pub(crate) fn sweep(
+    s: &LogSettings,
+    keep_pod: Option<&dyn Fn(&str) -> bool>,
+) -> (Swept, Vec<String>) {
     let mut swept = Swept::default();
     let mut errors = Vec::new();
     if !s.enabled() {
@@ -232,7 +236,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
 
     fn labels_of(pod: &str, ns: &str, uid: &str, c: &str, rc: u32) -> BTreeMap<String, String> {
         BTreeMap::from([
@@ -248,7 +252,6 @@ mod tests {
         LogSettings {
             pods_dir: dir.join("pods"),
             containers_dir: dir.join("containers"),
-            rotation: None,
         }
     }
 

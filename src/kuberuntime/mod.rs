@@ -12,12 +12,12 @@
 //! It is called only from pod workers and the pod killer, one pod at a time, so it
 //! blocks freely. The sync loop never calls it.
 
-pub mod actions;
+pub(crate) mod actions;
 pub mod container;
-pub mod hooks;
-pub mod logs;
+pub(crate) mod hooks;
+pub(crate) mod logs;
 
-use crate::safepath::{safe_join, UnsafePathError};
+use base::safepath::{safe_join, UnsafePathError};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -27,27 +27,30 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::Receiver;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
-use crate::container::{backoff, format_pod, labels, short, RuntimePod, Waiting};
 use crate::images::ImageManager;
-use crate::loops::{lock, Never};
-use crate::metrics::kubelet::{KubeletMetrics, CONTAINER, INIT_CONTAINER};
+use crate::metrics::{KubeletMetrics, CONTAINER, INIT_CONTAINER};
 use crate::record;
-use crate::runtime::{ContainerConfig, ContainerDetails, ContainerState, Runtime, RuntimeError};
 use actions::{ActionInputs, KillAction, KillReason, PodActions, StartAction};
 use backoff::Backoff;
+use base::loops::{lock, Never};
 use labels::ContainerKind;
+use runtime::config::{Mount, PodSandboxConfig};
+use runtime::container::cache::PodCache;
+use runtime::container::results::ResultsCache;
+use runtime::container::{backoff, format_pod, helpers, labels, short, RuntimePod, Waiting};
+use runtime::{ContainerDetails, ContainerState, Runtime, RuntimeError};
 
 /// Upstream `minimumGracePeriodInSeconds`: every stop gets at least this long between
 /// its signal and SIGKILL, after the preStop hook's time is taken off.
-pub const MIN_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const MIN_GRACE: Duration = Duration::from_secs(2);
 /// Upstream `MaxContainerTerminationMessageLength`: bytes read from the end of the
 /// termination-message file.
-pub const MAX_TERMINATION_MESSAGE: u64 = 4096;
+pub(crate) const MAX_TERMINATION_MESSAGE: u64 = 4096;
 /// Upstream `MaxContainerTerminationMessageLogLines`: log lines read for
 /// `FallbackToLogsOnError`.
-pub const TERMINATION_MESSAGE_LOG_LINES: u64 = 80;
+pub(crate) const TERMINATION_MESSAGE_LOG_LINES: u64 = 80;
 /// Upstream `MaxContainerTerminationMessageLogLength`: bytes kept of those lines.
-pub const TERMINATION_MESSAGE_LOG_BYTES: usize = 2048;
+pub(crate) const TERMINATION_MESSAGE_LOG_BYTES: usize = 2048;
 /// Termination messages of exited containers are cached (an exited container never
 /// changes); past this many entries the cache starts over, which only costs re-reads.
 const MESSAGE_CACHE_ENTRIES: usize = 4096;
@@ -57,7 +60,7 @@ const SANDBOX_STOP_GRACE: Duration = Duration::from_secs(2);
 /// change of the pod, but at most this long: one resync in five (at the 1 min resync
 /// period) reads the runtime whatever the PLEG says, the safety net the evented PLEG's
 /// own full relist is.
-pub const POD_CACHE_MAX_AGE: Duration = Duration::from_secs(5 * 60);
+pub(crate) const POD_CACHE_MAX_AGE: Duration = Duration::from_secs(5 * 60);
 
 /// Errors of one pod sync, with the pod (and container) they concern.
 #[derive(Debug, thiserror::Error)]
@@ -148,8 +151,12 @@ impl PostStart {
 /// What the containers a sync starts need of their sandbox, read once per sync.
 struct SandboxFacts<'a> {
     id: &'a str,
-    /// Its IP for the containers' environment, or why it could not be read.
-    ip: Result<&'a str, &'a str>,
+    /// What it was run with (regenerated each sync, as upstream's `SyncPod` does): its
+    /// containers are created in its cgroup.
+    config: &'a PodSandboxConfig,
+    /// Its IPs (the node's family first) for the containers' environment and
+    /// `/etc/hosts`, or why they could not be read.
+    ips: Result<&'a [String], &'a str>,
     /// The address hooks (httpGet) reach the containers at.
     hook_ip: &'a str,
 }
@@ -200,14 +207,14 @@ impl ContainerStop {
             )
         });
         let since = *self.waiting_since.get_or_insert(now);
-        outlived || now >= crate::time::saturating_deadline(since, self.grace)
+        outlived || now >= base::time::saturating_deadline(since, self.grace)
     }
 
     /// When a stop that is not yet its turn becomes so anyway (its grace used up
     /// waiting); None before the wait began.
     pub fn turn_deadline(&self) -> Option<Instant> {
         self.waiting_since
-            .map(|since| crate::time::saturating_deadline(since, self.grace))
+            .map(|since| base::time::saturating_deadline(since, self.grace))
     }
 }
 
@@ -272,7 +279,7 @@ pub struct RuntimeManager {
     /// Termination messages of exited containers by container ID.
     messages: Mutex<HashMap<String, String>>,
     /// Liveness and startup results (upstream's `livenessManager`/`startupManager`).
-    probes: Option<Arc<crate::prober::results::ResultsCache>>,
+    probes: Option<Arc<ResultsCache>>,
     /// Started pods and containers, and their failures.
     metrics: Arc<KubeletMetrics>,
     /// Each pod's cgroup parent, from its last sync's inputs (forgotten when the
@@ -280,46 +287,19 @@ pub struct RuntimeManager {
     cgroup_parents: Mutex<HashMap<String, String>>,
     /// Vouches for what a sync read of a pod (per-pod generations).
     pleg: Option<Arc<crate::pleg::PlegShared>>,
-    /// Upstream's pod cache (`kubecontainer.Cache`, read with `GetNewerThan`): each
-    /// pod's containers as the last sync read them, with the PLEG's generation of the
-    /// pod just before the read. A resync of a pod the PLEG saw no change of reads
-    /// nothing: at 110 idle pods that is 110 lists and 220 inspects a minute fewer.
-    pod_cache: Mutex<HashMap<String, CachedPod>>,
-}
-
-/// What the pod cache keeps of a pod's containers: all a sync reads (states, times,
-/// exit codes, labels, IPs, log paths, the stop signal), without the rest of each
-/// container's create settings (environment, command, binds, capabilities: most of
-/// an inspect, ~1 MiB at 110 pods of three containers), which only checks and
-/// debugging read, from a fresh inspect.
-fn cached_copy(pod: &RuntimePod) -> RuntimePod {
-    let lean = |c: &ContainerDetails| {
-        let mut c = c.clone();
-        c.settings = crate::runtime::ContainerSettings {
-            stop_signal: std::mem::take(&mut c.settings.stop_signal),
-            rootfs_dir: std::mem::take(&mut c.settings.rootfs_dir),
-            ..Default::default()
-        };
-        c
-    };
-    RuntimePod {
-        sandboxes: pod.sandboxes.iter().map(lean).collect(),
-        containers: pod.containers.iter().map(lean).collect(),
-    }
-}
-
-/// One pod's containers as read, and what vouches for them.
-#[derive(Debug)]
-struct CachedPod {
-    generation: u64,
-    read_at: Instant,
-    pod: RuntimePod,
+    /// Upstream's pod cache: each pod as the last sync read it, while the PLEG vouches
+    /// that nothing of it changed since.
+    pod_cache: PodCache,
 }
 
 /// The per-container directory of a pod (upstream `getPodContainerDir`):
 /// `<root>/pods/<uid>/containers/<name>`; a UID or name that is not one plain name is
 /// refused.
-pub fn pod_container_dir(root: &Path, uid: &str, name: &str) -> Result<PathBuf, UnsafePathError> {
+pub(crate) fn pod_container_dir(
+    root: &Path,
+    uid: &str,
+    name: &str,
+) -> Result<PathBuf, UnsafePathError> {
     let pod = safe_join(&root.join("pods"), uid)?;
     safe_join(&pod.join("containers"), name)
 }
@@ -339,7 +319,7 @@ impl RuntimeManager {
             metrics: Arc::default(),
             cgroup_parents: Mutex::new(HashMap::new()),
             pleg: None,
-            pod_cache: Mutex::new(HashMap::new()),
+            pod_cache: PodCache::default(),
         }
     }
 
@@ -359,7 +339,7 @@ impl RuntimeManager {
 
     /// Kills (and restarts) containers whose liveness or startup probe failed, by the
     /// results in `probes`.
-    pub fn with_probe_results(mut self, probes: Arc<crate::prober::results::ResultsCache>) -> Self {
+    pub fn with_probe_results(mut self, probes: Arc<ResultsCache>) -> Self {
         self.probes = Some(probes);
         self
     }
@@ -409,11 +389,8 @@ impl RuntimeManager {
     fn sync_pod_status(&self, uid: &str) -> Result<RuntimePod, RuntimeError> {
         let now = Instant::now();
         if let Some(g) = self.pod_generation(uid, now) {
-            if let Some(c) = lock(&self.pod_cache).get(uid) {
-                if c.generation == g && now.saturating_duration_since(c.read_at) < POD_CACHE_MAX_AGE
-                {
-                    return Ok(c.pod.clone());
-                }
+            if let Some(pod) = self.pod_cache.get(uid, g, now, POD_CACHE_MAX_AGE) {
+                return Ok(pod);
             }
         }
         self.read_pod_status(uid)
@@ -430,21 +407,9 @@ impl RuntimeManager {
         let now = Instant::now();
         let generation = self.pod_generation(uid, now);
         let rp = self.get_pod_status(uid);
-        let mut cache = lock(&self.pod_cache);
         match (&rp, generation) {
-            (Ok(pod), Some(generation)) => {
-                cache.insert(
-                    uid.to_string(),
-                    CachedPod {
-                        generation,
-                        read_at: now,
-                        pod: cached_copy(pod),
-                    },
-                );
-            }
-            _ => {
-                cache.remove(uid);
-            }
+            (Ok(pod), Some(generation)) => self.pod_cache.set(uid, generation, now, pod),
+            _ => self.pod_cache.remove(uid),
         }
         rp
     }
@@ -498,7 +463,7 @@ impl RuntimeManager {
                     .runtime
                     .inspect_container(id)
                     .map(|d| d.log_path)
-                    .map_err(|e| crate::loops::error_chain(&e)),
+                    .map_err(|e| base::loops::error_chain(&e)),
             };
             let made = log_path.and_then(|p| {
                 logs::make_links(&self.cfg.logs, container_labels, id, &p)
@@ -573,7 +538,7 @@ impl RuntimeManager {
                 }
                 Err(e) => format!(
                     "Error on reading termination message from logs: {}",
-                    crate::loops::error_chain(&e)
+                    base::loops::error_chain(&e)
                 ),
             };
         }
@@ -710,7 +675,7 @@ impl RuntimeManager {
                 // A new sandbox runs the init containers again: their old records would
                 // say they are done (upstream `purgeInitContainers`).
                 for d in &rp.containers {
-                    if crate::container::kind_of(d) == ContainerKind::Init
+                    if runtime::container::kind_of(d) == ContainerKind::Init
                         && d.state != ContainerState::Running
                     {
                         let _ = self.runtime.remove_container(&d.id);
@@ -733,29 +698,49 @@ impl RuntimeManager {
         // The sandbox's IP, read once for all the containers this sync starts (their
         // environment) and their hooks.
         let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
-        let sandbox_ip: Result<String, String> = if host_network {
-            Ok(String::new())
+        let node_ipv6 = self
+            .cfg
+            .node
+            .host_ips
+            .first()
+            .is_some_and(|ip| ip.contains(':'));
+        let sandbox_ips: Result<Vec<String>, String> = if host_network {
+            Ok(Vec::new())
         } else {
             match acts.create_sandbox {
                 Some(_) => match self.runtime.inspect_container(&sandbox_id) {
-                    Ok(d) => Ok(d.ip_address),
+                    Ok(d) => Ok(d.pod_ips(node_ipv6)),
                     Err(e) if e.is_unavailable() => return Err(e),
-                    Err(e) => Err(crate::loops::error_chain(&e)),
+                    Err(e) => Err(base::loops::error_chain(&e)),
                 },
                 None => Ok(rp
                     .running_sandbox()
-                    .map(|s| s.ip_address.clone())
+                    .map(|s| s.pod_ips(node_ipv6))
                     .unwrap_or_default()),
             }
         };
+        let attempt = match acts.create_sandbox {
+            Some(attempt) => attempt,
+            None => rp
+                .sandboxes
+                .first()
+                .and_then(|s| labels::parse_name(&s.name))
+                .map_or(0, |p| p.attempt),
+        };
+        let sandbox_config = self.sandbox_config(pod, attempt)?;
         let sandbox = SandboxFacts {
             id: &sandbox_id,
-            ip: sandbox_ip.as_deref().map_err(String::as_str),
+            config: &sandbox_config,
+            ips: sandbox_ips.as_deref().map_err(String::as_str),
             // Host-network containers listen on the node: loopback reaches them.
             hook_ip: if host_network {
                 "127.0.0.1"
             } else {
-                sandbox_ip.as_deref().unwrap_or_default()
+                sandbox_ips
+                    .as_ref()
+                    .ok()
+                    .and_then(|ips| ips.first())
+                    .map_or("", String::as_str)
             },
         };
         let spec = pod.spec.clone().unwrap_or_default();
@@ -873,7 +858,7 @@ impl RuntimeManager {
             None => labels::grace_label(&d.labels),
         };
         // Any non-negative int64 is a valid grace period: capped, never overflowing.
-        crate::time::secs(secs)
+        base::time::secs(secs)
     }
 
     /// Stops one container on this thread (upstream `killContainer`): the `Killing`
@@ -896,7 +881,7 @@ impl RuntimeManager {
         let mut grace = self.pre_stop(pod, d, k, grace);
         if !outlive.is_empty() && !grace.is_zero() {
             let began = Instant::now();
-            let deadline = crate::time::saturating_deadline(began, grace);
+            let deadline = base::time::saturating_deadline(began, grace);
             for rx in outlive {
                 // Disconnected: that container is down. Timeout: the grace is used up.
                 if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
@@ -980,7 +965,7 @@ impl RuntimeManager {
             return String::new();
         };
         match self.runtime.inspect_container(sb) {
-            Ok(s) if s.network_mode == "host" => "127.0.0.1".into(),
+            Ok(s) if s.host_network => "127.0.0.1".into(),
             Ok(s) => s.ip_address,
             Err(_) => String::new(),
         }
@@ -1020,7 +1005,7 @@ impl RuntimeManager {
                 let kill = KillAction {
                     id: c.id.clone(),
                     name,
-                    kind: crate::container::kind_of(c),
+                    kind: runtime::container::kind_of(c),
                     message: String::new(),
                     reason: KillReason::Other,
                 };
@@ -1040,7 +1025,7 @@ impl RuntimeManager {
         // later sidecars): ordering by that count puts every stop after the ones it
         // waits for, so a pool taking them in order never waits on one it has not
         // started.
-        crate::sort::sort_by_key(&mut stops, |s| s.outlive.len());
+        base::sort::sort_by_key(&mut stops, |s| s.outlive.len());
         Ok(KillPlan {
             stops,
             runtime_pod: rp,
@@ -1085,7 +1070,7 @@ impl RuntimeManager {
             log::warn!(
                 "stopping container {}: {}",
                 kill.name,
-                crate::loops::error_chain(&e)
+                base::loops::error_chain(&e)
             );
         }
         drop(done);
@@ -1131,7 +1116,7 @@ impl RuntimeManager {
             "container {name} ({}) outlived its grace period: SIGKILL",
             short(id)
         );
-        self.runtime.kill_container(id, crate::runtime::SIGKILL)
+        self.runtime.kill_container(id, runtime::SIGKILL)
     }
 
     /// The second step of a planned kill, once every container stop is done: sends
@@ -1150,7 +1135,7 @@ impl RuntimeManager {
                         log::warn!(
                             "stopping sandbox {}: {}",
                             s.name,
-                            crate::loops::error_chain(&e)
+                            base::loops::error_chain(&e)
                         );
                         None
                     }
@@ -1192,7 +1177,7 @@ impl RuntimeManager {
                 log::warn!(
                     "stopping sandbox {}: {}",
                     s.name,
-                    crate::loops::error_chain(&e)
+                    base::loops::error_chain(&e)
                 );
             }
         }
@@ -1211,7 +1196,7 @@ impl RuntimeManager {
                 self.runtime.remove_container(&c.id)?;
             }
             lock(&self.cgroup_parents).remove(&req.uid);
-            lock(&self.pod_cache).remove(&req.uid);
+            self.pod_cache.remove(&req.uid);
             // The pod's directory (volumes, termination messages) is the volume
             // manager's to remove: it unmounts tmpfs volumes first, and waits until
             // Docker lists no container of the pod.
@@ -1234,8 +1219,21 @@ impl RuntimeManager {
     fn create_sandbox(&self, pod: &Pod, attempt: u32) -> Result<String, RuntimeError> {
         self.metrics.started_pods.inc([]);
         let r = self.create_sandbox_inner(pod, attempt);
-        if r.is_err() {
+        if let Err(e) = &r {
             self.metrics.started_pods_errors.inc([]);
+            // Upstream `SyncPod`: the pod waits in ContainerCreating and is retried.
+            if !e.is_unavailable() {
+                record::event(
+                    pod,
+                    None,
+                    true,
+                    "FailedCreatePodSandBox",
+                    &format!(
+                        "Failed to create pod sandbox: {}",
+                        base::loops::error_chain(e)
+                    ),
+                );
+            }
         }
         r
     }
@@ -1251,16 +1249,8 @@ impl RuntimeManager {
                 message: w.message,
             });
         }
-        let mut cfg = container::sandbox_config(&self.cfg, pod, attempt).map_err(|message| {
-            RuntimeError::Api {
-                op: "generate pod sandbox config".into(),
-                status: 0,
-                message,
-            }
-        })?;
-        cfg.cgroup_parent = self.cgroup_parent(pod);
-        let id = self.create_replacing(&cfg)?;
-        self.runtime.start_container(&id)?;
+        let cfg = self.sandbox_config(pod, attempt)?;
+        let id = self.runtime.run_pod_sandbox(&cfg)?;
         log::info!(
             "pod {}: started sandbox {} (attempt {attempt})",
             format_pod(pod),
@@ -1269,20 +1259,15 @@ impl RuntimeManager {
         Ok(id)
     }
 
-    /// Creates a container; a name conflict with a leftover container (e.g. one created
-    /// just before a crash) removes the leftover and tries once more, as upstream.
-    fn create_replacing(&self, cfg: &ContainerConfig) -> Result<String, RuntimeError> {
-        match self.runtime.create_container(cfg) {
-            Err(RuntimeError::Conflict { .. }) => {
-                log::info!(
-                    "container name {} is in use; removing the old one",
-                    cfg.name
-                );
-                self.runtime.remove_container(&cfg.name)?;
-                self.runtime.create_container(cfg)
-            }
-            other => other,
-        }
+    /// The pod's sandbox config for `attempt`, in the pod's cgroup.
+    fn sandbox_config(&self, pod: &Pod, attempt: u32) -> Result<PodSandboxConfig, RuntimeError> {
+        container::sandbox_config(&self.cfg, pod, attempt, self.cgroup_parent(pod)).map_err(
+            |message| RuntimeError::Api {
+                op: "generate pod sandbox config".into(),
+                status: 0,
+                message,
+            },
+        )
     }
 
     /// Creates the termination-message file of a container instance (mode 0666, as
@@ -1292,7 +1277,7 @@ impl RuntimeManager {
         pod: &Pod,
         c: &Container,
         restart_count: u32,
-    ) -> Result<Option<crate::runtime::Mount>, std::io::Error> {
+    ) -> Result<Option<Mount>, std::io::Error> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let path = c
             .termination_message_path
@@ -1314,7 +1299,7 @@ impl RuntimeManager {
         // Truncates a leftover of an instance created before a crash of the kubelet.
         std::fs::File::create(&file)?;
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))?;
-        Ok(Some(crate::runtime::Mount {
+        Ok(Some(Mount {
             host_path: file.display().to_string(),
             container_path: path,
             read_only: false,
@@ -1357,7 +1342,7 @@ impl RuntimeManager {
         // the instance that takes their place (and may take their name and count).
         let mut kept = false;
         for old in rp.instances(&c.name, s.kind) {
-            let gone = if actions::never_ran(old) {
+            let gone = if helpers::never_ran(old) {
                 true
             } else if !kept {
                 kept = true;
@@ -1372,7 +1357,7 @@ impl RuntimeManager {
                         format_pod(pod),
                         short(&old.id),
                         c.name,
-                        crate::loops::error_chain(&e)
+                        base::loops::error_chain(&e)
                     );
                 }
             }
@@ -1387,7 +1372,7 @@ impl RuntimeManager {
             c,
             s,
             sandbox.id,
-            sandbox.ip,
+            sandbox.ips,
         )? {
             Ok(cfg) => cfg,
             Err(w) => {
@@ -1398,8 +1383,6 @@ impl RuntimeManager {
                 return Ok(Some(w));
             }
         };
-        cfg.cgroup_parent = self.cgroup_parent(pod);
-        cfg.log_rotation = self.cfg.logs.rotation;
         match self.termination_message_mount(pod, c, s.restart_count) {
             Ok(Some(m)) => cfg.mounts.push(m),
             Ok(None) => {}
@@ -1410,17 +1393,11 @@ impl RuntimeManager {
                 }))
             }
         }
-        if cfg.stop_signal.is_empty() {
-            // `lifecycle.stopSignal`; unset, Docker uses the image's STOPSIGNAL or SIGTERM.
-            if let Some(sig) = c.lifecycle.as_ref().and_then(|l| l.stop_signal.clone()) {
-                cfg.stop_signal = sig;
-            }
-        }
         let fmt_pod = format_pod(pod);
         // A create or start the runtime refused: a Warning `Failed` event and the
         // waiting reason upstream gives it.
         let refused = |reason: &str, e: &RuntimeError| {
-            let message = crate::loops::error_chain(e);
+            let message = base::loops::error_chain(e);
             record::event(
                 pod,
                 Some(&c.name),
@@ -1433,7 +1410,10 @@ impl RuntimeManager {
                 message,
             })
         };
-        let id = match self.create_replacing(&cfg) {
+        let id = match self
+            .runtime
+            .create_container(sandbox.id, &cfg, sandbox.config)
+        {
             Ok(id) => id,
             Err(e) if e.is_unavailable() => return Err(e),
             Err(e) => return Ok(refused("CreateContainerError", &e)),
@@ -1530,7 +1510,7 @@ impl RuntimeManager {
                 log::warn!(
                     "killing container {}: {}",
                     c.name,
-                    crate::loops::error_chain(&e)
+                    base::loops::error_chain(&e)
                 );
                 return None;
             }
@@ -1548,7 +1528,7 @@ impl RuntimeManager {
     /// Forgets what the last sync read of a pod's containers, so that the next sync
     /// reads them afresh: after a kill or a hook the PLEG may not have seen yet.
     pub fn forget_pod_status(&self, uid: &str) {
-        lock(&self.pod_cache).remove(uid);
+        self.pod_cache.remove(uid);
     }
 
     /// The image manager (its pullers are started by the kubelet's wiring).
@@ -1644,7 +1624,7 @@ fn termination_order<'a>(
             .unwrap_or_default()
     };
     let sidecar_rank = |c: &ContainerDetails| {
-        (crate::container::kind_of(c) == ContainerKind::Init)
+        (runtime::container::kind_of(c) == ContainerKind::Init)
             .then(|| sidecars.iter().position(|s| *s == name_of(c)))
             .flatten()
     };
@@ -1696,8 +1676,10 @@ mod tests {
             error: String::new(),
             pid: 0,
             ip_address: String::new(),
-            network_mode: String::new(),
-            settings: Default::default(),
+            additional_ips: Vec::new(),
+            host_network: false,
+            stop_signal: String::new(),
+            rootfs_dir: String::new(),
             log_path: String::new(),
         }
     }

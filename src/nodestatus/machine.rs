@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// What does not change while the kubelet runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MachineInfo {
+pub(crate) struct MachineInfo {
     /// Online CPUs.
     pub cpus: u64,
     /// `MemTotal` in bytes.
@@ -31,7 +31,7 @@ pub struct MachineInfo {
 }
 
 /// Reads the machine's facts; `root_dir` is the kubelet's root directory.
-pub fn read(root_dir: &Path) -> MachineInfo {
+pub(crate) fn read(root_dir: &Path) -> MachineInfo {
     MachineInfo {
         cpus: online_cpus(),
         memory_bytes: read_small("/proc/meminfo")
@@ -53,7 +53,7 @@ pub fn read(root_dir: &Path) -> MachineInfo {
 /// A small file of `/proc`, `/sys` or `/etc` (64 KiB at most), or None (logged at debug).
 fn read_small(path: impl AsRef<Path>) -> Option<String> {
     let path = path.as_ref();
-    match crate::fsutil::read_regular(path, 64 * 1024) {
+    match base::fsutil::read_regular(path, 64 * 1024) {
         Ok((bytes, _)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
         Err(e) => {
             // Files of /proc and /sys are not "regular" to every check; try plainly.
@@ -75,7 +75,10 @@ fn read_trimmed(path: &str) -> String {
 }
 
 fn online_cpus() -> u64 {
-    // SAFETY: sysconf has no memory effects.
+    // SAFETY: sysconf takes no pointer and has no memory effects. It stays libc:
+    // glibc answers _SC_NPROCESSORS_ONLN from /sys/devices/system/cpu/online, which
+    // rustix has no call for (std's available_parallelism is the affinity mask and
+    // cgroup quota instead, a different number).
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     u64::try_from(n).unwrap_or(0).max(1)
 }
@@ -106,30 +109,17 @@ fn pretty_name(os_release: &str) -> Option<String> {
 /// The size of the filesystem holding `dir`, in bytes.
 fn filesystem_size(dir: &Path) -> Option<u64> {
     let p = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statvfs fills the struct we own; the path is NUL-terminated.
-    let rc = unsafe { libc::statvfs(p.as_ptr(), &mut s) };
-    // The field types are narrower on 32-bit ARM.
-    #[allow(clippy::useless_conversion)]
-    (rc == 0).then(|| u64::from(s.f_blocks).saturating_mul(u64::from(s.f_frsize)))
+    let s = rustix::fs::statvfs(p.as_c_str()).ok()?;
+    Some(s.f_blocks.saturating_mul(s.f_frsize))
 }
 
 /// The kernel release (`uname -r`).
 fn kernel_release() -> String {
-    // SAFETY: an all-zero utsname is a valid value of this plain C struct.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: uname fills the struct we own.
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return String::new();
-    }
-    let bytes: Vec<u8> = u
-        .release
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    // uname(2) cannot fail with a valid buffer, which rustix's own is.
+    rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The hugepage pools under `/sys/kernel/mm/hugepages` (`hugepages-2048kB/nr_hugepages`).
@@ -153,12 +143,12 @@ fn hugepages(dir: &Path) -> Vec<(u64, u64)> {
             Some((kb.saturating_mul(1024), pages))
         })
         .collect();
-    crate::sort::sort(&mut out);
+    base::sort::sort(&mut out);
     out
 }
 
 /// Go's name of this machine's architecture (`runtime.GOARCH`).
-pub fn go_arch() -> &'static str {
+pub(crate) fn go_arch() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",

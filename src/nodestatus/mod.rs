@@ -22,9 +22,9 @@
 //! API server was away (the node controller's `Unknown`) is corrected at once.
 //! Condition flips record upstream's node events (`Node <n> status is now: NodeReady`).
 
-pub mod machine;
-pub mod patch;
-pub mod setters;
+pub(crate) mod machine;
+pub(crate) mod patch;
+pub(crate) mod setters;
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,22 +34,22 @@ use k8s_openapi::api::core::v1::{Node, NodeStatus};
 
 use self::machine::MachineInfo;
 use self::setters::{Inputs, NodeSettings};
-use crate::apiclient::{ApiClient, ApiError};
-use crate::loops::{run_jittered, Loops, SpawnError, Stop};
 use crate::nodelease::Heartbeat;
-use crate::runtime::Runtime;
+use apiclient::{ApiClient, ApiError};
+use base::loops::{run_jittered, Loops, SpawnError, Stop};
+use runtime::Runtime;
 
 /// Upstream `nodeStatusUpdateRetry`.
-pub const NODE_STATUS_UPDATE_RETRY: u32 = 5;
+pub(crate) const NODE_STATUS_UPDATE_RETRY: u32 = 5;
 /// Registration's first wait (upstream: 100 ms, doubling).
-pub const REGISTER_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const REGISTER_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 /// Registration's longest wait (upstream: 7 s).
-pub const REGISTER_MAX_BACKOFF: Duration = Duration::from_secs(7);
+pub(crate) const REGISTER_MAX_BACKOFF: Duration = Duration::from_secs(7);
 /// Upstream's jitter of the status period (`wait.JitterUntil` 0.04).
-pub const STATUS_JITTER: f64 = 0.04;
+pub(crate) const STATUS_JITTER: f64 = 0.04;
 
 /// The Node calls, a seam for the unit tests.
-pub trait NodeApi: Send {
+pub(crate) trait NodeApi: Send {
     /// GET the Node (`from_cache`: `resourceVersion=0`).
     fn get(&self, from_cache: bool) -> Result<Node, ApiError>;
     /// POST it.
@@ -60,7 +60,7 @@ pub trait NodeApi: Send {
 
 /// The Node calls over the API client, each with the heartbeat timeout.
 #[derive(Debug)]
-pub struct ApiNodes {
+pub(crate) struct ApiNodes {
     client: Arc<ApiClient>,
     name: String,
     timeout: Duration,
@@ -81,7 +81,7 @@ impl NodeApi for ApiNodes {
 
 /// Why registering or updating the Node failed.
 #[derive(Debug, thiserror::Error)]
-pub enum NodeStatusError {
+pub(crate) enum NodeStatusError {
     /// Every attempt of this tick to update the status failed; the last error.
     #[error("update node status exceeds retry count ({NODE_STATUS_UPDATE_RETRY}) for node {node}")]
     Update {
@@ -94,10 +94,10 @@ pub enum NodeStatusError {
 
 /// Where the Ready condition's reasons come from: the errors that make the node not
 /// ready now (empty: ready).
-pub type ReadinessCheck = Box<dyn Fn() -> Vec<String> + Send>;
+pub(crate) type ReadinessCheck = Box<dyn Fn() -> Vec<String> + Send>;
 
 /// The status loop's state.
-pub struct NodeStatusManager {
+pub(crate) struct NodeStatusManager {
     api: Box<dyn NodeApi>,
     settings: NodeSettings,
     machine: MachineInfo,
@@ -105,6 +105,9 @@ pub struct NodeStatusManager {
     readiness: ReadinessCheck,
     heartbeat: Arc<Heartbeat>,
     register_node: bool,
+    /// The runtime's network is made of the pod CIDR (kubenet): the Node is read at
+    /// every update, so a pod CIDR given or changed is taken within one period.
+    reads_pod_cidr: bool,
     registered: bool,
     report_frequency: Duration,
     /// The Node as the last read or write returned it.
@@ -115,6 +118,8 @@ pub struct NodeStatusManager {
     last_report: Option<Instant>,
     /// Read the Node again before deciding (after a failure).
     resync: bool,
+    /// The pod CIDRs the runtime last took from the Node's spec.
+    pod_cidrs: Vec<String>,
 }
 
 impl fmt::Debug for NodeStatusManager {
@@ -128,7 +133,7 @@ impl fmt::Debug for NodeStatusManager {
 
 /// What the manager is built from.
 #[allow(missing_debug_implementations)] // Boxed closures and trait objects.
-pub struct Setup {
+pub(crate) struct Setup {
     /// The Node calls.
     pub api: Box<dyn NodeApi>,
     /// The node's settings.
@@ -143,13 +148,15 @@ pub struct Setup {
     pub heartbeat: Arc<Heartbeat>,
     /// `--register-node`.
     pub register_node: bool,
+    /// The runtime's network is made of the pod CIDR.
+    pub reads_pod_cidr: bool,
     /// `nodeStatusReportFrequency`.
     pub report_frequency: Duration,
 }
 
 impl NodeStatusManager {
     /// A manager; nothing is read or sent yet.
-    pub fn new(s: Setup) -> Self {
+    pub(crate) fn new(s: Setup) -> Self {
         NodeStatusManager {
             api: s.api,
             settings: s.settings,
@@ -158,18 +165,20 @@ impl NodeStatusManager {
             readiness: s.readiness,
             heartbeat: s.heartbeat,
             register_node: s.register_node,
+            reads_pod_cidr: s.reads_pod_cidr,
             registered: false,
             report_frequency: s.report_frequency,
             last_node: None,
             last_reported: None,
             last_report: None,
             resync: true,
+            pod_cidrs: Vec::new(),
         }
     }
 
     /// One tick (upstream `syncNodeStatus`): register if needed (waiting with
     /// `sleep`, which returns true when stopping), then update the status.
-    pub fn sync(&mut self, sleep: &dyn Fn(Duration) -> bool) -> Result<(), NodeStatusError> {
+    pub(crate) fn sync(&mut self, sleep: &dyn Fn(Duration) -> bool) -> Result<(), NodeStatusError> {
         if self.register_node && !self.registered && !self.register(sleep) {
             return Ok(());
         }
@@ -181,7 +190,7 @@ impl NodeStatusManager {
         &self,
     ) -> (
         Option<String>,
-        Option<Vec<crate::runtime::ImageDetails>>,
+        Option<Vec<runtime::ImageDetails>>,
         Vec<String>,
     ) {
         let version = match self.runtime.version() {
@@ -236,7 +245,7 @@ impl NodeStatusManager {
                     self.heartbeat.note_trouble();
                     let line = format!(
                         "Unable to register node {name} with API server: {}",
-                        crate::loops::error_chain(&e)
+                        base::loops::error_chain(&e)
                     );
                     if failures == 0 {
                         log::warn!("{line}");
@@ -301,7 +310,7 @@ impl NodeStatusManager {
 
     /// Upstream `updateNodeStatus`: decides whether to write, then up to
     /// [`NODE_STATUS_UPDATE_RETRY`] attempts.
-    pub fn update_node_status(
+    pub(crate) fn update_node_status(
         &mut self,
         now: Instant,
         wall: SystemTime,
@@ -320,7 +329,8 @@ impl NodeStatusManager {
             .last_report
             .is_none_or(|t| now.saturating_duration_since(t) >= self.report_frequency);
         let trouble = self.heartbeat.take_trouble();
-        if let (Some(last), false, false) = (&self.last_node, trouble, self.resync) {
+        let shortcut = !trouble && !self.resync && !self.reads_pod_cidr;
+        if let (Some(last), true) = (&self.last_node, shortcut) {
             let mut candidate = last.clone();
             // Events are recorded by the write that sends a flip, not here.
             let _ = setters::set_node_status(&mut candidate, &inputs, wall);
@@ -337,7 +347,7 @@ impl NodeStatusManager {
                 Err(e) => {
                     log::debug!(
                         "Error updating node status, will retry: {}",
-                        crate::loops::error_chain(&e)
+                        base::loops::error_chain(&e)
                     );
                     let not_found = e.is_not_found();
                     last_err = Some(e);
@@ -354,6 +364,37 @@ impl NodeStatusManager {
         })
     }
 
+    /// Hands the Node's `spec.podCIDRs` (else `spec.podCIDR`) to the runtime when they
+    /// changed (upstream `updatePodCIDR`); one it refuses is said, and tried again
+    /// with the next read.
+    fn update_pod_cidrs(&mut self, node: &Node) {
+        let spec = node.spec.as_ref();
+        let cidrs: Vec<String> = spec
+            .and_then(|s| s.pod_cidrs.clone())
+            .filter(|c| !c.is_empty())
+            .or_else(|| spec.and_then(|s| s.pod_cidr.clone()).map(|c| vec![c]))
+            .unwrap_or_default();
+        if cidrs.is_empty() || cidrs == self.pod_cidrs {
+            return;
+        }
+        match self.runtime.update_runtime_config(&cidrs) {
+            Ok(()) => {
+                log::info!(
+                    "node {}: pod CIDR {}",
+                    self.settings.node_name,
+                    cidrs.join(",")
+                );
+                self.pod_cidrs = cidrs;
+            }
+            Err(e) => log::warn!(
+                "node {}: the runtime refused the pod CIDR {}: {}",
+                self.settings.node_name,
+                cidrs.join(","),
+                base::loops::error_chain(&e)
+            ),
+        }
+    }
+
     /// Upstream `tryUpdateNodeStatus` (its `inputs` gathered by the caller).
     fn try_update(
         &mut self,
@@ -363,6 +404,7 @@ impl NodeStatusManager {
         wall: SystemTime,
     ) -> Result<(), ApiError> {
         let fetched = self.api.get(from_cache)?;
+        self.update_pod_cidrs(&fetched);
         let mut node = fetched.clone();
         let events = setters::set_node_status(&mut node, inputs, wall);
         let changed = setters::status_changed(fetched.status.as_ref(), node.status.as_ref());
@@ -380,19 +422,19 @@ impl NodeStatusManager {
 }
 
 fn to_json(node: &Node) -> serde_json::Value {
-    crate::json::to_value(node).unwrap_or_default()
+    base::json::to_value(node).unwrap_or_default()
 }
 
 /// The node's InternalIP when `--node-ip` is not given (upstream, no cloud provider):
 /// the host name if it is an IP; else its first resolved IPv4 address that is on one
 /// of this host's interfaces and not loopback; else the address of the default
 /// route's interface; else the first interface's.
-pub fn detect_node_ip(hostname: &str) -> String {
+pub(crate) fn detect_node_ip(hostname: &str) -> String {
     use std::net::{IpAddr, ToSocketAddrs};
     if let Ok(ip) = hostname.parse::<IpAddr>() {
         return ip.to_string();
     }
-    let local = crate::netutil::host_interfaces();
+    let local = base::netutil::host_interfaces();
     let resolved: Vec<IpAddr> = (hostname, 0)
         .to_socket_addrs()
         .map(|a| a.map(|s| s.ip()).collect())
@@ -412,7 +454,7 @@ pub fn detect_node_ip(hostname: &str) -> String {
                 .find(|(name, _)| *name == iface)
                 .map(|(_, ip)| ip.to_string())
         })
-        .unwrap_or_else(crate::netutil::node_ip)
+        .unwrap_or_else(base::netutil::node_ip)
 }
 
 /// The interface of the IPv4 default route in `/proc/net/route` (destination and
@@ -433,7 +475,7 @@ fn default_route_interface(routes: &str) -> Option<String> {
 
 /// What [`start`] needs.
 #[allow(missing_debug_implementations)] // A boxed closure.
-pub struct Start {
+pub(crate) struct Start {
     /// The client of `--kubeconfig`.
     pub client: Arc<ApiClient>,
     /// The node's settings (`node_ip` empty: detected on the loop's thread).
@@ -446,6 +488,8 @@ pub struct Start {
     pub heartbeat: Arc<Heartbeat>,
     /// `--register-node`.
     pub register_node: bool,
+    /// The runtime's network is made of the pod CIDR (`--network-plugin=kubenet`).
+    pub reads_pod_cidr: bool,
     /// `nodeStatusUpdateFrequency`.
     pub update_frequency: Duration,
     /// `nodeStatusReportFrequency`.
@@ -457,7 +501,7 @@ pub struct Start {
 }
 
 /// Starts the `node-status` loop.
-pub fn start(loops: &Loops, s: Start) -> Result<(), SpawnError> {
+pub(crate) fn start(loops: &Loops, s: Start) -> Result<(), SpawnError> {
     let period = s.update_frequency;
     // Set up once on the loop's own thread; kept across a restart after a panic.
     let mut start = Some(s);
@@ -495,6 +539,7 @@ fn new_manager(s: Start) -> NodeStatusManager {
         readiness: s.readiness,
         heartbeat: s.heartbeat,
         register_node: s.register_node,
+        reads_pod_cidr: s.reads_pod_cidr,
         report_frequency: s.report_frequency,
     })
 }

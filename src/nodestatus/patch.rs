@@ -26,7 +26,7 @@ fn merge_key(path: &str) -> Option<&'static str> {
 
 /// The strategic merge patch taking `old` to `new` (whole Node objects as JSON), with
 /// `new`'s spec reset to `old`'s. An empty object when nothing differs.
-pub fn node_status_patch(old: &Value, new: &Value) -> Value {
+pub(crate) fn node_status_patch(old: &Value, new: &Value) -> Value {
     let mut new = new.clone();
     if let Some(obj) = new.as_object_mut() {
         match old.get("spec") {

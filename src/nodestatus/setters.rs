@@ -22,22 +22,22 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::machine::MachineInfo;
-use crate::runtime::ImageDetails;
+use runtime::ImageDetails;
 
 /// Upstream's hard eviction default `memory.available<100Mi`, taken from allocatable.
-pub const EVICTION_HARD_MEMORY: u64 = 100 * 1024 * 1024;
+pub(crate) const EVICTION_HARD_MEMORY: u64 = 100 * 1024 * 1024;
 /// Upstream's hard eviction default `nodefs.available<10%`, taken from allocatable.
-pub const EVICTION_HARD_NODEFS_PERCENT: f64 = 0.10;
+pub(crate) const EVICTION_HARD_NODEFS_PERCENT: f64 = 0.10;
 /// Upstream `MaxNamesPerImageInNodeStatus`.
-pub const MAX_NAMES_PER_IMAGE: usize = 5;
+pub(crate) const MAX_NAMES_PER_IMAGE: usize = 5;
 /// The annotation telling the attach/detach controller it manages this node's volumes
 /// (upstream's default `enableControllerAttachDetach: true`).
-pub const CONTROLLER_MANAGED_ATTACH: &str =
+pub(crate) const CONTROLLER_MANAGED_ATTACH: &str =
     "volumes.kubernetes.io/controller-managed-attach-detach";
 /// The kubelet's version as the API sees it (and `--version` prints).
-pub use crate::config::flags::KUBELET_VERSION;
+use crate::config::flags::KUBELET_VERSION;
 /// The labels upstream's `updateDefaultLabels` reconciles on an existing Node.
-pub const DEFAULT_LABELS: &[&str] = &[
+pub(crate) const DEFAULT_LABELS: &[&str] = &[
     "kubernetes.io/hostname",
     "topology.kubernetes.io/zone",
     "topology.kubernetes.io/region",
@@ -54,7 +54,7 @@ pub const DEFAULT_LABELS: &[&str] = &[
 
 /// The node's settings the setters need.
 #[derive(Clone, Debug, Default)]
-pub struct NodeSettings {
+pub(crate) struct NodeSettings {
     /// The node's name (also its host name: the override or the kernel's).
     pub node_name: String,
     /// The InternalIP.
@@ -77,9 +77,9 @@ pub struct NodeSettings {
 
 impl NodeSettings {
     /// Adds `--kube-reserved` or `--system-reserved` (already checked quantities).
-    pub fn reserve(&mut self, list: &[(String, String)]) {
+    pub(crate) fn reserve(&mut self, list: &[(String, String)]) {
         for (name, q) in list {
-            let milli = crate::quantity::parse_milli(q).unwrap_or(0).max(0);
+            let milli = base::quantity::parse_milli(q).unwrap_or(0).max(0);
             let slot = self.reserved.entry(name.clone()).or_insert(0);
             *slot = slot.saturating_add(milli);
         }
@@ -88,7 +88,7 @@ impl NodeSettings {
 
 /// What one status computation reads besides the node.
 #[derive(Clone, Copy, Debug)]
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     /// The settings.
     pub settings: &'a NodeSettings,
     /// The machine's facts.
@@ -103,12 +103,12 @@ pub struct Inputs<'a> {
 
 /// A node event a setter records: (reason, warning). Its message is upstream's
 /// `Node <name> status is now: <reason>`.
-pub type NodeEvent = (&'static str, bool);
+pub(crate) type NodeEvent = (&'static str, bool);
 
 /// A quantity in canonical binary-SI text, as `resource.NewQuantity(n, BinarySI)`
 /// prints: the largest power-of-1024 suffix that keeps it whole (`8025760Ki`, `2Mi`,
 /// `94630179190`); below 1024 plain (decimal SI: `1k` for 1000).
-pub fn binary_si(n: u64) -> String {
+pub(crate) fn binary_si(n: u64) -> String {
     if n < 1024 {
         return decimal_si(n);
     }
@@ -123,7 +123,7 @@ pub fn binary_si(n: u64) -> String {
 }
 
 /// A count in canonical decimal-SI text (`110`, `2`, `1k`).
-pub fn decimal_si(n: u64) -> String {
+pub(crate) fn decimal_si(n: u64) -> String {
     const SUFFIXES: [&str; 7] = ["", "k", "M", "G", "T", "P", "E"];
     let mut v = n;
     let mut i = 0;
@@ -146,7 +146,7 @@ fn cpu_quantity(milli: u64) -> String {
 /// A node's amounts of its resources: cpu in milli-units, memory and storage in
 /// bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Amounts {
+pub(crate) struct Amounts {
     /// CPU, milli-units.
     pub cpu_milli: u64,
     /// Memory, bytes.
@@ -160,7 +160,7 @@ pub struct Amounts {
 /// Capacity less `reserved` (kube and system reserved, milli-units), never below
 /// zero: what `--enforce-node-allocatable=pods` limits the `kubepods` cgroup to
 /// (upstream `GetNodeAllocatableAbsolute`; eviction thresholds stay out of it).
-pub fn reserved_allocatable(
+pub(crate) fn reserved_allocatable(
     machine: &MachineInfo,
     max_pods: u32,
     reserved: &BTreeMap<String, i128>,
@@ -186,7 +186,7 @@ pub fn reserved_allocatable(
 /// The node's allocatable (what the status reports and admission checks against):
 /// capacity less `reserved` and the hard eviction thresholds; hugepages also come out
 /// of memory; never below zero.
-pub fn allocatable(
+pub(crate) fn allocatable(
     machine: &MachineInfo,
     max_pods: u32,
     reserved: &BTreeMap<String, i128>,
@@ -211,7 +211,7 @@ pub fn allocatable(
 
 /// Capacity and allocatable (upstream `MachineInfo` setter), as quantities: see
 /// [`allocatable`].
-pub fn capacity(
+pub(crate) fn capacity(
     machine: &MachineInfo,
     max_pods: u32,
     reserved: &BTreeMap<String, i128>,
@@ -245,9 +245,9 @@ pub fn capacity(
 
 /// The images of the status: the largest `max` (-1: all) first, each with its
 /// digests then its tags, at most five names (upstream `Images` setter).
-pub fn images(list: &[ImageDetails], max: i32) -> Vec<ContainerImage> {
+pub(crate) fn images(list: &[ImageDetails], max: i32) -> Vec<ContainerImage> {
     let mut sorted: Vec<&ImageDetails> = list.iter().collect();
-    crate::sort::sort_by(&mut sorted, |a, b| {
+    base::sort::sort_by(&mut sorted, |a, b| {
         b.size.cmp(&a.size).then_with(|| a.id.cmp(&b.id))
     });
     if let Ok(max) = usize::try_from(max) {
@@ -275,7 +275,11 @@ pub fn images(list: &[ImageDetails], max: i32) -> Vec<ContainerImage> {
 
 /// Runs every setter over `node` at `now`; returns the events the condition flips
 /// record.
-pub fn set_node_status(node: &mut Node, inputs: &Inputs<'_>, now: SystemTime) -> Vec<NodeEvent> {
+pub(crate) fn set_node_status(
+    node: &mut Node,
+    inputs: &Inputs<'_>,
+    now: SystemTime,
+) -> Vec<NodeEvent> {
     let s = inputs.settings;
     let status = node.status.get_or_insert_with(NodeStatus::default);
     status.addresses = Some(vec![
@@ -324,7 +328,7 @@ pub fn set_node_status(node: &mut Node, inputs: &Inputs<'_>, now: SystemTime) ->
     if let Some(list) = inputs.images {
         status.images = Some(images(list, s.max_images));
     }
-    let time = crate::time::k8s_time(now);
+    let time = base::time::k8s_time(now);
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     let mut events = Vec::new();
     // The eviction manager's conditions (upstream's MemoryPressureCondition … read
@@ -460,7 +464,7 @@ fn aggregate(errs: &[String]) -> String {
 /// The Node a registration creates (upstream `initialNode`, no cloud provider): the
 /// default labels, `--node-labels`, the attach/detach annotation, the taints; its
 /// status is then set by [`set_node_status`].
-pub fn initial_node(s: &NodeSettings) -> Node {
+pub(crate) fn initial_node(s: &NodeSettings) -> Node {
     let arch = super::machine::go_arch();
     let mut labels = BTreeMap::new();
     labels.insert("kubernetes.io/hostname".to_string(), s.node_name.clone());
@@ -504,7 +508,7 @@ pub fn initial_node(s: &NodeSettings) -> Node {
 /// Upstream `reconcileCMADAnnotationWithExistingNode` and `updateDefaultLabels`: makes
 /// `existing`'s attach/detach annotation and default labels those of `initial`;
 /// returns whether anything changed. `--node-labels` are not reconciled (as upstream).
-pub fn reconcile_existing(initial: &Node, existing: &mut Node) -> bool {
+pub(crate) fn reconcile_existing(initial: &Node, existing: &mut Node) -> bool {
     let mut changed = false;
     let want = initial
         .metadata
@@ -540,9 +544,9 @@ pub fn reconcile_existing(initial: &Node, existing: &mut Node) -> bool {
 }
 
 /// Upstream `nodeStatusHasChanged`: anything but the conditions' heartbeat times.
-pub fn status_changed(old: Option<&NodeStatus>, new: Option<&NodeStatus>) -> bool {
+pub(crate) fn status_changed(old: Option<&NodeStatus>, new: Option<&NodeStatus>) -> bool {
     let strip = |s: Option<&NodeStatus>| {
-        let mut v = crate::json::to_value(&s).unwrap_or_default();
+        let mut v = base::json::to_value(&s).unwrap_or_default();
         if let Some(cs) = v.get_mut("conditions").and_then(|c| c.as_array_mut()) {
             for c in cs {
                 if let Some(m) = c.as_object_mut() {
@@ -722,11 +726,11 @@ mod tests {
         assert!(set_node_status(&mut node, &inputs(&[]), t1).is_empty());
         assert_eq!(
             cond(&node, "Ready").last_transition_time,
-            Some(crate::time::k8s_time(t0))
+            Some(base::time::k8s_time(t0))
         );
         assert_eq!(
             cond(&node, "Ready").last_heartbeat_time,
-            Some(crate::time::k8s_time(t1))
+            Some(base::time::k8s_time(t1))
         );
         assert!(!status_changed(before.as_ref(), node.status.as_ref()));
 
@@ -755,7 +759,7 @@ mod tests {
             r.message.as_deref(),
             Some("[container runtime is down, PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s]")
         );
-        assert_eq!(r.last_transition_time, Some(crate::time::k8s_time(t2)));
+        assert_eq!(r.last_transition_time, Some(base::time::k8s_time(t2)));
         assert!(status_changed(before.as_ref(), node.status.as_ref()));
         assert_eq!(
             node.status

@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::Node;
 
 use super::setters::NodeSettings;
 use super::*;
-use crate::loops::lock;
-use crate::runtime::fake::{FakeClock, FakeRuntime};
+use base::loops::lock;
+use runtime::fake::{FakeClock, FakeRuntime};
 
 /// A Node store of one object: records calls, applies patches crudely (the whole new
 /// status), fails the next calls while `down` is above zero.
@@ -95,12 +95,18 @@ impl NodeApi for Api {
 
 struct Fixture {
     store: Arc<Store>,
+    runtime: Arc<FakeRuntime>,
     manager: NodeStatusManager,
     ready: Arc<Mutex<Vec<String>>>,
     heartbeat: Arc<Heartbeat>,
 }
 
 fn fixture(existing: Option<Node>) -> Fixture {
+    fixture_with(existing, false)
+}
+
+fn fixture_with(existing: Option<Node>, reads_pod_cidr: bool) -> Fixture {
+    let runtime = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("busybox:1"));
     let store = Arc::new(Store::default());
     *lock(&store.node) = existing;
     let ready = Arc::new(Mutex::new(Vec::new()));
@@ -124,14 +130,16 @@ fn fixture(existing: Option<Node>) -> Fixture {
             memory_bytes: 1 << 33,
             ..Default::default()
         },
-        runtime: Arc::new(FakeRuntime::new(FakeClock::default()).with_image("busybox:1")),
+        runtime: runtime.clone(),
         readiness: Box::new(move || lock(&r).clone()),
         heartbeat: heartbeat.clone(),
         register_node: true,
+        reads_pod_cidr,
         report_frequency: Duration::from_secs(300),
     });
     Fixture {
         store,
+        runtime,
         manager,
         ready,
         heartbeat,
@@ -203,6 +211,50 @@ fn registers_then_writes_only_changes_and_every_report_period() {
         .update_node_status(t0 + Duration::from_secs(330), SystemTime::now())
         .expect("ok");
     assert_eq!(calls(&f), ["get cache=true", "patch"]);
+}
+
+#[test]
+fn the_nodes_pod_cidrs_reach_the_runtime_when_they_appear_and_change() {
+    let mut f = fixture_with(None, true);
+    f.manager.sync(&no_sleep).expect("ok");
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    f.manager
+        .update_node_status(at(0), SystemTime::now())
+        .expect("ok");
+    assert!(f.runtime.pod_cidr_updates().is_empty(), "none yet");
+    let set = |cidrs: &[&str]| {
+        let mut stored = lock(&f.store.node);
+        let spec = stored
+            .as_mut()
+            .expect("node")
+            .spec
+            .get_or_insert_with(Default::default);
+        spec.pod_cidr = cidrs.first().map(|c| c.to_string());
+        spec.pod_cidrs = Some(cidrs.iter().map(|c| c.to_string()).collect());
+    };
+    // With kubenet the Node is read at every update, so a CIDR is taken at once...
+    set(&["10.88.1.0/24"]);
+    f.manager
+        .update_node_status(at(10), SystemTime::now())
+        .expect("ok");
+    f.manager
+        .update_node_status(at(20), SystemTime::now())
+        .expect("ok");
+    assert_eq!(
+        f.runtime.pod_cidr_updates(),
+        [vec!["10.88.1.0/24".to_string()]]
+    );
+    // ...and so is a change (two of them: dual-stack).
+    set(&["10.88.2.0/24", "fd00:2::/64"]);
+    f.manager
+        .update_node_status(at(30), SystemTime::now())
+        .expect("ok");
+    assert_eq!(
+        f.runtime.pod_cidr_updates().last().expect("an update"),
+        &["10.88.2.0/24".to_string(), "fd00:2::/64".to_string()]
+    );
+    assert_eq!(f.runtime.pod_cidr_updates().len(), 2);
 }
 
 #[test]

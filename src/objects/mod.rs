@@ -25,8 +25,8 @@
 //!
 //! Without `--kubeconfig` (a standalone node) every lookup fails with a clear error.
 
-pub mod refresh;
-pub mod token;
+pub(crate) mod refresh;
+pub(crate) mod token;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -36,16 +36,16 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 
-use crate::apiclient::{ApiClient, ApiError};
-use crate::loops::lock;
+use apiclient::{ApiClient, ApiError};
+use base::loops::lock;
 
 /// One fetch's budget: it runs on a pod worker that other pods may wait for.
-pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Upstream `defaultTTL` of the cache-based managers (without the node's TTL
 /// annotation, which the TTL controller sets from the cluster's size).
-pub const CACHE_TTL: Duration = Duration::from_secs(60);
+pub(crate) const CACHE_TTL: Duration = Duration::from_secs(60);
 /// After a fetch could not reach the API server, fetches fail at once for this long.
-pub const UNAVAILABLE_FOR: Duration = Duration::from_secs(3);
+pub(crate) const UNAVAILABLE_FOR: Duration = Duration::from_secs(3);
 /// A cached object no pod asked for in this long is dropped (its pods are gone).
 const UNUSED_FOR: Duration = Duration::from_secs(10 * 60);
 
@@ -128,7 +128,7 @@ impl ObjectError {
 
     /// The error with its whole cause, as events and waiting messages show it.
     pub fn message(&self) -> String {
-        crate::loops::error_chain(self)
+        base::loops::error_chain(self)
     }
 }
 
@@ -322,7 +322,7 @@ impl ObjectManager {
                     Some(t) => {
                         log::warn!(
                             "couldn't update token {object}: {}",
-                            crate::loops::error_chain(&e)
+                            base::loops::error_chain(&e)
                         );
                         Ok(t)
                     }
@@ -400,7 +400,7 @@ impl ObjectManager {
                         log::debug!(
                             "{} {object}: serving the copy last fetched: {}",
                             kind.as_str(),
-                            crate::loops::error_chain(&e)
+                            base::loops::error_chain(&e)
                         );
                         Ok(v)
                     }
@@ -436,7 +436,7 @@ fn token_key(
 /// `VisitPodConfigmapNames` / `VisitPodSecretNames`): volumes, projected sources,
 /// env and envFrom of every container, image pull secrets.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct References {
+pub(crate) struct References {
     /// ConfigMap names.
     pub config_maps: Vec<String>,
     /// Secret names.
@@ -444,7 +444,7 @@ pub struct References {
 }
 
 /// What `pod` references.
-pub fn references(pod: &Pod) -> References {
+pub(crate) fn references(pod: &Pod) -> References {
     let mut r = References::default();
     let Some(spec) = &pod.spec else {
         return r;
@@ -491,22 +491,22 @@ pub fn references(pod: &Pod) -> References {
     for s in spec.image_pull_secrets.iter().flatten() {
         r.secrets.push(s.name.clone());
     }
-    crate::sort::sort(&mut r.config_maps);
+    base::sort::sort(&mut r.config_maps);
     r.config_maps.dedup();
-    crate::sort::sort(&mut r.secrets);
+    base::sort::sort(&mut r.secrets);
     r.secrets.dedup();
     r
 }
 
 #[cfg(test)]
-pub mod fake {
+pub(crate) mod fake {
     //! A [`Fetcher`] over in-memory objects, counting its calls.
 
     use super::*;
 
     /// In-memory ConfigMaps and Secrets by `namespace/name`; tokens numbered.
     #[derive(Debug, Default)]
-    pub struct FakeFetcher {
+    pub(crate) struct FakeFetcher {
         /// ConfigMaps.
         pub config_maps: Mutex<HashMap<String, ConfigMap>>,
         /// Secrets.
@@ -597,7 +597,7 @@ pub mod fake {
             let mut answer = request.clone();
             answer.status = Some(k8s_openapi::api::authentication::v1::TokenRequestStatus {
                 token: format!("token-{n}"),
-                expiration_timestamp: crate::time::k8s_time(
+                expiration_timestamp: base::time::k8s_time(
                     SystemTime::now() + Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
                 ),
             });
@@ -606,7 +606,7 @@ pub mod fake {
     }
 
     /// A ConfigMap with string data.
-    pub fn config_map(data: &[(&str, &str)]) -> ConfigMap {
+    pub(crate) fn config_map(data: &[(&str, &str)]) -> ConfigMap {
         ConfigMap {
             data: Some(
                 data.iter()
@@ -618,7 +618,7 @@ pub mod fake {
     }
 
     /// A Secret with data.
-    pub fn secret(data: &[(&str, &str)]) -> Secret {
+    pub(crate) fn secret(data: &[(&str, &str)]) -> Secret {
         Secret {
             data: Some(
                 data.iter()

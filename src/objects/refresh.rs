@@ -20,8 +20,8 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use super::{Entry, Key, Kind, ObjectError, ObjectManager, State};
-use crate::apiclient::ApiError;
-use crate::loops::lock;
+use apiclient::ApiError;
+use base::loops::lock;
 
 /// The manager's monotonic clock: the real one, or one tests move by hand.
 #[derive(Debug, Clone, Default)]
@@ -70,7 +70,7 @@ impl std::fmt::Display for ObjectRef {
 /// The ConfigMaps and Secrets `pod`'s volumes read (configMap, secret and projected
 /// sources), sorted, each once. Env and pull secrets are left out: a running
 /// container's environment never changes.
-pub fn volume_references(pod: &Pod) -> Vec<ObjectRef> {
+pub(crate) fn volume_references(pod: &Pod) -> Vec<ObjectRef> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let r = |kind, name: &str| ObjectRef {
         kind,
@@ -94,7 +94,7 @@ pub fn volume_references(pod: &Pod) -> Vec<ObjectRef> {
             }
         }
     }
-    crate::sort::sort(&mut out);
+    base::sort::sort(&mut out);
     out.dedup();
     out
 }

@@ -10,16 +10,16 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 
-use crate::loops::lock;
+use base::loops::lock;
 
 /// Upstream `maxTTL`: a token older than this is refreshed whatever its lifetime.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Upstream `maxJitter`: refreshes of many pods are spread over this.
-pub const MAX_JITTER: Duration = Duration::from_secs(10);
+pub(crate) const MAX_JITTER: Duration = Duration::from_secs(10);
 
 /// What a token is asked for with; equal keys share a token (upstream `keyFunc`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TokenKey {
+pub(crate) struct TokenKey {
     /// The service account's namespace (the pod's).
     pub namespace: String,
     /// The service account.
@@ -36,7 +36,7 @@ pub struct TokenKey {
 
 impl TokenKey {
     /// The TokenRequest for this key, as upstream's projected volume builds it.
-    pub fn request(&self) -> TokenRequest {
+    pub(crate) fn request(&self) -> TokenRequest {
         TokenRequest {
             spec: TokenRequestSpec {
                 audiences: self.audience.iter().cloned().collect(),
@@ -75,26 +75,26 @@ impl std::fmt::Debug for Cached {
 
 /// The tokens issued to this node's pods.
 #[derive(Debug, Default)]
-pub struct TokenManager {
+pub(crate) struct TokenManager {
     cache: Mutex<HashMap<TokenKey, Cached>>,
 }
 
 /// Upstream `requiresRefresh`: true when `now` is past the token's issue time plus
 /// [`MAX_TTL`], or within 20 % of its lifetime of `expires` (each less `jitter`).
-pub fn requires_refresh(
+pub(crate) fn requires_refresh(
     now: SystemTime,
     expires: SystemTime,
     lifetime_seconds: i64,
     jitter: Duration,
 ) -> bool {
-    let lifetime = crate::time::secs(lifetime_seconds);
+    let lifetime = base::time::secs(lifetime_seconds);
     let issued = expires
         .checked_sub(lifetime)
         .unwrap_or(SystemTime::UNIX_EPOCH);
     let too_old = issued
         .checked_add(MAX_TTL.saturating_sub(jitter))
         .is_some_and(|t| now > t);
-    let fifth = crate::time::secs(lifetime_seconds.saturating_mul(20) / 100);
+    let fifth = base::time::secs(lifetime_seconds.saturating_mul(20) / 100);
     let near_end = expires
         .checked_sub(fifth.saturating_add(jitter))
         .is_none_or(|t| now > t);
@@ -103,7 +103,7 @@ pub fn requires_refresh(
 
 impl TokenManager {
     /// The cached token for `key` if it needs no refresh.
-    pub fn fresh(&self, key: &TokenKey, now: SystemTime) -> Option<String> {
+    pub(crate) fn fresh(&self, key: &TokenKey, now: SystemTime) -> Option<String> {
         let mut cache = lock(&self.cache);
         cache.retain(|_, c| c.expires > now);
         cache
@@ -113,7 +113,7 @@ impl TokenManager {
     }
 
     /// The cached token for `key` if it has not expired (used while a refresh fails).
-    pub fn unexpired(&self, key: &TokenKey, now: SystemTime) -> Option<String> {
+    pub(crate) fn unexpired(&self, key: &TokenKey, now: SystemTime) -> Option<String> {
         lock(&self.cache)
             .get(key)
             .filter(|c| c.expires > now)
@@ -121,14 +121,14 @@ impl TokenManager {
     }
 
     /// Keeps the token of a TokenRequest's answer; returns it (None: it has none).
-    pub fn store(&self, key: &TokenKey, answer: &TokenRequest) -> Option<String> {
+    pub(crate) fn store(&self, key: &TokenKey, answer: &TokenRequest) -> Option<String> {
         let status = answer.status.as_ref().filter(|s| !s.token.is_empty())?;
-        let expires = crate::time::system_time(&status.expiration_timestamp);
+        let expires = base::time::system_time(&status.expiration_timestamp);
         let lifetime_seconds = answer
             .spec
             .expiration_seconds
             .unwrap_or(key.expiration_seconds);
-        let jitter = MAX_JITTER.mul_f64(crate::wait::jitter_fraction());
+        let jitter = MAX_JITTER.mul_f64(base::wait::jitter_fraction());
         lock(&self.cache).insert(
             key.clone(),
             Cached {
@@ -142,7 +142,7 @@ impl TokenManager {
     }
 
     /// Forgets the tokens bound to a pod that is gone.
-    pub fn forget_pod(&self, uid: &str) {
+    pub(crate) fn forget_pod(&self, uid: &str) {
         lock(&self.cache).retain(|k, _| k.pod_uid != uid);
     }
 }
@@ -215,7 +215,7 @@ mod tests {
         let mut answer = key.request();
         answer.status = Some(k8s_openapi::api::authentication::v1::TokenRequestStatus {
             token: "t1".into(),
-            expiration_timestamp: crate::time::k8s_time(
+            expiration_timestamp: base::time::k8s_time(
                 SystemTime::now() + Duration::from_secs(3607),
             ),
         });

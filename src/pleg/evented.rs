@@ -34,31 +34,37 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, TrySendError};
 
 use super::{Pleg, PlegEventType, PlegShared};
-use crate::container::labels;
-use crate::loops::{error_chain, LoopHandle, Stop};
-use crate::metrics::kubelet::KubeletMetrics;
-use crate::runtime::{EventFilter, EventItem, Runtime, RuntimeError, RuntimeEvent};
+use crate::metrics::KubeletMetrics;
+use base::loops::{error_chain, LoopHandle, Stop};
+use runtime::container::labels;
+use runtime::{ContainerEventType, EventFilter, EventItem, Runtime, RuntimeError, RuntimeEvent};
 
 /// Upstream `eventedPlegRelistPeriod`: the full relist while events flow.
-pub const RELIST_PERIOD: Duration = Duration::from_secs(300);
+pub(crate) const RELIST_PERIOD: Duration = Duration::from_secs(300);
 /// Upstream `eventedPlegRelistThreshold`: the PLEG is unhealthy past this without a
 /// relist while events flow.
-pub const RELIST_THRESHOLD: Duration = Duration::from_secs(600);
-/// The Docker actions the PLEG reacts to: the ones that change what a relist sees
-/// (`create`: a created container; `start`/`die`: running or not; `destroy`: gone) and
-/// `oom` (the `die` that follows carries the news; `oom` may come first).
-pub const ACTIONS: [&str; 5] = ["create", "start", "die", "destroy", "oom"];
+pub(crate) const RELIST_THRESHOLD: Duration = Duration::from_secs(600);
+/// The container events the PLEG reacts to: the ones that change what a relist sees
+/// (created; started or stopped: running or not; deleted: gone) and an OOM kill (the
+/// stop that follows carries the news; the OOM kill may come first).
+pub(crate) const KINDS: [ContainerEventType; 5] = [
+    ContainerEventType::Created,
+    ContainerEventType::Started,
+    ContainerEventType::Stopped,
+    ContainerEventType::Deleted,
+    ContainerEventType::OomKilled,
+];
 /// The first wait before reconnecting a broken stream: short, since a relist every
 /// second covers the gap anyway and most breaks (a proxy, a timeout) heal at once.
-pub const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+pub(crate) const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 /// The longest wait between reconnections: a restarting Docker takes seconds, and the
 /// 1 s relists run meanwhile, so a slower retry only delays the return to 5 min relists.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// What an event says about a pod: which one, which container, and the PLEG event it
 /// implies, if any (`create` and `oom` imply none by themselves).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventHint {
+pub(crate) struct EventHint {
     /// The pod's UID, from the container's labels in the event's `Actor.Attributes`.
     pub pod_uid: String,
     /// The container's ID.
@@ -67,17 +73,16 @@ pub struct EventHint {
     pub kind: Option<PlegEventType>,
 }
 
-/// The event → PLEG mapping (upstream `processCRIEvent`): `start` → ContainerStarted,
-/// `die` → ContainerDied, `destroy` → ContainerRemoved, `create` and `oom` → a look at
-/// the pod without an event of their own. None for a container without a pod UID (not
-/// the kubelet's) and for other actions.
-pub fn hint_of(ev: &RuntimeEvent) -> Option<EventHint> {
-    let kind = match ev.action.as_str() {
-        "start" => Some(PlegEventType::ContainerStarted),
-        "die" => Some(PlegEventType::ContainerDied),
-        "destroy" => Some(PlegEventType::ContainerRemoved),
-        "create" | "oom" => None,
-        _ => return None,
+/// The event → PLEG mapping (upstream `processCRIEvent`): started → ContainerStarted,
+/// stopped → ContainerDied, deleted → ContainerRemoved, created and OOM-killed → a look
+/// at the pod without an event of their own. None for a container without a pod UID
+/// (not the kubelet's).
+pub(crate) fn hint_of(ev: &RuntimeEvent) -> Option<EventHint> {
+    let kind = match ev.kind {
+        ContainerEventType::Started => Some(PlegEventType::ContainerStarted),
+        ContainerEventType::Stopped => Some(PlegEventType::ContainerDied),
+        ContainerEventType::Deleted => Some(PlegEventType::ContainerRemoved),
+        ContainerEventType::Created | ContainerEventType::OomKilled => None,
     };
     let pod_uid = ev.labels.get(labels::POD_UID).filter(|u| !u.is_empty())?;
     Some(EventHint {
@@ -89,7 +94,7 @@ pub fn hint_of(ev: &RuntimeEvent) -> Option<EventHint> {
 
 /// What wakes the `pleg` thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Wake {
+pub(crate) enum Wake {
     /// An event of this container of this pod: relist the pod, inspect the container.
     Container {
         /// The pod's UID.
@@ -113,21 +118,21 @@ pub enum Wake {
 
 /// The event thread's side of the wake channel.
 #[derive(Clone, Debug)]
-pub struct WakeSender {
-    tx: crate::chan::BoundedSender<Wake>,
+pub(crate) struct WakeSender {
+    tx: base::chan::BoundedSender<Wake>,
     overflow: Arc<AtomicBool>,
 }
 
 /// The `pleg` thread's side of the wake channel.
 #[derive(Debug)]
-pub struct WakeReceiver {
+pub(crate) struct WakeReceiver {
     rx: Receiver<Wake>,
     overflow: Arc<AtomicBool>,
 }
 
 /// A wake channel holding `capacity` wakes (the PLEG's channel capacity in the kubelet).
-pub fn wake_channel(capacity: usize) -> (WakeSender, WakeReceiver) {
-    let (tx, rx) = crate::chan::bounded(capacity);
+pub(crate) fn wake_channel(capacity: usize) -> (WakeSender, WakeReceiver) {
+    let (tx, rx) = base::chan::bounded(capacity);
     let overflow = Arc::new(AtomicBool::new(false));
     (
         WakeSender {
@@ -141,7 +146,7 @@ pub fn wake_channel(capacity: usize) -> (WakeSender, WakeReceiver) {
 impl WakeSender {
     /// Sends without blocking. A full channel turns into a request for a full relist,
     /// which covers whatever the dropped wake was about.
-    pub fn send(&self, w: Wake) {
+    pub(crate) fn send(&self, w: Wake) {
         match self.tx.try_send(w) {
             Ok(()) | Err(TrySendError::Disconnected(_)) => {}
             Err(TrySendError::Full(_)) => {
@@ -155,7 +160,7 @@ impl WakeSender {
 
 impl WakeReceiver {
     /// Moves every queued wake (and an overflow) into `schedule` without blocking.
-    pub fn drain_into(&self, schedule: &mut Schedule) {
+    pub(crate) fn drain_into(&self, schedule: &mut Schedule) {
         for w in self.rx.try_iter() {
             schedule.absorb(w);
         }
@@ -167,7 +172,7 @@ impl WakeReceiver {
 
 /// What the `pleg` thread does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// A full relist.
     Relist,
     /// A targeted relist of these pods, inspecting these containers of theirs.
@@ -179,7 +184,7 @@ pub enum Action {
 /// When the `pleg` thread relists what: the pure part of its loop, with `now` and the
 /// period passed in.
 #[derive(Debug)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     last_attempt: Option<Instant>,
     relist_now: bool,
     pods: BTreeMap<String, BTreeSet<String>>,
@@ -193,7 +198,7 @@ impl Default for Schedule {
 
 impl Schedule {
     /// A schedule whose first action is a relist.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Schedule {
             last_attempt: None,
             relist_now: true,
@@ -202,7 +207,7 @@ impl Schedule {
     }
 
     /// Takes one wake into account.
-    pub fn absorb(&mut self, w: Wake) {
+    pub(crate) fn absorb(&mut self, w: Wake) {
         match w {
             Wake::Container { pod_uid, id } => {
                 self.pods.entry(pod_uid).or_default().insert(id);
@@ -219,13 +224,13 @@ impl Schedule {
 
     /// A targeted relist failed: a full one follows at once (if Docker is down it fails
     /// too, and then the period paces the retries).
-    pub fn update_failed(&mut self) {
+    pub(crate) fn update_failed(&mut self) {
         self.relist_now = true;
     }
 
     /// The next action at `now` with the full relist's current `period`. A full relist
     /// covers every pod waiting for a targeted one.
-    pub fn next(&mut self, now: Instant, period: Duration) -> Action {
+    pub(crate) fn next(&mut self, now: Instant, period: Duration) -> Action {
         let due = match self.last_attempt {
             None => true,
             Some(t) => now >= t + period,
@@ -248,7 +253,7 @@ impl Schedule {
 /// shutdown. Each relist or targeted relist is one tick in the loop registry. Borrows
 /// the PLEG, so a run again after a panic goes on with what it had seen (and relists
 /// at once, as a new schedule does).
-pub fn run_pleg(pleg: &mut Pleg, wakes: &WakeReceiver, stop: &Stop, handle: &LoopHandle) {
+pub(crate) fn run_pleg(pleg: &mut Pleg, wakes: &WakeReceiver, stop: &Stop, handle: &LoopHandle) {
     let mut schedule = Schedule::new();
     let mut rx = wakes.rx.clone();
     loop {
@@ -288,7 +293,7 @@ pub fn run_pleg(pleg: &mut Pleg, wakes: &WakeReceiver, stop: &Stop, handle: &Loo
 
 /// The `pleg-events` component: one event stream at a time, and what it learnt.
 #[derive(Debug)]
-pub struct EventWatcher {
+pub(crate) struct EventWatcher {
     runtime: Arc<dyn Runtime>,
     filter: EventFilter,
     shared: Arc<PlegShared>,
@@ -299,7 +304,7 @@ pub struct EventWatcher {
 impl EventWatcher {
     /// A watcher of the containers matching `node_filter` (the PLEG's own label
     /// filter), waking the PLEG through `wake`. Marks the PLEG evented.
-    pub fn new(
+    pub(crate) fn new(
         runtime: Arc<dyn Runtime>,
         node_filter: &[String],
         shared: Arc<PlegShared>,
@@ -311,7 +316,7 @@ impl EventWatcher {
             runtime,
             filter: EventFilter {
                 labels: node_filter.to_vec(),
-                actions: ACTIONS.iter().map(|a| a.to_string()).collect(),
+                kinds: KINDS.to_vec(),
                 since: None,
             },
             shared,
@@ -320,16 +325,11 @@ impl EventWatcher {
         }
     }
 
-    /// When the next connection resumes from: the last event's time.
-    pub fn since(&self) -> Option<SystemTime> {
-        self.filter.since
-    }
-
     /// One connection: opens the stream (from the last event's time), wakes the PLEG
     /// for each event, until the stream ends (an error, or Ok at shutdown). Returns
     /// whether the stream opened, beside the outcome. `on_activity` is called once per
     /// item (the loop registry's tick).
-    pub fn watch_once(
+    pub(crate) fn watch_once(
         &mut self,
         should_stop: &dyn Fn() -> bool,
         on_activity: &mut dyn FnMut(),
@@ -361,9 +361,9 @@ impl EventWatcher {
                         }
                         if let Some(h) = hint_of(&ev) {
                             log::debug!(
-                                "pleg: event {} of {} in pod {}",
-                                ev.action,
-                                crate::container::short(&h.container_id),
+                                "pleg: event {:?} of {} in pod {}",
+                                ev.kind,
+                                runtime::container::short(&h.container_id),
                                 h.pod_uid
                             );
                             wake.send(Wake::Container {
@@ -388,7 +388,7 @@ impl EventWatcher {
 
     /// The `pleg-events` thread: connects, reads, and reconnects with backoff (reset by
     /// every connection that opened) until shutdown.
-    pub fn run(&mut self, stop: &Stop, handle: &LoopHandle) {
+    pub(crate) fn run(&mut self, stop: &Stop, handle: &LoopHandle) {
         let mut backoff = BACKOFF_INITIAL;
         loop {
             let (opened, r) = self.watch_once(&|| stop.is_stopped(), &mut || {

@@ -28,40 +28,40 @@ use crossbeam_channel::Sender;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{Source, SourceUpdate};
-use crate::apiclient::{ApiClient, ApiError, StreamItem, WatchEvent};
-use crate::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
-use crate::wait::{jitter_fraction, Backoff};
+use apiclient::{ApiClient, ApiError, StreamItem, WatchEvent};
+use base::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
+use base::wait::{jitter_fraction, Backoff};
 
 /// Upstream's reflector backoff: 800 ms …
-pub const BACKOFF_MIN: Duration = Duration::from_millis(800);
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(800);
 /// … doubling up to 30 s.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// A watch that ran this long without error resets the backoff (upstream: 2 min of
 /// stability).
-pub const BACKOFF_RESET: Duration = Duration::from_secs(120);
+pub(crate) const BACKOFF_RESET: Duration = Duration::from_secs(120);
 /// Upstream's `minWatchTimeout`: watches last a random time in [5 min, 10 min), so
 /// that many kubelets do not reconnect in step.
-pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Upstream's reflector backoff manager: 800 ms doubling to 30 s, jitter 1.0.
-pub const BACKOFF: Backoff = Backoff {
+pub(crate) const BACKOFF: Backoff = Backoff {
     initial: BACKOFF_MIN,
     cap: BACKOFF_MAX,
     jitter: 1.0,
 };
 
 /// The next backoff after `current` failed: doubled, capped.
-pub fn next_backoff(current: Duration) -> Duration {
+pub(crate) fn next_backoff(current: Duration) -> Duration {
     BACKOFF.next(current)
 }
 
 /// `d` stretched by `1 + fraction` (fraction in [0, 1)): the wait actually slept.
-pub fn with_jitter(d: Duration, fraction: f64) -> Duration {
+pub(crate) fn with_jitter(d: Duration, fraction: f64) -> Duration {
     BACKOFF.jittered(d, fraction)
 }
 
 /// The `timeoutSeconds` of one watch: [5 min, 10 min) from `fraction` in [0, 1).
-pub fn watch_timeout_seconds(fraction: f64) -> u64 {
+pub(crate) fn watch_timeout_seconds(fraction: f64) -> u64 {
     let min = MIN_WATCH_TIMEOUT.as_secs();
     min + (min as f64 * fraction.clamp(0.0, 0.999)) as u64
 }
@@ -110,7 +110,7 @@ impl ApiSource {
     pub fn list(&mut self, fresh: bool) -> Result<(), ApiError> {
         let rv = if fresh { None } else { Some("0") };
         let list = self.client.list_pods(&self.node_name, rv)?;
-        self.pods = crate::sort::map(
+        self.pods = base::sort::map(
             list.items
                 .into_iter()
                 .filter_map(|p| p.metadata.uid.clone().map(|u| (u, Arc::new(p)))),
@@ -287,7 +287,7 @@ impl ApiSource {
 pub fn start(loops: &Loops, mut source: ApiSource) -> Result<(), SpawnError> {
     log::info!("Adding apiserver pod source");
     // Decodes the API server's JSON (serde recursion): the big stack.
-    let loops = loops.with_stack_size(crate::loops::BIG_STACK);
+    let loops = loops.with_stack_size(base::loops::BIG_STACK);
     loops.spawn("src-api", move |stop, handle| source.run(&stop, &handle))
 }
 

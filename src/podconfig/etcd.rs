@@ -35,23 +35,24 @@ use ureq::Agent;
 
 use super::manifest::{self, Format, ManifestError, Origin, MAX_MANIFEST_BYTES};
 use super::{Source, SourceUpdate};
-use crate::httpclient::servers::{self as client, LineReader, TlsSettings};
-use crate::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
-use crate::wait::{jitter_fraction, Backoff};
+use base::httpclient::servers::{self as client, TlsSettings};
+use base::lines::LineReader;
+use base::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
+use base::wait::{jitter_fraction, Backoff};
 
 /// A range read (the whole prefix) must finish within this.
-pub const RANGE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const RANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a quiet watch wakes its reader, to see shutdown.
 pub const WATCH_WAKEUP: Duration = Duration::from_secs(1);
 /// A watch connection is renewed after this (resumed from the last revision, so
 /// nothing is missed): the bound on a connection that died without a FIN.
-pub const WATCH_MAX: Duration = Duration::from_secs(300);
+pub(crate) const WATCH_MAX: Duration = Duration::from_secs(300);
 /// Retry backoff after an error: client-go's reflector values (800 ms doubling to 30 s).
-pub const BACKOFF_MIN: Duration = Duration::from_millis(800);
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(800);
 /// See [`BACKOFF_MIN`].
-pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// The retry backoff: [`BACKOFF_MIN`] doubling to [`BACKOFF_MAX`], jitter 0.5.
-pub const BACKOFF: Backoff = Backoff {
+pub(crate) const BACKOFF: Backoff = Backoff {
     initial: BACKOFF_MIN,
     cap: BACKOFF_MAX,
     jitter: 0.5,
@@ -222,7 +223,7 @@ fn rev(s: &Option<String>) -> i64 {
 
 /// The end of a prefix range: the prefix with its last byte incremented (bytes of
 /// 0xff dropped first), as etcd's `clientv3.GetPrefixRangeEnd`.
-pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -622,7 +623,7 @@ pub fn jittered(d: Duration) -> Duration {
 }
 
 /// Decodes one key's value into static pods.
-pub fn pods_from_value(
+pub(crate) fn pods_from_value(
     key: &str,
     value: &[u8],
     node_name: &str,
@@ -642,8 +643,8 @@ pub fn pods_from_value(
         std::str::from_utf8(value).map_err(|_| fail(manifest::ManifestErrorKind::NotUtf8))?;
     // JSON is YAML: one parser reads both, and multi-document YAML too.
     let pods = manifest::pods_from_str(text, Format::Yaml, origin, node_name);
-    if value.len() >= crate::malloc::TRIM_AFTER_BYTES {
-        crate::malloc::release_freed_memory();
+    if value.len() >= base::malloc::TRIM_AFTER_BYTES {
+        base::malloc::release_freed_memory();
     }
     pods
 }
@@ -652,8 +653,8 @@ pub fn pods_from_value(
 /// `lines`: one per line, a range read's answer (`R` then its JSON) or a watch line;
 /// else all of `data` is one watch line. After each, the snapshot sent is taken and
 /// the next watch request made, as [`EtcdSource::run`] would.
-#[doc(hidden)]
-pub fn fuzz_stream(data: &[u8], lines: bool, node_name: &str) {
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_stream(data: &[u8], lines: bool, node_name: &str) {
     static AGENT: std::sync::OnceLock<Agent> = std::sync::OnceLock::new();
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut source = EtcdSource {
@@ -703,7 +704,7 @@ pub fn start(loops: &Loops, mut source: EtcdSource) -> Result<(), SpawnError> {
         source.cfg.prefix
     );
     // Decodes manifests from etcd (serde recursion): the big stack.
-    let loops = loops.with_stack_size(crate::loops::BIG_STACK);
+    let loops = loops.with_stack_size(base::loops::BIG_STACK);
     loops.spawn("src-etcd", move |stop, handle| source.run(&stop, &handle))
 }
 

@@ -15,7 +15,7 @@
 //!
 //! Only regular files are read (after following links), never more than
 //! [`MAX_MANIFEST_BYTES`], and without blocking: a FIFO or a device named `*.yaml` is
-//! reported as a bad manifest, never opened for a blocking read ([`crate::fsutil`]).
+//! reported as a bad manifest, never opened for a blocking read ([`base::fsutil`]).
 //! A file is decoded only when it changed: a tick first compares its inode, size and
 //! times with the last read, then (if they differ, or were too fresh to trust) a hash
 //! of its bytes; the last decoded result per file is kept, so an unchanged manifest
@@ -45,8 +45,8 @@ use super::manifest::{
     self, DuplicateUid, Format, ManifestError, ManifestErrorKind, Origin, MAX_MANIFEST_BYTES,
 };
 use super::{Source, SourceUpdate};
-use crate::fsutil::{self, Fingerprint, ReadError};
-use crate::loops::{Loops, SpawnError};
+use base::fsutil::{self, Fingerprint, ReadError};
+use base::loops::{Loops, SpawnError};
 
 /// The file extensions read from a manifest directory.
 const MANIFEST_EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
@@ -54,7 +54,7 @@ const MANIFEST_EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
 /// Why a tick of the file source is not clean. The snapshot was still sent (unless the
 /// merge is gone), holding every good pod.
 #[derive(Debug, thiserror::Error)]
-pub enum FileSourceError {
+pub(crate) enum FileSourceError {
     /// These manifests cannot be used; each keeps the pods it last had. Shared with
     /// the cache, which reports an unchanged bad file again without decoding it.
     /// One line per bad file, so the registry and the log show them all.
@@ -108,7 +108,7 @@ struct Seen {
 
 /// The file source's state between ticks: what each manifest last gave.
 #[derive(Debug)]
-pub struct FileSource {
+pub(crate) struct FileSource {
     path: PathBuf,
     node_name: String,
     updates: Sender<SourceUpdate>,
@@ -130,7 +130,11 @@ pub struct FileSource {
 impl FileSource {
     /// A source for `path` (a directory or one file) on node `node_name`, sending its
     /// snapshots to `updates`.
-    pub fn new(path: PathBuf, node_name: String, updates: Sender<SourceUpdate>) -> FileSource {
+    pub(crate) fn new(
+        path: PathBuf,
+        node_name: String,
+        updates: Sender<SourceUpdate>,
+    ) -> FileSource {
         FileSource {
             path: trim_trailing_slash(path),
             node_name,
@@ -145,9 +149,9 @@ impl FileSource {
 
     /// Re-reads every manifest and sends one snapshot of all pods. Err lists every bad
     /// manifest (the snapshot was sent all the same).
-    pub fn tick(&mut self) -> Result<(), FileSourceError> {
+    pub(crate) fn tick(&mut self) -> Result<(), FileSourceError> {
         if std::mem::take(&mut self.trim_next_tick) {
-            crate::malloc::release_freed_memory();
+            base::malloc::release_freed_memory();
         }
         let refreshed = self.refresh();
         let update = SourceUpdate {
@@ -162,7 +166,7 @@ impl FileSource {
 
     /// Every pod of every manifest, by file name then document order, less the pods
     /// refused for a UID another pod has.
-    pub fn pods(&self) -> Vec<Arc<Pod>> {
+    pub(crate) fn pods(&self) -> Vec<Arc<Pod>> {
         self.files
             .values()
             .flat_map(|m| {
@@ -176,8 +180,9 @@ impl FileSource {
             .collect()
     }
 
+    #[cfg(test)]
     /// How many times a manifest's bytes were decoded (unchanged files are not).
-    pub fn decodes(&self) -> u64 {
+    pub(crate) fn decodes(&self) -> u64 {
         self.decodes
     }
 
@@ -337,13 +342,13 @@ impl FileSource {
             "decoded manifest path={file:?} bytes={size} took={:?}",
             started.elapsed()
         );
-        if size >= crate::malloc::TRIM_AFTER_BYTES {
+        if size >= base::malloc::TRIM_AFTER_BYTES {
             // The text and its YAML tree are dropped by now.
-            crate::malloc::release_freed_memory();
+            base::malloc::release_freed_memory();
         }
         let error = match decoded {
             Ok(pods) => {
-                let now = crate::time::rfc3339_nano(std::time::SystemTime::now());
+                let now = base::time::rfc3339_nano(std::time::SystemTime::now());
                 let stamp = |mut p: Pod| {
                     super::stamp_file_pod(&mut p, &now);
                     Arc::new(p)
@@ -360,7 +365,7 @@ impl FileSource {
             size: size as u64,
             error: error.clone(),
         });
-        if size >= crate::malloc::TRIM_AFTER_BYTES {
+        if size >= base::malloc::TRIM_AFTER_BYTES {
             // The pods it replaced are freed on other threads over the next seconds.
             self.trim_next_tick = true;
         }
@@ -413,13 +418,13 @@ impl FileSource {
                 log::debug!("skipping non-manifest file path={path:?}");
             }
         }
-        crate::sort::sort(&mut files);
+        base::sort::sort(&mut files);
         Ok(Some(files))
     }
 }
 
-/// [`crate::malloc::TRIM_AFTER_BYTES`] as a file size.
-const TRIM_AFTER: u64 = crate::malloc::TRIM_AFTER_BYTES as u64;
+/// [`base::malloc::TRIM_AFTER_BYTES`] as a file size.
+const TRIM_AFTER: u64 = base::malloc::TRIM_AFTER_BYTES as u64;
 
 /// The outcome of [`FileSource::load`] for one file.
 #[derive(Debug)]
@@ -462,7 +467,7 @@ fn trim_trailing_slash(path: PathBuf) -> PathBuf {
 
 /// Starts the file source: the `src-file` loop, a full re-read at once and every
 /// `period`, and (on Linux) at once when its inotify watch sees a change.
-pub fn start(
+pub(crate) fn start(
     loops: &Loops,
     path: PathBuf,
     node_name: String,
@@ -472,7 +477,7 @@ pub fn start(
     log::info!("adding static pod path path={path:?}");
     let mut source = FileSource::new(path, node_name, updates);
     // Decodes manifests (serde_norway recursion): the big stack.
-    let loops = loops.with_stack_size(crate::loops::BIG_STACK);
+    let loops = loops.with_stack_size(base::loops::BIG_STACK);
     #[cfg(target_os = "linux")]
     loops.spawn_timed("src-file", period, move |stop, handle| {
         let watched = source.path.clone();
@@ -480,7 +485,7 @@ pub fn start(
     })?;
     #[cfg(not(target_os = "linux"))]
     loops.spawn_periodic(
-        crate::loops::Periodic {
+        base::loops::Periodic {
             name: "src-file".into(),
             period,
             wake: None,
@@ -503,8 +508,8 @@ mod watch {
     use std::path::Path;
     use std::time::{Duration, Instant};
 
-    use crate::loops::{error_chain, LoopHandle, Stop};
     use crate::podconfig::inotify::{Event, Inotify, Waited, WatchDescriptor, WATCH_MASK};
+    use base::loops::{error_chain, LoopHandle, Stop};
 
     /// After an event, how long to wait for the rest of its burst (an editor's write,
     /// close and rename), so the tick reads a finished file once rather than a
@@ -795,11 +800,11 @@ mod watch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loops::shutdown_channel;
+    use base::loops::shutdown_channel;
     use crossbeam_channel::Receiver;
     use std::time::Instant;
 
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
 
     fn pod(name: &str, image: &str) -> String {
         format!(
@@ -1132,11 +1137,8 @@ mod tests {
     }
 
     fn mkfifo(path: &Path) {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL");
-        // SAFETY: `c` is a valid NUL-terminated path that lives across the call.
-        let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
-        assert_eq!(rc, 0, "mkfifo: {}", io::Error::last_os_error());
+        use rustix::fs::{mkfifoat, Mode, CWD};
+        mkfifoat(CWD, path, Mode::from_raw_mode(0o644)).expect("mkfifo");
     }
 
     /// Runs `f` on another thread and fails (rather than hangs) if it blocks.

@@ -23,13 +23,13 @@ use crossbeam_channel::Sender;
 use k8s_openapi::api::core::v1::Pod;
 use ureq::Agent;
 
-use super::manifest::{self, Format, ManifestError, Origin, MAX_MANIFEST_BYTES};
+use super::manifest::{self, ManifestError, Origin, MAX_MANIFEST_BYTES};
 use super::{Source, SourceUpdate};
-use crate::httpclient::servers as client;
-use crate::loops::{Loops, Periodic, SpawnError};
+use base::httpclient::servers as client;
+use base::loops::{Loops, Periodic, SpawnError};
 
 /// Upstream's client timeout for the manifest URL.
-pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a tick of the HTTP source is not clean. The last good pods are kept (except
 /// for an empty body, as upstream).
@@ -136,8 +136,8 @@ impl HttpSource {
             return Ok(());
         }
         let decoded = pods_from_body(&body, &self.url, &self.node_name);
-        if body.len() >= crate::malloc::TRIM_AFTER_BYTES {
-            crate::malloc::release_freed_memory();
+        if body.len() >= base::malloc::TRIM_AFTER_BYTES {
+            base::malloc::release_freed_memory();
         }
         self.send(decoded.map_err(HttpSourceError::Manifest)?)?;
         self.last_body = Some(body);
@@ -185,39 +185,18 @@ impl HttpSource {
     }
 }
 
-/// Decodes a body: a stream of JSON objects if it reads as one, else YAML (one or more
-/// documents). Every pod is validated and defaulted as a static pod of `url`.
-pub fn pods_from_body(body: &[u8], url: &str, node_name: &str) -> Result<Vec<Pod>, ManifestError> {
+/// Decodes a body ([`manifest::decode_body`]: a stream of JSON objects, or YAML of one
+/// or more documents). Every pod is validated and defaulted as a static pod of `url`.
+pub(crate) fn pods_from_body(
+    body: &[u8],
+    url: &str,
+    node_name: &str,
+) -> Result<Vec<Pod>, ManifestError> {
     let origin = Origin::Url(url);
-    let text = std::str::from_utf8(body).map_err(|_| ManifestError {
-        origin: url.to_string(),
-        document: None,
-        item: None,
-        kind: manifest::ManifestErrorKind::NotUtf8,
-    })?;
-    if text.trim_start().starts_with('{') {
-        let docs: Result<Vec<serde_json::Value>, _> = serde_json::Deserializer::from_str(text)
-            .into_iter()
-            .collect();
-        if let Ok(docs) = docs {
-            if docs.len() == 1 {
-                return manifest::pods_from_str(text, Format::Json, origin, node_name);
-            }
-            let mut pods = Vec::new();
-            for (i, doc) in docs.iter().enumerate() {
-                let one =
-                    manifest::pods_from_str(&doc.to_string(), Format::Json, origin, node_name)
-                        .map_err(|mut e| {
-                            e.document = Some(i);
-                            e
-                        })?;
-                pods.extend(one);
-            }
-            return Ok(pods);
-        }
-        // Not a JSON stream (JSON documents between `---`): YAML reads it.
-    }
-    manifest::pods_from_str(text, Format::Yaml, origin, node_name)
+    manifest::decode_body(body, origin)?
+        .into_iter()
+        .map(|d| manifest::prepare_decoded(d, node_name, origin))
+        .collect()
 }
 
 /// Starts the `src-http` loop: a fetch at once, then every `period`.
@@ -232,7 +211,7 @@ pub fn start(
     log::info!("adding pod source url={url} period={period:?}");
     let mut source = HttpSource::new(url, headers, node_name, updates);
     // Decodes manifests (serde recursion): the big stack.
-    let loops = loops.with_stack_size(crate::loops::BIG_STACK);
+    let loops = loops.with_stack_size(base::loops::BIG_STACK);
     loops.spawn_periodic(
         Periodic {
             name: "src-http".into(),

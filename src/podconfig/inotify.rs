@@ -9,13 +9,16 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::time::Duration;
 
+use rustix::event::{PollFd, PollFlags};
+use rustix::io::Errno;
+
 /// What the file source watches: anything that can add, change or remove a manifest,
 /// and the watched directory itself going away.
-pub const WATCH_MASK: u32 = libc::IN_CREATE
+pub(crate) const WATCH_MASK: u32 = libc::IN_CREATE
     | libc::IN_CLOSE_WRITE
     | libc::IN_MODIFY
     | libc::IN_DELETE
@@ -34,11 +37,11 @@ const MAX_READS_PER_DRAIN: usize = 64;
 
 /// One watch of an [`Inotify`] instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WatchDescriptor(i32);
+pub(crate) struct WatchDescriptor(i32);
 
 /// One event record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
+pub(crate) struct Event {
     /// The watch it belongs to (-1 for `IN_Q_OVERFLOW`).
     pub wd: WatchDescriptor,
     /// `IN_*` bits.
@@ -52,14 +55,14 @@ pub struct Event {
 
 impl Event {
     /// True when any of `bits` is set.
-    pub fn has(&self, bits: u32) -> bool {
+    pub(crate) fn has(&self, bits: u32) -> bool {
         self.mask & bits != 0
     }
 }
 
 /// What [`Inotify::wait_or_stop`] saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Waited {
+pub(crate) enum Waited {
     /// Events can be read.
     Events,
     /// Shutdown has begun.
@@ -70,7 +73,7 @@ pub enum Waited {
 
 /// An inotify instance.
 #[derive(Debug)]
-pub struct Inotify {
+pub(crate) struct Inotify {
     inner: inotify::Inotify,
     /// Room for many events per read, kept between reads.
     buf: Vec<u8>,
@@ -78,7 +81,7 @@ pub struct Inotify {
 
 impl Inotify {
     /// A new non-blocking, close-on-exec instance.
-    pub fn new() -> io::Result<Self> {
+    pub(crate) fn new() -> io::Result<Self> {
         Ok(Inotify {
             inner: inotify::Inotify::init()?,
             buf: vec![0u8; READ_BUFFER],
@@ -86,7 +89,7 @@ impl Inotify {
     }
 
     /// Watches `path` for the events in `mask` (`IN_*` bits).
-    pub fn add_watch(&self, path: &Path, mask: u32) -> io::Result<WatchDescriptor> {
+    pub(crate) fn add_watch(&self, path: &Path, mask: u32) -> io::Result<WatchDescriptor> {
         let wd = self
             .inner
             .watches()
@@ -95,66 +98,43 @@ impl Inotify {
     }
 
     /// Waits up to `timeout` for events. True when some can be read.
-    pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.inner.as_fd().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `pfd` is one valid, writable pollfd and the count says 1; the
-        // descriptor stays open for the life of `self`.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
+    pub(crate) fn wait(&self, timeout: Duration) -> io::Result<bool> {
+        let mut pfd = [PollFd::new(&self.inner, PollFlags::IN)];
+        match rustix::event::poll(&mut pfd, Some(&base::time::poll_timeout(timeout))) {
+            Ok(n) => Ok(n > 0 && pfd[0].revents().contains(PollFlags::IN)),
             // A signal cut the wait short: the caller loops anyway.
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            };
+            Err(Errno::INTR) => Ok(false),
+            Err(e) => Err(e.into()),
         }
-        Ok(n > 0 && pfd.revents & libc::POLLIN != 0)
     }
 
     /// Waits up to `timeout` for events or for `stop` to become readable (shutdown).
-    pub fn wait_or_stop(&self, timeout: Duration, stop: BorrowedFd<'_>) -> io::Result<Waited> {
+    pub(crate) fn wait_or_stop(
+        &self,
+        timeout: Duration,
+        stop: BorrowedFd<'_>,
+    ) -> io::Result<Waited> {
         let mut pfds = [
-            libc::pollfd {
-                fd: self.inner.as_fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: stop.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            PollFd::new(&self.inner, PollFlags::IN),
+            PollFd::from_borrowed_fd(stop, PollFlags::IN),
         ];
-        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `pfds` is an array of two valid, writable pollfds and the count says
-        // 2; both descriptors stay open for the call (borrowed from their owners).
-        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
+        match rustix::event::poll(&mut pfds, Some(&base::time::poll_timeout(timeout))) {
+            Ok(_) => {}
             // A signal cut the wait short: the caller loops anyway.
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(Waited::Timeout)
-            } else {
-                Err(e)
-            };
+            Err(Errno::INTR) => return Ok(Waited::Timeout),
+            Err(e) => return Err(e.into()),
         }
-        if pfds[1].revents != 0 {
+        if !pfds[1].revents().is_empty() {
             return Ok(Waited::Stop);
         }
-        if pfds[0].revents & libc::POLLIN != 0 {
+        if pfds[0].revents().contains(PollFlags::IN) {
             return Ok(Waited::Events);
         }
         Ok(Waited::Timeout)
     }
 
     /// Reads every event available now, without blocking.
-    pub fn read_events(&mut self) -> io::Result<Vec<Event>> {
+    pub(crate) fn read_events(&mut self) -> io::Result<Vec<Event>> {
         let mut events = Vec::new();
         for _ in 0..MAX_READS_PER_DRAIN {
             match self.inner.read_events(&mut self.buf) {

@@ -1,7 +1,8 @@
 //! Static pod manifests: decoding, the defaulting every static pod gets and its
 //! validation (by [`crate::validation`]), as upstream's `pkg/kubelet/config/common.go` (`tryDecodeSinglePod`,
-//! `tryDecodePodList`, `applyDefaults`). The file source uses it today; the HTTP source
-//! will too ([`Origin::Url`]).
+//! `tryDecodePodList`, `applyDefaults`), for every static source: files
+//! ([`Origin::File`]), URL bodies and etcd values ([`Origin::Url`]), and pods pushed
+//! over the kubelet port ([`Origin::Server`]).
 //!
 //! A manifest holds a `Pod`, a `PodList`, or several of them as a multi-document YAML
 //! stream (`---`); empty documents are skipped. A JSON manifest is one document.
@@ -16,7 +17,8 @@
 //! containers carry in their labels): 32 hex digits of FNV-1a 128 over the manifest's
 //! canonical JSON (the decoded pod re-encoded, before any defaulting) **with
 //! `spec.containers` removed** (all but their host ports), then `host:<nodeName>`, then `file:<path>` (or
-//! `url:<url>`). Upstream hashes the whole object (after a Go-specific dump that no
+//! `url:<url>`, or `server:` for a pushed pod, whose UID is thus the same however it
+//! was pushed, and after a restart). Upstream hashes the whole object (after a Go-specific dump that no
 //! other language reproduces). Leaving the app containers out is deliberate: editing a
 //! container of a manifest (its image, command, probes…) keeps the pod's UID, so the
 //! kubelet sees an UPDATE and replaces only that container, by its spec hash, as it
@@ -25,6 +27,9 @@
 //! and a new one created, which is what such edits need (the sandbox and volumes are
 //! set up only at pod creation). The node name and the path make the same manifest
 //! under two names, or on two nodes, two different pods.
+//!
+//! Over 800 lines: 300 of them are its unit tests (every error message, the UID's
+//! rules), and every static source's decoding, defaulting and UID belong together.
 
 use std::fmt;
 use std::path::Path;
@@ -49,6 +54,10 @@ pub enum Origin<'a> {
     File(&'a Path),
     /// The body of the HTTP source's URL (`staticPodURL`).
     Url(&'a str),
+    /// A pod pushed over the kubelet port (the server source): the label is what
+    /// errors name (the request, or the file the pushed set is kept in); it is not
+    /// part of the UID, so the same pod has one UID however and whenever it came.
+    Server(&'a str),
 }
 
 impl Origin<'_> {
@@ -57,6 +66,7 @@ impl Origin<'_> {
         match self {
             Origin::File(p) => [b"file:".as_slice(), p.as_os_str().as_encoded_bytes()].concat(),
             Origin::Url(u) => format!("url:{u}").into_bytes(),
+            Origin::Server(_) => b"server:".to_vec(),
         }
     }
 }
@@ -65,7 +75,7 @@ impl fmt::Display for Origin<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Origin::File(p) => write!(f, "{}", p.display()),
-            Origin::Url(u) => f.write_str(u),
+            Origin::Url(u) | Origin::Server(u) => f.write_str(u),
         }
     }
 }
@@ -198,7 +208,7 @@ impl Problem {
 }
 
 /// Decodes, validates and defaults every pod of a manifest's text, in document order.
-pub fn pods_from_str(
+pub(crate) fn pods_from_str(
     text: &str,
     format: Format,
     origin: Origin<'_>,
@@ -213,20 +223,85 @@ pub fn pods_from_str(
     let decoded = decode(text, format).map_err(with_origin)?;
     decoded
         .into_iter()
-        .map(|(document, item, pod)| {
-            prepare(pod, node_name, origin).map_err(|reason| {
-                with_origin(Problem {
-                    document: Some(document),
-                    item,
-                    kind: ManifestErrorKind::Invalid(reason),
-                })
-            })
-        })
+        .map(|d| prepare_decoded(d, node_name, origin))
         .collect()
 }
 
-/// Decodes every pod: (document index, PodList item index, pod).
-fn decode(text: &str, format: Format) -> Result<Vec<(usize, Option<usize>, Pod)>, Problem> {
+/// A pod as decoded from a manifest, before the static pod defaults, with where it
+/// was: what the server source keeps (it defaults a pod again when it loads it).
+#[derive(Clone, Debug)]
+pub(crate) struct Decoded {
+    /// The 0-based document of the text.
+    pub(crate) document: usize,
+    /// The 0-based item of a `PodList`.
+    pub(crate) item: Option<usize>,
+    /// The pod as written.
+    pub(crate) pod: Pod,
+}
+
+/// Decodes a manifest's text without defaulting or validating its pods.
+pub(crate) fn decode_str(
+    text: &str,
+    format: Format,
+    origin: Origin<'_>,
+) -> Result<Vec<Decoded>, ManifestError> {
+    decode(text, format).map_err(|p| ManifestError {
+        origin: origin.to_string(),
+        document: p.document,
+        item: p.item,
+        kind: p.kind,
+    })
+}
+
+/// Decodes a body that may be JSON or YAML (a URL's, a push's): a stream of JSON
+/// objects if it reads as one (each object a document), else YAML (one or more
+/// documents, JSON ones included). Nothing is defaulted or validated yet.
+pub(crate) fn decode_body(body: &[u8], origin: Origin<'_>) -> Result<Vec<Decoded>, ManifestError> {
+    let text = std::str::from_utf8(body).map_err(|_| ManifestError {
+        origin: origin.to_string(),
+        document: None,
+        item: None,
+        kind: ManifestErrorKind::NotUtf8,
+    })?;
+    if text.trim_start().starts_with('{') {
+        let docs: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(text)
+            .into_iter()
+            .collect();
+        if let Ok(docs) = docs {
+            if docs.len() == 1 {
+                return decode_str(text, Format::Json, origin);
+            }
+            let mut pods = Vec::new();
+            for (i, doc) in docs.iter().enumerate() {
+                let one = decode_str(&doc.to_string(), Format::Json, origin).map_err(|mut e| {
+                    e.document = Some(i);
+                    e
+                })?;
+                pods.extend(one.into_iter().map(|d| Decoded { document: i, ..d }));
+            }
+            return Ok(pods);
+        }
+        // Not a JSON stream (JSON documents between `---`): YAML reads it.
+    }
+    decode_str(text, Format::Yaml, origin)
+}
+
+/// [`prepare`]s a decoded pod; its error names the origin, document and item.
+pub(crate) fn prepare_decoded(
+    d: Decoded,
+    node_name: &str,
+    origin: Origin<'_>,
+) -> Result<Pod, ManifestError> {
+    prepare(d.pod, node_name, origin).map_err(|reason| ManifestError {
+        origin: origin.to_string(),
+        document: Some(d.document),
+        item: d.item,
+        kind: ManifestErrorKind::Invalid(reason),
+    })
+}
+
+/// Decodes every pod, with its document and `PodList` item.
+fn decode(text: &str, format: Format) -> Result<Vec<Decoded>, Problem> {
     // Counted first: the decoders build every node before anything can be checked.
     let counted = match format {
         Format::Json => nodecount::json(text, MAX_MANIFEST_NODES),
@@ -276,9 +351,13 @@ fn decode(text: &str, format: Format) -> Result<Vec<(usize, Option<usize>, Pod)>
         };
         match kind.as_str() {
             "Pod" => {
-                let pod = crate::json::from_value(&doc)
+                let pod = base::json::from_value(&doc)
                     .map_err(|e| Problem::at(i, ManifestErrorKind::Decode(e)))?;
-                pods.push((i, None, pod));
+                pods.push(Decoded {
+                    document: i,
+                    item: None,
+                    pod,
+                });
             }
             "PodList" => {
                 let items = match doc.get("items") {
@@ -295,12 +374,16 @@ fn decode(text: &str, format: Format) -> Result<Vec<(usize, Option<usize>, Pod)>
                     }
                 };
                 for (j, item) in items.into_iter().enumerate() {
-                    let pod = crate::json::from_value(&item).map_err(|e| Problem {
+                    let pod = base::json::from_value(&item).map_err(|e| Problem {
                         document: Some(i),
                         item: Some(j),
                         kind: ManifestErrorKind::Decode(e),
                     })?;
-                    pods.push((i, Some(j), pod));
+                    pods.push(Decoded {
+                        document: i,
+                        item: Some(j),
+                        pod,
+                    });
                 }
             }
             other => {
@@ -759,7 +842,7 @@ mod tests {
             "kind: Service\n".to_string(),
         ] {
             let e = pods_from_str(&text, Format::Yaml, origin(), "node-1").expect_err("invalid");
-            assert_eq!(crate::loops::error_chain(&e), e.to_string());
+            assert_eq!(base::loops::error_chain(&e), e.to_string());
         }
     }
 }

@@ -1,6 +1,6 @@
 //! PodConfig: pod sources and the merge of their snapshots into per-pod operations.
 //!
-//! Each source (`file`, `http`, `etcd`, `api`) sends full snapshots of its pods
+//! Each source (`file`, `http`, `etcd`, `api`, `server`) sends full snapshots of its pods
 //! ([`SourceUpdate`]); the merge turns them into ADD / UPDATE / DELETE / REMOVE /
 //! RECONCILE operations and knows when every configured source has sent its first
 //! snapshot ("all sources ready"). Mirrors `pkg/kubelet/config/config.go`.
@@ -10,12 +10,13 @@
 
 pub mod apiserver;
 pub mod etcd;
-pub mod file;
+pub(crate) mod file;
 pub mod http;
 #[cfg(target_os = "linux")]
-pub mod inotify;
+pub(crate) mod inotify;
 pub mod manifest;
 pub mod nodecount;
+pub(crate) mod server;
 
 use std::sync::Arc;
 
@@ -32,16 +33,19 @@ pub enum Source {
     Etcd,
     /// Pods bound to this node on the API server.
     Api,
+    /// Static pods pushed over the kubelet port (`--enable-server-source`).
+    Server,
 }
 
 impl Source {
-    /// The source's name: `file`, `http`, `etcd`, `api`.
+    /// The source's name: `file`, `http`, `etcd`, `api`, `server`.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::File => "file",
             Source::Http => "http",
             Source::Etcd => "etcd",
             Source::Api => "api",
+            Source::Server => "server",
         }
     }
 }
@@ -68,19 +72,19 @@ pub struct SourceUpdate {
 /// (`file`) and the time the kubelet first saw it (now; whatever the manifest wrote
 /// there is overwritten, as upstream's merge does). The merge then stores the file
 /// source's own copy instead of an annotated one of its own: static pods are held once.
-pub fn stamp_file_pod(pod: &mut Pod, now_rfc3339: &str) {
+pub(crate) fn stamp_file_pod(pod: &mut Pod, now_rfc3339: &str) {
     set_annotation(pod, CONFIG_SOURCE_ANNOTATION, Source::File.as_str());
     set_annotation(pod, CONFIG_SEEN_ANNOTATION, now_rfc3339);
 }
 
 /// The annotation naming the source a pod came from.
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+pub(crate) const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 /// The annotation holding the time the kubelet first saw a pod.
-pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+pub(crate) const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
 /// The annotation holding a static pod's hash (its UID).
-pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+pub(crate) const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
 /// The annotation marking a mirror pod.
-pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub(crate) const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// What the merge says happened to a set of pods (upstream's `PodOperation`, without
 /// `SET`, which only sources send).
@@ -100,7 +104,7 @@ pub enum PodOp {
 
 /// One merged operation on a set of pods from one source.
 #[derive(Clone, Debug)]
-pub struct PodUpdate {
+pub(crate) struct PodUpdate {
     /// The operation.
     pub op: PodOp,
     /// The pods it applies to (an empty `Add` says "this source is alive"): the merge's
@@ -113,7 +117,7 @@ pub struct PodUpdate {
 
 /// The merge of every source's snapshots. Owned by the sync loop.
 #[derive(Debug)]
-pub struct PodConfig {
+pub(crate) struct PodConfig {
     configured: std::collections::BTreeSet<Source>,
     /// Per source: pod UID → the pod as last stored.
     pods: std::collections::BTreeMap<Source, std::collections::BTreeMap<String, Arc<Pod>>>,
@@ -136,9 +140,9 @@ pub struct PodConfig {
 
 impl PodConfig {
     /// A merge expecting snapshots from exactly these sources.
-    pub fn new(configured: &[Source]) -> Self {
+    pub(crate) fn new(configured: &[Source]) -> Self {
         PodConfig {
-            configured: crate::sort::set(configured.iter().copied()),
+            configured: base::sort::set(configured.iter().copied()),
             pods: Default::default(),
             held: Default::default(),
             conflicts: Default::default(),
@@ -148,18 +152,18 @@ impl PodConfig {
     }
 
     /// The mirror pods the API source sent last (pods with `config.mirror`).
-    pub fn mirror_pods(&self) -> &[Arc<Pod>] {
+    pub(crate) fn mirror_pods(&self) -> &[Arc<Pod>] {
         &self.mirrors
     }
 
     /// True once every configured source has delivered at least one snapshot
     /// (upstream's `SeenAllSources`). Until then nothing destructive may happen.
-    pub fn seen_all_sources(&self) -> bool {
+    pub(crate) fn seen_all_sources(&self) -> bool {
         self.configured.iter().all(|s| self.pods.contains_key(s))
     }
 
     /// The sources that have not yet sent a snapshot.
-    pub fn sources_not_ready(&self) -> Vec<Source> {
+    pub(crate) fn sources_not_ready(&self) -> Vec<Source> {
         self.configured
             .iter()
             .filter(|s| !self.pods.contains_key(s))
@@ -169,20 +173,21 @@ impl PodConfig {
 
     /// The conflicts in force: pods held back because another source has a pod of the
     /// same name. One line each, naming the pod and both sources; empty when none.
-    pub fn conflicts(&self) -> Vec<String> {
+    pub(crate) fn conflicts(&self) -> Vec<String> {
         self.conflicts.values().flatten().cloned().collect()
     }
 
     /// Everything held back: the conflicts and the pods refused by validation, one
     /// line each; what the sync loop keeps visible as its warning.
-    pub fn held_back(&self) -> Vec<String> {
+    pub(crate) fn held_back(&self) -> Vec<String> {
         let mut out = self.conflicts();
         out.extend(self.invalid.values().flatten().cloned());
         out
     }
 
+    #[cfg(test)]
     /// Every pod of every source, in source then UID order.
-    pub fn all_pods(&self) -> Vec<Arc<Pod>> {
+    pub(crate) fn all_pods(&self) -> Vec<Arc<Pod>> {
         self.pods
             .values()
             .flat_map(|m| m.values().cloned())
@@ -195,7 +200,7 @@ impl PodConfig {
     ///
     /// A snapshot that frees a pod name lets another source's pod of that name in at
     /// once: its operations follow this source's.
-    pub fn merge(&mut self, update: SourceUpdate, now_rfc3339: &str) -> Vec<PodUpdate> {
+    pub(crate) fn merge(&mut self, update: SourceUpdate, now_rfc3339: &str) -> Vec<PodUpdate> {
         let source = update.source;
         let mut out = self.merge_snapshot(source, update.pods, now_rfc3339);
         let blocked: Vec<Source> = self

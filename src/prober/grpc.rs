@@ -15,8 +15,9 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use super::{Outcome, ProbeResult, USER_AGENT};
-use crate::netutil::join_host_port;
+use super::{Outcome, USER_AGENT};
+use base::netutil::join_host_port;
+use runtime::container::ProbeResult;
 
 /// HTTP/2's connection preface.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -54,9 +55,9 @@ const DEADLINE_EXCEEDED: u32 = 4;
 const INTERNAL: u32 = 13;
 
 /// Runs one health check against `host:port` for `service`, within `timeout`.
-pub fn check(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome {
+pub(crate) fn check(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome {
     let addr = join_host_port(host, port);
-    let deadline = crate::time::saturating_deadline(Instant::now(), timeout);
+    let deadline = base::time::saturating_deadline(Instant::now(), timeout);
     let connect_failed = |e: &dyn std::fmt::Display| Outcome {
         result: ProbeResult::Failure,
         message: format!("timeout: failed to connect service {addr:?} within {timeout:?}: {e}"),
@@ -82,7 +83,7 @@ pub fn check(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome
         {
             failure(format!(
                 "timeout: health rpc did not complete within {}",
-                crate::time::go_duration(timeout)
+                base::time::go_duration(timeout)
             ))
         }
         Err(e) => failure(format!("error: health rpc probe failed: {e}")),
@@ -131,7 +132,7 @@ fn judge(r: &Reply, timeout: Duration) -> Outcome {
         )),
         DEADLINE_EXCEEDED => failure(format!(
             "timeout: health rpc did not complete within {}",
-            crate::time::go_duration(timeout)
+            base::time::go_duration(timeout)
         )),
         _ => failure(format!(
             "error: health rpc probe failed: rpc error: code = {} desc = {desc}",
@@ -354,8 +355,8 @@ fn read_reply(s: &mut impl Wire, deadline: Instant) -> std::io::Result<Reply> {
 
 /// Fuzzing (`crate::fuzzing`): a response's header blocks (HPACK, one decoder as per
 /// connection) and its DATA, read as [`call`] reads them, then judged.
-#[doc(hidden)]
-pub fn fuzz_response(blocks: &[&[u8]], data: &[u8]) {
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_response(blocks: &[&[u8]], data: &[u8]) {
     let mut reply = Reply::default();
     let mut hpack = loona_hpack::Decoder::new();
     hpack.set_max_allowed_table_size(HEADER_TABLE_SIZE);
@@ -372,8 +373,8 @@ pub fn fuzz_response(blocks: &[&[u8]], data: &[u8]) {
 /// Fuzzing (`crate::fuzzing`): a server's bytes after the call was sent, through the
 /// frame loop of [`call`] (frame heads, padding, header blocks across CONTINUATION
 /// frames, SETTINGS and PING answered, GOAWAY, RST_STREAM, the caps), then judged.
-#[doc(hidden)]
-pub fn fuzz_frames(server: &[u8]) {
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_frames(server: &[u8]) {
     /// The server's bytes; what the probe sends is dropped.
     struct Bytes<'a>(&'a [u8]);
     impl Wire for Bytes<'_> {
@@ -385,7 +386,7 @@ pub fn fuzz_frames(server: &[u8]) {
             Ok(())
         }
     }
-    let deadline = crate::time::saturating_deadline(Instant::now(), Duration::from_secs(1));
+    let deadline = base::time::saturating_deadline(Instant::now(), Duration::from_secs(1));
     if let Ok(reply) = read_reply(&mut Bytes(server), deadline) {
         let _ = judge(&reply, Duration::from_secs(1));
     }

@@ -9,17 +9,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::spec::Handler;
-use super::{Outcome, ProbeResult, USER_AGENT};
-use crate::httpclient::pods::{host_of, resolve_location};
-use crate::netutil::join_host_port;
-use crate::runtime::{Runtime, RuntimeError};
+use super::{Outcome, USER_AGENT};
+use base::httpclient::pods::{host_of, resolve_location};
+use base::netutil::join_host_port;
+use runtime::container::ProbeResult;
+use runtime::{Runtime, RuntimeError};
 
 /// Upstream reads at most 10 KiB of a probe's HTTP body (`maxRespBodyLength`).
-pub const MAX_BODY: u64 = 10 * 1024;
+pub(crate) const MAX_BODY: u64 = 10 * 1024;
 /// Exec output kept for the message: the same cap as the HTTP body.
 pub const MAX_OUTPUT: usize = 10 * 1024;
 /// Upstream (Go's client default) stops after 10 same-host redirects.
-pub use crate::httpclient::pods::MAX_REDIRECTS;
+use base::httpclient::pods::MAX_REDIRECTS;
 
 /// Runs probes. One per `probe-worker-N` thread.
 #[derive(Debug)]
@@ -32,7 +33,7 @@ impl Prober {
     /// A prober that execs through `runtime`.
     pub fn new(runtime: Arc<dyn Runtime>) -> Self {
         // Redirects are followed by hand below: only to the same host.
-        let agent = crate::httpclient::pods::pod_agent(USER_AGENT);
+        let agent = base::httpclient::pods::pod_agent(USER_AGENT);
         Prober { runtime, agent }
     }
 
@@ -96,12 +97,12 @@ impl Prober {
                 ProbeResult::Failure,
                 format!("command {command:?} timed out after {after:?}"),
             ),
-            Err(e) => Outcome::new(ProbeResult::Unknown, crate::loops::error_chain(&e)),
+            Err(e) => Outcome::new(ProbeResult::Unknown, base::loops::error_chain(&e)),
         }
     }
 
     fn http(&self, url: &str, headers: &[(String, String)], timeout: Duration) -> Outcome {
-        let deadline = crate::time::saturating_deadline(Instant::now(), timeout);
+        let deadline = base::time::saturating_deadline(Instant::now(), timeout);
         let first = url.to_string();
         let mut url = first.clone();
         for hop in 0..=MAX_REDIRECTS {
@@ -172,7 +173,7 @@ impl Prober {
 
 /// Upstream `DoHTTPProbe`'s verdict: 200–399 succeed (a 3xx that was not followed is a
 /// success with a warning), anything else fails.
-pub fn http_verdict(code: u16, body: String) -> Outcome {
+pub(crate) fn http_verdict(code: u16, body: String) -> Outcome {
     match code {
         200..=299 => Outcome::new(ProbeResult::Success, body),
         300..=399 => Outcome {
@@ -189,7 +190,7 @@ pub fn http_verdict(code: u16, body: String) -> Outcome {
 
 /// What to do with a redirect.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Redirect {
+pub(crate) enum Redirect {
     /// Follow it to this URL (same host as the first request).
     Follow(String),
     /// It leads to another host (or cannot be read): stop, keep the 3xx.
@@ -199,7 +200,7 @@ pub enum Redirect {
 /// Upstream's redirect rule for probes (`pkg/probe/http` `RedirectChecker(false)`): a
 /// redirect is followed only when its target has the same host name as the probe's
 /// first request. `location` may be absolute, scheme-relative or relative to `current`.
-pub fn redirect(first: &str, current: &str, location: &str) -> Redirect {
+pub(crate) fn redirect(first: &str, current: &str, location: &str) -> Redirect {
     let Some(first_host) = host_of(first) else {
         return Redirect::OtherHost;
     };
@@ -326,8 +327,7 @@ mod tests {
     fn prober() -> Prober {
         // HTTP and TCP probes never touch the runtime; a Docker client that points
         // nowhere stands in.
-        let rt = crate::runtime::docker::Docker::connect("unix:///nonexistent/docker.sock")
-            .expect("endpoint");
+        let rt = docker::Docker::connect("unix:///nonexistent/docker.sock").expect("endpoint");
         Prober::new(Arc::new(rt))
     }
 

@@ -12,12 +12,12 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{ProbeResult, ProbeType};
-use crate::loops::lock;
+use base::loops::lock;
+use runtime::container::{ProbeResult, ProbeType};
 
 /// Lateness quantiles are computed over this many recent probe runs: enough for a
 /// stable p99 at 200 probes/s over 20 s, small enough (32 KiB) for a small board.
-pub const LATENESS_WINDOW: usize = 4096;
+pub(crate) const LATENESS_WINDOW: usize = 4096;
 
 /// Which pool a probe run went through: exec probes (Docker exec, slow, their own
 /// threads) and network probes (HTTP, TCP) are measured apart, since one saturating
@@ -157,7 +157,7 @@ fn quantile(w: &mut [f64], q: f64) -> Option<f64> {
     if w.is_empty() {
         return None;
     }
-    crate::sort::sort_by(w, f64::total_cmp);
+    base::sort::sort_by(w, f64::total_cmp);
     // Nearest rank.
     let rank = (q * w.len() as f64).ceil() as usize;
     Some(w[rank.clamp(1, w.len()) - 1])

@@ -17,20 +17,19 @@
 //! with the pod's newest container instances (IDs, running, start times) and pod IP;
 //! the `prober` thread diffs that against its probes (new container → state reset, the
 //! first probe `initialDelaySeconds` after its start; container gone → probe removed).
-//! Published results land in the [`results::ResultsCache`] (read by status generation
+//! Published results land in the [`ResultsCache`] (read by status generation
 //! for `ready`/`started`, and by the runtime manager to kill a container whose liveness
 //! or startup probe failed), and a changed result is sent to the sync loop as a
 //! [`ProbeEvent`] over a bounded channel, which syncs the pod at once.
 //!
 //! Over 800 lines: the prober loop's unit tests sit at its bottom, beside what they drive.
 
-pub mod grpc;
+pub(crate) mod grpc;
 pub mod handlers;
-pub mod metrics;
-pub mod results;
-pub mod scheduler;
+pub(crate) mod metrics;
+pub(crate) mod scheduler;
 pub mod spec;
-pub mod worker;
+pub(crate) mod worker;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -42,21 +41,21 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::chan::BoundedSender;
-use crate::container::labels::ContainerKind;
-use crate::container::RuntimePod;
-pub use crate::container::{ProbeResult, ProbeType};
-use crate::loops::{lock, LoopHandle, Loops, Pool, PoolSpec, SpawnError, Stop};
-use crate::runtime::{ContainerState, Runtime};
+use base::chan::BoundedSender;
+use base::loops::{lock, LoopHandle, Loops, Pool, PoolSpec, SpawnError, Stop};
 use handlers::Prober;
 use metrics::{Lane, ProbeLabels, ProbeMetrics};
-use results::ResultsCache;
+use runtime::container::labels::ContainerKind;
+use runtime::container::results::ResultsCache;
+use runtime::container::RuntimePod;
+use runtime::container::{ProbeResult, ProbeType};
+use runtime::{ContainerState, Runtime};
 use scheduler::DeadlineHeap;
 use spec::{ProbeError, ProbeSpec};
 use worker::{ContainerView, Gate, ProbeState};
 
 /// Upstream's `User-Agent`: `kube-probe/<major>.<minor>` of the API rkubelet speaks.
-pub const USER_AGENT: &str = "kube-probe/1.33";
+pub(crate) const USER_AGENT: &str = "kube-probe/1.33";
 
 /// The result of one probe run and its message (output, body, or error).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,7 +92,7 @@ const POOL_IDLE: Duration = Duration::from_secs(30);
 /// Capacity of the channel of changed results to the sync loop (upstream buffers 20
 /// per result manager). When full, the prober keeps the newest event per pod and
 /// retries, so nothing is lost and the prober never blocks on the sync loop.
-pub const EVENT_CAPACITY: usize = 64;
+pub(crate) const EVENT_CAPACITY: usize = 64;
 /// Probe runs waiting for a pool thread, per pool. Beyond it a due run is skipped
 /// (a missed period) rather than piling up.
 const JOB_CAPACITY: usize = 1024;
@@ -105,12 +104,6 @@ const JOB_CAPACITY: usize = 1024;
 const IDLE_WAKE: Duration = Duration::from_secs(10);
 /// Retry delay for results the sync loop's channel had no room for.
 const RETRY_WAKE: Duration = Duration::from_millis(50);
-
-impl fmt::Display for ProbeType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.metric_label())
-    }
-}
 
 /// A published result that changed, for the sync loop.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,14 +158,14 @@ impl ProbeManager {
         events: Sender<ProbeEvent>,
     ) -> Result<Arc<ProbeManager>, SpawnError> {
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
-        let (job_tx, job_rx) = crate::chan::bounded::<Job>(JOB_CAPACITY);
-        let (exec_tx, exec_rx) = crate::chan::bounded::<Job>(JOB_CAPACITY);
+        let (job_tx, job_rx) = base::chan::bounded::<Job>(JOB_CAPACITY);
+        let (exec_tx, exec_rx) = base::chan::bounded::<Job>(JOB_CAPACITY);
         // Unbounded: every run came from one of the two bounded queues above, so at
         // most 2 × JOB_CAPACITY results can wait (and no worker ever waits to post one).
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<Done>();
         let mgr = Arc::new(ProbeManager::new(wake_tx));
         // A run decodes an HTTP answer or a Docker exec's JSON: the big stack.
-        let big = loops.with_stack_size(crate::loops::BIG_STACK);
+        let big = loops.with_stack_size(base::loops::BIG_STACK);
         let pool = |prefix: &str, max: usize, rx: Receiver<Job>| {
             let prober = Prober::new(runtime.clone());
             let done_tx = done_tx.clone();
@@ -834,9 +827,10 @@ mod tests {
     //! out through a `FakeRuntime`'s scripted exec results.
 
     use super::*;
-    use crate::container::labels;
-    use crate::runtime::fake::{FakeClock, FakeRuntime, Op};
-    use crate::runtime::{ContainerConfig, ExecResult};
+    use runtime::config::{ContainerConfig, PodSandboxConfig};
+    use runtime::container::labels;
+    use runtime::fake::{FakeClock, FakeRuntime, Op};
+    use runtime::ExecResult;
 
     const UID: &str = "uid-1";
 
@@ -864,8 +858,8 @@ mod tests {
             let clock = FakeClock::default();
             let rt = Arc::new(FakeRuntime::new(clock.clone()).with_image("busybox:1"));
             let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
-            let (net_tx, net_rx) = crate::chan::bounded(JOB_CAPACITY);
-            let (exec_tx, exec_rx) = crate::chan::bounded(JOB_CAPACITY);
+            let (net_tx, net_rx) = base::chan::bounded(JOB_CAPACITY);
+            let (exec_tx, exec_rx) = base::chan::bounded(JOB_CAPACITY);
             let (_done_tx, done_rx) = crossbeam_channel::bounded(1);
             let (ev_tx, events) = crossbeam_channel::bounded(EVENT_CAPACITY);
             let mgr = Arc::new(ProbeManager::new(wake_tx));
@@ -899,16 +893,20 @@ mod tests {
         /// Creates and starts container `app` of the pod in the fake runtime.
         fn start_container(&self) -> String {
             let cfg = ContainerConfig {
-                name: format!("k8s_app_{}", self.rt.count(Op::Create)),
-                image: "busybox:1".into(),
                 labels: [
                     (labels::POD_UID.to_string(), UID.to_string()),
                     (labels::CONTAINER_NAME.to_string(), "app".to_string()),
                 ]
                 .into(),
-                ..ContainerConfig::default()
+                ..ContainerConfig::named(
+                    format!("k8s_app_{}", self.rt.count(Op::Create)),
+                    "busybox:1",
+                )
             };
-            let id = self.rt.create_container(&cfg).expect("create");
+            let id = self
+                .rt
+                .create_container("", &cfg, &PodSandboxConfig::default())
+                .expect("create");
             self.rt.start_container(&id).expect("start");
             id
         }

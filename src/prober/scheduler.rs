@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// A min-heap of (due time, key); equal due times come out in insertion order.
 #[derive(Debug)]
-pub struct DeadlineHeap<K: Ord> {
+pub(crate) struct DeadlineHeap<K: Ord> {
     heap: BinaryHeap<Reverse<(Instant, u64, K)>>,
     seq: u64,
 }
@@ -28,18 +28,18 @@ impl<K: Ord> Default for DeadlineHeap<K> {
 
 impl<K: Ord> DeadlineHeap<K> {
     /// Schedules `key` at `due`.
-    pub fn push(&mut self, due: Instant, key: K) {
+    pub(crate) fn push(&mut self, due: Instant, key: K) {
         self.seq += 1;
         self.heap.push(Reverse((due, self.seq, key)));
     }
 
     /// The earliest due time, if any.
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.heap.peek().map(|Reverse((due, _, _))| *due)
     }
 
     /// Removes and returns the earliest entry if it is due at `now`.
-    pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, K)> {
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Instant, K)> {
         if self.next_due()? > now {
             return None;
         }
@@ -47,12 +47,13 @@ impl<K: Ord> DeadlineHeap<K> {
     }
 
     /// Entries, stale ones included.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.heap.len()
     }
 
+    #[cfg(test)]
     /// True when nothing is scheduled.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.heap.is_empty()
     }
 }
@@ -65,7 +66,7 @@ impl<K: Ord> DeadlineHeap<K> {
 /// container at the same instant). The wait is never more than the initial delay: a
 /// start time in the wall clock's future (the clock stepped back since, or the
 /// runtime's clock runs ahead) must not hold the probe for the difference.
-pub fn first_due(
+pub(crate) fn first_due(
     now: Instant,
     now_wall: SystemTime,
     started_at: Option<SystemTime>,
@@ -73,17 +74,17 @@ pub fn first_due(
     spread: Duration,
 ) -> Instant {
     let wait = started_at
-        .map(|s| crate::time::saturating_system_add(s, initial_delay))
+        .map(|s| base::time::saturating_system_add(s, initial_delay))
         .and_then(|at| at.duration_since(now_wall).ok())
         .map_or(Duration::ZERO, |w| w.min(initial_delay));
-    crate::time::saturating_deadline(now, if wait.is_zero() { spread } else { wait })
+    base::time::saturating_deadline(now, if wait.is_zero() { spread } else { wait })
 }
 
 /// The next due time after a probe due at `due` ran (or was skipped): one period on,
 /// skipping whole periods that already passed, so a late prober does not fire a burst
 /// of catch-up probes (upstream's ticker drops missed ticks the same way).
-pub fn next_due(due: Instant, period: Duration, now: Instant) -> Instant {
-    let next = crate::time::saturating_deadline(due, period);
+pub(crate) fn next_due(due: Instant, period: Duration, now: Instant) -> Instant {
+    let next = base::time::saturating_deadline(due, period);
     if next > now || period.is_zero() {
         return next.max(now);
     }
@@ -92,8 +93,8 @@ pub fn next_due(due: Instant, period: Duration, now: Instant) -> Instant {
     let missed = u32::try_from(missed).unwrap_or(u32::MAX);
     let skip = period
         .checked_mul(missed)
-        .unwrap_or(crate::time::MAX_TIMEOUT);
-    crate::time::saturating_deadline(next, skip)
+        .unwrap_or(base::time::MAX_TIMEOUT);
+    base::time::saturating_deadline(next, skip)
 }
 
 #[cfg(test)]

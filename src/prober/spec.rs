@@ -11,17 +11,17 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Probe};
 
-use super::ProbeType;
-use crate::container::resolve_port;
+use runtime::container::resolve_port;
+use runtime::container::ProbeType;
 
 /// Upstream default `periodSeconds`.
-pub const DEFAULT_PERIOD_SECONDS: i32 = 10;
+pub(crate) const DEFAULT_PERIOD_SECONDS: i32 = 10;
 /// Upstream default `timeoutSeconds`.
-pub const DEFAULT_TIMEOUT_SECONDS: i32 = 1;
+pub(crate) const DEFAULT_TIMEOUT_SECONDS: i32 = 1;
 /// Upstream default `successThreshold`.
-pub const DEFAULT_SUCCESS_THRESHOLD: i32 = 1;
+pub(crate) const DEFAULT_SUCCESS_THRESHOLD: i32 = 1;
 /// Upstream default `failureThreshold`.
-pub const DEFAULT_FAILURE_THRESHOLD: i32 = 3;
+pub(crate) const DEFAULT_FAILURE_THRESHOLD: i32 = 3;
 
 /// How a probe checks its container.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub struct ProbeError {
 }
 
 /// The probe of type `ty` of container `c`, if it has one.
-pub fn probe_of(c: &Container, ty: ProbeType) -> Option<&Probe> {
+pub(crate) fn probe_of(c: &Container, ty: ProbeType) -> Option<&Probe> {
     match ty {
         ProbeType::Liveness => c.liveness_probe.as_ref(),
         ProbeType::Readiness => c.readiness_probe.as_ref(),
@@ -145,7 +145,7 @@ pub fn resolve(p: &Probe, ty: ProbeType, c: &Container) -> Result<ProbeSpec, Pro
                 format!("{n}: must be greater than 0"),
             ))
         }
-        Some(n) => Some(crate::time::secs(n)),
+        Some(n) => Some(base::time::secs(n)),
     };
 
     let mut handlers = Vec::new();
@@ -214,7 +214,7 @@ pub fn resolve(p: &Probe, ty: ProbeType, c: &Container) -> Result<ProbeSpec, Pro
     let handler = handlers
         .pop()
         .ok_or_else(|| err("", "must specify a handler type".into()))?;
-    let s = |n: i32| crate::time::secs(i64::from(n));
+    let s = |n: i32| base::time::secs(i64::from(n));
     Ok(ProbeSpec {
         handler,
         initial_delay: s(initial_delay),

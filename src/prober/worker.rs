@@ -7,11 +7,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{ProbeResult, ProbeType};
+use runtime::container::{ProbeResult, ProbeType};
 
 /// What the prober knows of the container instance a probe watches.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContainerView {
+pub(crate) struct ContainerView {
     /// Runtime ID of the newest instance.
     pub id: String,
     /// Whether it is running.
@@ -22,7 +22,7 @@ pub struct ContainerView {
 
 /// The counting state of one probe for one container instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeState {
+pub(crate) struct ProbeState {
     /// The last raw result.
     last: ProbeResult,
     /// How many times in a row it came.
@@ -47,7 +47,7 @@ impl ProbeState {
     /// successes or `failure_threshold` failures came in a row. Unknown (the probe
     /// could not be run) is not counted. A published liveness or startup failure puts
     /// the probe on hold and zeroes the run.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         ty: ProbeType,
         r: ProbeResult,
@@ -80,7 +80,7 @@ impl ProbeState {
 
 /// What to do with a probe that is due.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gate {
+pub(crate) enum Gate {
     /// Not now (on hold, initial delay, waiting for the startup probe, or done).
     Skip,
     /// The container is not running: publish Failure without probing.
@@ -94,7 +94,7 @@ pub enum Gate {
 /// is how long the prober has known this instance running (monotonic): the initial
 /// delay is over once either clock says so, so that a wall clock stepped back (a start
 /// time in its future) holds probes for the delay at most, not for the step.
-pub fn gate(
+pub(crate) fn gate(
     ty: ProbeType,
     c: &ContainerView,
     st: &ProbeState,

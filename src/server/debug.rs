@@ -25,24 +25,25 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::goquote::go_quote;
+use base::goquote::go_quote;
+use rustix::event::{PollFd, PollFlags};
 
-use super::http::Hijacked;
 use super::logs::percent_decode;
 use super::readonly::PodsView;
-use super::{Reply, Req};
-use crate::container::labels;
-use crate::runtime::{ContainerState, Runtime};
+use runtime::container::labels;
+use runtime::{ContainerState, Runtime};
+use wire::server::http::Hijacked;
+use wire::server::{Reply, Req};
 
 /// How long `/run` lets a command run (upstream passes no timeout; the runtime's
 /// request timeout, 2 min, is its practical bound).
-pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The largest `PUT /debug/flags/v` body read: a verbosity is a few digits.
-pub const MAX_FLAG_BODY: usize = 64;
+pub(crate) const MAX_FLAG_BODY: usize = 64;
 
 /// How long the client gets to send that body.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The subtrees upstream registers with a trailing slash when debugging handlers are
 /// disabled.
@@ -57,7 +58,7 @@ const DISABLED_ROOTS: [&str; 7] = [
 ];
 
 /// Go's `cleanPath`: `path.Clean` of a rooted path, its trailing slash kept.
-pub fn clean_path(p: &str) -> String {
+pub(crate) fn clean_path(p: &str) -> String {
     if p.is_empty() {
         return "/".into();
     }
@@ -112,7 +113,7 @@ fn html_escape(s: &str) -> String {
 }
 
 /// The mux's redirects (see the module docs), if `req` gets one.
-pub fn mux_redirect(req: &Req, debugging_handlers: bool) -> Option<Reply> {
+pub(crate) fn mux_redirect(req: &Req, debugging_handlers: bool) -> Option<Reply> {
     // CONNECT is not canonicalized; an absolute-form or `*` target is not a path.
     if req.method == "CONNECT" || !req.raw_path.starts_with('/') {
         return None;
@@ -132,7 +133,7 @@ pub fn mux_redirect(req: &Req, debugging_handlers: bool) -> Option<Reply> {
 
 /// Whether `req` is one of the debugging paths upstream answers 405 when they are
 /// disabled.
-pub fn is_disabled_path(req: &Req) -> bool {
+pub(crate) fn is_disabled_path(req: &Req) -> bool {
     let p = &req.raw_path;
     DISABLED_ROOTS
         .iter()
@@ -141,12 +142,12 @@ pub fn is_disabled_path(req: &Req) -> bool {
 }
 
 /// The answer of a disabled debugging path (Go's `http.Error`).
-pub fn disabled() -> Reply {
+pub(crate) fn disabled() -> Reply {
     Reply::text(405, "Debug endpoints are disabled.\n")
 }
 
 /// `POST /run/…`: `parts` are the raw segments after `run`.
-pub fn run(pods: &PodsView, runtime: &Arc<dyn Runtime>, req: &Req, parts: &[&str]) -> Reply {
+pub(crate) fn run(pods: &PodsView, runtime: &Arc<dyn Runtime>, req: &Req, parts: &[&str]) -> Reply {
     let (namespace, pod_name, container) = match parts {
         [ns, pod, container] | [ns, pod, _, container] => (*ns, *pod, *container),
         _ => return Reply::not_found(),
@@ -203,7 +204,7 @@ fn run_in_container(
     ];
     let found = runtime
         .list_containers(&filter)
-        .map_err(|e| crate::loops::error_chain(&e))?;
+        .map_err(|e| base::loops::error_chain(&e))?;
     let Some(c) = found
         .iter()
         .filter(|c| c.state == ContainerState::Running)
@@ -213,7 +214,7 @@ fn run_in_container(
     };
     let r = runtime
         .exec(&c.id, cmd, RUN_TIMEOUT)
-        .map_err(|e| crate::loops::error_chain(&e))?;
+        .map_err(|e| base::loops::error_chain(&e))?;
     if r.exit_code != 0 {
         return Err(format!(
             "command '{}' exited with {}: {}",
@@ -228,7 +229,7 @@ fn run_in_container(
 }
 
 /// A whole answer on a taken-over connection, which then closes.
-fn write_whole(mut conn: Hijacked, status: u16, content_type: &str, body: &[u8]) {
+pub(crate) fn write_whole(mut conn: Hijacked, status: u16, content_type: &str, body: &[u8]) {
     let len = body.len().to_string();
     let mut headers = vec![
         ("Content-Type", content_type),
@@ -245,7 +246,7 @@ fn write_whole(mut conn: Hijacked, status: u16, content_type: &str, body: &[u8])
 }
 
 /// `/debug/flags/v`.
-pub fn flags_v(req: &Req) -> Reply {
+pub(crate) fn flags_v(req: &Req) -> Reply {
     if req.method != "PUT" {
         return plain(406, "unsupported http method");
     }
@@ -273,7 +274,7 @@ pub fn flags_v(req: &Req) -> Reply {
                 conn.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
                     .map_err(|e| e.to_string())?;
             }
-            read_body(&mut conn, n).map_err(|e| e.to_string())
+            read_body(&mut conn, n, BODY_TIMEOUT).map_err(|e| e.to_string())
         });
         let (status, text) = match body {
             Err(e) => (400, format!("error reading request body: {e}")),
@@ -299,9 +300,9 @@ fn plain(status: u16, text: &str) -> Reply {
     }
 }
 
-/// Reads exactly `n` body bytes within [`BODY_TIMEOUT`].
-fn read_body(conn: &mut Hijacked, n: usize) -> io::Result<Vec<u8>> {
-    let deadline = Instant::now() + BODY_TIMEOUT;
+/// Reads exactly `n` body bytes within `timeout`.
+pub(crate) fn read_body(conn: &mut Hijacked, n: usize, timeout: Duration) -> io::Result<Vec<u8>> {
+    let deadline = Instant::now() + timeout;
     let mut body = vec![0u8; n];
     let mut got = 0;
     while got < n {
@@ -317,15 +318,9 @@ fn read_body(conn: &mut Hijacked, n: usize) -> io::Result<Vec<u8>> {
                 if left.is_zero() {
                     return Err(io::Error::from(io::ErrorKind::TimedOut));
                 }
-                let mut fd = libc::pollfd {
-                    fd: conn.fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                let ms =
-                    i32::try_from(left.min(Duration::from_secs(1)).as_millis()).unwrap_or(1000);
-                // SAFETY: poll(2) on one valid pollfd.
-                unsafe { libc::poll(&mut fd, 1, ms) };
+                let mut fd = [PollFd::new(&*conn, PollFlags::IN)];
+                let wait = base::time::poll_timeout(left.min(Duration::from_secs(1)));
+                let _ = rustix::event::poll(&mut fd, Some(&wait));
             }
             Err(e) => return Err(e),
         }
@@ -335,7 +330,7 @@ fn read_body(conn: &mut Hijacked, n: usize) -> io::Result<Vec<u8>> {
 
 /// Upstream's `GlogSetter`: `val` parsed as klog's `Level` (a 32-bit integer, as
 /// `strconv.ParseInt(val, 10, 32)`), then the log verbosity set.
-pub fn set_verbosity(val: &str) -> Result<String, String> {
+pub(crate) fn set_verbosity(val: &str) -> Result<String, String> {
     match parse_level(val) {
         Ok(v) => {
             crate::logging::set_verbosity(i64::from(v));

@@ -14,13 +14,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Reply, Req};
-use crate::metrics::kubelet::KubeletMetrics;
-use crate::metrics::CONTENT_TYPE;
+use crate::metrics::KubeletMetrics;
+use base::metrics::CONTENT_TYPE;
+use wire::server::{Reply, Req};
 
 /// Which port a request came to (the `server_type` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ServerType {
+pub(crate) enum ServerType {
     /// The read-only port.
     ReadOnly,
     /// The authenticated kubelet port.
@@ -65,7 +65,7 @@ const PATHS: [&str; 18] = [
 ];
 
 /// The `method` label (upstream `getMetricMethodBucket`).
-pub fn method_bucket(method: &str) -> &'static str {
+pub(crate) fn method_bucket(method: &str) -> &'static str {
     METHODS
         .iter()
         .find(|m| **m == method)
@@ -75,7 +75,7 @@ pub fn method_bucket(method: &str) -> &'static str {
 
 /// The `path` label (upstream `getMetricBucket` over `getURLRootPath`): the first
 /// segment, or `metrics/<second>` under `/metrics/`, when it is a known handler.
-pub fn path_bucket(segments: &[String]) -> &'static str {
+pub(crate) fn path_bucket(segments: &[String]) -> &'static str {
     let root = match segments {
         [first, second, ..] if first == "metrics" => format!("{first}/{second}"),
         [first, ..] => first.clone(),
@@ -91,7 +91,7 @@ pub fn path_bucket(segments: &[String]) -> &'static str {
 /// The `long_running` label (upstream `isLongRunningRequest`). Upstream's table says
 /// `portforward` while its bucket is `portForward`, so port-forwards count as not
 /// long-running there; kept, so the series match.
-pub fn long_running(path: &'static str) -> &'static str {
+pub(crate) fn long_running(path: &'static str) -> &'static str {
     match path {
         "exec" | "attach" | "portforward" | "debug" => "true",
         _ => "false",
@@ -99,7 +99,7 @@ pub fn long_running(path: &'static str) -> &'static str {
 }
 
 /// `handler` with every request recorded in `metrics` as coming to `server`.
-pub fn instrument<H>(
+pub(crate) fn instrument<H>(
     metrics: Arc<KubeletMetrics>,
     server: ServerType,
     handler: H,
@@ -128,7 +128,7 @@ where
 }
 
 /// A `/metrics` answer: the text format with its content type.
-pub fn metrics_reply(text: String) -> Reply {
+pub(crate) fn metrics_reply(text: String) -> Reply {
     Reply {
         content_type: CONTENT_TYPE,
         ..Reply::text(200, text)

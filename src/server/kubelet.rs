@@ -10,7 +10,9 @@
 //! runtime's pods from the last PLEG relist); `/metrics` and `/metrics/probes`
 //! (Prometheus text); `/stats/summary`, `/metrics/resource` and `/metrics/cadvisor`
 //! (the resource analyzer's, as the read-only port's); `/exec`, `/attach` and `/portForward` ([`streams`]), also
-//! debugging handlers. Everything else is 404.
+//! debugging handlers. With `--enable-server-source`: `PUT`/`POST /pods`, `DELETE
+//! /pods/{ns}/{name}` and `GET /pods?source=server` ([`push`], the server pod source;
+//! else those answer 404). Everything else is 404.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,22 +23,25 @@ use serde_json::{json, Map, Value};
 use super::auth::{self, AuthConfig};
 use super::http_metrics::metrics_reply;
 use super::readonly::{running_pods_json, stats_reply, PodsView};
-use super::streams::{self, PodRef, StreamServer, Verb};
-use super::{debug, healthz, logfiles, logs, Reply, Req};
+use super::streams::{self, PodRef, StreamServer};
+use super::{debug, healthz, logfiles, logs, push};
 use crate::config::KubeletConfig;
 use crate::health::HealthChecks;
-use crate::metrics::kubelet::KubeletMetrics;
+use crate::metrics::KubeletMetrics;
 use crate::pleg::PlegShared;
+use crate::podconfig::server::ServerSource;
 use crate::prober::metrics::ProbeMetrics;
-use crate::runtime::Runtime;
 use crate::stats::StatsProvider;
+use runtime::Runtime;
+use wire::server::{Reply, Req};
+use wire::streams::Verb;
 
 /// Where `/logs/` serves from on a node (upstream's `http.Dir("/var/log/")`).
-pub const NODE_LOG_DIR: &str = "/var/log";
+pub(crate) const NODE_LOG_DIR: &str = "/var/log";
 
 /// What the kubelet port serves from.
 #[derive(Debug, Clone)]
-pub struct KubeletServer {
+pub(crate) struct KubeletServer {
     /// Authentication and authorization.
     pub auth: AuthConfig,
     /// Health checks.
@@ -63,10 +68,12 @@ pub struct KubeletServer {
     pub streams: StreamServer,
     /// The resource analyzer's latest figures (`nodes/stats`, `nodes/metrics`).
     pub stats: Arc<StatsProvider>,
+    /// The server pod source, with `--enable-server-source`.
+    pub push: Option<Arc<ServerSource>>,
 }
 
 /// Routes one request on the kubelet port, after authentication and authorization.
-pub fn handle(k: &KubeletServer, req: &Req) -> Reply {
+pub(crate) fn handle(k: &KubeletServer, req: &Req) -> Reply {
     if let Some(reply) = debug::mux_redirect(req, k.debugging_handlers) {
         return reply;
     }
@@ -83,8 +90,10 @@ pub fn handle(k: &KubeletServer, req: &Req) -> Reply {
         return reply;
     }
     match path.as_slice() {
-        ["pods"] if req.method == "GET" => Reply::json(200, k.pods.pod_list_json()),
-        ["pods"] => Reply::method_not_allowed("GET"),
+        ["pods"] if req.method == "GET" && !push::asks_for_source(req) => {
+            Reply::json(200, k.pods.pod_list_json())
+        }
+        ["pods", ..] => push::handle(k.push.as_ref(), req, &raw[1..]),
         ["healthz"] => healthz(&k.checks, req, None),
         ["healthz", sub] => healthz(&k.checks, req, Some(sub)),
         // Upstream's metrics handlers answer every method.
@@ -150,7 +159,7 @@ pub fn handle(k: &KubeletServer, req: &Req) -> Reply {
 /// formatted as v1beta1's JSON (Go durations, `omitempty` strings left out). The
 /// serving pair's paths are the ones in use, the self-signed ones included, as
 /// upstream fills `tlsCertFile` in after making them.
-pub fn configz_json(cfg: &KubeletConfig, cert_file: &str, key_file: &str) -> Vec<u8> {
+pub(crate) fn configz_json(cfg: &KubeletConfig, cert_file: &str, key_file: &str) -> Vec<u8> {
     let mut kc = Map::new();
     let mut put = |k: &str, v: Value| {
         let empty = matches!(&v, Value::String(s) if s.is_empty());
@@ -218,6 +227,10 @@ pub fn configz_json(cfg: &KubeletConfig, cert_file: &str, key_file: &str) -> Vec
             },
         }),
     );
+    if cfg.enable_server_source {
+        // rkubelet's own field (the server pod source), as the config file spells it.
+        put("enableServerSource", json!(true));
+    }
     put("healthzPort", json!(cfg.healthz_port));
     put(
         "healthzBindAddress",

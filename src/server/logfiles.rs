@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::logs::percent_decode;
-use super::{Reply, Req};
+use wire::server::{Reply, Req};
 
 /// Files up to this size are read whole into the answer by the worker; larger ones
 /// stream from a thread of their own.
@@ -40,7 +40,7 @@ const PIECE: usize = 64 * 1024;
 
 /// Serves `/logs/<rest>` from `root`. `rest` is the raw (still percent-encoded) path
 /// after `/logs/`.
-pub fn handle(root: &Path, req: &Req, rest: &str) -> Reply {
+pub(crate) fn handle(root: &Path, req: &Req, rest: &str) -> Reply {
     if req.method != "GET" {
         return Reply::method_not_allowed("GET");
     }
@@ -80,7 +80,7 @@ pub fn handle(root: &Path, req: &Req, rest: &str) -> Reply {
 }
 
 /// Go's `path.Clean` of a rooted path (`..` never climbs above `/`).
-pub fn clean(p: &str) -> String {
+pub(crate) fn clean(p: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for seg in p.split('/') {
         match seg {
@@ -167,7 +167,7 @@ fn last_modified(meta: &Metadata) -> Option<String> {
     meta.modified()
         .ok()
         .filter(|t| *t > SystemTime::UNIX_EPOCH)
-        .map(crate::time::http_date)
+        .map(base::time::http_date)
 }
 
 /// Go's `dirList`.
@@ -187,7 +187,7 @@ fn dir_list(dir: &File, meta: &Metadata) -> Reply {
         let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
         names.push((e.file_name().as_bytes().to_vec(), is_dir));
     }
-    crate::sort::sort(&mut names);
+    base::sort::sort(&mut names);
     let mut body = String::from(
         "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n",
     );
@@ -216,7 +216,7 @@ fn dir_list(dir: &File, meta: &Metadata) -> Reply {
 
 /// Go's `url.URL{Path: p}.EscapedPath()`: everything but unreserved characters and
 /// `$&+,/:;=@` percent-encoded (uppercase hex).
-pub fn escape_path(p: &str) -> String {
+pub(crate) fn escape_path(p: &str) -> String {
     let mut out = String::with_capacity(p.len());
     for b in p.bytes() {
         let keep = b.is_ascii_alphanumeric()
@@ -390,7 +390,7 @@ fn read_some(file: &mut File, buf: &mut [u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
 
     fn get(root: &Path, rest: &str) -> Reply {
         handle(root, &Req::new("GET", &format!("/logs/{rest}")), rest)

@@ -28,23 +28,24 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+use rustix::event::{PollFd, PollFlags, Timespec};
 
-use super::http::Hijacked;
 use super::readonly::PodsView;
-use super::{Reply, Req};
-use crate::container::labels;
-use crate::runtime::{ContainerState, LogOptions, LogStream, Runtime};
+use runtime::container::labels;
+use runtime::{ContainerState, LogOptions, LogStream, Runtime};
+use wire::server::http::Hijacked;
+use wire::server::{Reply, Req};
 
 /// How long one read of the log waits before the stream thread looks at its client
 /// and at shutdown again: a client that went away is noticed within this.
-pub const WAKE: Duration = Duration::from_millis(500);
+pub(crate) const WAKE: Duration = Duration::from_millis(500);
 
 /// The largest piece written as one chunk.
 const CHUNK: usize = 32 * 1024;
 
 /// Which streams a request asks for (`stream`, upstream's `PodLogsQuerySplitStreams`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Streams {
+pub(crate) enum Streams {
     /// `All` (the default): stdout and stderr interleaved.
     All,
     /// `Stdout`.
@@ -55,7 +56,7 @@ pub enum Streams {
 
 /// A `PodLogOptions` decoded from the query.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LogQuery {
+pub(crate) struct LogQuery {
     /// `follow`.
     pub follow: bool,
     /// `previous`.
@@ -76,7 +77,7 @@ pub struct LogQuery {
 
 /// Why a query is refused: 400 (cannot be decoded) or 422 (invalid).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QueryProblem {
+pub(crate) enum QueryProblem {
     /// `Unable to decode query.`
     Decode,
     /// `Invalid request.`
@@ -85,7 +86,7 @@ pub enum QueryProblem {
 
 /// The query's pairs, percent-decoded as Go's `url.ParseQuery` (`+` is a space); a
 /// pair with a bad escape is dropped, as `URL.Query()` drops it.
-pub fn query_pairs(query: &str) -> Vec<(String, String)> {
+pub(crate) fn query_pairs(query: &str) -> Vec<(String, String)> {
     query
         .split('&')
         .filter(|kv| !kv.is_empty())
@@ -103,7 +104,7 @@ fn unescape_query(s: &str) -> Option<String> {
 }
 
 /// `%XX` decoded (no `+` rule); None for a bad escape or bytes that are not UTF-8.
-pub fn percent_decode(s: &str) -> Option<String> {
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -122,7 +123,7 @@ pub fn percent_decode(s: &str) -> Option<String> {
 
 /// Decodes and validates the query (upstream: the `tail` compatibility rewrite,
 /// `DecodeParameters` into `v1.PodLogOptions`, `ValidatePodLogOptions`). Pure.
-pub fn parse_query(query: &str) -> Result<LogQuery, QueryProblem> {
+pub(crate) fn parse_query(query: &str) -> Result<LogQuery, QueryProblem> {
     let mut pairs = query_pairs(query);
     // Legacy `tail=<n>` replaces every `tailLines`; `tail=all` removes them.
     if let Some(tail) = first(&pairs, "tail")
@@ -146,7 +147,7 @@ pub fn parse_query(query: &str) -> Result<LogQuery, QueryProblem> {
         None => None,
         Some("" | "null") => Some(None),
         Some(t) => Some(Some(
-            crate::time::parse_rfc3339(t).ok_or(QueryProblem::Decode)?,
+            base::time::parse_rfc3339(t).ok_or(QueryProblem::Decode)?,
         )),
     };
     let q = LogQuery {
@@ -181,7 +182,7 @@ fn first<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
 
 impl LogQuery {
     /// The streams asked for.
-    pub fn streams(&self) -> Streams {
+    pub(crate) fn streams(&self) -> Streams {
         match self.stream.as_deref() {
             Some("Stdout") => Streams::Stdout,
             Some("Stderr") => Streams::Stderr,
@@ -191,9 +192,9 @@ impl LogQuery {
 
     /// The runtime's options at `now` (upstream `NewLogOptions`: the later of
     /// `now - sinceSeconds` and `sinceTime`).
-    pub fn log_options(&self, now: SystemTime) -> LogOptions {
+    pub(crate) fn log_options(&self, now: SystemTime) -> LogOptions {
         let from_seconds = self.since_seconds.map(|s| {
-            let d = crate::time::secs(s);
+            let d = base::time::secs(s);
             now.checked_sub(d).unwrap_or(SystemTime::UNIX_EPOCH)
         });
         let since = match (from_seconds, self.since_time.flatten()) {
@@ -214,7 +215,7 @@ impl LogQuery {
 
 /// Which runtime container holds the log, as the pod's status tells it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Instance {
+pub(crate) enum Instance {
     /// This container ID.
     Id(String),
     /// No status mentions the container: ask the runtime for the newest instance
@@ -224,7 +225,7 @@ pub enum Instance {
 
 /// Upstream's `validateContainerLogStatus` over a pod status: the container ID to
 /// read, or the 400 message why there is no log. `None` status: [`Instance::Lookup`].
-pub fn container_instance(
+pub(crate) fn container_instance(
     pod_name: &str,
     status: Option<&PodStatus>,
     container: &str,
@@ -326,7 +327,12 @@ fn error(status: u16, body: impl Into<String>) -> Reply {
 /// `/containerLogs/{ns}/{pod}/{container}`: checks what can be checked without the
 /// runtime, then streams from a thread of its own. `parts` are the raw path segments
 /// after `containerLogs` (empty ones kept: an empty name is upstream's 400).
-pub fn handle(pods: &PodsView, runtime: &Arc<dyn Runtime>, req: &Req, parts: &[&str]) -> Reply {
+pub(crate) fn handle(
+    pods: &PodsView,
+    runtime: &Arc<dyn Runtime>,
+    req: &Req,
+    parts: &[&str],
+) -> Reply {
     if req.method != "GET" {
         return Reply::method_not_allowed("GET");
     }
@@ -388,7 +394,7 @@ pub fn handle(pods: &PodsView, runtime: &Arc<dyn Runtime>, req: &Req, parts: &[&
         let stream = id.and_then(|id| {
             runtime
                 .log_stream(&id, &opts, WAKE)
-                .map_err(|e| crate::loops::error_chain(&e))
+                .map_err(|e| base::loops::error_chain(&e))
         });
         match stream {
             Ok(log) => stream_log(conn, log, limit),
@@ -412,8 +418,8 @@ fn lookup(
     ];
     let mut found = runtime
         .list_containers(&filter)
-        .map_err(|e| crate::loops::error_chain(&e))?;
-    crate::sort::sort_by_key(&mut found, |c| {
+        .map_err(|e| base::loops::error_chain(&e))?;
+    base::sort::sort_by_key(&mut found, |c| {
         std::cmp::Reverse((c.created, labels::restart_count(&c.labels)))
     });
     let pick = if previous {
@@ -495,16 +501,12 @@ fn stream_log(mut conn: Hijacked, mut log: LogStream, limit: Option<u64>) {
 
 /// True when the client closed its end (or the connection failed). What a client
 /// sends meanwhile (it should send nothing) is read and dropped.
-pub fn client_gone(conn: &mut Hijacked) -> bool {
+pub(crate) fn client_gone(conn: &mut Hijacked) -> bool {
     if !conn.has_buffered() {
-        let mut fd = libc::pollfd {
-            fd: conn.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll(2) on one valid pollfd, not waiting.
-        let n = unsafe { libc::poll(&mut fd, 1, 0) };
-        if n <= 0 {
+        let mut fd = [PollFd::new(&*conn, PollFlags::IN)];
+        // Not waiting: a zero timeout.
+        let n = rustix::event::poll(&mut fd, Some(&Timespec::default()));
+        if !matches!(n, Ok(n) if n > 0) {
             return false;
         }
     }
@@ -548,7 +550,7 @@ mod tests {
         let t = parse_query("sinceTime=2024-01-01T00%3A00%3A00Z").expect("valid");
         assert_eq!(
             t.since_time,
-            Some(crate::time::parse_rfc3339("2024-01-01T00:00:00Z"))
+            Some(base::time::parse_rfc3339("2024-01-01T00:00:00Z"))
         );
         assert_eq!(
             parse_query("stream=Stderr").expect("valid").streams(),

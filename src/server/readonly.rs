@@ -15,15 +15,16 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
+use super::healthz;
 use super::http_metrics::metrics_reply;
-use super::{healthz, Reply, Req};
 use crate::health::HealthChecks;
-use crate::loops::{lock, LoopRegistry};
-use crate::metrics::kubelet::KubeletMetrics;
+use crate::metrics::KubeletMetrics;
 use crate::pleg::RuntimePodInfo;
 use crate::stats::metrics::{render_cadvisor, render_resource};
 use crate::stats::StatsProvider;
 use crate::status::StatusCache;
+use base::loops::{lock, LoopRegistry};
+use wire::server::{Reply, Req};
 
 /// The pods the sync loop manages, published for readers (an `Arc` swapped under a
 /// short lock), and the statuses the pod workers computed.
@@ -67,24 +68,29 @@ impl PodsView {
                 p
             })
             .collect();
-        // Encoded straight from the pods: going through a `serde_json::Value` first
-        // built a map per field of every pod on each request.
-        #[derive(serde::Serialize)]
-        struct PodList<'a> {
-            kind: &'static str,
-            #[serde(rename = "apiVersion")]
-            api_version: &'static str,
-            metadata: serde_json::Map<String, serde_json::Value>,
-            items: &'a [Pod],
-        }
-        let list = PodList {
-            kind: "PodList",
-            api_version: "v1",
-            metadata: serde_json::Map::new(),
-            items: &items,
-        };
-        serde_json::to_vec(&list).unwrap_or_default()
+        encode_pod_list(&items)
     }
+}
+
+/// A `v1` `PodList` JSON document of `items` (pods, or references to them), encoded
+/// straight from them: going through a `serde_json::Value` first built a map per field
+/// of every pod on each request.
+pub(crate) fn encode_pod_list<T: serde::Serialize>(items: &[T]) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct PodList<'a, T> {
+        kind: &'static str,
+        #[serde(rename = "apiVersion")]
+        api_version: &'static str,
+        metadata: serde_json::Map<String, serde_json::Value>,
+        items: &'a [T],
+    }
+    let list = PodList {
+        kind: "PodList",
+        api_version: "v1",
+        metadata: serde_json::Map::new(),
+        items,
+    };
+    serde_json::to_vec(&list).unwrap_or_default()
 }
 
 /// `/runningpods/`'s body (upstream `getRunningPods`): a `v1` `PodList` of the pods
@@ -93,10 +99,10 @@ impl PodsView {
 /// its running containers' names and images (sandboxes left out). Encoded as Go
 /// encodes these objects, zero-valued fields included (`creationTimestamp: null`,
 /// `resources: {}`, `status: {}`, and `items: null` for no pods).
-pub fn running_pods_json(pods: &BTreeMap<String, RuntimePodInfo>) -> Vec<u8> {
+pub(crate) fn running_pods_json(pods: &BTreeMap<String, RuntimePodInfo>) -> Vec<u8> {
     let mut running: Vec<(&String, &RuntimePodInfo)> =
         pods.iter().filter(|(_, p)| p.running).collect();
-    crate::sort::sort_by(&mut running, |a, b| {
+    base::sort::sort_by(&mut running, |a, b| {
         (&a.1.namespace, &a.1.name, a.0).cmp(&(&b.1.namespace, &b.1.name, b.0))
     });
     let items: Vec<serde_json::Value> = running
@@ -132,7 +138,7 @@ pub fn running_pods_json(pods: &BTreeMap<String, RuntimePodInfo>) -> Vec<u8> {
 
 /// What the read-only port serves from.
 #[derive(Debug, Clone)]
-pub struct ReadOnly {
+pub(crate) struct ReadOnly {
     /// Health checks.
     pub checks: HealthChecks,
     /// Pods and statuses.
@@ -150,7 +156,7 @@ pub struct ReadOnly {
 
 /// The stats paths both ports serve from the analyzer's latest snapshot: None when
 /// `path` is not one of them.
-pub fn stats_reply(stats: &StatsProvider, req: &Req, path: &[&str]) -> Option<Reply> {
+pub(crate) fn stats_reply(stats: &StatsProvider, req: &Req, path: &[&str]) -> Option<Reply> {
     Some(match path {
         // Upstream's summary route answers GET and POST.
         ["stats", "summary"] if req.method == "GET" || req.method == "POST" => {
@@ -180,7 +186,7 @@ fn query_value<'a>(query: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// Routes one request on the read-only port.
-pub fn handle(ro: &ReadOnly, req: &Req) -> Reply {
+pub(crate) fn handle(ro: &ReadOnly, req: &Req) -> Reply {
     let path = req.path();
     if let Some(reply) = stats_reply(&ro.stats, req, &path) {
         return reply;
@@ -203,7 +209,7 @@ pub fn handle(ro: &ReadOnly, req: &Req) -> Reply {
 
 /// A table of every loop: name, period, ticks, panics caught, seconds since the last
 /// tick, the last tick's duration, and its error; then the stream threads' panics.
-pub fn loops_table(registry: &LoopRegistry) -> String {
+pub(crate) fn loops_table(registry: &LoopRegistry) -> String {
     let now = Instant::now();
     let mut out = format!(
         "{:<16} {:>8} {:>8} {:>7} {:>10} {:>10}  {}\n",

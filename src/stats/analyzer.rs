@@ -40,15 +40,15 @@ use super::types::{
     ContainerStats, CpuStats, FsStats, NodeStats, PodReference, PodStats, ProcessStats,
     RlimitStats, RuntimeStats, Summary, VolumeStats,
 };
-use crate::container::labels;
-use crate::loops::lock;
 use crate::pleg::PlegShared;
-use crate::runtime::{ContainerState, Runtime, RuntimeError};
-use crate::time::k8s_time;
+use base::loops::lock;
+use base::time::k8s_time;
+use runtime::container::labels;
+use runtime::{ContainerState, Runtime, RuntimeError};
 
 /// The sampling period: cAdvisor's housekeeping interval, which upstream's CPU rates
 /// are computed over.
-pub const STATS_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const STATS_PERIOD: Duration = Duration::from_secs(10);
 
 /// Volume plugins whose directories are measured (those under
 /// `<root>/pods/<uid>/volumes/`; hostPath and persistent volumes are not the pod's).
@@ -62,7 +62,7 @@ const MEASURED_PLUGINS: [&str; 5] = [
 
 /// Where the analyzer looks.
 #[derive(Clone, Debug)]
-pub struct StatsConfig {
+pub(crate) struct StatsConfig {
     /// The node's name (label filter and `nodeName`).
     pub node_name: String,
     /// `--root-dir`: nodefs, and the pods' volume directories.
@@ -78,11 +78,11 @@ pub struct StatsConfig {
 
 /// With a PLEG, the analyzer's own list of the runtime's containers still runs at
 /// least this often (a safety net, as the evented PLEG's own relist).
-pub const LIST_AT_LEAST: Duration = Duration::from_secs(60);
+pub(crate) const LIST_AT_LEAST: Duration = Duration::from_secs(60);
 
 impl StatsConfig {
     /// The node's own: its name and root directory, `/proc`, `/sys/fs/cgroup`.
-    pub fn new(cfg: &crate::config::KubeletConfig) -> StatsConfig {
+    pub(crate) fn new(cfg: &crate::config::KubeletConfig) -> StatsConfig {
         StatsConfig {
             node_name: cfg.node_name.clone(),
             root_dir: cfg.root_dir.clone(),
@@ -93,7 +93,7 @@ impl StatsConfig {
     }
 
     /// Lists the runtime only when `pleg` has seen a container change.
-    pub fn with_pleg(mut self, pleg: Arc<PlegShared>) -> StatsConfig {
+    pub(crate) fn with_pleg(mut self, pleg: Arc<PlegShared>) -> StatsConfig {
         self.pleg = Some(pleg);
         self
     }
@@ -101,7 +101,7 @@ impl StatsConfig {
 
 /// What one tick produced: the summary and the cgroups behind it.
 #[derive(Clone, Debug, Default)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// The `/stats/summary` document.
     pub summary: Summary,
     /// Every sampled cgroup (node root, pod cgroups, containers, sandboxes), for
@@ -123,17 +123,17 @@ pub struct Snapshot {
 /// How long after a reader's last request every tick goes on sampling the pods'
 /// cgroups: longer than any usual scrape interval (metrics-server 15 s, Prometheus
 /// 30–60 s), so a scraped node samples every [`STATS_PERIOD`] as cAdvisor does.
-pub const INTEREST: Duration = Duration::from_secs(180);
+pub(crate) const INTEREST: Duration = Duration::from_secs(180);
 
 /// How long a reader waits for the tick its request woke, on a node nobody read for
 /// [`INTEREST`]. A tick at 110 pods takes ~10 ms; past this the reader gets the last
 /// snapshot (the node's figures, not the pods').
-pub const DEMAND_WAIT: Duration = Duration::from_secs(3);
+pub(crate) const DEMAND_WAIT: Duration = Duration::from_secs(3);
 
 /// The latest [`Snapshot`], shared with the ports and the eviction manager, and when
 /// a reader last asked for the pods' cgroup figures.
 #[derive(Debug, Default)]
-pub struct StatsProvider {
+pub(crate) struct StatsProvider {
     shared: Mutex<Shared>,
     published: Condvar,
     /// Runs a `stats` tick now (set by [`super::start`]; none in tests that tick by
@@ -157,7 +157,7 @@ impl StatsProvider {
     /// pods' figures are in it only while somebody reads them
     /// ([`StatsProvider::demand`]), but for the disk figures of the pods
     /// [`StatsProvider::want_disk`] names.
-    pub fn latest(&self) -> Arc<Snapshot> {
+    pub(crate) fn latest(&self) -> Arc<Snapshot> {
         lock(&self.shared).latest.clone()
     }
 
@@ -165,7 +165,7 @@ impl StatsProvider {
     /// ports, the eviction manager ranking pods): the latest when it has them; else,
     /// on a node nobody read for [`INTEREST`], the one of the tick this request wakes
     /// (waiting at most `wait`). Every call keeps the sampling on for [`INTEREST`].
-    pub fn demand(&self, wait: Duration) -> Arc<Snapshot> {
+    pub(crate) fn demand(&self, wait: Duration) -> Arc<Snapshot> {
         let mut g = lock(&self.shared);
         g.asked = Some(Instant::now());
         let Some(wake) = self.wake.get() else {
@@ -192,7 +192,7 @@ impl StatsProvider {
 
     /// Whether a reader asked within [`INTEREST`] of `now`: the tick samples the pods'
     /// cgroups.
-    pub fn wanted(&self, now: Instant) -> bool {
+    pub(crate) fn wanted(&self, now: Instant) -> bool {
         lock(&self.shared)
             .asked
             .is_some_and(|at| now.saturating_duration_since(at) < INTEREST)
@@ -201,7 +201,7 @@ impl StatsProvider {
     /// Says which pods' disk figures (writable layer, logs, volumes) must be measured
     /// even while nobody reads the stats: the eviction manager's pods with an
     /// ephemeral-storage limit, at each of its passes.
-    pub fn want_disk(&self, uids: HashSet<String>) {
+    pub(crate) fn want_disk(&self, uids: HashSet<String>) {
         lock(&self.shared).disk_wanted = uids;
     }
 
@@ -210,7 +210,7 @@ impl StatsProvider {
     }
 
     /// Replaces the snapshot and wakes the readers waiting for it.
-    pub fn publish(&self, s: Snapshot) {
+    pub(crate) fn publish(&self, s: Snapshot) {
         let mut g = lock(&self.shared);
         g.latest = Arc::new(s);
         g.published += 1;
@@ -259,7 +259,7 @@ struct Known {
 
 /// The `stats` loop's state.
 #[derive(Debug)]
-pub struct Analyzer {
+pub(crate) struct Analyzer {
     cfg: StatsConfig,
     runtime: Arc<dyn Runtime>,
     provider: Arc<StatsProvider>,
@@ -292,7 +292,11 @@ pub struct Analyzer {
 
 impl Analyzer {
     /// An analyzer publishing into `provider`.
-    pub fn new(cfg: StatsConfig, runtime: Arc<dyn Runtime>, provider: Arc<StatsProvider>) -> Self {
+    pub(crate) fn new(
+        cfg: StatsConfig,
+        runtime: Arc<dyn Runtime>,
+        provider: Arc<StatsProvider>,
+    ) -> Self {
         let filter = vec![format!("{}={}", labels::MANAGED_BY_NODE, cfg.node_name)];
         let boot_time = boot_time(&cfg.proc_root);
         Analyzer {
@@ -318,7 +322,7 @@ impl Analyzer {
 
     /// One tick: sample, measure, publish. A runtime that cannot be listed still gets
     /// the node's figures published, with the error (`scrape_error`).
-    pub fn tick(&mut self) -> Result<(), RuntimeError> {
+    pub(crate) fn tick(&mut self) -> Result<(), RuntimeError> {
         let now = Instant::now();
         let sampled = self.provider.wanted(now);
         // Unread, only the disks of the pods the eviction manager names are measured.
@@ -448,10 +452,10 @@ impl Analyzer {
                     },
                     sandbox,
                     pid: d.pid,
-                    host_network: d.network_mode == "host",
+                    host_network: d.host_network,
                     started: d.started_at,
                     log_dir: non_empty(&d.log_path).and_then(|p| p.parent().map(Path::to_path_buf)),
-                    rootfs_dir: non_empty(&d.settings.rootfs_dir),
+                    rootfs_dir: non_empty(&d.rootfs_dir),
                     cgroup: None,
                 },
             );
@@ -709,7 +713,7 @@ impl Analyzer {
 
         let mut pods = Vec::with_capacity(by_pod.len());
         for (uid, mut members) in by_pod {
-            crate::sort::sort_by(&mut members, |a, b| a.1.container.cmp(&b.1.container));
+            base::sort::sort_by(&mut members, |a, b| a.1.container.cmp(&b.1.container));
             let wall = SystemTime::now();
             let pod_ref = members[0].1.pod.clone();
             let mut containers = Vec::new();
@@ -872,7 +876,7 @@ fn volume_dirs(root: &Path, uid: &str) -> Vec<(String, PathBuf)> {
             }
         }
     }
-    crate::sort::sort(&mut out);
+    base::sort::sort(&mut out);
     out
 }
 
@@ -902,7 +906,7 @@ fn docker_default_cgroup(cg: &CgroupFs, id: &str) -> Option<String> {
 }
 
 /// Whether the analyzer can run here: the cgroup hierarchy is mounted.
-pub fn cgroups_present(cg: &CgroupFs) -> bool {
+pub(crate) fn cgroups_present(cg: &CgroupFs) -> bool {
     match cg.version() {
         CgroupVersion::V1 => cg.root().join("memory").is_dir(),
         CgroupVersion::V2 => true,
@@ -912,9 +916,9 @@ pub fn cgroups_present(cg: &CgroupFs) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::fake::{FakeClock, FakeRuntime};
-    use crate::runtime::ContainerConfig;
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
+    use runtime::config::{ContainerConfig, PodSandboxConfig};
+    use runtime::fake::{FakeClock, FakeRuntime};
 
     fn put(root: &Path, rel: &str, text: &str) {
         let p = root.join(rel);
@@ -961,12 +965,14 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
             let id = rt
-                .create_container(&ContainerConfig {
-                    name: format!("k8s_{name}_web_{uid}"),
-                    image: "pause".into(),
-                    labels: l,
-                    ..ContainerConfig::default()
-                })
+                .create_container(
+                    "",
+                    &ContainerConfig {
+                        labels: l,
+                        ..ContainerConfig::named(format!("k8s_{name}_web_{uid}"), "pause")
+                    },
+                    &PodSandboxConfig::default(),
+                )
                 .expect("create");
             rt.start_container(&id).expect("start");
             pids.push(rt.inspect_container(&id).expect("inspect").pid);
@@ -1056,11 +1062,11 @@ mod tests {
     #[test]
     fn with_a_pleg_the_runtime_is_listed_again_only_after_a_container_change() {
         use crate::pleg::Pleg;
-        use crate::runtime::fake::Op;
+        use runtime::fake::Op;
         let (cg, proc_root, root) = trees("an-gen");
         let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("pause"));
         let shared = Arc::new(PlegShared::default());
-        let (tx, _rx) = crate::chan::bounded(64);
+        let (tx, _rx) = base::chan::bounded(64);
         let mut pleg = Pleg::new(rt.clone(), "n1", tx, shared.clone(), None);
         run_pod(&rt, "u-1");
         pleg.relist().expect("relist");
@@ -1183,9 +1189,9 @@ mod tests {
 
         // The runtime down: the node's figures still come, with the error.
         rt.fail(
-            crate::runtime::fake::Op::List,
+            runtime::fake::Op::List,
             1,
-            crate::runtime::fake::Fault::Unavailable,
+            runtime::fake::Fault::Unavailable,
         );
         assert!(a.tick().is_err());
         let snap = provider.latest();
@@ -1249,7 +1255,7 @@ mod tests {
         let mut a = Analyzer::new(config(&cg, &proc_root, &root), rt.clone(), provider.clone());
 
         // Nobody asked: the node's figures only; the runtime is not even listed.
-        let lists = || rt.count(crate::runtime::fake::Op::List);
+        let lists = || rt.count(runtime::fake::Op::List);
         let before = lists();
         a.tick().expect("tick");
         let snap = provider.latest();

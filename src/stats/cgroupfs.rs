@@ -42,7 +42,7 @@ const USER_HZ: u64 = 100;
 
 /// Why a figure could not be read: the file and what went wrong.
 #[derive(Debug, thiserror::Error)]
-pub enum SampleError {
+pub(crate) enum SampleError {
     /// Opening or reading a file, or `statvfs` of a path, failed.
     #[error("reading {path}: {source}")]
     Io {
@@ -62,16 +62,17 @@ pub enum SampleError {
 }
 
 impl SampleError {
+    #[cfg(test)]
     /// True when the file or cgroup does not exist (a container gone between a listing
     /// and the read, a controller not mounted).
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, SampleError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
     }
 }
 
 /// Which cgroup hierarchy the node has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CgroupVersion {
+pub(crate) enum CgroupVersion {
     /// One hierarchy per controller (`/sys/fs/cgroup/memory/...`).
     V1,
     /// The unified hierarchy (`/sys/fs/cgroup/...`, `cgroup.controllers` at its root).
@@ -80,7 +81,7 @@ pub enum CgroupVersion {
 
 /// One cgroup's memory figures, in bytes and counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MemoryStats {
+pub(crate) struct MemoryStats {
     /// Total usage (page cache included).
     pub usage_bytes: u64,
     /// Usage minus inactive file pages: what the kernel cannot easily reclaim; the
@@ -100,14 +101,14 @@ pub struct MemoryStats {
 
 /// One cgroup's cumulative CPU time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CpuStats {
+pub(crate) struct CpuStats {
     /// CPU time used by the cgroup's tasks since it was made, in nanoseconds.
     pub usage_core_nanoseconds: u64,
 }
 
 /// The node's `/proc/meminfo`, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MemInfo {
+pub(crate) struct MemInfo {
     /// `MemTotal`.
     pub total_bytes: u64,
     /// `MemFree`.
@@ -122,7 +123,7 @@ pub struct MemInfo {
 
 /// A filesystem's size and use, from `statvfs(2)`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FsStats {
+pub(crate) struct FsStats {
     /// Total size (`f_blocks × f_frsize`).
     pub capacity_bytes: u64,
     /// Space available to unprivileged users (`f_bavail × f_frsize`), as upstream.
@@ -139,7 +140,7 @@ pub struct FsStats {
 
 /// The node's task limit and task count (upstream's `pidlimit.Stats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Rlimit {
+pub(crate) struct Rlimit {
     /// min(`kernel.pid_max`, `kernel.threads-max`).
     pub max_pid: Option<i64>,
     /// Tasks (threads) on the node: the fourth field of `/proc/loadavg` after its `/`.
@@ -148,7 +149,7 @@ pub struct Rlimit {
 
 /// The cgroup filesystem of one node: where it is mounted and which version it is.
 #[derive(Clone, Debug)]
-pub struct CgroupFs {
+pub(crate) struct CgroupFs {
     root: PathBuf,
     version: CgroupVersion,
     /// v1: the cpuacct controller's directory, found on first use.
@@ -157,7 +158,7 @@ pub struct CgroupFs {
 
 impl CgroupFs {
     /// The hierarchy at `root`, of the version given (tests build fake trees).
-    pub fn new(root: impl Into<PathBuf>, version: CgroupVersion) -> CgroupFs {
+    pub(crate) fn new(root: impl Into<PathBuf>, version: CgroupVersion) -> CgroupFs {
         CgroupFs {
             root: root.into(),
             version,
@@ -168,7 +169,7 @@ impl CgroupFs {
     /// The hierarchy at `root`: v2 when `cgroup.controllers` is at its root, else v1
     /// (a hybrid mount, v1 controllers with `unified/` beside them, is v1, as runc's
     /// `IsCgroup2UnifiedMode`).
-    pub fn detect(root: impl Into<PathBuf>) -> CgroupFs {
+    pub(crate) fn detect(root: impl Into<PathBuf>) -> CgroupFs {
         let root = root.into();
         let version = if root.join("cgroup.controllers").exists() {
             CgroupVersion::V2
@@ -179,17 +180,17 @@ impl CgroupFs {
     }
 
     /// The node's hierarchy at `/sys/fs/cgroup`.
-    pub fn host() -> CgroupFs {
+    pub(crate) fn host() -> CgroupFs {
         CgroupFs::detect("/sys/fs/cgroup")
     }
 
     /// Which version the hierarchy is.
-    pub fn version(&self) -> CgroupVersion {
+    pub(crate) fn version(&self) -> CgroupVersion {
         self.version
     }
 
     /// Where the hierarchy is mounted.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
@@ -217,19 +218,19 @@ impl CgroupFs {
     }
 
     /// Whether `cgroup` exists (its memory directory, v1, or its directory, v2).
-    pub fn exists(&self, cgroup: &str) -> bool {
+    pub(crate) fn exists(&self, cgroup: &str) -> bool {
         self.dir("memory", cgroup).is_dir()
     }
 
     /// `cgroup`'s memory figures.
-    pub fn memory(&self, cgroup: &str) -> Result<MemoryStats, SampleError> {
+    pub(crate) fn memory(&self, cgroup: &str) -> Result<MemoryStats, SampleError> {
         let mut m = self.memory_usage(cgroup)?;
         m.limit_bytes = self.memory_limit(cgroup);
         Ok(m)
     }
 
     /// `cgroup`'s memory limit (`None`: unlimited or unreadable).
-    pub fn memory_limit(&self, cgroup: &str) -> Option<u64> {
+    pub(crate) fn memory_limit(&self, cgroup: &str) -> Option<u64> {
         let dir = self.dir("memory", cgroup);
         let limit = match self.version {
             CgroupVersion::V1 => read_u64(&dir.join("memory.limit_in_bytes")).ok(),
@@ -242,12 +243,12 @@ impl CgroupFs {
 
     /// `cgroup`'s memory figures without its limit (`limit_bytes: None`): one file
     /// fewer for samplers that read the limit less often than the usage.
-    pub fn memory_usage(&self, cgroup: &str) -> Result<MemoryStats, SampleError> {
+    pub(crate) fn memory_usage(&self, cgroup: &str) -> Result<MemoryStats, SampleError> {
         self.memory_usage_from(&mut OpenEachTime, cgroup)
     }
 
     /// [`CgroupFs::memory_usage`], its files read through `files`.
-    pub fn memory_usage_from(
+    pub(crate) fn memory_usage_from(
         &self,
         files: &mut impl KernelFiles,
         cgroup: &str,
@@ -299,12 +300,12 @@ impl CgroupFs {
     }
 
     /// `cgroup`'s cumulative CPU time.
-    pub fn cpu(&self, cgroup: &str) -> Result<CpuStats, SampleError> {
+    pub(crate) fn cpu(&self, cgroup: &str) -> Result<CpuStats, SampleError> {
         self.cpu_from(&mut OpenEachTime, cgroup)
     }
 
     /// [`CgroupFs::cpu`], its file read through `files`.
-    pub fn cpu_from(
+    pub(crate) fn cpu_from(
         &self,
         files: &mut impl KernelFiles,
         cgroup: &str,
@@ -332,14 +333,14 @@ impl CgroupFs {
     }
 
     /// The number of tasks in `cgroup` (`pids.current`).
-    pub fn pids(&self, cgroup: &str) -> Result<u64, SampleError> {
+    pub(crate) fn pids(&self, cgroup: &str) -> Result<u64, SampleError> {
         read_u64(&self.dir("pids", cgroup).join("pids.current"))
     }
 
     /// The node's memory: the root cgroup's on v1 (as cAdvisor's root container), and on
     /// v2, where the root has no `memory.current`, runc's figures from `/proc/meminfo`
     /// and `/proc/vmstat` under `proc_root`. The limit is the node's memory either way.
-    pub fn node_memory(&self, proc_root: &Path) -> Result<MemoryStats, SampleError> {
+    pub(crate) fn node_memory(&self, proc_root: &Path) -> Result<MemoryStats, SampleError> {
         let meminfo = read_meminfo(&proc_root.join("meminfo"))?;
         match self.version {
             CgroupVersion::V1 => {
@@ -367,7 +368,7 @@ impl CgroupFs {
     /// The node's cumulative CPU time: the root cgroup's (`cpuacct.usage` on v1, the
     /// root `cpu.stat` on v2), or the busy time of `/proc/stat` under `proc_root` where
     /// the root has none (v2 kernels before 5.8).
-    pub fn node_cpu(&self, proc_root: &Path) -> Result<CpuStats, SampleError> {
+    pub(crate) fn node_cpu(&self, proc_root: &Path) -> Result<CpuStats, SampleError> {
         match self.cpu("/") {
             Ok(c) => Ok(c),
             Err(_) => read_proc_stat_cpu(&proc_root.join("stat")),
@@ -378,7 +379,7 @@ impl CgroupFs {
 /// The cgroup path of `controller`'s hierarchy in a `/proc/<pid>/cgroup` text: the v1
 /// line naming the controller (`4:memory:/docker/<id>`, also in a comma list), or the
 /// v2 line (`0::/system.slice/docker-<id>.scope`).
-pub fn parse_proc_cgroup(text: &str, version: CgroupVersion) -> Option<String> {
+pub(crate) fn parse_proc_cgroup(text: &str, version: CgroupVersion) -> Option<String> {
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
         let (Some(_id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
@@ -398,7 +399,7 @@ pub fn parse_proc_cgroup(text: &str, version: CgroupVersion) -> Option<String> {
 
 /// The memory cgroup (v1) or unified cgroup (v2) of process `pid`, from
 /// `<proc_root>/<pid>/cgroup`.
-pub fn cgroup_of_pid(
+pub(crate) fn cgroup_of_pid(
     proc_root: &Path,
     pid: u32,
     version: CgroupVersion,
@@ -412,7 +413,7 @@ pub fn cgroup_of_pid(
 }
 
 /// Parses `/proc/meminfo` text (values in kB).
-pub fn parse_meminfo(text: &str) -> MemInfo {
+pub(crate) fn parse_meminfo(text: &str) -> MemInfo {
     let get = |key: &str| {
         text.lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
@@ -433,7 +434,7 @@ pub fn parse_meminfo(text: &str) -> MemInfo {
 }
 
 /// Reads `/proc/meminfo` (or a fake at `path`); an error when it has no `MemTotal`.
-pub fn read_meminfo(path: &Path) -> Result<MemInfo, SampleError> {
+pub(crate) fn read_meminfo(path: &Path) -> Result<MemInfo, SampleError> {
     let m = parse_meminfo(&read_small(path)?);
     if m.total_bytes == 0 {
         return Err(SampleError::Parse {
@@ -446,7 +447,7 @@ pub fn read_meminfo(path: &Path) -> Result<MemInfo, SampleError> {
 
 /// The node's busy CPU time from `/proc/stat` text: the `cpu` line's user, nice,
 /// system, irq, softirq and steal ticks (idle and iowait left out), in nanoseconds.
-pub fn parse_proc_stat_cpu(text: &str) -> Option<CpuStats> {
+pub(crate) fn parse_proc_stat_cpu(text: &str) -> Option<CpuStats> {
     let line = text
         .lines()
         .find(|l| l.split_whitespace().next() == Some("cpu"))?;
@@ -469,7 +470,7 @@ pub fn parse_proc_stat_cpu(text: &str) -> Option<CpuStats> {
 }
 
 /// Reads the node's busy CPU time from `/proc/stat` (or a fake at `path`).
-pub fn read_proc_stat_cpu(path: &Path) -> Result<CpuStats, SampleError> {
+pub(crate) fn read_proc_stat_cpu(path: &Path) -> Result<CpuStats, SampleError> {
     parse_proc_stat_cpu(&read_small(path)?).ok_or_else(|| SampleError::Parse {
         path: path.to_path_buf(),
         detail: "no cpu line".to_string(),
@@ -479,7 +480,7 @@ pub fn read_proc_stat_cpu(path: &Path) -> Result<CpuStats, SampleError> {
 /// The node's task limit and count under `proc_root` (upstream's `pidlimit.Stats`:
 /// min of `pid_max` and `threads-max`, the task count of `/proc/loadavg`). A figure that
 /// cannot be read is `None`.
-pub fn read_rlimit(proc_root: &Path) -> Rlimit {
+pub(crate) fn read_rlimit(proc_root: &Path) -> Rlimit {
     let max_pid = ["sys/kernel/pid_max", "sys/kernel/threads-max"]
         .iter()
         .filter_map(|f| read_small(&proc_root.join(f)).ok())
@@ -495,35 +496,22 @@ pub fn read_rlimit(proc_root: &Path) -> Rlimit {
 }
 
 /// The task count of a `/proc/loadavg` text (`0.20 0.18 0.12 1/80 11206` → 80).
-pub fn parse_loadavg_tasks(text: &str) -> Option<i64> {
+pub(crate) fn parse_loadavg_tasks(text: &str) -> Option<i64> {
     let field = text.split_whitespace().nth(3)?;
     field.split_once('/')?.1.parse().ok()
 }
 
 /// `statvfs(2)` of `path`: the size and use of the filesystem holding it.
-pub fn statvfs(path: &Path) -> Result<FsStats, SampleError> {
+pub(crate) fn statvfs(path: &Path) -> Result<FsStats, SampleError> {
     let io_err = |source| SampleError::Io {
         path: path.to_path_buf(),
         source,
     };
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| io_err(io::Error::from(io::ErrorKind::InvalidInput)))?;
-    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statvfs fills the struct we own; the path is NUL-terminated.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut s) };
-    if rc != 0 {
-        return Err(io_err(io::Error::last_os_error()));
-    }
-    // The field types are narrower on 32-bit ARM.
-    #[allow(clippy::useless_conversion)]
+    let s = rustix::fs::statvfs(c.as_c_str()).map_err(|e| io_err(e.into()))?;
     let (blocks, bfree, bavail, frsize, files, ffree) = (
-        u64::from(s.f_blocks),
-        u64::from(s.f_bfree),
-        u64::from(s.f_bavail),
-        u64::from(s.f_frsize),
-        u64::from(s.f_files),
-        u64::from(s.f_ffree),
+        s.f_blocks, s.f_bfree, s.f_bavail, s.f_frsize, s.f_files, s.f_ffree,
     );
     Ok(FsStats {
         capacity_bytes: blocks.saturating_mul(frsize),
@@ -582,14 +570,14 @@ fn read_small(path: &Path) -> Result<String, SampleError> {
 /// Where a sampler's kernel files are read from: opened for each read
 /// ([`OpenEachTime`]), or kept open between samples
 /// ([`super::openfiles::OpenFiles`]).
-pub trait KernelFiles {
+pub(crate) trait KernelFiles {
     /// `path`'s text, at most [`MAX_FILE`] bytes.
     fn read(&mut self, path: &Path) -> Result<String, SampleError>;
 }
 
 /// Each file opened, read and closed (what the one-off readers use).
 #[derive(Debug, Default)]
-pub struct OpenEachTime;
+pub(crate) struct OpenEachTime;
 
 impl KernelFiles for OpenEachTime {
     fn read(&mut self, path: &Path) -> Result<String, SampleError> {
@@ -614,7 +602,7 @@ fn read_u64_from(files: &mut impl KernelFiles, path: &Path) -> Result<u64, Sampl
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
     use std::fs;
 
     fn put(root: &Path, rel: &str, text: &str) {

@@ -19,18 +19,18 @@ use std::time::{Duration, Instant, SystemTime};
 use super::cgroupfs::{statvfs, FsStats};
 
 /// How long one measurement is used (upstream's `calcPeriod`).
-pub const FS_PERIOD: Duration = Duration::from_secs(60);
+pub(crate) const FS_PERIOD: Duration = Duration::from_secs(60);
 
 /// Entries one tick may visit, all directories together: ~20 ms of `lstat`s on an SD
 /// card, so a 10 s tick stays cheap however much is stored.
-pub const TICK_BUDGET: u64 = 20_000;
+pub(crate) const TICK_BUDGET: u64 = 20_000;
 
 /// Entries one directory's walk may visit before it stops and reports what it counted.
-pub const DU_MAX_ENTRIES: u64 = 200_000;
+pub(crate) const DU_MAX_ENTRIES: u64 = 200_000;
 
 /// What one directory uses, and the filesystem it is on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DirUsage {
+pub(crate) struct DirUsage {
     /// Bytes allocated (`st_blocks × 512`, as `du`).
     pub used_bytes: u64,
     /// Entries (inodes) below and including the directory.
@@ -51,14 +51,14 @@ struct Entry {
 
 /// The cached measurements.
 #[derive(Debug, Default)]
-pub struct FsScanner {
+pub(crate) struct FsScanner {
     cache: HashMap<PathBuf, Entry>,
 }
 
 impl FsScanner {
     /// Measures the stale ones of `wanted` within `budget` entries, forgets directories
     /// no longer wanted; returns the entries visited.
-    pub fn scan(&mut self, wanted: &[PathBuf], now: Instant, budget: u64) -> u64 {
+    pub(crate) fn scan(&mut self, wanted: &[PathBuf], now: Instant, budget: u64) -> u64 {
         let keep: std::collections::HashSet<&PathBuf> = wanted.iter().collect();
         self.cache.retain(|p, _| keep.contains(p));
         let mut stale: Vec<(Option<Instant>, &PathBuf)> = wanted
@@ -72,7 +72,7 @@ impl FsScanner {
             })
             .collect();
         // Never measured first, then the oldest.
-        crate::sort::sort(&mut stale);
+        base::sort::sort(&mut stale);
         let mut spent = 0u64;
         for (_, p) in stale {
             if spent >= budget {
@@ -95,13 +95,13 @@ impl FsScanner {
     }
 
     /// The last figures of `dir`, with when they were measured; None before its first.
-    pub fn get(&self, dir: &Path) -> Option<(DirUsage, SystemTime)> {
+    pub(crate) fn get(&self, dir: &Path) -> Option<(DirUsage, SystemTime)> {
         self.cache.get(dir).map(|e| (e.usage, e.at))
     }
 }
 
 /// `du -x` of `dir` (a directory or a single file), visiting at most `max` entries.
-pub fn dir_usage(dir: &Path, max: u64) -> DirUsage {
+pub(crate) fn dir_usage(dir: &Path, max: u64) -> DirUsage {
     let mut u = DirUsage {
         fs: statvfs(dir).ok(),
         ..DirUsage::default()
@@ -145,7 +145,7 @@ pub fn dir_usage(dir: &Path, max: u64) -> DirUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
 
     fn fill(dir: &Path, files: usize, bytes: usize) {
         std::fs::create_dir_all(dir).expect("mkdir");

@@ -16,7 +16,7 @@ use super::analyzer::Snapshot;
 use super::cgroupfs::MemoryStats as RawMem;
 use super::summary::CgroupSample;
 use super::types::InterfaceStats;
-use crate::metrics::{escape_label, fmt_f64};
+use base::metrics::{escape_label, fmt_f64};
 
 /// One family being written: its header once, then samples.
 struct Family<'a> {
@@ -65,7 +65,7 @@ fn secs(t: &Option<Time>) -> Option<f64> {
 }
 
 /// `/metrics/resource`.
-pub fn render_resource(s: &Snapshot) -> String {
+pub(crate) fn render_resource(s: &Snapshot) -> String {
     let mut out = String::with_capacity(8 * 1024);
     let sum = &s.summary;
     let containers = || {
@@ -243,10 +243,10 @@ fn cadvisor_labels(c: &CgroupSample) -> [(&'static str, &str); 6] {
 }
 
 /// `/metrics/cadvisor`.
-pub fn render_cadvisor(s: &Snapshot) -> String {
+pub(crate) fn render_cadvisor(s: &Snapshot) -> String {
     let mut out = String::with_capacity(32 * 1024);
     let mut cgroups: Vec<&CgroupSample> = s.cgroups.iter().collect();
-    crate::sort::sort_by(&mut cgroups, |a, b| a.id.cmp(&b.id));
+    base::sort::sort_by(&mut cgroups, |a, b| a.id.cmp(&b.id));
     {
         let mut f = Family::new(
             &mut out,
@@ -445,7 +445,7 @@ mod tests {
     use crate::stats::types::{
         ContainerStats, CpuStats, MemoryStats, PodReference, PodStats, Summary,
     };
-    use crate::time::k8s_time;
+    use base::time::k8s_time;
 
     fn snapshot() -> Snapshot {
         let t = Some(k8s_time(

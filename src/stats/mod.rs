@@ -5,25 +5,23 @@
 //! document ([`types`]) and the `/metrics/resource` and `/metrics/cadvisor` texts
 //! ([`metrics`]). The ports serve the latest snapshot; a request samples nothing.
 
-pub mod analyzer;
-pub mod cgroupfs;
-pub mod fsscan;
-pub mod metrics;
-pub mod openfiles;
-pub mod summary;
-pub mod types;
+pub(crate) mod analyzer;
+pub(crate) mod cgroupfs;
+pub(crate) mod fsscan;
+pub(crate) mod metrics;
+pub(crate) mod openfiles;
+pub(crate) mod summary;
+pub(crate) mod types;
 
 use std::sync::Arc;
 
-pub use analyzer::{
-    Analyzer, Snapshot, StatsConfig, StatsProvider, DEMAND_WAIT, INTEREST, STATS_PERIOD,
-};
+pub(crate) use analyzer::{Analyzer, StatsConfig, StatsProvider, DEMAND_WAIT, STATS_PERIOD};
 
-use crate::loops::{Loops, Periodic, SpawnError};
-use crate::runtime::Runtime;
+use base::loops::{Loops, Periodic, SpawnError};
+use runtime::Runtime;
 
 /// Starts the `stats` loop; returns the provider the ports read.
-pub fn start(
+pub(crate) fn start(
     loops: &Loops,
     cfg: StatsConfig,
     runtime: Arc<dyn Runtime>,
@@ -51,7 +49,7 @@ pub fn start(
 }
 
 /// `/stats/summary`'s body (`?only_cpu_and_memory=true`: the reduced form).
-pub fn summary_json(provider: &StatsProvider, only_cpu_and_memory: bool) -> Vec<u8> {
+pub(crate) fn summary_json(provider: &StatsProvider, only_cpu_and_memory: bool) -> Vec<u8> {
     let snap = provider.demand(DEMAND_WAIT);
     let body = if only_cpu_and_memory {
         serde_json::to_vec(&summary::cpu_and_memory_only(&snap.summary))

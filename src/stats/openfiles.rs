@@ -24,17 +24,17 @@ use std::time::{Duration, Instant};
 use super::cgroupfs::{KernelFiles, SampleError, MAX_FILE, READ_AHEAD};
 
 /// The most files kept open.
-pub const MAX_OPEN: usize = 2048;
+pub(crate) const MAX_OPEN: usize = 2048;
 
 /// Descriptors of the limit left to everything else.
 const LEFT_TO_OTHERS: u64 = 1024;
 
 /// A kept file not read for this long is closed (three sampling periods).
-pub const FORGET_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const FORGET_AFTER: Duration = Duration::from_secs(30);
 
 /// Files kept open, by path.
 #[derive(Debug)]
-pub struct OpenFiles {
+pub(crate) struct OpenFiles {
     files: HashMap<PathBuf, (File, Instant)>,
     cap: usize,
 }
@@ -42,13 +42,13 @@ pub struct OpenFiles {
 impl OpenFiles {
     /// A cache sized from the process's open-descriptor limit (read now: `main` has
     /// raised it to the hard limit before any loop starts).
-    pub fn for_this_process() -> OpenFiles {
-        let limit = crate::metrics::process::rlimit_soft(libc::RLIMIT_NOFILE).unwrap_or(0);
+    pub(crate) fn for_this_process() -> OpenFiles {
+        let limit = base::metrics::process::rlimit_soft(rustix::process::Resource::Nofile);
         OpenFiles::with_cap(cap_for(limit))
     }
 
     /// A cache keeping at most `cap` files.
-    pub fn with_cap(cap: usize) -> OpenFiles {
+    pub(crate) fn with_cap(cap: usize) -> OpenFiles {
         OpenFiles {
             files: HashMap::new(),
             cap,
@@ -56,17 +56,19 @@ impl OpenFiles {
     }
 
     /// How many files are open.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.files.len()
     }
 
     /// Whether no file is open.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.files.is_empty()
     }
 
     /// Closes the files not read since `now - FORGET_AFTER`.
-    pub fn forget_unread(&mut self, now: Instant) {
+    pub(crate) fn forget_unread(&mut self, now: Instant) {
         self.files
             .retain(|_, (_, at)| now.saturating_duration_since(*at) < FORGET_AFTER);
     }
@@ -141,7 +143,7 @@ fn read_from_start(file: &File, path: &Path) -> Result<String, SampleError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
     use std::fs;
 
     #[test]

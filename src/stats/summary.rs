@@ -12,7 +12,7 @@ use super::types::{
     ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats,
     PodStats, Summary,
 };
-use crate::time::k8s_time;
+use base::time::k8s_time;
 
 /// The default interface whose counters a summary's network figures carry inline
 /// (upstream's `defaultNetworkInterfaceName`).
@@ -23,7 +23,7 @@ const IGNORED_DEVICES: [&str; 4] = ["lo", "veth", "docker", "nerdctl"];
 
 /// One cgroup's figures, as sampled, with the labels `/metrics/cadvisor` gives it.
 #[derive(Clone, Debug, Default)]
-pub struct CgroupSample {
+pub(crate) struct CgroupSample {
     /// cAdvisor's `id`: the cgroup path (`/`, `/docker/<id>`, `/kubepods/...`).
     pub id: String,
     /// cAdvisor's `name`: the Docker container name ("" for pod and node cgroups).
@@ -56,7 +56,7 @@ pub struct CgroupSample {
 
 /// The pod cgroup above a container's: its parent when the parent is named for the
 /// pod (`pod<uid>` with cgroupfs, `…-pod<uid_with_underscores>.slice` with systemd).
-pub fn parent_pod_cgroup(container_cgroup: &str, uid: &str) -> Option<String> {
+pub(crate) fn parent_pod_cgroup(container_cgroup: &str, uid: &str) -> Option<String> {
     if uid.is_empty() {
         return None;
     }
@@ -69,7 +69,7 @@ pub fn parent_pod_cgroup(container_cgroup: &str, uid: &str) -> Option<String> {
 
 /// Cores used between two cumulative samples (ns, when), in nanocores; None when the
 /// counter went back (a cgroup made again) or no time passed.
-pub fn nano_cores(prev: (u64, Instant), cur: (u64, Instant)) -> Option<u64> {
+pub(crate) fn nano_cores(prev: (u64, Instant), cur: (u64, Instant)) -> Option<u64> {
     let dt = cur.1.checked_duration_since(prev.1)?.as_nanos();
     let used = u128::from(cur.0.checked_sub(prev.0)?);
     if dt == 0 {
@@ -80,7 +80,7 @@ pub fn nano_cores(prev: (u64, Instant), cur: (u64, Instant)) -> Option<u64> {
 
 /// Members' figures summed (a pod without its own cgroup). A figure missing from every
 /// member stays missing.
-pub fn sum_samples(samples: &[CgroupSample]) -> CgroupSample {
+pub(crate) fn sum_samples(samples: &[CgroupSample]) -> CgroupSample {
     fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
         match (a, b) {
             (Some(a), Some(b)) => Some(a.saturating_add(b)),
@@ -108,7 +108,7 @@ pub fn sum_samples(samples: &[CgroupSample]) -> CgroupSample {
 }
 
 /// A sample's CPU figures.
-pub fn cpu_stats(s: &CgroupSample) -> Option<CpuStats> {
+pub(crate) fn cpu_stats(s: &CgroupSample) -> Option<CpuStats> {
     s.cpu_ns.map(|ns| CpuStats {
         time: s.time.map(k8s_time),
         usage_nano_cores: s.nano_cores,
@@ -117,7 +117,7 @@ pub fn cpu_stats(s: &CgroupSample) -> Option<CpuStats> {
 }
 
 /// Memory figures: `availableBytes` = limit − working set when there is a limit.
-pub fn memory_stats(m: &RawMem, at: SystemTime) -> MemoryStats {
+pub(crate) fn memory_stats(m: &RawMem, at: SystemTime) -> MemoryStats {
     MemoryStats {
         time: Some(k8s_time(at)),
         available_bytes: m.limit_bytes.map(|l| l.saturating_sub(m.working_set_bytes)),
@@ -130,7 +130,7 @@ pub fn memory_stats(m: &RawMem, at: SystemTime) -> MemoryStats {
 }
 
 /// A whole filesystem's figures (nodefs, imagefs).
-pub fn node_fs(s: &RawFs, at: SystemTime) -> FsStats {
+pub(crate) fn node_fs(s: &RawFs, at: SystemTime) -> FsStats {
     FsStats {
         time: Some(k8s_time(at)),
         available_bytes: Some(s.available_bytes),
@@ -143,7 +143,7 @@ pub fn node_fs(s: &RawFs, at: SystemTime) -> FsStats {
 }
 
 /// A directory's usage on its filesystem (rootfs, logs).
-pub fn usage_fs(u: &DirUsage, at: SystemTime) -> FsStats {
+pub(crate) fn usage_fs(u: &DirUsage, at: SystemTime) -> FsStats {
     FsStats {
         time: Some(k8s_time(at)),
         available_bytes: u.fs.map(|f| f.available_bytes),
@@ -157,12 +157,12 @@ pub fn usage_fs(u: &DirUsage, at: SystemTime) -> FsStats {
 
 /// A volume's figures: upstream's `fsResourceAnalyzer` gives a volume its usage and
 /// the capacity of the filesystem holding it (a tmpfs's for memory-backed ones).
-pub fn volume_fs(u: &DirUsage, at: SystemTime) -> FsStats {
+pub(crate) fn volume_fs(u: &DirUsage, at: SystemTime) -> FsStats {
     usage_fs(u, at)
 }
 
 /// Network figures from interfaces: the default one inline.
-pub fn network_stats(interfaces: Vec<InterfaceStats>, at: SystemTime) -> NetworkStats {
+pub(crate) fn network_stats(interfaces: Vec<InterfaceStats>, at: SystemTime) -> NetworkStats {
     let default = interfaces
         .iter()
         .find(|i| i.name == DEFAULT_INTERFACE)
@@ -176,7 +176,7 @@ pub fn network_stats(interfaces: Vec<InterfaceStats>, at: SystemTime) -> Network
 }
 
 /// The interfaces of a `/proc/<pid>/net/dev` text, cAdvisor's ignored ones left out.
-pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
+pub(crate) fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
     let mut out = Vec::new();
     for line in text.lines().skip(2) {
         let Some((name, rest)) = line.split_once(':') else {
@@ -203,13 +203,13 @@ pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
             tx_errors: Some(f[10]),
         });
     }
-    crate::sort::sort_by(&mut out, |a, b| a.name.cmp(&b.name));
+    base::sort::sort_by(&mut out, |a, b| a.name.cmp(&b.name));
     out
 }
 
 /// The summary with only what `?only_cpu_and_memory=true` asks (upstream's
 /// `GetCPUAndMemoryStats`): names, start times, CPU and memory.
-pub fn cpu_and_memory_only(s: &Summary) -> Summary {
+pub(crate) fn cpu_and_memory_only(s: &Summary) -> Summary {
     let c = |c: &ContainerStats| ContainerStats {
         name: c.name.clone(),
         start_time: c.start_time.clone(),

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// The whole summary: the node and its pods.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// The node's figures.
     pub node: NodeStats,
     /// One entry per pod with a running sandbox or container.
@@ -20,7 +20,7 @@ pub struct Summary {
 /// The node's figures.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NodeStats {
+pub(crate) struct NodeStats {
     /// The node's name.
     pub node_name: String,
     /// Figures of the node's system containers (`pods`: the `kubepods` cgroup).
@@ -51,7 +51,7 @@ pub struct NodeStats {
 /// The runtime's filesystems.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RuntimeStats {
+pub(crate) struct RuntimeStats {
     /// Where images are stored; `usedBytes` is the images' size.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_fs: Option<FsStats>,
@@ -62,7 +62,7 @@ pub struct RuntimeStats {
 
 /// Task limits of the node.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct RlimitStats {
+pub(crate) struct RlimitStats {
     /// When read.
     pub time: Option<Time>,
     /// The most tasks the node can have.
@@ -75,7 +75,7 @@ pub struct RlimitStats {
 
 /// A pod's name, namespace and UID.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct PodReference {
+pub(crate) struct PodReference {
     /// Name.
     pub name: String,
     /// Namespace.
@@ -87,7 +87,7 @@ pub struct PodReference {
 /// One pod's figures.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PodStats {
+pub(crate) struct PodStats {
     /// Which pod.
     pub pod_ref: PodReference,
     /// When the pod's sandbox started.
@@ -116,7 +116,7 @@ pub struct PodStats {
 
 /// A pod's task count.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ProcessStats {
+pub(crate) struct ProcessStats {
     /// Tasks (threads) in the pod's containers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process_count: Option<u64>,
@@ -125,7 +125,7 @@ pub struct ProcessStats {
 /// One container's figures.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ContainerStats {
+pub(crate) struct ContainerStats {
     /// The container's name in the pod spec.
     pub name: String,
     /// When this instance started.
@@ -147,7 +147,7 @@ pub struct ContainerStats {
 /// CPU figures.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CpuStats {
+pub(crate) struct CpuStats {
     /// When sampled.
     pub time: Option<Time>,
     /// Cores used on average since the previous sample, in nanocores.
@@ -161,7 +161,7 @@ pub struct CpuStats {
 /// Memory figures.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MemoryStats {
+pub(crate) struct MemoryStats {
     /// When sampled.
     pub time: Option<Time>,
     /// Limit − working set; left out when there is no limit.
@@ -186,7 +186,7 @@ pub struct MemoryStats {
 
 /// Network figures: the default interface's inline, every interface in `interfaces`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct NetworkStats {
+pub(crate) struct NetworkStats {
     /// When sampled.
     pub time: Option<Time>,
     /// The default interface (`eth0`).
@@ -200,7 +200,7 @@ pub struct NetworkStats {
 /// One interface's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct InterfaceStats {
+pub(crate) struct InterfaceStats {
     /// Interface name.
     pub name: String,
     /// Bytes received.
@@ -220,7 +220,7 @@ pub struct InterfaceStats {
 /// Filesystem figures.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FsStats {
+pub(crate) struct FsStats {
     /// When measured.
     pub time: Option<Time>,
     /// Bytes available to unprivileged users.
@@ -245,7 +245,7 @@ pub struct FsStats {
 
 /// One volume's figures: its filesystem figures inline, and its name.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct VolumeStats {
+pub(crate) struct VolumeStats {
     /// Usage of the volume's directory, the capacity of its filesystem.
     #[serde(flatten)]
     pub fs: FsStats,

@@ -33,18 +33,18 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use super::mirror::{self, MirrorAction};
 use super::patch::{check_container_state_transition, merge_pod_status, status_patch};
 use super::StatusCache;
-use crate::apiclient::{ApiClient, ApiError};
-use crate::loops::lock;
-use crate::metrics::kubelet::KubeletMetrics;
+use crate::metrics::KubeletMetrics;
+use apiclient::{ApiClient, ApiError};
+use base::loops::lock;
 
 /// Upstream `syncPeriod`: every pod is compared with the API's copy this often.
-pub const RESYNC_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const RESYNC_PERIOD: Duration = Duration::from_secs(10);
 /// The loop's period when nothing pokes it: the back-off and the mirror pods' retries
 /// are counted in these.
-pub const TICK: Duration = Duration::from_secs(1);
+pub(crate) const TICK: Duration = Duration::from_secs(1);
 /// The longest wait after an unreachable API server: short enough that every status
 /// is right within a resync period of its return.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(4);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(4);
 /// While the Node is not registered, it is looked for this often (mirror pods wait
 /// for it).
 const NODE_RETRY: Duration = Duration::from_secs(5);
@@ -57,7 +57,7 @@ const MIRROR_CREATE_WAIT: Duration = Duration::from_secs(5);
 /// How often a pod being deleted that can still have running containers has the
 /// runtime looked at again ([`PodRecheck`]): its final delete then waits at most this
 /// long (and a relist) past its containers' end, whatever event was missed.
-pub const RECHECK_PERIOD: Duration = Duration::from_secs(2);
+pub(crate) const RECHECK_PERIOD: Duration = Duration::from_secs(2);
 /// A pod that waits this long on the runtime after its kill ended is worth a warning:
 /// Docker still says a container of it runs.
 const RECHECK_WARN: Duration = Duration::from_secs(30);
@@ -93,7 +93,7 @@ impl PodManagerView {
 
 /// The API calls the status manager makes; [`ApiClient`] in the daemon, a recording
 /// fake in the tests.
-pub trait PodStatusApi: Send + Sync {
+pub(crate) trait PodStatusApi: Send + Sync {
     /// PATCH `pods/<name>/status`; the pod as patched.
     fn patch_status(
         &self,
@@ -125,20 +125,20 @@ impl PodStatusApi for ApiClient {
         self.delete_pod(ns, name, uid, 0)
     }
     fn node(&self, name: &str) -> Result<Node, ApiError> {
-        self.get_node(name, false, crate::apiclient::pods::WRITE_TIMEOUT)
+        self.get_node(name, false, apiclient::pods::WRITE_TIMEOUT)
     }
 }
 
 /// True when a pod (by the kubelet's UID) can have no running container: no kill of
 /// it is under way and the last relist saw none running (upstream
 /// `podDeletionSafety.PodCouldHaveRunningContainers`, negated).
-pub type PodFinished = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+pub(crate) type PodFinished = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Asks for another look at the runtime for a pod being deleted that can still have
 /// running containers (by the kubelet's UID); true when it asked (the pod's kill has
 /// ended, yet the last look saw a container running), false when there is nothing to
 /// look at again (a kill is under way).
-pub type PodRecheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+pub(crate) type PodRecheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// What the status manager remembers of a pod whose final delete waits on the runtime.
 #[derive(Debug)]
@@ -152,14 +152,14 @@ struct Recheck {
 
 /// Why a tick stopped early.
 #[derive(Debug, thiserror::Error)]
-pub enum StatusError {
+pub(crate) enum StatusError {
     /// The API server could not be reached; the tick backs off.
     #[error("status manager: API server unreachable")]
     Unreachable(#[source] ApiError),
 }
 
 /// The `status-mgr` loop's state. [`StatusManager::tick`] is one iteration.
-pub struct StatusManager {
+pub(crate) struct StatusManager {
     api: Arc<dyn PodStatusApi>,
     statuses: Arc<StatusCache>,
     view: Arc<PodManagerView>,
@@ -210,7 +210,7 @@ fn uid_of(p: &Pod) -> &str {
 
 impl StatusManager {
     /// A status manager writing through `api`.
-    pub fn new(
+    pub(crate) fn new(
         api: Arc<dyn PodStatusApi>,
         statuses: Arc<StatusCache>,
         view: Arc<PodManagerView>,
@@ -244,13 +244,13 @@ impl StatusManager {
     /// containers, every [`RECHECK_PERIOD`]: the final delete must not hang on one
     /// runtime event (a missed `die` left the PLEG seeing a container running, and the
     /// pod in the API, until its next full relist 5 min later; issue 27).
-    pub fn with_recheck(mut self, recheck: PodRecheck) -> Self {
+    pub(crate) fn with_recheck(mut self, recheck: PodRecheck) -> Self {
         self.recheck = recheck;
         self
     }
 
     /// Records `kubelet_pod_status_sync_duration_seconds` into `metrics`.
-    pub fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<KubeletMetrics>) -> Self {
         self.metrics = Some(metrics);
         self
     }
@@ -258,7 +258,7 @@ impl StatusManager {
     /// One iteration: the statuses that changed (all of them on a resync), graceful
     /// deletions that are done, mirror pods. Err only when the API server could not be
     /// reached (the loop logs it; the next tick after the back-off resyncs all).
-    pub fn tick(&mut self, now: Instant) -> Result<(), StatusError> {
+    pub(crate) fn tick(&mut self, now: Instant) -> Result<(), StatusError> {
         if self.retry_at.is_some_and(|t| now < t) {
             return Ok(());
         }
@@ -290,7 +290,7 @@ impl StatusManager {
                 log::warn!("status manager: tick cut after {MAX_TICK_WORK:?}, the rest next tick");
                 return Ok(());
             }
-            if crate::container::is_static_pod(pod) {
+            if runtime::container::is_static_pod(pod) {
                 if let Some(m) = mirror::current_mirror(pod, &snap.mirrors) {
                     self.sync_status(uid_of(pod), m, resync, now)?;
                 }
@@ -338,7 +338,7 @@ impl StatusManager {
         if let Err(e) = check_container_state_transition(&api_status, &status, &spec) {
             log::warn!(
                 "Status update on pod aborted: pod {}: {e}",
-                crate::container::format_pod(target)
+                runtime::container::format_pod(target)
             );
             // Looked at again with the next status or the next resync, not every tick.
             self.synced.insert(api_uid, version);
@@ -389,7 +389,7 @@ impl StatusManager {
                 // Tried again at the next resync.
                 log::warn!(
                     "Failed to update status for pod {ns}/{name}: {}",
-                    crate::loops::error_chain(&e)
+                    base::loops::error_chain(&e)
                 );
                 Ok(())
             }
@@ -449,7 +449,7 @@ impl StatusManager {
             Err(e) => {
                 log::warn!(
                     "Failed to delete pod {ns}/{name}: {}",
-                    crate::loops::error_chain(&e)
+                    base::loops::error_chain(&e)
                 );
                 Ok(())
             }
@@ -481,7 +481,7 @@ impl StatusManager {
             r.asked_since = None;
             return;
         }
-        let pod = crate::container::format_pod(pod);
+        let pod = runtime::container::format_pod(pod);
         match r.asked_since {
             None => {
                 r.asked_since = Some(now);
@@ -520,7 +520,7 @@ impl StatusManager {
                     Err(e) if e.is_unreachable() => return Err(e),
                     Err(e) => log::warn!(
                         "Failed deleting mirror pod {namespace}/{name}: {}",
-                        crate::loops::error_chain(&e)
+                        base::loops::error_chain(&e)
                     ),
                 },
                 MirrorAction::Create(pod) => {
@@ -536,7 +536,7 @@ impl StatusManager {
                         Ok(created) => {
                             log::info!(
                                 "Created mirror pod {}",
-                                crate::container::format_pod(&created)
+                                runtime::container::format_pod(&created)
                             );
                             self.created
                                 .insert(full, (uid_of(&created).to_string(), now));
@@ -549,7 +549,7 @@ impl StatusManager {
                             self.node_uid = None;
                             log::warn!(
                                 "Failed creating a mirror pod for {full}: {}",
-                                crate::loops::error_chain(&e)
+                                base::loops::error_chain(&e)
                             );
                         }
                     }
@@ -932,7 +932,7 @@ mod tests {
     fn a_deleted_pod_is_deleted_for_good_once_down_and_terminal() {
         let mut h = harness();
         let mut p = api_pod("web", "u1");
-        p.metadata.deletion_timestamp = Some(crate::time::k8s_time(std::time::SystemTime::now()));
+        p.metadata.deletion_timestamp = Some(base::time::k8s_time(std::time::SystemTime::now()));
         h.publish(vec![p.clone()], vec![]);
         lock(&h.api.statuses).insert("web".into(), json!({"phase": "Running"}));
         h.publish(vec![p.clone()], vec![]);
@@ -982,7 +982,7 @@ mod tests {
             !*lock(&f)
         }));
         let mut p = api_pod("web", "u1");
-        p.metadata.deletion_timestamp = Some(crate::time::k8s_time(std::time::SystemTime::now()));
+        p.metadata.deletion_timestamp = Some(base::time::k8s_time(std::time::SystemTime::now()));
         lock(&h.api.statuses).insert("web".into(), json!({"phase": "Running"}));
         h.publish(vec![p.clone()], vec![]);
         h.statuses.set("u1", status("Failed", "False"));

@@ -25,10 +25,10 @@ use crate::podconfig::{annotation, full_name, CONFIG_HASH_ANNOTATION, CONFIG_MIR
 
 /// The annotation holding the SHA-256 (first 16 hex digits) of the spec a mirror
 /// copied.
-pub const MIRROR_SPEC_ANNOTATION: &str = "rkubelet.io/mirror-spec-hash";
+pub(crate) const MIRROR_SPEC_ANNOTATION: &str = "rkubelet.io/mirror-spec-hash";
 
 /// The digest of a static pod's spec, as [`MIRROR_SPEC_ANNOTATION`] holds it.
-pub fn spec_hash(pod: &Pod) -> String {
+pub(crate) fn spec_hash(pod: &Pod) -> String {
     let json = serde_json::to_vec(&pod.spec).unwrap_or_default();
     let digest = ring::digest::digest(&ring::digest::SHA256, &json);
     digest
@@ -49,7 +49,7 @@ fn is_current(m: &Pod, hash: &str, spec: &str) -> bool {
 
 /// One thing to do on the API server.
 #[derive(Clone, Debug, PartialEq)]
-pub enum MirrorAction {
+pub(crate) enum MirrorAction {
     /// Create the mirror of this static pod.
     Create(Arc<Pod>),
     /// Delete this mirror pod (grace 0, its UID as precondition).
@@ -63,14 +63,15 @@ pub enum MirrorAction {
     },
 }
 
+#[cfg(test)]
 /// True for a pod that is a mirror (upstream `IsMirrorPod`).
-pub fn is_mirror_pod(pod: &Pod) -> bool {
+pub(crate) fn is_mirror_pod(pod: &Pod) -> bool {
     annotation(pod, CONFIG_MIRROR_ANNOTATION).is_some()
 }
 
 /// The static pod's hash (upstream `getHashFromMirrorPod`'s counterpart: the
 /// `config.hash` annotation, else its UID).
-pub fn static_hash(pod: &Pod) -> String {
+pub(crate) fn static_hash(pod: &Pod) -> String {
     annotation(pod, CONFIG_HASH_ANNOTATION)
         .or_else(|| pod.metadata.uid.clone())
         .unwrap_or_default()
@@ -78,7 +79,10 @@ pub fn static_hash(pod: &Pod) -> String {
 
 /// The mirror of `static_pod` that is current, if any (upstream
 /// `IsMirrorPodOf` and no deletion timestamp).
-pub fn current_mirror<'a>(static_pod: &Pod, mirrors: &'a [Arc<Pod>]) -> Option<&'a Arc<Pod>> {
+pub(crate) fn current_mirror<'a>(
+    static_pod: &Pod,
+    mirrors: &'a [Arc<Pod>],
+) -> Option<&'a Arc<Pod>> {
     let full = full_name(static_pod);
     let (hash, spec) = (static_hash(static_pod), spec_hash(static_pod));
     mirrors
@@ -98,7 +102,7 @@ fn delete(m: &Pod) -> MirrorAction {
 /// `mirrors` and no mirror is left without its static pod (upstream `SyncPod`'s mirror
 /// part and `HandlePodCleanups`' `deleteOrphanedMirrorPods`). Deletes come before the
 /// create of the same name.
-pub fn mirror_actions(
+pub(crate) fn mirror_actions(
     pods: &[Arc<Pod>],
     mirrors: &[Arc<Pod>],
     sources_ready: bool,
@@ -109,7 +113,7 @@ pub fn mirror_actions(
     }
     let mut out = Vec::new();
     let mut statics = std::collections::BTreeSet::new();
-    for pod in pods.iter().filter(|p| crate::container::is_static_pod(p)) {
+    for pod in pods.iter().filter(|p| runtime::container::is_static_pod(p)) {
         let full = full_name(pod);
         statics.insert(full.clone());
         let (hash, spec) = (static_hash(pod), spec_hash(pod));
@@ -139,7 +143,7 @@ pub fn mirror_actions(
 /// The mirror pod of `static_pod` (upstream `CreateMirrorPod`): its name, namespace,
 /// labels, annotations with `config.mirror` = its hash, its spec bound to this node,
 /// owned by the Node (apiVersion v1, kind Node, its name and UID, controller).
-pub fn mirror_pod(static_pod: &Pod, node_name: &str, node_uid: &str) -> Pod {
+pub(crate) fn mirror_pod(static_pod: &Pod, node_name: &str, node_uid: &str) -> Pod {
     let mut annotations = static_pod.metadata.annotations.clone().unwrap_or_default();
     annotations.insert(CONFIG_MIRROR_ANNOTATION.into(), static_hash(static_pod));
     annotations.insert(MIRROR_SPEC_ANNOTATION.into(), spec_hash(static_pod));
@@ -245,7 +249,7 @@ mod tests {
         assert_eq!(current_mirror(&s, &[m]), None);
         let mut deleting = (*mirror("web-node1", "m2", "h2")).clone();
         deleting.metadata.deletion_timestamp =
-            Some(crate::time::k8s_time(std::time::SystemTime::now()));
+            Some(base::time::k8s_time(std::time::SystemTime::now()));
         assert_eq!(
             mirror_actions(std::slice::from_ref(&s), &[Arc::new(deleting)], true),
             [del("web-node1", "m2"), MirrorAction::Create(s)]

@@ -13,8 +13,8 @@
 //! container statuses, beside the pure functions they pin down.
 
 pub mod manager;
-pub mod mirror;
-pub mod patch;
+pub(crate) mod mirror;
+pub(crate) mod patch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -25,25 +25,25 @@ use k8s_openapi::api::core::v1::{
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 
-use crate::container::labels::{self, ContainerKind};
-use crate::container::RuntimePod;
-use crate::container::{kind_of, Waiting};
-use crate::kuberuntime::actions::{sandbox_changed, should_restart};
-use crate::loops::lock;
-use crate::runtime::{ContainerDetails, ContainerState};
-use crate::time::k8s_time;
+use base::loops::lock;
+use base::time::k8s_time;
+use runtime::container::helpers::{sandbox_changed, should_restart};
+use runtime::container::labels::{self, ContainerKind};
+use runtime::container::RuntimePod;
+use runtime::container::{kind_of, Waiting};
+use runtime::{ContainerDetails, ContainerState};
 
 /// Upstream `ContainerReasonStatusUnknown`.
-pub const REASON_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+pub(crate) const REASON_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
 /// Upstream's exit code for a container whose end was not seen (as if SIGKILLed).
-pub const EXIT_CODE_UNKNOWN: i32 = 137;
+pub(crate) const EXIT_CODE_UNKNOWN: i32 = 137;
 /// Upstream `MaxPodTerminationMessageLogLength`: all termination messages of one pod
 /// together, split evenly between its containers.
-pub const MAX_POD_TERMINATION_MESSAGE: usize = 12 * 1024;
+pub(crate) const MAX_POD_TERMINATION_MESSAGE: usize = 12 * 1024;
 /// The reason of a pod failed by `activeDeadlineSeconds` (upstream `activeDeadlineHandler`).
-pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+pub(crate) const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 /// Its message, as upstream words it.
-pub const MESSAGE_DEADLINE_EXCEEDED: &str =
+pub(crate) const MESSAGE_DEADLINE_EXCEEDED: &str =
     "Pod was active on the node longer than the specified deadline";
 
 /// The computed statuses of every pod the kubelet runs, by UID. Written by pod workers,
@@ -130,28 +130,28 @@ pub struct StatusInputs<'a> {
     pub pod_is_terminal: bool,
     /// Published probe results, for `ready` and `started` (None: probes ignored, a
     /// running container is ready and started).
-    pub probes: Option<&'a crate::prober::results::ResultsCache>,
+    pub probes: Option<&'a runtime::container::results::ResultsCache>,
 }
 
 /// True when the pod has run longer than its `activeDeadlineSeconds` since `start`
 /// (upstream `pastActiveDeadline`; the sync loop's tick checks it).
-pub fn past_active_deadline(pod: &Pod, start: Option<SystemTime>, now: SystemTime) -> bool {
+pub(crate) fn past_active_deadline(pod: &Pod, start: Option<SystemTime>, now: SystemTime) -> bool {
     let Some(deadline) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
         return false;
     };
     let Some(start) = start else { return false };
-    let deadline = crate::time::secs(deadline);
+    let deadline = base::time::secs(deadline);
     now.duration_since(start).is_ok_and(|ran| ran >= deadline)
 }
 
 /// True for `Succeeded` and `Failed`.
-pub fn is_terminal_phase(phase: Option<&str>) -> bool {
+pub(crate) fn is_terminal_phase(phase: Option<&str>) -> bool {
     matches!(phase, Some("Succeeded" | "Failed"))
 }
 
 /// The start time a status carries.
 pub fn start_time(status: &PodStatus) -> Option<SystemTime> {
-    status.start_time.as_ref().map(crate::time::system_time)
+    status.start_time.as_ref().map(base::time::system_time)
 }
 
 /// Computes a pod's status from its runtime view.
@@ -179,7 +179,7 @@ pub fn generate(pod: &Pod, rt: &RuntimePod, inp: &StatusInputs<'_>) -> PodStatus
         prev.and_then(|p| p.container_statuses.as_deref()),
         has_inits,
     );
-    crate::sort::sort_by(&mut app_statuses, |a, b| a.name.cmp(&b.name));
+    base::sort::sort_by(&mut app_statuses, |a, b| a.name.cmp(&b.name));
 
     let start_time = prev
         .and_then(|p| p.start_time.clone())
@@ -202,7 +202,7 @@ pub fn generate(pod: &Pod, rt: &RuntimePod, inp: &StatusInputs<'_>) -> PodStatus
         reason = prev.and_then(|p| p.reason.clone());
         message = prev.and_then(|p| p.message.clone());
     }
-    if past_active_deadline(pod, Some(crate::time::system_time(&start_time)), inp.now)
+    if past_active_deadline(pod, Some(base::time::system_time(&start_time)), inp.now)
         && phase != "Succeeded"
     {
         phase = "Failed".into();
@@ -210,15 +210,25 @@ pub fn generate(pod: &Pod, rt: &RuntimePod, inp: &StatusInputs<'_>) -> PodStatus
         message = Some(MESSAGE_DEADLINE_EXCEEDED.into());
     }
 
-    let pod_ip = if spec.host_network == Some(true) {
-        Some(inp.host_ip.to_string())
+    let pod_ips: Vec<String> = if spec.host_network == Some(true) {
+        vec![inp.host_ip.to_string()]
     } else {
-        rt.running_sandbox()
-            .map(|s| s.ip_address.clone())
-            .filter(|ip| !ip.is_empty())
-            // A stopped sandbox has no IP; keep the last one known, as upstream does.
-            .or_else(|| prev.and_then(|p| p.pod_ip.clone()))
+        let node_ipv6 = inp.host_ip.contains(':');
+        let ips = rt
+            .running_sandbox()
+            .map(|s| s.pod_ips(node_ipv6))
+            .unwrap_or_default();
+        if ips.is_empty() {
+            // A stopped sandbox has no IP; keep the last ones known, as upstream does.
+            prev.and_then(|p| p.pod_ips.clone())
+                .map(|ips| ips.into_iter().map(|p| p.ip).collect())
+                .or_else(|| prev.and_then(|p| p.pod_ip.clone()).map(|ip| vec![ip]))
+                .unwrap_or_default()
+        } else {
+            ips
+        }
     };
+    let pod_ip = pod_ips.first().cloned();
 
     let all: Vec<&ContainerStatus> = init_statuses.iter().chain(&app_statuses).collect();
     let conditions = conditions(pod, rt, &all, &phase, prev, inp.now);
@@ -232,8 +242,9 @@ pub fn generate(pod: &Pod, rt: &RuntimePod, inp: &StatusInputs<'_>) -> PodStatus
         host_ips: Some(vec![HostIP {
             ip: inp.host_ip.to_string(),
         }]),
-        pod_ip: pod_ip.clone(),
-        pod_ips: pod_ip.map(|ip| vec![PodIP { ip }]),
+        pod_ip,
+        pod_ips: (!pod_ips.is_empty())
+            .then(|| pod_ips.into_iter().map(|ip| PodIP { ip }).collect()),
         start_time: Some(start_time),
         qos_class: Some(qos_class(pod).to_string()),
         init_container_statuses: has_inits.then_some(init_statuses),
@@ -504,9 +515,9 @@ fn readiness(
     c: &Container,
     kind: ContainerKind,
     st: &mut ContainerStatus,
-    probes: Option<&crate::prober::results::ResultsCache>,
+    probes: Option<&runtime::container::results::ResultsCache>,
 ) {
-    use crate::prober::{ProbeResult, ProbeType};
+    use runtime::container::{ProbeResult, ProbeType};
     let running = is_running(st.state.as_ref());
     let id = st
         .container_id
@@ -625,7 +636,7 @@ fn truncate_termination_messages(pod: &Pod, status: &mut PodStatus) {
 /// not seen ending; and a pod that is not static and not yet Succeeded or Failed is
 /// Failed (`force_terminal`), so a deleted pod that never ran still ends terminal and
 /// can be deleted for good. Run after a kill whose pod keeps a status.
-pub fn terminate(status: &PodStatus, force_terminal: bool) -> PodStatus {
+pub(crate) fn terminate(status: &PodStatus, force_terminal: bool) -> PodStatus {
     let mut s = status.clone();
     if force_terminal && !is_terminal_phase(s.phase.as_deref()) {
         s.phase = Some("Failed".into());
@@ -790,7 +801,7 @@ pub fn qos_class(pod: &Pod) -> &'static str {
             |m: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
              k: &str| {
                 m.get(k)
-                    .and_then(|q| crate::quantity::parse_milli(&q.0))
+                    .and_then(|q| base::quantity::parse_milli(&q.0))
                     .filter(|v| *v > 0)
             };
         let mut limited = 0;
@@ -820,9 +831,9 @@ pub fn qos_class(pod: &Pod) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::ContainerDetails;
     use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use runtime::ContainerDetails;
     use std::time::Duration;
 
     #[test]
@@ -919,8 +930,10 @@ mod tests {
             error: String::new(),
             pid: 0,
             ip_address: String::new(),
-            network_mode: "container:sb".into(),
-            settings: Default::default(),
+            additional_ips: Vec::new(),
+            host_network: false,
+            stop_signal: String::new(),
+            rootfs_dir: String::new(),
             log_path: String::new(),
         }
     }
@@ -937,7 +950,7 @@ mod tests {
         s.id = "sb".into();
         s.name = labels::sandbox_name("p", "default", "u", 0);
         s.ip_address = "172.17.0.5".into();
-        s.network_mode = "default".into();
+        s.host_network = false;
         s.labels
             .insert(labels::DOCKER_TYPE.into(), labels::TYPE_SANDBOX.into());
         s
@@ -945,7 +958,7 @@ mod tests {
 
     fn rt(containers: Vec<ContainerDetails>) -> RuntimePod {
         let mut containers = containers;
-        crate::sort::sort_by_key(&mut containers, |c| std::cmp::Reverse(c.created));
+        base::sort::sort_by_key(&mut containers, |c| std::cmp::Reverse(c.created));
         RuntimePod {
             sandboxes: vec![sandbox()],
             containers,
@@ -980,10 +993,43 @@ mod tests {
     }
 
     #[test]
+    fn pod_ips_are_one_per_family_with_the_nodes_family_first() {
+        let p = pod(&["a"], "Always");
+        let mut r = rt(vec![ctr("a", ContainerState::Running, 0, 0, 10)]);
+        // The plugins' order (IPv4 first) with a second IPv4 the kubelet drops.
+        r.sandboxes[0].ip_address = "10.88.1.5".into();
+        r.sandboxes[0].additional_ips = vec!["fd00:1::5".into(), "10.88.1.6".into()];
+        let s = gen(&p, &r, &BTreeMap::new(), None);
+        assert_eq!(s.pod_ip.as_deref(), Some("10.88.1.5"));
+        let ips: Vec<&str> = s.pod_ips.iter().flatten().map(|i| i.ip.as_str()).collect();
+        assert_eq!(ips, ["10.88.1.5", "fd00:1::5"]);
+        // On an IPv6 node the IPv6 address is the pod's IP.
+        let v6 = generate(
+            &p,
+            &r,
+            &StatusInputs {
+                waiting: &BTreeMap::new(),
+                previous: None,
+                host_ip: "fd00::1",
+                now: t(100),
+                pod_is_terminal: false,
+                probes: None,
+            },
+        );
+        assert_eq!(v6.pod_ip.as_deref(), Some("fd00:1::5"));
+        let ips: Vec<&str> = v6.pod_ips.iter().flatten().map(|i| i.ip.as_str()).collect();
+        assert_eq!(ips, ["fd00:1::5", "10.88.1.5"]);
+        // A stopped sandbox: the last ones known stay.
+        r.sandboxes[0].state = ContainerState::Exited;
+        let later = gen(&p, &r, &BTreeMap::new(), Some(&s));
+        assert_eq!(later.pod_ips, s.pod_ips);
+    }
+
+    #[test]
     fn probe_results_drive_ready_started_and_the_conditions() {
-        use crate::prober::results::ResultsCache;
-        use crate::prober::{ProbeResult, ProbeType};
         use k8s_openapi::api::core::v1::{ExecAction, Probe};
+        use runtime::container::results::ResultsCache;
+        use runtime::container::{ProbeResult, ProbeType};
         let probe = || {
             Some(Probe {
                 exec: Some(ExecAction {

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 /// Conditions the kubelet owns (upstream `PodConditionByKubelet`): computed here, so
 /// ours replace the API's; every other condition the API holds is kept.
-pub const KUBELET_CONDITIONS: [&str; 5] = [
+pub(crate) const KUBELET_CONDITIONS: [&str; 5] = [
     "PodScheduled",
     "Ready",
     "Initialized",
@@ -37,7 +37,7 @@ fn terminal(phase: Option<&str>) -> bool {
 /// - A pod terminal in the API stays so (phase, reason, message).
 /// - Once terminal, `Ready` and `ContainersReady` are False (`PodCompleted` or
 ///   `PodFailed`).
-pub fn merge_pod_status(
+pub(crate) fn merge_pod_status(
     old: &PodStatus,
     new: &PodStatus,
     could_have_running_containers: bool,
@@ -85,7 +85,7 @@ pub fn merge_pod_status(
                 c.reason = Some(reason.into());
                 c.message = None;
                 // The flip is now (upstream: updateLastTransitionTime).
-                c.last_transition_time = Some(crate::time::k8s_time(std::time::SystemTime::now()));
+                c.last_transition_time = Some(base::time::k8s_time(std::time::SystemTime::now()));
             }
         }
     }
@@ -97,7 +97,7 @@ pub fn merge_pod_status(
 /// it (`Always`; `OnFailure` after a non-zero exit) or it is a sidecar (an init
 /// container with `restartPolicy: Always`). Err names the container: the whole update
 /// is dropped.
-pub fn check_container_state_transition(
+pub(crate) fn check_container_state_transition(
     old: &PodStatus,
     new: &PodStatus,
     spec: &PodSpec,
@@ -141,9 +141,9 @@ pub fn check_container_state_transition(
 /// The body of upstream's `PatchPodStatus`: a two-way strategic merge patch from
 /// `{status: old}` to `{metadata: {uid}, status: new}`. None when the statuses are
 /// the same (the uid alone is no change: nothing to send).
-pub fn status_patch(uid: &str, old: &PodStatus, new: &PodStatus) -> Option<Value> {
-    let old = crate::json::to_value(old).unwrap_or(Value::Null);
-    let new = crate::json::to_value(new).unwrap_or(Value::Null);
+pub(crate) fn status_patch(uid: &str, old: &PodStatus, new: &PodStatus) -> Option<Value> {
+    let old = base::json::to_value(old).unwrap_or(Value::Null);
+    let new = base::json::to_value(new).unwrap_or(Value::Null);
     let diff = match (&old, &new) {
         (Value::Object(o), Value::Object(n)) => diff_maps(o, n, "")?,
         (_, Value::Object(n)) if !n.is_empty() => n.clone(),

@@ -239,7 +239,7 @@ pub(super) fn validate_volume_mounts(
 pub(super) fn validate_resource_requirements(r: &ResourceRequirements, path: &Path) -> ErrorList {
     let mut errs = ErrorList::default();
     let parse = |q: &str, p: &Path, errs: &mut ErrorList| -> Option<i128> {
-        match crate::quantity::parse_milli(q) {
+        match base::quantity::parse_milli(q) {
             None => {
                 errs.push(FieldError::invalid(p, q, QUANTITY_FORMAT));
                 None
@@ -404,7 +404,7 @@ fn validate_handler_types(
 }
 
 /// `validateProbe`: one handler, non-negative numbers, a positive grace override.
-pub fn validate_probe(probe: &Probe, path: &Path) -> ErrorList {
+pub(crate) fn validate_probe(probe: &Probe, path: &Path) -> ErrorList {
     let mut errs = validate_handler_types(
         [
             (probe.exec.is_some(), "exec"),

@@ -14,16 +14,16 @@ use super::field::{ErrorList, FieldError, Path};
 use super::names::is_dns1123_subdomain;
 
 /// Upstream `MaxDNSNameservers`: glibc reads at most three.
-pub const MAX_NAMESERVERS: usize = 3;
+pub(crate) const MAX_NAMESERVERS: usize = 3;
 /// Upstream `MaxDNSSearchPaths` (the expanded limit, GA since 1.28).
-pub const MAX_SEARCH_PATHS: usize = 32;
+pub(crate) const MAX_SEARCH_PATHS: usize = 32;
 /// Upstream `MaxDNSSearchListChars`: the search line, spaces between paths included.
-pub const MAX_SEARCH_LIST_CHARS: usize = 2048;
+pub(crate) const MAX_SEARCH_LIST_CHARS: usize = 2048;
 /// Upstream `IsValidIP`'s detail.
 const INVALID_IP: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
 
 /// `ValidateHostAliases`: each alias has a valid IP and RFC 1123 subdomain hostnames.
-pub fn validate_host_aliases(aliases: &[HostAlias], path: &Path) -> ErrorList {
+pub(crate) fn validate_host_aliases(aliases: &[HostAlias], path: &Path) -> ErrorList {
     let mut errs = ErrorList::default();
     for (i, alias) in aliases.iter().enumerate() {
         let p = path.index(i);
@@ -42,7 +42,7 @@ pub fn validate_host_aliases(aliases: &[HostAlias], path: &Path) -> ErrorList {
 /// required; nameservers are IPs, at most [`MAX_NAMESERVERS`]; searches are RFC 1123
 /// subdomains (a trailing dot allowed), at most [`MAX_SEARCH_PATHS`] and
 /// [`MAX_SEARCH_LIST_CHARS`] together; options have names.
-pub fn validate_pod_dns_config(
+pub(crate) fn validate_pod_dns_config(
     config: Option<&PodDNSConfig>,
     dns_policy: Option<&str>,
     path: &Path,
@@ -143,7 +143,7 @@ fn has_whitespace(s: &str) -> bool {
 
 /// `IsValidIP`: what Go's `netutils.ParseIPSloppy` takes, an IPv4 or IPv6 address
 /// (IPv4 octets may have leading zeros, read as decimal).
-pub fn is_valid_ip(path: &Path, value: &str) -> ErrorList {
+pub(crate) fn is_valid_ip(path: &Path, value: &str) -> ErrorList {
     let mut errs = ErrorList::default();
     if value.parse::<std::net::IpAddr>().is_err() && !is_sloppy_ipv4(value) {
         errs.push(FieldError::invalid(path, value, INVALID_IP));

@@ -5,31 +5,31 @@
 
 use std::fmt;
 
-use crate::goquote::go_quote;
+use base::goquote::go_quote;
 
 /// A path to a field (`field.Path`): built with [`Path::child`], [`Path::index`] and
 /// [`Path::key`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Path(String);
+pub(crate) struct Path(String);
 
 impl Path {
     /// The root of a path (`metadata`, `spec`).
-    pub fn new(root: &str) -> Path {
+    pub(crate) fn new(root: &str) -> Path {
         Path(root.to_string())
     }
 
     /// `path.name`.
-    pub fn child(&self, name: &str) -> Path {
+    pub(crate) fn child(&self, name: &str) -> Path {
         Path(format!("{}.{name}", self.0))
     }
 
     /// `path[i]`.
-    pub fn index(&self, i: usize) -> Path {
+    pub(crate) fn index(&self, i: usize) -> Path {
         Path(format!("{}[{i}]", self.0))
     }
 
     /// `path[key]` (a map key, unquoted as upstream).
-    pub fn key(&self, key: &str) -> Path {
+    pub(crate) fn key(&self, key: &str) -> Path {
         Path(format!("{}[{key}]", self.0))
     }
 }
@@ -42,7 +42,7 @@ impl fmt::Display for Path {
 
 /// Upstream's `field.ErrorType`, printed as upstream prints it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorType {
+pub(crate) enum ErrorType {
     /// `Not found`.
     NotFound,
     /// `Required value`.
@@ -76,7 +76,7 @@ impl ErrorType {
 /// The value a field error quotes: upstream prints strings with Go's `%q` and numbers
 /// plainly.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BadValue {
+pub(crate) enum BadValue {
     /// No value is printed (Required, Forbidden, TooLong).
     None,
     /// A string, printed quoted.
@@ -119,7 +119,7 @@ impl From<i32> for BadValue {
 
 /// One invalid field (`field.Error`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldError {
+pub(crate) struct FieldError {
     /// What kind of problem.
     pub ty: ErrorType,
     /// The field's path, e.g. `spec.volumes[0].name`.
@@ -141,38 +141,42 @@ impl FieldError {
     }
 
     /// `field.Required`.
-    pub fn required(field: &Path, detail: &str) -> Self {
+    pub(crate) fn required(field: &Path, detail: &str) -> Self {
         Self::new(ErrorType::Required, field, BadValue::None, detail)
     }
 
     /// `field.Invalid`.
-    pub fn invalid(field: &Path, value: impl Into<BadValue>, detail: &str) -> Self {
+    pub(crate) fn invalid(field: &Path, value: impl Into<BadValue>, detail: &str) -> Self {
         Self::new(ErrorType::Invalid, field, value.into(), detail)
     }
 
     /// `field.Duplicate`.
-    pub fn duplicate(field: &Path, value: impl Into<BadValue>) -> Self {
+    pub(crate) fn duplicate(field: &Path, value: impl Into<BadValue>) -> Self {
         Self::new(ErrorType::Duplicate, field, value.into(), "")
     }
 
     /// `field.NotFound`.
-    pub fn not_found(field: &Path, value: impl Into<BadValue>) -> Self {
+    pub(crate) fn not_found(field: &Path, value: impl Into<BadValue>) -> Self {
         Self::new(ErrorType::NotFound, field, value.into(), "")
     }
 
     /// `field.Forbidden`.
-    pub fn forbidden(field: &Path, detail: &str) -> Self {
+    pub(crate) fn forbidden(field: &Path, detail: &str) -> Self {
         Self::new(ErrorType::Forbidden, field, BadValue::None, detail)
     }
 
     /// `field.TooLong`, in bytes.
-    pub fn too_long(field: &Path, max_bytes: usize) -> Self {
+    pub(crate) fn too_long(field: &Path, max_bytes: usize) -> Self {
         let detail = format!("must have at most {max_bytes} bytes");
         Self::new(ErrorType::TooLong, field, BadValue::None, &detail)
     }
 
     /// `field.NotSupported`: the supported values are listed quoted, in the given order.
-    pub fn not_supported(field: &Path, value: impl Into<BadValue>, supported: &[&str]) -> Self {
+    pub(crate) fn not_supported(
+        field: &Path,
+        value: impl Into<BadValue>,
+        supported: &[&str],
+    ) -> Self {
         let quoted: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
         let detail = if quoted.is_empty() {
             String::new()
@@ -213,21 +217,21 @@ impl fmt::Display for FieldError {
 /// `ToAggregate().Error()`: one error alone, several as `[a, b]` (repeats once).
 #[derive(Clone, Debug, Default, PartialEq, Eq, thiserror::Error)]
 #[error("{}", self.aggregate())]
-pub struct ErrorList(pub Vec<FieldError>);
+pub(crate) struct ErrorList(pub Vec<FieldError>);
 
 impl ErrorList {
     /// True when nothing is wrong.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// Adds one error.
-    pub fn push(&mut self, e: FieldError) {
+    pub(crate) fn push(&mut self, e: FieldError) {
         self.0.push(e);
     }
 
     /// Adds every error of another list.
-    pub fn extend(&mut self, other: ErrorList) {
+    pub(crate) fn extend(&mut self, other: ErrorList) {
         self.0.extend(other.0);
     }
 
@@ -247,8 +251,9 @@ impl ErrorList {
         }
     }
 
+    #[cfg(test)]
     /// The fields in error, in order (for tests and short log lines).
-    pub fn fields(&self) -> Vec<&str> {
+    pub(crate) fn fields(&self) -> Vec<&str> {
         self.0.iter().map(|e| e.field.as_str()).collect()
     }
 }

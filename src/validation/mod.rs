@@ -16,9 +16,9 @@
 //! resize, pod-level resources) are not checked.
 
 mod container;
-pub mod dns;
-pub mod field;
-pub mod names;
+pub(crate) mod dns;
+pub(crate) mod field;
+pub(crate) mod names;
 mod volumes;
 
 use std::collections::BTreeSet;
@@ -26,11 +26,10 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-pub use container::validate_probe;
 use container::{
     accumulate_unique_host_ports, validate_container, validate_probes, validate_seccomp_profile,
 };
-pub use field::{ErrorList, FieldError, Path};
+pub(crate) use field::{ErrorList, FieldError, Path};
 use names::{
     inclusive_range_error, is_dns1123_label, is_dns1123_subdomain, is_qualified_name, is_valid_id,
     is_valid_label_value,
@@ -82,7 +81,7 @@ const VOLUME_TYPES: &[&str] = &[
 ];
 
 /// `ValidatePodCreate`: the pod's metadata and spec. Err holds every problem.
-pub fn validate_pod_create(pod: &Pod) -> Result<(), ErrorList> {
+pub(crate) fn validate_pod_create(pod: &Pod) -> Result<(), ErrorList> {
     let mut errs = validate_object_meta(&pod.metadata, &Path::new("metadata"));
     let spec_path = Path::new("spec");
     match &pod.spec {
@@ -97,7 +96,7 @@ pub fn validate_pod_create(pod: &Pod) -> Result<(), ErrorList> {
 }
 
 /// `ValidateObjectMeta` with `ValidatePodName` and a required namespace.
-pub fn validate_object_meta(meta: &ObjectMeta, path: &Path) -> ErrorList {
+pub(crate) fn validate_object_meta(meta: &ObjectMeta, path: &Path) -> ErrorList {
     let mut errs = ErrorList::default();
     let name = meta.name.as_deref().unwrap_or("");
     let name_path = path.child("name");
@@ -147,7 +146,7 @@ pub fn validate_object_meta(meta: &ObjectMeta, path: &Path) -> ErrorList {
 }
 
 /// `ValidatePodSpec`.
-pub fn validate_pod_spec(spec: &PodSpec, path: &Path) -> ErrorList {
+pub(crate) fn validate_pod_spec(spec: &PodSpec, path: &Path) -> ErrorList {
     let mut errs = ErrorList::default();
     let (volumes, volume_errs) = validate_volumes(spec.volumes.as_deref().unwrap_or(&[]), path);
     errs.extend(volume_errs);
@@ -203,7 +202,7 @@ pub fn validate_pod_spec(spec: &PodSpec, path: &Path) -> ErrorList {
     for (i, ec) in spec.ephemeral_containers.iter().flatten().enumerate() {
         let p = eph_path.index(i);
         // Same fields under another type: checked as a container, whose rules they share.
-        match crate::json::to_value(ec).and_then(|v| crate::json::from_value::<Container>(&v)) {
+        match base::json::to_value(ec).and_then(|v| base::json::from_value::<Container>(&v)) {
             Ok(c) => errs.extend(validate_container(&c, &p, &volumes, &mut names, grace)),
             Err(e) => errs.push(FieldError::invalid(&p, "", &e.to_string())),
         }
@@ -362,8 +361,8 @@ fn validate_volumes(volumes: &[Volume], spec_path: &Path) -> (BTreeSet<String>, 
 /// `validateVolumeSource`: exactly one type, and the rules of the types rkubelet runs.
 fn validate_volume_source(vol: &Volume, path: &Path) -> ErrorList {
     let mut errs = ErrorList::default();
-    let set: BTreeSet<String> = match crate::json::to_value(vol) {
-        Ok(serde_json::Value::Object(m)) => crate::sort::set(
+    let set: BTreeSet<String> = match base::json::to_value(vol) {
+        Ok(serde_json::Value::Object(m)) => base::sort::set(
             m.into_iter()
                 .filter(|(k, v)| k != "name" && !v.is_null())
                 .map(|(k, _)| k),
@@ -417,7 +416,7 @@ fn validate_volume_source(vol: &Volume, path: &Path) -> ErrorList {
             }
         }
         if let Some(limit) = &ed.size_limit {
-            if crate::quantity::parse_milli(&limit.0).is_none_or(|v| v < 0) {
+            if base::quantity::parse_milli(&limit.0).is_none_or(|v| v < 0) {
                 errs.push(FieldError::forbidden(
                     &p.child("sizeLimit"),
                     "SizeLimit field must be a valid resource quantity",
@@ -429,7 +428,7 @@ fn validate_volume_source(vol: &Volume, path: &Path) -> ErrorList {
 }
 
 /// `validateLocalDescendingPath`: relative, and no `..` element.
-pub fn validate_local_descending_path(target: &str, path: &Path) -> ErrorList {
+pub(crate) fn validate_local_descending_path(target: &str, path: &Path) -> ErrorList {
     let mut errs = ErrorList::default();
     if target.starts_with('/') {
         errs.push(FieldError::invalid(path, target, "must be a relative path"));

@@ -6,17 +6,17 @@
 //! messages quote upstream's expressions so that they read the same.
 
 /// `MaxLenError`.
-pub fn max_len_error(length: usize) -> String {
+pub(crate) fn max_len_error(length: usize) -> String {
     format!("must be no more than {length} characters")
 }
 
 /// `InclusiveRangeError`.
-pub fn inclusive_range_error(lo: i64, hi: i64) -> String {
+pub(crate) fn inclusive_range_error(lo: i64, hi: i64) -> String {
     format!("must be between {lo} and {hi}, inclusive")
 }
 
 /// `RegexError`: the message, examples and the expression used.
-pub fn regex_error(msg: &str, re: &str, examples: &[&str]) -> String {
+pub(crate) fn regex_error(msg: &str, re: &str, examples: &[&str]) -> String {
     if examples.is_empty() {
         return format!("{msg} (regex used for validation is '{re}')");
     }
@@ -37,9 +37,9 @@ const DNS1123_SUBDOMAIN_FMT: &str =
     "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 /// `DNS1123LabelMaxLength`.
-pub const DNS1123_LABEL_MAX: usize = 63;
+pub(crate) const DNS1123_LABEL_MAX: usize = 63;
 /// `DNS1123SubdomainMaxLength`.
-pub const DNS1123_SUBDOMAIN_MAX: usize = 253;
+pub(crate) const DNS1123_SUBDOMAIN_MAX: usize = 253;
 
 /// `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 fn matches_dns1123_label(s: &str) -> bool {
@@ -53,7 +53,7 @@ fn matches_dns1123_subdomain(s: &str) -> bool {
 }
 
 /// `IsDNS1123Label`.
-pub fn is_dns1123_label(value: &str) -> Vec<String> {
+pub(crate) fn is_dns1123_label(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > DNS1123_LABEL_MAX {
         errs.push(max_len_error(DNS1123_LABEL_MAX));
@@ -74,7 +74,7 @@ pub fn is_dns1123_label(value: &str) -> Vec<String> {
 }
 
 /// `IsDNS1123Subdomain`.
-pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
+pub(crate) fn is_dns1123_subdomain(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > DNS1123_SUBDOMAIN_MAX {
         errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX));
@@ -108,7 +108,7 @@ fn matches_label_key(s: &str) -> bool {
 
 /// `IsQualifiedName` (now `content.IsLabelKey`): an optional DNS subdomain prefix and
 /// `/`, then a name of at most 63 characters.
-pub fn is_qualified_name(value: &str) -> Vec<String> {
+pub(crate) fn is_qualified_name(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     let parts: Vec<&str> = value.split('/').collect();
     let name = match parts.as_slice() {
@@ -152,7 +152,7 @@ pub fn is_qualified_name(value: &str) -> Vec<String> {
 }
 
 /// `IsValidLabelValue`.
-pub fn is_valid_label_value(value: &str) -> Vec<String> {
+pub(crate) fn is_valid_label_value(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > LABEL_MAX {
         errs.push(max_len_error(LABEL_MAX));
@@ -168,7 +168,7 @@ pub fn is_valid_label_value(value: &str) -> Vec<String> {
 }
 
 /// `IsValidPortNum`: 1 to 65535.
-pub fn is_valid_port_num(port: i64) -> Vec<String> {
+pub(crate) fn is_valid_port_num(port: i64) -> Vec<String> {
     if (1..=65535).contains(&port) {
         Vec::new()
     } else {
@@ -178,7 +178,7 @@ pub fn is_valid_port_num(port: i64) -> Vec<String> {
 
 /// `IsValidPortName` (an IANA_SVC_NAME): at most 15 of `[-a-z0-9]`, at least one
 /// letter, no `--`, no hyphen at either end.
-pub fn is_valid_port_name(port: &str) -> Vec<String> {
+pub(crate) fn is_valid_port_name(port: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if port.len() > 15 {
         errs.push(max_len_error(15));
@@ -201,7 +201,7 @@ pub fn is_valid_port_name(port: &str) -> Vec<String> {
 
 /// `IsRelaxedEnvVarName`, the rule in force since `RelaxedEnvironmentVariableValidation`
 /// went GA: any printable ASCII character but `=`.
-pub fn is_relaxed_env_var_name(value: &str) -> Vec<String> {
+pub(crate) fn is_relaxed_env_var_name(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if value.is_empty() {
         errs.push("environment variable name must be non-empty".to_string());
@@ -216,10 +216,10 @@ pub fn is_relaxed_env_var_name(value: &str) -> Vec<String> {
 }
 
 /// The largest Unix user or group ID (`maxUserID`, `maxGroupID`: uint32 max).
-pub const MAX_ID: i64 = 0xffff_ffff;
+pub(crate) const MAX_ID: i64 = 0xffff_ffff;
 
 /// `IsValidUserID` / `IsValidGroupID`.
-pub fn is_valid_id(id: i64) -> Vec<String> {
+pub(crate) fn is_valid_id(id: i64) -> Vec<String> {
     if (0..=MAX_ID).contains(&id) {
         Vec::new()
     } else {

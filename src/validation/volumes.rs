@@ -18,7 +18,7 @@ use super::names::{is_dns1123_subdomain, is_relaxed_env_var_name, max_len_error,
 use super::validate_local_descending_path;
 
 /// Upstream `IsConfigMapKey` (Secret keys too).
-pub fn is_config_map_key(key: &str) -> Vec<String> {
+pub(super) fn is_config_map_key(key: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if key.len() > 253 {
         errs.push(max_len_error(253));

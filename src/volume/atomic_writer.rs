@@ -26,7 +26,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 /// The symlink to the current data directory.
-pub const DATA_DIR: &str = "..data";
+pub(crate) const DATA_DIR: &str = "..data";
 /// The symlink made beside it, then renamed over it.
 const DATA_DIR_TMP: &str = "..data_tmp";
 /// Upstream's limits on a payload path and its parts.
@@ -35,7 +35,7 @@ const MAX_NAME: usize = 255;
 
 /// One file of a volume: its content and mode.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FileProjection {
+pub(crate) struct FileProjection {
     /// The content.
     pub data: Vec<u8>,
     /// The permission bits.
@@ -43,7 +43,7 @@ pub struct FileProjection {
 }
 
 /// A volume's files by relative path.
-pub type Payload = BTreeMap<String, FileProjection>;
+pub(crate) type Payload = BTreeMap<String, FileProjection>;
 
 fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
@@ -51,7 +51,7 @@ fn invalid(msg: String) -> io::Error {
 
 /// Upstream `validatePath`: relative, no `..` part, not starting with `..`, within the
 /// length limits.
-pub fn validate_path(p: &str) -> io::Result<()> {
+pub(crate) fn validate_path(p: &str) -> io::Result<()> {
     if p.is_empty() {
         return Err(invalid("invalid path: must not be empty".into()));
     }
@@ -104,7 +104,7 @@ const GROUP_DIR: u32 = 0o2550;
 /// Writes `payload` into `target` atomically (upstream `AtomicWriter.Write`), owned
 /// by group `fs_group` when given; returns whether anything changed. `target` must
 /// exist.
-pub fn write(target: &Path, payload: &Payload, fs_group: Option<u32>) -> io::Result<bool> {
+pub(crate) fn write(target: &Path, payload: &Payload, fs_group: Option<u32>) -> io::Result<bool> {
     let mut clean_payload: BTreeMap<String, FileProjection> = BTreeMap::new();
     for (p, f) in payload {
         validate_path(p)?;
@@ -125,8 +125,8 @@ pub fn write(target: &Path, payload: &Payload, fs_group: Option<u32>) -> io::Res
         Some(d) => list_files(d)?,
         None => BTreeSet::new(),
     };
-    let new_tops: BTreeSet<&str> = crate::sort::set(clean_payload.keys().map(|p| top(p)));
-    let old_tops: BTreeSet<String> = crate::sort::set(old_files.iter().map(|p| top(p).to_string()));
+    let new_tops: BTreeSet<&str> = base::sort::set(clean_payload.keys().map(|p| top(p)));
+    let old_tops: BTreeSet<String> = base::sort::set(old_files.iter().map(|p| top(p).to_string()));
     let unchanged = old_dir.as_ref().is_some_and(|d| {
         old_files.len() == clean_payload.len()
             && clean_payload.iter().all(|(p, f)| same_file(&d.join(p), f))
@@ -213,7 +213,7 @@ fn same_file(p: &Path, f: &FileProjection) -> bool {
 /// A new `..<timestamp>` directory in `target`, mode 0755.
 fn new_timestamp_dir(target: &Path) -> io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
-    let stamp = crate::time::rfc3339_nano(std::time::SystemTime::now())
+    let stamp = base::time::rfc3339_nano(std::time::SystemTime::now())
         .trim_end_matches('Z')
         .replace(['-', 'T', ':'], "_");
     for n in 0..100u32 {
@@ -280,7 +280,7 @@ fn write_payload(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
 
     fn file(data: &str, mode: u32) -> FileProjection {
         FileProjection {
@@ -354,7 +354,7 @@ mod tests {
             .expect("dir")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
-        crate::sort::sort(&mut names);
+        base::sort::sort(&mut names);
         assert_eq!(
             names,
             vec![

@@ -9,9 +9,9 @@ use std::io;
 use std::path::Path;
 
 use super::{mount, subpath, VolumeError, VolumeManager, DELETING_PREFIX, TMPFS_PLUGINS};
-use crate::container::labels;
-use crate::loops::lock;
-use crate::safepath::{safe_join, UnsafePathError};
+use base::loops::lock;
+use base::safepath::{safe_join, UnsafePathError};
+use runtime::container::labels;
 
 /// How old the pods directory's mtime must be for a pass that found every directory
 /// kept to let the next passes skip until it changes.
@@ -67,7 +67,7 @@ impl VolumeManager {
             if let Err(e) = res {
                 // The loop logs the returned error when it changes; the others of this
                 // pass only at debug, so a stuck directory does not flood the log.
-                log::debug!("{}", crate::loops::error_chain(&e));
+                log::debug!("{}", base::loops::error_chain(&e));
                 first_err.get_or_insert(e);
             }
         }

@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// What is at a path, as upstream's `GetFileType` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FileKind {
+pub(crate) enum FileKind {
     /// A directory.
     Directory,
     /// A regular file.
@@ -40,7 +40,7 @@ impl FileKind {
 
 /// What the type check needs from the filesystem; the real one is [`Host`], tests use
 /// a table.
-pub trait PathProbe {
+pub(crate) trait PathProbe {
     /// What is at `path` (following symlinks), None if nothing.
     fn kind(&self, path: &Path) -> Option<FileKind>;
     /// `mkdir -p` with mode 0755.
@@ -51,7 +51,7 @@ pub trait PathProbe {
 
 /// The node's filesystem.
 #[derive(Debug)]
-pub struct Host;
+pub(crate) struct Host;
 
 impl PathProbe for Host {
     fn kind(&self, path: &Path) -> Option<FileKind> {
@@ -96,7 +96,7 @@ impl PathProbe for Host {
 
 /// Checks (and for the `…OrCreate` types, creates) a hostPath volume's path before any
 /// container mounts it. Err is upstream's message.
-pub fn set_up(path: &str, type_: Option<&str>, probe: &dyn PathProbe) -> Result<(), String> {
+pub(crate) fn set_up(path: &str, type_: Option<&str>, probe: &dyn PathProbe) -> Result<(), String> {
     if path.split('/').any(|p| p == "..") {
         return Err(format!("invalid HostPath `{path}`: must not contain '..'"));
     }

@@ -35,15 +35,15 @@
 //! Over 800 lines: a quarter is its unit tests; every volume type's set-up reads best
 //! beside the per-pod locking it runs under and the mounts it becomes.
 
-pub mod atomic_writer;
+pub(crate) mod atomic_writer;
 mod cleanup;
-pub mod hostpath;
+pub(crate) mod hostpath;
 pub mod mount;
-pub mod projection;
-pub mod refresh;
-pub mod subpath;
+pub(crate) mod projection;
+pub(crate) mod refresh;
+pub(crate) mod subpath;
 
-use crate::safepath::{safe_join, UnsafePathError};
+use base::safepath::{safe_join, UnsafePathError};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -53,26 +53,31 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Volume};
 
-use crate::container::downward::NodeFacts;
-use crate::container::expansion::expand;
-use crate::loops::lock;
+use self::atomic_writer::Payload;
 use crate::objects::ObjectManager;
-use crate::quantity::parse_milli;
-use crate::runtime::{Mount, Runtime, RuntimeError};
+use base::loops::lock;
+use base::quantity::parse_milli;
+use runtime::config::Mount;
+use runtime::container::downward::NodeFacts;
+use runtime::container::expansion::expand;
+use runtime::{Runtime, RuntimeError};
+
+/// Each API volume's payload (or why it could not be made), by volume name.
+type Payloads = BTreeMap<String, Result<Payload, String>>;
 
 /// How often orphaned pod directories are looked for (upstream housekeeping, 2 s).
-pub const VOLUME_MGR_PERIOD: Duration = Duration::from_secs(2);
+pub(crate) const VOLUME_MGR_PERIOD: Duration = Duration::from_secs(2);
 
 /// The emptyDir plugin's directory name under a pod's `volumes/`.
-pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
+pub(crate) const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
 /// The directory names of the API-backed plugins, as upstream's.
-pub const CONFIG_MAP_PLUGIN: &str = "kubernetes.io~configmap";
+pub(crate) const CONFIG_MAP_PLUGIN: &str = "kubernetes.io~configmap";
 /// Secrets (tmpfs).
-pub const SECRET_PLUGIN: &str = "kubernetes.io~secret";
+pub(crate) const SECRET_PLUGIN: &str = "kubernetes.io~secret";
 /// Downward API files (tmpfs).
-pub const DOWNWARD_API_PLUGIN: &str = "kubernetes.io~downward-api";
+pub(crate) const DOWNWARD_API_PLUGIN: &str = "kubernetes.io~downward-api";
 /// Projected volumes (tmpfs).
-pub const PROJECTED_PLUGIN: &str = "kubernetes.io~projected";
+pub(crate) const PROJECTED_PLUGIN: &str = "kubernetes.io~projected";
 /// The plugins whose volume directories are tmpfs mounts rkubelet made and may unmount.
 const TMPFS_PLUGINS: [&str; 4] = [
     EMPTY_DIR_PLUGIN,
@@ -84,9 +89,6 @@ const TMPFS_PLUGINS: [&str; 4] = [
 /// A pod directory being deleted is first renamed to this prefix (then removed outside
 /// the lock); a leftover after a crash is removed on the next pass.
 const DELETING_PREFIX: &str = ".deleting-";
-
-/// The waiting reason of a container whose volume cannot be set up or mounted.
-pub const CONFIG_ERROR: &str = "CreateContainerConfigError";
 
 /// Errors of the cleanup loop.
 #[derive(Debug, thiserror::Error)]
@@ -256,17 +258,40 @@ impl VolumeManager {
         // off (it checks again under that lock).
         lock(&self.desired).keep.insert(uid.clone());
         self.objects.register_pod(pod);
+        // Read before the objects are: a change stored after is seen as newer.
+        let generation = self.objects.generation();
+        // The objects are fetched before the pod's lock is taken: the lock is held
+        // across the pod's filesystem calls only, never across a request.
+        let payloads = self.api_payloads(pod);
         self.with_pod(&uid, |st| {
-            // Read before the objects are: a change stored after is seen as newer.
-            let generation = self.objects.generation();
-            let out = self.setup_locked(pod, &uid, st);
+            let out = self.setup_locked(pod, &uid, st, &payloads);
             self.track(&uid, pod, st, generation);
             out
         })
     }
 
-    fn setup_locked(&self, pod: &Pod, uid: &str, st: &mut PodState) -> PodVolumes {
-        let pod_name = crate::container::format_pod(pod);
+    /// The payload of each configMap, secret, downwardAPI and projected volume of
+    /// `pod`, from the object cache or the API server (so outside any pod lock).
+    fn api_payloads(&self, pod: &Pod) -> Payloads {
+        pod.spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter(|v| is_api_volume(v))
+            .map(|v| {
+                let payload = projection::make_payload(v, pod, &self.objects, &self.facts);
+                (v.name.clone(), payload)
+            })
+            .collect()
+    }
+
+    fn setup_locked(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        st: &mut PodState,
+        payloads: &Payloads,
+    ) -> PodVolumes {
+        let pod_name = runtime::container::format_pod(pod);
         let mut out = PodVolumes::default();
         if let Err(e) = self.make_pod_dirs(uid) {
             let msg = format!("cannot create the pod directory: {e}");
@@ -290,7 +315,7 @@ impl VolumeManager {
             let result = match ready {
                 Some(p) if !api => Ok(p),
                 ready => {
-                    let r = self.set_up_volume(pod, uid, v).map_err(|e| {
+                    let r = self.set_up_volume(pod, uid, v, payloads).map_err(|e| {
                         format!("MountVolume.SetUp failed for volume {:?} : {e}", v.name)
                     });
                     match (r, ready) {
@@ -342,7 +367,13 @@ impl VolumeManager {
     }
 
     /// One volume: its host path, or upstream's reason why not.
-    fn set_up_volume(&self, pod: &Pod, uid: &str, v: &Volume) -> Result<PathBuf, String> {
+    fn set_up_volume(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        v: &Volume,
+        payloads: &Payloads,
+    ) -> Result<PathBuf, String> {
         if let Some(hp) = &v.host_path {
             hostpath::set_up(&hp.path, hp.type_.as_deref(), &hostpath::Host)?;
             return Ok(PathBuf::from(&hp.path));
@@ -351,7 +382,10 @@ impl VolumeManager {
             // The API defaults a volume without a source to an emptyDir.
             "emptyDir" | "" => {}
             "configMap" | "secret" | "downwardAPI" | "projected" => {
-                return self.set_up_api_volume(pod, uid, v)
+                let payload = payloads.get(&v.name).ok_or_else(|| {
+                    format!("no payload was prepared for volume {:?}", v.name)
+                })?;
+                return self.set_up_api_volume(pod, uid, v, payload.as_ref().map_err(Clone::clone)?);
             }
             other => {
                 return Err(format!(
@@ -400,15 +434,21 @@ impl VolumeManager {
 
     /// A configMap, secret, downwardAPI or projected volume: its directory (a tmpfs
     /// but for configMaps), its payload from the objects, written atomically.
-    fn set_up_api_volume(&self, pod: &Pod, uid: &str, v: &Volume) -> Result<PathBuf, String> {
+    fn set_up_api_volume(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        v: &Volume,
+        payload: &Payload,
+    ) -> Result<PathBuf, String> {
         let plugin = match volume_type(v) {
             "configMap" => CONFIG_MAP_PLUGIN,
             "secret" => SECRET_PLUGIN,
             "downwardAPI" => DOWNWARD_API_PLUGIN,
             _ => PROJECTED_PLUGIN,
         };
-        // The objects first: nothing is made for a volume whose object is missing.
-        let payload = projection::make_payload(v, pod, &self.objects, &self.facts)?;
+        // The objects came first (`api_payloads`): nothing is made for a volume whose
+        // object is missing.
         let plugin_dir = self
             .pod_dir(uid)
             .map_err(|e| e.to_string())?
@@ -437,10 +477,10 @@ impl VolumeManager {
             std::os::unix::fs::chown(&dir, None, Some(gid))
                 .map_err(|e| format!("cannot give {} to fsGroup {gid}: {e}", dir.display()))?;
         }
-        match atomic_writer::write(&dir, &payload, fs_group) {
+        match atomic_writer::write(&dir, payload, fs_group) {
             Ok(true) => log::debug!(
                 "pod {}: volume {:?} written",
-                crate::container::format_pod(pod),
+                runtime::container::format_pod(pod),
                 v.name
             ),
             Ok(false) => {}
@@ -490,7 +530,7 @@ impl VolumeManager {
 }
 
 /// The API name of a volume's type ("" when no source is set).
-pub fn volume_type(v: &Volume) -> &'static str {
+pub(crate) fn volume_type(v: &Volume) -> &'static str {
     let kinds: [(&'static str, bool); 30] = [
         ("emptyDir", v.empty_dir.is_some()),
         ("hostPath", v.host_path.is_some()),
@@ -556,7 +596,7 @@ fn pod_memory_limit(pod: &Pod) -> Option<i128> {
 
 /// Whether a volume's files come from the API or the pod (set up again on each sync,
 /// mounted read-only).
-pub fn is_api_volume(v: &Volume) -> bool {
+pub(crate) fn is_api_volume(v: &Volume) -> bool {
     matches!(
         volume_type(v),
         "configMap" | "secret" | "downwardAPI" | "projected"
@@ -730,7 +770,7 @@ impl PodVolumes {
 
 /// Upstream `ExpandContainerVolumeMounts`: every referenced variable must be set and
 /// non-empty.
-pub fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, String> {
+pub(crate) fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, String> {
     let map: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut missing: Vec<String> = Vec::new();
     let out = expand(expr, &mut |name: &str| match map.get(name) {
@@ -745,7 +785,7 @@ pub fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, S
     if missing.is_empty() {
         Ok(out)
     } else {
-        crate::sort::sort(&mut missing);
+        base::sort::sort(&mut missing);
         Err(format!("missing value for {}", missing.join(", ")))
     }
 }
@@ -753,8 +793,8 @@ pub fn expand_sub_path(expr: &str, env: &[(String, String)]) -> Result<String, S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::fake::{FakeClock, FakeRuntime};
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
+    use runtime::fake::{FakeClock, FakeRuntime};
     use std::time::Instant;
 
     fn manager(root: &TempDir) -> Arc<VolumeManager> {

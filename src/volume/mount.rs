@@ -1,4 +1,4 @@
-//! The few mount-table operations the volume manager needs, over libc: read
+//! The few mount-table operations the volume manager needs, over rustix: read
 //! `/proc/self/mountinfo`, mount a tmpfs, bind-mount (subPaths), unmount. (Upstream uses `k8s.io/mount-utils`,
 //! which runs `mount(8)`; a syscall needs no helper binary on a small board.)
 
@@ -65,7 +65,7 @@ pub fn mounts_under(dir: &Path) -> io::Result<Vec<MountEntry>> {
         .into_iter()
         .filter(|m| m.mount_point.starts_with(dir))
         .collect();
-    crate::sort::sort_by_key(&mut found, |m| {
+    base::sort::sort_by_key(&mut found, |m| {
         std::cmp::Reverse(m.mount_point.components().count())
     });
     found.dedup();
@@ -74,7 +74,7 @@ pub fn mounts_under(dir: &Path) -> io::Result<Vec<MountEntry>> {
 
 /// The filesystem type mounted exactly at `path`, if something is (the last mount
 /// there wins, as in the kernel).
-pub fn mounted_at(path: &Path) -> io::Result<Option<String>> {
+pub(crate) fn mounted_at(path: &Path) -> io::Result<Option<String>> {
     let text = std::fs::read_to_string(MOUNTINFO)?;
     Ok(parse_mountinfo(&text)
         .into_iter()
@@ -89,62 +89,37 @@ fn c_path(path: &Path) -> io::Result<CString> {
 
 /// Mounts a tmpfs at `path`, of `size` bytes if given (else the kernel's default, half
 /// the RAM).
-pub fn mount_tmpfs(path: &Path, size: Option<u64>) -> io::Result<()> {
+pub(crate) fn mount_tmpfs(path: &Path, size: Option<u64>) -> io::Result<()> {
     let target = c_path(path)?;
     let data = CString::new(size.map(|s| format!("size={s}")).unwrap_or_default())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad mount options"))?;
-    // SAFETY: every pointer is a valid NUL-terminated string that outlives the call.
-    let rc = unsafe {
-        libc::mount(
-            c"tmpfs".as_ptr(),
-            target.as_ptr(),
-            c"tmpfs".as_ptr(),
-            0,
-            data.as_ptr().cast(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    rustix::mount::mount(
+        c"tmpfs",
+        target.as_c_str(),
+        c"tmpfs",
+        rustix::mount::MountFlags::empty(),
+        data.as_c_str(),
+    )
+    .map_err(io::Error::from)
 }
 
 /// Bind-mounts `source` onto `target` (not recursively: mounts below `source` are
 /// not carried along). Both paths are resolved by the kernel here; the subPath code
 /// passes a `/proc/self/fd/N` source it opened safely.
-pub fn bind_mount(source: &Path, target: &Path) -> io::Result<()> {
+pub(crate) fn bind_mount(source: &Path, target: &Path) -> io::Result<()> {
     let src = c_path(source)?;
     let dst = c_path(target)?;
-    // SAFETY: both pointers are valid NUL-terminated strings that outlive the call;
-    // a bind mount reads neither the type nor the data argument (null).
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            dst.as_ptr(),
-            std::ptr::null(),
-            libc::MS_BIND,
-            std::ptr::null(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // mount(src, dst, NULL, MS_BIND, NULL), as before.
+    rustix::mount::mount_bind(src.as_c_str(), dst.as_c_str()).map_err(io::Error::from)
 }
 
 /// Unmounts whatever is mounted at `path`, never following a symlink there
 /// (`UMOUNT_NOFOLLOW`).
 pub fn unmount(path: &Path) -> io::Result<()> {
     let target = c_path(path)?;
-    // SAFETY: a valid NUL-terminated path that outlives the call.
-    let rc = unsafe { libc::umount2(target.as_ptr(), libc::UMOUNT_NOFOLLOW) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // umount2(path, UMOUNT_NOFOLLOW).
+    rustix::mount::unmount(target.as_c_str(), rustix::mount::UnmountFlags::NOFOLLOW)
+        .map_err(io::Error::from)
 }
 
 #[cfg(test)]

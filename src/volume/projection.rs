@@ -17,13 +17,13 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::atomic_writer::{FileProjection, Payload};
-use crate::container::downward::{field_ref_value, resource_field_value, NodeFacts};
 use crate::objects::ObjectManager;
+use runtime::container::downward::{field_ref_value, resource_field_value, NodeFacts};
 
 /// The API's default mode of these volumes' files (`SetDefaults_*VolumeSource`).
-pub const DEFAULT_MODE: i32 = 0o644;
+pub(crate) const DEFAULT_MODE: i32 = 0o644;
 /// The audience-less token lifetime the API defaults a projected token to.
-pub const DEFAULT_TOKEN_SECONDS: i64 = 3600;
+pub(crate) const DEFAULT_TOKEN_SECONDS: i64 = 3600;
 
 fn mode_of(item: Option<i32>, default_mode: Option<i32>) -> u32 {
     let m = item.or(default_mode).unwrap_or(DEFAULT_MODE);
@@ -31,7 +31,7 @@ fn mode_of(item: Option<i32>, default_mode: Option<i32>) -> u32 {
 }
 
 /// A ConfigMap's files (upstream `configmap.MakePayload`).
-pub fn config_map_payload(
+pub(crate) fn config_map_payload(
     items: Option<&[KeyToPath]>,
     cm: &ConfigMap,
     default_mode: Option<i32>,
@@ -54,13 +54,13 @@ pub fn config_map_payload(
 }
 
 /// A Secret's files (upstream `secret.MakePayload`).
-pub fn secret_payload(
+pub(crate) fn secret_payload(
     items: Option<&[KeyToPath]>,
     secret: &Secret,
     default_mode: Option<i32>,
     optional: bool,
 ) -> Result<Payload, String> {
-    let data: BTreeMap<&str, &[u8]> = crate::sort::map(
+    let data: BTreeMap<&str, &[u8]> = base::sort::map(
         secret
             .data
             .iter()
@@ -119,7 +119,7 @@ fn keys_payload(
 
 /// The downward API's files (upstream `downwardapi.CollectData`): each item's field
 /// or resource value. Errors of all items are reported together.
-pub fn downward_payload(
+pub(crate) fn downward_payload(
     items: &[DownwardAPIVolumeFile],
     pod: &Pod,
     default_mode: Option<i32>,
@@ -167,7 +167,7 @@ fn aggregate(errs: Vec<String>) -> String {
 
 /// What a projected `serviceAccountToken` source asks a token for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenSource {
+pub(crate) struct TokenSource {
     /// The pod's service account (`default` when unset).
     pub service_account: String,
     /// The audience (None: the API server's).
@@ -190,7 +190,7 @@ fn token_source(pod: &Pod, t: &ServiceAccountTokenProjection) -> TokenSource {
 }
 
 /// The tokens `pod`'s projected volumes ask for.
-pub fn token_sources(pod: &Pod) -> Vec<TokenSource> {
+pub(crate) fn token_sources(pod: &Pod) -> Vec<TokenSource> {
     pod.spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
@@ -201,7 +201,7 @@ pub fn token_sources(pod: &Pod) -> Vec<TokenSource> {
 }
 
 /// The whole payload of a configMap, secret, downwardAPI or projected volume.
-pub fn make_payload(
+pub(crate) fn make_payload(
     v: &Volume,
     pod: &Pod,
     objects: &ObjectManager,
@@ -334,8 +334,8 @@ pub fn make_payload(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loops::lock;
     use crate::objects::fake::{config_map, secret, FakeFetcher};
+    use base::loops::lock;
     use std::sync::Arc;
 
     fn pod(yaml_volumes: &str) -> Pod {
@@ -384,7 +384,7 @@ mod tests {
     }
 
     /// The volume a real API server's ServiceAccount admission injects.
-    pub const KUBE_API_ACCESS: &str = "  - name: kube-api-access-x7k2p
+    pub(super) const KUBE_API_ACCESS: &str = "  - name: kube-api-access-x7k2p
     projected:
       defaultMode: 420
       sources:

@@ -28,22 +28,22 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::projection::{token_sources, TokenSource};
 use super::{is_api_volume, PodState, VolumeError, VolumeManager};
-use crate::loops::lock;
 use crate::objects::refresh::{volume_references, ObjectRef, Refreshed};
 use crate::objects::ObjectError;
+use base::loops::lock;
 
 /// The loop's period: with [`REFRESH_AFTER`], an update is fetched within 45 s, under
 /// upstream's promise of about a minute (its watch-based default: the pod's sync
 /// period), for one GET per referenced object every 30 s.
-pub const REFRESH_PERIOD: Duration = Duration::from_secs(30);
+pub(crate) const REFRESH_PERIOD: Duration = Duration::from_secs(30);
 /// A copy at least this old is fetched again: half the period, so that the tick after
 /// the one that fetched it always does, and a copy a new pod's worker fetched less
 /// than this ago is not fetched twice.
-pub const REFRESH_AFTER: Duration = Duration::from_secs(15);
+pub(crate) const REFRESH_AFTER: Duration = Duration::from_secs(15);
 /// At most this many fetches (GETs and TokenRequests) per tick: with the 5 s timeout,
 /// a slow API server holds the loop for minutes at worst, never for ever; the rest
 /// waits for the next tick, oldest first.
-pub const MAX_FETCHES_PER_TICK: usize = 64;
+pub(crate) const MAX_FETCHES_PER_TICK: usize = 64;
 /// No further fetch starts once a tick has run this long.
 const TICK_BUDGET: Duration = Duration::from_secs(20);
 
@@ -168,7 +168,7 @@ impl VolumeManager {
             })
             .collect();
         // Never fetched (or gone) first, then the oldest copies.
-        crate::sort::sort_by(&mut due, |a, b| match (a.0, b.0) {
+        base::sort::sort_by(&mut due, |a, b| match (a.0, b.0) {
             (None, None) => a.1.cmp(&b.1),
             (None, Some(_)) => Ordering::Less,
             (Some(_), None) => Ordering::Greater,
@@ -228,7 +228,7 @@ impl VolumeManager {
                 Rewrite::Gone => {}
             }
         }
-        crate::sort::sort(&mut report.rewritten);
+        base::sort::sort(&mut report.rewritten);
         report
     }
 
@@ -238,6 +238,18 @@ impl VolumeManager {
         let Some(cell) = lock(&self.pods).get(uid).cloned() else {
             return Rewrite::Gone;
         };
+        // The pod as its last set-up saw it, under a glance at its lock; the objects
+        // are then read (and fetched where needed) with no lock held.
+        let pod = match cell.try_lock() {
+            Ok(g) => g.pod.clone(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().pod.clone(),
+            Err(TryLockError::WouldBlock) => return Rewrite::Busy,
+        };
+        let Some(pod) = pod else {
+            return Rewrite::Gone;
+        };
+        let generation = self.objects.generation();
+        let payloads = self.api_payloads(&pod);
         let mut st = match cell.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
@@ -250,17 +262,17 @@ impl VolumeManager {
         if !current || !self.is_kept(uid) || !lock(&self.refreshed).contains_key(uid) {
             return Rewrite::Gone;
         }
-        let Some(pod) = st.pod.clone() else {
-            return Rewrite::Gone;
-        };
-        let generation = self.objects.generation();
-        self.setup_locked(&pod, uid, &mut st);
+        // Set up again meanwhile with another spec: the next tick rewrites that one.
+        if !st.pod.as_ref().is_some_and(|p| Arc::ptr_eq(p, &pod)) {
+            return Rewrite::Busy;
+        }
+        self.setup_locked(&pod, uid, &mut st, &payloads);
         if let Some(t) = lock(&self.refreshed).get_mut(uid) {
             t.written_at = generation;
         }
         log::debug!(
             "pod {}: API-backed volumes rewritten",
-            crate::container::format_pod(&pod)
+            runtime::container::format_pod(&pod)
         );
         Rewrite::Done
     }
@@ -269,12 +281,12 @@ impl VolumeManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container::downward::NodeFacts;
     use crate::objects::fake::{config_map, FakeFetcher};
     use crate::objects::refresh::Clock;
     use crate::objects::{Fetcher, ObjectManager};
-    use crate::runtime::fake::{FakeClock, FakeRuntime};
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
+    use runtime::container::downward::NodeFacts;
+    use runtime::fake::{FakeClock, FakeRuntime};
 
     struct Fixture {
         root: TempDir,
@@ -470,7 +482,7 @@ mod tests {
             let from = calls + seen.len();
             seen.extend(lock(&x.f.calls)[from..].to_vec());
         }
-        crate::sort::sort(&mut seen);
+        base::sort::sort(&mut seen);
         let want: Vec<String> = names.iter().map(|n| format!("configmap ns/{n}")).collect();
         assert_eq!(seen, want, "each once");
     }

@@ -19,16 +19,19 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
 
 use super::mount;
 
 /// The directory under a pod's directory that holds the subPath bind mounts (upstream
 /// `containerSubPathDirectoryName`).
-pub const SUBPATHS_DIR: &str = "volume-subpaths";
+pub(crate) const SUBPATHS_DIR: &str = "volume-subpaths";
 
 /// Mode of the directories and files made under [`SUBPATHS_DIR`] (upstream 0750).
 const TARGET_MODE: u32 = 0o750;
@@ -39,7 +42,7 @@ const MAX_STALE_MOUNTS: usize = 8;
 
 /// Whether `mount_point` is a subPath bind mount of the pod directory `pod_dir`:
 /// exactly `<pod_dir>/volume-subpaths/<volume>/<container>/<index>`.
-pub fn is_subpath_mount(pod_dir: &Path, mount_point: &Path) -> bool {
+pub(crate) fn is_subpath_mount(pod_dir: &Path, mount_point: &Path) -> bool {
     let Ok(rel) = mount_point.strip_prefix(pod_dir) else {
         return false;
     };
@@ -53,7 +56,12 @@ pub fn is_subpath_mount(pod_dir: &Path, mount_point: &Path) -> bool {
 /// that leaves the volume (upstream `ValidatePathNoBacksteps`, `SafeMakeDir`, and the
 /// `EvalSymlinks` + `PathWithinBase` of `doBindSubPath`). Returns the subPath with
 /// every symlink resolved; [`bind`] opens it again without following any.
-pub fn prepare(base: &Path, sub: &str, volume: &str, container: &str) -> Result<PathBuf, String> {
+pub(crate) fn prepare(
+    base: &Path,
+    sub: &str,
+    volume: &str,
+    container: &str,
+) -> Result<PathBuf, String> {
     if sub.starts_with('/') {
         return Err(format!(
             "error SubPath `{sub}` must not be an absolute path"
@@ -70,7 +78,7 @@ pub fn prepare(base: &Path, sub: &str, volume: &str, container: &str) -> Result<
     let escaped = || {
         format!("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")
     };
-    let path = crate::safepath::safe_join_relative(base, sub).map_err(|e| e.to_string())?;
+    let path = base::safepath::safe_join_relative(base, sub).map_err(|e| e.to_string())?;
     if std::fs::symlink_metadata(&path).is_err() {
         let mode = std::fs::metadata(base)
             .map(|m| m.permissions().mode() & 0o7777)
@@ -99,7 +107,7 @@ pub fn prepare(base: &Path, sub: &str, volume: &str, container: &str) -> Result<
 /// path leads to later (upstream `doBindSubPath`). `target`'s parent must exist and be
 /// the kubelet's own. A target already mounted with that same file is kept (a
 /// restarted container); one with another is unmounted and mounted again.
-pub fn bind(base: &Path, real: &Path, target: &Path) -> io::Result<()> {
+pub(crate) fn bind(base: &Path, real: &Path, target: &Path) -> io::Result<()> {
     let real_base = std::fs::canonicalize(base)?;
     let rel = real.strip_prefix(&real_base).map_err(|_| {
         invalid(format!(
@@ -182,7 +190,7 @@ fn safe_make_dir(base: &Path, sub: &str, mode: u32) -> io::Result<()> {
 /// is (a symlink there comes back as itself, for the caller to refuse). With
 /// `create`, missing directories are made with that mode (upstream `doSafeMakeDir`).
 fn open_beneath(base: &Path, rel: &Path, create: Option<u32>) -> io::Result<OwnedFd> {
-    let dir_flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut cur = open_at(None, base.as_os_str().as_bytes(), dir_flags)?;
     let parts: Vec<&[u8]> = rel
         .components()
@@ -199,7 +207,7 @@ fn open_beneath(base: &Path, rel: &Path, create: Option<u32>) -> io::Result<Owne
     for (i, part) in parts.iter().enumerate() {
         let last = i + 1 == parts.len();
         let flags = if last {
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC
         } else {
             dir_flags
         };
@@ -208,7 +216,7 @@ fn open_beneath(base: &Path, rel: &Path, create: Option<u32>) -> io::Result<Owne
             (Err(e), Some(mode)) if e.kind() == io::ErrorKind::NotFound => {
                 make_dir_at(&cur, part, mode)?
             }
-            (Err(e), _) if e.raw_os_error() == Some(libc::ELOOP) => {
+            (Err(e), _) if e.raw_os_error() == Some(Errno::LOOP.raw_os_error()) => {
                 return Err(invalid(format!(
                     "{} is a symlink",
                     base.join(rel).display()
@@ -225,34 +233,29 @@ fn open_beneath(base: &Path, rel: &Path, create: Option<u32>) -> io::Result<Owne
 /// swapped already) and set its mode, which the umask cut.
 fn make_dir_at(parent: &OwnedFd, name: &[u8], mode: u32) -> io::Result<OwnedFd> {
     let c = std::ffi::CString::new(name).map_err(|_| invalid("NUL in subPath".into()))?;
-    // SAFETY: `parent` is an open descriptor and `c` a valid NUL-terminated name,
-    // both alive across the call.
-    let rc = unsafe { libc::mkdirat(parent.as_raw_fd(), c.as_ptr(), mode) };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::AlreadyExists {
-            return Err(e);
+    if let Err(e) = rustix::fs::mkdirat(parent, c.as_c_str(), Mode::from_raw_mode(mode)) {
+        if e != Errno::EXIST {
+            return Err(e.into());
         }
     }
-    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = open_at(Some(parent), name, flags)?;
     let dir = File::from(fd);
     dir.set_permissions(std::fs::Permissions::from_mode(mode))?;
     Ok(OwnedFd::from(dir))
 }
 
-/// `openat(parent, name, flags)`, or `open(name, flags)` without a parent.
-fn open_at(parent: Option<&OwnedFd>, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
+/// `openat(parent, name, flags)`, or `openat(AT_FDCWD, name, flags)` without a parent.
+/// No `O_CREAT`, so the mode (0) is not read.
+fn open_at(parent: Option<&OwnedFd>, name: &[u8], flags: OFlags) -> io::Result<OwnedFd> {
     let c = std::ffi::CString::new(name).map_err(|_| invalid("NUL in subPath".into()))?;
-    let dirfd = parent.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd);
-    // SAFETY: `dirfd` is AT_FDCWD or an open descriptor, `c` a valid NUL-terminated
-    // name; both alive across the call. No O_CREAT, so no mode argument is read.
-    let fd = unsafe { libc::openat(dirfd, c.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openat just returned this descriptor and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let dirfd = parent.map_or(rustix::fs::CWD, AsFd::as_fd);
+    Ok(rustix::fs::openat(
+        dirfd,
+        c.as_c_str(),
+        flags,
+        Mode::empty(),
+    )?)
 }
 
 fn invalid(msg: String) -> io::Error {
@@ -262,7 +265,7 @@ fn invalid(msg: String) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use base::testutil::TempDir;
 
     #[test]
     fn sub_paths_stay_inside_their_volume() {

@@ -102,7 +102,7 @@ fn a_volume_name_escaping_the_pod_dir_is_refused_from_file_and_url_and_good_pods
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .filter(|e| e != "pod-logs" && e != "container-logs")
         .collect();
-    rkubelet::sort::sort(&mut entries);
+    base::sort::sort(&mut entries);
     assert_eq!(entries, ["manifests", "rkubelet.log", "root"]);
     assert!(!node.dir.join("hostsecret").exists());
     assert!(!node.dir.join("urlsecret").exists());

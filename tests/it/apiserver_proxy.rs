@@ -139,7 +139,7 @@ pub fn query_escape(s: &str) -> String {
 /// Go's `url.Values.Encode`: sorted by key (stable, so one key's values keep their
 /// order), both escaped.
 fn encode(mut params: Vec<(&str, String)>) -> String {
-    rkubelet::sort::sort_by(&mut params, |a, b| a.0.cmp(b.0));
+    base::sort::sort_by(&mut params, |a, b| a.0.cmp(b.0));
     params
         .iter()
         .map(|(k, v)| format!("{}={}", query_escape(k), query_escape(v)))

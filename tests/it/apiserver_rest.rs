@@ -341,7 +341,7 @@ fn token(
         let mut answer = credentials::token_request(&mut st.store, require, ns, name, &req);
         if let (Ok(a), Some(secs)) = (&mut answer, st.token_lifetime) {
             let exp = std::time::SystemTime::now() + std::time::Duration::from_secs(secs);
-            a["status"]["expirationTimestamp"] = json!(rkubelet::time::k8s_time(exp));
+            a["status"]["expirationTimestamp"] = json!(base::time::k8s_time(exp));
         }
         if let Ok(a) = &answer {
             st.token_requests

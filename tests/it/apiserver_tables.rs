@@ -395,7 +395,7 @@ fn node_cells(node: &Value) -> Vec<Value> {
             }
         }
     }
-    rkubelet::sort::sort(&mut roles);
+    base::sort::sort(&mut roles);
     roles.dedup();
     let address = |ty: &str| {
         node["status"]["addresses"]

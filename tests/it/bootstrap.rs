@@ -192,7 +192,7 @@ fn pair_files(cert_dir: &Path) -> Vec<PathBuf> {
                 .collect()
         })
         .unwrap_or_default();
-    rkubelet::sort::sort(&mut v);
+    base::sort::sort(&mut v);
     v
 }
 

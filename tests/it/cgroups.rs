@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rkubelet::runtime::Runtime;
+use runtime::Runtime;
 use serde_json::{json, Value};
 
 use crate::apiserver::{Options, TestApiServer};
@@ -60,7 +60,7 @@ fn running_pod(node: &Node, pod: &str) -> (String, String) {
             .into_iter()
             .find(|c| {
                 label(c, "io.kubernetes.pod.name").starts_with(pod)
-                    && c.state == rkubelet::runtime::ContainerState::Running
+                    && c.state == runtime::ContainerState::Running
             })
             .map(|c| (label(&c, "io.kubernetes.pod.uid").to_string(), c.id))
     })
@@ -157,8 +157,8 @@ fn qos_pods_land_in_their_cgroups_with_their_limits_and_leave_with_them() {
 
     // Docker was given the pod's cgroup for the app container and the sandbox.
     for (id, parent) in [(&g_id, &g), (&b_id, &b), (&e_id, &e)] {
-        let d = node.docker.inspect_container(id).expect("inspect");
-        assert_eq!(&d.settings.cgroup_parent, parent);
+        let d = node.docker.inspect_settings(id).expect("inspect");
+        assert_eq!(&d.cgroup_parent, parent);
         let uid = label_of(&node, id, "io.kubernetes.pod.uid");
         let sandbox = node
             .containers()
@@ -168,8 +168,8 @@ fn qos_pods_land_in_their_cgroups_with_their_limits_and_leave_with_them() {
                     && label(c, "io.kubernetes.docker.type") == "podsandbox"
             })
             .expect("sandbox");
-        let s = node.docker.inspect_container(&sandbox.id).expect("inspect");
-        assert_eq!(&s.settings.cgroup_parent, parent);
+        let s = node.docker.inspect_settings(&sandbox.id).expect("inspect");
+        assert_eq!(&s.cgroup_parent, parent);
         // The container's process is in it.
         let procs = cg("memory", &format!("{parent}/{id}"), "cgroup.procs");
         assert!(!procs.is_empty(), "a process in {parent}/{id}");

@@ -32,8 +32,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use rkubelet::runtime::docker::Docker;
-use rkubelet::runtime::{ContainerState, ContainerSummary, Runtime};
+use docker::Docker;
+use runtime::{ContainerState, ContainerSummary, Runtime};
 use serde_json::json;
 
 use crate::apiserver::{Options, TestApiServer};
@@ -327,7 +327,7 @@ pub fn restart_evidence(
             format!("io.kubernetes.pod.name={pod}"),
         ];
         let mut all = docker.list_containers(&filter).unwrap_or_default();
-        rkubelet::sort::sort_by_key(&mut all, |c| c.created);
+        base::sort::sort_by_key(&mut all, |c| c.created);
         for c in &all {
             let Ok(d) = docker.inspect_container(&c.id) else {
                 out.push_str(&format!("  {} {} (gone)\n", &c.id[..12], c.name));
@@ -363,7 +363,7 @@ pub fn restart_evidence(
                 .iter()
                 .map(|(at, what)| (klog_time(*at), format!("--- {} {what}", klog_time(*at)))),
         );
-        rkubelet::sort::sort(&mut lines);
+        base::sort::sort(&mut lines);
         for (_, l) in lines {
             out.push_str(&format!("  {l}\n"));
         }
@@ -427,7 +427,7 @@ impl DupMonitor {
                     let now = Instant::now();
                     let mut live = BTreeSet::new();
                     for (k, mut ids) in by.into_iter().filter(|(_, v)| v.len() > 1) {
-                        rkubelet::sort::sort(&mut ids);
+                        base::sort::sort(&mut ids);
                         let first = *seen.entry((k.clone(), ids.clone())).or_insert(now);
                         if now.duration_since(first) >= Duration::from_secs(3) {
                             fd.lock()

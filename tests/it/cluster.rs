@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use rkubelet::runtime::Runtime;
+use runtime::Runtime;
 use serde_json::{json, Value};
 
 use crate::apiserver::{Options, PatchType, TestApiServer};

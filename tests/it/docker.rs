@@ -13,10 +13,9 @@ use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rkubelet::runtime::docker::Docker;
-use rkubelet::runtime::{
-    ContainerConfig, ContainerState, NamespaceMode, Runtime, RuntimeError, RuntimeEvent,
-};
+use docker::Docker;
+use runtime::config::{ContainerConfig, PodSandboxConfig, PodSandboxMetadata};
+use runtime::{ContainerEventType, ContainerState, Runtime, RuntimeError, RuntimeEvent};
 
 const ENDPOINT: &str = "unix:///var/run/docker.sock";
 const BUSYBOX: &str = "rkubelet/busybox:1.35";
@@ -112,29 +111,28 @@ impl Fixture {
         labels.insert(TEST_LABEL.to_string(), self.uid.clone());
         labels.insert("rkubelet.test.role".to_string(), role.to_string());
         ContainerConfig {
-            name: self.name(role),
-            image: image.to_string(),
-            cmd: (!cmd.is_empty()).then(|| cmd.iter().map(|s| s.to_string()).collect()),
+            args: (!cmd.is_empty()).then(|| cmd.iter().map(|s| s.to_string()).collect()),
             labels,
-            ..Default::default()
+            ..ContainerConfig::named(self.name(role), image)
         }
     }
 
+    /// Creates a container outside any pod.
     fn create(&self, config: &ContainerConfig) -> String {
         self.docker
-            .create_container(config)
-            .unwrap_or_else(|e| panic!("create {}: {e}", config.name))
+            .create_container("", config, &PodSandboxConfig::default())
+            .unwrap_or_else(|e| panic!("create {}: {e}", config.metadata.name))
     }
 
     fn run(&self, config: &ContainerConfig) -> String {
         let id = self.create(config);
         self.docker
             .start_container(&id)
-            .unwrap_or_else(|e| panic!("start {}: {e}", config.name));
+            .unwrap_or_else(|e| panic!("start {}: {e}", config.metadata.name));
         id
     }
 
-    fn wait_exited(&self, id: &str) -> rkubelet::runtime::ContainerDetails {
+    fn wait_exited(&self, id: &str) -> runtime::ContainerDetails {
         poll("the container to exit", DEADLINE, || {
             let d = self.docker.inspect_container(id).expect("inspect");
             (d.state == ContainerState::Exited).then_some(d)
@@ -179,15 +177,25 @@ fn version_negotiates_an_api_we_speak() {
 #[test]
 fn sandbox_and_app_container_share_network_and_ipc() {
     let f = Fixture::new("netns");
-    let mut sandbox = f.config("sandbox", PAUSE, &[]);
-    sandbox.ipc = Some(NamespaceMode::Shareable);
-    sandbox.hostname = "pod-host".into();
-    let sandbox_id = f.run(&sandbox);
+    let docker = docker().with_sandbox_image(PAUSE);
+    let sandbox = PodSandboxConfig {
+        metadata: PodSandboxMetadata {
+            name: "pod".into(),
+            uid: f.uid.clone(),
+            namespace: "test".into(),
+            attempt: 0,
+        },
+        hostname: "pod-host".into(),
+        labels: [(TEST_LABEL.to_string(), f.uid.clone())].into(),
+        ..Default::default()
+    };
+    let sandbox_id = docker.run_pod_sandbox(&sandbox).expect("run sandbox");
 
-    let mut app = f.config("app", BUSYBOX, &["sleep", "3600"]);
-    app.network = Some(NamespaceMode::Container(sandbox_id.clone()));
-    app.ipc = Some(NamespaceMode::Container(sandbox_id.clone()));
-    let app_id = f.run(&app);
+    let app = f.config("app", BUSYBOX, &["sleep", "3600"]);
+    let app_id = docker
+        .create_container(&sandbox_id, &app, &sandbox)
+        .expect("create in the sandbox");
+    docker.start_container(&app_id).expect("start");
 
     let s = f
         .docker
@@ -209,8 +217,22 @@ fn sandbox_and_app_container_share_network_and_ipc() {
         a.ip_address, "",
         "a joined container has no address of its own"
     );
-    assert_eq!(a.network_mode, format!("container:{sandbox_id}"));
-    assert_eq!(a.name, f.name("app"));
+    assert!(!s.host_network && !a.host_network);
+    let settings = docker.inspect_settings(&app_id).expect("inspect");
+    assert_eq!(settings.network_mode, format!("container:{sandbox_id}"));
+    assert_eq!(settings.ipc_mode, format!("container:{sandbox_id}"));
+    assert_eq!(
+        docker
+            .inspect_settings(&sandbox_id)
+            .expect("inspect")
+            .hostname,
+        "pod-host"
+    );
+    assert_eq!(s.name, format!("k8s_POD_pod_test_{}_0", f.uid));
+    assert_eq!(
+        a.name,
+        format!("k8s_{}_pod_test_{}_0", f.name("app"), f.uid)
+    );
     assert_eq!(a.image, BUSYBOX);
     assert!(a.image_id.starts_with("sha256:"), "{}", a.image_id);
     assert_eq!(a.labels.get(TEST_LABEL), Some(&f.uid));
@@ -225,7 +247,7 @@ fn list_returns_exactly_the_labelled_containers() {
         mine.push(f.create(&f.config(&format!("c{i}"), BUSYBOX, &["true"])));
     }
     let theirs = other.create(&other.config("x", BUSYBOX, &["true"]));
-    rkubelet::sort::sort(&mut mine);
+    base::sort::sort(&mut mine);
 
     let mut listed: Vec<String> = f
         .docker
@@ -239,7 +261,7 @@ fn list_returns_exactly_the_labelled_containers() {
             c.id
         })
         .collect();
-    rkubelet::sort::sort(&mut listed);
+    base::sort::sort(&mut listed);
     assert_eq!(listed, mine);
     assert!(!listed.contains(&theirs));
 
@@ -289,14 +311,20 @@ fn inspect_reports_exit_code_and_times() {
 }
 
 #[test]
-fn create_with_a_name_in_use_is_a_conflict() {
+fn a_leftover_with_the_name_in_use_is_replaced() {
     let f = Fixture::new("conflict");
     let config = f.config("dup", BUSYBOX, &["true"]);
-    f.create(&config);
-    match f.docker.create_container(&config) {
-        Err(RuntimeError::Conflict { op, .. }) => assert!(op.contains(&config.name), "{op}"),
-        other => panic!("expected a conflict, got {other:?}"),
-    }
+    let leftover = f.create(&config);
+    let id = f.create(&config);
+    assert_ne!(id, leftover);
+    assert!(f
+        .docker
+        .inspect_container(&leftover)
+        .is_err_and(|e| e.is_not_found()));
+    assert_eq!(
+        f.docker.inspect_container(&id).expect("inspect").name,
+        f.name("dup")
+    );
 }
 
 #[test]
@@ -452,7 +480,7 @@ fn logs_are_demultiplexed_and_tailed() {
     let text = String::from_utf8(logs).expect("utf-8: no frame headers left");
     // stdout and stderr are separate pipes: their relative order is not guaranteed.
     let mut lines: Vec<&str> = text.lines().collect();
-    rkubelet::sort::sort(&mut lines);
+    base::sort::sort(&mut lines);
     assert_eq!(lines, ["err1", "out1", "out2"], "{text:?}");
     let tail = f.docker.logs(&id, Some(1)).expect("tail");
     assert_eq!(tail.iter().filter(|&&b| b == b'\n').count(), 1, "{tail:?}");
@@ -530,7 +558,7 @@ fn events_deliver_start_and_die_and_end_on_stop() {
         let probe = f.create(&f.config(&format!("probe{}", rx.len()), BUSYBOX, &["true"]));
         let deadline = Instant::now() + Duration::from_secs(2);
         while let Ok(e) = rx.recv_deadline(deadline) {
-            if e.id == probe && e.action == "create" {
+            if e.id == probe && e.kind == ContainerEventType::Created {
                 return Some(());
             }
         }
@@ -546,10 +574,11 @@ fn events_deliver_start_and_die_and_end_on_stop() {
             if e.id == id {
                 assert_eq!(e.labels.get(TEST_LABEL), Some(&f.uid), "{e:?}");
                 assert!(e.time > UNIX_EPOCH);
-                seen.push(e.action);
+                seen.push(e.kind);
             }
         }
-        (seen.iter().any(|a| a == "start") && seen.iter().any(|a| a == "die")).then_some(())
+        (seen.contains(&ContainerEventType::Started) && seen.contains(&ContainerEventType::Stopped))
+            .then_some(())
     });
 
     stop.store(true, Ordering::SeqCst);

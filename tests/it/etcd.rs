@@ -61,15 +61,14 @@ impl Etcd {
         let mut scheme = "http";
         if let Some(pki) = pki {
             let read = |p: &std::path::Path| Some(std::fs::read(p).expect("pem"));
-            let settings = rkubelet::httpclient::servers::TlsSettings {
+            let settings = base::httpclient::servers::TlsSettings {
                 ca_pem: read(&pki.ca),
                 cert_pem: read(&pki.client_cert),
                 key_pem: read(&pki.client_key),
                 insecure: false,
             };
-            config = config.tls_config(
-                rkubelet::httpclient::servers::tls_config(&settings).expect("tls config"),
-            );
+            config = config
+                .tls_config(base::httpclient::servers::tls_config(&settings).expect("tls config"));
             for (flag, path) in [
                 ("--cert-file", &pki.server_cert),
                 ("--key-file", &pki.server_key),

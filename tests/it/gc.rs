@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use docker::Docker;
 use rkubelet::gc::{ImageGc, ImagePolicy};
-use rkubelet::runtime::docker::Docker;
-use rkubelet::runtime::{
-    ContainerConfig, ContainerDetails, ContainerState, ContainerSummary, ExecResult, ExecSession,
-    ImageDetails, LogOptions, LogStream, ProcessIo, RegistryAuth, Runtime, RuntimeError,
-    RuntimeEvent, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
+use runtime::config::{ContainerConfig, PodSandboxConfig};
+use runtime::{
+    ContainerDetails, ContainerState, ContainerSummary, ExecResult, ExecSession, ImageDetails,
+    LogOptions, LogStream, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
+    RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
 };
 
 use crate::util::{label, pod_yaml, wait_for, Node, BUSYBOX, LONG, PAUSE, SLEEPER};
@@ -176,7 +177,7 @@ fn log_files(log_path: &str) -> Vec<(PathBuf, u64)> {
         .filter(|e| e.file_name().to_string_lossy().starts_with(&base))
         .map(|e| (e.path(), e.metadata().map(|m| m.len()).unwrap_or(0)))
         .collect();
-    rkubelet::sort::sort(&mut v);
+    base::sort::sort(&mut v);
     v
 }
 
@@ -262,8 +263,11 @@ impl Runtime for OnlyTestImages {
     fn info(&self) -> Result<RuntimeInfo, RuntimeError> {
         self.inner.info()
     }
-    fn network_status(&self) -> Result<rkubelet::runtime::NetworkStatus, RuntimeError> {
+    fn network_status(&self) -> Result<runtime::NetworkStatus, RuntimeError> {
         self.inner.network_status()
+    }
+    fn update_runtime_config(&self, pod_cidrs: &[String]) -> Result<(), RuntimeError> {
+        self.inner.update_runtime_config(pod_cidrs)
     }
     fn list_containers(&self, f: &[String]) -> Result<Vec<ContainerSummary>, RuntimeError> {
         self.inner.list_containers(f)
@@ -271,8 +275,16 @@ impl Runtime for OnlyTestImages {
     fn inspect_container(&self, id: &str) -> Result<ContainerDetails, RuntimeError> {
         self.inner.inspect_container(id)
     }
-    fn create_container(&self, c: &ContainerConfig) -> Result<String, RuntimeError> {
-        self.inner.create_container(c)
+    fn run_pod_sandbox(&self, c: &PodSandboxConfig) -> Result<String, RuntimeError> {
+        self.inner.run_pod_sandbox(c)
+    }
+    fn create_container(
+        &self,
+        sandbox: &str,
+        c: &ContainerConfig,
+        s: &PodSandboxConfig,
+    ) -> Result<String, RuntimeError> {
+        self.inner.create_container(sandbox, c, s)
     }
     fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         self.inner.start_container(id)
@@ -360,8 +372,8 @@ impl Runtime for OnlyTestImages {
     }
     fn watch_events(
         &self,
-        f: &rkubelet::runtime::EventFilter,
-        on_item: &mut dyn FnMut(rkubelet::runtime::EventItem) -> bool,
+        f: &runtime::EventFilter,
+        on_item: &mut dyn FnMut(runtime::EventItem) -> bool,
         should_stop: &dyn Fn() -> bool,
     ) -> Result<(), RuntimeError> {
         self.inner.watch_events(f, on_item, should_stop)
@@ -439,12 +451,14 @@ fn image_gc_frees_the_least_recently_used_first_and_never_an_image_in_use_or_pau
     );
     // A container that exists (never started) holds "held" for the whole test.
     let held = docker
-        .create_container(&ContainerConfig {
-            name: format!("{prefix}-held"),
-            image: tag("held"),
-            labels: BTreeMap::new(),
-            ..ContainerConfig::default()
-        })
+        .create_container(
+            "",
+            &ContainerConfig {
+                labels: BTreeMap::new(),
+                ..ContainerConfig::named(format!("{prefix}-held"), tag("held"))
+            },
+            &PodSandboxConfig::default(),
+        )
         .expect("create");
     cleanup.containers.push(held);
     // Detections (a free of 0 bytes only looks): first everything is found, then
@@ -453,11 +467,13 @@ fn image_gc_frees_the_least_recently_used_first_and_never_an_image_in_use_or_pau
     for n in ["early", "late"] {
         std::thread::sleep(Duration::from_millis(1100));
         let id = docker
-            .create_container(&ContainerConfig {
-                name: format!("{prefix}-{n}"),
-                image: tag(n),
-                ..ContainerConfig::default()
-            })
+            .create_container(
+                "",
+                &ContainerConfig {
+                    ..ContainerConfig::named(format!("{prefix}-{n}"), tag(n))
+                },
+                &PodSandboxConfig::default(),
+            )
             .expect("create");
         gc.free_space(0).expect("detect");
         docker.remove_container(&id).expect("remove");

@@ -278,12 +278,11 @@ fn running_ids(node: &Node, pod: &str) -> Vec<String> {
         .containers()
         .into_iter()
         .filter(|c| {
-            label(c, "io.kubernetes.pod.name") == pod
-                && c.state == rkubelet::runtime::ContainerState::Running
+            label(c, "io.kubernetes.pod.name") == pod && c.state == runtime::ContainerState::Running
         })
         .map(|c| c.id)
         .collect();
-    rkubelet::sort::sort(&mut ids);
+    base::sort::sort(&mut ids);
     ids
 }
 

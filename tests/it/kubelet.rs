@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::util::{self, label, pod_yaml, wait_for, Node, LONG, SLEEPER};
-use rkubelet::runtime::{ContainerState, Runtime};
+use runtime::{ContainerState, Runtime};
 
 /// Waits until every listed `pod/container` of the node runs (pod names without the
 /// node suffix), and returns the running map.

@@ -485,7 +485,7 @@ fn stamped(line: &str) -> (SystemTimeStamp, &str) {
         ts.ends_with('Z') && ts.as_bytes()[10] == b'T' && ts.as_bytes()[19] == b'.',
         "{ts}"
     );
-    let t = rkubelet::time::parse_rfc3339(ts).expect("RFC 3339");
+    let t = base::time::parse_rfc3339(ts).expect("RFC 3339");
     (SystemTimeStamp(t, ts.to_string()), rest)
 }
 

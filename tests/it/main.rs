@@ -43,3 +43,5 @@ mod chaos;
 mod panics;
 mod workers;
 mod sysctl;
+mod network;
+mod push;

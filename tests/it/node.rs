@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use crate::apiserver::{Options, TestApiServer};
 use crate::util::{pod_yaml, wait_for, Node, LONG};
 
-use rkubelet::runtime::Runtime;
+use runtime::Runtime;
 
 /// Starts a node against `server` with these extra flags.
 fn start(server: &TestApiServer, node: &mut Node, extra: &[&str]) {

@@ -58,7 +58,7 @@ fn panics_in_loops_are_caught_counted_and_the_loops_restarted_while_pods_run() {
     let pleg_lines = log
         .lines()
         .filter(|l| {
-            l.contains("pleg: thread pleg panicked: panicked at src/")
+            l.contains("pleg: thread pleg panicked: panicked at crates/base/src/panics.rs:")
                 && l.contains("RKUBELET_TEST_PANIC: injected panic in pleg")
         })
         .count();

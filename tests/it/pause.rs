@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use rkubelet::runtime::docker::Docker;
-use rkubelet::runtime::Runtime;
+use docker::Docker;
+use runtime::Runtime;
 
 use crate::util::{self, wait_for, Node, BUSYBOX, DOCKER_SOCK, LONG};
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use crate::util::{
     http_get, label, pod_yaml, thread_names, wait_for, Node, DOCKER_SOCK, LONG, SLEEPER,
 };
-use rkubelet::runtime::{ContainerState, Runtime};
+use runtime::{ContainerState, Runtime};
 
 /// One proxied connection: its two sockets and whether it carried an events request.
 struct Conn {

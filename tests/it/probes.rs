@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::util::{wait_for, Node, BUSYBOX, LONG};
-use rkubelet::runtime::{ContainerState, Runtime};
+use runtime::{ContainerState, Runtime};
 use serde_json::Value;
 
 /// The pod named `pod` (without the node suffix) from `/pods`.
@@ -300,7 +300,7 @@ impl Drop for KillOnDrop {
 fn https_probe_skips_certificate_verification() {
     use rkubelet::prober::handlers::Prober;
     use rkubelet::prober::spec::Handler;
-    use rkubelet::prober::ProbeResult;
+    use runtime::container::ProbeResult;
 
     // A real TLS server with a self-signed certificate that no root vouches for.
     let server = crate::util::TlsServer::start();
@@ -396,7 +396,7 @@ fn grpc_server(bind: &str, extra: &[&str]) -> (KillOnDrop, u16) {
 fn grpc_probe_speaks_the_health_protocol_to_a_real_grpc_server() {
     use rkubelet::prober::handlers::Prober;
     use rkubelet::prober::spec::Handler;
-    use rkubelet::prober::ProbeResult;
+    use runtime::container::ProbeResult;
 
     let (_server, port) = grpc_health_server("127.0.0.1");
     let prober = Prober::new(std::sync::Arc::new(crate::util::docker()));
@@ -437,7 +437,7 @@ fn grpc_probe_speaks_the_health_protocol_to_a_real_grpc_server() {
 fn grpc_probe_reports_a_refused_call_in_upstreams_words() {
     use rkubelet::prober::handlers::Prober;
     use rkubelet::prober::spec::Handler;
-    use rkubelet::prober::ProbeResult;
+    use runtime::container::ProbeResult;
 
     let prober = Prober::new(std::sync::Arc::new(crate::util::docker()));
     let run = |port: u16, service: &str| {

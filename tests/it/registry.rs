@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::util::{self, free_port, unique, wait_for, Node, DOCKER_SOCK, LONG};
-use rkubelet::runtime::Runtime;
+use runtime::Runtime;
 
 /// The registry binary (Debian's `docker-registry`, distribution 2.8).
 const REGISTRY_BIN: &str = "/usr/bin/docker-registry";

@@ -111,7 +111,7 @@ fn idle_connections_are_capped_and_healthz_still_answers() {
     assert_eq!(loops, threads_before, "no thread per connection");
     for port in ["srv-healthz", "srv-readonly"] {
         let workers = pools.get(port).copied().unwrap_or(0);
-        let most = rkubelet::server::http::Limits::PLAIN.workers;
+        let most = wire::server::http::Limits::PLAIN.workers;
         assert!(workers <= most, "{workers} {port} workers: {pools:?}");
     }
     drop(flood);

@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 use crate::apiserver::{Options, Pki, TestApiServer};
 use crate::etcd::Etcd;
 use crate::util::{self, label, pod_yaml, wait_for, Node, BUSYBOX, LONG, SLEEPER};
-use rkubelet::apiclient::{kubeconfig, ApiClient};
-use rkubelet::loops::{shutdown_channel, Loops, Shutdown};
+use apiclient::{kubeconfig, ApiClient};
+use base::loops::{shutdown_channel, Loops, Shutdown};
 use rkubelet::podconfig::apiserver::ApiSource;
 use rkubelet::podconfig::etcd::{EtcdConfig, EtcdSource, WatchEnd};
 use rkubelet::podconfig::http::HttpSource;
@@ -45,7 +45,7 @@ fn names<P: std::borrow::Borrow<Pod>>(pods: &[P]) -> Vec<String> {
         .iter()
         .map(|p| p.borrow().metadata.name.clone().unwrap_or_default())
         .collect();
-    rkubelet::sort::sort(&mut n);
+    base::sort::sort(&mut n);
     n
 }
 
@@ -333,7 +333,7 @@ fn api_client_authenticates_with_token_file_client_certificate_and_exec_plugin()
         match want {
             Ok(auth) => {
                 let list =
-                    got.unwrap_or_else(|e| panic!("{user}: {}", rkubelet::loops::error_chain(&e)));
+                    got.unwrap_or_else(|e| panic!("{user}: {}", base::loops::error_chain(&e)));
                 assert_eq!(names(&list.items), ["p"], "{user}");
                 let reqs = server.requests();
                 assert!(
@@ -342,7 +342,7 @@ fn api_client_authenticates_with_token_file_client_certificate_and_exec_plugin()
                 );
             }
             Err(msg) => {
-                let e = rkubelet::loops::error_chain(&got.expect_err(&user));
+                let e = base::loops::error_chain(&got.expect_err(&user));
                 assert!(e.contains(msg), "{user}: {e}");
             }
         }
@@ -472,7 +472,7 @@ fn url_source_sends_only_changes_and_keeps_its_pods_through_failures() {
     ];
     for (code, body, want) in rows {
         site.set(code, body);
-        let e = rkubelet::loops::error_chain(&src.tick().expect_err(body));
+        let e = base::loops::error_chain(&src.tick().expect_err(body));
         assert!(e.starts_with(&want), "{e}");
         assert!(
             rx.try_recv().is_err(),
@@ -521,7 +521,7 @@ fn url_source_sends_only_changes_and_keeps_its_pods_through_failures() {
         "n".into(),
         crossbeam_channel::unbounded().0,
     );
-    let e = rkubelet::loops::error_chain(&down.tick().expect_err("refused"));
+    let e = base::loops::error_chain(&down.tick().expect_err("refused"));
     assert!(
         e.starts_with(&format!("cannot fetch {unreachable}: ")),
         "{e}"
@@ -535,7 +535,7 @@ fn etcd_source_speaks_tls_with_a_client_certificate() {
     let prefix = "/registry/hosts/n/";
     etcd.put(&format!("{prefix}a"), &etcd_pod("a"));
     let read = |p: &std::path::Path| Some(std::fs::read(p).expect("pem"));
-    let tls = rkubelet::httpclient::servers::TlsSettings {
+    let tls = base::httpclient::servers::TlsSettings {
         ca_pem: read(&pki.ca),
         cert_pem: read(&pki.client_cert),
         key_pem: read(&pki.client_key),
@@ -562,14 +562,14 @@ fn etcd_source_speaks_tls_with_a_client_certificate() {
     let cfg = EtcdConfig {
         servers: vec![etcd.url.clone()],
         prefix: prefix.into(),
-        tls: rkubelet::httpclient::servers::TlsSettings {
+        tls: base::httpclient::servers::TlsSettings {
             cert_pem: None,
             key_pem: None,
             ..tls
         },
     };
     let mut src = EtcdSource::new(cfg, "n".into(), tx2).expect("source");
-    let e = rkubelet::loops::error_chain(&src.list().expect_err("refused"));
+    let e = base::loops::error_chain(&src.list().expect_err("refused"));
     assert!(
         e.starts_with(&format!("etcd {}: read {prefix}", etcd.url)),
         "{e}"
@@ -976,7 +976,7 @@ fn a_pod_moved_between_sources_is_reported_as_a_conflict_and_runs_once() {
     let sandboxes = |node: &Node| {
         node.containers_named("POD")
             .iter()
-            .filter(|c| c.state == rkubelet::runtime::ContainerState::Running)
+            .filter(|c| c.state == runtime::ContainerState::Running)
             .count()
     };
     assert_eq!(sandboxes(&node), 1);

@@ -1,6 +1,6 @@
 //! SPDY/3.1 against the real client: kubectl, with its WebSocket protocols turned off,
 //! talks to a stand-in API server whose exec and port-forward upgrades are served by
-//! rkubelet's codec and `Session` (`src/server/spdy.rs`, `src/server/spdy/conn.rs`).
+//! rkubelet's codec and `Session` (`crates/wire/src/spdy.rs`, `crates/wire/src/spdy/conn.rs`).
 //! kubectl going on after our SYN_REPLYs, printing our stdout, reporting the exit code
 //! we send on the error stream and relaying our port-forward bytes proves our frames
 //! are ones a reference decoder (spdystream) accepts; 256 KiB each way proves neither
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rkubelet::server::spdy::conn::{Config, Event, Session};
+use wire::spdy::conn::{Config, Event, Session};
 
 use crate::util::{free_port, unique, wait_for};
 

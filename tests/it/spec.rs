@@ -10,7 +10,7 @@ use crate::registry::{
 };
 use crate::util::{self, free_port, unique, wait_for, Node, BUSYBOX, LONG, SLEEPER};
 use rkubelet::kuberuntime::container::dns::{parse_resolv_conf, render_resolv_conf};
-use rkubelet::runtime::Runtime;
+use runtime::Runtime;
 
 fn lines(log: &str) -> Vec<&str> {
     log.lines().map(str::trim_end).collect()
@@ -109,8 +109,8 @@ spec:
     for w in &want {
         assert!(got.contains(&w.as_str()), "{w:?} missing from:\n{log}");
     }
-    let d = node.docker.inspect_container(&id).expect("inspect");
-    assert!(d.settings.stdin && !d.settings.tty, "{:?}", d.settings);
+    let d = node.docker.inspect_settings(&id).expect("inspect");
+    assert!(d.stdin && !d.tty, "{d:?}");
 }
 
 #[test]
@@ -247,10 +247,10 @@ spec:
     });
     assert_eq!(body.trim(), "hello-from-pod");
     let sandbox = node.containers_named("POD").remove(0);
-    let d = node.docker.inspect_container(&sandbox.id).expect("inspect");
-    assert_eq!(d.settings.ports.len(), 1, "{:?}", d.settings.ports);
-    assert_eq!(d.settings.ports[0].container_port, 8080);
-    assert_eq!(d.settings.ports[0].host_port, port);
+    let d = node.docker.inspect_settings(&sandbox.id).expect("inspect");
+    assert_eq!(d.ports.len(), 1, "{:?}", d.ports);
+    assert_eq!(d.ports[0].container_port, 8080);
+    assert_eq!(d.ports[0].host_port, port);
 }
 
 #[test]
@@ -304,9 +304,8 @@ spec:
     let r = |c: &str| {
         let id = wait_running_id(&node, "res", c);
         node.docker
-            .inspect_container(&id)
+            .inspect_settings(&id)
             .expect("inspect")
-            .settings
             .resources
     };
     let limited = r("limited");
@@ -395,11 +394,7 @@ spec:
     // The emptyDir belongs to the fsGroup, setgid, so new files do too.
     let log = wait_log(&node, &id, "FILE ");
     assert!(log.contains("DATA 2000 drwxrwsrwx FILE 2000"), "{log}");
-    let s = node
-        .docker
-        .inspect_container(&id)
-        .expect("inspect")
-        .settings;
+    let s = node.docker.inspect_settings(&id).expect("inspect");
     assert!(s.read_only_rootfs);
     assert_eq!(s.user, "1000:1500");
     assert!(
@@ -426,9 +421,8 @@ spec:
     let p = wait_for("the privileged container to be created", LONG, || {
         node.containers_named("privileged")
             .iter()
-            .find_map(|c| node.docker.inspect_container(&c.id).ok())
-    })
-    .settings;
+            .find_map(|c| node.docker.inspect_settings(&c.id).ok())
+    });
     assert!(p.privileged);
     assert_eq!(p.cap_add, ["NET_ADMIN"]);
     assert_eq!(p.user, "0:1500");
@@ -519,7 +513,10 @@ spec:
         own_netns.display().to_string(),
         "host network"
     );
-    assert_eq!(d.settings.pid_mode, "host");
+    assert_eq!(
+        node.docker.inspect_settings(&id).expect("inspect").pid_mode,
+        "host"
+    );
     let hosts = exec(&node, &id, &["cat", "/etc/hosts"]);
     let node_hosts = std::fs::read_to_string("/etc/hosts").expect("hosts");
     assert_eq!(
@@ -539,20 +536,16 @@ spec:
                 && util::label(c, "io.kubernetes.pod.name") == format!("hn-{}", node.name)
         })
         .expect("sandbox");
-    let sb = node.docker.inspect_container(&sandbox.id).expect("inspect");
-    assert_eq!(sb.settings.ipc_mode, "host");
+    let sb = node.docker.inspect_settings(&sandbox.id).expect("inspect");
+    assert_eq!(sb.ipc_mode, "host");
 
     // One process namespace: b sees a's sleep.
     let b = wait_running_id(&node, "share", "b");
     wait_running_id(&node, "share", "a");
     let ps = exec(&node, &b, &["ps"]);
     assert!(ps.contains("sleep 3601"), "{ps}");
-    let d = node.docker.inspect_container(&b).expect("inspect");
-    assert!(
-        d.settings.pid_mode.starts_with("container:"),
-        "{:?}",
-        d.settings
-    );
+    let d = node.docker.inspect_settings(&b).expect("inspect");
+    assert!(d.pid_mode.starts_with("container:"), "{d:?}");
 }
 
 #[test]

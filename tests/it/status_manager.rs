@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rkubelet::runtime::Runtime;
+use runtime::Runtime;
 use serde_json::{json, Value};
 
 use crate::apiserver::{Options, TestApiServer};

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rkubelet::runtime::{OutputKind, Runtime, StreamOptions, TermSize};
+use runtime::{OutputKind, Runtime, StreamOptions, TermSize};
 use rustls::pki_types::ServerName;
 use serde_json::{json, Value};
 use tungstenite::Message;
@@ -824,8 +824,8 @@ fn proc_status_kb(pid: u32, field: &str) -> u64 {
 /// An exec over SPDY/3.1 straight to the kubelet port: the upgrade, the error, stdin
 /// and stdout streams opened and replied to. Returns the connection and a decoder
 /// holding what came after the `101`.
-fn spdy_exec(port: u16, path: &str) -> (Tls, rkubelet::server::spdy::Decoder) {
-    use rkubelet::server::spdy::{Decoder, Encoder, Frame};
+fn spdy_exec(port: u16, path: &str) -> (Tls, wire::spdy::Decoder) {
+    use wire::spdy::{Decoder, Encoder, Frame};
     let mut s = tls_connect(port);
     s.sock
         .set_write_timeout(Some(Duration::from_secs(60)))
@@ -951,12 +951,9 @@ fn spdy_data_frames_announcing_16_mib_end_their_sessions_and_rss_stays_bounded()
         "/exec/default/spdybig/c?command=wc&command=-c&stdin=1&stdout=1",
     );
     let mut frames = Vec::new();
-    let mut enc = rkubelet::server::spdy::Encoder::new();
-    for (flags, data) in [
-        (0, vec![b'x'; 32 * 1024]),
-        (rkubelet::server::spdy::FLAG_FIN, vec![]),
-    ] {
-        let f = rkubelet::server::spdy::Frame::Data {
+    let mut enc = wire::spdy::Encoder::new();
+    for (flags, data) in [(0, vec![b'x'; 32 * 1024]), (wire::spdy::FLAG_FIN, vec![])] {
+        let f = wire::spdy::Frame::Data {
             stream_id: 3,
             flags,
             data,
@@ -967,10 +964,10 @@ fn spdy_data_frames_announcing_16_mib_end_their_sessions_and_rss_stays_bounded()
     let mut stdout = Vec::new();
     loop {
         match dec.next_frame().expect("frame") {
-            Some(rkubelet::server::spdy::Frame::Data {
+            Some(wire::spdy::Frame::Data {
                 stream_id: 5, data, ..
             }) => stdout.extend_from_slice(&data),
-            Some(rkubelet::server::spdy::Frame::GoAway { .. }) => break,
+            Some(wire::spdy::Frame::GoAway { .. }) => break,
             Some(_) => {}
             None => {
                 let mut buf = [0u8; 4096];
@@ -989,7 +986,7 @@ fn spdy_data_frames_announcing_16_mib_end_their_sessions_and_rss_stays_bounded()
 
 /// A running busybox container of our own; removed on drop.
 struct Scratch {
-    docker: rkubelet::runtime::docker::Docker,
+    docker: docker::Docker,
     id: String,
 }
 
@@ -1001,22 +998,22 @@ impl Drop for Scratch {
 
 fn scratch_container(tty: bool, stdin: bool, cmd: &[&str]) -> Scratch {
     let docker = crate::util::docker();
-    let config = rkubelet::runtime::ContainerConfig {
-        name: unique("rkubelet-it-streams"),
-        image: BUSYBOX.to_string(),
-        entrypoint: Some(cmd.iter().map(|s| s.to_string()).collect()),
+    let config = runtime::config::ContainerConfig {
+        command: Some(cmd.iter().map(|s| s.to_string()).collect()),
         tty,
         stdin,
         stdin_once: stdin,
-        ..Default::default()
+        ..runtime::config::ContainerConfig::named(unique("rkubelet-it-streams"), BUSYBOX)
     };
-    let id = docker.create_container(&config).expect("create");
+    let id = docker
+        .create_container("", &config, &runtime::config::PodSandboxConfig::default())
+        .expect("create");
     docker.start_container(&id).expect("start");
     Scratch { docker, id }
 }
 
 /// Reads a process's output until its end (or the deadline): (stdout, stderr).
-fn drain(io: &mut dyn rkubelet::runtime::ProcessIo, until: Instant) -> (Vec<u8>, Vec<u8>) {
+fn drain(io: &mut dyn runtime::ProcessIo, until: Instant) -> (Vec<u8>, Vec<u8>) {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     loop {
         assert!(Instant::now() < until, "the output did not end");

@@ -10,8 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use rkubelet::runtime::docker::Docker;
-use rkubelet::runtime::{ContainerState, ContainerSummary, Runtime};
+use docker::Docker;
+use runtime::{ContainerState, ContainerSummary, Runtime};
 
 /// The images `make images` (hack/build-images.sh) builds.
 pub const BUSYBOX: &str = "rkubelet/busybox:1.35";
@@ -452,32 +452,55 @@ pub fn netns(pid: u32) -> String {
         .unwrap_or_default()
 }
 
-/// The names of a process's threads, from /proc.
+/// The names of a process's threads, from /proc. Every thread of rkubelet is named,
+/// but a thread names itself once running: one read just after a clone would show
+/// the new thread under its parent's name, so such a read is taken again.
 pub fn thread_names(pid: u32) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
-                .map(|s| s.trim().to_string())
-                .collect()
-        })
-        .unwrap_or_default();
-    rkubelet::sort::sort(&mut names);
+    let read = || -> Vec<(u32, String)> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .filter_map(|e| {
+                        let tid = e.file_name().to_str()?.parse().ok()?;
+                        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+                        Some((tid, comm.trim().to_string()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut tasks = read();
+    for _ in 0..100 {
+        let main = tasks
+            .iter()
+            .find(|(tid, _)| *tid == pid)
+            .map(|(_, n)| n.clone());
+        let unnamed = tasks
+            .iter()
+            .any(|(tid, n)| *tid != pid && Some(n) == main.as_ref());
+        if !unnamed {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        tasks = read();
+    }
+    let mut names: Vec<String> = tasks.into_iter().map(|(_, n)| n).collect();
+    base::sort::sort(&mut names);
     names
 }
 
 /// Threads that are workers of a pool (`<prefix>-<n>`: they start on demand and exit
 /// when idle, up to their pool's bound) by prefix, and the other threads (loops), as
-/// (workers per prefix, loop count).
-pub fn split_threads(names: &[String]) -> (BTreeMap<String, usize>, usize) {
+/// (workers per prefix, loop names).
+pub fn split_threads(names: &[String]) -> (BTreeMap<String, usize>, Vec<String>) {
     let mut pools = BTreeMap::new();
-    let mut loops = 0;
+    let mut loops = Vec::new();
     for n in names {
         match n.rsplit_once('-') {
             Some((prefix, i)) if i.parse::<u32>().is_ok() => {
                 *pools.entry(prefix.to_string()).or_insert(0) += 1;
             }
-            _ => loops += 1,
+            _ => loops.push(n.clone()),
         }
     }
     (pools, loops)

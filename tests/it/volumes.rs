@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::registry::{exec, pod_uid, wait_log, wait_running_id, wait_waiting};
 use crate::util::{self, wait_for, Node, BUSYBOX, LONG, SLEEPER};
-use rkubelet::runtime::Runtime;
+use runtime::Runtime;
 
 fn root(node: &Node) -> PathBuf {
     node.dir.join("root")
@@ -673,7 +673,7 @@ spec:
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
-        rkubelet::sort::sort(&mut names);
+        base::sort::sort(&mut names);
         names
     };
     wait_for(

@@ -7,7 +7,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::util::{wait_for, Node, BUSYBOX, LONG, SLEEPER};
-use rkubelet::runtime::ContainerState;
+use runtime::ContainerState;
 use serde_json::Value;
 
 /// As many as the kubelet's pod workers (`pod_workers::DEFAULT_WORKERS`).
@@ -41,7 +41,7 @@ fn container_status(p: &Value, c: &str) -> Option<Value> {
 
 fn time(v: &Value) -> SystemTime {
     let s = v.as_str().unwrap_or_else(|| panic!("not a time: {v}"));
-    rkubelet::time::parse_rfc3339(s).unwrap_or_else(|| panic!("not a time: {s}"))
+    base::time::parse_rfc3339(s).unwrap_or_else(|| panic!("not a time: {s}"))
 }
 
 /// `later - earlier` in seconds (negative when `later` is before).

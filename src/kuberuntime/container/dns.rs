@@ -8,11 +8,11 @@
 use k8s_openapi::api::core::v1::Pod;
 
 /// Upstream `validation.MaxDNSNameservers`.
-pub const MAX_NAMESERVERS: usize = 3;
+pub(crate) const MAX_NAMESERVERS: usize = 3;
 /// Upstream `MaxDNSSearchPathsExpanded` (ExpandedDNSConfig is GA).
-pub const MAX_SEARCH_PATHS: usize = 32;
+pub(crate) const MAX_SEARCH_PATHS: usize = 32;
 /// Upstream `MaxDNSSearchListCharsExpanded`.
-pub const MAX_SEARCH_LIST_CHARS: usize = 2048;
+pub(crate) const MAX_SEARCH_LIST_CHARS: usize = 2048;
 /// A search path longer than a DNS subdomain makes some resolvers abort (glibc 2.28).
 const MAX_SEARCH_PATH_LEN: usize = 253;
 /// The Linux nodename field holds 64 characters.
@@ -43,12 +43,15 @@ pub struct DnsConfig {
 }
 
 /// Something worth a log line (upstream sends these as events).
-pub type Warnings = Vec<String>;
+pub(crate) type Warnings = Vec<String>;
 
 /// The pod's hostname and domain (upstream `GeneratePodHostNameAndDomain`): the
 /// hostname is `spec.hostname` or the pod name, cut to 63 characters; the domain is
 /// `<subdomain>.<namespace>.svc.<clusterDomain>` when a subdomain is set.
-pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> Result<(String, String), String> {
+pub(crate) fn hostname_and_domain(
+    pod: &Pod,
+    cluster_domain: &str,
+) -> Result<(String, String), String> {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let spec = pod.spec.as_ref();
     let mut hostname = name.clone();
@@ -88,7 +91,11 @@ pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> Result<(String, S
 
 /// The name the kernel gets (upstream `GetNodenameForKernel`): the FQDN when
 /// `setHostnameAsFQDN` is set and there is a domain, else the short hostname.
-pub fn kernel_hostname(hostname: &str, domain: &str, as_fqdn: bool) -> Result<String, String> {
+pub(crate) fn kernel_hostname(
+    hostname: &str,
+    domain: &str,
+    as_fqdn: bool,
+) -> Result<String, String> {
     if domain.is_empty() || !as_fqdn {
         return Ok(hostname.to_string());
     }
@@ -145,7 +152,7 @@ pub fn parse_resolv_conf(text: &str) -> DnsConfig {
 
 /// The DNS policy that applies, after upstream's fallbacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DnsType {
+pub(crate) enum DnsType {
     /// The cluster's nameservers and search domains.
     Cluster,
     /// The node's resolver file.
@@ -156,7 +163,7 @@ pub enum DnsType {
 
 /// Upstream `getPodDNSType`: `ClusterFirst` on the host network falls back to
 /// `Default`; the API's default policy is `ClusterFirst`.
-pub fn dns_type(pod: &Pod) -> Result<DnsType, String> {
+pub(crate) fn dns_type(pod: &Pod) -> Result<DnsType, String> {
     let spec = pod.spec.as_ref();
     let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
     match spec
@@ -174,7 +181,7 @@ pub fn dns_type(pod: &Pod) -> Result<DnsType, String> {
 /// A pod's resolver configuration (upstream `GetPodDNS`). `host_resolv` is the text of
 /// the node's resolver file (None when `resolvConf` is ""); `node_ipv6` says whether
 /// the node's address is IPv6 (for the no-resolv.conf fallback).
-pub fn pod_dns(
+pub(crate) fn pod_dns(
     pod: &Pod,
     settings: &DnsSettings,
     host_resolv: Option<&str>,
@@ -317,7 +324,7 @@ const MANAGED_HOSTS_HEADER_HOST_NETWORK: &str = "# Kubernetes-managed hosts file
 /// The managed `/etc/hosts` of a pod (upstream `managedHostsFileContent`), or for a
 /// host-network pod the node's hosts file under a header (`nodeHostsFileContent`);
 /// `spec.hostAliases` are appended in both cases.
-pub fn render_hosts(
+pub(crate) fn render_hosts(
     pod: &Pod,
     pod_ips: &[String],
     hostname: &str,

@@ -17,12 +17,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar, Pod, Secret};
 
-use crate::container::expansion::{expand, mapping_for};
 use crate::objects::{ObjectError, ObjectManager};
+use runtime::container::expansion::{expand, mapping_for};
 
-pub use crate::container::downward::{
-    effective_requests, field_ref_value, limits, resource_field_value, NodeFacts,
-};
+use runtime::container::downward::{field_ref_value, resource_field_value, NodeFacts};
 
 /// The objects one environment read, so each is asked for once.
 struct Objects<'a> {
@@ -73,7 +71,7 @@ fn missing<T>(r: Result<T, ObjectError>, optional: bool) -> Result<Option<T>, St
 /// The environment of `c`, in declaration order (a name declared twice keeps its
 /// first position and its last value). Err is the message of a
 /// `CreateContainerConfigError`, worded as upstream.
-pub fn make_environment(
+pub(crate) fn make_environment(
     pod: &Pod,
     c: &Container,
     node: &NodeFacts,
@@ -131,7 +129,7 @@ pub fn make_environment(
             set(&mut order, &mut values, k, v);
         }
         if !invalid.is_empty() {
-            crate::sort::sort(&mut invalid);
+            base::sort::sort(&mut invalid);
             crate::record::event(
                 pod,
                 None,
@@ -216,7 +214,7 @@ fn env_value(
 
 /// `command` and `args` with `$(VAR)` expanded from the container's environment
 /// (upstream `ExpandContainerCommandAndArgs`). An empty list is "not set".
-pub fn expand_command_and_args(
+pub(crate) fn expand_command_and_args(
     c: &Container,
     env: &[(String, String)],
 ) -> (Option<Vec<String>>, Option<Vec<String>>) {
@@ -472,11 +470,11 @@ mod tests {
     fn objects() -> ObjectManager {
         use crate::objects::fake::{config_map, secret, FakeFetcher};
         let f = FakeFetcher::default();
-        crate::loops::lock(&f.config_maps).insert(
+        base::loops::lock(&f.config_maps).insert(
             "prod/cm".into(),
             config_map(&[("A", "from-cm"), ("B", "b"), ("bad=key", "x")]),
         );
-        crate::loops::lock(&f.secrets).insert(
+        base::loops::lock(&f.secrets).insert(
             "prod/s".into(),
             secret(&[("PASS", "hunter2"), ("A", "from-secret")]),
         );

@@ -3,20 +3,20 @@
 
 use super::*;
 use crate::pleg::{PlegEvent, CHANNEL_CAPACITY, FRESH_RELIST};
-use crate::runtime::fake::{FakeClock, FakeRuntime, Op};
-use crate::runtime::ContainerConfig;
+use runtime::config::{ContainerConfig, PodSandboxConfig};
+use runtime::fake::{FakeClock, FakeRuntime, Op};
 use std::time::UNIX_EPOCH;
 
 const NODE: &str = "n1";
 
-fn event(action: &str, id: &str, uid: &str, secs: u64) -> RuntimeEvent {
+fn event(kind: ContainerEventType, id: &str, uid: &str, secs: u64) -> RuntimeEvent {
     let mut labels = BTreeMap::new();
     if !uid.is_empty() {
         labels.insert(labels::POD_UID.to_string(), uid.to_string());
     }
     RuntimeEvent {
         id: id.into(),
-        action: action.into(),
+        kind,
         labels,
         time: UNIX_EPOCH + Duration::new(secs, 123_456_789),
     }
@@ -30,27 +30,31 @@ fn wake_of(uid: &str, id: &str) -> Wake {
 }
 
 #[test]
-fn docker_actions_map_to_pleg_events_of_the_pod_in_the_labels() {
+fn container_events_map_to_pleg_events_of_the_pod_in_the_labels() {
+    use ContainerEventType as E;
     use PlegEventType::*;
-    for (action, kind) in [
-        ("start", Some(ContainerStarted)),
-        ("die", Some(ContainerDied)),
-        ("destroy", Some(ContainerRemoved)),
-        ("create", None),
-        ("oom", None),
+    for (ev, kind) in [
+        (E::Started, Some(ContainerStarted)),
+        (E::Stopped, Some(ContainerDied)),
+        (E::Deleted, Some(ContainerRemoved)),
+        (E::Created, None),
+        (E::OomKilled, None),
     ] {
         assert_eq!(
-            hint_of(&event(action, "c1", "uid-1", 1)),
+            hint_of(&event(ev, "c1", "uid-1", 1)),
             Some(EventHint {
                 pod_uid: "uid-1".into(),
                 container_id: "c1".into(),
                 kind,
             }),
-            "{action}"
+            "{ev:?}"
         );
     }
-    assert_eq!(hint_of(&event("exec_start: sh", "c1", "uid-1", 1)), None);
-    assert_eq!(hint_of(&event("die", "c1", "", 1)), None, "not a pod's");
+    assert_eq!(
+        hint_of(&event(E::Stopped, "c1", "", 1)),
+        None,
+        "not a pod's"
+    );
 }
 
 #[test]
@@ -105,20 +109,22 @@ fn a_broken_stream_shrinks_the_period_to_a_second() {
 fn world() -> (Arc<FakeRuntime>, String, Pleg, Receiver<PlegEvent>) {
     let rt = Arc::new(FakeRuntime::new(FakeClock::default()).with_image("busybox"));
     let id = rt
-        .create_container(&ContainerConfig {
-            name: "k8s_app_p_ns_uid-1_0".into(),
-            image: "busybox".into(),
-            labels: [
-                (labels::MANAGED_BY_NODE.to_string(), NODE.to_string()),
-                (labels::POD_UID.to_string(), "uid-1".to_string()),
-                (labels::CONTAINER_NAME.to_string(), "app".to_string()),
-            ]
-            .into(),
-            ..ContainerConfig::default()
-        })
+        .create_container(
+            "",
+            &ContainerConfig {
+                labels: [
+                    (labels::MANAGED_BY_NODE.to_string(), NODE.to_string()),
+                    (labels::POD_UID.to_string(), "uid-1".to_string()),
+                    (labels::CONTAINER_NAME.to_string(), "app".to_string()),
+                ]
+                .into(),
+                ..ContainerConfig::named("k8s_app_p_ns_uid-1_0", "busybox")
+            },
+            &PodSandboxConfig::default(),
+        )
         .expect("create");
     rt.start_container(&id).expect("start");
-    let (tx, rx) = crate::chan::bounded(CHANNEL_CAPACITY);
+    let (tx, rx) = base::chan::bounded(CHANNEL_CAPACITY);
     let runtime: Arc<dyn Runtime> = rt.clone();
     let mut pleg = Pleg::new(runtime, NODE, tx, Arc::default(), None);
     pleg.relist().expect("relist");
@@ -209,7 +215,7 @@ fn a_reopened_stream_relists_once_and_that_covers_its_events() {
 
     rt.script_event_stream(true);
     rt.exit(&id, 137);
-    rt.push_event(event("die", &id, "uid-1", 10));
+    rt.push_event(event(ContainerEventType::Stopped, &id, "uid-1", 10));
     rt.cut_event_stream();
     let (opened, r) = w.watch_once(&|| false, &mut || {});
     assert!(opened && r.is_err());
@@ -236,7 +242,7 @@ fn an_event_on_an_open_stream_relists_only_its_pod() {
 
     // What the event thread sends for one die event on an open stream.
     rt.exit(&id, 1);
-    let h = hint_of(&event("die", &id, "uid-1", 10)).expect("a hint");
+    let h = hint_of(&event(ContainerEventType::Stopped, &id, "uid-1", 10)).expect("a hint");
     wake.send(wake_of(&h.pod_uid, &h.container_id));
     let before = rt.calls().len();
     assert_eq!(
@@ -276,7 +282,7 @@ fn an_oom_after_the_die_moves_the_pods_generation_and_syncs_it_once() {
 
     // Docker's `oom` after its `die`: the state is the same, what inspect says is not.
     rt.mark_oom_killed(&id);
-    let h = hint_of(&event("oom", &id, "uid-1", 11)).expect("a hint");
+    let h = hint_of(&event(ContainerEventType::OomKilled, &id, "uid-1", 11)).expect("a hint");
     wake.send(wake_of(&h.pod_uid, &h.container_id));
     run_until_idle(&mut pleg, &wakes, &mut s);
     let got: Vec<PlegEvent> = rx.try_iter().collect();
@@ -336,7 +342,7 @@ fn the_open_stream_relists_every_five_minutes_and_raises_the_threshold() {
     s.set_stream_open(true);
     assert_eq!(s.relist_timing(), (RELIST_PERIOD, RELIST_THRESHOLD));
     let now = Instant::now();
-    *crate::loops::lock(&s.last_relist) = Some(now);
+    *base::loops::lock(&s.last_relist) = Some(now);
     assert!(s.healthy(now + Duration::from_secs(590)).is_ok());
     assert!(s.healthy(now + Duration::from_secs(610)).is_err());
     s.set_stream_open(false);
@@ -347,7 +353,7 @@ fn the_open_stream_relists_every_five_minutes_and_raises_the_threshold() {
 fn a_full_event_channel_is_unhealthy_when_evented() {
     let s = PlegShared::default();
     let now = Instant::now();
-    *crate::loops::lock(&s.last_relist) = Some(now);
+    *base::loops::lock(&s.last_relist) = Some(now);
     s.channel_full.store(true, Ordering::SeqCst);
     assert!(
         s.healthy(now).is_ok(),
@@ -366,8 +372,8 @@ fn reconnects_from_the_last_events_time_to_the_nanosecond() {
     let (wake, _wakes) = wake_channel(CHANNEL_CAPACITY);
     let mut w = watcher(&rt, &pleg, wake);
     rt.script_event_stream(true);
-    rt.push_event(event("die", &id, "uid-1", 10));
-    rt.push_event(event("destroy", &id, "uid-1", 12));
+    rt.push_event(event(ContainerEventType::Stopped, &id, "uid-1", 10));
+    rt.push_event(event(ContainerEventType::Deleted, &id, "uid-1", 12));
     rt.cut_event_stream();
     let _ = w.watch_once(&|| false, &mut || {});
     rt.script_event_stream(true);
@@ -387,7 +393,7 @@ fn reconnects_from_the_last_events_time_to_the_nanosecond() {
         filters[1].labels,
         vec![format!("{}={NODE}", labels::MANAGED_BY_NODE)]
     );
-    assert_eq!(filters[1].actions, ACTIONS.map(String::from).to_vec());
+    assert_eq!(filters[1].kinds, KINDS.to_vec());
 }
 
 #[test]
@@ -397,7 +403,12 @@ fn a_burst_beyond_the_channel_becomes_one_full_relist() {
     let mut w = watcher(&rt, &pleg, wake);
     rt.script_event_stream(true);
     for i in 0..50 {
-        rt.push_event(event("die", &id, &format!("uid-{i}"), 10));
+        rt.push_event(event(
+            ContainerEventType::Stopped,
+            &id,
+            &format!("uid-{i}"),
+            10,
+        ));
     }
     rt.cut_event_stream();
     let _ = w.watch_once(&|| false, &mut || {});

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// Entries by key, each with its expiry and when it was last used.
 #[derive(Debug)]
-pub struct TtlCache<K, V> {
+pub(crate) struct TtlCache<K, V> {
     entries: HashMap<K, Slot<V>>,
     cap: usize,
     /// A use counter: larger is more recent.
@@ -31,7 +31,7 @@ struct Slot<V> {
 
 impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
     /// An empty cache of at most `cap` entries.
-    pub fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         TtlCache {
             entries: HashMap::new(),
             cap,
@@ -40,7 +40,7 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
     }
 
     /// The value of `key` if it has not expired at `now` (an expired one is dropped).
-    pub fn get(&mut self, key: &K, now: Instant) -> Option<V> {
+    pub(crate) fn get(&mut self, key: &K, now: Instant) -> Option<V> {
         self.clock += 1;
         let clock = self.clock;
         match self.entries.get_mut(key) {
@@ -57,8 +57,8 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
     }
 
     /// Keeps `value` for `key` until `now + ttl`; a zero TTL keeps nothing.
-    pub fn insert(&mut self, key: K, value: V, ttl: Duration, now: Instant) {
-        let expires = crate::time::saturating_deadline(now, ttl);
+    pub(crate) fn insert(&mut self, key: K, value: V, ttl: Duration, now: Instant) {
+        let expires = base::time::saturating_deadline(now, ttl);
         if expires <= now || self.cap == 0 {
             return;
         }
@@ -86,13 +86,15 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
         );
     }
 
+    #[cfg(test)]
     /// How many entries are held (expired ones included until they are dropped).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
+    #[cfg(test)]
     /// Whether nothing is held.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 }

@@ -18,33 +18,32 @@
 //! so is no credential without anonymous.
 //!
 //! Authorization: `AlwaysAllow`, or `Webhook`: a SubjectAccessReview per subresource of
-//! the request's attributes ([`attributes`], the fine-grained one first, then `proxy`),
+//! the request's attributes ([`attributes`], the fine-grained one first, then `proxy`;
+//! a write on `/pods`, which pushes pods, is `proxy` alone),
 //! the first allow wins; none: 403 `Forbidden (user=…, verb=…, resource=nodes,
 //! subresource(s)=[…])`; a review that fails: 500 `Authorization error (…)`.
 
-pub mod cache;
-pub mod webhook;
-pub mod x509;
+pub(crate) mod cache;
+pub(crate) mod webhook;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use self::webhook::Webhooks;
-use self::x509::ClientCert;
-use super::{Reply, Req};
-use crate::apiclient::review::AccessRequest;
-use crate::loops::error_chain;
+use apiclient::review::AccessRequest;
+use base::loops::error_chain;
+use wire::server::{Reply, Req};
+use wire::x509::{self, ClientCert, User};
 
 /// `system:anonymous`, upstream's anonymous user.
-pub const ANONYMOUS_USER: &str = "system:anonymous";
+pub(crate) const ANONYMOUS_USER: &str = "system:anonymous";
 /// `system:unauthenticated`, its group.
-pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
+pub(crate) const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
 /// `system:authenticated`, the group every authenticated user is in.
-pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+pub(crate) const AUTHENTICATED_GROUP: &str = "system:authenticated";
 
 /// How the port authenticates and authorizes.
 #[derive(Debug, Clone)]
-pub struct AuthConfig {
+pub(crate) struct AuthConfig {
     /// `--anonymous-auth`.
     pub anonymous: bool,
     /// With `--authentication-token-webhook`: who reviews bearer tokens. `None`: a
@@ -58,30 +57,17 @@ pub struct AuthConfig {
 
 /// `--authorization-mode`, with what it needs.
 #[derive(Debug, Clone)]
-pub enum Authorizer {
+pub(crate) enum Authorizer {
     /// Every authenticated request is allowed.
     AlwaysAllow,
     /// A SubjectAccessReview to the API server decides.
     Webhook(Arc<Webhooks>),
 }
 
-/// Who made a request (upstream's `user.Info`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct User {
-    /// The user name.
-    pub name: String,
-    /// A UID, when the authenticator gave one (a TokenReview may).
-    pub uid: String,
-    /// Its groups.
-    pub groups: Vec<String>,
-    /// Extra attributes a TokenReview may give (passed on to the SubjectAccessReview).
-    pub extra: BTreeMap<String, Vec<String>>,
-}
-
 /// Upstream's authorizer attributes of a kubelet request (resource `nodes`, API group
 /// `""`, version `v1`, a resource request).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attributes {
+pub(crate) struct Attributes {
     /// The API verb from the HTTP method (`get`, `create` …; empty for others).
     pub verb: &'static str,
     /// The subresources to try in order: the fine-grained one (`pods`, `healthz`,
@@ -95,7 +81,7 @@ pub struct Attributes {
 
 /// What the token authenticator made of a request's bearer token.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenOutcome {
+pub(crate) enum TokenOutcome {
     /// No bearer token, or tokens are not reviewed here.
     Absent,
     /// The token's user.
@@ -108,7 +94,7 @@ pub enum TokenOutcome {
 /// is asked only when no certificate was presented or a verified one gave no user (no
 /// CN). `Err(None)`: no credential and no anonymous; `Err(Some(why))`: a credential
 /// that failed (401 even with anonymous on).
-pub fn authenticate(
+pub(crate) fn authenticate(
     cert: &ClientCert,
     token: impl FnOnce() -> TokenOutcome,
     anonymous: bool,
@@ -157,7 +143,7 @@ fn with_authenticated_group(mut user: User) -> User {
 
 /// The bearer token of `Authorization: Bearer <token>` (upstream's `bearertoken`: the
 /// scheme case-insensitive, one space, a non-empty token).
-pub fn bearer_token(req: &Req) -> Option<&str> {
+pub(crate) fn bearer_token(req: &Req) -> Option<&str> {
     let value = req.header("Authorization")?.trim();
     let mut parts = value.splitn(3, ' ');
     let scheme = parts.next()?;
@@ -166,7 +152,7 @@ pub fn bearer_token(req: &Req) -> Option<&str> {
 }
 
 /// The attributes of a request on the kubelet port (`GetRequestAttributes`).
-pub fn attributes(method: &str, path: &str, node_name: &str) -> Attributes {
+pub(crate) fn attributes(method: &str, path: &str, node_name: &str) -> Attributes {
     let verb = match method {
         "POST" => "create",
         "GET" | "HEAD" => "get",
@@ -187,6 +173,11 @@ pub fn attributes(method: &str, path: &str, node_name: &str) -> Attributes {
     } else if sub("/checkpoint") {
         // Its own subresource only, no `proxy` fallback (upstream's, every release).
         vec!["checkpoint"]
+    } else if sub("/pods") && matches!(verb, "create" | "update" | "patch" | "delete") {
+        // A write on /pods pushes or removes pods (the server source): running code on
+        // the node, so `nodes/proxy` alone, as /run and /exec; `nodes/pods`, which lets
+        // monitoring read the pod list, never lets anyone write it.
+        vec!["proxy"]
     } else if sub("/pods") || sub("/runningpods") {
         vec!["pods", "proxy"]
     } else if sub("/healthz") {
@@ -214,7 +205,7 @@ fn is_subpath(subpath: &str, path: &str) -> bool {
 
 /// Authenticates and authorizes `req`; the answer to send instead of routing it, if
 /// it may not go on.
-pub fn filter(auth: &AuthConfig, req: &Req) -> Result<(), Reply> {
+pub(crate) fn filter(auth: &AuthConfig, req: &Req) -> Result<(), Reply> {
     let token = || match (&auth.token_webhook, bearer_token(req)) {
         (Some(reviewer), Some(token)) => match reviewer.authenticate_token(token) {
             Ok(Some(user)) => TokenOutcome::User(user),
@@ -460,6 +451,11 @@ mod tests {
             ("DELETE", "/x", "delete", &["proxy"]),
             ("PATCH", "/x", "patch", &["proxy"]),
             ("OPTIONS", "/pods", "", &["pods", "proxy"]),
+            ("PUT", "/pods", "update", &["proxy"]),
+            ("POST", "/pods", "create", &["proxy"]),
+            ("PATCH", "/pods", "patch", &["proxy"]),
+            ("DELETE", "/pods/default/web", "delete", &["proxy"]),
+            ("POST", "/runningpods/", "create", &["pods", "proxy"]),
         ];
         for (method, path, verb, subs) in cases {
             let a = attributes(method, path, "node-1");

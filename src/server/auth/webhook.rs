@@ -25,23 +25,23 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authentication::v1::UserInfo;
 
 use super::cache::TtlCache;
-use super::User;
-use crate::apiclient::review::AccessRequest;
-use crate::apiclient::{ApiClient, ApiError};
-use crate::loops::lock;
+use apiclient::review::AccessRequest;
+use apiclient::{ApiClient, ApiError};
+use base::loops::lock;
+use wire::x509::User;
 
 /// One review's budget: the port's workers wait on it, so it is well under the 10 s a
 /// client has to send a request head (upstream: 10 s per try, with retries).
-pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 /// Entries per cache: each is well under a KiB, so the two caches together stay under
 /// about 2 MiB however many distinct tokens or users are seen.
-pub const CACHE_ENTRIES: usize = 1024;
+pub(crate) const CACHE_ENTRIES: usize = 1024;
 /// After a review could not reach the API server, reviews fail at once for this long.
-pub const UNAVAILABLE_FOR: Duration = Duration::from_secs(3);
+pub(crate) const UNAVAILABLE_FOR: Duration = Duration::from_secs(3);
 
 /// How long answers are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CacheTtls {
+pub(crate) struct CacheTtls {
     /// A token's user or refusal (`authentication.webhook.cacheTTL`).
     pub token: Duration,
     /// An allowing decision (`authorization.webhook.cacheAuthorizedTTL`).
@@ -52,7 +52,7 @@ pub struct CacheTtls {
 
 /// Why a review gave no answer.
 #[derive(Debug, thiserror::Error)]
-pub enum WebhookError {
+pub(crate) enum WebhookError {
     /// The call failed (unreachable, timed out, an error status, an undecodable answer).
     #[error("the review failed")]
     Api(#[source] ApiError),
@@ -69,7 +69,7 @@ pub enum WebhookError {
 
 /// The reviews and their caches, shared by the port's workers. Every lock is held
 /// only to read or write a cache entry, never across a review.
-pub struct Webhooks {
+pub(crate) struct Webhooks {
     client: Arc<ApiClient>,
     ttls: CacheTtls,
     /// SHA-256 of a token → its user, or `None` for a refused token.
@@ -91,7 +91,7 @@ impl fmt::Debug for Webhooks {
 
 impl Webhooks {
     /// Reviews through `client`, answers kept for `ttls`.
-    pub fn new(client: Arc<ApiClient>, ttls: CacheTtls) -> Webhooks {
+    pub(crate) fn new(client: Arc<ApiClient>, ttls: CacheTtls) -> Webhooks {
         Webhooks {
             client,
             ttls,
@@ -102,7 +102,7 @@ impl Webhooks {
     }
 
     /// The user holding `token`, `None` if the API server refused it.
-    pub fn authenticate_token(&self, token: &str) -> Result<Option<User>, WebhookError> {
+    pub(crate) fn authenticate_token(&self, token: &str) -> Result<Option<User>, WebhookError> {
         let key = token_key(token);
         if let Some(known) = lock(&self.tokens).get(&key, Instant::now()) {
             return Ok(known);
@@ -121,7 +121,7 @@ impl Webhooks {
     }
 
     /// Whether `request` is allowed. Denied and "no opinion" are both `false`.
-    pub fn authorize(&self, request: &AccessRequest) -> Result<bool, WebhookError> {
+    pub(crate) fn authorize(&self, request: &AccessRequest) -> Result<bool, WebhookError> {
         if let Some(known) = lock(&self.decisions).get(request, Instant::now()) {
             return Ok(known);
         }
@@ -162,7 +162,7 @@ impl Webhooks {
         }
         review(&self.client).map_err(|e| {
             if matches!(e, ApiError::Transport { .. }) {
-                *lock(&self.unavailable_until) = Some(crate::time::saturating_deadline(
+                *lock(&self.unavailable_until) = Some(base::time::saturating_deadline(
                     Instant::now(),
                     UNAVAILABLE_FOR,
                 ));
@@ -200,7 +200,7 @@ mod tests {
             .and_then(|l| l.local_addr())
             .expect("port")
             .port();
-        let client = ApiClient::new(crate::apiclient::kubeconfig::RestConfig {
+        let client = ApiClient::new(apiclient::kubeconfig::RestConfig {
             server: format!("http://127.0.0.1:{port}"),
             tls: Default::default(),
             auth: Default::default(),
