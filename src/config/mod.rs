@@ -379,6 +379,7 @@ mod tests {
                 etcd_certfile: None,
                 etcd_keyfile: None,
                 enable_server_source: false,
+                checkpoint_api_pods: false,
                 kubeconfig: None,
                 bootstrap_kubeconfig: None,
                 rotate_certificates: false,

@@ -403,6 +403,20 @@ settings_table! {
             // Off: a pushed pod is code run on the node; only nodes that want it listen.
             default: ENABLE_SERVER_SOURCE = "false",
         }
+        checkpoint_api_pods: bool {
+            help: "Keep a checkpoint of each pod the API server binds to this node \
+                   (<root-dir>/pod-checkpoints/<uid>.json, written when its spec changes), \
+                   and run the checkpointed pods when the API server cannot be reached at \
+                   start, until it answers; then a pod deleted or moved away meanwhile is \
+                   stopped, the others keep their containers. The trade: a pod deleted while \
+                   the node was offline runs until the node reconnects.",
+            parse: text::boolean,
+            flag: "checkpoint-api-pods",
+            file: "checkpointApiPods", decode: yaml::boolean, examples: ["true", "false"],
+            // Off, as upstream runs no pod its API server has not confirmed; the
+            // shipped unit's config turns it on (README, "Offline nodes").
+            default: CHECKPOINT_API_PODS = "false",
+        }
         kubeconfig: PathBuf {
             help: "kubeconfig of the API server this node is a member of: its pods are \
                    listed and watched from it, and the Node, its Lease, pod statuses, \

@@ -1101,6 +1101,7 @@ mod testing {
             self.handle(Event::Config(SourceUpdate {
                 source,
                 pods: pods.into_iter().map(Arc::new).collect(),
+                checkpoint: false,
             }));
         }
 

@@ -130,11 +130,14 @@ impl PreparedSources {
         }
         match self.api {
             Some(client) => {
-                let source = crate::podconfig::apiserver::ApiSource::new(
+                let mut source = crate::podconfig::apiserver::ApiSource::new(
                     client,
                     cfg.node_name.clone(),
                     tx.clone(),
                 );
+                if cfg.checkpoint_api_pods {
+                    source = source.with_checkpoints(&cfg.root_dir);
+                }
                 crate::podconfig::apiserver::start(loops, source)?;
                 sources.push(Source::Api);
             }

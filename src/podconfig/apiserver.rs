@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use k8s_openapi::api::core::v1::Pod;
 
+use super::checkpoint::Checkpoints;
 use super::{Source, SourceUpdate};
 use apiclient::{ApiClient, ApiError, StreamItem, WatchEvent};
 use base::loops::{error_chain, LoopHandle, Loops, SpawnError, Stop};
@@ -86,6 +87,13 @@ pub struct ApiSource {
     /// Shared with the merge: a snapshot copies no pod.
     pods: BTreeMap<String, Arc<Pod>>,
     resource_version: Option<String>,
+    /// With `checkpointApiPods`: the checkpoint files, kept as the pods change.
+    checkpoints: Option<Checkpoints>,
+    /// The checkpointed pods read at start, until they are sent (the first list
+    /// failed) or no longer needed (it succeeded).
+    offline: Vec<Arc<Pod>>,
+    /// How many checkpointed pods were sent (0 once a list succeeded).
+    checkpoint_count: usize,
 }
 
 impl ApiSource {
@@ -97,7 +105,26 @@ impl ApiSource {
             updates,
             pods: BTreeMap::new(),
             resource_version: None,
+            checkpoints: None,
+            offline: Vec::new(),
+            checkpoint_count: 0,
         }
+    }
+
+    /// Keeps a checkpoint of every pod under `root_dir` (see [`super::checkpoint`]),
+    /// and runs the ones kept by an earlier run when the first list fails.
+    pub(crate) fn with_checkpoints(mut self, root_dir: &std::path::Path) -> Self {
+        let (store, pods) = Checkpoints::open(root_dir);
+        if !pods.is_empty() {
+            log::info!(
+                "pod checkpoints: {} API pods kept by the last run, to run if the API \
+                 server cannot be reached",
+                pods.len()
+            );
+        }
+        self.checkpoints = Some(store);
+        self.offline = pods;
+        self
     }
 
     /// The resourceVersion the store is at (None before the first list).
@@ -117,6 +144,18 @@ impl ApiSource {
         );
         self.resource_version = Some(list.resource_version);
         self.send();
+        self.offline = Vec::new();
+        if self.checkpoint_count > 0 {
+            log::info!(
+                "the API server answers: its {} pods replace the {} run from checkpoints",
+                self.pods.len(),
+                self.checkpoint_count
+            );
+            self.checkpoint_count = 0;
+        }
+        if let Some(c) = &mut self.checkpoints {
+            c.sync_all(&self.pods);
+        }
         Ok(())
     }
 
@@ -126,8 +165,41 @@ impl ApiSource {
             .send(SourceUpdate {
                 source: Source::Api,
                 pods: self.pods.values().cloned().collect(),
+                checkpoint: false,
             })
             .is_ok()
+    }
+
+    /// After a first list that failed: runs the checkpointed pods until a list
+    /// succeeds. Returns what the loop's error adds (for `/healthz?verbose`).
+    fn run_checkpoints(&mut self) -> Option<String> {
+        if self.resource_version.is_some() || self.checkpoints.is_none() {
+            return None;
+        }
+        let n = self.offline.len();
+        if n > 0 {
+            let pods = std::mem::take(&mut self.offline);
+            log::info!(
+                "the API server cannot be reached: running {n} pods from their checkpoints \
+                 until it answers: {}",
+                pods.iter()
+                    .map(|p| super::full_name(p))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            let _ = self.updates.send(SourceUpdate {
+                source: Source::Api,
+                pods,
+                checkpoint: true,
+            });
+            self.checkpoint_count = n;
+        }
+        (self.checkpoint_count > 0).then(|| {
+            format!(
+                "; running {} pods from their checkpoints until it answers",
+                self.checkpoint_count
+            )
+        })
     }
 
     /// Watches from the resourceVersion held, applying every event, until the server
@@ -162,11 +234,15 @@ impl ApiSource {
             match event {
                 WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
                     self.bump(&pod);
-                    if let Some(uid) = pod.metadata.uid.clone() {
-                        self.pods.insert(uid, Arc::new(*pod));
+                    let uid = pod.metadata.uid.clone();
+                    if let Some(uid) = &uid {
+                        self.pods.insert(uid.clone(), Arc::new(*pod));
                     }
                     if !self.send() {
                         return Ok(WatchEnd::Stopped);
+                    }
+                    if let (Some(c), Some(uid)) = (&mut self.checkpoints, &uid) {
+                        c.update(uid, self.pods.get(uid).map(|p| &**p));
                     }
                 }
                 WatchEvent::Deleted(pod) => {
@@ -176,6 +252,9 @@ impl ApiSource {
                     }
                     if !self.send() {
                         return Ok(WatchEnd::Stopped);
+                    }
+                    if let (Some(c), Some(uid)) = (&mut self.checkpoints, &pod.metadata.uid) {
+                        c.update(uid, None);
                     }
                 }
                 WatchEvent::Bookmark(rv) => {
@@ -272,7 +351,11 @@ impl ApiSource {
                     }
                 }
                 Err(e) => {
-                    handle.end_tick(began, Some(error_chain(&e)));
+                    let mut why = error_chain(&e);
+                    if need_list {
+                        why.push_str(&self.run_checkpoints().unwrap_or_default());
+                    }
+                    handle.end_tick(began, Some(why));
                     if stop.sleep(with_jitter(backoff, jitter_fraction())) {
                         return;
                     }

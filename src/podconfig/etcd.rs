@@ -395,6 +395,7 @@ impl EtcdSource {
             .send(SourceUpdate {
                 source: Source::Etcd,
                 pods: self.pods().into_iter().map(std::sync::Arc::new).collect(),
+                checkpoint: false,
             })
             .map_err(|_| EtcdError::Disconnected)
     }

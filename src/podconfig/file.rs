@@ -157,6 +157,7 @@ impl FileSource {
         let update = SourceUpdate {
             source: Source::File,
             pods: self.pods(),
+            checkpoint: false,
         };
         self.updates
             .send(update)

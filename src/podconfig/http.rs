@@ -149,6 +149,7 @@ impl HttpSource {
             .send(SourceUpdate {
                 source: Source::Http,
                 pods: pods.into_iter().map(std::sync::Arc::new).collect(),
+                checkpoint: false,
             })
             .map_err(|_| HttpSourceError::Disconnected)
     }

@@ -9,6 +9,7 @@
 //! conflicts of names and UIDs, held-back pods, mirrors, refusals).
 
 pub mod apiserver;
+pub(crate) mod checkpoint;
 pub mod etcd;
 pub(crate) mod file;
 pub mod http;
@@ -66,6 +67,12 @@ pub struct SourceUpdate {
     pub source: Source,
     /// Every pod the source holds now.
     pub pods: Vec<Arc<Pod>>,
+    /// The pods are the API source's checkpoints ([`checkpoint`]), sent while it cannot
+    /// reach its server at start: they run, but the source is not yet ready (nothing
+    /// is killed as an orphan, no delete is acted on) until its first real snapshot,
+    /// which the merge compares with them as with any earlier snapshot. Ignored once
+    /// the source has sent a real one.
+    pub checkpoint: bool,
 }
 
 /// Stamps a pod the file source just decoded with what the merge would: its source
@@ -136,6 +143,8 @@ pub(crate) struct PodConfig {
     /// never run, never in a conflict; the status manager matches them to their
     /// static pods by full name.
     mirrors: Vec<Arc<Pod>>,
+    /// The sources whose stored pods are checkpoints, not yet a snapshot of their own.
+    provisional: std::collections::BTreeSet<Source>,
 }
 
 impl PodConfig {
@@ -148,6 +157,7 @@ impl PodConfig {
             conflicts: Default::default(),
             invalid: Default::default(),
             mirrors: Vec::new(),
+            provisional: Default::default(),
         }
     }
 
@@ -159,14 +169,19 @@ impl PodConfig {
     /// True once every configured source has delivered at least one snapshot
     /// (upstream's `SeenAllSources`). Until then nothing destructive may happen.
     pub(crate) fn seen_all_sources(&self) -> bool {
-        self.configured.iter().all(|s| self.pods.contains_key(s))
+        self.configured.iter().all(|s| self.is_ready(*s))
+    }
+
+    /// Whether `source` has sent a snapshot of its own (checkpoints do not count).
+    fn is_ready(&self, source: Source) -> bool {
+        self.pods.contains_key(&source) && !self.provisional.contains(&source)
     }
 
     /// The sources that have not yet sent a snapshot.
     pub(crate) fn sources_not_ready(&self) -> Vec<Source> {
         self.configured
             .iter()
-            .filter(|s| !self.pods.contains_key(s))
+            .filter(|s| !self.is_ready(**s))
             .copied()
             .collect()
     }
@@ -202,7 +217,16 @@ impl PodConfig {
     /// once: its operations follow this source's.
     pub(crate) fn merge(&mut self, update: SourceUpdate, now_rfc3339: &str) -> Vec<PodUpdate> {
         let source = update.source;
+        if update.checkpoint && self.is_ready(source) {
+            // The source has spoken for itself: its checkpoints are older news.
+            return Vec::new();
+        }
         let mut out = self.merge_snapshot(source, update.pods, now_rfc3339);
+        if update.checkpoint {
+            self.provisional.insert(source);
+        } else {
+            self.provisional.remove(&source);
+        }
         let blocked: Vec<Source> = self
             .conflicts
             .iter()
@@ -238,7 +262,7 @@ impl PodConfig {
         pods: Vec<Arc<Pod>>,
         now_rfc3339: &str,
     ) -> Vec<PodUpdate> {
-        let first_snapshot = !self.pods.contains_key(&source);
+        let first_snapshot = !self.is_ready(source);
         let pods = if source == Source::Api {
             // Mirror pods are the API's copies of static pods: never run.
             let (mirrors, pods) = pods
@@ -551,6 +575,7 @@ mod tests {
         SourceUpdate {
             source,
             pods: pods.into_iter().map(Arc::new).collect(),
+            checkpoint: false,
         }
     }
 
@@ -594,6 +619,7 @@ mod tests {
         let snapshot = || SourceUpdate {
             source: Source::File,
             pods: vec![shared.clone()],
+            checkpoint: false,
         };
         let out = pc.merge(snapshot(), "T0");
         assert_eq!(ops(&out), vec![(PodOp::Add, vec!["1".to_string()])]);
@@ -614,6 +640,51 @@ mod tests {
             annotation(&out[0].pods[0], CONFIG_SEEN_ANNOTATION).as_deref(),
             Some("T2")
         );
+    }
+
+    #[test]
+    fn checkpoints_run_but_leave_the_source_unready_until_its_own_snapshot() {
+        let mut pc = PodConfig::new(&[Source::Api]);
+        let checkpointed = SourceUpdate {
+            checkpoint: true,
+            ..set(Source::Api, vec![pod("a", "1", "x"), pod("b", "2", "x")])
+        };
+        let out = pc.merge(checkpointed.clone(), "T0");
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec!["1".into(), "2".into()])]);
+        assert!(!pc.seen_all_sources());
+        assert_eq!(pc.sources_not_ready(), vec![Source::Api]);
+
+        // The API server answers with a still there, unchanged, and b deleted: a is
+        // kept as it runs, b removed, and the source is ready (its first snapshot of
+        // its own says so with an empty ADD).
+        let out = pc.merge(set(Source::Api, vec![pod("a", "1", "x")]), "T1");
+        assert_eq!(
+            ops(&out),
+            vec![(PodOp::Remove, vec!["2".into()]), (PodOp::Add, vec![])]
+        );
+        assert!(pc.seen_all_sources());
+        assert_eq!(
+            annotation(&pc.all_pods()[0], CONFIG_SEEN_ANNOTATION).as_deref(),
+            Some("T0")
+        );
+
+        // Checkpoints after the source has spoken are ignored.
+        assert!(pc.merge(checkpointed, "T2").is_empty());
+        assert!(pc.seen_all_sources());
+        assert_eq!(pc.all_pods().len(), 1);
+    }
+
+    #[test]
+    fn a_quiet_first_snapshot_after_checkpoints_still_says_the_source_is_alive() {
+        let mut pc = PodConfig::new(&[Source::Api]);
+        let checkpointed = SourceUpdate {
+            checkpoint: true,
+            ..set(Source::Api, vec![pod("a", "1", "x")])
+        };
+        pc.merge(checkpointed, "T0");
+        let out = pc.merge(set(Source::Api, vec![pod("a", "1", "x")]), "T1");
+        assert_eq!(ops(&out), vec![(PodOp::Add, vec![])]);
+        assert!(pc.seen_all_sources());
     }
 
     #[test]

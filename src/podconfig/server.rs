@@ -510,6 +510,7 @@ fn snapshot(set: &PodSet) -> SourceUpdate {
     SourceUpdate {
         source: Source::Server,
         pods: set.values().map(|p| p.running.clone()).collect(),
+        checkpoint: false,
     }
 }
 

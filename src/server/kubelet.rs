@@ -231,6 +231,9 @@ pub(crate) fn configz_json(cfg: &KubeletConfig, cert_file: &str, key_file: &str)
         // rkubelet's own field (the server pod source), as the config file spells it.
         put("enableServerSource", json!(true));
     }
+    if cfg.checkpoint_api_pods {
+        put("checkpointApiPods", json!(true));
+    }
     put("healthzPort", json!(cfg.healthz_port));
     put(
         "healthzBindAddress",

@@ -45,3 +45,4 @@ mod workers;
 mod sysctl;
 mod network;
 mod push;
+mod offline;
