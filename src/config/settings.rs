@@ -581,7 +581,9 @@ settings_table! {
             default: "",
         }
         resolv_conf: String {
-            help: "Resolver file that pods with dnsPolicy Default get; empty: none.",
+            help: "Resolver file that pods with dnsPolicy Default get; empty: none. An \
+                   /etc/resolv.conf naming only systemd-resolved's stub (127.0.0.53) is \
+                   replaced by /run/systemd/resolve/resolv.conf, as kubeadm configures it.",
             parse: text::any_string,
             flag: "resolv-conf" <"file">,
             file: "resolvConf", decode: yaml::resolv_conf, examples: ["/etc/r1.conf", "/etc/r2.conf"],

@@ -758,6 +758,13 @@ impl Components {
             .with_objects(objects, facts),
         );
         let pleg_shared = Arc::new(PlegShared::default());
+        let (resolv_conf, swapped) =
+            crate::kuberuntime::container::dns::node_resolv_conf(&cfg.resolv_conf, &|p| {
+                std::fs::read_to_string(p).ok()
+            });
+        if let Some(why) = swapped {
+            log::info!("{why}");
+        }
         let manager = Arc::new(
             RuntimeManager::new(
                 runtime.clone(),
@@ -770,7 +777,7 @@ impl Components {
                         dns: DnsSettings {
                             cluster_dns: cfg.cluster_dns.clone(),
                             cluster_domain: cfg.cluster_domain.clone(),
-                            resolv_conf: cfg.resolv_conf.clone(),
+                            resolv_conf,
                         },
                         allocatable,
                         volumes: volumes.clone(),

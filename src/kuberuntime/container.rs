@@ -205,6 +205,10 @@ pub(crate) fn container_config(
         for w in warnings {
             log::info!("pod {}: {w}", format_pod(pod));
         }
+        if let Some(w) = dns::loopback_resolver_warning(pod, &dns_cfg) {
+            // Upstream's reason for a resolver it had to change or could not form.
+            crate::record::event(pod, None, true, "DNSConfigForming", &w);
+        }
         if let Some(text) = dns::render_resolv_conf(&dns_cfg) {
             let path = pod_dir.join("resolv.conf");
             if let Err(e) = write_if_changed(&path, &text, 0o644) {

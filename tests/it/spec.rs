@@ -639,3 +639,34 @@ spec:
     .expect("content");
     assert_eq!(exec(&node, &id, &["cat", "/etc/resolv.conf"]), want);
 }
+
+#[test]
+fn a_pod_whose_resolver_is_a_loopback_address_gets_a_warning_event() {
+    let mut node = Node::new("dnsloop");
+    // The resolver file of a host running a local caching resolver (dnsmasq,
+    // systemd-resolved's stub): a loopback address, which a pod cannot reach.
+    let resolv = node.dir.join("resolv.conf");
+    std::fs::write(&resolv, "nameserver 127.0.0.53\nsearch lan\n").expect("resolv");
+    for (name, host_network) in [("loop", false), ("hostnet", true)] {
+        node.write_manifest(
+            &format!("{name}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  hostNetwork: {host_network}\n  dnsPolicy: Default\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {SLEEPER:?}]\n"
+            ),
+        );
+    }
+    node.start(&[&format!("--resolv-conf={}", resolv.display())]);
+    wait_running_id(&node, "loop", "c");
+    wait_running_id(&node, "hostnet", "c");
+    let warned = |pod: &str| {
+        node.log().lines().any(|l| {
+            l.contains("DNSConfigForming")
+                && l.contains(&format!("{pod}-{}", node.name))
+                && l.contains("nameserver 127.0.0.53 is a loopback address")
+        })
+    };
+    wait_for("the DNSConfigForming warning", LONG, || {
+        warned("loop").then_some(())
+    });
+    assert!(!warned("hostnet"), "{}", node.log());
+}

@@ -301,6 +301,76 @@ fn fit_limits(cfg: &mut DnsConfig, warnings: &mut Warnings) {
     }
 }
 
+/// systemd-resolved's stub resolver, the only nameserver of its `/etc/resolv.conf`.
+pub(crate) const RESOLVED_STUB: &str = "127.0.0.53";
+/// The file systemd-resolved keeps with the servers it forwards to: what kubeadm
+/// points the kubelet's `resolvConf` at on such a host.
+pub(crate) const RESOLVED_UPLINK: &str = "/run/systemd/resolve/resolv.conf";
+/// The default `resolvConf`, the one file that is swapped for [`RESOLVED_UPLINK`].
+pub(crate) const HOST_RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// The resolver file pods are given for `configured` (`resolvConf`): the same, unless
+/// it is `/etc/resolv.conf` naming only systemd-resolved's stub (a loopback address,
+/// which no pod can reach from its own network namespace) and systemd-resolved's own
+/// file names a server that is not loopback: then that file, and the reason why, to
+/// be logged once. `read` reads a file (None when it cannot).
+pub(crate) fn node_resolv_conf(
+    configured: &str,
+    read: &dyn Fn(&str) -> Option<String>,
+) -> (String, Option<String>) {
+    let unchanged = (configured.to_string(), None);
+    if configured != HOST_RESOLV_CONF {
+        return unchanged;
+    }
+    let Some(text) = read(configured) else {
+        return unchanged;
+    };
+    let servers = parse_resolv_conf(&text).servers;
+    if servers.is_empty() || servers.iter().any(|s| s != RESOLVED_STUB) {
+        return unchanged;
+    }
+    let uplink = read(RESOLVED_UPLINK).map(|t| parse_resolv_conf(&t).servers);
+    match uplink {
+        Some(up) if up.iter().any(|s| !is_loopback(s)) => (
+            RESOLVED_UPLINK.to_string(),
+            Some(format!(
+                "resolvConf {configured} names only systemd-resolved's stub \
+                 ({RESOLVED_STUB}), which pods cannot reach: pods get \
+                 {RESOLVED_UPLINK} instead (nameservers {})",
+                up.join(", ")
+            )),
+        ),
+        _ => unchanged,
+    }
+}
+
+/// Whether a nameserver address is a loopback address (127.0.0.0/8, ::1).
+fn is_loopback(server: &str) -> bool {
+    server
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A warning for a pod in its own network namespace whose resolver would be a loopback
+/// address: the pod's own loopback, where nothing answers DNS. None for a
+/// host-network pod (the node's loopback is its own) or when no server is loopback.
+pub(crate) fn loopback_resolver_warning(pod: &Pod, cfg: &DnsConfig) -> Option<String> {
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    if host_network {
+        return None;
+    }
+    let server = cfg.servers.iter().find(|s| is_loopback(s))?;
+    Some(format!(
+        "nameserver {server} is a loopback address: the pod has its own network \
+         namespace and nothing in it answers DNS there, so its name lookups will fail; \
+         set clusterDNS, a resolvConf with reachable servers, or the pod's dnsConfig"
+    ))
+}
+
 /// A resolv.conf for `cfg` (dockershim's `rewriteResolvFile` layout); None when there
 /// is nothing to write, which leaves the runtime's own file in place.
 pub fn render_resolv_conf(cfg: &DnsConfig) -> Option<String> {
@@ -414,6 +484,57 @@ mod tests {
         assert!(hostname_and_domain(&bad, "")
             .expect_err("invalid")
             .starts_with("pod Hostname \"Bad_Name\" is not a valid DNS label"));
+    }
+
+    #[test]
+    fn the_resolved_stub_is_swapped_for_resolveds_own_file() {
+        let files = |stub: &'static str, uplink: Option<&'static str>| {
+            move |p: &str| match p {
+                HOST_RESOLV_CONF => Some(stub.to_string()),
+                RESOLVED_UPLINK => uplink.map(str::to_string),
+                _ => None,
+            }
+        };
+        let stub = "nameserver 127.0.0.53\noptions edns0 trust-ad\nsearch lan\n";
+        let (path, why) = node_resolv_conf(
+            HOST_RESOLV_CONF,
+            &files(stub, Some("nameserver 192.168.1.1\nsearch lan\n")),
+        );
+        assert_eq!(path, RESOLVED_UPLINK);
+        assert!(why.expect("a reason").contains("192.168.1.1"));
+        // No file of systemd-resolved's, or one with only loopback servers: unchanged.
+        for uplink in [None, Some("nameserver 127.0.0.1\n")] {
+            let (path, why) = node_resolv_conf(HOST_RESOLV_CONF, &files(stub, uplink));
+            assert_eq!((path.as_str(), why), (HOST_RESOLV_CONF, None));
+        }
+        // A real server beside the stub, or another configured file: unchanged.
+        let mixed = "nameserver 127.0.0.53\nnameserver 10.0.0.2\n";
+        let (path, _) = node_resolv_conf(
+            HOST_RESOLV_CONF,
+            &files(mixed, Some("nameserver 192.168.1.1\n")),
+        );
+        assert_eq!(path, HOST_RESOLV_CONF);
+        let (path, _) = node_resolv_conf("/etc/other.conf", &|_| Some(stub.into()));
+        assert_eq!(path, "/etc/other.conf");
+    }
+
+    #[test]
+    fn a_loopback_resolver_is_a_warning_unless_the_pod_is_on_the_host_network() {
+        let cfg = |servers: &[&str]| DnsConfig {
+            servers: servers.iter().map(|s| s.to_string()).collect(),
+            ..DnsConfig::default()
+        };
+        let mut pod = Pod {
+            spec: Some(Default::default()),
+            ..Pod::default()
+        };
+        assert!(loopback_resolver_warning(&pod, &cfg(&["10.96.0.10"])).is_none());
+        for s in ["127.0.0.53", "127.0.0.1", "::1"] {
+            let w = loopback_resolver_warning(&pod, &cfg(&["10.0.0.2", s])).expect("warning");
+            assert!(w.contains(s), "{w}");
+        }
+        pod.spec.as_mut().expect("spec").host_network = Some(true);
+        assert!(loopback_resolver_warning(&pod, &cfg(&["127.0.0.53"])).is_none());
     }
 
     #[test]
