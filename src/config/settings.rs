@@ -469,8 +469,10 @@ settings_table! {
         }
         node_ip: String {
             help: "The node's InternalIP address in its status (and pods' hostIP). Empty: \
-                   the host name's address if it is on an interface, else the first \
-                   interface's.",
+                   the host name's address if it is on an interface, else the default \
+                   route's interface's, else the first interface's; with --kubeconfig \
+                   detected again every node status update, so a changed address (a new \
+                   DHCP lease) reaches the Node and the pods' hostIP within one period.",
             parse: text::node_ip,
             flag: "node-ip" <"ip">,
         }

@@ -277,7 +277,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let sources = prepared.start(&loops, &cfg, &source_tx, push.is_some())?;
     drop(source_tx);
 
-    let up_rx = start_runtime_up(&loops, &parts, &network)?;
+    let (up_tx, up_rx) = start_runtime_up(&loops, &parts, &network)?;
     let pleg = start_pleg(&loops, &cfg, &parts)?;
     let pulled_rx = start_image_pullers(&loops, &cfg, &parts)?;
 
@@ -304,6 +304,11 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
             parts.runtime.clone(),
             &checks,
             parts.pressure.clone(),
+            // Without --node-ip the address is followed; a change resyncs every pod
+            // as the runtime coming up does.
+            cfg.node_ip
+                .is_none()
+                .then(|| (parts.host_ip.clone(), up_tx)),
         )?;
         parts.start_status_manager(&loops, client, &cfg.node_name, pleg.recheck_wake)?;
     }
@@ -488,8 +493,9 @@ fn start_runtime_up(
     loops: &Loops,
     parts: &Components,
     network: &Arc<crate::health::NetworkHealth>,
-) -> Result<Receiver<()>, SpawnError> {
+) -> Result<(Sender<()>, Receiver<()>), SpawnError> {
     let (up_tx, up_rx) = crossbeam_channel::bounded(1);
+    let wake = up_tx.clone();
     let health = parts.runtime_health.clone();
     let runtime = parts.runtime.clone();
     let network = network.clone();
@@ -504,7 +510,7 @@ fn start_runtime_up(
             network.tick(runtime.as_ref())
         },
     )?;
-    Ok(up_rx)
+    Ok((wake, up_rx))
 }
 
 /// What the PLEG gives the rest: its events, the first relist's notice, and a wake
@@ -672,7 +678,8 @@ struct Components {
     workers: Arc<PodWorkers>,
     volumes: Arc<VolumeManager>,
     manager: Arc<RuntimeManager>,
-    host_ip: String,
+    /// The node's address as pods' `hostIP` (followed by `node-status`).
+    host_ip: Arc<crate::nodestatus::HostIp>,
     /// The registry every component records into (`/metrics`).
     metrics: Arc<KubeletMetrics>,
     /// The runtime everyone calls: the one given, counted and timed into `metrics`.
@@ -804,7 +811,7 @@ impl Components {
             workers: Arc::new(PodWorkers::default().with_metrics(metrics.clone())),
             volumes,
             manager,
-            host_ip,
+            host_ip: Arc::new(crate::nodestatus::HostIp::new(host_ip)),
             metrics,
             runtime: runtime.clone(),
             pressure: Arc::default(),

@@ -119,6 +119,7 @@ pub(super) fn start(
     runtime: Arc<dyn Runtime>,
     checks: &HealthChecks,
     pressure: Arc<crate::eviction::PressureState>,
+    host_ip: Option<(Arc<nodestatus::HostIp>, crossbeam_channel::Sender<()>)>,
 ) -> Result<(), SpawnError> {
     // Decodes the API server's JSON (serde recursion): the big stack.
     let loops = &loops.with_stack_size(base::loops::BIG_STACK);
@@ -145,6 +146,7 @@ pub(super) fn start(
             report_frequency: cfg.node_status_report_frequency,
             timeout,
             root_dir: cfg.root_dir.clone(),
+            host_ip,
         },
     )?;
     nodelease::start(

@@ -26,7 +26,7 @@ pub(super) struct SyncHandler {
     pub(super) statuses: Arc<StatusCache>,
     pub(super) queue: Arc<WorkQueue>,
     pub(super) probes: Arc<ProbeManager>,
-    pub(super) host_ip: String,
+    pub(super) host_ip: Arc<crate::nodestatus::HostIp>,
     pub(super) resync: Duration,
     pub(super) killer: PodKiller,
     pub(super) workers: Arc<PodWorkers>,
@@ -163,7 +163,7 @@ impl PodSyncer for SyncHandler {
                     &StatusInputs {
                         waiting: &r.waiting,
                         previous: previous.as_deref(),
-                        host_ip: &self.host_ip,
+                        host_ip: &self.host_ip.get(),
                         now,
                         pod_is_terminal: pod.metadata.deletion_timestamp.is_some(),
                         probes: Some(self.probes.results()),

@@ -120,6 +120,43 @@ pub(crate) struct NodeStatusManager {
     resync: bool,
     /// The pod CIDRs the runtime last took from the Node's spec.
     pod_cidrs: Vec<String>,
+    /// Without `--node-ip`: the address detected again each tick.
+    follow_ip: Option<FollowIp>,
+}
+
+/// The node's address as pods' `hostIP` give it, shared by the `node-status` loop (which
+/// detects it again each tick without `--node-ip`) and the pod workers (which read it
+/// at each sync).
+#[derive(Debug)]
+pub(crate) struct HostIp(std::sync::Mutex<String>);
+
+impl HostIp {
+    /// The address `ip`, until it changes.
+    pub(crate) fn new(ip: String) -> Self {
+        HostIp(std::sync::Mutex::new(ip))
+    }
+
+    /// The address now.
+    pub(crate) fn get(&self) -> String {
+        base::loops::lock(&self.0).clone()
+    }
+
+    fn set(&self, ip: &str) {
+        *base::loops::lock(&self.0) = ip.to_string();
+    }
+}
+
+/// How the `node-status` loop follows a node address that changes (a DHCP lease, a
+/// board moved to another network): detected again each tick; a change goes into the
+/// Node's InternalIP at once and into every pod's `hostIP` through a resync of all pods.
+#[allow(missing_debug_implementations)] // A boxed closure.
+pub(crate) struct FollowIp {
+    /// Detects the address ([`detect_node_ip`] of the node's name).
+    pub detect: Box<dyn Fn() -> String + Send>,
+    /// The pods' address.
+    pub shared: Arc<HostIp>,
+    /// Wakes the sync loop to sync every pod (a full wake is dropped: one is pending).
+    pub resync_pods: crossbeam_channel::Sender<()>,
 }
 
 impl fmt::Debug for NodeStatusManager {
@@ -152,6 +189,8 @@ pub(crate) struct Setup {
     pub reads_pod_cidr: bool,
     /// `nodeStatusReportFrequency`.
     pub report_frequency: Duration,
+    /// Without `--node-ip`: the address to follow.
+    pub follow_ip: Option<FollowIp>,
 }
 
 impl NodeStatusManager {
@@ -173,12 +212,33 @@ impl NodeStatusManager {
             last_report: None,
             resync: true,
             pod_cidrs: Vec::new(),
+            follow_ip: s.follow_ip,
+        }
+    }
+
+    /// Detects the node's address again; a change is the Node's InternalIP from this
+    /// tick on, and every pod's `hostIP` after the resync it asks for.
+    fn follow_node_ip(&mut self) {
+        let Some(f) = &self.follow_ip else { return };
+        let ip = (f.detect)();
+        if !ip.is_empty() && ip != f.shared.get() {
+            log::info!(
+                "node {}: InternalIP {} → {ip}; every pod's hostIP follows",
+                self.settings.node_name,
+                f.shared.get()
+            );
+            f.shared.set(&ip);
+            let _ = f.resync_pods.try_send(());
+        }
+        if !ip.is_empty() {
+            self.settings.node_ip = ip;
         }
     }
 
     /// One tick (upstream `syncNodeStatus`): register if needed (waiting with
     /// `sleep`, which returns true when stopping), then update the status.
     pub(crate) fn sync(&mut self, sleep: &dyn Fn(Duration) -> bool) -> Result<(), NodeStatusError> {
+        self.follow_node_ip();
         if self.register_node && !self.registered && !self.register(sleep) {
             return Ok(());
         }
@@ -498,6 +558,9 @@ pub(crate) struct Start {
     pub timeout: Duration,
     /// `--root-dir` (its filesystem is the ephemeral storage).
     pub root_dir: std::path::PathBuf,
+    /// The pods' address, and the wake that resyncs every pod: followed when
+    /// `--node-ip` is not given.
+    pub host_ip: Option<(Arc<HostIp>, crossbeam_channel::Sender<()>)>,
 }
 
 /// Starts the `node-status` loop.
@@ -527,6 +590,14 @@ fn new_manager(s: Start) -> NodeStatusManager {
         settings.node_ip = detect_node_ip(&settings.node_name);
     }
     log::info!("node {node}: InternalIP {}", settings.node_ip);
+    let follow_ip = s.host_ip.map(|(shared, resync_pods)| {
+        let name = node.clone();
+        FollowIp {
+            detect: Box::new(move || detect_node_ip(&name)),
+            shared,
+            resync_pods,
+        }
+    });
     NodeStatusManager::new(Setup {
         api: Box::new(ApiNodes {
             client: s.client,
@@ -541,6 +612,7 @@ fn new_manager(s: Start) -> NodeStatusManager {
         register_node: s.register_node,
         reads_pod_cidr: s.reads_pod_cidr,
         report_frequency: s.report_frequency,
+        follow_ip,
     })
 }
 

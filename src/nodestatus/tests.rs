@@ -136,6 +136,7 @@ fn fixture_with(existing: Option<Node>, reads_pod_cidr: bool) -> Fixture {
         register_node: true,
         reads_pod_cidr,
         report_frequency: Duration::from_secs(300),
+        follow_ip: None,
     });
     Fixture {
         store,
@@ -357,6 +358,44 @@ fn a_failed_write_is_retried_and_the_next_tick_reads_again() {
         .update_node_status(t0, SystemTime::now())
         .expect("ok");
     assert_eq!(calls(&f), ["get cache=true", "get cache=false", "patch"]);
+}
+
+#[test]
+fn a_changed_node_address_is_written_at_the_next_tick_and_resyncs_every_pod() {
+    let mut f = fixture(None);
+    let detected = Arc::new(Mutex::new("10.0.0.5".to_string()));
+    let shared = Arc::new(HostIp::new("10.0.0.5".into()));
+    let (resync_tx, resync_rx) = crossbeam_channel::bounded(1);
+    let d = detected.clone();
+    f.manager.follow_ip = Some(FollowIp {
+        detect: Box::new(move || lock(&d).clone()),
+        shared: shared.clone(),
+        resync_pods: resync_tx,
+    });
+    f.manager.sync(&no_sleep).expect("ok");
+    assert_eq!(calls(&f), ["create"]);
+    assert!(resync_rx.try_recv().is_err(), "nothing changed yet");
+
+    // A new DHCP lease: the next tick writes the InternalIP, the pods' address
+    // follows, and every pod is synced again.
+    *lock(&detected) = "192.168.7.20".into();
+    f.manager.sync(&no_sleep).expect("ok");
+    assert_eq!(calls(&f), ["get cache=true", "patch"]);
+    let patch = lock(&f.store.patches).pop().expect("ok");
+    let addresses = patch["status"]["addresses"].to_string();
+    assert!(addresses.contains("192.168.7.20"), "{patch}");
+    assert_eq!(shared.get(), "192.168.7.20");
+    assert!(resync_rx.try_recv().is_ok());
+
+    // The same address again: nothing written, no resync.
+    f.manager.sync(&no_sleep).expect("ok");
+    assert!(calls(&f).is_empty());
+    assert!(resync_rx.try_recv().is_err());
+
+    // A tick that detects nothing keeps the address.
+    *lock(&detected) = String::new();
+    f.manager.sync(&no_sleep).expect("ok");
+    assert_eq!(shared.get(), "192.168.7.20");
 }
 
 #[test]
