@@ -126,6 +126,10 @@ impl Runtime for InstrumentedRuntime {
         })
     }
 
+    fn load_image(&self, tar: (&mut dyn std::io::Read, u64)) -> Result<Vec<String>, RuntimeError> {
+        self.record("load_image", || self.inner.load_image(tar))
+    }
+
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
         self.record("list_images", || self.inner.list_images())
     }

@@ -88,7 +88,8 @@ kubelet_configuration! {
 /// rkubelet's own fields, beyond upstream's: settings upstream's kubelet does not have
 /// (its strict decoding warns about them and goes on), so that a file written for
 /// rkubelet can still turn them on.
-pub(crate) const RKUBELET_FIELDS: &[&str] = &["enableServerSource", "checkpointApiPods"];
+pub(crate) const RKUBELET_FIELDS: &[&str] =
+    &["enableServerSource", "checkpointApiPods", "imagePreloadDir"];
 
 /// component-base's `LoggingConfiguration` (`logging:` in the file): its field names.
 /// `verbosity` is klog's `-v`, `format` `text` or `json`, `flushFrequency` the log

@@ -380,6 +380,7 @@ mod tests {
                 etcd_keyfile: None,
                 enable_server_source: false,
                 checkpoint_api_pods: false,
+                image_preload_dir: None,
                 kubeconfig: None,
                 bootstrap_kubeconfig: None,
                 rotate_certificates: false,

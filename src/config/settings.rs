@@ -403,6 +403,16 @@ settings_table! {
             // Off: a pushed pod is code run on the node; only nodes that want it listen.
             default: ENABLE_SERVER_SOURCE = "false",
         }
+        image_preload_dir: PathBuf {
+            help: "A directory of image archives (docker save or OCI layout tarballs, \
+                   optionally compressed) loaded into the runtime at start, before any pod \
+                   starts, and whenever a file appears or changes (looked at every 10 s); \
+                   their images are kept from image GC while the archive is there. A broken \
+                   archive is logged by name and the others load. Empty: none.",
+            parse: text::path,
+            flag: "image-preload-dir" <"dir">,
+            file: "imagePreloadDir", decode: yaml::path, examples: ["/var/lib/rkubelet/images", "/opt/images"],
+        }
         checkpoint_api_pods: bool {
             help: "Keep a checkpoint of each pod the API server binds to this node \
                    (<root-dir>/pod-checkpoints/<uid>.json, written when its spec changes), \

@@ -250,6 +250,8 @@ pub struct ImageGc {
     /// The last pass failed (upstream records `ImageGCFailed` only on a repeat).
     prev_failed: AtomicBool,
     node_name: String,
+    /// The images of the preload directory's archives, never removed.
+    preloaded: Option<Arc<crate::images::preload::Protected>>,
 }
 
 /// What one detection found.
@@ -274,7 +276,17 @@ impl ImageGc {
             root_dir: Mutex::new(None),
             prev_failed: AtomicBool::new(false),
             node_name: node_name.to_string(),
+            preloaded: None,
         }
+    }
+
+    /// Also never removes the images `preloaded` names (`imagePreloadDir`'s archives).
+    pub(crate) fn with_preloaded(
+        mut self,
+        preloaded: Arc<crate::images::preload::Protected>,
+    ) -> Self {
+        self.preloaded = Some(preloaded);
+        self
     }
 
     /// Upstream `detectImages`: every image, every container's image (any container,
@@ -303,6 +315,9 @@ impl ImageGc {
         }
         if let Ok(Some(p)) = self.runtime.inspect_image(&self.pause_image) {
             pinned.insert(p.id);
+        }
+        if let Some(p) = &self.preloaded {
+            pinned.extend(p.ids());
         }
         lock(&self.records).detect(&images, &in_use, now);
         Ok(Detected { in_use, pinned })

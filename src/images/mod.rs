@@ -24,6 +24,7 @@
 //! lines with the event's type and reason.
 
 pub(crate) mod credentials;
+pub(crate) mod preload;
 pub(crate) mod puller;
 pub(crate) mod selfimport;
 use runtime::reference;

@@ -271,6 +271,9 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         manager.start(&loops.with_stack_size(base::loops::BIG_STACK), fatal_tx)?;
     }
 
+    // Image archives before the sources: pods that need their images find them.
+    let preloaded = start_image_preload(&loops, &cfg, &parts)?;
+
     // Sources: each configured one is registered with the merge, so nothing
     // destructive happens until every one of them has sent its first snapshot.
     let api = prepared.api().cloned();
@@ -290,7 +293,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     // Pod workers.
     parts.workers.start(&loops, DEFAULT_WORKERS, handler)?;
 
-    let died_tx = start_reclaim(&loops, &cfg, &parts, eviction_config, &stats)?;
+    let died_tx = start_reclaim(&loops, &cfg, &parts, eviction_config, &stats, preloaded)?;
     crate::oom_watcher::start(&loops, &cfg.node_name, std::path::Path::new("/dev/kmsg"))?;
     crate::logging::start_flush(&loops, cfg.log_flush_frequency)?;
 
@@ -486,6 +489,32 @@ fn start_servers(
     Ok(())
 }
 
+/// The image preload directory (`imagePreloadDir`): a first pass now, then the
+/// `image-preload` loop. Returns the images image GC must keep.
+fn start_image_preload(
+    loops: &Loops,
+    cfg: &KubeletConfig,
+    parts: &Components,
+) -> Result<Option<Arc<crate::images::preload::Protected>>, SpawnError> {
+    let Some(dir) = &cfg.image_preload_dir else {
+        return Ok(None);
+    };
+    let mut preloader = crate::images::preload::Preloader::new(dir.clone(), parts.runtime.clone());
+    if let Err(e) = preloader.scan(std::time::SystemTime::now()) {
+        log::warn!("{e}");
+    }
+    let protected = preloader.protected();
+    loops.spawn_periodic(
+        Periodic {
+            name: "image-preload".into(),
+            period: crate::images::preload::PRELOAD_PERIOD,
+            wake: None,
+        },
+        move || preloader.scan(std::time::SystemTime::now()),
+    )?;
+    Ok(Some(protected))
+}
+
 /// `runtime-up`: the runtime's liveness, then its network's readiness (upstream's
 /// `updateRuntimeUp` reads both from one runtime status), in one loop. Its receiver
 /// hears when the runtime came up.
@@ -627,9 +656,10 @@ fn start_reclaim(
     parts: &Components,
     eviction_config: crate::eviction::Config,
     stats: &Arc<StatsProvider>,
+    preloaded: Option<Arc<crate::images::preload::Protected>>,
 ) -> Result<Sender<crate::gc::Died>, StartError> {
     let (died_tx, died_rx) = crate::gc::died_channel();
-    let gc = parts.start_gc(loops, cfg, died_rx)?;
+    let gc = parts.start_gc(loops, cfg, died_rx, preloaded)?;
     eviction::start(
         loops,
         cfg,
@@ -887,6 +917,7 @@ impl Components {
         loops: &Loops,
         cfg: &KubeletConfig,
         died: Receiver<(String, String)>,
+        preloaded: Option<Arc<crate::images::preload::Protected>>,
     ) -> Result<crate::gc::Gc, SpawnError> {
         let containers = crate::gc::ContainerGc::new(
             self.runtime.clone(),
@@ -902,7 +933,7 @@ impl Components {
                 workers: self.workers.clone(),
             },
         );
-        let images = crate::gc::ImageGc::new(
+        let mut images = crate::gc::ImageGc::new(
             self.runtime.clone(),
             crate::gc::ImagePolicy {
                 high_percent: cfg.image_gc_high_threshold_percent,
@@ -913,6 +944,9 @@ impl Components {
             &cfg.pod_infra_container_image,
             &cfg.node_name,
         );
+        if let Some(p) = preloaded {
+            images = images.with_preloaded(p);
+        }
         crate::gc::start(
             loops,
             crate::gc::Gc {

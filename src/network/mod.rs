@@ -540,6 +540,10 @@ impl Runtime for PluginNetwork {
         self.inner.import_image(image, changes, tar)
     }
 
+    fn load_image(&self, tar: (&mut dyn std::io::Read, u64)) -> Result<Vec<String>, RuntimeError> {
+        self.inner.load_image(tar)
+    }
+
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
         self.inner.list_images()
     }

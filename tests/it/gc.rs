@@ -312,6 +312,9 @@ impl Runtime for OnlyTestImages {
     ) -> Result<(), RuntimeError> {
         self.inner.import_image(image, changes, tar)
     }
+    fn load_image(&self, tar: (&mut dyn std::io::Read, u64)) -> Result<Vec<String>, RuntimeError> {
+        self.inner.load_image(tar)
+    }
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
         Ok(self
             .inner

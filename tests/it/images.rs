@@ -291,3 +291,79 @@ fn a_held_pull_holds_no_pod_worker_and_its_pods_start_when_it_ends() {
     let pulls = log.matches(&format!("Pulling image \"{image}\"")).count();
     assert_eq!(pulls, 1, "one pull for five pods: {log}");
 }
+
+/// `docker` with `args`, which must succeed.
+fn docker_cli(args: &[&str]) -> std::process::Output {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker");
+    assert!(out.status.success(), "docker {args:?}: {out:?}");
+    out
+}
+
+/// Removes the test's image tags whatever happens.
+struct Tags(Vec<String>);
+
+impl Drop for Tags {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            let _ = std::process::Command::new("docker")
+                .args(["rmi", t])
+                .output();
+        }
+    }
+}
+
+#[test]
+fn archives_in_the_preload_directory_are_loaded_and_a_broken_one_is_named() {
+    let mut n = node("preload");
+    let dir = n.dir.join("images");
+    std::fs::create_dir_all(&dir).expect("preload dir");
+    let first = format!("rkubelet-preload/{}:1", unique("a"));
+    let second = format!("rkubelet-preload/{}:2", unique("b"));
+    let _tags = Tags(vec![first.clone(), second.clone()]);
+    // A tag of the test's own on busybox, saved to an archive, then removed: only the
+    // archive has it. The second one is gzip-compressed.
+    docker_cli(&["tag", BUSYBOX, &first]);
+    let first_tar = dir.join("first.tar");
+    docker_cli(&["save", "-o", &first_tar.display().to_string(), &first]);
+    docker_cli(&["rmi", &first]);
+    std::fs::write(dir.join("broken.tar"), b"this is not an image archive").expect("broken");
+
+    n.write_manifest("a.yaml", &pod("pre-a", &[("c", &first, Some("Never"))]));
+    n.start(&[&format!("--image-preload-dir={}", dir.display())]);
+    // Loaded before the pod started: it runs with pull policy Never at once.
+    wait_running_id(&n, "pre-a", "c");
+    assert!(
+        n.log().contains("loaded image archive") && n.log().contains(&first),
+        "{}",
+        n.log()
+    );
+    let named = wait_for("the broken archive named", LONG, || {
+        n.log()
+            .lines()
+            .find(|l| l.contains("broken.tar") && l.contains("cannot be loaded"))
+            .map(str::to_string)
+    });
+    eprintln!("preload: {named}");
+    let (_, verbose) = n.healthz_get("/healthz?verbose");
+    assert!(
+        verbose.contains("image-preload") && verbose.contains("broken.tar"),
+        "{verbose}"
+    );
+
+    // An archive that appears later is loaded without a restart.
+    docker_cli(&["tag", BUSYBOX, &second]);
+    let saved = docker_cli(&["save", &second]);
+    docker_cli(&["rmi", &second]);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &saved.stdout).expect("gzip");
+    let bytes = gz.finish().expect("gzip");
+    // Written beside and renamed in, as a copy into the directory should be.
+    std::fs::write(dir.join(".second.tar.gz.part"), &bytes).expect("write");
+    std::fs::rename(dir.join(".second.tar.gz.part"), dir.join("second.tar.gz")).expect("rename");
+    n.write_manifest("b.yaml", &pod("pre-b", &[("c", &second, Some("Never"))]));
+    wait_running_id(&n, "pre-b", "c");
+    assert!(n.log().contains(&second), "{}", n.log());
+}

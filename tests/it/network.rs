@@ -210,8 +210,16 @@ spec:
     let ready = |want: &str| ready_condition(&api, &node.name, want);
 
     // No configuration: the network is not ready, with upstream's words, and only the
-    // host-network pod runs.
-    let c = wait_for("the Node NotReady", LONG, || ready("False"));
+    // host-network pod runs. (Until the first runtime status check the Node is
+    // NotReady for that reason instead: "container runtime status check may not have
+    // completed yet".)
+    let c = wait_for("the Node NotReady for its network", LONG, || {
+        ready("False").filter(|c| {
+            c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("network not ready"))
+        })
+    });
     assert!(
         c["message"].as_str().is_some_and(|m| m.contains(
             "container runtime network not ready: NetworkReady=false \

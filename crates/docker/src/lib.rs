@@ -503,6 +503,44 @@ impl Runtime for Docker {
         )
     }
 
+    fn load_image(
+        &self,
+        (tar, len): (&mut dyn std::io::Read, u64),
+    ) -> Result<Vec<String>, RuntimeError> {
+        let op = "load image archive";
+        let req = Req::post("/images/load?quiet=1".to_string())
+            .timeout(Some(IMPORT_TIMEOUT))
+            .per_read(PULL_PROGRESS_DEADLINE);
+        let resp = self
+            .client
+            .send_reader(op, &req, "application/x-tar", (tar, len))?;
+        let resp = self.client.check(op, resp)?;
+        let body = resp.into_body().into_with_config().limit(u64::MAX).reader();
+        let mut lines = LineReader::new(body, MAX_STREAM_LINE);
+        let mut loaded = Vec::new();
+        loop {
+            let line = match lines.next_line() {
+                Ok(Some(line)) => line,
+                Ok(None) => return Ok(loaded),
+                Err(e) => return Err(self.client.body_error(op, &req, e)),
+            };
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let progress: PullProgress =
+                serde_json::from_slice(&line).map_err(|source| RuntimeError::Decode {
+                    op: op.to_string(),
+                    source,
+                })?;
+            if let Some(message) = progress.error_message() {
+                return Err(pull_error(op.to_string(), message));
+            }
+            if let Some(name) = progress.stream.as_deref().and_then(loaded_name) {
+                loaded.push(name.to_string());
+            }
+        }
+    }
+
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
         let list: Vec<model::ListedImage> = self
             .client
@@ -850,6 +888,19 @@ struct PullProgress {
     /// The progress bar text (`[==>   ] 1.2MB/3MB`), which the model lacks.
     #[serde(default)]
     progress: Option<String>,
+    /// A load's report (`Loaded image: busybox:latest`), which the model lacks.
+    #[serde(default)]
+    stream: Option<String>,
+}
+
+/// What a line of `docker load`'s output names: `Loaded image: <ref>` or `Loaded image
+/// ID: <id>`.
+fn loaded_name(line: &str) -> Option<&str> {
+    let line = line.trim();
+    line.strip_prefix("Loaded image ID: ")
+        .or_else(|| line.strip_prefix("Loaded image: "))
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
 }
 
 impl PullProgress {

@@ -533,6 +533,11 @@ pub trait Runtime: Send + Sync + fmt::Debug {
         tar: (&mut dyn std::io::Read, u64),
     ) -> Result<(), RuntimeError>;
 
+    /// Loads the images of an image archive of `len` bytes read from `tar` (`docker
+    /// save` or an OCI layout tarball, optionally compressed): `docker load`. Returns
+    /// what the runtime says it loaded, each a reference (`name:tag`) or an image ID.
+    fn load_image(&self, tar: (&mut dyn std::io::Read, u64)) -> Result<Vec<String>, RuntimeError>;
+
     /// All images on the node.
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError>;
 
