@@ -13,7 +13,7 @@ use std::fmt;
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use base::loops::{lock, Loops};
@@ -87,7 +87,16 @@ pub struct Channel {
     options: Options,
     loops: Loops,
     /// The current connection; the lock is held to read or swap it, never to connect.
-    live: Mutex<Option<Arc<Live>>>,
+    live: Mutex<Slot>,
+    /// Signalled when a connection attempt ends.
+    connected: Condvar,
+}
+
+/// The channel's connection, and whether a caller is making a new one.
+#[derive(Debug, Default)]
+struct Slot {
+    live: Option<Arc<Live>>,
+    connecting: bool,
 }
 
 impl Channel {
@@ -99,7 +108,8 @@ impl Channel {
             endpoint,
             options,
             loops: loops.clone(),
-            live: Mutex::new(None),
+            live: Mutex::new(Slot::default()),
+            connected: Condvar::new(),
         }
     }
 
@@ -211,11 +221,52 @@ impl Channel {
     }
 
     /// The channel's connection, made when there is none or the last one can take no
-    /// new stream.
+    /// new stream. One caller connects at a time, without the lock; the others wait
+    /// for it (until their deadline) rather than each dialling a connection of its own.
     fn connection(&self, deadline: Instant) -> Result<Arc<Live>, GrpcError> {
-        if let Some(live) = lock(&self.live).as_ref().filter(|l| l.0.usable()) {
-            return Ok(live.clone());
+        let mut slot = lock(&self.live);
+        loop {
+            if let Some(live) = slot.live.as_ref().filter(|l| l.0.usable()) {
+                return Ok(live.clone());
+            }
+            if !slot.connecting {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(GrpcError::Connect {
+                    endpoint: self.name.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "another call's connection attempt outlasted this call's deadline",
+                    ),
+                });
+            }
+            slot = self
+                .connected
+                .wait_timeout(slot, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
         }
+        slot.connecting = true;
+        drop(slot);
+        /// Clears `connecting` and wakes the waiters however the attempt ends.
+        struct Attempt<'a>(&'a Channel);
+        impl Drop for Attempt<'_> {
+            fn drop(&mut self) {
+                lock(&self.0.live).connecting = false;
+                self.0.connected.notify_all();
+            }
+        }
+        let attempt = Attempt(self);
+        let live = Arc::new(Live(self.connect(deadline)?));
+        lock(&self.live).live = Some(live.clone());
+        drop(attempt);
+        Ok(live)
+    }
+
+    /// Dials the endpoint and starts HTTP/2 on it.
+    fn connect(&self, deadline: Instant) -> Result<Arc<Conn>, GrpcError> {
         let connect_error = |source| GrpcError::Connect {
             endpoint: self.name.clone(),
             source,
@@ -234,18 +285,7 @@ impl Channel {
             }
         }
         .map_err(connect_error)?;
-        let new = Arc::new(Live(
-            Conn::start(socket, &self.loops, &self.options.thread_name).map_err(connect_error)?,
-        ));
-        let mut slot = lock(&self.live);
-        match slot.as_ref().filter(|l| l.0.usable()) {
-            // Another caller connected meanwhile: use theirs, ours is dropped.
-            Some(theirs) => Ok(theirs.clone()),
-            None => {
-                *slot = Some(new.clone());
-                Ok(new)
-            }
-        }
+        Conn::start(socket, &self.loops, &self.options.thread_name).map_err(connect_error)
     }
 
     /// The request's header block: static-table indexes where HPACK has them, literals

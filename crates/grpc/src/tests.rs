@@ -57,23 +57,8 @@ fn answer(path: &str, request: &[u8], stream: u32, out: &mut Vec<u8>) -> Option<
                 &only,
             );
         }
-        "/t.S/Big" => {
-            frame::encode(out, frame::HEADERS, frame::END_HEADERS, stream, &ok_headers);
-            // 3 MiB in 16 KiB frames: over the stream window, so the client must give
-            // window back while reading.
-            let msg = message::frame_message(&vec![9u8; 3 << 20]);
-            for chunk in msg.chunks(frame::MAX_FRAME_SIZE) {
-                frame::encode(out, frame::DATA, 0, stream, chunk);
-            }
-            let t = trailers(0, "");
-            frame::encode(
-                out,
-                frame::HEADERS,
-                frame::END_HEADERS | frame::END_STREAM,
-                stream,
-                &t,
-            );
-        }
+        // Sent by `serve` itself: it must wait for window.
+        "/t.S/Big" => return Some("big"),
         "/t.S/Watch" => {
             frame::encode(out, frame::HEADERS, frame::END_HEADERS, stream, &ok_headers);
             for m in [&b"one"[..], b"two", b"three"] {
@@ -170,6 +155,7 @@ fn serve(mut s: UnixStream, connections: Arc<AtomicUsize>) {
                         let _ = s.write_all(&out);
                         return;
                     }
+                    Some("big") if send_big(&mut s, &mut reader, h.stream, &mut out).is_ok() => {}
                     Some(_) => return,
                     None => {}
                 }
@@ -179,6 +165,50 @@ fn serve(mut s: UnixStream, connections: Arc<AtomicUsize>) {
             return;
         }
     }
+}
+
+/// 3 MiB in 16 KiB frames, three times the client's stream window: sent as the
+/// client gives window back (its WINDOW_UPDATEs read in between), so a client that
+/// does not would stall here and fail its deadline. Stops when the client resets the
+/// stream.
+fn send_big(
+    s: &mut UnixStream,
+    reader: &mut UnixStream,
+    stream: u32,
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    let mut ok_headers = vec![0x88];
+    hpack::encode_literal(&mut ok_headers, 31, "", "application/grpc");
+    frame::encode(out, frame::HEADERS, frame::END_HEADERS, stream, &ok_headers);
+    s.write_all(&std::mem::take(out))?;
+    let mut window = conn::STREAM_WINDOW;
+    let msg = message::frame_message(&vec![9u8; 3 << 20]);
+    for chunk in msg.chunks(frame::MAX_FRAME_SIZE) {
+        while window < chunk.len() as i64 {
+            let (h, p) = frame::read(reader).map_err(|_| std::io::ErrorKind::UnexpectedEof)?;
+            if h.kind == frame::WINDOW_UPDATE && h.stream == stream {
+                window += i64::from(frame::u32_at(&p, 0, true).unwrap_or(0));
+            }
+            if h.kind == frame::RST_STREAM && h.stream == stream {
+                // The client gave up on it (a message over its limit).
+                return Ok(());
+            }
+        }
+        window -= chunk.len() as i64;
+        let mut f = Vec::new();
+        frame::encode(&mut f, frame::DATA, 0, stream, chunk);
+        s.write_all(&f)?;
+    }
+    let mut t = Vec::new();
+    hpack::encode_literal(&mut t, 0, "grpc-status", "0");
+    frame::encode(
+        out,
+        frame::HEADERS,
+        frame::END_HEADERS | frame::END_STREAM,
+        stream,
+        &t,
+    );
+    Ok(())
 }
 
 /// A fake server on `dir/grpc.sock`: one thread per connection; counts connections.
