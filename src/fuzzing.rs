@@ -185,7 +185,7 @@ fn grpc(data: &[u8]) {
 /// What a gRPC server sends after the probe's call: HTTP/2 frames through the
 /// probe's frame loop.
 fn grpc_frames(data: &[u8]) {
-    crate::prober::grpc::fuzz_frames(data);
+    grpc::fuzz_frames(data);
 }
 
 /// A sequence of etcd answers (range reads and watch lines, one per line) through

@@ -5,12 +5,13 @@
 
 use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::spec::Handler;
 use super::{Outcome, USER_AGENT};
 use base::httpclient::pods::{host_of, resolve_location};
+use base::loops::{Loops, Shutdown};
 use base::netutil::join_host_port;
 use runtime::container::ProbeResult;
 use runtime::{Runtime, RuntimeError};
@@ -27,6 +28,21 @@ use base::httpclient::pods::MAX_REDIRECTS;
 pub struct Prober {
     runtime: Arc<dyn Runtime>,
     agent: ureq::Agent,
+    /// Spawns a gRPC probe's connection reader (`grpc-probe`, one per probe: a probe
+    /// dials its own connection, as upstream's does).
+    loops: Loops,
+}
+
+/// The loops of a [`Prober`] made without the daemon's (the tests'): never shut down,
+/// and each gRPC probe's reader ends with its connection anyway.
+fn own_loops() -> Loops {
+    static OWN: OnceLock<(Shutdown, Loops)> = OnceLock::new();
+    OWN.get_or_init(|| {
+        let (shutdown, stop) = base::loops::shutdown_channel();
+        (shutdown, Loops::new(stop))
+    })
+    .1
+    .clone()
 }
 
 impl Prober {
@@ -34,7 +50,20 @@ impl Prober {
     pub fn new(runtime: Arc<dyn Runtime>) -> Self {
         // Redirects are followed by hand below: only to the same host.
         let agent = base::httpclient::pods::pod_agent(USER_AGENT);
-        Prober { runtime, agent }
+        Prober {
+            runtime,
+            agent,
+            loops: own_loops(),
+        }
+    }
+
+    /// The same prober, spawning its gRPC probes' readers through `loops` (the
+    /// daemon's: counted in its registry, ended at shutdown).
+    pub(crate) fn with_loops(self, loops: &Loops) -> Self {
+        Prober {
+            loops: loops.clone(),
+            ..self
+        }
     }
 
     /// Runs one probe against container `container_id` of a pod with IP `pod_ip`.
@@ -68,7 +97,7 @@ impl Prober {
             },
             // Upstream: a gRPC probe always targets the pod IP.
             Handler::Grpc { port, service } => match pod_ip {
-                Some(ip) => super::grpc::check(ip, *port, service, timeout),
+                Some(ip) => super::grpc::check(ip, *port, service, timeout, &self.loops),
                 None => Outcome::new(ProbeResult::Unknown, "the pod has no IP yet"),
             },
         }

@@ -167,7 +167,7 @@ impl ProbeManager {
         // A run decodes an HTTP answer or a Docker exec's JSON: the big stack.
         let big = loops.with_stack_size(base::loops::BIG_STACK);
         let pool = |prefix: &str, max: usize, rx: Receiver<Job>| {
-            let prober = Prober::new(runtime.clone());
+            let prober = Prober::new(runtime.clone()).with_loops(loops);
             let done_tx = done_tx.clone();
             let metrics = mgr.metrics.clone();
             let spec = PoolSpec {
