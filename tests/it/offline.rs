@@ -8,21 +8,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::apiserver::{Options, TestApiServer};
-use crate::util::{label, wait_for, Node, BUSYBOX, LONG};
+use crate::util::{restart_counts, running_c, wait_for, Node, BUSYBOX, LONG};
 
 /// The pods' names, as the API server holds them.
 const PODS: [&str; 3] = ["off-a", "off-b", "off-c"];
-
-/// Running app containers (`c`) by pod name → container ID.
-fn running_c(node: &Node) -> BTreeMap<String, String> {
-    node.running()
-        .into_iter()
-        .filter_map(|(k, ids)| {
-            let pod = k.strip_suffix("/c")?;
-            Some((pod.to_string(), ids.first()?.clone()))
-        })
-        .collect()
-}
 
 /// Waits until exactly `names` run their container `c`; returns their IDs.
 fn wait_running(node: &Node, names: &[&str], timeout: Duration) -> BTreeMap<String, String> {
@@ -31,17 +20,6 @@ fn wait_running(node: &Node, names: &[&str], timeout: Duration) -> BTreeMap<Stri
         let got: Vec<&str> = running.keys().map(String::as_str).collect();
         (got == names).then_some(running)
     })
-}
-
-/// Every container of the node (sandboxes included): its ID → its restart count.
-fn restart_counts(node: &Node) -> BTreeMap<String, String> {
-    node.containers()
-        .iter()
-        .map(|c| {
-            let n = label(c, "io.kubernetes.container.restartCount");
-            (c.id.clone(), n.to_string())
-        })
-        .collect()
 }
 
 /// The checkpoint files under the node's root dir.

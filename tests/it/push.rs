@@ -11,7 +11,7 @@ use std::process::Command;
 
 use crate::apiserver::{Options, Pki, TestApiServer};
 use crate::kubelet_port::{client_cert, pki_flags, run, start};
-use crate::util::{label, pod_yaml, wait_for, Node, LONG, SLEEPER};
+use crate::util::{label, pod_yaml, restart_counts, running_c, wait_for, Node, LONG, SLEEPER};
 
 /// A client's certificate and key.
 type Cert<'a> = Option<(&'a Path, &'a Path)>;
@@ -81,17 +81,6 @@ fn pods(names: &[&str]) -> String {
         .join("---\n")
 }
 
-/// The running containers named `c` of the node, by pod name (as it runs).
-fn running_c(node: &Node) -> BTreeMap<String, String> {
-    node.running()
-        .into_iter()
-        .filter_map(|(k, ids)| {
-            let pod = k.strip_suffix("/c")?;
-            Some((pod.to_string(), ids.first()?.clone()))
-        })
-        .collect()
-}
-
 /// Waits until exactly the pods `names` (as pushed) run their container `c`; returns
 /// their container IDs by running name.
 fn wait_running(node: &Node, names: &[&str]) -> BTreeMap<String, String> {
@@ -103,17 +92,6 @@ fn wait_running(node: &Node, names: &[&str]) -> BTreeMap<String, String> {
         sorted.sort();
         (got == sorted).then_some(running)
     })
-}
-
-/// Every container of the node (sandboxes included): its ID → its restart count label.
-fn restart_counts(node: &Node) -> BTreeMap<String, String> {
-    node.containers()
-        .iter()
-        .map(|c| {
-            let restarts = label(c, "io.kubernetes.container.restartCount");
-            (c.id.clone(), restarts.to_string())
-        })
-        .collect()
 }
 
 /// The names of the pods in a `PodList` JSON body.

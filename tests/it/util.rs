@@ -607,3 +607,25 @@ pub fn promtool(text: &str, what: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Running `c` containers by pod name → the first container ID.
+pub fn running_c(node: &Node) -> BTreeMap<String, String> {
+    node.running()
+        .into_iter()
+        .filter_map(|(k, ids)| {
+            let pod = k.strip_suffix("/c")?;
+            Some((pod.to_string(), ids.first()?.clone()))
+        })
+        .collect()
+}
+
+/// Every container of the node (sandboxes included): its ID → its restart count label.
+pub fn restart_counts(node: &Node) -> BTreeMap<String, String> {
+    node.containers()
+        .iter()
+        .map(|c| {
+            let restarts = label(c, "io.kubernetes.container.restartCount");
+            (c.id.clone(), restarts.to_string())
+        })
+        .collect()
+}

@@ -234,6 +234,7 @@ impl Docker {
         req: &Req,
         resp: ureq::http::Response<ureq::Body>,
         what: &str,
+        on_line: &mut dyn FnMut(&PullProgress),
     ) -> Result<(), RuntimeError> {
         let body = resp.into_body().into_with_config().limit(u64::MAX).reader();
         let mut lines = LineReader::new(body, MAX_STREAM_LINE);
@@ -260,6 +261,7 @@ impl Docker {
             if let Some(message) = progress.error_message() {
                 return Err(pull_error(op.to_string(), message));
             }
+            on_line(&progress);
             latest = progress.text();
         }
     }
@@ -467,6 +469,7 @@ impl Runtime for Docker {
             &req,
             resp,
             &format!("Pulling image {:?}", reference.to_string()),
+            &mut |_| {},
         )
     }
 
@@ -500,6 +503,7 @@ impl Runtime for Docker {
             &req,
             resp,
             &format!("Importing image {:?}", reference.to_string()),
+            &mut |_| {},
         )
     }
 
@@ -515,30 +519,13 @@ impl Runtime for Docker {
             .client
             .send_reader(op, &req, "application/x-tar", (tar, len))?;
         let resp = self.client.check(op, resp)?;
-        let body = resp.into_body().into_with_config().limit(u64::MAX).reader();
-        let mut lines = LineReader::new(body, MAX_STREAM_LINE);
         let mut loaded = Vec::new();
-        loop {
-            let line = match lines.next_line() {
-                Ok(Some(line)) => line,
-                Ok(None) => return Ok(loaded),
-                Err(e) => return Err(self.client.body_error(op, &req, e)),
-            };
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let progress: PullProgress =
-                serde_json::from_slice(&line).map_err(|source| RuntimeError::Decode {
-                    op: op.to_string(),
-                    source,
-                })?;
-            if let Some(message) = progress.error_message() {
-                return Err(pull_error(op.to_string(), message));
-            }
-            if let Some(name) = progress.stream.as_deref().and_then(loaded_name) {
+        self.read_progress(op, &req, resp, "Loading an image archive", &mut |p| {
+            if let Some(name) = p.stream.as_deref().and_then(loaded_name) {
                 loaded.push(name.to_string());
             }
-        }
+        })?;
+        Ok(loaded)
     }
 
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
