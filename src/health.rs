@@ -214,6 +214,9 @@ pub(crate) struct HealthChecks {
     pub network: Arc<NetworkHealth>,
     /// `syncFrequency`, for the sync-loop window.
     pub sync_frequency: Duration,
+    /// What the node lacks that is no health failure (a kernel without the memory
+    /// cgroup controller): warnings beside the loops' in `/healthz?verbose`.
+    pub node_warnings: Vec<(String, String)>,
 }
 
 /// The names of the checks, in the order they are reported.
@@ -303,11 +306,14 @@ impl HealthChecks {
 
     /// Loops whose last tick failed, with the error (e.g. a bad manifest).
     pub(crate) fn warnings(&self) -> Vec<(String, String)> {
-        self.registry
-            .snapshot()
-            .into_iter()
-            .filter_map(|(name, st)| st.last_error.map(|e| (name, e)))
-            .collect()
+        let mut out = self.node_warnings.clone();
+        out.extend(
+            self.registry
+                .snapshot()
+                .into_iter()
+                .filter_map(|(name, st)| st.last_error.map(|e| (name, e))),
+        );
+        out
     }
 }
 
@@ -381,6 +387,7 @@ mod tests {
             runtime: Arc::new(RuntimeHealth::default()),
             network: Arc::new(NetworkHealth::default()),
             sync_frequency: Duration::from_secs(1),
+            node_warnings: Vec::new(),
         };
         let until = Instant::now() + Duration::from_secs(10);
         while checks
@@ -444,6 +451,7 @@ mod tests {
             runtime: Arc::new(RuntimeHealth::default()),
             network: Arc::new(NetworkHealth::default()),
             sync_frequency: Duration::from_secs(1),
+            node_warnings: Vec::new(),
         };
         let now = Instant::now();
         // The sync loop is fine; a PLEG that never relisted is not.
@@ -566,6 +574,7 @@ mod tests {
             runtime: Arc::new(RuntimeHealth::default()),
             network: Arc::new(NetworkHealth::default()),
             sync_frequency: Duration::from_secs(1),
+            node_warnings: Vec::new(),
         };
         let until = Instant::now() + Duration::from_secs(10);
         while checks

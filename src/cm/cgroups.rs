@@ -45,6 +45,26 @@ pub(crate) fn detect_version(mount: &Path) -> Version {
     }
 }
 
+/// Whether the kernel's memory controller is there for pods' cgroups under `mount`:
+/// v2, named in the root's `cgroup.controllers`; v1, enabled in `/proc/cgroups`
+/// (`proc_cgroups`, its text; a kernel booted with `cgroup_disable=memory`, as Raspberry
+/// Pi OS is without `cgroup_enable=memory`, says 0) and mounted.
+pub(crate) fn memory_controller(mount: &Path, proc_cgroups: Option<&str>) -> bool {
+    match detect_version(mount) {
+        Version::V2 => std::fs::read_to_string(mount.join("cgroup.controllers"))
+            .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory")),
+        Version::V1 => {
+            let enabled = proc_cgroups.is_none_or(|text| {
+                text.lines().any(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    f.first() == Some(&"memory") && f.get(3) == Some(&"1")
+                })
+            });
+            enabled && mount.join("memory").is_dir()
+        }
+    }
+}
+
 /// A cgroup's name as its components (upstream `CgroupName`); empty is the root.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct CgroupName(pub Vec<String>);
@@ -283,6 +303,62 @@ fn at(path: &Path, e: io::Error) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a real cgroup2 mount of the test's own: the memory controller is there exactly
+    /// when the kernel has it enabled and no v1 hierarchy holds it (`/proc/cgroups`:
+    /// hierarchy 0). On a hybrid host such as this project's CI machines (memory on v1,
+    /// the unified tree beside it) that is a real cgroup2 tree without it.
+    #[test]
+    fn a_real_cgroup2_mount_says_whether_it_has_the_memory_controller() {
+        let tmp = base::testutil::TempDir::new("cgroup2");
+        let target = tmp.0.join("mnt");
+        std::fs::create_dir_all(&target).expect("mount point");
+        rustix::mount::mount(
+            "none",
+            &target,
+            "cgroup2",
+            rustix::mount::MountFlags::empty(),
+            None::<&std::ffi::CStr>,
+        )
+        .expect("mount a cgroup2 of our own (needs root)");
+        let proc_cgroups = std::fs::read_to_string("/proc/cgroups").expect("/proc/cgroups");
+        let on_v2 = proc_cgroups.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.first() == Some(&"memory") && f.get(1) == Some(&"0") && f.get(3) == Some(&"1")
+        });
+        let found = memory_controller(&target, None);
+        let _ = rustix::mount::unmount(&target, rustix::mount::UnmountFlags::DETACH);
+        assert_eq!(
+            detect_version(&tmp.0),
+            Version::V1,
+            "the temp dir itself is no cgroup"
+        );
+        assert_eq!(found, on_v2, "/proc/cgroups:\n{proc_cgroups}");
+    }
+
+    #[test]
+    fn the_memory_controller_is_found_or_missed_on_v1_and_v2() {
+        let tmp = base::testutil::TempDir::new("memcg");
+        // v1: mounted and enabled; disabled on the kernel command line; not mounted.
+        std::fs::create_dir_all(tmp.0.join("memory")).expect("fake v1");
+        let enabled =
+            "#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t2\t1\t1\nmemory\t4\t80\t1\n";
+        let disabled =
+            "#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t2\t1\t1\nmemory\t0\t1\t0\n";
+        assert!(memory_controller(&tmp.0, Some(enabled)));
+        assert!(!memory_controller(&tmp.0, Some(disabled)));
+        std::fs::remove_dir(tmp.0.join("memory")).expect("rm");
+        assert!(!memory_controller(&tmp.0, Some(enabled)));
+        // v2: named in the root's controllers, or not.
+        std::fs::write(
+            tmp.0.join("cgroup.controllers"),
+            "cpuset cpu io memory pids\n",
+        )
+        .expect("v2");
+        assert!(memory_controller(&tmp.0, None));
+        std::fs::write(tmp.0.join("cgroup.controllers"), "cpuset cpu io pids\n").expect("v2");
+        assert!(!memory_controller(&tmp.0, None));
+    }
 
     #[test]
     fn names_per_driver() {

@@ -152,6 +152,7 @@ impl Shared {
             runtime: Arc::default(),
             network: Arc::default(),
             sync_frequency: Duration::from_secs(1),
+            node_warnings: Vec::new(),
         };
         // Nobody listens on this port once the probe listener is dropped: every review
         // is refused at once (and then not tried for 3 s), as with an API server down.

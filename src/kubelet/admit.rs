@@ -73,6 +73,41 @@ impl AdmitHandler for SysctlAdmit {
     }
 }
 
+/// The reason of a pod refused because its memory limit cannot be enforced.
+pub(super) const MEMORY_CGROUP_MISSING: &str = "MemoryCgroupMissing";
+
+/// What to do about a kernel without the memory controller.
+pub(super) const MEMORY_CGROUP_FIX: &str = "enable it with cgroup_memory=1 cgroup_enable=memory \
+     on the kernel command line (Raspberry Pi OS: /boot/firmware/cmdline.txt) and reboot";
+
+/// rkubelet's own handler for a kernel without the memory cgroup controller (upstream's
+/// kubelet refuses to start there): a pod with a memory limit is refused, since nothing
+/// would enforce it; pods without one run.
+pub(super) struct MemoryCgroupAdmit;
+
+impl AdmitHandler for MemoryCgroupAdmit {
+    fn admit(&self, pod: &Pod, _others: &[&Pod]) -> Option<Rejection> {
+        let spec = pod.spec.as_ref()?;
+        let limited = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .find_map(|c| {
+                let q = c.resources.as_ref()?.limits.as_ref()?.get("memory")?;
+                Some((c.name.clone(), q.0.clone()))
+            })?;
+        Some(Rejection {
+            reason: MEMORY_CGROUP_MISSING.into(),
+            message: format!(
+                "the node's kernel has no memory cgroup controller, so container {:?}'s memory \
+                 limit ({}) cannot be enforced; {MEMORY_CGROUP_FIX}",
+                limited.0, limited.1
+            ),
+        })
+    }
+}
+
 /// The status of a rejected pod (upstream `rejectPod`).
 pub(super) fn rejected_status(pod: &Pod, r: &Rejection) -> PodStatus {
     PodStatus {
@@ -199,6 +234,37 @@ mod tests {
         n.snapshot(Source::Api, vec![p]);
         assert!(n.containers_of("u-big").is_empty());
         assert_eq!(rt.count(Op::Create), 0);
+    }
+
+    #[test]
+    fn without_the_memory_controller_only_pods_with_memory_limits_are_refused() {
+        let spec = |y: &str| pod("p", "u-p", y);
+        let h = MemoryCgroupAdmit;
+        let plain =
+            spec("{containers: [{name: a, image: 'busybox:1', resources: {limits: {cpu: 100m}}}]}");
+        assert!(h.admit(&plain, &[]).is_none());
+        let limited = spec(
+            "{initContainers: [{name: init, image: 'busybox:1'}], \
+             containers: [{name: a, image: 'busybox:1', resources: {limits: {memory: 64Mi}}}]}",
+        );
+        let r = h.admit(&limited, &[]).expect("refused");
+        assert_eq!(r.reason, MEMORY_CGROUP_MISSING);
+        assert!(
+            r.message
+                .contains("container \"a\"'s memory limit (64Mi) cannot be enforced")
+                && r.message.contains("cgroup_enable=memory"),
+            "{}",
+            r.message
+        );
+        let init = spec(
+            "{initContainers: [{name: init, image: 'busybox:1', resources: {limits: {memory: 1Gi}}}], \
+             containers: [{name: a, image: 'busybox:1'}]}",
+        );
+        assert!(h
+            .admit(&init, &[])
+            .expect("refused")
+            .message
+            .contains("\"init\""));
     }
 
     #[test]

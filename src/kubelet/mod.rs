@@ -215,7 +215,23 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
     let loops = Loops::new(stop.clone());
     // The prober: changed results reach the sync loop over a bounded channel.
     let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
-    let parts = Components::new(&cfg, &runtime, &loops, probe_tx, prepared.api().cloned())?;
+    let mut parts = Components::new(&cfg, &runtime, &loops, probe_tx, prepared.api().cloned())?;
+    parts.memory_cgroup = crate::cm::cgroups::memory_controller(
+        std::path::Path::new(crate::cm::CGROUP_MOUNT),
+        std::fs::read_to_string("/proc/cgroups").ok().as_deref(),
+    );
+    let node_warnings = if parts.memory_cgroup {
+        Vec::new()
+    } else {
+        let why = format!(
+            "the kernel has no memory cgroup controller: memory limits cannot be enforced, \
+             so pods with one are refused ({}); pods without one run. To fix it, {}",
+            admit::MEMORY_CGROUP_MISSING,
+            admit::MEMORY_CGROUP_FIX
+        );
+        log::error!("{why}");
+        vec![("memory-cgroup".to_string(), why)]
+    };
     // Events reach the API server once its loop is there; the node's `Starting` first
     // (upstream records it in `Run`).
     if let Some(api) = prepared.api() {
@@ -236,6 +252,7 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
         runtime: parts.runtime_health.clone(),
         network: network.clone(),
         sync_frequency: cfg.sync_frequency,
+        node_warnings,
     };
     let unblockers = Unblockers::default();
 
@@ -722,6 +739,9 @@ struct Components {
     admission_node: crate::admission::NodeInfo,
     /// The sysctls pods may set: the safe set on this kernel and the allowed unsafe ones.
     sysctls: crate::sysctl::Allowlist,
+    /// The kernel has the memory cgroup controller (else pods with memory limits are
+    /// refused: [`admit::MemoryCgroupAdmit`]). Read by `start`; true in unit tests.
+    memory_cgroup: bool,
 }
 
 impl Components {
@@ -848,6 +868,7 @@ impl Components {
             cm,
             admission_node,
             sysctls,
+            memory_cgroup: true,
         })
     }
 
@@ -989,6 +1010,9 @@ impl Components {
                 // manager's admit handler before the predicates).
                 admission.add_handler(Box::new(eviction::PressureAdmit(self.pressure)));
                 admission.add_handler(Box::new(admit::SysctlAdmit(self.sysctls)));
+                if !self.memory_cgroup {
+                    admission.add_handler(Box::new(admit::MemoryCgroupAdmit));
+                }
                 admission
             },
             container_died: None,
