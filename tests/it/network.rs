@@ -649,8 +649,15 @@ spec:
     node.start(&flags);
     let ready = |want: &str| ready_condition(&api, &node.name, want);
 
-    // No pod CIDR yet: not ready, in upstream's words; the pod waits.
-    let c = wait_for("the Node NotReady", LONG, || ready("False"));
+    // No pod CIDR yet: not ready, in upstream's words; the pod waits. (Before the first
+    // network check the Node is NotReady with "network state unknown".)
+    let c = wait_for("the Node NotReady for its network", LONG, || {
+        ready("False").filter(|c| {
+            c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("network not ready"))
+        })
+    });
     assert!(
         c["message"].as_str().is_some_and(|m| m.contains(
             "NetworkReady=false reason:NetworkPluginNotReady message:docker: network plugin \

@@ -1,0 +1,255 @@
+//! `make bench`: what an idle node writes to its disk (issue 31's write budget, for
+//! boards on SD cards and eMMC). A program (harness = false), not a timed test.
+//!
+//! A node as a cluster runs one: rkubelet with `--kubeconfig` (the API server
+//! stand-in, tests/it/apiserver.rs, with its ServiceAccount admission on, so each pod
+//! has the projected token volume of a real cluster) and `--log-file`, and 10 API pods,
+//! each with a configMap and a secret volume and three probes every 10 s: an exec
+//! liveness probe, an HTTP readiness probe and a TCP liveness probe. After the pods
+//! have settled, `write_bytes` of `/proc/<pid>/io` (what reached the block layer: tmpfs
+//! writes never do) is read at both ends of a window (`RKUBELET_BENCH_WINDOW`,
+//! seconds, default 300) for each writer: rkubelet, dockerd, Docker's containerd and
+//! every containerd shim. Then each probe kind alone, 10 pods probed every second for
+//! 60 s (`RKUBELET_BENCH_PROBE_WINDOW`), gives the runtime's writes per probe.
+//!
+//! Targets: the node's total ≤ 10 MiB an hour, rkubelet's own ≤ 1 MiB an hour.
+#![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
+
+#[allow(dead_code)]
+#[path = "../tests/it/util.rs"]
+mod util;
+
+#[path = "../tests/it/apiserver.rs"]
+mod apiserver;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+
+const PODS: usize = 10;
+const DEADLINE: Duration = Duration::from_secs(180);
+/// Serves a page and answers on 8080 (HTTP and TCP probes).
+const WEB: &str =
+    "mkdir -p /tmp/w && echo ok > /tmp/w/index.html && exec httpd -f -p 8080 -h /tmp/w";
+
+fn secs(var: &str, default: u64) -> Duration {
+    Duration::from_secs(
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+/// `write_bytes` of every process whose command name is one of the writers, by writer.
+fn writes() -> BTreeMap<&'static str, u64> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let writer = match comm.trim() {
+            "rkubelet" => "rkubelet",
+            "dockerd" => "dockerd",
+            "containerd" => "containerd",
+            c if c.starts_with("containerd-shim") => "containerd shims",
+            _ => continue,
+        };
+        let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+        let bytes = io
+            .lines()
+            .find_map(|l| l.strip_prefix("write_bytes: "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        *out.entry(writer).or_insert(0) += bytes;
+    }
+    out
+}
+
+/// Each writer's bytes written between two readings (a process that ended between
+/// them is left out: its counter went with it).
+fn delta(
+    before: &BTreeMap<&'static str, u64>,
+    after: &BTreeMap<&'static str, u64>,
+) -> BTreeMap<&'static str, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (*k, v.saturating_sub(before.get(k).copied().unwrap_or(0))))
+        .collect()
+}
+
+/// A pod with the volumes and probes of a real workload; `period` seconds between
+/// probes; `kinds` the probes it has ("exec", "http", "tcp").
+fn pod(name: &str, node: &str, period: u32, kinds: &[&str]) -> serde_json::Value {
+    let probe = |kind: &str| match kind {
+        "exec" => json!({"exec": {"command": ["true"]}, "periodSeconds": period}),
+        "http" => {
+            json!({"httpGet": {"path": "/index.html", "port": 8080}, "periodSeconds": period})
+        }
+        _ => json!({"tcpSocket": {"port": 8080}, "periodSeconds": period}),
+    };
+    let mut web = json!({"name": "web", "image": util::BUSYBOX, "command": ["sh", "-c", WEB],
+        "volumeMounts": [{"name": "conf", "mountPath": "/conf"}, {"name": "creds", "mountPath": "/creds"}]});
+    if kinds.contains(&"exec") {
+        web["livenessProbe"] = probe("exec");
+    }
+    if kinds.contains(&"http") {
+        web["readinessProbe"] = probe("http");
+    }
+    let mut containers = vec![web];
+    if kinds.contains(&"tcp") {
+        // A second liveness probe: on a container of its own, at the web server's port.
+        containers.push(json!({"name": "tcp", "image": util::BUSYBOX,
+            "command": ["sh", "-c", util::SLEEPER], "livenessProbe": probe("tcp")}));
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+           "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+                    "containers": containers,
+                    "volumes": [{"name": "conf", "configMap": {"name": "bench-conf"}},
+                                {"name": "creds", "secret": {"secretName": "bench-creds"}}]}})
+}
+
+fn fmt_rows(d: &BTreeMap<&'static str, u64>, window: Duration) -> (u64, String) {
+    let per_hour = |b: u64| b as f64 * 3600.0 / window.as_secs_f64() / (1 << 20) as f64;
+    let mut total = 0;
+    let mut s = String::new();
+    for (k, v) in d {
+        total += v;
+        s.push_str(&format!(
+            "  {k:<18} {:>10} bytes  {:>8.2} MiB/h\n",
+            v,
+            per_hour(*v)
+        ));
+    }
+    s.push_str(&format!(
+        "  {:<18} {:>10} bytes  {:>8.2} MiB/h\n",
+        "node total",
+        total,
+        per_hour(total)
+    ));
+    (total, s)
+}
+
+/// Creates `names` as API pods and waits until every one runs all its containers.
+fn run_pods(api: &apiserver::TestApiServer, node: &util::Node, pods: &[serde_json::Value]) {
+    for p in pods {
+        api.create("pods", "default", p.clone())
+            .expect("create pod");
+    }
+    let want: usize = pods
+        .iter()
+        .map(|p| p["spec"]["containers"].as_array().map_or(0, Vec::len))
+        .sum();
+    util::wait_for("every container running", DEADLINE, || {
+        let n: usize = node.running().values().map(Vec::len).sum();
+        (n >= want).then_some(())
+    });
+}
+
+fn delete_all(api: &apiserver::TestApiServer, node: &util::Node, pods: &[serde_json::Value]) {
+    for p in pods {
+        api.delete_pod(
+            "default",
+            p["metadata"]["name"].as_str().unwrap_or_default(),
+        );
+    }
+    util::wait_for("the pods gone", DEADLINE, || {
+        node.running().is_empty().then_some(())
+    });
+}
+
+fn main() {
+    let window = secs("RKUBELET_BENCH_WINDOW", 300);
+    let probe_window = secs("RKUBELET_BENCH_PROBE_WINDOW", 60);
+    let api = apiserver::TestApiServer::start(apiserver::Options::default());
+    let mut node = util::Node::new("bench-writes");
+    api.set_service_account_admission(true);
+    for (kind, data) in [
+        ("configmaps", json!({"data": {"app.conf": "level=info\n"}})),
+        ("secrets", json!({"data": {"token": "c2VjcmV0"}})),
+    ] {
+        let name = if kind == "configmaps" {
+            "bench-conf"
+        } else {
+            "bench-creds"
+        };
+        let mut obj = data;
+        obj["apiVersion"] = json!("v1");
+        obj["kind"] = json!(if kind == "configmaps" {
+            "ConfigMap"
+        } else {
+            "Secret"
+        });
+        obj["metadata"] = json!({"name": name, "namespace": "default"});
+        api.create(kind, "default", obj).expect("create object");
+    }
+    let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
+    let log = node.dir.join("kubelet.log");
+    node.start(&[
+        &format!("--kubeconfig={}", kc.display()),
+        &format!("--log-file={}", log.display()),
+    ]);
+
+    // A node of 10 such pods, settled for a minute, then the window.
+    let pods: Vec<_> = (0..PODS)
+        .map(|i| pod(&format!("w{i}"), &node.name, 10, &["exec", "http", "tcp"]))
+        .collect();
+    run_pods(&api, &node, &pods);
+    std::thread::sleep(Duration::from_secs(60));
+    let before = writes();
+    std::thread::sleep(window);
+    let d = delta(&before, &writes());
+    let own = d.get("rkubelet").copied().unwrap_or(0);
+    let (total, rows) = fmt_rows(&d, window);
+    println!(
+        "writes over {window:?}, {PODS} API pods (configMap + secret + token volumes; exec, HTTP, \
+         TCP probes every 10 s), --log-file:\n{rows}"
+    );
+    let per_hour = |b: u64| b as f64 * 3600.0 / window.as_secs_f64() / (1 << 20) as f64;
+    println!(
+        "targets: node ≤ 10 MiB/h: {:.2} {}; rkubelet ≤ 1 MiB/h: {:.2} {}",
+        per_hour(total),
+        if per_hour(total) <= 10.0 {
+            "met"
+        } else {
+            "MISSED"
+        },
+        per_hour(own),
+        if per_hour(own) <= 1.0 {
+            "met"
+        } else {
+            "MISSED"
+        },
+    );
+    delete_all(&api, &node, &pods);
+
+    // Each probe kind alone, every second: the runtime's writes per probe.
+    println!("\nper probe kind ({PODS} pods, one probe each, every 1 s, {probe_window:?}):");
+    for kind in ["exec", "http", "tcp"] {
+        let pods: Vec<_> = (0..PODS)
+            .map(|i| pod(&format!("{kind}{i}"), &node.name, 1, &[kind]))
+            .collect();
+        run_pods(&api, &node, &pods);
+        std::thread::sleep(Duration::from_secs(10));
+        let before = writes();
+        std::thread::sleep(probe_window);
+        let d = delta(&before, &writes());
+        let probes = PODS as f64 * probe_window.as_secs_f64();
+        let runtime: u64 = d
+            .iter()
+            .filter(|(k, _)| **k != "rkubelet")
+            .map(|(_, v)| v)
+            .sum();
+        println!(
+            "  {kind:<5} runtime {:>8.0} bytes/probe, rkubelet {:>6.0} bytes/probe",
+            runtime as f64 / probes,
+            d.get("rkubelet").copied().unwrap_or(0) as f64 / probes
+        );
+        delete_all(&api, &node, &pods);
+    }
+}
