@@ -63,7 +63,7 @@ pub(crate) fn kubeconfig_still_valid(path: &Path, now: SystemTime) -> bool {
                 // would get a certificate just as "not yet valid".
                 if now < not_before {
                     log::warn!(
-                        "{}; kubeconfig {} is kept",
+                        "{} Kubeconfig {} is kept.",
                         base::clock::behind_line("the client", Some(not_before), now),
                         path.display()
                     );

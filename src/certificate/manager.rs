@@ -200,8 +200,9 @@ impl ClientCertManager {
                 next_rotation(self.current.as_ref().and_then(validity), now, jitter());
             if let Some(not_before) = clock_behind {
                 log::warn!(
-                    "{}; it is kept, and rotated at its deadline by the clock once it is set",
-                    base::clock::behind_line("the client", Some(not_before), now)
+                    "{} It is kept, and rotated at its deadline {} (by the clock once it is set).",
+                    base::clock::behind_line("the client", Some(not_before), now),
+                    stamp(deadline)
                 );
             }
             log::info!(
@@ -309,13 +310,20 @@ mod tests {
         let (from, to) = (at(1_796_083_200), at(1_796_083_200 + 365 * 86_400));
         let behind = at(1_764_547_200);
         let (deadline, clock_behind) = next_rotation(Some((from, to)), behind, 0.5);
-        assert_eq!(deadline, rotation_deadline(from, to, 0.5), "the certificate's");
+        assert_eq!(
+            deadline,
+            rotation_deadline(from, to, 0.5),
+            "the certificate's"
+        );
         assert!(deadline > from && deadline > behind, "not in the past");
         assert_eq!(clock_behind, Some(from), "the clock line names notBefore");
         // In 1970 just the same.
         assert_eq!(next_rotation(Some((from, to)), at(0), 0.5).0, deadline);
         // A clock within the validity: no clock line.
-        assert_eq!(next_rotation(Some((from, to)), at(1_800_000_000), 0.5).1, None);
+        assert_eq!(
+            next_rotation(Some((from, to)), at(1_800_000_000), 0.5).1,
+            None
+        );
         // No readable certificate: ask now.
         assert_eq!(next_rotation(None, behind, 0.5), (behind, None));
     }

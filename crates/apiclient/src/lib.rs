@@ -249,8 +249,10 @@ fn transport_error(
     match http::not_valid_yet(&source) {
         Some(not_before) => {
             if notice.raise() {
+                // The server alone (scheme and authority): the path is one call's.
+                let server = url.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
                 log::warn!(
-                    "{}; calls to {url} are retried until it is set",
+                    "{} Calls to {server} are retried until it is set.",
                     base::clock::behind_line("the API server's", not_before, SystemTime::now())
                 );
             }
@@ -960,16 +962,14 @@ mod tests {
         let not_valid_yet = |not_before: u64| {
             ureq::Error::Io(io::Error::new(
                 io::ErrorKind::InvalidData,
-                rustls::Error::InvalidCertificate(
-                    rustls::CertificateError::NotValidYetContext {
-                        time: rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_secs(
-                            1_764_547_200,
-                        )),
-                        not_before: rustls::pki_types::UnixTime::since_unix_epoch(
-                            Duration::from_secs(not_before),
-                        ),
-                    },
-                ),
+                rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidYetContext {
+                    time: rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_secs(
+                        1_764_547_200,
+                    )),
+                    not_before: rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_secs(
+                        not_before,
+                    )),
+                }),
             ))
         };
         let notice = base::clock::Notice::new();

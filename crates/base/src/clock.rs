@@ -25,6 +25,20 @@ pub fn clock_floor() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(FLOOR_UNIX_SECS)
 }
 
+/// The start-up line when `now` is before [`clock_floor`]: the clock is behind for
+/// certain, and certificates will be "not yet valid" until it is set.
+pub fn behind_floor(now: SystemTime) -> Option<String> {
+    (now < clock_floor()).then(|| {
+        format!(
+            "this node's clock says {}, before this rkubelet was made ({}): the clock is \
+             behind (no RTC, NTP not yet synced); certificates look not yet valid until it \
+             is set, and are retried",
+            crate::time::k8s_time(now).0,
+            crate::time::k8s_time(clock_floor()).0
+        )
+    })
+}
+
 /// `Some` when `e` says a certificate is not valid yet at the verification time (rustls's
 /// `NotValidYet`, or `NotValidYetContext` with its `notBefore`, given inside).
 pub fn not_valid_yet(e: &rustls::Error) -> Option<Option<SystemTime>> {
@@ -139,7 +153,11 @@ mod tests {
     #[test]
     fn the_line_names_the_clock_and_both_times() {
         assert_eq!(
-            behind_line("the API server's", Some(at(1_796_083_200)), at(1_764_547_200)),
+            behind_line(
+                "the API server's",
+                Some(at(1_796_083_200)),
+                at(1_764_547_200)
+            ),
             "the API server's certificate is not valid until 2026-12-01T00:00:00Z; this \
              node's clock says 2025-12-01T00:00:00Z: is the clock behind (no RTC, NTP not \
              yet synced)?"
@@ -172,6 +190,23 @@ mod tests {
 
     #[test]
     fn the_floor_is_in_the_past() {
-        assert!(clock_floor() <= SystemTime::now(), "FLOOR_UNIX_SECS is later than today");
+        assert!(
+            clock_floor() <= SystemTime::now(),
+            "FLOOR_UNIX_SECS is later than today"
+        );
+    }
+
+    #[test]
+    fn a_clock_before_the_floor_is_named_at_start() {
+        assert_eq!(behind_floor(clock_floor()), None);
+        assert_eq!(behind_floor(SystemTime::now()), None);
+        let line = behind_floor(at(0)).expect("1970 is behind");
+        assert!(
+            line.starts_with(
+                "this node's clock says 1970-01-01T00:00:00Z, before this rkubelet was made \
+                 (2026-12-01T00:00:00Z): the clock is behind"
+            ),
+            "{line}"
+        );
     }
 }

@@ -132,8 +132,8 @@ impl ClientCa {
         ) {
             Ok(_) => ClientCert::Verified(chain.iter().map(|c| c.to_vec()).collect()),
             Err(e) => {
-                let subject = x509::subject_text(leaf)
-                    .unwrap_or_else(|| "(unreadable subject)".to_string());
+                let subject =
+                    x509::subject_text(leaf).unwrap_or_else(|| "(unreadable subject)".to_string());
                 if let Some(line) = self.clock_line(&e, &subject, now, Instant::now()) {
                     log::warn!("{line}");
                 }
@@ -327,19 +327,17 @@ mod tests {
         };
         assert!(reason.contains("not valid yet"), "{reason}");
         // The clock's line: the verify above logged one; within a minute, none.
-        let e = rustls::Error::InvalidCertificate(
-            rustls::CertificateError::NotValidYetContext {
-                time: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_764_547_200)),
-                not_before: UnixTime::since_unix_epoch(std::time::Duration::from_secs(
-                    1_796_083_200,
-                )),
-            },
-        );
+        let e = rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidYetContext {
+            time: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_764_547_200)),
+            not_before: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_796_083_200)),
+        });
         let t0 = Instant::now();
         assert_eq!(verifier.clock_line(&e, "CN=alice", behind, t0), None);
         let later = t0 + CLOCK_LINE_EVERY;
         assert_eq!(
-            verifier.clock_line(&e, "CN=alice", behind, later).as_deref(),
+            verifier
+                .clock_line(&e, "CN=alice", behind, later)
+                .as_deref(),
             Some(
                 "a client's certificate is not valid until 2026-12-01T00:00:00Z; this node's \
                  clock says 2025-12-01T00:00:00Z: is the clock behind (no RTC, NTP not yet \
@@ -350,7 +348,10 @@ mod tests {
         // Another reason is no clock line.
         let other = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
         let much_later = later + CLOCK_LINE_EVERY * 2;
-        assert_eq!(verifier.clock_line(&other, "CN=x", behind, much_later), None);
+        assert_eq!(
+            verifier.clock_line(&other, "CN=x", behind, much_later),
+            None
+        );
     }
 
     /// A client certificate resolver handing out one chain with `key` (not checked

@@ -164,8 +164,8 @@ mod tests {
         use std::time::{Duration, SystemTime};
         let validity = |now: SystemTime| {
             let (cert, _) = self_signed_at("n", "10.0.0.1", now).expect("pair");
-            let der = rustls::pki_types::CertificateDer::from_pem_slice(cert.as_bytes())
-                .expect("pem");
+            let der =
+                rustls::pki_types::CertificateDer::from_pem_slice(cert.as_bytes()).expect("pem");
             let (from, to) = crate::x509::validity(&der).expect("validity");
             (
                 base::time::k8s_time(from).0.to_string(),
@@ -175,15 +175,17 @@ mod tests {
         // Before, a year behind gave a pair valid until about today (expired for
         // every correct client within days, and kept after the clock's jump), and 1970
         // one valid in 1970 only. The floor ends it no earlier than a year after it.
-        let floor_plus_a_year = base::time::k8s_time(
-            base::clock::clock_floor() + Duration::from_secs(365 * 86_400),
-        )
-        .0
-        .to_string();
+        let floor_plus_a_year =
+            base::time::k8s_time(base::clock::clock_floor() + Duration::from_secs(365 * 86_400))
+                .0
+                .to_string();
         let behind = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_590_400);
         assert_eq!(
             validity(behind),
-            ("2025-12-01T00:00:00Z".to_string(), floor_plus_a_year.clone())
+            (
+                "2025-12-01T00:00:00Z".to_string(),
+                floor_plus_a_year.clone()
+            )
         );
         assert_eq!(
             validity(SystemTime::UNIX_EPOCH),

@@ -194,9 +194,7 @@ pub fn not_valid_yet(e: &ureq::Error) -> Option<Option<SystemTime>> {
             if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
                 return crate::clock::not_valid_yet(tls);
             }
-            inner
-                .downcast_ref::<ureq::Error>()
-                .and_then(not_valid_yet)
+            inner.downcast_ref::<ureq::Error>().and_then(not_valid_yet)
         }
         _ => None,
     }
