@@ -93,6 +93,9 @@ fn run() -> Exit {
         cfg.root_dir.display(),
         cfg.container_runtime_endpoint
     );
+    if let Some(line) = base::clock::behind_floor(std::time::SystemTime::now()) {
+        log::warn!("{line}");
+    }
 
     let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
         Ok(s) => s,

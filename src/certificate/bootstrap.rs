@@ -24,7 +24,8 @@ pub(crate) const BOOTSTRAP_WAIT: Duration = Duration::from_secs(3600);
 
 /// Whether the kubeconfig at `path` can be used as it is (upstream
 /// `isClientConfigStillValid`): it exists, loads, carries a client certificate, and no
-/// certificate of that chain has expired. Each "no" is logged with its reason.
+/// certificate of that chain has expired. Each "no" is logged with its reason. A
+/// certificate not valid yet by this node's clock is still valid (the clock is behind).
 pub(crate) fn kubeconfig_still_valid(path: &Path, now: SystemTime) -> bool {
     if !path.exists() {
         return false;
@@ -55,7 +56,19 @@ pub(crate) fn kubeconfig_still_valid(path: &Path, now: SystemTime) -> bool {
     }
     for c in &certs {
         match wire::x509::validity(c) {
-            Some((_, not_after)) if now <= not_after => {}
+            Some((not_before, not_after)) if now <= not_after => {
+                // Not valid yet by this clock: the clock is behind (a board without an
+                // RTC), not the certificate wrong. It is kept, as upstream keeps it
+                // (`isClientConfigStillValid` reads only notAfter): bootstrapping again
+                // would get a certificate just as "not yet valid".
+                if now < not_before {
+                    log::warn!(
+                        "{} Kubeconfig {} is kept.",
+                        base::clock::behind_line("the client", Some(not_before), now),
+                        path.display()
+                    );
+                }
+            }
             Some((_, not_after)) => {
                 log::info!(
                     "part of the client certificate of kubeconfig {} expired at {}",
@@ -178,6 +191,18 @@ mod tests {
         assert!(!kubeconfig_still_valid(&token_only, now), "no certificate");
         let broken = dir.write("broken", "not: [a kubeconfig");
         assert!(!kubeconfig_still_valid(&broken, now));
+    }
+
+    #[test]
+    fn a_certificate_not_yet_valid_by_a_clock_behind_skips_bootstrap() {
+        // The clock a year behind the one that issued the certificate: it is kept, not
+        // bootstrapped again (which would give a certificate just as "not yet valid").
+        let dir = TempDir::new("bootstrapclock");
+        let issued_in_2027 = kubeconfig_with_cert(&dir, "future", 2027, 2028);
+        let clock_behind = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_547_200);
+        assert!(kubeconfig_still_valid(&issued_in_2027, clock_behind));
+        let in_1970 = SystemTime::UNIX_EPOCH;
+        assert!(kubeconfig_still_valid(&issued_in_2027, in_1970));
     }
 
     #[test]

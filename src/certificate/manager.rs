@@ -50,6 +50,27 @@ pub(crate) fn rotation_deadline(
     base::time::saturating_system_add(not_before, total.mul_f64(fraction))
 }
 
+/// The next rotation of a certificate of `validity` (None: unreadable) at `now`: its
+/// deadline ([`rotation_deadline`]; now when there is no certificate to read), and
+/// the certificate's `notBefore` when this clock has not reached it yet. The deadline is
+/// the certificate's, never the clock's: with the clock behind (a board without an RTC)
+/// it lies after `notBefore`, later than `now`, and the wait re-reads the clock (at
+/// least every [`MAX_SLEEP`]) so a step forward brings it on time; nothing is judged
+/// invalid or asked for again because of the clock.
+pub(crate) fn next_rotation(
+    validity: Option<(SystemTime, SystemTime)>,
+    now: SystemTime,
+    jitter: f64,
+) -> (SystemTime, Option<SystemTime>) {
+    match validity {
+        Some((from, to)) => (
+            rotation_deadline(from, to, jitter),
+            (now < from).then_some(from),
+        ),
+        None => (now, None),
+    }
+}
+
 /// A random number in `[0, 1)` for the rotation jitter (0.5 if the system has no
 /// randomness to give).
 fn jitter() -> f64 {
@@ -174,10 +195,16 @@ impl ClientCertManager {
     fn rotate_forever(&mut self, stop: &Stop, handle: &LoopHandle) {
         let mut backoff = RETRY_FIRST;
         loop {
-            let deadline = match self.current.as_ref().and_then(validity) {
-                Some((from, to)) => rotation_deadline(from, to, jitter()),
-                None => SystemTime::now(),
-            };
+            let now = SystemTime::now();
+            let (deadline, clock_behind) =
+                next_rotation(self.current.as_ref().and_then(validity), now, jitter());
+            if let Some(not_before) = clock_behind {
+                log::warn!(
+                    "{} It is kept, and rotated at its deadline {} (by the clock once it is set).",
+                    base::clock::behind_line("the client", Some(not_before), now),
+                    stamp(deadline)
+                );
+            }
             log::info!(
                 "client certificate rotation deadline is {}",
                 stamp(deadline)
@@ -275,5 +302,29 @@ mod tests {
             let j = jitter();
             assert!((0.0..1.0).contains(&j), "{j}");
         }
+    }
+
+    #[test]
+    fn a_clock_behind_neither_moves_the_deadline_nor_asks_at_once() {
+        // Issued for a year from 2026-12-01; this node's clock says 2025-12-01.
+        let (from, to) = (at(1_796_083_200), at(1_796_083_200 + 365 * 86_400));
+        let behind = at(1_764_547_200);
+        let (deadline, clock_behind) = next_rotation(Some((from, to)), behind, 0.5);
+        assert_eq!(
+            deadline,
+            rotation_deadline(from, to, 0.5),
+            "the certificate's"
+        );
+        assert!(deadline > from && deadline > behind, "not in the past");
+        assert_eq!(clock_behind, Some(from), "the clock line names notBefore");
+        // In 1970 just the same.
+        assert_eq!(next_rotation(Some((from, to)), at(0), 0.5).0, deadline);
+        // A clock within the validity: no clock line.
+        assert_eq!(
+            next_rotation(Some((from, to)), at(1_800_000_000), 0.5).1,
+            None
+        );
+        // No readable certificate: ask now.
+        assert_eq!(next_rotation(None, behind, 0.5), (behind, None));
     }
 }

@@ -175,7 +175,8 @@ pub(crate) fn same_certificate(a: &[u8], b: &[u8]) -> bool {
     matches!((first(a), first(b)), (Some(x), Some(y)) if x == y)
 }
 
-/// Whether a pair's certificate is still within its validity at `now`.
+/// Whether a pair's certificate has not expired at `now`. Only notAfter counts: a
+/// certificate not valid yet at `now` means the clock is behind, and is kept.
 pub(crate) fn not_expired(pair: &Pair, now: SystemTime) -> bool {
     validity(pair).is_some_and(|(_, not_after)| now <= not_after)
 }
@@ -505,6 +506,9 @@ mod tests {
             &pair,
             SystemTime::UNIX_EPOCH + Duration::from_secs(1_900_000_000)
         ));
+        // Before notBefore (the clock behind, 1970 on a board without an RTC) it is
+        // not expired: kept, and used, never thrown away for a new one.
+        assert!(not_expired(&pair, SystemTime::UNIX_EPOCH));
         assert_eq!(
             describe(&pair),
             "valid 2020-01-01T00:00:00Z to 2030-01-01T00:00:00Z"

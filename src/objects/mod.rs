@@ -343,7 +343,10 @@ impl ObjectManager {
     }
 
     fn note_error(&self, e: &ApiError) {
-        if matches!(e, ApiError::Transport { .. } | ApiError::Stream { .. }) {
+        if matches!(
+            e,
+            ApiError::Transport { .. } | ApiError::ClockBehind { .. } | ApiError::Stream { .. }
+        ) {
             lock(&self.state).unavailable_until = Some(self.clock.now() + UNAVAILABLE_FOR);
         }
     }

@@ -34,3 +34,8 @@ fn chaos_exhausted_descriptors_do_not_panic_and_pods_converge() {
 fn chaos_clock_steps_restart_nothing_and_stall_no_loop() {
     check(chaos_suite::clock_steps(&Scale::short()));
 }
+
+#[test]
+fn chaos_clock_a_year_behind_is_named_once_retried_and_connects_once_set() {
+    check(chaos_suite::clock_year_behind(&Scale::short()));
+}

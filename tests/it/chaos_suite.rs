@@ -1519,6 +1519,39 @@ fn crash_restarts(node: &Node, pod: &str) -> u32 {
         .unwrap_or(0)
 }
 
+/// A kubeconfig for the stand-in `api` with a bearer token, trusting the test CA.
+fn token_kubeconfig(node: &Node, api: &TestApiServer, pki: &crate::apiserver::Pki) -> PathBuf {
+    let kc = node.dir.join("kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    \
+             certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: good-token\n\
+             contexts:\n- name: ctx\n  context: {{cluster: test, user: u}}\ncurrent-context: ctx\n",
+            api.url(),
+            pki.ca.display()
+        ),
+    )
+    .expect("kubeconfig");
+    kc
+}
+
+/// The environment that makes rkubelet's wall clock (only: the monotonic clock is left
+/// alone) the real one plus the offset written in `offset` (`+0`, `-3600`), re-read at
+/// most once a second.
+fn faketime_env(offset: &Path) -> Vec<(String, String)> {
+    vec![
+        ("LD_PRELOAD".into(), LIBFAKETIME.into()),
+        (
+            "FAKETIME_TIMESTAMP_FILE".into(),
+            offset.display().to_string(),
+        ),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        // Re-read the file at most once a second (not on every clock read).
+        ("FAKETIME_CACHE_DURATION".into(), "1".into()),
+    ]
+}
+
 /// Probed pods, a crash-looping pod and the node lease, under a wall clock that only
 /// rkubelet sees stepped (libfaketime with `FAKETIME_DONT_FAKE_MONOTONIC=1`: only
 /// CLOCK_REALTIME moves): an hour back, back to now, an hour ahead. Per phase: lease
@@ -1558,30 +1591,10 @@ pub fn clock_steps(scale: &Scale) -> Row {
         "the test certificates are not valid 90 minutes ago (made without libfaketime?): {}",
         String::from_utf8_lossy(&verify.stderr)
     );
-    let kc = node.dir.join("kubeconfig");
-    std::fs::write(
-        &kc,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    \
-             certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: good-token\n\
-             contexts:\n- name: ctx\n  context: {{cluster: test, user: u}}\ncurrent-context: ctx\n",
-            api.url(),
-            pki.ca.display()
-        ),
-    )
-    .expect("kubeconfig");
+    let kc = token_kubeconfig(&node, &api, &pki);
     let offset = node.dir.join("faketime");
     std::fs::write(&offset, "+0\n").expect("faketime file");
-    node.env = vec![
-        ("LD_PRELOAD".into(), LIBFAKETIME.into()),
-        (
-            "FAKETIME_TIMESTAMP_FILE".into(),
-            offset.display().to_string(),
-        ),
-        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
-        // Re-read the file at most once a second (not on every clock read).
-        ("FAKETIME_CACHE_DURATION".into(), "1".into()),
-    ];
+    node.env = faketime_env(&offset);
     let mut wanted = Wanted::new();
     for i in 0..scale.clock_pods {
         node.write_manifest(&format!("p{i}.yaml"), &probed_pod(&format!("p{i}")));
@@ -1667,6 +1680,119 @@ pub fn clock_steps(scale: &Scale) -> Row {
     row
 }
 
+/// The clock line the API client logs when the server's certificate is not valid yet
+/// by rkubelet's clock (`base::clock::behind_line`).
+const API_CLOCK_LINE: &str = "the API server's certificate is not valid until";
+
+/// A board without an RTC: rkubelet starts with its wall clock a year behind, so the
+/// stand-in's certificate (made 2 h ago) is "not yet valid" to it; then NTP steps the
+/// clock to now. Meanwhile it must keep running (healthz answers, a static pod runs),
+/// retry the API server (its loops' error counts grow) and name the clock in one line,
+/// once; after the step it registers its Node without a restart.
+pub fn clock_year_behind(scale: &Scale) -> Row {
+    let mut row = Row {
+        name: "clock -1y, then set".into(),
+        ..Row::default()
+    };
+    assert!(
+        Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: apt-get install -y faketime (make chaos and .ci/run do)"
+    );
+    let api = TestApiServer::start(Options::default());
+    let mut node = Node::new("chaos-rtc");
+    let n = node.name.clone();
+    let pki = crate::apiserver::Pki::get();
+    let kc = token_kubeconfig(&node, &api, &pki);
+    let offset = node.dir.join("faketime");
+    std::fs::write(&offset, "-31536000\n").expect("faketime file");
+    node.env = faketime_env(&offset);
+    node.write_manifest("p.yaml", &pod_yaml("p", 1, &[("c", SLEEPER)]));
+    let mut wanted = Wanted::new();
+    wanted_pod(&mut wanted, &format!("p-{n}"), &["c"]);
+    node.start(&[&format!("--kubeconfig={}", kc.display())]);
+    let pid = node.pid();
+    let lines = |node: &Node| node.log().matches(API_CLOCK_LINE).count();
+    let deadline = Instant::now() + scale.deadline;
+    while lines(&node) == 0 && Instant::now() < deadline && node.alive() {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if lines(&node) == 0 {
+        row.failures
+            .push("no line names the clock while it is a year behind".into());
+    }
+    let (_, ran) = converge(&node.docker, &n, &wanted, scale.deadline);
+    if ran.is_none() {
+        row.failures
+            .push("the static pod did not run with the clock behind".into());
+    }
+    // A while behind: retried, never registered, the line not repeated.
+    let errors0 = loop_errors(&node);
+    std::thread::sleep(scale.clock_phase);
+    let errors = loop_errors(&node).saturating_sub(errors0);
+    if errors == 0 {
+        row.failures
+            .push("no loop tried the API server again while the clock was behind".into());
+    }
+    if api.get("nodes", "", &n).is_some() {
+        row.failures
+            .push("the Node was registered through a certificate not valid yet".into());
+    }
+    match http_get(node.healthz_port, "/healthz") {
+        Ok((200, _)) => {}
+        other => row
+            .failures
+            .push(format!("healthz with the clock behind: {other:?}")),
+    }
+    let behind_lines = lines(&node);
+    // NTP syncs: the clock steps a year forward.
+    std::fs::write(&offset, "+0\n").expect("faketime file");
+    let stepped = Instant::now();
+    let deadline = stepped + scale.deadline;
+    while api.get("nodes", "", &n).is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if api.get("nodes", "", &n).is_some() {
+        row.converge = Some(stepped.elapsed());
+    }
+    if !node.alive() || node.pid() != pid {
+        row.failures.push("rkubelet did not keep running".into());
+    }
+    if behind_lines != 1 || lines(&node) != 1 {
+        row.failures.push(format!(
+            "the clock line was logged {behind_lines} times while behind, {} in all (once wanted)",
+            lines(&node)
+        ));
+    }
+    if !node
+        .log()
+        .contains("the API server's certificate is valid by this node's clock now")
+    {
+        row.failures
+            .push("no line says the certificate is valid once the clock is set".into());
+    }
+    row.note = format!(
+        "{errors} loop errors in {:?} behind; Node registered {:?} after the step",
+        scale.clock_phase, row.converge
+    );
+    let (a, _) = converge(&node.docker, &n, &wanted, Duration::from_secs(30));
+    row.unnecessary = unnecessary(&a, &BTreeMap::new(), &BTreeSet::new());
+    finish_row(&mut row, &mut node, &a, &BTreeSet::new());
+    row
+}
+
+/// The loops' errors so far (`rkubelet_loop_errors_total`, summed), from the
+/// read-only port.
+fn loop_errors(node: &Node) -> u64 {
+    http_get(node.ro_port, "/metrics")
+        .map(|(_, b)| {
+            b.lines()
+                .filter(|l| l.starts_with("rkubelet_loop_errors_total"))
+                .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+                .sum::<f64>() as u64
+        })
+        .unwrap_or(0)
+}
+
 /// One scenario: its row at a scale.
 pub type Scenario = fn(&Scale) -> Row;
 
@@ -1678,4 +1804,5 @@ pub const SCENARIOS: &[(&str, Scenario)] = &[
     ("disk", root_dir_full),
     ("fds", fds_exhausted),
     ("clock", clock_steps),
+    ("clock-behind", clock_year_behind),
 ];

@@ -140,6 +140,21 @@ pub enum ApiError {
         /// The cause.
         source: ureq::Error,
     },
+    /// The server's certificate is not valid yet by this node's clock: the clock is
+    /// most likely behind (a board without an RTC before NTP syncs). Retried as an
+    /// unreachable server is; the message holds no current time, so a loop repeating
+    /// it logs it once (the clock's own line, with the time, is logged once by the
+    /// client: [`base::clock`]). rustls's error is not kept as the cause: its text
+    /// carries the verification time, new at every retry.
+    #[error("{what} from {url}: the server's certificate is {} by this node's clock: is the clock behind (no RTC, NTP not yet synced)?", until_text(.not_before))]
+    ClockBehind {
+        /// The call.
+        what: &'static str,
+        /// The URL.
+        url: String,
+        /// The certificate's `notBefore`, when rustls told it.
+        not_before: Option<SystemTime>,
+    },
     /// The server answered with an error status.
     #[error("{what} from {url}: the API server answered {code}{}", status_tail(.reason, .message))]
     Status {
@@ -188,6 +203,71 @@ pub enum ApiError {
         /// The URL.
         url: String,
     },
+}
+
+/// [`ApiError::ClockBehind`]'s `not valid until <time>` (or `not valid yet`).
+fn until_text(not_before: &Option<SystemTime>) -> String {
+    match not_before {
+        Some(t) => format!("not valid until {}", base::time::k8s_time(*t).0),
+        None => "not valid yet".to_string(),
+    }
+}
+
+/// The API server's certificate is not valid yet by this node's clock: raised (and its
+/// line logged) by the first call that finds it so, cleared by the next call that gets
+/// an answer. One for the process, not per client: TLS bootstrap makes a client per
+/// attempt, and every client of the node talks to the one API server.
+static SERVER_CLOCK: base::clock::Notice = base::clock::Notice::new();
+
+/// What a call's transport gave: the answer (which ends a clock-behind condition), or
+/// its error, [`ApiError::ClockBehind`] when the server's certificate is not valid yet
+/// by this node's clock (then the clock's line is logged, once per condition).
+fn transported(
+    what: &'static str,
+    url: &str,
+    result: Result<Response<Body>, ureq::Error>,
+) -> Result<Response<Body>, ApiError> {
+    match result {
+        Ok(resp) => {
+            if SERVER_CLOCK.clear() {
+                log::info!("the API server's certificate is valid by this node's clock now");
+            }
+            Ok(resp)
+        }
+        Err(source) => Err(transport_error(what, url, source, &SERVER_CLOCK)),
+    }
+}
+
+/// The error of a failed call (see [`transported`]); `notice` says whether the clock's
+/// line is still to be logged.
+fn transport_error(
+    what: &'static str,
+    url: &str,
+    source: ureq::Error,
+    notice: &base::clock::Notice,
+) -> ApiError {
+    match http::not_valid_yet(&source) {
+        Some(not_before) => {
+            if notice.raise() {
+                // The server alone (scheme and authority): the path is one call's.
+                let server = url.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
+                log::warn!(
+                    "{} Calls to {server} are retried until it is set.",
+                    base::clock::behind_line("the API server's", not_before, SystemTime::now())
+                );
+            }
+            ApiError::ClockBehind {
+                what,
+                url: url.to_string(),
+                not_before,
+            }
+        }
+        None => ApiError::Transport {
+            what,
+            url: url.to_string(),
+            source,
+        },
+    }
 }
 
 /// [`ApiError::Status`]'s message after the code: ` <reason>` and `: <message>`, each
@@ -247,7 +327,10 @@ impl ApiError {
     pub fn is_unreachable(&self) -> bool {
         matches!(
             self,
-            ApiError::Transport { .. } | ApiError::Stream { .. } | ApiError::NoIdentity { .. }
+            ApiError::Transport { .. }
+                | ApiError::ClockBehind { .. }
+                | ApiError::Stream { .. }
+                | ApiError::NoIdentity { .. }
         ) || matches!(self.code(), Some(429 | 500 | 502 | 503 | 504))
     }
 }
@@ -535,11 +618,7 @@ impl ApiClient {
             .timeout_recv_response(Some(REQUEST_TIMEOUT))
             .timeout_per_read(per_read)
             .build();
-        let resp = agent.run(request).map_err(|source| ApiError::Transport {
-            what,
-            url: url.clone(),
-            source,
-        })?;
+        let resp = transported(what, &url, agent.run(request))?;
         self.check(what, url, resp)
     }
 
@@ -697,11 +776,7 @@ impl ApiClient {
             .configure_request(request)
             .timeout_global(Some(base::time::clamp_timeout(timeout)))
             .build();
-        let resp = agent.run(request).map_err(|source| ApiError::Transport {
-            what,
-            url: url.clone(),
-            source,
-        })?;
+        let resp = transported(what, &url, agent.run(request))?;
         self.check(what, url, resp)
     }
 
@@ -879,6 +954,50 @@ mod tests {
             status(401, "Unauthorized").to_string(),
             "watch pods from https://s/api: the API server answered 401 Unauthorized: m"
         );
+    }
+
+    #[test]
+    fn a_server_certificate_not_yet_valid_names_the_clock_and_is_retried() {
+        use std::time::Duration;
+        let not_valid_yet = |not_before: u64| {
+            ureq::Error::Io(io::Error::new(
+                io::ErrorKind::InvalidData,
+                rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidYetContext {
+                    time: rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_secs(
+                        1_764_547_200,
+                    )),
+                    not_before: rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_secs(
+                        not_before,
+                    )),
+                }),
+            ))
+        };
+        let notice = base::clock::Notice::new();
+        let e = transport_error(
+            "list pods",
+            "https://s/api",
+            not_valid_yet(1_796_083_200),
+            &notice,
+        );
+        assert!(matches!(e, ApiError::ClockBehind { .. }), "{e:?}");
+        assert!(e.is_unreachable(), "retried with the normal backoff");
+        assert_eq!(
+            e.to_string(),
+            "list pods from https://s/api: the server's certificate is not valid until \
+             2026-12-01T00:00:00Z by this node's clock: is the clock behind (no RTC, NTP not \
+             yet synced)?"
+        );
+        assert!(std::error::Error::source(&e).is_none(), "no changing cause");
+        // The clock's line was logged by this call; the retries stay quiet.
+        assert!(!notice.raise());
+        // Any other transport error stays one.
+        let e = transport_error(
+            "list pods",
+            "https://s/api",
+            ureq::Error::ConnectionFailed,
+            &notice,
+        );
+        assert!(matches!(e, ApiError::Transport { .. }), "{e:?}");
     }
 
     #[test]

@@ -15,8 +15,9 @@ pub mod panics;
 pub mod wait;
 pub mod chan;
 
-// Values: time, quantities, Go's quoting, JSON conversions, the one sort.
+// Values: time (and a clock behind its certificates), quantities, Go's quoting, JSON conversions, the one sort.
 pub mod time;
+pub mod clock;
 pub mod quantity;
 pub mod goquote;
 pub mod json;

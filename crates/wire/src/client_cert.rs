@@ -19,7 +19,7 @@
 //! (some hundred bytes per CA rotation; a list seen before is reused).
 
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
@@ -29,7 +29,13 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 
 use crate::x509::{self, ClientCert};
+use base::clock::RateLimited;
 use base::loops::lock;
+
+/// The line naming the clock, for a client certificate refused only because this
+/// node's clock has not reached its notBefore, is logged at most this often: every
+/// request of every client would repeat it.
+const CLOCK_LINE_EVERY: Duration = Duration::from_secs(60);
 
 /// The client CA in use: what a chain is verified against, and its hints.
 struct Current {
@@ -45,6 +51,8 @@ pub struct ClientCa {
     current: Mutex<Current>,
     /// Every hint list handed out so far (rustls borrows them; see the module docs).
     hint_lists: Mutex<Vec<&'static [DistinguishedName]>>,
+    /// When the clock's line was last logged ([`CLOCK_LINE_EVERY`]).
+    clock_line: RateLimited,
 }
 
 impl std::fmt::Debug for ClientCa {
@@ -78,6 +86,7 @@ impl ClientCa {
                 hints: &[],
             }),
             hint_lists: Mutex::new(Vec::new()),
+            clock_line: RateLimited::new(CLOCK_LINE_EVERY),
         };
         ca.set(verifier);
         ca
@@ -122,12 +131,39 @@ impl ClientCa {
             UnixTime::since_unix_epoch(secs),
         ) {
             Ok(_) => ClientCert::Verified(chain.iter().map(|c| c.to_vec()).collect()),
-            Err(e) => ClientCert::Unverified {
-                subject: x509::subject_text(leaf)
-                    .unwrap_or_else(|| "(unreadable subject)".to_string()),
-                reason: e.to_string(),
-            },
+            Err(e) => {
+                let subject =
+                    x509::subject_text(leaf).unwrap_or_else(|| "(unreadable subject)".to_string());
+                if let Some(line) = self.clock_line(&e, &subject, now, Instant::now()) {
+                    log::warn!("{line}");
+                }
+                ClientCert::Unverified {
+                    subject,
+                    reason: e.to_string(),
+                }
+            }
         }
+    }
+
+    /// The line to log when `e` refused a client certificate only because this node's
+    /// clock (`now`) has not reached its notBefore: the clock is most likely behind (a
+    /// board without an RTC). None for any other reason, and within
+    /// [`CLOCK_LINE_EVERY`] (monotonic `mono`) of the last one. The request is 401 all
+    /// the same: the chain is not verified.
+    fn clock_line(
+        &self,
+        e: &rustls::Error,
+        subject: &str,
+        now: SystemTime,
+        mono: Instant,
+    ) -> Option<String> {
+        let not_before = base::clock::not_valid_yet(e)?;
+        self.clock_line.allow(mono).then(|| {
+            format!(
+                "{} (client {subject}, answered 401; logged once a minute at most)",
+                base::clock::behind_line("a client's", not_before, now)
+            )
+        })
     }
 }
 
@@ -265,6 +301,57 @@ mod tests {
             verifier.verify(&[junk], now()),
             ClientCert::Unverified { .. }
         ));
+    }
+
+    #[test]
+    fn a_client_certificate_refused_by_a_clock_behind_names_the_clock_once_a_minute() {
+        let ours = ca("our-ca");
+        let verifier = client_ca(&ours);
+        // Issued 2026-12-01 by a correct clock; this node's clock says 2025-12-01.
+        let mut params = CertificateParams::new(Vec::new()).expect("params");
+        params.distinguished_name.push(DnType::CommonName, "alice");
+        params.not_before = rcgen::date_time_ymd(2026, 12, 1);
+        params.not_after = rcgen::date_time_ymd(2027, 12, 1);
+        let key = KeyPair::generate().expect("key");
+        let cert = params
+            .signed_by(&key, &ours.cert, &ours.key)
+            .expect("leaf")
+            .der()
+            .clone();
+        let behind = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_764_547_200);
+        // Still unverified (401), as before.
+        let ClientCert::Unverified { reason, .. } =
+            verifier.verify(std::slice::from_ref(&cert), behind)
+        else {
+            panic!("a certificate not valid yet verified");
+        };
+        assert!(reason.contains("not valid yet"), "{reason}");
+        // The clock's line: the verify above logged one; within a minute, none.
+        let e = rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidYetContext {
+            time: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_764_547_200)),
+            not_before: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_796_083_200)),
+        });
+        let t0 = Instant::now();
+        assert_eq!(verifier.clock_line(&e, "CN=alice", behind, t0), None);
+        let later = t0 + CLOCK_LINE_EVERY;
+        assert_eq!(
+            verifier
+                .clock_line(&e, "CN=alice", behind, later)
+                .as_deref(),
+            Some(
+                "a client's certificate is not valid until 2026-12-01T00:00:00Z; this node's \
+                 clock says 2025-12-01T00:00:00Z: is the clock behind (no RTC, NTP not yet \
+                 synced)? (client CN=alice, answered 401; logged once a minute at most)"
+            )
+        );
+        assert_eq!(verifier.clock_line(&e, "CN=alice", behind, later), None);
+        // Another reason is no clock line.
+        let other = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let much_later = later + CLOCK_LINE_EVERY * 2;
+        assert_eq!(
+            verifier.clock_line(&other, "CN=x", behind, much_later),
+            None
+        );
     }
 
     /// A client certificate resolver handing out one chain with `key` (not checked

@@ -75,10 +75,25 @@ fn write_self_signed(
 
 /// A self-signed certificate and its key (PEM) for the node: CN `<node>@<unix time>`
 /// as upstream's, SANs the node name, `localhost`, the node IP and 127.0.0.1, valid for
-/// a year from now.
+/// a year from now ([`self_signed_at`]).
 pub fn self_signed(node_name: &str, node_ip: &str) -> Result<(String, String), rcgen::Error> {
-    let now = std::time::SystemTime::now();
+    self_signed_at(node_name, node_ip, std::time::SystemTime::now())
+}
+
+/// [`self_signed`] made at `now` by this node's clock: valid from the start of `now`'s
+/// day (so never "not yet valid" for a client whose clock is right while this one is
+/// behind) to a year after `now` or after [`base::clock::clock_floor`], whichever is
+/// later. A clock behind (a board without an RTC, in 1970 or a year late until NTP
+/// syncs) would otherwise make a pair that has expired, or soon does, for clients with
+/// correct clocks; and the pair is kept when the clock later jumps forward (expiry is
+/// not checked: see [`serving_pair`]), so it must be right when made.
+pub(crate) fn self_signed_at(
+    node_name: &str,
+    node_ip: &str,
+    now: std::time::SystemTime,
+) -> Result<(String, String), rcgen::Error> {
     let secs = base::time::unix_secs(now);
+    let until = base::time::unix_secs(now.max(base::clock::clock_floor()));
     let mut names = vec![node_name.to_string(), "localhost".to_string()];
     for ip in [node_ip, "127.0.0.1"] {
         if !names.iter().any(|n| n == ip) {
@@ -92,7 +107,7 @@ pub fn self_signed(node_name: &str, node_ip: &str) -> Result<(String, String), r
         .push(rcgen::DnType::CommonName, format!("{node_name}@{secs}"));
     let (y, m, d) = civil_date(secs);
     params.not_before = rcgen::date_time_ymd(y, m, d);
-    let (y, m, d) = civil_date(secs.saturating_add(SELF_SIGNED_DAYS * 86_400));
+    let (y, m, d) = civil_date(until.saturating_add(SELF_SIGNED_DAYS * 86_400));
     params.not_after = rcgen::date_time_ymd(y, m, d);
     let key = rcgen::KeyPair::generate()?;
     let cert = params.self_signed(&key)?;
@@ -117,6 +132,7 @@ fn civil_date(secs: i64) -> (i32, u8, u8) {
 mod tests {
     use super::*;
     use base::testutil::TempDir;
+    use rustls::pki_types::pem::PemObject;
 
     #[test]
     fn the_self_signed_pair_is_made_once_and_reused() {
@@ -141,6 +157,48 @@ mod tests {
             serving_pair(Some(&cert), None, &pki, "n", "1.1.1.1"),
             Err(TlsError::HalfPair)
         ));
+    }
+
+    #[test]
+    fn a_pair_made_with_the_clock_behind_is_valid_for_clients_with_correct_clocks() {
+        use std::time::{Duration, SystemTime};
+        let validity = |now: SystemTime| {
+            let (cert, _) = self_signed_at("n", "10.0.0.1", now).expect("pair");
+            let der =
+                rustls::pki_types::CertificateDer::from_pem_slice(cert.as_bytes()).expect("pem");
+            let (from, to) = crate::x509::validity(&der).expect("validity");
+            (
+                base::time::k8s_time(from).0.to_string(),
+                base::time::k8s_time(to).0.to_string(),
+            )
+        };
+        // Before, a year behind gave a pair valid until about today (expired for
+        // every correct client within days, and kept after the clock's jump), and 1970
+        // one valid in 1970 only. The floor ends it no earlier than a year after it.
+        let floor_plus_a_year =
+            base::time::k8s_time(base::clock::clock_floor() + Duration::from_secs(365 * 86_400))
+                .0
+                .to_string();
+        let behind = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_590_400);
+        assert_eq!(
+            validity(behind),
+            (
+                "2025-12-01T00:00:00Z".to_string(),
+                floor_plus_a_year.clone()
+            )
+        );
+        assert_eq!(
+            validity(SystemTime::UNIX_EPOCH),
+            ("1970-01-01T00:00:00Z".to_string(), floor_plus_a_year)
+        );
+        // A clock after the floor: a year from today, as before.
+        let later = base::clock::clock_floor() + Duration::from_secs(400 * 86_400 + 3600);
+        let (from, to) = validity(later);
+        assert!(from.ends_with("T00:00:00Z"), "{from}");
+        let year_on = base::time::k8s_time(later + Duration::from_secs(365 * 86_400))
+            .0
+            .to_string();
+        assert_eq!(to[..10], year_on[..10]);
     }
 
     #[test]

@@ -161,7 +161,7 @@ impl Webhooks {
             return Err(WebhookError::Unavailable);
         }
         review(&self.client).map_err(|e| {
-            if matches!(e, ApiError::Transport { .. }) {
+            if matches!(e, ApiError::Transport { .. } | ApiError::ClockBehind { .. }) {
                 *lock(&self.unavailable_until) = Some(base::time::saturating_deadline(
                     Instant::now(),
                     UNAVAILABLE_FOR,

@@ -11,7 +11,7 @@
 
 use std::fmt;
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
 use ureq::Agent;
@@ -182,11 +182,31 @@ pub fn is_read_timeout(e: &io::Error) -> bool {
     }
 }
 
+/// `Some` when a call failed because the server's certificate is not valid yet by this
+/// node's clock (rustls's `NotValidYet`, found as ureq hands it over: its own variant, or
+/// inside the I/O error of the handshake), with the certificate's `notBefore` when
+/// rustls gave it. See [`crate::clock`].
+pub fn not_valid_yet(e: &ureq::Error) -> Option<Option<SystemTime>> {
+    match e {
+        ureq::Error::Rustls(e) => crate::clock::not_valid_yet(e),
+        ureq::Error::Io(e) => {
+            let inner = e.get_ref()?;
+            if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+                return crate::clock::not_valid_yet(tls);
+            }
+            inner.downcast_ref::<ureq::Error>().and_then(not_valid_yet)
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::lines::LineReader;
     use crate::netutil::query_escape;
+    use crate::testutil::spawn_named;
+    use std::sync::Arc;
 
     /// Hands out its data in fixed pieces, with a timeout error between pieces.
     struct Pieces {
@@ -277,5 +297,76 @@ mod tests {
             }
         );
         assert!(!shown.contains("SECRET"), "{shown}");
+    }
+
+    /// Serves one TLS handshake on 127.0.0.1 with a certificate valid from `from` to
+    /// `to` (years); returns the port and the certificate (PEM, the client's CA).
+    fn tls_server(from: i32, to: i32) -> (u16, String, std::thread::JoinHandle<()>) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("params");
+        params.not_before = rcgen::date_time_ymd(from, 1, 1);
+        params.not_after = rcgen::date_time_ymd(to, 1, 1);
+        let cert = params.self_signed(&key).expect("cert");
+        let pem = cert.pem();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .expect("config");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let server = spawn_named("tls-server", move || {
+            if let Ok((mut sock, _)) = listener.accept() {
+                let mut conn = rustls::ServerConnection::new(Arc::new(config)).expect("conn");
+                // The client gives up in the handshake: the error is what is tested.
+                let _ = conn.complete_io(&mut sock);
+            }
+        });
+        (port, pem, server)
+    }
+
+    #[test]
+    fn a_server_certificate_not_yet_valid_is_told_apart() {
+        // The clock behind, as a board without an RTC sees it: the server's
+        // certificate starts in 2099 and this clock says today. Before, the error was
+        // one more transport error (`io: invalid peer certificate: certificate not
+        // valid yet: …`), and nothing named the clock.
+        let (port, ca, server) = tls_server(2099, 2100);
+        let tls = tls_config(&TlsSettings {
+            ca_pem: Some(ca.into_bytes()),
+            ..Default::default()
+        })
+        .expect("tls");
+        let err = agent(tls, Duration::from_secs(10))
+            .get(&format!("https://127.0.0.1:{port}/"))
+            .call()
+            .expect_err("not valid yet");
+        server.join().expect("server");
+        let not_before = not_valid_yet(&err).expect("NotValidYet recognised");
+        assert_eq!(
+            not_before.map(|t| crate::time::k8s_time(t).0.to_string()),
+            Some("2099-01-01T00:00:00Z".to_string()),
+            "{err}"
+        );
+        // Another certificate error is not the clock's.
+        let (port, ca, server) = tls_server(2000, 2001);
+        let tls = tls_config(&TlsSettings {
+            ca_pem: Some(ca.into_bytes()),
+            ..Default::default()
+        })
+        .expect("tls");
+        let err = agent(tls, Duration::from_secs(10))
+            .get(&format!("https://127.0.0.1:{port}/"))
+            .call()
+            .expect_err("expired");
+        server.join().expect("server");
+        assert_eq!(not_valid_yet(&err), None, "{err}");
     }
 }
