@@ -156,6 +156,19 @@ fn ready_condition(api: &TestApiServer, node: &str, want: &str) -> Option<serde_
     (c["status"] == want).then_some(c)
 }
 
+/// The Node's NotReady condition once it is the network's (before the first runtime
+/// status check it is NotReady for that check instead, "… may not have completed yet"
+/// or "network state unknown").
+fn network_not_ready(api: &TestApiServer, node: &str) -> serde_json::Value {
+    wait_for("the Node NotReady for its network", LONG, || {
+        ready_condition(api, node, "False").filter(|c| {
+            c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("network not ready"))
+        })
+    })
+}
+
 /// The pod's IP once it is Running.
 fn running_ip(node: &Node, pod: &str) -> String {
     wait_for(&format!("{pod}'s pod IP"), LONG, || {
@@ -210,16 +223,8 @@ spec:
     let ready = |want: &str| ready_condition(&api, &node.name, want);
 
     // No configuration: the network is not ready, with upstream's words, and only the
-    // host-network pod runs. (Until the first runtime status check the Node is
-    // NotReady for that reason instead: "container runtime status check may not have
-    // completed yet".)
-    let c = wait_for("the Node NotReady for its network", LONG, || {
-        ready("False").filter(|c| {
-            c["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("network not ready"))
-        })
-    });
+    // host-network pod runs.
+    let c = network_not_ready(&api, &node.name);
     assert!(
         c["message"].as_str().is_some_and(|m| m.contains(
             "container runtime network not ready: NetworkReady=false \
@@ -649,15 +654,8 @@ spec:
     node.start(&flags);
     let ready = |want: &str| ready_condition(&api, &node.name, want);
 
-    // No pod CIDR yet: not ready, in upstream's words; the pod waits. (Before the first
-    // network check the Node is NotReady with "network state unknown".)
-    let c = wait_for("the Node NotReady for its network", LONG, || {
-        ready("False").filter(|c| {
-            c["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("network not ready"))
-        })
-    });
+    // No pod CIDR yet: not ready, in upstream's words; the pod waits.
+    let c = network_not_ready(&api, &node.name);
     assert!(
         c["message"].as_str().is_some_and(|m| m.contains(
             "NetworkReady=false reason:NetworkPluginNotReady message:docker: network plugin \
