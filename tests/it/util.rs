@@ -453,17 +453,17 @@ pub fn netns(pid: u32) -> String {
 }
 
 /// The names of a process's threads, from /proc. Every thread of rkubelet is named,
-/// but a thread names itself once running: one read just after a clone would show
-/// the new thread under its parent's name, so such a read is taken again.
+/// and no two share a name, but a thread names itself once running: a read just
+/// after a clone shows the new thread under its parent's name (the main thread's, or
+/// a poller's that starts a worker), so a read with a name twice is taken again.
 pub fn thread_names(pid: u32) -> Vec<String> {
-    let read = || -> Vec<(u32, String)> {
+    let read = || -> Vec<String> {
         std::fs::read_dir(format!("/proc/{pid}/task"))
             .map(|rd| {
                 rd.filter_map(Result::ok)
                     .filter_map(|e| {
-                        let tid = e.file_name().to_str()?.parse().ok()?;
                         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-                        Some((tid, comm.trim().to_string()))
+                        Some(comm.trim().to_string())
                     })
                     .collect()
             })
@@ -471,20 +471,14 @@ pub fn thread_names(pid: u32) -> Vec<String> {
     };
     let mut tasks = read();
     for _ in 0..100 {
-        let main = tasks
-            .iter()
-            .find(|(tid, _)| *tid == pid)
-            .map(|(_, n)| n.clone());
-        let unnamed = tasks
-            .iter()
-            .any(|(tid, n)| *tid != pid && Some(n) == main.as_ref());
-        if !unnamed {
+        let mut seen = std::collections::BTreeSet::new();
+        if tasks.iter().all(|n| seen.insert(n)) {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
         tasks = read();
     }
-    let mut names: Vec<String> = tasks.into_iter().map(|(_, n)| n).collect();
+    let mut names = tasks;
     base::sort::sort(&mut names);
     names
 }
