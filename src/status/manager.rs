@@ -156,6 +156,10 @@ pub(crate) enum StatusError {
     /// The API server could not be reached; the tick backs off.
     #[error("status manager: API server unreachable")]
     Unreachable(#[source] ApiError),
+    /// Waiting out the back-off after [`StatusError::Unreachable`]: the same failure
+    /// (its whole chain), so the loop logs it once, not "recovered" between tries.
+    #[error("{0}")]
+    BackingOff(String),
 }
 
 /// The `status-mgr` loop's state. [`StatusManager::tick`] is one iteration.
@@ -192,6 +196,8 @@ pub(crate) struct StatusManager {
     last_resync: Option<Instant>,
     backoff: Duration,
     retry_at: Option<Instant>,
+    /// The failure that started the back-off, as the loop logged it.
+    unreachable: Option<String>,
 }
 
 impl std::fmt::Debug for StatusManager {
@@ -237,6 +243,7 @@ impl StatusManager {
             last_resync: None,
             backoff: Duration::ZERO,
             retry_at: None,
+            unreachable: None,
         }
     }
 
@@ -260,12 +267,16 @@ impl StatusManager {
     /// reached (the loop logs it; the next tick after the back-off resyncs all).
     pub(crate) fn tick(&mut self, now: Instant) -> Result<(), StatusError> {
         if self.retry_at.is_some_and(|t| now < t) {
-            return Ok(());
+            return match &self.unreachable {
+                Some(failure) => Err(StatusError::BackingOff(failure.clone())),
+                None => Ok(()),
+            };
         }
         match self.run(now) {
             Ok(()) => {
                 self.backoff = Duration::ZERO;
                 self.retry_at = None;
+                self.unreachable = None;
                 Ok(())
             }
             Err(e) => {
@@ -273,7 +284,9 @@ impl StatusManager {
                 self.retry_at = Some(now + self.backoff);
                 // Whatever was not written is written by the resync after the back-off.
                 self.last_resync = None;
-                Err(StatusError::Unreachable(e))
+                let e = StatusError::Unreachable(e);
+                self.unreachable = Some(base::loops::error_chain(&e));
+                Err(e)
             }
         }
     }
@@ -917,12 +930,14 @@ mod tests {
         h.statuses.set("u1", status("Running", "True"));
         h.statuses.set("u2", status("Running", "True"));
         *lock(&h.api.fail) = Some((503, "ServiceUnavailable"));
-        assert!(h.tick_after(0).is_err());
+        let first = base::loops::error_chain(&h.tick_after(0).expect_err("unreachable"));
         assert_eq!(h.api.calls().len(), 1, "the tick ends at the first failure");
         // Backing off: nothing is tried before the back-off ends.
         *lock(&h.api.fail) = None;
         h.now += Duration::from_millis(500);
-        h.m.tick(h.now).expect("backing off");
+        // Still failing while it waits, in the same words (one warning, no "recovered").
+        let waiting = h.m.tick(h.now).expect_err("backing off");
+        assert_eq!(base::loops::error_chain(&waiting), first);
         assert_eq!(h.api.calls(), []);
         h.tick_after(4).expect("back");
         assert_eq!(patches(&h.api.calls()).len(), 2, "both written on return");
