@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Sender;
 use k8s_openapi::api::core::v1::Pod;
@@ -90,6 +90,17 @@ pub enum EtcdError {
         /// The cause.
         source: ureq::Error,
     },
+    /// The server's certificate is not valid yet by this node's clock (see
+    /// [`base::clock`]): a condition to wait out, named as such.
+    #[error("etcd {server}: {what}: {}", base::clock::not_yet_valid_words(*not_before))]
+    ClockBehind {
+        /// What was asked.
+        what: String,
+        /// The server.
+        server: String,
+        /// The certificate's `notBefore`, when the TLS layer said.
+        not_before: Option<SystemTime>,
+    },
     /// The server answered with an error.
     #[error("etcd {server}: {what}: {reason}")]
     Answer {
@@ -114,6 +125,26 @@ pub enum EtcdError {
     /// The pod config merge no longer listens (shutdown).
     #[error("the pod config merge is gone")]
     Disconnected,
+}
+
+impl EtcdError {
+    /// The error of a request that got no answer: [`EtcdError::ClockBehind`] when the
+    /// server's certificate is not valid yet by this node's clock, else a transport
+    /// error.
+    fn transport(what: String, server: String, source: ureq::Error) -> EtcdError {
+        match client::not_valid_yet(&source) {
+            Some(not_before) => EtcdError::ClockBehind {
+                what,
+                server,
+                not_before,
+            },
+            None => EtcdError::Transport {
+                what,
+                server,
+                source,
+            },
+        }
+    }
 }
 
 /// One key's state: its last value and the pods of its last good value.
@@ -333,22 +364,14 @@ impl EtcdSource {
             .post(&format!("{server}/v3/kv/range"))
             .header("Content-Type", "application/json")
             .send(body.to_string())
-            .map_err(|source| EtcdError::Transport {
-                what: what.clone(),
-                server: server.clone(),
-                source,
-            })?;
+            .map_err(|source| EtcdError::transport(what.clone(), server.clone(), source))?;
         let code = resp.status().as_u16();
         let bytes = resp
             .into_body()
             .into_with_config()
             .limit(64 * MAX_MANIFEST_BYTES)
             .read_to_vec()
-            .map_err(|source| EtcdError::Transport {
-                what: what.clone(),
-                server: server.clone(),
-                source,
-            })?;
+            .map_err(|source| EtcdError::transport(what.clone(), server.clone(), source))?;
         if !(200..300).contains(&code) {
             return Err(EtcdError::Answer {
                 what,
@@ -429,10 +452,8 @@ impl EtcdSource {
         let resp = self
             .agent
             .run(request)
-            .map_err(|source| EtcdError::Transport {
-                what: format!("watch {}", self.cfg.prefix),
-                server: server.clone(),
-                source,
+            .map_err(|source| {
+                EtcdError::transport(format!("watch {}", self.cfg.prefix), server.clone(), source)
             })?;
         let code = resp.status().as_u16();
         if !(200..300).contains(&code) {
@@ -712,6 +733,24 @@ pub fn start(loops: &Loops, mut source: EtcdSource) -> Result<(), SpawnError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_certificate_not_yet_valid_names_the_clock() {
+        let e = EtcdError::transport(
+            "read /registry/hosts/n/".into(),
+            "https://e:2379".into(),
+            base::testutil::not_valid_yet_error(1_796_083_200),
+        );
+        assert_eq!(
+            e.to_string(),
+            "etcd https://e:2379: read /registry/hosts/n/: the server's certificate is not \
+             valid until 2026-12-01T00:00:00Z by this node's clock: is the clock behind (no \
+             RTC, NTP not yet synced)?"
+        );
+        assert!(std::error::Error::source(&e).is_none(), "no changing cause");
+        let e = EtcdError::transport("watch".into(), "https://e:2379".into(), ureq::Error::ConnectionFailed);
+        assert!(matches!(e, EtcdError::Transport { .. }), "{e:?}");
+    }
 
     #[test]
     fn prefix_range_end_increments_the_last_byte() {

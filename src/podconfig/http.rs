@@ -43,6 +43,15 @@ pub enum HttpSourceError {
         /// The cause.
         source: ureq::Error,
     },
+    /// The server's certificate is not valid yet by this node's clock (see
+    /// [`base::clock`]): a condition to wait out, named as such.
+    #[error("cannot fetch {url}: {}", base::clock::not_yet_valid_words(*not_before))]
+    ClockBehind {
+        /// The URL.
+        url: String,
+        /// The certificate's `notBefore`, when the TLS layer said.
+        not_before: Option<std::time::SystemTime>,
+    },
     /// The server answered with a status other than 2xx.
     #[error("{url}: the server answered {code}")]
     Status {
@@ -69,6 +78,23 @@ pub enum HttpSourceError {
     /// The pod config merge no longer listens (shutdown).
     #[error("the pod config merge is gone")]
     Disconnected,
+}
+
+impl HttpSourceError {
+    /// The error of a fetch that got no answer: [`HttpSourceError::ClockBehind`] when
+    /// the server's certificate is not valid yet by this node's clock.
+    fn fetch(url: &str, source: ureq::Error) -> HttpSourceError {
+        match base::httpclient::servers::not_valid_yet(&source) {
+            Some(not_before) => HttpSourceError::ClockBehind {
+                url: url.to_string(),
+                not_before,
+            },
+            None => HttpSourceError::Fetch {
+                url: url.to_string(),
+                source,
+            },
+        }
+    }
 }
 
 /// The HTTP source's state between ticks.
@@ -155,10 +181,7 @@ impl HttpSource {
     }
 
     fn fetch(&self) -> Result<Vec<u8>, HttpSourceError> {
-        let fetch_err = |source| HttpSourceError::Fetch {
-            url: self.url.clone(),
-            source,
-        };
+        let fetch_err = |source| HttpSourceError::fetch(&self.url, source);
         let mut req = self.agent.get(&self.url);
         for (name, value) in &self.headers {
             req = req.header(name.as_str(), value.as_str());
@@ -231,6 +254,24 @@ mod tests {
         pods.iter()
             .map(|p| p.metadata.name.clone().unwrap_or_default())
             .collect()
+    }
+
+    #[test]
+    fn a_server_certificate_not_yet_valid_names_the_clock() {
+        let e = HttpSourceError::fetch(
+            "https://s/pods",
+            base::testutil::not_valid_yet_error(1_796_083_200),
+        );
+        assert_eq!(
+            e.to_string(),
+            "cannot fetch https://s/pods: the server's certificate is not valid until \
+             2026-12-01T00:00:00Z by this node's clock: is the clock behind (no RTC, NTP not \
+             yet synced)?"
+        );
+        // The same words at every try: the loop logs the condition once.
+        assert!(std::error::Error::source(&e).is_none(), "no changing cause");
+        let e = HttpSourceError::fetch("https://s/pods", ureq::Error::ConnectionFailed);
+        assert!(matches!(e, HttpSourceError::Fetch { .. }), "{e:?}");
     }
 
     const POD_JSON: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"NAME"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#;

@@ -146,7 +146,7 @@ pub enum ApiError {
     /// it logs it once (the clock's own line, with the time, is logged once by the
     /// client: [`base::clock`]). rustls's error is not kept as the cause: its text
     /// carries the verification time, new at every retry.
-    #[error("{what} from {url}: the server's certificate is {} by this node's clock: is the clock behind (no RTC, NTP not yet synced)?", until_text(.not_before))]
+    #[error("{what} from {url}: {}", base::clock::not_yet_valid_words(*.not_before))]
     ClockBehind {
         /// The call.
         what: &'static str,
@@ -203,14 +203,6 @@ pub enum ApiError {
         /// The URL.
         url: String,
     },
-}
-
-/// [`ApiError::ClockBehind`]'s `not valid until <time>` (or `not valid yet`).
-fn until_text(not_before: &Option<SystemTime>) -> String {
-    match not_before {
-        Some(t) => format!("not valid until {}", base::time::k8s_time(*t).0),
-        None => "not valid yet".to_string(),
-    }
 }
 
 /// The API server's certificate is not valid yet by this node's clock: raised (and its
@@ -958,25 +950,11 @@ mod tests {
 
     #[test]
     fn a_server_certificate_not_yet_valid_names_the_clock_and_is_retried() {
-        use std::time::Duration;
-        let not_valid_yet = |not_before: u64| {
-            ureq::Error::Io(io::Error::new(
-                io::ErrorKind::InvalidData,
-                rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidYetContext {
-                    time: rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_secs(
-                        1_764_547_200,
-                    )),
-                    not_before: rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_secs(
-                        not_before,
-                    )),
-                }),
-            ))
-        };
         let notice = base::clock::Notice::new();
         let e = transport_error(
             "list pods",
             "https://s/api",
-            not_valid_yet(1_796_083_200),
+            base::testutil::not_valid_yet_error(1_796_083_200),
             &notice,
         );
         assert!(matches!(e, ApiError::ClockBehind { .. }), "{e:?}");

@@ -59,14 +59,30 @@ pub fn not_valid_yet(e: &rustls::Error) -> Option<Option<SystemTime>> {
 /// this node's clock says <now>: is the clock behind (no RTC, NTP not yet synced)?`
 /// (`not valid yet` when rustls did not say until when).
 pub fn behind_line(whose: &str, not_before: Option<SystemTime>, now: SystemTime) -> String {
-    let until = match not_before {
+    format!(
+        "{whose} certificate is {}; this node's clock says {}: is the clock behind \
+         (no RTC, NTP not yet synced)?",
+        until(not_before),
+        crate::time::k8s_time(now).0
+    )
+}
+
+/// `not valid until <notBefore>`, or `not valid yet` when rustls did not say until when.
+fn until(not_before: Option<SystemTime>) -> String {
+    match not_before {
         Some(t) => format!("not valid until {}", crate::time::k8s_time(t).0),
         None => "not valid yet".to_string(),
-    };
+    }
+}
+
+/// A certificate "not yet valid" named in an error that a loop logs on each change of
+/// wording (a source's tick error): the same words for as long as the condition
+/// lasts, so it is one line, not one per try (no "now" in it, unlike [`behind_line`]).
+pub fn not_yet_valid_words(not_before: Option<SystemTime>) -> String {
     format!(
-        "{whose} certificate is {until}; this node's clock says {}: is the clock behind \
-         (no RTC, NTP not yet synced)?",
-        crate::time::k8s_time(now).0
+        "the server's certificate is {} by this node's clock: is the clock behind (no RTC, \
+         NTP not yet synced)?",
+        until(not_before)
     )
 }
 

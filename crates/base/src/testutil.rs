@@ -54,6 +54,21 @@ impl Drop for TempDir {
     }
 }
 
+/// The error ureq gives for a server whose certificate begins at `not_before` (Unix
+/// seconds), checked by a clock at 2025-12-01: rustls's `NotValidYetContext` inside
+/// the handshake's I/O error, as a real TLS call returns it.
+pub fn not_valid_yet_error(not_before: u64) -> ureq::Error {
+    use rustls::pki_types::UnixTime;
+    use std::time::Duration;
+    ureq::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidYetContext {
+            time: UnixTime::since_unix_epoch(Duration::from_secs(1_764_547_200)),
+            not_before: UnixTime::since_unix_epoch(Duration::from_secs(not_before)),
+        }),
+    ))
+}
+
 /// Tests only: runs `f` on a thread called `name` (a test plays a client or a pod
 /// on it; the kubelet's own threads come from [`crate::loops::Loops`]).
 pub fn spawn_named<T, F>(name: &str, f: F) -> std::thread::JoinHandle<T>
