@@ -486,3 +486,116 @@ fn bad_node_labels_and_taints_are_refused_at_start_naming_the_flag() {
         assert!(stderr.contains(want), "{flag}: {stderr}");
     }
 }
+
+/// The node's name resolving, through /etc/hosts, to an address on an interface of
+/// the test's own (a bridge with no ports: this kernel has no dummy links): how the node's address is found without `--node-ip` (the name's
+/// address on one of the host's interfaces), and how a DHCP renewal's new address is
+/// played. Both go when dropped.
+struct NodeAddress {
+    iface: String,
+    name: String,
+}
+
+/// What marks the test's line in /etc/hosts.
+const HOSTS_MARK: &str = "# rkubelet-it node address";
+
+impl NodeAddress {
+    /// `addrs` on a new interface; `name` resolving to the first.
+    fn new(name: &str, addrs: &[&str]) -> NodeAddress {
+        let iface = format!("rkip{}", std::process::id() % 100_000);
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().expect("ip");
+            assert!(out.status.success(), "ip {args:?}: {out:?}");
+        };
+        let _ = Command::new("ip").args(["link", "del", &iface]).output();
+        ip(&["link", "add", &iface, "type", "bridge"]);
+        ip(&["link", "set", &iface, "up"]);
+        for a in addrs {
+            ip(&["addr", "add", &format!("{a}/32"), "dev", &iface]);
+        }
+        let me = NodeAddress {
+            iface,
+            name: name.to_string(),
+        };
+        me.resolve_to(addrs[0]);
+        me
+    }
+
+    /// /etc/hosts, written in place (it may be a bind mount), with the node's line
+    /// naming `addr`, or without it.
+    fn write_hosts(&self, addr: Option<&str>) {
+        let hosts = std::fs::read_to_string("/etc/hosts").expect("read /etc/hosts");
+        let mut kept: Vec<String> = hosts
+            .lines()
+            .filter(|l| !(l.ends_with(HOSTS_MARK) && l.contains(&self.name)))
+            .map(str::to_string)
+            .collect();
+        if let Some(a) = addr {
+            kept.push(format!("{a} {} {HOSTS_MARK}", self.name));
+        }
+        std::fs::write("/etc/hosts", kept.join("\n") + "\n").expect("write /etc/hosts");
+    }
+
+    fn resolve_to(&self, addr: &str) {
+        self.write_hosts(Some(addr));
+    }
+}
+
+impl Drop for NodeAddress {
+    fn drop(&mut self) {
+        self.write_hosts(None);
+        let _ = Command::new("ip").args(["link", "del", &self.iface]).output();
+    }
+}
+
+fn internal_ip(n: &Value) -> Option<String> {
+    n["status"]["addresses"]
+        .as_array()?
+        .iter()
+        .find(|a| a["type"] == "InternalIP")
+        .and_then(|a| a["address"].as_str())
+        .map(str::to_string)
+}
+
+#[test]
+fn a_changed_node_address_reaches_the_node_and_the_pods_host_ip() {
+    let server = TestApiServer::start(Options::default());
+    let mut node = Node::new("node-ip");
+    let (first, second) = ("198.51.100.21", "198.51.100.22");
+    let address = NodeAddress::new(&node.name, &[first, second]);
+    server.create_pod(json!({
+        "metadata": {"name": "ip-pod"},
+        "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "c", "image": crate::util::BUSYBOX,
+                                 "command": ["sh", "-c", crate::util::SLEEPER]}]}
+    }));
+    // No --node-ip: the address is detected, and detected again each status tick.
+    start(&server, &mut node, &["--node-status-update-frequency=2s"]);
+    let n = wait_ready(&server, &node);
+    assert_eq!(internal_ip(&n).as_deref(), Some(first), "{n}");
+    let host_ip = |want: &str| {
+        let pod = server.get_pod("default", "ip-pod")?;
+        let st = &pod["status"];
+        (st["hostIP"] == want && st["hostIPs"][0]["ip"] == want).then_some(pod)
+    };
+    wait_for("the pod's hostIP to be the first address", LONG, || {
+        host_ip(first)
+    });
+
+    // The lease renews to the second address (a DHCP renewal, a board moved).
+    address.resolve_to(second);
+    let moved = Instant::now();
+    wait_for("the Node's InternalIP to follow", LONG, || {
+        let n = server.get("nodes", "", &node.name)?;
+        (internal_ip(&n).as_deref() == Some(second)).then_some(())
+    });
+    eprintln!("InternalIP followed in {:?}", moved.elapsed());
+    wait_for("the pod's hostIP to follow", LONG, || host_ip(second));
+    eprintln!("hostIP followed in {:?}", moved.elapsed());
+    assert!(
+        node.log().contains(second),
+        "the change is logged: {}",
+        node.log()
+    );
+    assert!(node.alive());
+}
