@@ -9,7 +9,7 @@
 //! have settled, `write_bytes` of `/proc/<pid>/io` (what reached the block layer: tmpfs
 //! writes never do) is read at both ends of a window (`RKUBELET_BENCH_WINDOW`,
 //! seconds, default 300) for each writer: rkubelet, dockerd, Docker's containerd and
-//! every containerd shim. Then each probe kind alone, 10 pods probed every second for
+//! its shims (found by Docker's containerd socket in their command line). Then each probe kind alone, 10 pods probed every second for
 //! 60 s (`RKUBELET_BENCH_PROBE_WINDOW`), gives the runtime's writes per probe.
 //!
 //! Targets: the node's total ≤ 10 MiB an hour, rkubelet's own ≤ 1 MiB an hour.
@@ -53,11 +53,15 @@ fn writes() -> BTreeMap<&'static str, u64> {
             continue;
         };
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        // Docker's own containerd and its shims only: a containerd of someone else's
+        // (a CRI test's) on this machine is not this node's runtime.
+        let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let dockers = String::from_utf8_lossy(&args).contains("/var/run/docker/containerd/");
         let writer = match comm.trim() {
             "rkubelet" => "rkubelet",
             "dockerd" => "dockerd",
-            "containerd" => "containerd",
-            c if c.starts_with("containerd-shim") => "containerd shims",
+            "containerd" if dockers => "containerd",
+            c if c.starts_with("containerd-shim") && dockers => "containerd shims",
             _ => continue,
         };
         let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
