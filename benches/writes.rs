@@ -6,8 +6,9 @@
 //! has the projected token volume of a real cluster) and `--log-file`, and 10 API pods,
 //! each with a configMap and a secret volume and three probes every 10 s: an exec
 //! liveness probe, an HTTP readiness probe and a TCP liveness probe. After the pods
-//! have settled, `write_bytes` of `/proc/<pid>/io` (what reached the block layer: tmpfs
-//! writes never do) is read at both ends of a window (`RKUBELET_BENCH_WINDOW`,
+//! have settled, `write_bytes` less `cancelled_write_bytes` of `/proc/<pid>/io` (what
+//! reaches the disk: tmpfs writes never count, nor a file deleted before its writeback)
+//! is read at both ends of a window (`RKUBELET_BENCH_WINDOW`,
 //! seconds, default 300) for each writer: rkubelet, dockerd, Docker's containerd and
 //! its shims (found by Docker's containerd socket in their command line). Then each probe kind alone, 10 pods probed every second for
 //! 60 s (`RKUBELET_BENCH_PROBE_WINDOW`), gives the runtime's writes per probe.
@@ -43,7 +44,7 @@ fn secs(var: &str, default: u64) -> Duration {
 }
 
 /// `write_bytes` of every process whose command name is one of the writers, by writer.
-fn writes() -> BTreeMap<&'static str, u64> {
+fn writes() -> BTreeMap<&'static str, i64> {
     let mut out = BTreeMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -65,25 +66,52 @@ fn writes() -> BTreeMap<&'static str, u64> {
             _ => continue,
         };
         let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
-        let bytes = io
-            .lines()
-            .find_map(|l| l.strip_prefix("write_bytes: "))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        *out.entry(writer).or_insert(0) += bytes;
+        let field = |name: &str| {
+            io.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .unwrap_or(0)
+        };
+        // What reaches the disk: pages dirtied, less those truncated before their
+        // writeback (a file written, then deleted: runc's process spec in /tmp for each
+        // exec). The kernel counts a cancellation to whoever truncated, so a writer's
+        // own figure is close, and the node's total exact.
+        *out.entry(writer).or_insert(0) += field("write_bytes: ") - field("cancelled_write_bytes: ");
     }
     out
+}
+
+/// Bytes written to the machine's disks (`/sys/block/*/stat`, sectors written; not
+/// loop, ram or zram devices): everything, every process of the machine and the
+/// short-lived ones (`runc`) whose own counters die with them, and the filesystem's
+/// journal. On a quiet machine, the truth the per-process figures approach.
+fn disk_writes() -> i64 {
+    let Ok(dir) = std::fs::read_dir("/sys/block") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            !["loop", "ram", "zram"].iter().any(|p| n.starts_with(p))
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|stat| stat.split_whitespace().nth(6)?.parse::<i64>().ok())
+        .sum::<i64>()
+        * 512
 }
 
 /// Each writer's bytes written between two readings (a process that ended between
 /// them is left out: its counter went with it).
 fn delta(
-    before: &BTreeMap<&'static str, u64>,
-    after: &BTreeMap<&'static str, u64>,
+    before: &BTreeMap<&'static str, i64>,
+    after: &BTreeMap<&'static str, i64>,
 ) -> BTreeMap<&'static str, u64> {
     after
         .iter()
-        .map(|(k, v)| (*k, v.saturating_sub(before.get(k).copied().unwrap_or(0))))
+        .map(|(k, v)| {
+            let d = v - before.get(k).copied().unwrap_or(0);
+            (*k, u64::try_from(d).unwrap_or(0))
+        })
         .collect()
 }
 
@@ -194,9 +222,12 @@ fn main() {
     }
     let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
     let log = node.dir.join("kubelet.log");
+    // The default verbosity (the test nodes' --v=2 logs every request): what a node
+    // in the field writes to its log.
     node.start(&[
         &format!("--kubeconfig={}", kc.display()),
         &format!("--log-file={}", log.display()),
+        "--v=0",
     ]);
 
     // A node of 10 such pods, settled for a minute, then the window.
@@ -205,9 +236,15 @@ fn main() {
         .collect();
     run_pods(&api, &node, &pods);
     std::thread::sleep(Duration::from_secs(60));
-    let before = writes();
+    let (before, disk_before) = (writes(), disk_writes());
     std::thread::sleep(window);
     let d = delta(&before, &writes());
+    let disk = disk_writes() - disk_before;
+    let restarts: u64 = util::restart_counts(&node)
+        .values()
+        .filter_map(|r| r.parse::<u64>().ok())
+        .sum();
+    println!("containers restarted during the run: {restarts}");
     let own = d.get("rkubelet").copied().unwrap_or(0);
     let (total, rows) = fmt_rows(&d, window);
     println!(
@@ -215,6 +252,12 @@ fn main() {
          TCP probes every 10 s), --log-file:\n{rows}"
     );
     let per_hour = |b: u64| b as f64 * 3600.0 / window.as_secs_f64() / (1 << 20) as f64;
+    let disk = u64::try_from(disk).unwrap_or(0);
+    println!(
+        "  {:<18} {disk:>10} bytes  {:>8.2} MiB/h (every process on the machine, the journal)",
+        "disks",
+        per_hour(disk)
+    );
     println!(
         "targets: node ≤ 10 MiB/h: {:.2} {}; rkubelet ≤ 1 MiB/h: {:.2} {}",
         per_hour(total),
