@@ -606,12 +606,7 @@ impl Runtime for CriRuntime {
                     image: image.to_string(),
                     ..Default::default()
                 }),
-                auth: auth.map(|a| v1::AuthConfig {
-                    username: a.username.clone(),
-                    password: a.password.clone(),
-                    server_address: a.server_address.clone(),
-                    ..Default::default()
-                }),
+                auth: auth.map(translate::auth_config),
                 sandbox_config: None,
             })
             .map(drop)

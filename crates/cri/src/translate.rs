@@ -16,6 +16,7 @@ use runtime::config::{
 use runtime::container::labels;
 use runtime::{
     ContainerDetails, ContainerEventType, ContainerState, ContainerSummary, ImageDetails,
+    RegistryAuth,
 };
 
 use crate::v1;
@@ -473,6 +474,24 @@ pub(crate) fn cgroup_driver(config: &serde_json::Value) -> String {
         .unwrap_or(false)
         || config.get("systemdCgroup").and_then(|v| v.as_bool()) == Some(true);
     if systemd { "systemd" } else { "cgroupfs" }.to_string()
+}
+
+/// Registry credentials as CRI's. A server address without a scheme gets `https://`:
+/// containerd (1.6) parses it as a URL and refuses a bare `host:port` ("first path
+/// segment in URL cannot contain colon"), and reads `host[:port]` back from the URL
+/// as it would have for a bare host.
+pub(crate) fn auth_config(a: &RegistryAuth) -> v1::AuthConfig {
+    let server_address = if a.server_address.is_empty() || a.server_address.contains("://") {
+        a.server_address.clone()
+    } else {
+        format!("https://{}", a.server_address)
+    };
+    v1::AuthConfig {
+        username: a.username.clone(),
+        password: a.password.clone(),
+        server_address,
+        ..Default::default()
+    }
 }
 
 /// A CRI container event's kind.
@@ -970,6 +989,29 @@ mod tests {
         .expect("json");
         assert_eq!(cgroup_driver(&plain), "cgroupfs");
         assert_eq!(cgroup_driver(&serde_json::Value::Null), "");
+    }
+
+    #[test]
+    fn registry_addresses_are_sent_as_urls() {
+        let auth = |server: &str| RegistryAuth {
+            username: "u".into(),
+            password: "p".into(),
+            server_address: server.into(),
+        };
+        let a = auth_config(&auth("127.0.0.1:5000"));
+        assert_eq!(
+            (
+                a.username.as_str(),
+                a.password.as_str(),
+                a.server_address.as_str()
+            ),
+            ("u", "p", "https://127.0.0.1:5000")
+        );
+        assert_eq!(
+            auth_config(&auth("https://index.docker.io/v1/")).server_address,
+            "https://index.docker.io/v1/"
+        );
+        assert_eq!(auth_config(&auth("")).server_address, "");
     }
 
     #[test]

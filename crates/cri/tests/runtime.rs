@@ -452,6 +452,18 @@ fn version_info_and_network_come_from_cri() {
 }
 
 #[test]
+fn the_cgroup_driver_follows_containerds_systemd_cgroup_option() {
+    let c = Containerd::start_with(
+        r#"  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      SystemdCgroup = true"#,
+    );
+    let (rt, _s) = runtime(&c);
+    assert_eq!(rt.info().expect("info").cgroup_driver, "systemd");
+}
+
+#[test]
 fn an_absent_runtime_is_unavailable() {
     let (_shutdown, loops) = loops();
     let dir = std::env::temp_dir().join(format!("rkcri-absent-{}", std::process::id()));
@@ -576,7 +588,12 @@ fn images_are_pulled_with_credentials_inspected_and_removed() {
     let e = rt
         .pull_image(&image, Some(&auth("wrong")))
         .expect_err("a wrong password");
-    assert!(e.to_string().contains(&image), "{e}");
+    assert!(
+        e.to_string().contains(&image) && e.to_string().contains("401 Unauthorized"),
+        "{e}"
+    );
+    rt.pull_image(&image, None)
+        .expect_err("no credentials for a registry that needs them");
     rt.pull_image(&image, Some(&auth("pw"))).expect("pull");
     let details = rt
         .inspect_image(&image)
