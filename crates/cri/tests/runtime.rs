@@ -223,6 +223,88 @@ fn a_pod_runs_is_listed_by_label_and_its_container_execs() {
 }
 
 #[test]
+fn a_container_runs_as_its_config_says() {
+    let c = Containerd::start();
+    let (rt, _s) = runtime(&c);
+    let p = pod("spec");
+    let sb = sandbox(&c, &p);
+    let sandbox_id = rt.run_pod_sandbox(&sb).expect("run sandbox");
+    let shared = c.dir.join("shared");
+    std::fs::create_dir_all(&shared).expect("host dir");
+    std::fs::write(shared.join("file"), "from the host").expect("host file");
+
+    let mut cfg = container(&p, "spec", "sleep 3600", &sandbox_id);
+    cfg.envs = vec![("GREETING".into(), "hello there".into())];
+    cfg.working_dir = "/tmp".into();
+    cfg.mounts = vec![runtime::config::Mount {
+        host_path: shared.to_string_lossy().into_owned(),
+        container_path: "/shared".into(),
+        read_only: true,
+    }];
+    let sc = &mut cfg.linux.security_context;
+    sc.run_as_user = Some(1234);
+    sc.run_as_group = Some(2345);
+    sc.supplemental_groups = vec![3456];
+    sc.readonly_rootfs = true;
+    sc.no_new_privs = true;
+    sc.drop_capabilities = vec!["ALL".into()];
+    let id = start(&rt, &sandbox_id, &cfg, &sb);
+    let sh = |script: &str| {
+        let r = rt
+            .exec(&id, &["sh".into(), "-c".into(), script.into()], T)
+            .expect("exec");
+        (
+            r.exit_code,
+            String::from_utf8_lossy(&r.stdout).trim().to_string(),
+        )
+    };
+    assert_eq!(sh("id -u; id -g"), (0, "1234\n2345".into()));
+    assert!(
+        sh("id -G").1.split(' ').any(|g| g == "3456"),
+        "{:?}",
+        sh("id -G")
+    );
+    assert_eq!(sh("pwd"), (0, "/tmp".into()));
+    assert_eq!(sh("echo $GREETING"), (0, "hello there".into()));
+    assert_eq!(sh("cat /shared/file"), (0, "from the host".into()));
+    assert_ne!(
+        sh("touch /shared/new 2>/dev/null").0,
+        0,
+        "a read-only mount"
+    );
+    assert_ne!(sh("touch /new 2>/dev/null").0, 0, "a read-only rootfs");
+    assert_eq!(
+        sh("grep CapEff /proc/self/status"),
+        (0, "CapEff:\t0000000000000000".into())
+    );
+    assert_eq!(
+        sh("grep NoNewPrivs /proc/self/status"),
+        (0, "NoNewPrivs:\t1".into())
+    );
+
+    // A privileged container is admitted into the pod's sandbox (containerd checks
+    // the sandbox config sent with it) and has the capabilities of the node.
+    let mut root = container(&p, "root", "sleep 3600", &sandbox_id);
+    root.linux.security_context.privileged = true;
+    let root = start(&rt, &sandbox_id, &root, &sb);
+    let caps = rt
+        .exec(
+            &root,
+            &["grep".into(), "CapEff".into(), "/proc/self/status".into()],
+            T,
+        )
+        .expect("exec");
+    let caps = String::from_utf8_lossy(&caps.stdout).to_string();
+    let bits = caps
+        .split_whitespace()
+        .nth(1)
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .expect("CapEff in hex");
+    // CAP_SYS_ADMIN (21), which no unprivileged container has.
+    assert_ne!(bits & (1 << 21), 0, "{caps}");
+}
+
+#[test]
 fn exit_codes_oom_kills_and_kills_are_reported() {
     let c = Containerd::start();
     let (rt, _s) = runtime(&c);
