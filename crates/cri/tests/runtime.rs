@@ -112,6 +112,15 @@ fn wait_exited(rt: &CriRuntime, id: &str) -> runtime::ContainerDetails {
     })
 }
 
+/// How many threads of this process have the name `name`.
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+        .count()
+}
+
 #[test]
 fn a_pod_runs_is_listed_by_label_and_its_container_execs() {
     let c = Containerd::start();
@@ -362,9 +371,14 @@ fn exit_codes_oom_kills_and_kills_are_reported() {
     // Twice: a stop already under way is not started again.
     rt.kill_container(&stubborn, "SIGTERM")
         .expect("SIGTERM again");
+    assert_eq!(threads_named("cri-stop"), 1);
     rt.kill_container(&stubborn, "SIGKILL").expect("SIGKILL");
     let d = rt.inspect_container(&stubborn).expect("inspect");
     assert_eq!((d.state, d.exit_code), (ContainerState::Exited, 137));
+    // The stop that SIGTERM began ends with the container.
+    wait_for(T, "the cri-stop thread to end", || {
+        (threads_named("cri-stop") == 0).then_some(())
+    });
 
     // A container that exits on SIGTERM does, after the call returned.
     let polite = start(
