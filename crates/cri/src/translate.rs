@@ -331,11 +331,18 @@ pub(crate) fn container_summary(c: v1::Container) -> ContainerSummary {
     }
 }
 
-/// The `pid` in a verbose answer's `info` JSON (containerd's), 0 when absent.
-fn info_pid(info: &HashMap<String, String>) -> u32 {
+/// A verbose answer's `info` JSON (containerd's), Null when absent.
+fn info_json(info: &HashMap<String, String>) -> serde_json::Value {
     info.get("info")
-        .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
-        .and_then(|v| v.get("pid")?.as_u64())
+        .and_then(|j| serde_json::from_str(j).ok())
+        .unwrap_or_default()
+}
+
+/// The `pid` in a verbose answer's `info`, 0 when absent.
+fn info_pid(info: &HashMap<String, String>) -> u32 {
+    info_json(info)
+        .get("pid")
+        .and_then(|p| p.as_u64())
         .and_then(|p| u32::try_from(p).ok())
         .unwrap_or(0)
 }
@@ -391,7 +398,12 @@ pub(crate) fn sandbox_details(
         id: s.id,
         labels: sandbox_labels(s.labels),
         state,
-        image: String::new(),
+        // The runtime's sandbox image, as containerd's verbose info names it.
+        image: info_json(info)
+            .get("image")
+            .and_then(|i| i.as_str())
+            .unwrap_or_default()
+            .to_string(),
         image_id: String::new(),
         created: time(s.created_at),
         // A sandbox starts as it is made.
@@ -417,10 +429,9 @@ pub(crate) fn sandbox_details(
 /// An image as details; a verbose `info` (containerd's `imageSpec.config`) gives its
 /// entrypoint, cmd, user and stop signal.
 pub(crate) fn image_details(i: v1::Image, info: &HashMap<String, String>) -> ImageDetails {
-    let config = info
-        .get("info")
-        .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
-        .and_then(|v| v.get("imageSpec")?.get("config").cloned())
+    let config = info_json(info)
+        .get("imageSpec")
+        .and_then(|s| s.get("config").cloned())
         .unwrap_or_default();
     let strings = |key: &str| -> Vec<String> {
         config
