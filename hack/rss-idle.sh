@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The memory of one rkubelet binary with idle pods (one unless PODS says), after 60 s
 # idle, every port on:
-#   [PODS=110] [RUNNER=qemu-aarch64] hack/rss-idle.sh BINARY [SECONDS]
+#   [PODS=110] [SETTLE=300] [RUNNER=qemu-aarch64] hack/rss-idle.sh BINARY [SECONDS]
+# (SETTLE: seconds to wait once every pod runs before the window opens, so the window
+# is a steady one after the start's burst, not the burst's tail; default 0.)
 # (RUNNER: a cross-built binary under qemu-user against this machine's Docker; the
 # figures are then qemu's, a smoke figure and not a board's.)
 # Its own root dir, node name, ports and --cgroup-root=/rkubelet-boards; each pod is a
@@ -19,6 +21,7 @@ pods=${PODS:-1}
 . "$(dirname "$0")/lib/idle-node.sh"
 # shellcheck disable=SC2086 # RUNNER may be a command with its arguments
 idle_node_start "$pods" ${RUNNER:-} "$bin"
+sleep "${SETTLE:-0}"
 # CPU ticks per thread (utime + stime), before and after the idle window.
 ticks() { for t in /proc/"$pid"/task/*; do echo "$(cat "$t/comm") $(cut -d' ' -f14,15 "$t/stat" 2>/dev/null)"; done 2>/dev/null; }
 ticks >"$work/ticks0"
