@@ -96,7 +96,7 @@ settings_table! {
             parse: text::duration,
             flag: "runtime-request-timeout" <"duration">,
             file: "runtimeRequestTimeout", decode: yaml::duration,
-            examples: ["2m", "30s"],
+            examples: ["30s", "10s"],
             // Upstream's: a create or start on a loaded node can take this long.
             default: RUNTIME_REQUEST_TIMEOUT = "2m0s",
         }

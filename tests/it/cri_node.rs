@@ -2,7 +2,8 @@
 //! CRI, told apart by what answers (the log names it), and a static pod on a containerd
 //! of the test's own (the CRI crate's harness, `crates/cri/tests/common`): its sandbox
 //! and container run in containerd, `/pods` shows it Running and Ready with an address
-//! from the CNI bridge, and deleting the manifest removes both.
+//! from the CNI bridge, and deleting the manifest removes both; image preload is
+//! refused with one line.
 
 use serde_json::Value;
 
@@ -44,7 +45,10 @@ fn a_static_pod_runs_on_containerd_and_goes_with_its_manifest() {
              command: [\"sh\", \"-c\", \"test -d /proc/1\"]\n      periodSeconds: 1\n"
         ),
     );
-    node.start(&[]);
+    // Image preload is not on CRI yet: one line, and the pods start anyway.
+    let preload = node.dir.join("images");
+    std::fs::create_dir_all(&preload).expect("preload dir");
+    node.start(&[&format!("--image-preload-dir={}", preload.display())]);
     let prefix = bridge_prefix(&c);
     let status = wait_for("the pod Running and Ready on containerd", LONG, || {
         let p = pod(&node, "web")?;
@@ -92,8 +96,16 @@ fn a_static_pod_runs_on_containerd_and_goes_with_its_manifest() {
             && l.contains("(CRI v1)")),
         "{log}"
     );
+    let preload_lines: Vec<_> = log
+        .lines()
+        .filter(|l| l.contains("image preload is not supported on a CRI runtime"))
+        .collect();
+    assert_eq!(preload_lines.len(), 1, "{log}");
     let stream_lines = log.lines().filter(|l| l.contains("event stream")).count();
-    assert!(stream_lines <= 2, "{stream_lines} event stream lines:\n{log}");
+    assert!(
+        stream_lines <= 2,
+        "{stream_lines} event stream lines:\n{log}"
+    );
 
     // The manifest goes: so do the sandbox and the container.
     std::fs::remove_file(node.manifests().join("web.yaml")).expect("remove manifest");
