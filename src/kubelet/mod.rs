@@ -1112,9 +1112,15 @@ mod testing {
             let loops = Loops::new(stop);
             let runtime: Arc<dyn Runtime> = rt.clone();
             let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
-            let parts =
-                Components::new(&cfg, &runtime, super::RuntimeKind::Docker, &loops, probe_tx, None)
-                    .expect("components");
+            let parts = Components::new(
+                &cfg,
+                &runtime,
+                super::RuntimeKind::Docker,
+                &loops,
+                probe_tx,
+                None,
+            )
+            .expect("components");
             // No evented PLEG here: the pod killer's wakes go nowhere.
             let (wake, _) = crate::pleg::evented::wake_channel(1);
             let handler = parts.syncer(&loops, &cfg, wake).expect("syncer");
