@@ -7,7 +7,7 @@ NODE_NAME  ?= $(shell cat /proc/sys/kernel/hostname | tr A-Z a-z)
 PAUSE      ?= rkubelet/pause:3.10
 BIN        := target/release/rkubelet
 
-.PHONY: all build images run test lint bench chaos fuzz deps verify-unit clean \
+.PHONY: all build images run run-containerd test lint bench chaos fuzz deps verify-unit clean \
 	build-arm64 build-armv7 build-static test-arm64 test-armv7 test-static size ci-smoke-arm64
 
 all: build
@@ -31,6 +31,26 @@ run: build images
 	mkdir -p $(RUN_DIR)
 	hack/run-pki.sh $(RUN_DIR)/pki
 	$(BIN) --config=$(CURDIR)/systemd/config.yaml \
+		--pod-manifest-path=$(CURDIR)/examples/manifests \
+		--root-dir=$(RUN_DIR) \
+		--hostname-override=$(NODE_NAME) \
+		--pod-infra-container-image=$(PAUSE) \
+		--address=127.0.0.1 \
+		--read-only-port=10255 \
+		--client-ca-file=$(RUN_DIR)/pki/ca.crt \
+		--authentication-token-webhook=false \
+		--authorization-mode=AlwaysAllow
+
+# `make run` on a containerd instead of Docker: hack/run-containerd.sh starts one of its
+# own (CRI on, the offline images imported, a CNI bridge rkctr0 on 10.244.77.0/24) and
+# leaves it and the pods running after Ctrl-C; the kubelet is the same command with
+# --container-runtime-endpoint on its socket. State under .run/ (containerd's too).
+run-containerd: build images
+	mkdir -p $(RUN_DIR)
+	hack/run-pki.sh $(RUN_DIR)/pki
+	endpoint=$$(hack/run-containerd.sh $(RUN_DIR)) && \
+	$(BIN) --config=$(CURDIR)/systemd/config.yaml \
+		--container-runtime-endpoint=$$endpoint \
 		--pod-manifest-path=$(CURDIR)/examples/manifests \
 		--root-dir=$(RUN_DIR) \
 		--hostname-override=$(NODE_NAME) \

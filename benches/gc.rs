@@ -78,7 +78,7 @@ fn gc_pass_cost() {
         docker.clone(),
         ManagerConfig {
             node_name: node.clone(),
-            pod_infra_image: PAUSE.into(),
+            pod_infra_image: Some(PAUSE.into()),
             node: NodeContext {
                 root_dir: dir.clone(),
                 host_ips: vec![],

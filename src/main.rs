@@ -67,15 +67,13 @@ fn run() -> Exit {
             return Exit::Usage;
         }
     };
-    // The endpoint is checked (not dialled) before logging starts, so a bad one is one
-    // line on stderr like every other bad flag, not a start-up log followed by an error.
-    let runtime = match kubelet::connect_runtime(&cfg) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("rkubelet: {}", error_chain(&e));
-            return Exit::Usage;
-        }
-    };
+    // The endpoint's form is checked (not dialled) before logging starts, so a bad one
+    // is one line on stderr like every other bad flag, not a start-up log followed by an
+    // error. What answers on it is asked in `kubelet::start`.
+    if let Err(e) = kubelet::check_endpoint(&cfg.container_runtime_endpoint) {
+        eprintln!("rkubelet: {}", error_chain(&e));
+        return Exit::Usage;
+    }
     logging::init(cfg.verbosity);
     if let Some(path) = &cfg.log_file {
         if let Err(e) = logging::set_log_file(path, u64::from(cfg.log_file_max_size)) {
@@ -107,7 +105,7 @@ fn run() -> Exit {
     let signals_handle = signals.handle();
     let (sig_tx, sig_rx) = crossbeam_channel::bounded(4);
 
-    let running = match kubelet::start(cfg, runtime) {
+    let running = match kubelet::start(cfg) {
         Ok(r) => r,
         Err(e) => {
             log::error!("{}", error_chain(&e));

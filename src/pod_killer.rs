@@ -882,7 +882,7 @@ mod tests {
             runtime.clone(),
             ManagerConfig {
                 node_name: NODE.into(),
-                pod_infra_image: IMAGE.into(),
+                pod_infra_image: Some(IMAGE.into()),
                 node: NodeContext {
                     root_dir: root.0.clone(),
                     host_ips: vec![],

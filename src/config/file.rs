@@ -443,6 +443,7 @@ mod tests {
                 "podLogsDir" => "/srv/pods",
                 "podCIDR" => "10.88.1.0/24",
                 "hairpinMode" => "hairpin-veth",
+                "runtimeRequestTimeout" => "30s",
                 _ => "{}",
             };
             body.push_str(&format!("{f}: {value}\n"));
@@ -455,9 +456,9 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 47 implemented fields and `logging`, plus
+        // All but the type meta, the 48 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 50 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 51 + 1);
         assert!(!s.unsupported.contains(&"allowedUnsafeSysctls".to_string()));
         assert_eq!(s.serialize_image_pulls, Some(false));
         assert_eq!(s.max_parallel_image_pulls, Some(3));

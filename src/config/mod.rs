@@ -337,6 +337,7 @@ mod tests {
                 static_pod_path: None,
                 root_dir: defaults::ROOT_DIR.into(),
                 container_runtime_endpoint: defaults::CONTAINER_RUNTIME_ENDPOINT.into(),
+                runtime_request_timeout: Duration::from_secs(120),
                 pod_infra_container_image: defaults::POD_INFRA_CONTAINER_IMAGE.into(),
                 network_plugin: String::new(),
                 cni_bin_dir: "/opt/cni/bin".into(),

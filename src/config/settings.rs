@@ -81,13 +81,24 @@ settings_table! {
             default: ROOT_DIR = "/var/lib/rkubelet",
         }
         container_runtime_endpoint: String {
-            help: "The Docker engine's endpoint.",
+            help: "The container runtime's endpoint: a Docker engine or a CRI v1 runtime \
+                   (containerd, CRI-O), told apart by what answers on the socket.",
             parse: text::string,
             flag: "container-runtime-endpoint" <"endpoint">,
             file: "containerRuntimeEndpoint", decode: yaml::string,
             examples: ["unix:///run/a.sock", "unix:///run/b.sock"],
             // Docker's socket: rkubelet drives Docker directly (the dockershim era's default).
             default: CONTAINER_RUNTIME_ENDPOINT = "unix:///var/run/docker.sock",
+        }
+        runtime_request_timeout: Duration {
+            help: "Timeout of each call to a CRI runtime (a stop adds its grace period, an \
+                   exec its own timeout; pulls have their own).",
+            parse: text::duration,
+            flag: "runtime-request-timeout" <"duration">,
+            file: "runtimeRequestTimeout", decode: yaml::duration,
+            examples: ["30s", "10s"],
+            // Upstream's: a create or start on a loaded node can take this long.
+            default: RUNTIME_REQUEST_TIMEOUT = "2m0s",
         }
         pod_infra_container_image: String {
             help: "Image of each pod's sandbox (\"pause\") container.",

@@ -36,7 +36,7 @@ fn world(policy: GcPolicy) -> World {
         runtime.clone(),
         ManagerConfig {
             node_name: NODE.into(),
-            pod_infra_image: IMAGE.into(),
+            pod_infra_image: Some(IMAGE.into()),
             node: NodeContext {
                 root_dir: dir.0.clone(),
                 host_ips: vec![],

@@ -13,6 +13,7 @@
 //! import cycle).
 
 mod admit;
+mod connect;
 mod eviction;
 mod node;
 mod port;
@@ -20,6 +21,8 @@ mod sources;
 mod sync_loop;
 mod syncer;
 
+pub use connect::check_endpoint;
+use connect::RuntimeKind;
 use port::PreparedPort;
 use sources::PreparedSources;
 use sync_loop::SyncLoop;
@@ -92,6 +95,9 @@ pub enum StartError {
     /// `--allowed-unsafe-sysctls` names a sysctl that is not namespaced.
     #[error("allowed unsafe sysctls: {0}")]
     Sysctl(#[source] crate::sysctl::SysctlError),
+    /// The runtime endpoint cannot be used (a CRI runtime not on v1).
+    #[error("container runtime: {0}")]
+    Runtime(#[source] runtime::RuntimeError),
     /// The root directory could not be created.
     #[error("cannot create root directory {path}")]
     RootDir {
@@ -162,48 +168,9 @@ fn make_root_dir(root: &std::path::Path) -> Result<(), StartError> {
     Ok(())
 }
 
-/// The runtime the kubelet drives: the Docker engine at the configured endpoint, with
-/// the sandbox image and log rotation of the configuration, and with
-/// `--network-plugin=cni` the CNI network around it ([`crate::network`]). Does not
-/// connect: the engine may come up later.
-pub fn connect_runtime(cfg: &KubeletConfig) -> Result<Arc<dyn Runtime>, runtime::RuntimeError> {
-    let mut docker = docker::Docker::connect(&cfg.container_runtime_endpoint)?
-        .with_sandbox_image(&cfg.pod_infra_container_image)
-        .with_log_rotation(docker::translate::LogRotation {
-            max_size: cfg.container_log_max_size,
-            max_files: cfg.container_log_max_files,
-        });
-    let mode = match cfg.network_plugin.as_str() {
-        "cni" => crate::network::Mode::Cni {
-            conf_dir: cfg.cni_conf_dir.clone(),
-        },
-        "kubenet" => crate::network::Mode::Kubenet(crate::network::kubenet::Kubenet {
-            mtu: cfg.network_plugin_mtu,
-            hairpin_mode: cfg.hairpin_mode.clone(),
-            non_masquerade_cidr: cfg.non_masquerade_cidr.clone(),
-        }),
-        _ => return Ok(Arc::new(docker)),
-    };
-    docker = docker.with_plugin_network();
-    let network = crate::network::PluginNetwork::new(
-        Arc::new(docker),
-        cni::Cni {
-            bin_dirs: cni::bin_dirs(&cfg.cni_bin_dir),
-            cache_dir: cfg.cni_cache_dir.clone(),
-            timeout: crate::network::PLUGIN_TIMEOUT,
-        },
-        mode,
-    );
-    // Standalone, the pod CIDR is the flag's (with an API server, the Node's).
-    if cfg.kubeconfig.is_none() && cfg.bootstrap_kubeconfig.is_none() && !cfg.pod_cidr.is_empty() {
-        network.update_runtime_config(std::slice::from_ref(&cfg.pod_cidr))?;
-    }
-    Ok(Arc::new(network))
-}
-
 /// Starts every loop of the kubelet. Ports are bound before any thread starts, so a
 /// port in use fails here with nothing left running.
-pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, StartError> {
+pub fn start(cfg: KubeletConfig) -> Result<Running, StartError> {
     make_root_dir(&cfg.root_dir)?;
     let eviction_config = eviction::config(&cfg).map_err(StartError::Eviction)?;
     // Source settings are checked before anything starts, like the ports.
@@ -213,9 +180,19 @@ pub fn start(cfg: KubeletConfig, runtime: Arc<dyn Runtime>) -> Result<Running, S
 
     let (shutdown, stop) = shutdown_channel();
     let loops = Loops::new(stop.clone());
+    // The runtime's client spawns its threads through the loops, so it is made here.
+    let connect::Connected { runtime, kind } =
+        connect::connect_runtime(&cfg, &loops).map_err(StartError::Runtime)?;
     // The prober: changed results reach the sync loop over a bounded channel.
     let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
-    let mut parts = Components::new(&cfg, &runtime, &loops, probe_tx, prepared.api().cloned())?;
+    let mut parts = Components::new(
+        &cfg,
+        &runtime,
+        kind,
+        &loops,
+        probe_tx,
+        prepared.api().cloned(),
+    )?;
     parts.memory_cgroup = crate::cm::cgroups::memory_controller(
         std::path::Path::new(crate::cm::CGROUP_MOUNT),
         std::fs::read_to_string("/proc/cgroups").ok().as_deref(),
@@ -516,6 +493,14 @@ fn start_image_preload(
     let Some(dir) = &cfg.image_preload_dir else {
         return Ok(None);
     };
+    if parts.kind == RuntimeKind::Cri {
+        log::error!(
+            "imagePreloadDir {}: not loaded: image preload is not supported on a CRI runtime \
+             yet (CRI has no call that loads an image archive)",
+            dir.display()
+        );
+        return Ok(None);
+    }
     let mut preloader = crate::images::preload::Preloader::new(dir.clone(), parts.runtime.clone());
     if let Err(e) = preloader.scan(std::time::SystemTime::now()) {
         log::warn!("{e}");
@@ -617,11 +602,14 @@ fn start_image_pullers(
     parts: &Components,
 ) -> Result<Receiver<String>, SpawnError> {
     let (pulled_tx, pulled_rx) = crossbeam_channel::bounded(PULLED_CHANNEL_CAPACITY);
-    // With no registry, a static rkubelet is its own pause image.
-    parts
-        .manager
-        .images()
-        .set_self_import(&cfg.pod_infra_container_image);
+    // With no registry, a static rkubelet is its own pause image (on Docker: a CRI
+    // runtime runs its own sandbox image, and CRI cannot import one).
+    if parts.kind == RuntimeKind::Docker {
+        parts
+            .manager
+            .images()
+            .set_self_import(&cfg.pod_infra_container_image);
+    }
     parts.manager.images().start(
         loops,
         crate::images::PullSettings {
@@ -713,6 +701,8 @@ struct LoopInputs {
 /// same graph the daemon runs.
 #[derive(Debug)]
 struct Components {
+    /// Which API the runtime speaks (what the kubelet does itself differs).
+    kind: RuntimeKind,
     probes: Arc<ProbeManager>,
     statuses: Arc<StatusCache>,
     /// Pokes the status manager when a status changes (bounded 1).
@@ -751,6 +741,7 @@ impl Components {
     fn new(
         cfg: &KubeletConfig,
         runtime: &Arc<dyn Runtime>,
+        kind: RuntimeKind,
         loops: &Loops,
         probe_tx: Sender<ProbeEvent>,
         api: Option<Arc<apiclient::ApiClient>>,
@@ -827,7 +818,9 @@ impl Components {
                 runtime.clone(),
                 ManagerConfig {
                     node_name: cfg.node_name.clone(),
-                    pod_infra_image: cfg.pod_infra_container_image.clone(),
+                    // A CRI runtime runs its own sandbox image (its `sandbox_image`).
+                    pod_infra_image: (kind == RuntimeKind::Docker)
+                        .then(|| cfg.pod_infra_container_image.clone()),
                     node: NodeContext {
                         root_dir: cfg.root_dir.clone(),
                         host_ips: vec![host_ip.clone()],
@@ -850,6 +843,7 @@ impl Components {
             .with_pleg(pleg_shared.clone()),
         );
         Ok(Components {
+            kind,
             probes,
             statuses,
             status_wake,
@@ -1118,8 +1112,15 @@ mod testing {
             let loops = Loops::new(stop);
             let runtime: Arc<dyn Runtime> = rt.clone();
             let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
-            let parts =
-                Components::new(&cfg, &runtime, &loops, probe_tx, None).expect("components");
+            let parts = Components::new(
+                &cfg,
+                &runtime,
+                super::RuntimeKind::Docker,
+                &loops,
+                probe_tx,
+                None,
+            )
+            .expect("components");
             // No evented PLEG here: the pod killer's wakes go nowhere.
             let (wake, _) = crate::pleg::evented::wake_channel(1);
             let handler = parts.syncer(&loops, &cfg, wake).expect("syncer");

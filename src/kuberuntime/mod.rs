@@ -258,8 +258,9 @@ pub struct KillPodRequest {
 pub struct ManagerConfig {
     /// The node's name (the `io.rkubelet.node` label).
     pub node_name: String,
-    /// `--pod-infra-container-image`.
-    pub pod_infra_image: String,
+    /// `--pod-infra-container-image`, made present before a sandbox runs; None: the
+    /// runtime runs its own sandbox image (CRI's `sandbox_image`).
+    pub pod_infra_image: Option<String>,
     /// What container configs need from the node: root dir, IPs, DNS, volumes.
     pub node: container::NodeContext,
     /// Container log rotation and the log links' directories.
@@ -1239,15 +1240,14 @@ impl RuntimeManager {
     }
 
     fn create_sandbox_inner(&self, pod: &Pod, attempt: u32) -> Result<String, RuntimeError> {
-        if let Some(w) = self
-            .images
-            .ensure_sandbox_image(pod, &self.cfg.pod_infra_image)?
-        {
-            return Err(RuntimeError::Api {
-                op: format!("pull sandbox image {}", self.cfg.pod_infra_image),
-                status: 0,
-                message: w.message,
-            });
+        if let Some(image) = &self.cfg.pod_infra_image {
+            if let Some(w) = self.images.ensure_sandbox_image(pod, image)? {
+                return Err(RuntimeError::Api {
+                    op: format!("pull sandbox image {image}"),
+                    status: 0,
+                    message: w.message,
+                });
+            }
         }
         let cfg = self.sandbox_config(pod, attempt)?;
         let id = self.runtime.run_pod_sandbox(&cfg)?;

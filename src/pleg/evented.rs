@@ -21,7 +21,9 @@
 //!
 //! Upstream falls back to the generic PLEG for good after 5 failed connections; rkubelet
 //! keeps reconnecting (backoff up to [`BACKOFF_MAX`]) and relists every second until it
-//! has, because a Docker restart is the usual cause and ends.
+//! has, because a Docker restart is the usual cause and ends. A runtime that has no
+//! event stream at all (containerd 1.6: Unimplemented) is not asked again: the PLEG
+//! relists every second, with one log line saying why.
 //!
 //! [`PlegEvent`]: super::PlegEvent
 //! [`compute_events`]: super::compute_events
@@ -54,6 +56,9 @@ pub(crate) const KINDS: [ContainerEventType; 5] = [
     ContainerEventType::Deleted,
     ContainerEventType::OomKilled,
 ];
+/// The status of a [`RuntimeError::Api`] for a call the runtime does not have (gRPC's
+/// Unimplemented: containerd 1.6's `GetContainerEvents`).
+const UNIMPLEMENTED: u16 = 12;
 /// The first wait before reconnecting a broken stream: short, since a relist every
 /// second covers the gap anyway and most breaks (a proxy, a timeout) heal at once.
 pub(crate) const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
@@ -401,6 +406,24 @@ impl EventWatcher {
             }
             if opened {
                 backoff = BACKOFF_INITIAL;
+            }
+            if let Err(
+                e @ RuntimeError::Api {
+                    status: UNIMPLEMENTED,
+                    ..
+                },
+            ) = &r
+            {
+                // containerd 1.6 has no GetContainerEvents: asking again would only
+                // fail again (and open, fail, reopen ten times a second). Relist
+                // every second for good, as upstream's generic PLEG.
+                log::info!(
+                    "pleg: the runtime has no container event stream ({}); relisting every {:?}",
+                    error_chain(e),
+                    super::RELIST_PERIOD
+                );
+                while !stop.sleep(Duration::from_secs(3600)) {}
+                return;
             }
             let why = match r {
                 Ok(()) => "the runtime ended the event stream".to_string(),

@@ -3,6 +3,11 @@
 //! cleans up after itself, so they run in parallel.
 #![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
 
+// The CRI crate's containerd of a test's own, under the crate name it uses there.
+extern crate cri as rkubelet_cri;
+#[path = "../../crates/cri/tests/common/mod.rs"]
+mod containerd;
+
 mod util;
 mod docker;
 mod kubelet;
@@ -46,3 +51,4 @@ mod sysctl;
 mod network;
 mod push;
 mod offline;
+mod cri_node;
