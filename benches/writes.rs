@@ -76,7 +76,8 @@ fn writes() -> BTreeMap<&'static str, i64> {
         // writeback (a file written, then deleted: runc's process spec in /tmp for each
         // exec). The kernel counts a cancellation to whoever truncated, so a writer's
         // own figure is close, and the node's total exact.
-        *out.entry(writer).or_insert(0) += field("write_bytes: ") - field("cancelled_write_bytes: ");
+        *out.entry(writer).or_insert(0) +=
+            field("write_bytes: ") - field("cancelled_write_bytes: ");
     }
     out
 }

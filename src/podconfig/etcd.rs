@@ -449,12 +449,9 @@ impl EtcdSource {
             .timeout_recv_response(Some(RANGE_TIMEOUT))
             .timeout_per_read(Some(WATCH_WAKEUP))
             .build();
-        let resp = self
-            .agent
-            .run(request)
-            .map_err(|source| {
-                EtcdError::transport(format!("watch {}", self.cfg.prefix), server.clone(), source)
-            })?;
+        let resp = self.agent.run(request).map_err(|source| {
+            EtcdError::transport(format!("watch {}", self.cfg.prefix), server.clone(), source)
+        })?;
         let code = resp.status().as_u16();
         if !(200..300).contains(&code) {
             return Err(EtcdError::Answer {
@@ -748,7 +745,11 @@ mod tests {
              RTC, NTP not yet synced)?"
         );
         assert!(std::error::Error::source(&e).is_none(), "no changing cause");
-        let e = EtcdError::transport("watch".into(), "https://e:2379".into(), ureq::Error::ConnectionFailed);
+        let e = EtcdError::transport(
+            "watch".into(),
+            "https://e:2379".into(),
+            ureq::Error::ConnectionFailed,
+        );
         assert!(matches!(e, EtcdError::Transport { .. }), "{e:?}");
     }
 

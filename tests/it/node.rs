@@ -544,7 +544,9 @@ impl NodeAddress {
 impl Drop for NodeAddress {
     fn drop(&mut self) {
         self.write_hosts(None);
-        let _ = Command::new("ip").args(["link", "del", &self.iface]).output();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.iface])
+            .output();
     }
 }
 
