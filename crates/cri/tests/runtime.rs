@@ -115,11 +115,26 @@ fn wait_exited(rt: &CriRuntime, id: &str) -> runtime::ContainerDetails {
 
 /// How many threads of this process have the name `name`.
 fn threads_named(name: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .expect("/proc/self/task")
-        .flatten()
-        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
-        .count()
+    // A thread names itself once running: until then it shows its parent's name (this
+    // test's thread), so the count is read once no thread shows that name but the
+    // test's own.
+    let names = || -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .expect("/proc/self/task")
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    let me = std::fs::read_to_string("/proc/thread-self/comm")
+        .expect("/proc/thread-self/comm")
+        .trim()
+        .to_string();
+    let settled = wait_for(T, "new threads to name themselves", || {
+        let all = names();
+        (all.iter().filter(|n| **n == me).count() == 1).then_some(all)
+    });
+    settled.iter().filter(|n| *n == name).count()
 }
 
 #[test]
@@ -744,4 +759,52 @@ fn images_are_pulled_with_credentials_inspected_and_removed() {
         .any(|i| i.id == details.id && i.repo_tags.contains(&image)));
     rt.remove_image(&image).expect("remove the pulled image");
     assert_eq!(rt.inspect_image(&image).expect("inspect"), None);
+}
+
+#[test]
+fn images_go_to_the_image_service_endpoint_when_it_is_another_socket() {
+    let a = Containerd::start();
+    let b = a.start_beside();
+    // An image only the image service (b) holds.
+    let only_b = "docker.io/rkubelet/only-on-b:1";
+    b.ctr(&["images", "tag", &format!("docker.io/{BUSYBOX}"), only_b]);
+    let (on_a, _sa) = runtime(&a);
+    assert!(on_a.inspect_image(only_b).expect("inspect").is_none());
+    let (_sb, loops) = loops();
+    let split = CriRuntime::new(&a.endpoint(), T, &loops)
+        .expect("a unix endpoint")
+        .with_image_endpoint(&b.endpoint())
+        .expect("a unix endpoint");
+    // Images are b's; the runtime calls still reach a.
+    assert!(split.inspect_image(only_b).expect("inspect").is_some());
+    let listed: Vec<String> = split
+        .list_images()
+        .expect("list")
+        .into_iter()
+        .flat_map(|i| i.repo_tags)
+        .collect();
+    assert!(listed.iter().any(|t| t == only_b), "{listed:?}");
+    assert_eq!(
+        split.version().expect("version").api_version,
+        "v1",
+        "the runtime service is a's"
+    );
+    split.remove_image(only_b).expect("remove");
+    assert!(!b.ctr(&["images", "ls", "-q"]).contains(only_b));
+    // An image service that is down is named as such.
+    let b_endpoint = b.endpoint();
+    drop(b);
+    let e = split.inspect_image(only_b).expect_err("b is gone");
+    assert!(e.is_unavailable(), "{e}");
+    assert!(
+        e.to_string().contains(&b_endpoint),
+        "names the image service: {e}"
+    );
+    assert!(
+        CriRuntime::new(&a.endpoint(), T, &loops)
+            .expect("a unix endpoint")
+            .with_image_endpoint("tcp://127.0.0.1:1")
+            .is_err(),
+        "not a unix endpoint"
+    );
 }
