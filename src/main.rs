@@ -70,9 +70,13 @@ fn run() -> Exit {
     // The endpoint's form is checked (not dialled) before logging starts, so a bad one
     // is one line on stderr like every other bad flag, not a start-up log followed by an
     // error. What answers on it is asked in `kubelet::start`.
-    if let Err(e) = kubelet::check_endpoint(&cfg.container_runtime_endpoint) {
-        eprintln!("rkubelet: {}", error_chain(&e));
-        return Exit::Usage;
+    let endpoints = std::iter::once(&cfg.container_runtime_endpoint)
+        .chain(Some(&cfg.image_service_endpoint).filter(|e| !e.is_empty()));
+    for endpoint in endpoints {
+        if let Err(e) = kubelet::check_endpoint(endpoint) {
+            eprintln!("rkubelet: {}", error_chain(&e));
+            return Exit::Usage;
+        }
     }
     logging::init(cfg.verbosity);
     if let Some(path) = &cfg.log_file {

@@ -444,6 +444,7 @@ mod tests {
                 "podCIDR" => "10.88.1.0/24",
                 "hairpinMode" => "hairpin-veth",
                 "runtimeRequestTimeout" => "30s",
+                "imageServiceEndpoint" => "unix:///run/i.sock",
                 _ => "{}",
             };
             body.push_str(&format!("{f}: {value}\n"));
@@ -456,9 +457,9 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 48 implemented fields and `logging`, plus
+        // All but the type meta, the 49 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 51 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 52 + 1);
         assert!(!s.unsupported.contains(&"allowedUnsafeSysctls".to_string()));
         assert_eq!(s.serialize_image_pulls, Some(false));
         assert_eq!(s.max_parallel_image_pulls, Some(3));

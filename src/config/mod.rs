@@ -338,6 +338,7 @@ mod tests {
                 root_dir: defaults::ROOT_DIR.into(),
                 container_runtime_endpoint: defaults::CONTAINER_RUNTIME_ENDPOINT.into(),
                 runtime_request_timeout: Duration::from_secs(120),
+                image_service_endpoint: String::new(),
                 pod_infra_container_image: defaults::POD_INFRA_CONTAINER_IMAGE.into(),
                 network_plugin: String::new(),
                 cni_bin_dir: "/opt/cni/bin".into(),

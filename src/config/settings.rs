@@ -100,6 +100,16 @@ settings_table! {
             // Upstream's: a create or start on a loaded node can take this long.
             default: RUNTIME_REQUEST_TIMEOUT = "2m0s",
         }
+        image_service_endpoint: String {
+            help: "The CRI image service's endpoint when it is not the runtime's own socket \
+                   (a CRI runtime only). Empty: --container-runtime-endpoint.",
+            parse: text::any_string,
+            flag: "image-service-endpoint" <"endpoint">,
+            file: "imageServiceEndpoint", decode: yaml::string,
+            examples: ["unix:///run/i.sock", "unix:///run/j.sock"],
+            // Upstream's: the runtime serves its images itself.
+            default: IMAGE_SERVICE_ENDPOINT = "",
+        }
         pod_infra_container_image: String {
             help: "Image of each pod's sandbox (\"pause\") container.",
             parse: text::string,

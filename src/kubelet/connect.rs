@@ -162,13 +162,22 @@ pub(super) fn connect_runtime(
                     cfg.network_plugin
                 );
             }
-            Arc::new(cri::runtime::CriRuntime::new(
-                endpoint,
-                cfg.runtime_request_timeout,
-                loops,
-            )?)
+            let mut cri =
+                cri::runtime::CriRuntime::new(endpoint, cfg.runtime_request_timeout, loops)?;
+            if !cfg.image_service_endpoint.is_empty() {
+                cri = cri.with_image_endpoint(&cfg.image_service_endpoint)?;
+                log::info!("image service at {}", cfg.image_service_endpoint);
+            }
+            Arc::new(cri)
         }
     };
+    if kind == RuntimeKind::Docker && !cfg.image_service_endpoint.is_empty() {
+        log::warn!(
+            "--image-service-endpoint={} is not used with Docker: the engine serves its own \
+             images",
+            cfg.image_service_endpoint
+        );
+    }
     Ok(Connected { runtime, kind })
 }
 

@@ -73,6 +73,11 @@ const UNIMPLEMENTED: u16 = 12;
 #[derive(Debug)]
 pub struct CriRuntime {
     client: Arc<CriClient>,
+    /// The image service's client: `client` unless `--image-service-endpoint` names
+    /// another socket ([`CriRuntime::with_image_endpoint`]).
+    images: Arc<CriClient>,
+    /// That socket, for errors.
+    image_endpoint: String,
     endpoint: String,
     timeout: Duration,
     loops: Loops,
@@ -145,13 +150,44 @@ impl CriRuntime {
                 endpoint: endpoint.to_string(),
                 reason: e.to_string(),
             })?;
+        let client = Arc::new(client);
         Ok(CriRuntime {
-            client: Arc::new(client),
+            images: client.clone(),
+            image_endpoint: endpoint.to_string(),
+            client,
             endpoint: endpoint.to_string(),
             timeout,
             loops: loops.clone(),
             stopping: Arc::new(Mutex::new(HashSet::new())),
         })
+    }
+
+    /// The image service at `endpoint` instead of the runtime's own socket (upstream's
+    /// `--image-service-endpoint`: an image service apart from the runtime). Images are
+    /// inspected, pulled, listed and removed there; containers still name them as the
+    /// runtime sees them. Does not connect.
+    pub fn with_image_endpoint(mut self, endpoint: &str) -> Result<CriRuntime, RuntimeError> {
+        let client = CriClient::new(endpoint, self.timeout, &self.loops).map_err(|e| {
+            RuntimeError::BadEndpoint {
+                endpoint: endpoint.to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        self.images = Arc::new(client);
+        self.image_endpoint = endpoint.to_string();
+        Ok(self)
+    }
+
+    /// An image service's failure as the runtime boundary's error: as [`Self::error`],
+    /// naming the image service's socket when it is down.
+    fn image_error(&self, op: impl Into<String>, e: CriError) -> RuntimeError {
+        match self.error(op, e) {
+            RuntimeError::Unavailable { source, .. } => RuntimeError::Unavailable {
+                endpoint: self.image_endpoint.clone(),
+                source,
+            },
+            other => other,
+        }
     }
 
     /// A CRI failure as the runtime boundary's error, for operation `op`.
@@ -589,7 +625,7 @@ impl Runtime for CriRuntime {
     }
 
     fn inspect_image(&self, image: &str) -> Result<Option<ImageDetails>, RuntimeError> {
-        match self.client.image_status(&v1::ImageStatusRequest {
+        match self.images.image_status(&v1::ImageStatusRequest {
             image: Some(v1::ImageSpec {
                 image: image.to_string(),
                 ..Default::default()
@@ -598,13 +634,13 @@ impl Runtime for CriRuntime {
         }) {
             Ok(r) => Ok(r.image.map(|i| translate::image_details(i, &r.info))),
             Err(e) if e.code() == Code::NotFound => Ok(None),
-            Err(e) => Err(self.error(format!("inspect image {image}"), e)),
+            Err(e) => Err(self.image_error(format!("inspect image {image}"), e)),
         }
     }
 
     fn pull_image(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<(), RuntimeError> {
         let image = image.trim();
-        self.client
+        self.images
             .pull_image(&v1::PullImageRequest {
                 image: Some(v1::ImageSpec {
                     image: image.to_string(),
@@ -614,7 +650,7 @@ impl Runtime for CriRuntime {
                 sandbox_config: None,
             })
             .map(drop)
-            .map_err(|e| self.error(format!("pull image {image}"), e))
+            .map_err(|e| self.image_error(format!("pull image {image}"), e))
     }
 
     fn import_image(
@@ -640,9 +676,9 @@ impl Runtime for CriRuntime {
 
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
         let r = self
-            .client
+            .images
             .list_images(&v1::ListImagesRequest { filter: None })
-            .map_err(|e| self.error("list images", e))?;
+            .map_err(|e| self.image_error("list images", e))?;
         let none = HashMap::new();
         Ok(r.images
             .into_iter()
@@ -651,7 +687,7 @@ impl Runtime for CriRuntime {
     }
 
     fn remove_image(&self, image: &str) -> Result<(), RuntimeError> {
-        match self.client.remove_image(&v1::RemoveImageRequest {
+        match self.images.remove_image(&v1::RemoveImageRequest {
             image: Some(v1::ImageSpec {
                 image: image.to_string(),
                 ..Default::default()
@@ -659,7 +695,7 @@ impl Runtime for CriRuntime {
         }) {
             Ok(_) => Ok(()),
             Err(e) if e.code() == Code::NotFound => Ok(()),
-            Err(e) => Err(self.error(format!("remove image {image}"), e)),
+            Err(e) => Err(self.image_error(format!("remove image {image}"), e)),
         }
     }
 

@@ -86,7 +86,7 @@ pub struct Containerd {
     config: PathBuf,
     bridge: String,
     daemon: Option<Child>,
-    _serial: MutexGuard<'static, ()>,
+    _serial: Option<MutexGuard<'static, ()>>,
 }
 
 impl Containerd {
@@ -96,7 +96,16 @@ impl Containerd {
 
     /// A containerd whose config.toml ends with `extra` (e.g. a registry mirror).
     pub fn start_with(extra: &str) -> Containerd {
-        let serial = one_at_a_time();
+        Containerd::start_serial(extra, Some(one_at_a_time()))
+    }
+
+    /// A second containerd beside this one (its own dirs, socket and bridge), for a
+    /// test that needs two: the first one's turn covers both.
+    pub fn start_beside(&self) -> Containerd {
+        Containerd::start_serial("", None)
+    }
+
+    fn start_serial(extra: &str, serial: Option<MutexGuard<'static, ()>>) -> Containerd {
         require_host();
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
