@@ -27,19 +27,21 @@ images:
 # with the README's client certificate) authorized with AlwaysAllow, and the
 # read-only port back on 127.0.0.1:10255 for the quick start's curls.
 # tests/it/kubelet_port.rs runs the binary with the same config and overrides.
+RUN_FLAGS = --config=$(CURDIR)/systemd/config.yaml \
+	--pod-manifest-path=$(CURDIR)/examples/manifests \
+	--root-dir=$(RUN_DIR) \
+	--hostname-override=$(NODE_NAME) \
+	--pod-infra-container-image=$(PAUSE) \
+	--address=127.0.0.1 \
+	--read-only-port=10255 \
+	--client-ca-file=$(RUN_DIR)/pki/ca.crt \
+	--authentication-token-webhook=false \
+	--authorization-mode=AlwaysAllow
+
 run: build images
 	mkdir -p $(RUN_DIR)
 	hack/run-pki.sh $(RUN_DIR)/pki
-	$(BIN) --config=$(CURDIR)/systemd/config.yaml \
-		--pod-manifest-path=$(CURDIR)/examples/manifests \
-		--root-dir=$(RUN_DIR) \
-		--hostname-override=$(NODE_NAME) \
-		--pod-infra-container-image=$(PAUSE) \
-		--address=127.0.0.1 \
-		--read-only-port=10255 \
-		--client-ca-file=$(RUN_DIR)/pki/ca.crt \
-		--authentication-token-webhook=false \
-		--authorization-mode=AlwaysAllow
+	$(BIN) $(RUN_FLAGS)
 
 # `make run` on a containerd instead of Docker: hack/run-containerd.sh starts one of its
 # own (CRI on, the offline images imported, a CNI bridge rkctr0 on 10.244.77.0/24) and
@@ -49,17 +51,7 @@ run-containerd: build images
 	mkdir -p $(RUN_DIR)
 	hack/run-pki.sh $(RUN_DIR)/pki
 	endpoint=$$(hack/run-containerd.sh $(RUN_DIR)) && \
-	$(BIN) --config=$(CURDIR)/systemd/config.yaml \
-		--container-runtime-endpoint=$$endpoint \
-		--pod-manifest-path=$(CURDIR)/examples/manifests \
-		--root-dir=$(RUN_DIR) \
-		--hostname-override=$(NODE_NAME) \
-		--pod-infra-container-image=$(PAUSE) \
-		--address=127.0.0.1 \
-		--read-only-port=10255 \
-		--client-ca-file=$(RUN_DIR)/pki/ca.crt \
-		--authentication-token-webhook=false \
-		--authorization-mode=AlwaysAllow
+	$(BIN) $(RUN_FLAGS) --container-runtime-endpoint=$$endpoint
 
 # Unit tests and integration tests against the real Docker engine. The integration
 # tests mostly wait (for outages, back-offs, grace periods, rotations), so four run at
