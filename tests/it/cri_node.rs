@@ -5,21 +5,10 @@
 //! from the CNI bridge, and deleting the manifest removes both; image preload is
 //! refused with one line.
 
-use serde_json::Value;
-
 use crate::containerd::{client, Containerd};
+use crate::registry::pod_item;
 use crate::util::{wait_for, Node, BUSYBOX, LONG, SLEEPER};
 use rkubelet_cri::v1;
-
-/// The pod's entry in `/pods`, once it has one.
-fn pod(node: &Node, name: &str) -> Option<Value> {
-    let full = format!("{name}-{}", node.name);
-    node.pods()["items"]
-        .as_array()?
-        .iter()
-        .find(|p| p["metadata"]["name"] == full.as_str())
-        .cloned()
-}
 
 /// The harness's CNI bridge subnet ("10.x.y."), read from its conflist.
 fn bridge_prefix(c: &Containerd) -> String {
@@ -51,7 +40,7 @@ fn a_static_pod_runs_on_containerd_and_goes_with_its_manifest() {
     node.start(&[&format!("--image-preload-dir={}", preload.display())]);
     let prefix = bridge_prefix(&c);
     let status = wait_for("the pod Running and Ready on containerd", LONG, || {
-        let p = pod(&node, "web")?;
+        let p = pod_item(&node, "web")?;
         let ready = p["status"]["conditions"]
             .as_array()?
             .iter()
