@@ -140,6 +140,12 @@ pub(crate) fn plan_containers(
         if is_sandbox(c) || c.state == ContainerState::Running || c.created > newest_gc_time {
             continue;
         }
+        // A pod's newest instance still `Created` is being started, not dead: counted
+        // as dead, it took the place of a really dead one under the limits (the pass
+        // between a restart's create and its start removed every dead instance).
+        if c.state == ContainerState::Created && newest.contains(&c.id) {
+            continue;
+        }
         let uid = label(c, labels::POD_UID);
         if uid.is_empty() {
             continue;
@@ -309,7 +315,7 @@ mod tests {
         }
     }
 
-    use ContainerState::{Exited, Running, Unknown};
+    use ContainerState::{Created, Exited, Running, Unknown};
 
     fn live(_: &str) -> bool {
         false
@@ -340,6 +346,25 @@ mod tests {
         };
         let p = plan_containers(&all, &policy, at(100), &live);
         assert_eq!(p.ids(), ["a0"], "a1 carries the restart count");
+    }
+
+    #[test]
+    fn an_instance_being_started_is_not_counted_as_dead() {
+        // Pod u1's restart is created, not yet started; u2 and u3 each have a dead one.
+        let all = vec![
+            c("a0", "u1", "app", 0, 0, Exited),
+            c("a1", "u1", "app", 1, 50, Created),
+            c("b0", "u2", "app", 0, 10, Exited),
+            c("b1", "u2", "app", 1, 60, Running),
+            c("c0", "u3", "app", 0, 20, Exited),
+            c("c1", "u3", "app", 1, 70, Running),
+        ];
+        let policy = GcPolicy {
+            max_containers: 1,
+            ..GcPolicy::default()
+        };
+        let p = plan_containers(&all, &policy, at(100), &live);
+        assert_eq!(p.ids(), ["a0", "b0"], "the newest dead one (c0) stays");
     }
 
     #[test]
