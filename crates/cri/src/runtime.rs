@@ -181,17 +181,16 @@ impl CriRuntime {
     /// An image service's failure as the runtime boundary's error: as [`Self::error`],
     /// naming the image service's socket when it is down.
     fn image_error(&self, op: impl Into<String>, e: CriError) -> RuntimeError {
-        match self.error(op, e) {
-            RuntimeError::Unavailable { source, .. } => RuntimeError::Unavailable {
-                endpoint: self.image_endpoint.clone(),
-                source,
-            },
-            other => other,
-        }
+        self.error_at(&self.image_endpoint, op, e)
     }
 
     /// A CRI failure as the runtime boundary's error, for operation `op`.
     fn error(&self, op: impl Into<String>, e: CriError) -> RuntimeError {
+        self.error_at(&self.endpoint, op, e)
+    }
+
+    /// A failure of a call to `endpoint` as the runtime boundary's error.
+    fn error_at(&self, endpoint: &str, op: impl Into<String>, e: CriError) -> RuntimeError {
         let op = op.into();
         let message = match &e {
             CriError::Grpc(GrpcError::Status { message, .. }) => message.clone(),
@@ -203,7 +202,7 @@ impl CriRuntime {
                 reason: message,
             },
             CriError::Grpc(GrpcError::Connect { source, .. }) => RuntimeError::Unavailable {
-                endpoint: self.endpoint.clone(),
+                endpoint: endpoint.to_string(),
                 source,
             },
             CriError::Grpc(GrpcError::DeadlineExceeded { timeout, .. }) => {
@@ -211,7 +210,7 @@ impl CriRuntime {
             }
             e => match e.code() {
                 Code::Unavailable => RuntimeError::Unavailable {
-                    endpoint: self.endpoint.clone(),
+                    endpoint: endpoint.to_string(),
                     source: io::Error::new(io::ErrorKind::ConnectionAborted, e.to_string()),
                 },
                 Code::DeadlineExceeded => RuntimeError::Timeout {
