@@ -33,6 +33,9 @@ apt_install() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
+# Whether /bin/busybox is there and statically linked (ldd: "not a dynamic executable").
+static_busybox() { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; }
+
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 
 work="$(mktemp -d)"
@@ -43,7 +46,10 @@ build_busybox() {
 		log "$busybox_image exists"
 		return
 	fi
-	if [ ! -x /bin/busybox ]; then
+	# The image has no libc: the busybox copied in must be the static one. Debian's
+	# dynamic `busybox` (which a kernel package's initramfs-tools may pull in, replacing
+	# busybox-static) would give an image whose every command is "no such file".
+	if ! static_busybox; then
 		log "installing busybox-static"
 		apt_install busybox-static
 	fi
