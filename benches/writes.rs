@@ -13,6 +13,12 @@
 //! its shims (found by Docker's containerd socket in their command line). Then each probe kind alone, 10 pods probed every second for
 //! 60 s (`RKUBELET_BENCH_PROBE_WINDOW`), gives the runtime's writes per probe.
 //!
+//! Both runs are made twice: on the machine's Docker as it is set up (on these VMs
+//! `/run` is a directory of the root filesystem), and on a private dockerd and
+//! containerd laid out as on a board: their data roots on the disk, their state
+//! (sockets, dockerd's exec root, containerd's state, the shims' pid and log files;
+//! what lives in `/run`) on a tmpfs, as every systemd system mounts `/run`.
+//!
 //! Targets: the node's total ≤ 10 MiB an hour, rkubelet's own ≤ 1 MiB an hour.
 #![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
 
@@ -22,6 +28,14 @@ mod util;
 
 #[path = "../tests/it/apiserver.rs"]
 mod apiserver;
+
+#[allow(dead_code)]
+#[path = "../tests/it/etcd.rs"]
+mod etcd;
+
+#[allow(dead_code)]
+#[path = "../tests/it/chaos_suite.rs"]
+mod chaos_suite;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -43,8 +57,24 @@ fn secs(var: &str, default: u64) -> Duration {
     )
 }
 
-/// `write_bytes` of every process whose command name is one of the writers, by writer.
-fn writes() -> BTreeMap<&'static str, i64> {
+/// The node measured: its rkubelet (by its directory, which the command line names)
+/// and its runtime.
+struct Measured {
+    node_dir: String,
+    engine: Engine,
+}
+
+/// Whose dockerd, containerd and shims are the node's runtime.
+enum Engine {
+    /// The machine's Docker: dockerd without `--containerd=`, its containerd and shims
+    /// (their command lines name `/var/run/docker/containerd/`).
+    Machine,
+    /// A private engine: every process whose command line names its directory.
+    Private(String),
+}
+
+/// `write_bytes` of the node's processes, by writer.
+fn writes(m: &Measured) -> BTreeMap<&'static str, i64> {
     let mut out = BTreeMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -54,15 +84,23 @@ fn writes() -> BTreeMap<&'static str, i64> {
             continue;
         };
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        // Docker's own containerd and its shims only: a containerd of someone else's
-        // (a CRI test's) on this machine is not this node's runtime.
+        // The node's own runtime only: a containerd of someone else's (a CRI test's) on
+        // this machine is not this node's runtime, nor another test's rkubelet its kubelet.
         let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let dockers = String::from_utf8_lossy(&args).contains("/var/run/docker/containerd/");
-        let writer = match comm.trim() {
-            "rkubelet" => "rkubelet",
-            "dockerd" => "dockerd",
-            "containerd" if dockers => "containerd",
-            c if c.starts_with("containerd-shim") && dockers => "containerd shims",
+        let args = String::from_utf8_lossy(&args);
+        let comm = comm.trim();
+        let runtimes = match &m.engine {
+            Engine::Machine => {
+                args.contains("/var/run/docker/containerd/")
+                    || (comm == "dockerd" && !args.contains("--containerd="))
+            }
+            Engine::Private(dir) => args.contains(dir.as_str()),
+        };
+        let writer = match comm {
+            "rkubelet" if args.contains(m.node_dir.as_str()) => "rkubelet",
+            "dockerd" if runtimes => "dockerd",
+            "containerd" if runtimes => "containerd",
+            c if c.starts_with("containerd-shim") && runtimes => "containerd shims",
             _ => continue,
         };
         let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
@@ -200,7 +238,6 @@ fn main() {
     let window = secs("RKUBELET_BENCH_WINDOW", 300);
     let probe_window = secs("RKUBELET_BENCH_PROBE_WINDOW", 60);
     let api = apiserver::TestApiServer::start(apiserver::Options::default());
-    let mut node = util::Node::new("bench-writes");
     api.set_service_account_admission(true);
     for (kind, data) in [
         ("configmaps", json!({"data": {"app.conf": "level=info\n"}})),
@@ -221,6 +258,33 @@ fn main() {
         obj["metadata"] = json!({"name": name, "namespace": "default"});
         api.create(kind, "default", obj).expect("create object");
     }
+
+    println!("== on this machine's Docker (its /run and /tmp are directories of the disk)");
+    let node = util::Node::new("bench-writes");
+    run(&api, node, Engine::Machine, "m", window, probe_window);
+
+    println!(
+        "\n== on a private dockerd and containerd laid out as on a board: data roots on the \
+         disk, /run (sockets, exec root, containerd's state, the shims' files) a tmpfs"
+    );
+    let pd = chaos_suite::PrivateDocker::start_with_run_on_tmpfs();
+    let mut node = util::Node::new("bench-writes-board");
+    node.endpoint = pd.endpoint();
+    node.docker = docker::Docker::connect(&node.endpoint).expect("endpoint");
+    let engine = Engine::Private(pd.dir().display().to_string());
+    run(&api, node, engine, "b", window, probe_window);
+    drop(pd);
+}
+
+/// One node's run: its 10 pods over the window, then each probe kind alone.
+fn run(
+    api: &apiserver::TestApiServer,
+    mut node: util::Node,
+    engine: Engine,
+    prefix: &str,
+    window: Duration,
+    probe_window: Duration,
+) {
     let kc = api.kubeconfig(&node.dir, "kubelet.kubeconfig", "token: good-token");
     let log = node.dir.join("kubelet.log");
     // The default verbosity (the test nodes' --v=2 logs every request): what a node
@@ -230,16 +294,27 @@ fn main() {
         &format!("--log-file={}", log.display()),
         "--v=0",
     ]);
+    let m = Measured {
+        node_dir: node.dir.display().to_string(),
+        engine,
+    };
 
     // A node of 10 such pods, settled for a minute, then the window.
     let pods: Vec<_> = (0..PODS)
-        .map(|i| pod(&format!("w{i}"), &node.name, 10, &["exec", "http", "tcp"]))
+        .map(|i| {
+            pod(
+                &format!("{prefix}w{i}"),
+                &node.name,
+                10,
+                &["exec", "http", "tcp"],
+            )
+        })
         .collect();
-    run_pods(&api, &node, &pods);
+    run_pods(api, &node, &pods);
     std::thread::sleep(Duration::from_secs(60));
-    let (before, disk_before) = (writes(), disk_writes());
+    let (before, disk_before) = (writes(&m), disk_writes());
     std::thread::sleep(window);
-    let d = delta(&before, &writes());
+    let d = delta(&before, &writes(&m));
     let disk = disk_writes() - disk_before;
     let restarts: u64 = util::restart_counts(&node)
         .values()
@@ -274,19 +349,19 @@ fn main() {
             "MISSED"
         },
     );
-    delete_all(&api, &node, &pods);
+    delete_all(api, &node, &pods);
 
     // Each probe kind alone, every second: the runtime's writes per probe.
     println!("\nper probe kind ({PODS} pods, one probe each, every 1 s, {probe_window:?}):");
     for kind in ["exec", "http", "tcp"] {
         let pods: Vec<_> = (0..PODS)
-            .map(|i| pod(&format!("{kind}{i}"), &node.name, 1, &[kind]))
+            .map(|i| pod(&format!("{prefix}{kind}{i}"), &node.name, 1, &[kind]))
             .collect();
-        run_pods(&api, &node, &pods);
+        run_pods(api, &node, &pods);
         std::thread::sleep(Duration::from_secs(10));
-        let before = writes();
+        let before = writes(&m);
         std::thread::sleep(probe_window);
-        let d = delta(&before, &writes());
+        let d = delta(&before, &writes(&m));
         let probes = PODS as f64 * probe_window.as_secs_f64();
         let runtime: u64 = d
             .iter()
@@ -298,6 +373,6 @@ fn main() {
             runtime as f64 / probes,
             d.get("rkubelet").copied().unwrap_or(0) as f64 / probes
         );
-        delete_all(&api, &node, &pods);
+        delete_all(api, &node, &pods);
     }
 }

@@ -785,6 +785,9 @@ pub fn kill9_under_churn(scale: &Scale) -> Row {
 /// images are loaded into it from the machine's engine.
 pub struct PrivateDocker {
     dir: PathBuf,
+    /// Where the runtime's state lives (sockets, dockerd's exec root, containerd's
+    /// state, the shims' files): `dir` itself, or a tmpfs under it as a board's `/run`.
+    run: PathBuf,
     bridge: String,
     containerd: Option<Child>,
     dockerd: Option<Child>,
@@ -793,7 +796,14 @@ pub struct PrivateDocker {
 impl PrivateDocker {
     /// The Engine API endpoint.
     pub fn endpoint(&self) -> String {
-        format!("unix://{}", self.dir.join("docker.sock").display())
+        format!("unix://{}", self.run.join("docker.sock").display())
+    }
+
+    /// The directory everything of this engine's is under (its processes' command
+    /// lines name it).
+    #[allow(dead_code)] // benches/writes.rs's, not the tests'
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     fn sh(cmd: &str) -> bool {
@@ -808,10 +818,37 @@ impl PrivateDocker {
 
     /// Makes the bridge, starts containerd and dockerd, loads the images.
     pub fn start() -> PrivateDocker {
+        Self::start_with(false)
+    }
+
+    /// As [`PrivateDocker::start`], with the runtime's state (what lives in `/run`:
+    /// sockets, dockerd's exec root, containerd's state and its shims' files) on a
+    /// tmpfs of its own, as on every systemd system, and its data roots on the disk.
+    #[allow(dead_code)] // benches/writes.rs's, not the tests'
+    pub fn start_with_run_on_tmpfs() -> PrivateDocker {
+        Self::start_with(true)
+    }
+
+    fn start_with(run_on_tmpfs: bool) -> PrivateDocker {
         let id = std::process::id() % 10_000;
         let dir = PathBuf::from(format!("/tmp/rkchaos-{id}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("private docker dir");
+        let run = if run_on_tmpfs {
+            let run = dir.join("run");
+            std::fs::create_dir_all(&run).expect("private run dir");
+            assert!(
+                Self::sh(&format!(
+                    "mount -t tmpfs -o mode=0755,size=256m rkchaos-run {}",
+                    run.display()
+                )),
+                "cannot mount a tmpfs on {} (needs root)",
+                run.display()
+            );
+            run
+        } else {
+            dir.clone()
+        };
         let bridge = format!("rkchaos{id}");
         let net = 100 + (id % 150);
         assert!(
@@ -821,12 +858,12 @@ impl PrivateDocker {
             )),
             "cannot make the bridge {bridge} (needs root and `ip`)"
         );
-        let d = dir.display();
+        let (d, r) = (dir.display(), run.display());
         std::fs::write(
             dir.join("containerd.toml"),
             format!(
-                "version = 2\nroot = \"{d}/containerd-root\"\nstate = \"{d}/containerd-state\"\n\
-                 [grpc]\n  address = \"{d}/containerd.sock\"\n[ttrpc]\n  address = \"{d}/containerd.sock.ttrpc\"\n\
+                "version = 2\nroot = \"{d}/containerd-root\"\nstate = \"{r}/containerd-state\"\n\
+                 [grpc]\n  address = \"{r}/containerd.sock\"\n[ttrpc]\n  address = \"{r}/containerd.sock.ttrpc\"\n\
                  [debug]\n  address = \"\"\n[metrics]\n  address = \"\"\n"
             ),
         )
@@ -851,6 +888,7 @@ impl PrivateDocker {
             .expect("containerd must be installed (docker.io brings it)");
         let mut pd = PrivateDocker {
             dir,
+            run,
             bridge,
             containerd: Some(containerd),
             dockerd: None,
@@ -858,7 +896,7 @@ impl PrivateDocker {
         crate::util::wait_for(
             "the private containerd's socket",
             Duration::from_secs(60),
-            || pd.dir.join("containerd.sock").exists().then_some(()),
+            || pd.run.join("containerd.sock").exists().then_some(()),
         );
         pd.start_dockerd();
         let ep = pd.endpoint();
@@ -874,7 +912,7 @@ impl PrivateDocker {
 
     /// Starts dockerd (again) and waits for `/_ping`.
     pub fn start_dockerd(&mut self) {
-        let d = &self.dir;
+        let (d, r) = (&self.dir, &self.run);
         let log = Stdio::from(
             std::fs::OpenOptions::new()
                 .create(true)
@@ -885,12 +923,12 @@ impl PrivateDocker {
         let child = Command::new("dockerd")
             .arg(format!("--host={}", self.endpoint()))
             .arg(format!("--data-root={}", d.join("data").display()))
-            .arg(format!("--exec-root={}", d.join("exec").display()))
-            .arg(format!("--pidfile={}", d.join("docker.pid").display()))
+            .arg(format!("--exec-root={}", r.join("exec").display()))
+            .arg(format!("--pidfile={}", r.join("docker.pid").display()))
             .arg(format!("--config-file={}", d.join("daemon.json").display()))
             .arg(format!(
                 "--containerd={}",
-                d.join("containerd.sock").display()
+                r.join("containerd.sock").display()
             ))
             .arg(format!("--containerd-namespace={}", self.bridge))
             .arg(format!("--containerd-plugins-namespace={}-p", self.bridge))
@@ -950,7 +988,7 @@ impl Drop for PrivateDocker {
             let _ = c.wait();
         }
         // Shims of our containerd (they carry its socket path) that outlived it.
-        let sock = self.dir.join("containerd.sock").display().to_string();
+        let sock = self.run.join("containerd.sock").display().to_string();
         if let Ok(rd) = std::fs::read_dir("/proc") {
             for e in rd.flatten() {
                 let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
