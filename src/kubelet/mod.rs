@@ -835,6 +835,7 @@ impl Components {
                     logs: crate::kuberuntime::logs::LogSettings {
                         pods_dir: cfg.pod_logs_dir.clone(),
                         containers_dir: cfg.container_logs_dir.clone(),
+                        runtime_writes_files: kind != RuntimeKind::Docker,
                     },
                 },
             )
