@@ -11,8 +11,8 @@
 //! runtime whether the container still runs, and once it does not, reads to the end
 //! and ends. When the container log manager rotates the file (renames `0.log`, then
 //! `ReopenContainerLog` makes a new one), the reader finishes the old file and goes
-//! on with the new one at its start; upstream switches on the rename and may lose
-//! the old file's last lines.
+//! on with the new one at its start once the runtime writes there (or a second
+//! passed); upstream switches on the rename and may lose the old file's last lines.
 //!
 //! Unlike upstream, partial pieces are joined as they stream (one timestamp per line,
 //! `since` judged by its first piece, `tail` counting whole lines), and a line with
@@ -38,6 +38,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// The longest line kept whole: containerd cuts its lines at 16 KiB (`P` pieces), so
 /// only a file that is no CRI log has longer ones; such a line is handled in pieces.
 const MAX_LINE: usize = 1024 * 1024;
+/// How long a follower keeps reading a rotated file while the new one stays empty:
+/// the runtime may still write to the old one until its reopen has swapped files.
+const SWITCH_AFTER: Duration = Duration::from_secs(1);
 /// The wait between looks at the file when no inotify instance could be had.
 const POLL_WITHOUT_INOTIFY: Duration = Duration::from_millis(250);
 /// How much of a line's start the tail scan keeps to read its tag.
@@ -322,9 +325,10 @@ struct Follow {
     last_check: Option<Instant>,
     /// The container was seen stopped: what is left is read, then the log ends.
     stopped: bool,
-    /// A new file was seen at the path: the old one is read to its end once more
-    /// (the runtime may have written to it until it reopened), then left.
-    rotated: bool,
+    /// When a new file was first seen at the path. The old one is left once the
+    /// runtime writes to the new one (it has let go of the old) or [`SWITCH_AFTER`]
+    /// passed, each time after reading the old one to its end.
+    rotated: Option<Instant>,
 }
 
 /// A container's CRI log as a [`runtime::LogStream`].
@@ -379,7 +383,7 @@ impl LogReader {
             waiter: Waiter::new(path.parent().unwrap_or(Path::new("/"))),
             last_check: None,
             stopped: false,
-            rotated: false,
+            rotated: None,
         });
         Ok(LogReader {
             path: path.to_path_buf(),
@@ -442,21 +446,26 @@ impl LogReader {
             self.done = true;
             return Ok(true);
         }
-        let now_id = std::fs::metadata(&self.path).ok().map(|m| file_id(&m));
-        if now_id.is_some_and(|id| id != self.id) {
-            if !f.rotated {
-                f.rotated = true;
+        let now = std::fs::metadata(&self.path)
+            .ok()
+            .map(|m| (file_id(&m), m.len()));
+        if let Some((id, len)) = now.filter(|(id, _)| *id != self.id) {
+            let Some(seen) = f.rotated else {
+                // Read the old file to its end once more first.
+                f.rotated = Some(Instant::now());
                 return Ok(true);
-            }
+            };
             // The old file is read to its end: on with the new one from its start.
-            if let Ok(file) = File::open(&self.path) {
-                let id = file_id(&file.metadata()?);
-                f.rotated = false;
-                // A line the old file left unfinished is printed as it is.
-                self.print_lines(true);
-                self.file = file;
-                self.id = id;
-                return Ok(true);
+            if len > 0 || seen.elapsed() >= SWITCH_AFTER {
+                if let Ok(file) = File::open(&self.path) {
+                    f.rotated = None;
+                    let id = file_id(&file.metadata()?);
+                    // A line the old file left unfinished is printed as it is.
+                    self.print_lines(true);
+                    self.file = file;
+                    self.id = id;
+                    return Ok(true);
+                }
             }
         }
         let due = f.last_check.is_none_or(|t| t.elapsed() >= RUNNING_CHECK);
@@ -725,11 +734,15 @@ mod tests {
         f.write_all(format!("{T2} stdout F second\n").as_bytes())
             .expect("write");
         read_until(&mut r, &mut got, "second\n");
-        // Rotation: renamed, written once more to the old file (before the runtime
-        // reopens), then a new file at the path.
+        // Rotation: renamed, a new empty file at the path, written once more to the
+        // old file (the runtime has not swapped files yet), then to the new one.
         std::fs::rename(&path, dir.0.join("0.log.20240101-000000")).expect("rename");
+        File::create(&path).expect("the new file");
+        let err = r.read(&mut [0u8; 16]).expect_err("nothing to read yet");
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
         f.write_all(format!("{T2} stdout F late\n").as_bytes())
             .expect("write");
+        read_until(&mut r, &mut got, "late\n");
         write(&path, &format!("{T3} stdout F after\n"));
         read_until(&mut r, &mut got, "after\n");
         assert_eq!(got, "first\nsecond\nlate\nafter\n");
