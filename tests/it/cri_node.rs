@@ -5,7 +5,7 @@
 //! from the CNI bridge, and deleting the manifest removes both; image preload is
 //! refused with one line. Logs on containerd: `kubectl logs -f` across the container
 //! log manager's rotations, `/containerLogs`'s options, the `/var/log/containers`
-//! links, all gone with the pod.
+//! links (made again when missing), all gone with the pod.
 
 use crate::containerd::{client, Containerd};
 use crate::logs::Cluster;
@@ -321,6 +321,12 @@ fn logs_on_containerd_are_followed_across_rotations_with_their_links() {
     assert!(std::fs::read_to_string(&link)
         .expect("through the link")
         .contains(" stdout F line-"));
+    // A link that went missing (a kubelet killed before making it) is made again by
+    // the log manager's next pass.
+    std::fs::remove_file(&link).expect("remove the link");
+    wait_for("log-rotate to make the link again", LONG, || {
+        std::fs::read_link(&link).ok().filter(|t| *t == current)
+    });
 
     // The pod goes: its links and log files go with its containers.
     k.api.delete_pod("default", "rot");
