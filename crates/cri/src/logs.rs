@@ -449,7 +449,7 @@ impl LogReader {
         let now = std::fs::metadata(&self.path)
             .ok()
             .map(|m| (file_id(&m), m.len()));
-        if let Some((id, len)) = now.filter(|(id, _)| *id != self.id) {
+        if let Some((_, len)) = now.filter(|(id, _)| *id != self.id) {
             let Some(seen) = f.rotated else {
                 // Read the old file to its end once more first.
                 f.rotated = Some(Instant::now());
