@@ -153,6 +153,12 @@ impl Runtime for InstrumentedRuntime {
         self.record("log_stream", || self.inner.log_stream(id, opts, wake))
     }
 
+    fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError> {
+        self.record("reopen_container_log", || {
+            self.inner.reopen_container_log(id)
+        })
+    }
+
     fn exec(
         &self,
         id: &str,

@@ -60,6 +60,8 @@ mod nodestatus;
 // Resource usage: cgroupfs and /proc readers, the resource analyzer.
 mod stats;
 pub mod gc;
+// The CRI container log manager: rotation, `ReopenContainerLog`.
+mod container_log_manager;
 
 // The HTTP ports.
 mod server;

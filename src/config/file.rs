@@ -440,6 +440,7 @@ mod tests {
                 "imageGCLowThresholdPercent" => "70",
                 "containerLogMaxSize" => "5Mi",
                 "containerLogMaxFiles" => "3",
+                "containerLogMonitorInterval" => "\"5s\"",
                 "podLogsDir" => "/srv/pods",
                 "podCIDR" => "10.88.1.0/24",
                 "hairpinMode" => "hairpin-veth",
@@ -457,9 +458,9 @@ mod tests {
         assert!(s.unsupported.contains(&"logging.format".to_string()));
         assert!(!s.unsupported.contains(&"staticPodPath".to_string()));
         assert!(!s.unsupported.contains(&"logging".to_string()));
-        // All but the type meta, the 49 implemented fields and `logging`, plus
+        // All but the type meta, the 50 implemented fields and `logging`, plus
         // `logging.format`.
-        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 52 + 1);
+        assert_eq!(s.unsupported.len(), UPSTREAM_FIELDS.len() - 53 + 1);
         assert!(!s.unsupported.contains(&"allowedUnsafeSysctls".to_string()));
         assert_eq!(s.serialize_image_pulls, Some(false));
         assert_eq!(s.max_parallel_image_pulls, Some(3));

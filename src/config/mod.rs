@@ -423,6 +423,7 @@ mod tests {
                 image_maximum_gc_age: Duration::ZERO,
                 container_log_max_size: 10 << 20,
                 container_log_max_files: 5,
+                container_log_monitor_interval: Duration::from_secs(10),
                 pod_logs_dir: "/var/log/pods".into(),
                 container_logs_dir: "/var/log/containers".into(),
                 config_file: None,

@@ -763,7 +763,7 @@ settings_table! {
         }
         container_log_max_size: u64 {
             help: "A container's log file is rotated at this size (Docker's json-file \
-                   max-size).",
+                   max-size; on a CRI runtime, rkubelet's container log manager).",
             parse: text::bytes,
             flag: "container-log-max-size" <"quantity">,
             file: "containerLogMaxSize", decode: yaml::bytes, examples: ["5Mi", "1Mi"],
@@ -771,11 +771,19 @@ settings_table! {
         }
         container_log_max_files: u32 {
             help: "The most log files of one container, the current one included (Docker's \
-                   json-file max-file; at least 2).",
+                   json-file max-file; on a CRI runtime, rkubelet's; at least 2).",
             parse: text::log_files,
             flag: "container-log-max-files" <"n">,
             file: "containerLogMaxFiles", decode: yaml::log_files, examples: ["3", "2"],
             default: CONTAINER_LOG_MAX_FILES = "5",
+        }
+        container_log_monitor_interval: Duration {
+            help: "How often the container log manager checks the log files' sizes, on a \
+                   CRI runtime; at least 3s (config file only).",
+            parse: text::log_monitor_interval,
+            file: "containerLogMonitorInterval", decode: yaml::log_monitor_interval,
+            examples: ["5s", "1m"],
+            default: CONTAINER_LOG_MONITOR_INTERVAL = "10s",
         }
         pod_logs_dir: PathBuf {
             help: "Where each container's log link lives: \

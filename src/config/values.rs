@@ -425,6 +425,15 @@ pub(crate) mod text {
         }
     }
 
+    /// `containerLogMonitorInterval`: at least 3 s (upstream's validation).
+    pub(crate) fn log_monitor_interval(v: &str) -> Result<Duration, String> {
+        let d = duration(v)?;
+        if d < Duration::from_secs(3) {
+            return Err(format!("{v} is less than 3s"));
+        }
+        Ok(d)
+    }
+
     /// `--kube-reserved`, `--system-reserved`: comma-separated `name=quantity` of
     /// `cpu`, `memory`, `ephemeral-storage` and `pid` (upstream `parseResourceList`),
     /// each a non-negative quantity; a name given again replaces the earlier one.
@@ -691,6 +700,14 @@ pub(crate) mod yaml {
     pub(crate) fn log_files(v: &Value, _: &Path) -> Result<Option<u32>, String> {
         let n = v.as_i64().ok_or_else(|| invalid(v, "not a whole number"))?;
         text::log_files(&n.to_string()).map(Some)
+    }
+
+    /// `containerLogMonitorInterval`: a duration of at least 3 s.
+    pub(crate) fn log_monitor_interval(v: &Value, _: &Path) -> Result<Option<Duration>, String> {
+        match v {
+            Value::String(s) => text::log_monitor_interval(s).map(Some),
+            other => Err(invalid(other, "not a duration string such as \"10s\"")),
+        }
     }
 
     /// `nodeStatusMaxImages`: a count, or -1 for no cap.

@@ -281,6 +281,7 @@ pub fn start(cfg: KubeletConfig) -> Result<Running, StartError> {
     // Pod killer and pod workers.
     let handler = parts.syncer(&loops, &cfg, pleg.recheck_wake.clone())?;
     start_volume_loops(&loops, &parts)?;
+    start_log_manager(&loops, &cfg, &parts)?;
     // Pod cgroups of pods that are gone (removed while the kubelet was down, or a
     // removal that failed).
     parts.start_pod_cgroup_gc(&loops)?;
@@ -624,6 +625,36 @@ fn start_image_pullers(
 /// `volume-mgr` (removes the directories of pods that are gone) and, with an API
 /// server to read them from, `object-refresh` (ConfigMap, Secret and token updates
 /// reach running pods' volumes between their syncs).
+/// `log-rotate`: the container log manager, on a CRI runtime only (Docker rotates its
+/// own json-file logs, as dockershim left it to).
+fn start_log_manager(
+    loops: &Loops,
+    cfg: &KubeletConfig,
+    parts: &Components,
+) -> Result<(), SpawnError> {
+    use crate::container_log_manager::{ContainerLogManager, RotatePolicy, THREAD};
+    if parts.kind == RuntimeKind::Docker {
+        return Ok(());
+    }
+    let manager = ContainerLogManager::new(
+        parts.runtime.clone(),
+        &cfg.node_name,
+        RotatePolicy {
+            max_size: cfg.container_log_max_size,
+            max_files: cfg.container_log_max_files,
+        },
+        parts.manager.log_settings().clone(),
+    );
+    loops.spawn_periodic(
+        Periodic {
+            name: THREAD.into(),
+            period: cfg.container_log_monitor_interval,
+            wake: None,
+        },
+        move || manager.tick(std::time::SystemTime::now()),
+    )
+}
+
 fn start_volume_loops(loops: &Loops, parts: &Components) -> Result<(), SpawnError> {
     let volumes = parts.volumes.clone();
     loops.spawn_periodic(
@@ -835,6 +866,7 @@ impl Components {
                     logs: crate::kuberuntime::logs::LogSettings {
                         pods_dir: cfg.pod_logs_dir.clone(),
                         containers_dir: cfg.container_logs_dir.clone(),
+                        runtime_writes_files: kind != RuntimeKind::Docker,
                     },
                 },
             )

@@ -2,8 +2,13 @@
 //! `createContainerLogSymlink` and kuberuntime's `legacyLogSymlink`, reference §4.4):
 //! `<pod-logs-dir>/<ns>_<pod>_<uid>/<container>/<restartCount>.log` → Docker's json-file
 //! log, and `<container-logs-dir>/<pod>_<ns>_<container>-<id>.log` → that first link.
-//! Made when a container starts, removed with it; container GC sweeps what dangles.
-//! Docker's own rotation (`max-size`, `max-file`) bounds the files themselves.
+//! On a CRI runtime the first is the runtime's own log file (the sandbox's log
+//! directory and the container's log path say so), so only the second is a link.
+//! Made when a container starts (and again by the CRI container log manager, so a
+//! kubelet that died before making one makes it later), removed with it (on CRI with
+//! the log files, rotated ones too: upstream's `ContainerLogManager.Clean`); container
+//! GC sweeps what dangles. Docker's own rotation (`max-size`, `max-file`) bounds its
+//! files; on CRI, `crate::container_log_manager` does.
 
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
@@ -24,6 +29,9 @@ pub struct LogSettings {
     pub pods_dir: PathBuf,
     /// The legacy links' directory (`/var/log/containers`).
     pub containers_dir: PathBuf,
+    /// The runtime writes each container's log file in `pods_dir` itself (CRI): the
+    /// kubelet removes those files with their container.
+    pub runtime_writes_files: bool,
 }
 
 impl LogSettings {
@@ -129,18 +137,42 @@ pub(crate) fn make_links(
     let (Some(link), Some(legacy)) = (container_log_link(s, l), legacy_log_link(s, l, id)) else {
         return Ok(());
     };
-    if let Some(dir) = link.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(dir)?;
+    // On CRI the runtime's file is where the first link would be.
+    if link != Path::new(log_path) {
+        if let Some(dir) = link.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(dir)?;
+        }
+        relink(Path::new(log_path), &link)?;
     }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
         .create(&s.containers_dir)?;
-    relink(Path::new(log_path), &link)?;
     relink(&link, &legacy)
+}
+
+/// Makes the legacy link of a running container unless it is there (the CRI
+/// container log manager's pass: links a killed kubelet did not make). True when it
+/// made one.
+pub(crate) fn ensure_links(
+    s: &LogSettings,
+    l: &std::collections::BTreeMap<String, String>,
+    id: &str,
+    log_path: &str,
+) -> io::Result<bool> {
+    if !s.enabled() || log_path.is_empty() {
+        return Ok(false);
+    }
+    let (Some(link), Some(legacy)) = (container_log_link(s, l), legacy_log_link(s, l, id)) else {
+        return Ok(false);
+    };
+    if std::fs::read_link(&legacy).is_ok_and(|t| t == link) {
+        return Ok(false);
+    }
+    make_links(s, l, id, log_path).map(|()| true)
 }
 
 /// Removes a removed container's links: the legacy one (its name holds the ID) and
@@ -157,12 +189,39 @@ pub(crate) fn remove_links(
     if let Some(legacy) = legacy_log_link(s, l, id) {
         let _ = std::fs::remove_file(legacy);
     }
-    if let Some(link) = container_log_link(s, l) {
-        let ours = std::fs::read_link(&link)
-            .map(|t| t.to_string_lossy().contains(id))
-            .unwrap_or(false);
-        if ours {
-            let _ = std::fs::remove_file(&link);
+    let Some(link) = container_log_link(s, l) else {
+        return;
+    };
+    if s.runtime_writes_files {
+        remove_log_files(&link);
+        return;
+    }
+    let ours = std::fs::read_link(&link)
+        .map(|t| t.to_string_lossy().contains(id))
+        .unwrap_or(false);
+    if ours {
+        let _ = std::fs::remove_file(&link);
+    }
+}
+
+/// Removes a CRI log file and its rotated files (`<file>.<time>`, `.gz`, a
+/// compression's `.tmp`), as upstream's `Clean` removes `<path>*`.
+fn remove_log_files(file: &Path) {
+    let (Some(dir), Some(name)) = (file.parent(), file.file_name()) else {
+        return;
+    };
+    let name = name.to_string_lossy();
+    let rotated = format!("{name}.");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let n = e.file_name();
+        let n = n.to_string_lossy();
+        if n == name || n.starts_with(&rotated) {
+            if let Err(err) = std::fs::remove_file(e.path()) {
+                log::debug!("cannot remove log file {}: {err}", e.path().display());
+            }
         }
     }
 }
@@ -252,6 +311,7 @@ mod tests {
         LogSettings {
             pods_dir: dir.join("pods"),
             containers_dir: dir.join("containers"),
+            runtime_writes_files: false,
         }
     }
 
@@ -322,5 +382,44 @@ mod tests {
         let (swept, _) = sweep(&s, Some(&keep_none));
         assert_eq!(swept.pod_dirs, 1);
         assert!(!s.pods_dir.join("default_web_u1").exists());
+    }
+
+    #[test]
+    fn on_cri_the_log_file_is_linked_not_replaced_and_goes_with_its_container() {
+        let dir = TempDir::new("crilogs");
+        let s = LogSettings {
+            runtime_writes_files: true,
+            ..settings(&dir.0)
+        };
+        let l = labels_of("web", "default", "u1", "app", 0);
+        // The runtime's file is where the pod directory's link would be.
+        let file = container_log_link(&s, &l).expect("test value");
+        std::fs::create_dir_all(file.parent().expect("test value")).expect("test value");
+        std::fs::write(&file, b"T stdout F line\n").expect("test value");
+        let log_path = file.to_str().expect("test value");
+        assert!(ensure_links(&s, &l, "abc", log_path).expect("test value"));
+        assert!(!ensure_links(&s, &l, "abc", log_path).expect("test value"));
+        assert!(std::fs::symlink_metadata(&file)
+            .expect("test value")
+            .is_file());
+        let legacy = legacy_log_link(&s, &l, "abc").expect("test value");
+        assert_eq!(
+            std::fs::read(&legacy).expect("test value"),
+            b"T stdout F line\n"
+        );
+        // Its rotated files go with it; the next instance's file stays.
+        let parent = file.parent().expect("test value");
+        std::fs::write(parent.join("0.log.20240101-000000.gz"), b"z").expect("test value");
+        std::fs::write(parent.join("0.log.20240101-000001"), b"r").expect("test value");
+        std::fs::write(parent.join("1.log"), b"next").expect("test value");
+        remove_links(&s, &l, "abc");
+        let mut left: Vec<String> = std::fs::read_dir(parent)
+            .expect("test value")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        base::sort::sort(&mut left);
+        assert_eq!(left, ["1.log"]);
+        assert!(std::fs::symlink_metadata(&legacy).is_err());
     }
 }

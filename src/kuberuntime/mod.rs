@@ -1193,8 +1193,14 @@ impl RuntimeManager {
         plan_pod: &RuntimePod,
     ) -> Result<(), RuntimeError> {
         if req.remove {
-            for c in plan_pod.containers.iter().chain(&plan_pod.sandboxes) {
+            for c in &plan_pod.containers {
                 self.runtime.remove_container(&c.id)?;
+                // Its log links (and on CRI its log files) go with it, as container
+                // GC's removals take them.
+                logs::remove_links(&self.cfg.logs, &c.labels, &c.id);
+            }
+            for s in &plan_pod.sandboxes {
+                self.runtime.remove_container(&s.id)?;
             }
             lock(&self.cgroup_parents).remove(&req.uid);
             self.pod_cache.remove(&req.uid);

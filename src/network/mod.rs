@@ -565,6 +565,10 @@ impl Runtime for PluginNetwork {
         self.inner.log_stream(id, opts, wake)
     }
 
+    fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError> {
+        self.inner.reopen_container_log(id)
+    }
+
     fn exec(
         &self,
         id: &str,

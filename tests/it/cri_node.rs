@@ -3,9 +3,12 @@
 //! of the test's own (the CRI crate's harness, `crates/cri/tests/common`): its sandbox
 //! and container run in containerd, `/pods` shows it Running and Ready with an address
 //! from the CNI bridge, and deleting the manifest removes both; image preload is
-//! refused with one line.
+//! refused with one line. Logs on containerd: `kubectl logs -f` across the container
+//! log manager's rotations, `/containerLogs`'s options, the `/var/log/containers`
+//! links (made again when missing), all gone with the pod.
 
 use crate::containerd::{client, Containerd};
+use crate::logs::Cluster;
 use crate::registry::pod_item;
 use crate::util::{wait_for, Node, BUSYBOX, LONG, SLEEPER};
 use rkubelet_cri::v1;
@@ -154,4 +157,191 @@ fn the_endpoint_kind_is_told_by_what_answers() {
         "{log}"
     );
     assert!(silent.alive(), "{log}");
+}
+
+/// Container `c` of pod `rot`: two lines, then a numbered line every 20 ms (about
+/// 2 KiB/s of CRI log); container `r`: its first run exits 1, the next stays up.
+fn rotating_pod(node: &str) -> serde_json::Value {
+    let talk = "echo first-out; echo first-err >&2; i=0; \
+                while true; do i=$((i+1)); echo line-$i; usleep 20000; done";
+    let restarts = "n=$(cat /d/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /d/n; \
+                    echo run-$n; if [ $n = 1 ]; then exit 1; fi; ";
+    serde_json::json!({
+        "metadata": {"name": "rot"},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "d", "emptyDir": {}}],
+            "containers": [
+                {"name": "c", "image": BUSYBOX, "command": ["sh", "-c", talk]},
+                {"name": "r", "image": BUSYBOX,
+                 "command": ["sh", "-c", format!("{restarts}{SLEEPER}")],
+                 "volumeMounts": [{"name": "d", "mountPath": "/d"}]}
+            ]
+        }
+    })
+}
+
+/// The number of a `line-N` line.
+fn line_number(line: &str) -> Option<u64> {
+    line.strip_prefix("line-")?.parse().ok()
+}
+
+#[test]
+fn logs_on_containerd_are_followed_across_rotations_with_their_links() {
+    let c = Containerd::start();
+    let mut node = Node::new("cri-logs");
+    node.endpoint = c.endpoint();
+    // Small files, checked every 3 s (upstream's smallest interval), 3 files at most.
+    let config = node.dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         containerLogMaxSize: 4Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
+    )
+    .expect("config file");
+    let k = Cluster::start_node(
+        node,
+        &[
+            &format!("--config={}", config.display()),
+            "--authorization-mode=AlwaysAllow",
+        ],
+    );
+    let pod = k.api.create_pod(rotating_pod(&k.node.name));
+    let uid = pod["metadata"]["uid"].as_str().expect("uid").to_string();
+    let base = "/containerLogs/default/rot/c";
+    wait_for("c's lines", LONG, || {
+        let (code, _, body) = k.curl(&[], &format!("{base}?tailLines=1"));
+        (code == 200 && body.starts_with("line-")).then_some(())
+    });
+    let mut follower = k.kubectl_follow(&["rot", "-c", "c"]);
+    let log_dir = k
+        .node
+        .dir
+        .join("pod-logs")
+        .join(format!("default_rot_{uid}"))
+        .join("c");
+    let current = log_dir.join("0.log");
+
+    // Two rotations: the first rotated file is compressed by the second.
+    let began = std::time::Instant::now();
+    wait_for("a compressed rotated log", LONG, || {
+        std::fs::read_dir(&log_dir)
+            .ok()?
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(".gz"))
+            .then_some(())
+    });
+    println!("two rotations took {:?}", began.elapsed());
+    let names: Vec<String> = std::fs::read_dir(&log_dir)
+        .expect("log dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".tmp"))
+        .collect();
+    assert!(names.len() <= 3, "containerLogMaxFiles 3: {names:?}");
+    for n in &names {
+        let suffix = n.strip_prefix("0.log").expect("0.log and its rotations");
+        let stamp = suffix.trim_start_matches('.').trim_end_matches(".gz");
+        assert!(
+            suffix.is_empty() || (stamp.len() == 15 && stamp.as_bytes()[8] == b'-'),
+            "rotated names are 0.log.YYYYMMDD-hhmmss[.gz]: {names:?}"
+        );
+    }
+
+    // kubectl logs -f went on into the newest file: every line once, in order.
+    let text = std::fs::read_to_string(&current).expect("the current log");
+    let newest_first = text
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next().and_then(line_number))
+        .next()
+        .expect("a numbered line in the current file");
+    follower.wait_line(&format!("line-{}", newest_first + 5));
+    let numbers: Vec<u64> = follower
+        .lines()
+        .iter()
+        .filter_map(|l| line_number(l))
+        .collect();
+    assert!(
+        numbers.windows(2).all(|w| w[1] == w[0] + 1),
+        "kubectl logs -f lost or repeated lines across rotations: {numbers:?}"
+    );
+    follower.kill();
+
+    // The other options, on the current file.
+    let body = |q: &str| {
+        let (code, _, body) = k.curl(&[], &format!("{base}?{q}"));
+        assert_eq!(code, 200, "{q}: {body}");
+        body
+    };
+    let two = body("tailLines=2&timestamps=true");
+    let lines: Vec<&str> = two.lines().collect();
+    assert_eq!(lines.len(), 2, "{two}");
+    for l in &lines {
+        let (stamp, rest) = l.split_once(' ').expect("stamped");
+        assert!(stamp.len() == 30 && stamp.ends_with('Z'), "{l}");
+        assert!(line_number(rest).is_some(), "{l}");
+    }
+    assert_eq!(body("limitBytes=5"), "line-");
+    let recent = body("sinceSeconds=2");
+    assert!(
+        !recent.is_empty() && recent.lines().all(|l| line_number(l).is_some()),
+        "{recent}"
+    );
+    assert_eq!(body("stream=Stderr"), "", "first-err was rotated away");
+    let (ok, out, err) = k.kubectl(&["logs", "rot", "-c", "c", "--tail=1"]);
+    assert!(ok && out.lines().count() == 1, "{out}{err}");
+
+    // The previous instance of a restarted container: its own file, 0.log.
+    wait_for("r's first run to be the previous instance", LONG, || {
+        let (code, _, body) = k.curl(&[], "/containerLogs/default/rot/r?previous=true");
+        (code == 200 && body == "run-1\n").then_some(())
+    });
+    assert_eq!(
+        k.curl(&[], "/containerLogs/default/rot/r").2,
+        "run-2\n",
+        "r's current instance, 1.log"
+    );
+
+    // The log shippers' link of each running container, to its CRI log file.
+    let links = k.node.dir.join("container-logs");
+    let id = wait_for("c's container ID in the pod's status", LONG, || {
+        let pod = k.api.get_pod("default", "rot")?;
+        pod["status"]["containerStatuses"]
+            .as_array()?
+            .iter()
+            .find(|s| s["name"] == "c")?["containerID"]
+            .as_str()?
+            // The scheme is the runtime's name upstream; rkubelet writes `docker://`.
+            .split_once("://")
+            .map(|(_, id)| id.to_string())
+    });
+    let link = links.join(format!("rot_default_c-{id}.log"));
+    assert_eq!(std::fs::read_link(&link).expect("c's link"), current);
+    assert!(std::fs::read_to_string(&link)
+        .expect("through the link")
+        .contains(" stdout F line-"));
+    // A link that went missing (a kubelet killed before making it) is made again by
+    // the log manager's next pass.
+    std::fs::remove_file(&link).expect("remove the link");
+    wait_for("log-rotate to make the link again", LONG, || {
+        std::fs::read_link(&link).ok().filter(|t| *t == current)
+    });
+
+    // The pod goes: its links and log files go with its containers.
+    k.api.delete_pod("default", "rot");
+    wait_for("the pod's links and log files gone", LONG, || {
+        let links_left = std::fs::read_dir(&links)
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with("rot_"))
+            })
+            .unwrap_or(false);
+        let files_left = std::fs::read_dir(&log_dir)
+            .map(|d| d.flatten().next().is_some())
+            .unwrap_or(false);
+        (!links_left && !files_left).then_some(())
+    });
+    drop(k);
+    drop(c);
 }

@@ -342,6 +342,9 @@ impl Runtime for OnlyTestImages {
     ) -> Result<LogStream, RuntimeError> {
         self.inner.log_stream(id, o, wake)
     }
+    fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError> {
+        self.inner.reopen_container_log(id)
+    }
     fn exec(&self, id: &str, cmd: &[String], t: Duration) -> Result<ExecResult, RuntimeError> {
         self.inner.exec(id, cmd, t)
     }

@@ -265,19 +265,23 @@ use crate::util::{free_port, thread_names, unique, wait_for, Node, LONG, SLEEPER
 
 /// A node with the kubelet port (test PKI, client CA) and the API source on a fresh
 /// stand-in, which proxies pod subresources to it; a kubeconfig for kubectl.
-struct Cluster {
-    node: Node,
-    api: TestApiServer,
-    port: u16,
+pub(crate) struct Cluster {
+    pub(crate) node: Node,
+    pub(crate) api: TestApiServer,
+    pub(crate) port: u16,
     kubeconfig: PathBuf,
     cache: PathBuf,
 }
 
 impl Cluster {
     fn start(prefix: &str, extra: &[&str]) -> Cluster {
+        Cluster::start_node(Node::new(prefix), extra)
+    }
+
+    /// A cluster around `node` (a node on another runtime endpoint, for one).
+    pub(crate) fn start_node(mut node: Node, extra: &[&str]) -> Cluster {
         let pki = Pki::get();
         let api = TestApiServer::start(Options::default());
-        let mut node = Node::new(prefix);
         let port = free_port();
         api.set_kubelet(&node.name, port);
         let node_kc = api.kubeconfig(&node.dir, "node.kubeconfig", "token: good-token");
@@ -308,12 +312,25 @@ impl Cluster {
 
     /// `curl` against the kubelet port with the client certificate: (status, head,
     /// body). `args` go before the URL (`-X POST`, `--path-as-is` …).
-    fn curl(&self, args: &[&str], path: &str) -> (u16, String, String) {
+    pub(crate) fn curl(&self, args: &[&str], path: &str) -> (u16, String, String) {
         curl_port(self.port, args, path)
     }
 
-    fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+    pub(crate) fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
         kubectl(&self.kubeconfig, &self.cache, args)
+    }
+
+    /// `kubectl logs -f <args>` through the stand-in, its lines collected.
+    pub(crate) fn kubectl_follow(&self, args: &[&str]) -> Follower {
+        Follower::start(
+            Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .arg("--cache-dir")
+                .arg(&self.cache)
+                .args(["logs", "-f"])
+                .args(args),
+        )
     }
 
     /// Names of rkubelet's `stream-N` threads.
@@ -354,7 +371,7 @@ fn header_of(head: &str, name: &str) -> Option<String> {
 }
 
 /// A `curl -N` following a log, its lines collected with their arrival times.
-struct Follower {
+pub(crate) struct Follower {
     child: Child,
     lines: Arc<Mutex<Vec<(String, Instant)>>>,
     reader: Option<std::thread::JoinHandle<()>>,
@@ -401,7 +418,7 @@ impl Follower {
         )
     }
 
-    fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.lines
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -410,7 +427,7 @@ impl Follower {
             .collect()
     }
 
-    fn wait_line(&self, line: &str) -> Instant {
+    pub(crate) fn wait_line(&self, line: &str) -> Instant {
         wait_for(&format!("{line:?} from the follower"), LONG, || {
             self.lines
                 .lock()
@@ -422,7 +439,7 @@ impl Follower {
     }
 
     /// Waits for the client to exit on its own: whether it succeeded.
-    fn wait_exit(&mut self, timeout: Duration) -> bool {
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> bool {
         let status = wait_for("the follower to exit", timeout, || {
             self.child.try_wait().ok().flatten()
         });
@@ -436,7 +453,7 @@ impl Follower {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -42,6 +42,29 @@ pub fn rfc3339_nano(t: SystemTime) -> String {
         .to_string()
 }
 
+/// UTC RFC 3339 with exactly nine fraction digits, as Go's `RFC3339NanoFixed`
+/// (`2006-01-02T15:04:05.000000000Z07:00`): the prefix `timestamps=true` gives each
+/// container log line, so columns line up.
+pub fn rfc3339_nano_fixed(t: SystemTime) -> String {
+    let (whole, nanos) = utc_parts(t);
+    format!("{}.{nanos:09}Z", whole.strftime("%Y-%m-%dT%H:%M:%S"))
+}
+
+/// UTC as `20060102-150405` (Go's layout): the suffix upstream's container log
+/// manager gives a rotated log file, which sorts by time as text.
+pub fn compact_utc(t: SystemTime) -> String {
+    utc_parts(t).0.strftime("%Y%m%d-%H%M%S").to_string()
+}
+
+/// The whole seconds of `t` as a timestamp and its nanoseconds (times before the
+/// epoch are the epoch).
+fn utc_parts(t: SystemTime) -> (Timestamp, u32) {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+    let whole = Timestamp::from_second(secs).unwrap_or(Timestamp::MAX);
+    (whole, d.subsec_nanos())
+}
+
 /// Parses an RFC 3339 timestamp (`2024-05-01T12:34:56.123456789Z`, or with a `+02:00`
 /// offset), as Docker and the API write them, into a [`SystemTime`]. None for anything
 /// else.
@@ -187,6 +210,14 @@ mod tests {
         assert_eq!((t.tv_sec, t.tv_nsec), (0, 0));
         let t = poll_timeout(Duration::MAX);
         assert_eq!((t.tv_sec, t.tv_nsec), (2_147_483, 647_000_000));
+    }
+
+    #[test]
+    fn fixed_nano_stamps_and_compact_suffixes_are_utc() {
+        let t = SystemTime::UNIX_EPOCH + Duration::new(1_475_713_029, 669_794);
+        assert_eq!(rfc3339_nano_fixed(t), "2016-10-06T00:17:09.000669794Z");
+        assert_eq!(parse_rfc3339(&rfc3339_nano_fixed(t)), Some(t));
+        assert_eq!(compact_utc(t), "20161006-001709");
     }
 
     #[test]

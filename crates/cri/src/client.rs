@@ -108,6 +108,20 @@ impl CriClient {
         })
     }
 
+    /// `ContainerStatus` within `timeout` instead of the request timeout: a log
+    /// follower's quick question, which must not hold its reader long.
+    pub(crate) fn container_status_within(
+        &self,
+        request: &v1::ContainerStatusRequest,
+        timeout: Duration,
+    ) -> Result<v1::ContainerStatusResponse, CriError> {
+        self.call(
+            "/runtime.v1.RuntimeService/ContainerStatus",
+            request,
+            timeout,
+        )
+    }
+
     unary! {
         /// The runtime's name and version, and the CRI version it speaks.
         version: "/runtime.v1.RuntimeService/Version", VersionRequest -> VersionResponse;
@@ -125,6 +139,9 @@ impl CriClient {
         list_containers: "/runtime.v1.RuntimeService/ListContainers", ListContainersRequest -> ListContainersResponse;
         container_status: "/runtime.v1.RuntimeService/ContainerStatus", ContainerStatusRequest -> ContainerStatusResponse;
         update_container_resources: "/runtime.v1.RuntimeService/UpdateContainerResources", UpdateContainerResourcesRequest -> UpdateContainerResourcesResponse;
+        /// The runtime reopens the container's log file at its path (after the kubelet
+        /// renamed it: rotation).
+        reopen_container_log: "/runtime.v1.RuntimeService/ReopenContainerLog", ReopenContainerLogRequest -> ReopenContainerLogResponse;
         /// The node's pod CIDR to the runtime.
         update_runtime_config: "/runtime.v1.RuntimeService/UpdateRuntimeConfig", UpdateRuntimeConfigRequest -> UpdateRuntimeConfigResponse;
         list_images: "/runtime.v1.ImageService/ListImages", ListImagesRequest -> ListImagesResponse;

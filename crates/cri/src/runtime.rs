@@ -15,8 +15,10 @@
 //!   watches for the exit and kills with SIGKILL after the grace period.
 //! - A leftover of the same pod or container and attempt (a name the runtime still
 //!   holds) is removed and the create tried once more.
-//! - `logs` reads the container's CRI log file; interactive streams, log streaming and
-//!   image import are not here yet and answer an error that says so.
+//! - `logs` and `log_stream` read the container's CRI log file (`crate::logs`: tail,
+//!   since, timestamps, streams, follow across rotations); `reopen_container_log` is
+//!   CRI's call for the container log manager. Interactive streams and image import
+//!   are not here yet and answer an error that says so.
 //! - `info` reads containerd's verbose `Status` (its config as JSON): the cgroup
 //!   driver from the default runtime's `SystemdCgroup` option, the root from
 //!   `containerdRootDir`, the cgroup version from `/sys/fs/cgroup` (CRI does not say).
@@ -32,6 +34,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Seek, SeekFrom};
+use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,6 +43,7 @@ use base::loops::{lock, Loops};
 use grpc::{Cancel, Code, GrpcError};
 
 use crate::client::{CriClient, CriError};
+use crate::logs;
 use crate::translate;
 use crate::v1;
 use runtime::config::{ContainerConfig, PodSandboxConfig};
@@ -64,6 +68,9 @@ const EVENTS_BUFFER: usize = 64;
 /// The most of a log file `logs` reads (its end): a log fetched whole must not exhaust
 /// a small board's memory, as the Docker runtime's cap.
 const MAX_LOG_BYTES: u64 = 16 * 1024 * 1024;
+/// How long a follower's question "does the container still run?" may take: each
+/// read of a followed log returns within its wake-up period plus this at most.
+const FOLLOW_STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 /// The gRPC code of a method the runtime does not have: the status of the errors of
 /// the calls this runtime does not offer (yet), so a caller can tell them apart.
 const UNIMPLEMENTED: u16 = 12;
@@ -233,6 +240,21 @@ impl CriRuntime {
                 },
             },
         }
+    }
+
+    /// The container's CRI log file and whether the container runs; an error for a
+    /// container without one (its sandbox had no log directory).
+    fn log_path(&self, id: &str, op: &str) -> Result<(String, bool), RuntimeError> {
+        let status = self.container_status(id)?.status.unwrap_or_default();
+        if status.log_path.is_empty() {
+            return Err(RuntimeError::Api {
+                op: op.to_string(),
+                status: 0,
+                message: "the container has no log file (its sandbox has no log directory)".into(),
+            });
+        }
+        let running = status.state == v1::ContainerState::ContainerRunning as i32;
+        Ok((status.log_path, running))
     }
 
     fn sandbox_status(&self, id: &str) -> Result<v1::PodSandboxStatusResponse, RuntimeError> {
@@ -700,18 +722,7 @@ impl Runtime for CriRuntime {
 
     fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>, RuntimeError> {
         let op = format!("read logs of container {id}");
-        let path = self
-            .container_status(id)?
-            .status
-            .map(|s| s.log_path)
-            .unwrap_or_default();
-        if path.is_empty() {
-            return Err(RuntimeError::Api {
-                op,
-                status: 0,
-                message: "the container has no log file (its sandbox has no log directory)".into(),
-            });
-        }
+        let path = self.log_path(id, &op)?.0;
         let read = || -> io::Result<(Vec<u8>, bool)> {
             let mut file = std::fs::File::open(&path)?;
             let len = file.metadata()?.len();
@@ -726,19 +737,61 @@ impl Runtime for CriRuntime {
             status: 0,
             message: format!("cannot read {path}: {e}"),
         })?;
-        Ok(translate::log_tail(&text, tail, cut))
+        Ok(logs::log_tail(&text, tail, cut))
     }
 
+    /// Upstream's `ReadLogs` over the container's CRI log file (`crate::logs`); a
+    /// follower asks `ContainerStatus` whether the container still runs.
     fn log_stream(
         &self,
         id: &str,
-        _opts: &LogOptions,
-        _wake: Duration,
+        opts: &LogOptions,
+        wake: Duration,
     ) -> Result<LogStream, RuntimeError> {
-        Err(not_supported(
-            format!("stream logs of container {id}"),
-            "log streaming",
-        ))
+        let op = format!("stream logs of container {id}");
+        let (path, running) = self.log_path(id, &op)?;
+        let client = self.client.clone();
+        let cid = id.to_string();
+        let check: logs::RunningCheck = Box::new(move || {
+            let status = client.container_status_within(
+                &v1::ContainerStatusRequest {
+                    container_id: cid.clone(),
+                    verbose: false,
+                },
+                FOLLOW_STATUS_TIMEOUT,
+            );
+            match status {
+                Ok(r) => Ok(r
+                    .status
+                    .is_some_and(|s| s.state == v1::ContainerState::ContainerRunning as i32)),
+                Err(e) if e.code() == Code::NotFound => Ok(false),
+                Err(e) => Err(io::Error::other(format!(
+                    "cannot tell whether container {cid} runs: {e}"
+                ))),
+            }
+        });
+        // A container that is not running has written all it will: no need to wait.
+        let opts = LogOptions {
+            follow: opts.follow && running,
+            ..opts.clone()
+        };
+        let reader = logs::LogReader::open(Path::new(&path), &opts, wake, check).map_err(|e| {
+            RuntimeError::Api {
+                op,
+                status: 0,
+                message: format!("cannot read {path}: {e}"),
+            }
+        })?;
+        Ok(Box::new(reader))
+    }
+
+    fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError> {
+        self.client
+            .reopen_container_log(&v1::ReopenContainerLogRequest {
+                container_id: id.to_string(),
+            })
+            .map(drop)
+            .map_err(|e| self.error(format!("reopen the log of container {id}"), e))
     }
 
     fn exec(

@@ -4,7 +4,7 @@
 //! `generateContainerConfig` output, field for field), `key=value` label filters as
 //! CRI label selectors, sandboxes and containers as summaries and details (with the
 //! dockershim names and the `io.kubernetes.docker.type` label the layers above read),
-//! images, events, and the lines of a CRI container log file. Pure functions: no I/O.
+//! images and events. Pure functions: no I/O.
 //!
 //! Over 800 lines: half of it is the unit tests, one per translation, that spell out
 //! every field of the messages.
@@ -537,62 +537,6 @@ pub(crate) fn event_time(nanos: i64) -> SystemTime {
     time(nanos)
 }
 
-/// One line of a CRI container log file (`<RFC 3339 time> <stream> <tags> <content>`;
-/// the tag `P` marks a partial line, continued by the next, `F` a full one).
-#[derive(Debug, PartialEq, Eq)]
-struct LogLine<'a> {
-    partial: bool,
-    content: &'a [u8],
-}
-
-fn parse_log_line(line: &[u8]) -> Option<LogLine<'_>> {
-    let mut parts = line.splitn(4, |b| *b == b' ');
-    let _time = parts.next().filter(|t| !t.is_empty())?;
-    let stream = parts.next()?;
-    if stream != b"stdout" && stream != b"stderr" {
-        return None;
-    }
-    let tags = parts.next()?;
-    // Tags are `:`-separated; the first says full or partial.
-    let partial = tags.split(|b| *b == b':').next() == Some(b"P");
-    Some(LogLine {
-        partial,
-        content: parts.next().unwrap_or_default(),
-    })
-}
-
-/// The content of a CRI log file's last `tail` lines (all if None), both streams as
-/// written, partial lines joined, each ending in a newline. `text` may begin in the
-/// middle of a line (the caller read only the file's end): that first piece is
-/// skipped when `cut` says so. Unreadable lines are skipped.
-pub(crate) fn log_tail(text: &[u8], tail: Option<u64>, cut: bool) -> Vec<u8> {
-    let mut lines = text.split(|b| *b == b'\n');
-    if cut {
-        lines.next();
-    }
-    let mut full: Vec<Vec<u8>> = Vec::new();
-    let mut pending: Vec<u8> = Vec::new();
-    for line in lines {
-        let Some(l) = parse_log_line(line) else {
-            continue;
-        };
-        pending.extend_from_slice(l.content);
-        if !l.partial {
-            pending.push(b'\n');
-            full.push(std::mem::take(&mut pending));
-        }
-    }
-    let keep = tail.map_or(full.len(), |n| {
-        usize::try_from(n).unwrap_or(usize::MAX).min(full.len())
-    });
-    let start = full.len() - keep;
-    let mut out: Vec<u8> = full.drain(start..).flatten().collect();
-    // A partial line at the very end (the container is still writing it) counts as the
-    // last line's continuation, as upstream's reader shows it.
-    out.extend_from_slice(&pending);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -952,42 +896,6 @@ mod tests {
             (i.user.as_str(), i.stop_signal.as_str(), i.size),
             ("65535", "SIGINT", 10)
         );
-    }
-
-    #[test]
-    fn cri_log_lines_are_parsed_and_partials_joined() {
-        assert_eq!(
-            parse_log_line(b"2016-10-06T00:17:09.669794202Z stdout F hello world"),
-            Some(LogLine {
-                partial: false,
-                content: b"hello world"
-            })
-        );
-        assert_eq!(
-            parse_log_line(b"2016-10-06T00:17:09.669794202Z stderr P part"),
-            Some(LogLine {
-                partial: true,
-                content: b"part"
-            })
-        );
-        assert_eq!(
-            parse_log_line(b"2016-10-06T00:17:09.669794202Z stdout F"),
-            Some(LogLine {
-                partial: false,
-                content: b""
-            })
-        );
-        assert_eq!(parse_log_line(b"garbage"), None);
-        assert_eq!(parse_log_line(b""), None);
-
-        let file =
-            b"T stdout F one\nT stderr F two\nT stdout P thr\nT stdout F ee\nT stdout F four\n";
-        assert_eq!(log_tail(file, None, false), b"one\ntwo\nthree\nfour\n");
-        assert_eq!(log_tail(file, Some(2), false), b"three\nfour\n");
-        assert_eq!(log_tail(file, Some(0), false), b"");
-        assert_eq!(log_tail(file, Some(99), false), b"one\ntwo\nthree\nfour\n");
-        // Read from the middle of a line: the piece before the first newline goes.
-        assert_eq!(log_tail(&file[5..], None, true), b"two\nthree\nfour\n");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `CriRuntime` (the `Runtime` trait on CRI) against a real containerd of each test's
 //! own (the harness in `common/`): pods with the kubelet's labels and dockershim names,
-//! exit codes, OOM kills, exec, kills, leftovers, logs, images through a registry of
+//! exit codes, OOM kills, exec, kills, leftovers, logs (tailed, filtered, followed
+//! across a `ReopenContainerLog` rotation), images through a registry of
 //! the test's own, and the errors of missing objects.
 //!
 //! Needs what `containerd.rs` needs, and for the pull test Debian's `docker-registry`
@@ -9,6 +10,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -23,7 +25,7 @@ use runtime::config::{
     Resources,
 };
 use runtime::container::labels::{self, ContainerKind};
-use runtime::{ContainerState, EventFilter, RegistryAuth, Runtime, RuntimeError};
+use runtime::{ContainerState, EventFilter, LogOptions, RegistryAuth, Runtime, RuntimeError};
 
 const NODE: &str = "cri-test-node";
 
@@ -517,6 +519,126 @@ fn logs_give_the_last_lines_of_the_cri_log_file() {
     );
     wait_exited(&rt, &err);
     assert_eq!(rt.logs(&err, Some(10)).expect("stderr"), b"to-stderr\n");
+
+    // The stream of an exited container: the chosen stream, tail, timestamps, since.
+    let both = start(
+        &rt,
+        &sandbox_id,
+        &container(
+            &p,
+            "both",
+            // Apart in time: stdout and stderr are two pipes.
+            "echo o1; usleep 100000; echo e1 >&2; usleep 100000; echo o2; usleep 100000; \
+             echo e2 >&2",
+            &sandbox_id,
+        ),
+        &sb,
+    );
+    wait_exited(&rt, &both);
+    let read = |opts: &LogOptions| -> String {
+        let mut s = String::new();
+        rt.log_stream(&both, opts, Duration::from_millis(200))
+            .expect("log stream")
+            .read_to_string(&mut s)
+            .expect("read the log");
+        s
+    };
+    let all = LogOptions::default();
+    assert_eq!(read(&all), "o1\ne1\no2\ne2\n");
+    let stderr_tail = LogOptions {
+        stdout: false,
+        tail: Some(3),
+        ..LogOptions::default()
+    };
+    assert_eq!(read(&stderr_tail), "e1\ne2\n");
+    let stamped = read(&LogOptions {
+        timestamps: true,
+        tail: Some(1),
+        ..LogOptions::default()
+    });
+    let (stamp, line) = stamped.split_once(' ').expect("a stamp");
+    assert_eq!(line, "e2\n");
+    assert!(
+        stamp.len() == 30 && stamp.ends_with('Z'),
+        "RFC3339NanoFixed: {stamped:?}"
+    );
+    let at = base::time::parse_rfc3339(stamp).expect("a time");
+    let later = at + Duration::from_nanos(1);
+    assert_eq!(
+        read(&LogOptions {
+            since: Some(later),
+            ..LogOptions::default()
+        }),
+        ""
+    );
+    assert!(read(&LogOptions {
+        since: Some(at),
+        ..LogOptions::default()
+    })
+    .ends_with("e2\n"));
+
+    // Followed across a rotation: the file renamed and reopened by the runtime (what
+    // the container log manager does), every line read once, in order; a line of
+    // 20 480 bytes, which containerd writes as partial pieces, read whole; the stream
+    // ends when the container does.
+    let script = "i=0; while [ $i -lt 50 ]; do i=$((i+1)); echo n$i; sleep 0.1; done; \
+                  s=yyyyyyyyyy; for k in 1 2 3 4 5 6 7 8 9 10 11; do s=$s$s; done; \
+                  echo $s; echo done";
+    let talker = start(
+        &rt,
+        &sandbox_id,
+        &container(&p, "follow", script, &sandbox_id),
+        &sb,
+    );
+    let path = rt.inspect_container(&talker).expect("inspect").log_path;
+    let follow = LogOptions {
+        follow: true,
+        ..LogOptions::default()
+    };
+    let mut stream = rt
+        .log_stream(&talker, &follow, Duration::from_millis(200))
+        .expect("follow");
+    let mut got = String::new();
+    let mut rotated = false;
+    let mut buf = [0u8; 4096];
+    let until = std::time::Instant::now() + T;
+    loop {
+        assert!(
+            std::time::Instant::now() < until,
+            "the log did not end: {got:?}"
+        );
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.push_str(std::str::from_utf8(&buf[..n]).expect("utf-8")),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("reading the followed log: {e}"),
+        }
+        if !rotated && got.contains("n10\n") {
+            std::fs::rename(&path, format!("{path}.20240101-000000")).expect("rename");
+            rt.reopen_container_log(&talker)
+                .expect("ReopenContainerLog");
+            rotated = true;
+        }
+    }
+    let expected: String = (1..=50)
+        .map(|i| format!("n{i}\n"))
+        .chain([format!("{}\n", "y".repeat(20_480)), "done\n".to_string()])
+        .collect();
+    assert!(got == expected, "followed log differs: {got:?}");
+    let old = std::fs::read_to_string(format!("{path}.20240101-000000")).expect("rotated file");
+    let new = std::fs::read_to_string(&path).expect("the reopened file");
+    assert!(old.contains(" stdout F n10\n"), "{old}");
+    assert!(
+        new.contains(" stdout P yyyy") && new.ends_with(" stdout F done\n"),
+        "{new}"
+    );
+    wait_exited(&rt, &talker);
+    // Docker's json-file rotation has no reopen: a reopen of a missing container is
+    // NotFound here.
+    let missing = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    assert!(rt
+        .reopen_container_log(missing)
+        .is_err_and(|e| e.is_not_found()));
 }
 
 #[test]

@@ -590,6 +590,16 @@ impl Runtime for Docker {
         logs::open(&self.client, id, tty, opts, wake, CALL_TIMEOUT)
     }
 
+    /// Docker rotates its json-file logs itself (`max-size`, `max-file`): there is
+    /// nothing to reopen.
+    fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Api {
+            op: format!("reopen the log of container {id}"),
+            status: 501,
+            message: "Docker rotates its own container logs".into(),
+        })
+    }
+
     fn exec(
         &self,
         id: &str,

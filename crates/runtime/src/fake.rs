@@ -920,6 +920,12 @@ impl Runtime for FakeRuntime {
             .map(|bytes| Box::new(std::io::Cursor::new(bytes)) as LogStream)
     }
 
+    /// The fake keeps no log files: reopening a known container's is a no-op (counted
+    /// and scripted as [`Op::Logs`]).
+    fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError> {
+        self.logs(id, None).map(drop)
+    }
+
     fn exec(
         &self,
         id: &str,

@@ -560,6 +560,11 @@ pub trait Runtime: Send + Sync + fmt::Debug {
         wake: Duration,
     ) -> Result<LogStream, RuntimeError>;
 
+    /// Makes the runtime reopen a running container's log file at its path (CRI
+    /// `ReopenContainerLog`): the container log manager renamed the file to rotate it.
+    /// A runtime that rotates its own logs (Docker's json-file) answers an error.
+    fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError>;
+
     /// Runs a command inside a running container and waits for it, at most `timeout`.
     fn exec(&self, id: &str, cmd: &[String], timeout: Duration)
         -> Result<ExecResult, RuntimeError>;
