@@ -622,9 +622,6 @@ fn start_image_pullers(
     Ok(pulled_rx)
 }
 
-/// `volume-mgr` (removes the directories of pods that are gone) and, with an API
-/// server to read them from, `object-refresh` (ConfigMap, Secret and token updates
-/// reach running pods' volumes between their syncs).
 /// `log-rotate`: the container log manager, on a CRI runtime only (Docker rotates its
 /// own json-file logs, as dockershim left it to).
 fn start_log_manager(
@@ -655,6 +652,9 @@ fn start_log_manager(
     )
 }
 
+/// `volume-mgr` (removes the directories of pods that are gone) and, with an API
+/// server to read them from, `object-refresh` (ConfigMap, Secret and token updates
+/// reach running pods' volumes between their syncs).
 fn start_volume_loops(loops: &Loops, parts: &Components) -> Result<(), SpawnError> {
     let volumes = parts.volumes.clone();
     loops.spawn_periodic(
