@@ -250,7 +250,40 @@ fn kubectl_exec_attach_and_port_forward_reach_containerds_streaming_server() {
             "{proto:?}: {}",
             text(&out.stderr)
         );
-        eprintln!("{proto:?} exec: {}", text(&out.stderr));
+
+        if proto == Proto::Spdy {
+            // 10 MiB out and 4 MiB in and back, intact through the proxy's bounded
+            // buffers.
+            let out = cluster.run(
+                proto,
+                &[
+                    "exec",
+                    "cri-tools",
+                    "-c",
+                    "web",
+                    "--",
+                    "head",
+                    "-c",
+                    "10485760",
+                    "/dev/zero",
+                ],
+                b"",
+            );
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            assert!(
+                out.stdout.len() == 10 * 1024 * 1024 && out.stdout.iter().all(|b| *b == 0),
+                "{} bytes",
+                out.stdout.len()
+            );
+            let big: Vec<u8> = (0..4 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+            let out = cluster.run(
+                proto,
+                &["exec", "-i", "cri-tools", "-c", "web", "--", "cat"],
+                &big,
+            );
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            assert!(out.stdout == big, "{} bytes back", out.stdout.len());
+        }
 
         // Attach: a line in, its answer out.
         let mut child = cluster
@@ -323,7 +356,15 @@ fn kubectl_exec_attach_and_port_forward_reach_containerds_streaming_server() {
             page.ends_with("hello-from-containerd\n"),
             "{proto:?}: {page}\n{log}"
         );
-        eprintln!("{proto:?} port-forward: {log}");
+        if proto == Proto::WebSocket {
+            // The tunnel (unwrapped by the kubelet into SPDY to containerd), not the
+            // SPDY fallback.
+            assert!(
+                log.contains("tunneling_dialer.go")
+                    && log.contains("negotiated protocol: portforward.k8s.io"),
+                "kubectl used the tunnel: {log}"
+            );
+        }
     }
 
     // kubectl 1.32 offers WebSocket exec only as v5.channel.k8s.io, which containerd
