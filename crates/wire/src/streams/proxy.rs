@@ -398,6 +398,12 @@ fn splice<L: ByteLink>(link: &mut L, mut sock: TcpStream, first: Vec<u8>) -> Res
             return Err("shutdown".into());
         }
         link.flush()?;
+        if !runtime_open {
+            // Nothing more reaches a runtime that has closed: what the client still
+            // sends is dropped while its last output drains.
+            up.clear();
+            up_sent = 0;
+        }
         while up_sent < up.len() {
             match sock.write(&up[up_sent..]) {
                 Ok(0) => return Err("the runtime's connection took nothing".into()),
@@ -650,6 +656,40 @@ mod tests {
         session.join().expect("session");
         let head = String::from_utf8(srv.join().expect("server")).expect("utf8");
         assert!(head.starts_with("POST /exec/tok HTTP/1.1\r\n"), "{head}");
+    }
+
+    #[test]
+    fn what_the_runtime_sent_before_closing_reaches_the_client() {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let payload: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 253) as u8).collect();
+        let sent = payload.clone();
+        let srv = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().expect("accept");
+            let mut b = [0u8; 4096];
+            let _ = s.read(&mut b).expect("head");
+            s.write_all(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
+                .expect("answer");
+            s.write_all(&sent).expect("payload");
+            // Closes with the client still reading.
+        });
+        let b = Backend::parse(&format!("http://127.0.0.1:{port}/attach/t")).expect("ok");
+        let (ours, mut client) = UnixStream::pair().expect("pair");
+        let head = forwarded_head(&req(&[("Connection", "Upgrade")]), &b);
+        let session = std::thread::spawn(move || relay(TestConn(ours), &b, &head));
+        // The runtime closes with most of it still buffered on the way.
+        let mut got = Vec::new();
+        client
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        client
+            .read_to_end(&mut got)
+            .expect("until the session closes");
+        srv.join().expect("server");
+        session.join().expect("session");
+        let head = b"HTTP/1.1 101 Switching Protocols\r\n\r\n";
+        assert!(got.starts_with(head));
+        assert!(got[head.len()..] == payload, "{} bytes", got.len());
     }
 
     #[test]
