@@ -439,6 +439,23 @@ fn kubectl_exec_attach_and_port_forward_reach_containerds_streaming_server() {
         gone.elapsed()
     );
 
+    // A request without an upgrade: upstream's proxy refuses it (500).
+    let pki = crate::apiserver::Pki::get();
+    let out = Command::new("curl")
+        .args(["-sk", "--max-time", "30", "-w", "\n%{http_code}"])
+        .arg("--cert")
+        .arg(&pki.client_cert)
+        .arg("--key")
+        .arg(&pki.client_key)
+        .arg(format!(
+            "https://127.0.0.1:{}/exec/default/cri-tools/web?command=true&stdout=1",
+            cluster.port
+        ))
+        .output()
+        .expect("curl");
+    let answer = text(&out.stdout);
+    assert_eq!(answer, "Upgrade request required\n\n500");
+
     // A client the port refuses: 403, and no exec asked of the runtime.
     let before = runtime_operations(&cluster.node, "exec");
     assert!(
