@@ -48,6 +48,11 @@ state = "/run/rkubelet-containerd/state"
   sandbox_image = "docker.io/rkubelet/pause:3.10"
   # Some VMs refuse a negative oom_score_adj; runc fails without this there.
   restrict_oom_score_adj = true
+  # The streaming server rkubelet proxies exec, attach and port-forward to: plain HTTP
+  # on loopback (rkubelet does not dial TLS streaming), a free port.
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_tls_streaming = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$dir/cni"

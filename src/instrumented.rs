@@ -17,7 +17,7 @@ use runtime::config::{ContainerConfig, PodSandboxConfig};
 use runtime::{
     ContainerDetails, ContainerSummary, EventFilter, EventItem, ExecResult, ExecSession,
     ImageDetails, LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth, Runtime,
-    RuntimeError, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
+    RuntimeError, RuntimeInfo, RuntimeVersion, StreamOptions, StreamRequest, TermSize,
 };
 
 /// The wrapper: every call goes to `inner`, and is recorded in `metrics`.
@@ -193,6 +193,16 @@ impl Runtime for InstrumentedRuntime {
 
     fn resize_container(&self, id: &str, size: TermSize) -> Result<(), RuntimeError> {
         self.record("resize_container", || self.inner.resize_container(id, size))
+    }
+
+    fn stream_url(&self, request: &StreamRequest) -> Result<Option<String>, RuntimeError> {
+        // CRI's `Exec`, `Attach`, `PortForward`: the request for a URL, not the session.
+        let operation = match request {
+            StreamRequest::Exec { .. } => "exec",
+            StreamRequest::Attach { .. } => "attach",
+            StreamRequest::PortForward { .. } => "port_forward",
+        };
+        self.record(operation, || self.inner.stream_url(request))
     }
 
     fn watch_events(

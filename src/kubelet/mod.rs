@@ -249,7 +249,10 @@ pub fn start(cfg: KubeletConfig) -> Result<Running, StartError> {
 
     // Servers first: they answer health questions while everything else starts.
     let served = Served {
-        runtime: &runtime,
+        // Counted as every component's calls: the ports' container lookups, logs,
+        // `/run`, exec and attach (a CRI runtime's `Exec`, `Attach`, `PortForward`),
+        // as upstream's instrumented runtime service counts its server's.
+        runtime: &parts.runtime,
         parts: &parts,
         checks: &checks,
         stats: &stats,

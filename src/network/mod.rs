@@ -32,7 +32,7 @@ use runtime::container::labels;
 use runtime::{
     ContainerDetails, ContainerState, ContainerSummary, EventFilter, EventItem, ExecResult,
     ExecSession, ImageDetails, LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth,
-    Runtime, RuntimeError, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
+    Runtime, RuntimeError, RuntimeInfo, RuntimeVersion, StreamOptions, StreamRequest, TermSize,
 };
 
 /// The longest one CNI plugin may run: bridge, host-local and portmap take
@@ -601,6 +601,10 @@ impl Runtime for PluginNetwork {
 
     fn resize_container(&self, id: &str, size: TermSize) -> Result<(), RuntimeError> {
         self.inner.resize_container(id, size)
+    }
+
+    fn stream_url(&self, request: &StreamRequest) -> Result<Option<String>, RuntimeError> {
+        self.inner.stream_url(request)
     }
 
     fn watch_events(

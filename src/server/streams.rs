@@ -15,7 +15,11 @@
 //! its client going away.
 //!
 //! The sessions themselves are the `wire` crate's (`wire::streams`): this module
-//! checks a request and hands the connection to them.
+//! checks a request and hands the connection to them. On a runtime with a streaming
+//! server of its own (CRI), the checked request is the runtime's: its `Exec`, `Attach`
+//! or `PortForward` answers a URL, and the client is proxied there
+//! (`wire::streams::proxy`, upstream's `proxyStream`), after the same authentication,
+//! authorization and checks, on the same bounded stream threads.
 
 use std::sync::Arc;
 
@@ -24,7 +28,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::readonly::PodsView;
 use base::loops::Loops;
 use runtime::container::labels;
-use runtime::{ContainerState, Runtime, StreamOptions};
+use runtime::{ContainerState, Runtime, RuntimeError, StreamOptions, StreamRequest};
 use wire::server::{Reply, Req};
 use wire::streams::Verb;
 
@@ -89,6 +93,22 @@ pub(crate) fn remote_command(
         // Docker refuses an empty command; say so before upgrading.
         return Reply::text(400, "you must specify a command to run");
     }
+    let request = match verb {
+        Verb::Exec => StreamRequest::Exec {
+            container_id: id.clone(),
+            cmd: cmd.clone(),
+            opts,
+        },
+        Verb::Attach => StreamRequest::Attach {
+            container_id: id.clone(),
+            opts,
+        },
+    };
+    match s.runtime.stream_url(&request) {
+        Ok(Some(url)) => return proxy_stream(req, &url),
+        Ok(None) => {}
+        Err(e) => return stream_error(&e),
+    }
     let target = wire::streams::remotecommand::Target {
         verb,
         container_id: id,
@@ -141,14 +161,30 @@ pub(crate) fn port_forward(s: &StreamServer, req: &Req, pod: PodRef<'_>) -> Repl
     if pod.uid.is_some_and(|u| u != uid) {
         return Reply::text(404, "pod not found");
     }
-    let sandbox_pid = match sandbox_pid(s, &uid) {
-        Ok(Some(pid)) => pid,
-        Ok(None) => {
-            return Reply::text(
-                500,
-                format!("failed to find sandbox for pod {:?}", pod.name),
-            )
-        }
+    let no_sandbox = || {
+        Reply::text(
+            500,
+            format!("failed to find sandbox for pod {:?}", pod.name),
+        )
+    };
+    let sandbox = match find_sandbox(s, &uid) {
+        Ok(Some(id)) => id,
+        Ok(None) => return no_sandbox(),
+        Err(e) => return Reply::text(500, e.to_string()),
+    };
+    let request = StreamRequest::PortForward {
+        sandbox_id: sandbox.clone(),
+        ports: ports.clone(),
+    };
+    match s.runtime.stream_url(&request) {
+        Ok(Some(url)) if tunnel => return proxy_tunnel(req, &url),
+        Ok(Some(url)) => return proxy_stream(req, &url),
+        Ok(None) => {}
+        Err(e) => return stream_error(&e),
+    }
+    let sandbox_pid = match s.runtime.inspect_container(&sandbox) {
+        Ok(details) if details.pid != 0 => details.pid,
+        Ok(_) => return no_sandbox(),
         Err(e) => return Reply::text(500, e.to_string()),
     };
     let target = wire::streams::portforward::Target {
@@ -280,11 +316,7 @@ fn find_pod(pods: &PodsView, r: &PodRef<'_>) -> Option<Arc<Pod>> {
 }
 
 /// The running container `name` of pod `uid` (the newest if several run).
-fn find_container(
-    s: &StreamServer,
-    uid: &str,
-    name: &str,
-) -> Result<Option<String>, runtime::RuntimeError> {
+fn find_container(s: &StreamServer, uid: &str, name: &str) -> Result<Option<String>, RuntimeError> {
     let filter = [
         format!("{}={}", labels::MANAGED_BY_NODE, s.node_name),
         format!("{}={uid}", labels::POD_UID),
@@ -301,25 +333,69 @@ fn find_container(
     Ok(running.pop().map(|c| c.id))
 }
 
-/// The host PID of the pod's running sandbox, whose network namespace is the pod's.
-fn sandbox_pid(s: &StreamServer, uid: &str) -> Result<Option<u32>, runtime::RuntimeError> {
-    let runtime = s.runtime.as_ref();
+/// The pod's running sandbox (the newest if several run), whose network namespace is
+/// the pod's.
+fn find_sandbox(s: &StreamServer, uid: &str) -> Result<Option<String>, RuntimeError> {
     let filter = [
         format!("{}={}", labels::MANAGED_BY_NODE, s.node_name),
         format!("{}={uid}", labels::POD_UID),
         format!("{}={}", labels::DOCKER_TYPE, labels::TYPE_SANDBOX),
     ];
-    let mut running: Vec<_> = runtime
+    let mut running: Vec<_> = s
+        .runtime
         .list_containers(&filter)?
         .into_iter()
         .filter(|c| c.state == ContainerState::Running)
         .collect();
     base::sort::sort_by_key(&mut running, |c| c.created);
-    let Some(sandbox) = running.pop() else {
-        return Ok(None);
+    Ok(running.pop().map(|c| c.id))
+}
+
+/// A session the runtime serves itself: the client proxied to the streaming server at
+/// `url` (upstream's `proxyStream`), the upgrade carried through.
+fn proxy_stream(req: &Req, url: &str) -> Reply {
+    if !wire::streams::proxy::is_upgrade_request(req) {
+        // Upstream's proxy (`upgradeRequired`) through its responder's `http.Error`.
+        return Reply::text(500, "Upgrade request required\n");
+    }
+    let backend = match wire::streams::proxy::Backend::parse(url) {
+        Ok(b) => b,
+        Err(e) => return Reply::text(500, e),
     };
-    let details = runtime.inspect_container(&sandbox.id)?;
-    Ok((details.pid != 0).then_some(details.pid))
+    let head = wire::streams::proxy::forwarded_head(req, &backend);
+    Reply::takeover(move |conn| wire::streams::proxy::relay(conn, &backend, &head))
+}
+
+/// kubectl's port-forward WebSocket tunnel to a runtime's streaming server, which
+/// speaks SPDY only: the WebSocket answered here, SPDY to the runtime.
+fn proxy_tunnel(req: &Req, url: &str) -> Reply {
+    let up = match wire::streams::websocket::check_upgrade(
+        req,
+        &[wire::streams::websocket::SPDY_TUNNEL_PROTOCOL],
+        false,
+    ) {
+        Ok(up) => up,
+        Err(reply) => return reply,
+    };
+    let backend = match wire::streams::proxy::Backend::parse(url) {
+        Ok(b) => b,
+        Err(e) => return Reply::text(500, e),
+    };
+    let head = wire::streams::proxy::spdy_head(
+        req,
+        &backend,
+        wire::streams::httpstream::PORT_FORWARD_PROTOCOL,
+    );
+    Reply::takeover(move |conn| {
+        wire::streams::proxy::relay_tunnel(conn, &up, &backend, &head);
+    })
+}
+
+/// A runtime's refusal of a streaming request (upstream's `streaming.WriteError`):
+/// 404 for NotFound, else 500, with the error's text.
+fn stream_error(e: &RuntimeError) -> Reply {
+    let status = if e.is_not_found() { 404 } else { 500 };
+    Reply::text(status, e.to_string())
 }
 
 /// Every value of `key` in a raw query, decoded as Go's `url.ParseQuery` does (`+` is

@@ -16,7 +16,7 @@ use runtime::config::{ContainerConfig, PodSandboxConfig};
 use runtime::{
     ContainerDetails, ContainerState, ContainerSummary, ExecResult, ExecSession, ImageDetails,
     LogOptions, LogStream, ProcessIo, RegistryAuth, Runtime, RuntimeError, RuntimeEvent,
-    RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
+    RuntimeInfo, RuntimeVersion, StreamOptions, StreamRequest, TermSize,
 };
 
 use crate::util::{label, pod_yaml, wait_for, Node, BUSYBOX, LONG, PAUSE, SLEEPER};
@@ -367,6 +367,9 @@ impl Runtime for OnlyTestImages {
     }
     fn resize_container(&self, id: &str, s: TermSize) -> Result<(), RuntimeError> {
         self.inner.resize_container(id, s)
+    }
+    fn stream_url(&self, r: &StreamRequest) -> Result<Option<String>, RuntimeError> {
+        self.inner.stream_url(r)
     }
     fn events(
         &self,

@@ -21,7 +21,7 @@ use crate::util::{free_port, unique, wait_for, Node, BUSYBOX, LONG, SLEEPER};
 
 /// Which protocol kubectl is made to speak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Proto {
+pub(crate) enum Proto {
     /// WebSocket (`v5.channel.k8s.io`; port-forward: the SPDY tunnel).
     WebSocket,
     /// SPDY/3.1.
@@ -32,7 +32,7 @@ impl Proto {
     /// A pod name unique to this protocol's test: stand-ins number pods alike, so
     /// the same name in two tests would be the same UID, the same Docker names, and
     /// each node would take the other's containers for stale ones.
-    fn pod(self, name: &str) -> String {
+    pub(crate) fn pod(self, name: &str) -> String {
         match self {
             Proto::WebSocket => format!("{name}-ws"),
             Proto::Spdy => format!("{name}-spdy"),
@@ -49,20 +49,35 @@ impl Proto {
 
 /// A kubelet with its authenticated port, an API server stand-in that runs its pods
 /// and proxies their subresources to it, and a kubeconfig for kubectl.
-struct Cluster {
-    api: TestApiServer,
-    node: Node,
+pub(crate) struct Cluster {
+    pub(crate) api: TestApiServer,
+    pub(crate) node: Node,
     kubectl_config: PathBuf,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Cluster {
     /// Starts the kubelet with the pods `pods` (API objects, bound to this node) and
     /// waits until every container named in `running` runs (`pod/container`).
     fn start(prefix: &str, pods: &[Value], running: &[&str]) -> Cluster {
+        Cluster::start_on(prefix, pods, running, None, &[])
+    }
+
+    /// [`Cluster::start`] on the runtime at `endpoint` (Docker's when `None`), with
+    /// more kubelet flags; `running` is looked up in Docker.
+    pub(crate) fn start_on(
+        prefix: &str,
+        pods: &[Value],
+        running: &[&str],
+        endpoint: Option<String>,
+        extra: &[String],
+    ) -> Cluster {
         let pki = Pki::get();
         let api = TestApiServer::start(Options::default());
         let mut node = Node::new(prefix);
+        if let Some(endpoint) = endpoint {
+            node.endpoint = endpoint;
+        }
         for p in pods {
             let mut p = p.clone();
             p["spec"]["nodeName"] = json!(node.name);
@@ -78,7 +93,7 @@ impl Cluster {
             format!("--client-ca-file={}", pki.ca.display()),
             "--anonymous-auth=false".to_string(),
         ];
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let args: Vec<&str> = args.iter().chain(extra).map(String::as_str).collect();
         node.start(&args);
         wait_for("the kubelet port to listen", LONG, || {
             TcpStream::connect(("127.0.0.1", port)).ok()
@@ -108,7 +123,7 @@ impl Cluster {
     }
 
     /// A kubectl command speaking `proto`, with its own discovery cache.
-    fn kubectl(&self, proto: Proto, args: &[&str]) -> Command {
+    pub(crate) fn kubectl(&self, proto: Proto, args: &[&str]) -> Command {
         let mut c = Command::new("kubectl");
         c.env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", proto.env())
             .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", proto.env())
@@ -121,7 +136,7 @@ impl Cluster {
     }
 
     /// Runs kubectl with `input` on its stdin; its output.
-    fn run(&self, proto: Proto, args: &[&str], input: &[u8]) -> Output {
+    pub(crate) fn run(&self, proto: Proto, args: &[&str], input: &[u8]) -> Output {
         let mut child = self
             .kubectl(proto, args)
             .stdin(Stdio::piped())
@@ -141,7 +156,7 @@ impl Cluster {
 }
 
 /// Waits for `child` at most `timeout` (killing it then), collecting its output.
-fn wait_output(mut child: Child, timeout: Duration) -> Output {
+pub(crate) fn wait_output(mut child: Child, timeout: Duration) -> Output {
     let mut stdout = child.stdout.take().expect("stdout");
     let mut stderr = child.stderr.take().expect("stderr");
     let out = std::thread::spawn(move || {
@@ -172,7 +187,7 @@ fn wait_output(mut child: Child, timeout: Duration) -> Output {
     }
 }
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
@@ -398,7 +413,7 @@ fn attach_tests(proto: Proto) {
 }
 
 /// The stream threads (`stream-N`) of the kubelet process.
-fn stream_threads(pid: u32) -> usize {
+pub(crate) fn stream_threads(pid: u32) -> usize {
     crate::util::thread_names(pid)
         .iter()
         .filter(|t| t.starts_with("stream-"))
@@ -464,7 +479,7 @@ fn kubectl_attach_over_spdy() {
 }
 
 /// One HTTP/1.0 GET of `path` on 127.0.0.1:`port`: the whole answer.
-fn http_get(port: u16, path: &str) -> std::io::Result<Vec<u8>> {
+pub(crate) fn http_get(port: u16, path: &str) -> std::io::Result<Vec<u8>> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n")?;
@@ -602,7 +617,7 @@ fn kubectl_port_forward_over_spdy() {
 // ---------------------------------------------------------------------------------
 // A WebSocket client straight to the kubelet port.
 
-type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+pub(crate) type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
 /// A TLS connection to the kubelet port with the test client certificate.
 fn tls_connect(port: u16) -> Tls {
@@ -616,7 +631,7 @@ fn tls_connect(port: u16) -> Tls {
 }
 
 /// A WebSocket to `path` on the kubelet port offering `protocols`.
-fn websocket(port: u16, path: &str, protocols: &str) -> tungstenite::WebSocket<Tls> {
+pub(crate) fn websocket(port: u16, path: &str, protocols: &str) -> tungstenite::WebSocket<Tls> {
     let req = tungstenite::http::Request::builder()
         .uri(format!("wss://127.0.0.1:{port}{path}"))
         .header("Host", format!("127.0.0.1:{port}"))
@@ -636,7 +651,7 @@ fn websocket(port: u16, path: &str, protocols: &str) -> tungstenite::WebSocket<T
 }
 
 /// Every data message until the server closes: (channel, payload).
-fn read_channels(ws: &mut tungstenite::WebSocket<Tls>) -> Vec<(u8, Vec<u8>)> {
+pub(crate) fn read_channels(ws: &mut tungstenite::WebSocket<Tls>) -> Vec<(u8, Vec<u8>)> {
     let mut got = Vec::new();
     loop {
         match ws.read() {
@@ -651,7 +666,7 @@ fn read_channels(ws: &mut tungstenite::WebSocket<Tls>) -> Vec<(u8, Vec<u8>)> {
 }
 
 /// The payload of `ch` across messages.
-fn channel(got: &[(u8, Vec<u8>)], ch: u8) -> Vec<u8> {
+pub(crate) fn channel(got: &[(u8, Vec<u8>)], ch: u8) -> Vec<u8> {
     got.iter()
         .filter(|(c, _)| *c == ch)
         .flat_map(|(_, d)| d.clone())

@@ -144,6 +144,12 @@ impl CriClient {
         reopen_container_log: "/runtime.v1.RuntimeService/ReopenContainerLog", ReopenContainerLogRequest -> ReopenContainerLogResponse;
         /// The node's pod CIDR to the runtime.
         update_runtime_config: "/runtime.v1.RuntimeService/UpdateRuntimeConfig", UpdateRuntimeConfigRequest -> UpdateRuntimeConfigResponse;
+        /// The URL of the runtime's streaming server for one exec session.
+        exec: "/runtime.v1.RuntimeService/Exec", ExecRequest -> ExecResponse;
+        /// The URL of the runtime's streaming server for one attach session.
+        attach: "/runtime.v1.RuntimeService/Attach", AttachRequest -> AttachResponse;
+        /// The URL of the runtime's streaming server for one port-forward session.
+        port_forward: "/runtime.v1.RuntimeService/PortForward", PortForwardRequest -> PortForwardResponse;
         list_images: "/runtime.v1.ImageService/ListImages", ListImagesRequest -> ListImagesResponse;
         image_status: "/runtime.v1.ImageService/ImageStatus", ImageStatusRequest -> ImageStatusResponse;
         remove_image: "/runtime.v1.ImageService/RemoveImage", RemoveImageRequest -> RemoveImageResponse;

@@ -17,8 +17,12 @@
 //!   holds) is removed and the create tried once more.
 //! - `logs` and `log_stream` read the container's CRI log file (`crate::logs`: tail,
 //!   since, timestamps, streams, follow across rotations); `reopen_container_log` is
-//!   CRI's call for the container log manager. Interactive streams and image import
-//!   are not here yet and answer an error that says so.
+//!   CRI's call for the container log manager. Image import is not here yet and
+//!   answers an error that says so.
+//! - Exec, attach and port-forward sessions are the runtime's own streaming server's:
+//!   `stream_url` asks for the URL (`Exec`, `Attach`, `PortForward`), which the kubelet
+//!   port proxies its client to; the trait's in-process streams (`exec_interactive`,
+//!   `attach`, the resizes) answer an error.
 //! - `info` reads containerd's verbose `Status` (its config as JSON): the cgroup
 //!   driver from the default runtime's `SystemdCgroup` option, the root from
 //!   `containerdRootDir`, the cgroup version from `/sys/fs/cgroup` (CRI does not say).
@@ -50,7 +54,8 @@ use runtime::config::{ContainerConfig, PodSandboxConfig};
 use runtime::{
     ContainerDetails, ContainerSummary, EventFilter, EventItem, ExecResult, ExecSession,
     ImageDetails, LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth, Runtime,
-    RuntimeError, RuntimeEvent, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
+    RuntimeError, RuntimeEvent, RuntimeInfo, RuntimeVersion, StreamOptions, StreamRequest,
+    TermSize,
 };
 
 /// The thread that waits on a stop begun by a signal other than SIGKILL.
@@ -848,6 +853,62 @@ impl Runtime for CriRuntime {
 
     fn resize_container(&self, id: &str, _size: TermSize) -> Result<(), RuntimeError> {
         Err(not_supported(format!("resize container {id}"), "attach"))
+    }
+
+    /// CRI's `Exec`, `Attach` or `PortForward` (upstream's `GetExec`, `GetAttach`,
+    /// `GetPortForward` in kuberuntime): the runtime's streaming server's URL for
+    /// this one session.
+    fn stream_url(&self, request: &StreamRequest) -> Result<Option<String>, RuntimeError> {
+        let (op, answer) = match request {
+            StreamRequest::Exec {
+                container_id,
+                cmd,
+                opts,
+            } => (
+                format!("exec {:?} in container {container_id}", cmd.join(" ")),
+                self.client
+                    .exec(&v1::ExecRequest {
+                        container_id: container_id.clone(),
+                        cmd: cmd.clone(),
+                        tty: opts.tty,
+                        stdin: opts.stdin,
+                        stdout: opts.stdout,
+                        stderr: opts.stderr,
+                    })
+                    .map(|r| r.url),
+            ),
+            StreamRequest::Attach { container_id, opts } => (
+                format!("attach to container {container_id}"),
+                self.client
+                    .attach(&v1::AttachRequest {
+                        container_id: container_id.clone(),
+                        stdin: opts.stdin,
+                        tty: opts.tty,
+                        stdout: opts.stdout,
+                        stderr: opts.stderr,
+                    })
+                    .map(|r| r.url),
+            ),
+            StreamRequest::PortForward { sandbox_id, ports } => (
+                format!("port-forward to sandbox {sandbox_id}"),
+                self.client
+                    .port_forward(&v1::PortForwardRequest {
+                        pod_sandbox_id: sandbox_id.clone(),
+                        port: ports.iter().map(|p| i32::from(*p)).collect(),
+                    })
+                    .map(|r| r.url),
+            ),
+        };
+        let url = answer.map_err(|e| self.error(op.clone(), e))?;
+        if url.is_empty() {
+            // Upstream's remote runtime client refuses an empty URL too.
+            return Err(RuntimeError::Api {
+                op,
+                status: 0,
+                message: "the runtime answered no streaming URL".into(),
+            });
+        }
+        Ok(Some(url))
     }
 
     /// CRI's `GetContainerEvents`, read on a `cri-events` thread so this one can check

@@ -69,7 +69,7 @@ use runtime::config::{ContainerConfig, PodSandboxConfig, SecurityProfile};
 use runtime::{
     ContainerDetails, ContainerSummary, EventFilter, EventItem, ExecResult, ExecSession,
     ImageDetails, LogOptions, LogStream, NetworkStatus, ProcessIo, RegistryAuth, Runtime,
-    RuntimeError, RuntimeInfo, RuntimeVersion, StreamOptions, TermSize,
+    RuntimeError, RuntimeInfo, RuntimeVersion, StreamOptions, StreamRequest, TermSize,
 };
 
 /// Reads (list, inspect, version): the PLEG relists every second, so a hung engine
@@ -719,6 +719,12 @@ impl Runtime for Docker {
 
     fn resize_container(&self, id: &str, size: TermSize) -> Result<(), RuntimeError> {
         hijack::resize(&self.client, "containers", id, size)
+    }
+
+    fn stream_url(&self, _request: &StreamRequest) -> Result<Option<String>, RuntimeError> {
+        // Docker has no streaming server: the kubelet serves exec and attach on the
+        // hijacked connections, port-forward in the pod's network namespace.
+        Ok(None)
     }
 
     fn watch_events(

@@ -27,7 +27,7 @@ use crate::{
     ContainerDetails, ContainerState, ContainerSummary, EventFilter, EventItem, ExecResult,
     ExecSession, ImageDetails, LogOptions, LogStream, NetworkStatus, OutputKind, ProcessIo,
     RegistryAuth, Runtime, RuntimeError, RuntimeEvent, RuntimeInfo, RuntimeVersion, StreamOptions,
-    TermSize, SIGKILL,
+    StreamRequest, TermSize, SIGKILL,
 };
 use base::loops::lock;
 
@@ -988,6 +988,11 @@ impl Runtime for FakeRuntime {
         self.enter(Op::Resize, id)?;
         lock(&self.state).resizes.push((id.to_string(), size));
         Ok(())
+    }
+
+    fn stream_url(&self, _request: &StreamRequest) -> Result<Option<String>, RuntimeError> {
+        // Sessions are served by the kubelet over `exec_interactive` and `attach`.
+        Ok(None)
     }
 
     fn watch_events(

@@ -457,6 +457,37 @@ pub trait ProcessIo: Send + fmt::Debug {
     fn close_input(&mut self) -> io::Result<()>;
 }
 
+/// A streaming session a runtime with a streaming server of its own serves itself
+/// (CRI's `Exec`, `Attach` and `PortForward` requests): what the kubelet asks
+/// [`Runtime::stream_url`] for, once it has checked the client's request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamRequest {
+    /// `kubectl exec`: `cmd` in the running container `container_id`.
+    Exec {
+        /// The container.
+        container_id: String,
+        /// The command and its arguments.
+        cmd: Vec<String>,
+        /// Which streams, and a terminal or not.
+        opts: StreamOptions,
+    },
+    /// `kubectl attach`: the main process of the running container `container_id`.
+    Attach {
+        /// The container.
+        container_id: String,
+        /// Which streams, and whether the container has a terminal.
+        opts: StreamOptions,
+    },
+    /// `kubectl port-forward` into the network namespace of sandbox `sandbox_id`.
+    PortForward {
+        /// The pod's sandbox.
+        sandbox_id: String,
+        /// The ports a WebSocket client named in its query; empty for SPDY, whose
+        /// client names a port per stream.
+        ports: Vec<u16>,
+    },
+}
+
 /// An interactive exec that has started.
 #[derive(Debug)]
 pub struct ExecSession {
@@ -593,6 +624,15 @@ pub trait Runtime: Send + Sync + fmt::Debug {
 
     /// Resizes the terminal of a container created with a TTY.
     fn resize_container(&self, id: &str, size: TermSize) -> Result<(), RuntimeError>;
+
+    /// Where the runtime serves `request` itself: the URL of its own streaming server
+    /// (CRI's `Exec`, `Attach`, `PortForward`), which the kubelet port proxies the
+    /// client to, as upstream's `proxyStream`. `None`: the runtime has no streaming
+    /// server (Docker), and the kubelet serves the session itself through
+    /// [`Runtime::exec_interactive`], [`Runtime::attach`] and the pod's network
+    /// namespace. Bounded by the call timeout; the URL is good for one session, for a
+    /// short while (containerd: one minute).
+    fn stream_url(&self, request: &StreamRequest) -> Result<Option<String>, RuntimeError>;
 
     /// Blocks reading container events (filtered to containers with `label_filter`),
     /// calling `on_event` for each, until `on_event` returns false, the stream breaks

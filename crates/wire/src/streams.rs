@@ -12,11 +12,13 @@
 //! The parts: [`wire`] (the client connection with its bounded outgoing buffer),
 //! [`websocket`] (the upgrade and the channel protocols), [`remotecommand`] (exec and
 //! attach sessions), [`portforward`] (port-forward sessions), [`netns`] (dialing a
-//! port inside the pod's network namespace).
+//! port inside the pod's network namespace), [`proxy`] (a session a runtime's own
+//! streaming server serves, proxied to it).
 
 pub mod httpstream;
 pub(crate) mod netns;
 pub mod portforward;
+pub mod proxy;
 pub mod remotecommand;
 pub mod websocket;
 pub mod wire;

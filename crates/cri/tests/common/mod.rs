@@ -150,6 +150,11 @@ state = "{d}/state"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "docker.io/{PAUSE}"
   restrict_oom_score_adj = true
+  # The streaming server exec, attach and port-forward are proxied to: plain HTTP on
+  # loopback, a port of its own choosing.
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_tls_streaming = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{d}/cni"
