@@ -29,11 +29,9 @@ mod util;
 #[path = "../tests/it/apiserver.rs"]
 mod apiserver;
 
-#[allow(dead_code)]
 #[path = "../tests/it/etcd.rs"]
 mod etcd;
 
-#[allow(dead_code)]
 #[path = "../tests/it/chaos_suite.rs"]
 mod chaos_suite;
 

@@ -801,7 +801,6 @@ impl PrivateDocker {
 
     /// The directory everything of this engine's is under (its processes' command
     /// lines name it).
-    #[allow(dead_code)] // benches/writes.rs's, not the tests'
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -824,7 +823,6 @@ impl PrivateDocker {
     /// As [`PrivateDocker::start`], with the runtime's state (what lives in `/run`:
     /// sockets, dockerd's exec root, containerd's state and its shims' files) on a
     /// tmpfs of its own, as on every systemd system, and its data roots on the disk.
-    #[allow(dead_code)] // benches/writes.rs's, not the tests'
     pub fn start_with_run_on_tmpfs() -> PrivateDocker {
         Self::start_with(true)
     }
