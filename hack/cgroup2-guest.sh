@@ -15,9 +15,11 @@
 # cgroup.subtree_control and PROGRAM runs in /init.scope. `-k cgroup_disable=memory`
 # boots the kernel without the memory controller (Raspberry Pi OS's default).
 #
-# KVM when /dev/kvm works, TCG (emulation, several times slower) otherwise. Needs
-# qemu-system-x86 and linux-image-amd64 (apt) and /bin/busybox (busybox-static, or Debian's dynamic busybox);
-# CGROUP2_GUEST_TIMEOUT (seconds, default 900) bounds the whole run.
+# KVM when /dev/kvm works and the CPU shows vmx or svm, TCG (emulation) otherwise;
+# CGROUP2_GUEST_ACCEL=kvm or tcg forces one. Needs qemu-system-x86 and
+# linux-image-amd64 (apt) and /bin/busybox (busybox-static, or Debian's dynamic
+# busybox with its libraries); CGROUP2_GUEST_TIMEOUT (seconds, default 900) bounds
+# the whole run.
 set -euo pipefail
 
 kargs=()
@@ -36,6 +38,9 @@ log() { printf 'cgroup2-guest: %s\n' "$*" >&2; }
 
 qemu=$(command -v qemu-system-x86_64) || { log "no qemu-system-x86_64: apt-get install -y qemu-system-x86"; exit 1; }
 [ -x /bin/busybox ] || { log "no /bin/busybox: apt-get install -y busybox-static"; exit 1; }
+for tool in cpio modprobe; do
+	command -v "$tool" >/dev/null || { log "no $tool: apt-get install -y cpio kmod"; exit 1; }
+done
 # The newest Debian kernel installed (vmlinuz-<version>, its modules beside it).
 kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)
 [ -n "$kernel" ] || { log "no kernel in /boot: apt-get install -y linux-image-amd64"; exit 1; }
@@ -120,8 +125,12 @@ case "${CGROUP2_GUEST_ACCEL:-auto}" in
 tcg) accel=(-accel tcg) ;;
 kvm) accel=(-accel kvm) ;;
 *)
+	# KVM needs the CPU's virtualization extensions: a VM (this project's machines)
+	# may have a /dev/kvm without them, where a KVM guest hangs before its first line.
 	accel=(-accel tcg)
-	if [ -r /dev/kvm ] && [ -w /dev/kvm ]; then accel=(-accel kvm -accel tcg); fi
+	if [ -r /dev/kvm ] && [ -w /dev/kvm ] && grep -qw 'vmx\|svm' /proc/cpuinfo; then
+		accel=(-accel kvm -accel tcg)
+	fi
 	;;
 esac
 timeout_s=${CGROUP2_GUEST_TIMEOUT:-900}
