@@ -74,7 +74,8 @@ for m in virtio_pci 9pnet_virtio 9p; do
 	done
 done
 
-# The command, quoted for the guest's shell, with a clean environment.
+# The command, quoted for bash (the host's, which runs it in the guest), with a clean
+# environment.
 cmd="exec /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp TMPDIR=/tmp"
 for e in "${envs[@]}"; do cmd+=" $(printf '%q' "$e")"; done
 for a in "$@"; do cmd+=" $(printf '%q' "$a")"; done
@@ -113,7 +114,7 @@ ip link set lo up 2>/dev/null
 echo "guest: kernel $(uname -r); cgroup2 controllers: $(cat $cg/cgroup.controllers); \
 subtree_control: $(cat $cg/cgroup.subtree_control); cmdline: $(cat /proc/cmdline)"
 cp /run.sh $n/run/rkubelet-guest.sh
-chroot $n /bin/sh /run/rkubelet-guest.sh
+chroot $n /bin/bash /run/rkubelet-guest.sh
 echo "RKUBELET-GUEST-EXIT=$?"
 sync
 reboot -f
