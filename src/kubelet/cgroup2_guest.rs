@@ -321,6 +321,15 @@ fn pods_get_systemd_slices_with_their_limits_and_readable_stats_then_lose_them()
     wait_for("the pod slices removed", || {
         !b.exists() && !e.exists() && !g.exists()
     });
+    // A slice left by a pod removed while the kubelet was down: `pod-cgroup-gc`'s sweep
+    // reads its UID back from the systemd name and removes it.
+    let stray = besteffort.join("kubepods-besteffort-podstray_1.slice");
+    std::fs::create_dir(&stray).expect("a stray pod slice");
+    n.handler
+        .cm
+        .remove_orphans(&|uid| uid != "stray-1")
+        .expect("the sweep");
+    assert!(!stray.exists());
     for dir in [besteffort, burstable, kubepods] {
         std::fs::remove_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     }
