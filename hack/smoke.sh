@@ -5,6 +5,9 @@
 # a Docker socket that does not exist, /healthz answers 500 naming the `runtime`
 # check; SIGTERM stops it with exit 0. Prints the binary's size and the time of
 # `--version` (under qemu that is qemu's time, not a board's).
+# SMOKE_MEMORY_CGROUP=missing (the cgroup v2 guest booted with cgroup_disable=memory,
+# `make test-cgroup2`) also checks the start-up's one line about the missing memory
+# cgroup controller, naming the fix, and its warning on /healthz?verbose.
 set -euo pipefail
 
 [ $# -ge 1 ] || { echo "usage: $0 BINARY [RUNNER...]" >&2; exit 64; }
@@ -69,6 +72,18 @@ done
 grep -q '^\[-\]runtime failed: ' "$work/healthz" || fail "/healthz body does not name the runtime check: $body"
 say "healthz: 500, $(grep '^\[-\]runtime failed: ' "$work/healthz")"
 
+memcg=${SMOKE_MEMORY_CGROUP:-}
+case "$memcg" in
+'') ;;
+missing)
+	curl -s -o "$work/verbose" --max-time 5 "http://127.0.0.1:$port/healthz?verbose" || true
+	grep -q '^warning: memory-cgroup: the kernel has no memory cgroup controller' "$work/verbose" \
+		|| fail "/healthz?verbose has no memory-cgroup warning: $(cat "$work/verbose")"
+	say "healthz?verbose: $(grep '^warning: memory-cgroup: ' "$work/verbose" | cut -c1-100)…"
+	;;
+*) fail "SMOKE_MEMORY_CGROUP=$memcg: expected missing" ;;
+esac
+
 # SIGTERM: a clean stop, exit 0.
 kill -TERM "$pid"
 set +e
@@ -82,4 +97,13 @@ set -e
 pid=
 [ "$rc" = 0 ] || fail "SIGTERM: exit $rc, not 0; log: $(tail -n5 "$work/kubelet.log")"
 say "SIGTERM: exit 0"
+
+# The log is whole once the process has exited (it flushes on the way out).
+if [ "$memcg" = missing ]; then
+	lines=$(grep -c 'no memory cgroup controller' "$work/kubelet.log" || true)
+	[ "$lines" = 1 ] || fail "$lines start-up lines about the memory cgroup controller, not 1"
+	line=$(grep 'no memory cgroup controller' "$work/kubelet.log")
+	case "$line" in *"cgroup_memory=1 cgroup_enable=memory"*) ;; *) fail "the line names no fix: $line" ;; esac
+	say "start-up: $line"
+fi
 say "PASS $bin"

@@ -33,7 +33,6 @@ pub(crate) enum Version {
 /// The v1 controllers the kubelet creates a cgroup in (the runtime creates the rest
 /// of a container's); v2 enables these in `cgroup.subtree_control`.
 pub(crate) const V1_CONTROLLERS: &[&str] = &["cpu", "cpuacct", "memory", "pids"];
-const V2_CONTROLLERS: &str = "+cpu +memory +pids";
 
 /// Which version is mounted at `mount` (`/sys/fs/cgroup`): v2 has
 /// `cgroup.controllers` at its top.
@@ -150,6 +149,11 @@ pub(crate) struct CgroupFs {
     pub version: Version,
     /// How names are spelled.
     pub driver: Driver,
+    /// The kernel has the memory controller ([`memory_controller`]). Without it no
+    /// memory limit is written (there is no file to write it to; admission refuses
+    /// pods with one) and, on v2, `+memory` is not asked of `cgroup.subtree_control`,
+    /// which refuses the whole write: the pods' cgroups keep their cpu and pids.
+    pub memory: bool,
 }
 
 impl CgroupFs {
@@ -170,13 +174,30 @@ impl CgroupFs {
         }
     }
 
-    /// Does the cgroup exist (its memory directory, or the v2 one)?
-    pub(crate) fn exists(&self, name: &CgroupName) -> bool {
+    /// The directory that stands for the cgroup: the v2 one, or on v1 the memory
+    /// controller's (the cpu controller's on a kernel without memory).
+    fn main_dir(&self, name: &CgroupName) -> PathBuf {
         let rel = name.path(self.driver);
         let rel = rel.trim_start_matches('/');
         match self.version {
-            Version::V1 => self.mount.join("memory").join(rel).is_dir(),
-            Version::V2 => self.mount.join(rel).is_dir(),
+            Version::V1 if self.memory => self.mount.join("memory").join(rel),
+            Version::V1 => self.mount.join("cpu").join(rel),
+            Version::V2 => self.mount.join(rel),
+        }
+    }
+
+    /// Does the cgroup exist (its memory directory, or the v2 one)?
+    pub(crate) fn exists(&self, name: &CgroupName) -> bool {
+        self.main_dir(name).is_dir()
+    }
+
+    /// The v2 controllers the kubelet's cgroups get: cpu, memory (when the kernel
+    /// has it) and pids.
+    fn v2_controllers(&self) -> &'static [&'static str] {
+        if self.memory {
+            &["cpu", "memory", "pids"]
+        } else {
+            &["cpu", "pids"]
         }
     }
 
@@ -191,19 +212,23 @@ impl CgroupFs {
         self.update(name, config)
     }
 
-    /// v2: every ancestor below the mount hands cpu, memory and pids down.
+    /// v2: every ancestor below the mount hands cpu, memory and pids down (memory
+    /// only when the kernel has it: the kernel refuses a write naming a controller it
+    /// lacks, and with it the others).
     fn enable_controllers(&self, name: &CgroupName) -> io::Result<()> {
         let rel = name.path(self.driver);
+        let wanted = self.v2_controllers();
         let mut dir = self.mount.clone();
         let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
         for part in parts {
             let file = dir.join("cgroup.subtree_control");
             let current = std::fs::read_to_string(&file).unwrap_or_default();
-            if !["cpu", "memory", "pids"]
+            if !wanted
                 .iter()
                 .all(|c| current.split_whitespace().any(|w| w == *c))
             {
-                std::fs::write(&file, V2_CONTROLLERS).map_err(|e| at(&file, e))?;
+                let line: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
+                std::fs::write(&file, line.join(" ")).map_err(|e| at(&file, e))?;
             }
             dir = dir.join(part);
         }
@@ -228,7 +253,7 @@ impl CgroupFs {
                     let q = if q <= 0 { -1 } else { q };
                     write(&cpu.join("cpu.cfs_quota_us"), &q.to_string())?;
                 }
-                if let Some(m) = config.memory {
+                if let Some(m) = config.memory.filter(|_| self.memory) {
                     let m = if m <= 0 { -1 } else { m };
                     let mem = self.mount.join("memory").join(rel);
                     write(&mem.join("memory.limit_in_bytes"), &m.to_string())?;
@@ -247,7 +272,7 @@ impl CgroupFs {
                     };
                     write(&dir.join("cpu.max"), &format!("{quota} {period}"))?;
                 }
-                if let Some(m) = config.memory {
+                if let Some(m) = config.memory.filter(|_| self.memory) {
                     let m = if m <= 0 {
                         "max".to_string()
                     } else {
@@ -275,13 +300,7 @@ impl CgroupFs {
 
     /// The child cgroups' directory names of `name` (from memory, or the v2 tree).
     pub(crate) fn children(&self, name: &CgroupName) -> Vec<String> {
-        let rel = name.path(self.driver);
-        let rel = rel.trim_start_matches('/');
-        let dir = match self.version {
-            Version::V1 => self.mount.join("memory").join(rel),
-            Version::V2 => self.mount.join(rel),
-        };
-        let Ok(rd) = std::fs::read_dir(dir) else {
+        let Ok(rd) = std::fs::read_dir(self.main_dir(name)) else {
             return Vec::new();
         };
         rd.filter_map(Result::ok)
@@ -397,6 +416,7 @@ mod tests {
             mount: tmp.0.clone(),
             version: detect_version(&tmp.0),
             driver: Driver::Cgroupfs,
+            memory: true,
         };
         assert_eq!(fs.version, Version::V1);
         let name = CgroupName::from_root("/t").child("kubepods").child("podx");
@@ -432,6 +452,67 @@ mod tests {
         fs.remove(&name).expect("fake cgroupfs");
     }
 
+    /// A kernel without the memory controller (Raspberry Pi OS's default): found by the
+    /// guest test on a real v2 tree, where `+cpu +memory +pids` in one write is refused
+    /// whole and every pod ran without a cgroup. cpu and pids are still handed down and
+    /// written; no memory file is.
+    #[test]
+    fn without_the_memory_controller_cpu_and_pids_are_still_set() {
+        let tmp = base::testutil::TempDir::new("cgv2-nomem");
+        std::fs::write(tmp.0.join("cgroup.controllers"), "cpuset cpu io pids\n")
+            .expect("fake cgroupfs");
+        let fs = CgroupFs {
+            mount: tmp.0.clone(),
+            version: detect_version(&tmp.0),
+            driver: Driver::Systemd,
+            memory: memory_controller(&tmp.0, None),
+        };
+        assert!(!fs.memory);
+        let cfg = ResourceConfig {
+            cpu_shares: Some(1024),
+            cpu_quota: Some(20_000),
+            cpu_period: Some(100_000),
+            memory: Some(1 << 20),
+        };
+        let pod = CgroupName::default().child("kubepods").child("podu");
+        fs.ensure(&pod, &cfg).expect("fake cgroupfs");
+        let read = |p: &str| std::fs::read_to_string(tmp.0.join(p)).expect("fake cgroupfs");
+        assert_eq!(read("cgroup.subtree_control"), "+cpu +pids");
+        assert_eq!(
+            read("kubepods.slice/kubepods-podu.slice/cpu.max"),
+            "20000 100000"
+        );
+        assert!(!tmp
+            .0
+            .join("kubepods.slice/kubepods-podu.slice/memory.max")
+            .exists());
+        assert!(fs.exists(&pod));
+
+        // v1: no memory hierarchy mounted; the cgroup is found by its cpu directory.
+        let tmp = base::testutil::TempDir::new("cgv1-nomem");
+        for c in ["cpu", "cpuacct", "pids"] {
+            std::fs::create_dir_all(tmp.0.join(c)).expect("fake cgroupfs");
+        }
+        let fs = CgroupFs {
+            mount: tmp.0.clone(),
+            version: detect_version(&tmp.0),
+            driver: Driver::Cgroupfs,
+            memory: memory_controller(&tmp.0, None),
+        };
+        assert!(!fs.memory);
+        let kubepods = CgroupName::default().child("kubepods");
+        fs.ensure(&kubepods.child("podu"), &cfg)
+            .expect("fake cgroupfs");
+        assert_eq!(
+            std::fs::read_to_string(tmp.0.join("cpu/kubepods/podu/cpu.shares"))
+                .expect("fake cgroupfs"),
+            "1024"
+        );
+        assert!(!tmp.0.join("memory").exists());
+        assert!(fs.exists(&kubepods.child("podu")));
+        assert_eq!(fs.children(&kubepods), vec!["podu".to_string()]);
+    }
+
     #[test]
     fn v2_writes_weight_max_and_enables_controllers() {
         let tmp = base::testutil::TempDir::new("cgv2");
@@ -440,6 +521,7 @@ mod tests {
             mount: tmp.0.clone(),
             version: detect_version(&tmp.0),
             driver: Driver::Systemd,
+            memory: true,
         };
         assert_eq!(fs.version, Version::V2);
         let qos = CgroupName::default().child("kubepods").child("burstable");

@@ -10,7 +10,9 @@
 //! The hierarchy is built on the first pod sync that needs it (Docker's `/info` says
 //! the cgroup driver), on a pod worker; every write is a filesystem call made with no
 //! lock held. A cgroupfs that cannot be written (an unprivileged kubelet, a read-only
-//! `/sys/fs/cgroup`) is logged once and pods run without pod cgroups.
+//! `/sys/fs/cgroup`) is logged once and pods run without pod cgroups. A kernel without
+//! the memory controller gets the hierarchy with cpu and pids only (admission refuses
+//! pods with memory limits there).
 
 pub(crate) mod cgroups;
 pub(crate) mod resources;
@@ -173,6 +175,9 @@ impl ContainerManager {
             version: cgroups::detect_version(&self.settings.mount),
             mount: self.settings.mount.clone(),
             driver,
+            // v1: a memory controller disabled on the kernel command line is not
+            // mounted either, so the mount alone tells.
+            memory: cgroups::memory_controller(&self.settings.mount, None),
         };
         let kubepods = CgroupName::from_root(&self.settings.cgroup_root).child("kubepods");
         let built = fs
@@ -210,10 +215,15 @@ impl ContainerManager {
         };
         if first {
             log::info!(
-                "container manager: {} cgroups ({:?}, driver {:?}) under {}",
+                "container manager: {} cgroups ({:?}, driver {:?}{}) under {}",
                 ready.kubepods.path(driver),
                 ready.fs.version,
                 driver,
+                if ready.fs.memory {
+                    ""
+                } else {
+                    ", no memory controller: cpu and pids only"
+                },
                 self.settings.mount.display()
             );
             if self.settings.enforce_pods {

@@ -268,6 +268,42 @@ mod tests {
     }
 
     #[test]
+    fn start_up_reports_a_missing_memory_controller_once_with_its_fix() {
+        let tmp = base::testutil::TempDir::new("memcg-start");
+        tmp.write("cgroup.controllers", "cpuset cpu io memory pids\n");
+        assert_eq!(super::super::memory_cgroup_missing(&tmp.0, None), None);
+        tmp.write("cgroup.controllers", "cpuset cpu io pids\n");
+        let why = super::super::memory_cgroup_missing(&tmp.0, None).expect("missing");
+        assert!(
+            why.contains(MEMORY_CGROUP_MISSING) && why.contains(MEMORY_CGROUP_FIX),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn without_the_memory_controller_the_sync_loop_refuses_only_memory_limited_pods() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::with_memory_cgroup(&rt, &[Source::File], false);
+        n.snapshot(
+            Source::File,
+            vec![
+                pod(
+                    "limited",
+                    "u-limited",
+                    "{containers: [{name: a, image: 'busybox:1', \
+                     resources: {limits: {memory: 32Mi}}}]}",
+                ),
+                pod("plain", "u-plain", SMALL),
+            ],
+        );
+        assert!(n.containers_of("u-limited").is_empty(), "never started");
+        let st = n.sl.statuses.get("u-limited").expect("a status");
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some(MEMORY_CGROUP_MISSING));
+        assert!(n.running("u-plain", "a").is_some());
+    }
+
+    #[test]
     fn a_forbidden_sysctl_fails_the_pod_with_sysctl_forbidden_even_a_static_one() {
         let rt = testing::runtime(&testing::clock());
         let mut n = Node::new(&rt, &[Source::File]);

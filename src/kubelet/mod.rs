@@ -13,6 +13,8 @@
 //! import cycle).
 
 mod admit;
+#[cfg(test)]
+mod cgroup2_guest;
 mod connect;
 mod eviction;
 mod node;
@@ -168,6 +170,26 @@ fn make_root_dir(root: &std::path::Path) -> Result<(), StartError> {
     Ok(())
 }
 
+/// The name of the node warning `/healthz?verbose` shows for a kernel without the
+/// memory cgroup controller.
+const MEMORY_CGROUP_WARNING: &str = "memory-cgroup";
+
+/// Start-up's check of the memory cgroup controller under `mount` (`proc_cgroups`:
+/// `/proc/cgroups`' text): None when the kernel has it, else the one message that says
+/// what follows and how to fix it (logged once; `/healthz?verbose`'s
+/// [`MEMORY_CGROUP_WARNING`]).
+fn memory_cgroup_missing(mount: &std::path::Path, proc_cgroups: Option<&str>) -> Option<String> {
+    if crate::cm::cgroups::memory_controller(mount, proc_cgroups) {
+        return None;
+    }
+    Some(format!(
+        "the kernel has no memory cgroup controller: memory limits cannot be enforced, \
+         so pods with one are refused ({}); pods without one run. To fix it, {}",
+        admit::MEMORY_CGROUP_MISSING,
+        admit::MEMORY_CGROUP_FIX
+    ))
+}
+
 /// Starts every loop of the kubelet. Ports are bound before any thread starts, so a
 /// port in use fails here with nothing left running.
 pub fn start(cfg: KubeletConfig) -> Result<Running, StartError> {
@@ -193,22 +215,18 @@ pub fn start(cfg: KubeletConfig) -> Result<Running, StartError> {
         probe_tx,
         prepared.api().cloned(),
     )?;
-    parts.memory_cgroup = crate::cm::cgroups::memory_controller(
+    let missing = memory_cgroup_missing(
         std::path::Path::new(crate::cm::CGROUP_MOUNT),
         std::fs::read_to_string("/proc/cgroups").ok().as_deref(),
     );
-    let node_warnings = if parts.memory_cgroup {
-        Vec::new()
-    } else {
-        let why = format!(
-            "the kernel has no memory cgroup controller: memory limits cannot be enforced, \
-             so pods with one are refused ({}); pods without one run. To fix it, {}",
-            admit::MEMORY_CGROUP_MISSING,
-            admit::MEMORY_CGROUP_FIX
-        );
+    parts.memory_cgroup = missing.is_none();
+    if let Some(why) = &missing {
         log::error!("{why}");
-        vec![("memory-cgroup".to_string(), why)]
-    };
+    }
+    let node_warnings: Vec<(String, String)> = missing
+        .map(|why| (MEMORY_CGROUP_WARNING.to_string(), why))
+        .into_iter()
+        .collect();
     // Events reach the API server once its loop is there; the node's `Starting` first
     // (upstream records it in `Run`).
     if let Some(api) = prepared.api() {
@@ -1133,6 +1151,16 @@ mod testing {
         /// A kubelet expecting snapshots from `sources`, over `rt`, with the runtime known
         /// to be up.
         pub(super) fn new(rt: &Arc<FakeRuntime>, sources: &[Source]) -> Node {
+            Node::with_memory_cgroup(rt, sources, true)
+        }
+
+        /// [`Node::new`] on a kernel with (`memory_cgroup`) or without the memory cgroup
+        /// controller, as `start` found it.
+        pub(super) fn with_memory_cgroup(
+            rt: &Arc<FakeRuntime>,
+            sources: &[Source],
+            memory_cgroup: bool,
+        ) -> Node {
             let dir = TempDir::new("kubelet");
             let args = [
                 "rkubelet".to_string(),
@@ -1147,7 +1175,7 @@ mod testing {
             let loops = Loops::new(stop);
             let runtime: Arc<dyn Runtime> = rt.clone();
             let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::EVENT_CAPACITY);
-            let parts = Components::new(
+            let mut parts = Components::new(
                 &cfg,
                 &runtime,
                 super::RuntimeKind::Docker,
@@ -1156,6 +1184,7 @@ mod testing {
                 None,
             )
             .expect("components");
+            parts.memory_cgroup = memory_cgroup;
             // No evented PLEG here: the pod killer's wakes go nowhere.
             let (wake, _) = crate::pleg::evented::wake_channel(1);
             let handler = parts.syncer(&loops, &cfg, wake).expect("syncer");

@@ -229,6 +229,8 @@ struct State {
     event_cut: bool,
     /// The filter of every watch, in order.
     event_filters: Vec<EventFilter>,
+    /// Each sandbox's `cgroup_parent`, by pod UID (the last one run).
+    cgroup_parents: BTreeMap<String, String>,
 }
 
 /// The in-memory runtime.
@@ -436,6 +438,12 @@ impl FakeRuntime {
             .get(&op)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// The `cgroup_parent` the last sandbox of pod `uid` was run with (the container
+    /// manager's pod cgroup); None if none was run.
+    pub fn cgroup_parent(&self, uid: &str) -> Option<String> {
+        lock(&self.state).cgroup_parents.get(uid).cloned()
     }
 
     /// Every container, in detail.
@@ -672,7 +680,12 @@ impl Runtime for FakeRuntime {
         let name = labels::sandbox_name(&m.name, &m.namespace, &m.uid, m.attempt);
         let host_network =
             config.linux.security_context.namespace_options.network == NamespaceMode::Node;
-        let sandbox_image = lock(&self.state).sandbox_image.clone();
+        let sandbox_image = {
+            let mut st = lock(&self.state);
+            st.cgroup_parents
+                .insert(m.uid.clone(), config.linux.cgroup_parent.clone());
+            st.sandbox_image.clone()
+        };
         let id = self.create(
             &name,
             &sandbox_image,
