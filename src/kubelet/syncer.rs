@@ -167,6 +167,7 @@ impl PodSyncer for SyncHandler {
                         now,
                         pod_is_terminal: pod.metadata.deletion_timestamp.is_some(),
                         probes: Some(self.probes.results()),
+                        runtime_type: &self.manager.runtime_type(),
                     },
                 );
                 // The prober follows the containers this sync left running.

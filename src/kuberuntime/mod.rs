@@ -291,6 +291,8 @@ pub struct RuntimeManager {
     /// Upstream's pod cache: each pod as the last sync read it, while the PLEG vouches
     /// that nothing of it changed since.
     pod_cache: PodCache,
+    /// The runtime's name once it has answered `version` ([`RuntimeManager::runtime_type`]).
+    runtime_type: Mutex<Option<String>>,
 }
 
 /// The per-container directory of a pod (upstream `getPodContainerDir`):
@@ -321,6 +323,31 @@ impl RuntimeManager {
             cgroup_parents: Mutex::new(HashMap::new()),
             pleg: None,
             pod_cache: PodCache::default(),
+            runtime_type: Mutex::new(None),
+        }
+    }
+
+    /// The runtime's name (upstream `runtimeName`: `docker`, `containerd`, `cri-o`), the
+    /// scheme of its container IDs in pod statuses: the `version` answer's, asked once
+    /// (no lock held while asking). Until the runtime answers, `docker` for Docker and
+    /// `cri` for a CRI runtime.
+    pub(crate) fn runtime_type(&self) -> String {
+        if let Some(t) = lock(&self.runtime_type).clone() {
+            return t;
+        }
+        match self.runtime.version() {
+            Ok(v) => {
+                *lock(&self.runtime_type) = Some(v.runtime_name.clone());
+                v.runtime_name
+            }
+            Err(e) => {
+                log::debug!("the runtime's name: {e}");
+                if self.cfg.logs.runtime_writes_files {
+                    "cri".into()
+                } else {
+                    "docker".into()
+                }
+            }
         }
     }
 

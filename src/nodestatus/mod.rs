@@ -254,7 +254,8 @@ impl NodeStatusManager {
         Vec<String>,
     ) {
         let version = match self.runtime.version() {
-            Ok(v) => Some(v.runtime_version),
+            // Upstream's `<runtime name>://<version>`: `docker://…`, `containerd://…`.
+            Ok(v) => Some(format!("{}://{}", v.runtime_name, v.runtime_version)),
             Err(e) => {
                 log::debug!("node status: runtime version: {e}");
                 None

@@ -93,7 +93,9 @@ pub(crate) struct Inputs<'a> {
     pub settings: &'a NodeSettings,
     /// The machine's facts.
     pub machine: &'a MachineInfo,
-    /// The runtime's version (None: it did not answer: `docker://Unknown`).
+    /// The runtime's name and version as the Node shows them (`docker://20.10.24`,
+    /// `containerd://1.6.20`); None: it did not answer: `<name>://Unknown`, the name
+    /// the Node showed before (`docker` if none), as upstream's `VersionInfo`.
     pub runtime_version: Option<&'a str>,
     /// The runtime's images (None: it did not answer; the last list stays).
     pub images: Option<&'a [ImageDetails]>,
@@ -303,16 +305,23 @@ pub(crate) fn set_node_status(
         .get_or_insert_with(BTreeMap::new)
         .extend(alloc);
     let m = inputs.machine;
+    let runtime_version = match inputs.runtime_version {
+        Some(v) => v.to_string(),
+        None => {
+            let known = status.node_info.as_ref().and_then(|i| {
+                let (name, _) = i.container_runtime_version.split_once("://")?;
+                (!name.is_empty()).then(|| name.to_string())
+            });
+            format!("{}://Unknown", known.as_deref().unwrap_or("docker"))
+        }
+    };
     status.node_info = Some(NodeSystemInfo {
         machine_id: m.machine_id.clone(),
         system_uuid: m.system_uuid.clone(),
         boot_id: m.boot_id.clone(),
         kernel_version: m.kernel_version.clone(),
         os_image: m.os_image.clone(),
-        container_runtime_version: format!(
-            "docker://{}",
-            inputs.runtime_version.unwrap_or("Unknown")
-        ),
+        container_runtime_version: runtime_version,
         kubelet_version: KUBELET_VERSION.into(),
         // Deprecated; upstream 1.31+ leaves it empty (DisableNodeKubeProxyVersion).
         kube_proxy_version: String::new(),
@@ -676,7 +685,7 @@ mod tests {
         let inputs = |not_ready: &'static [String]| Inputs {
             settings: &s,
             machine: &m,
-            runtime_version: Some("20.10.24"),
+            runtime_version: Some("docker://20.10.24"),
             images: Some(&[]),
             not_ready,
         };
@@ -830,6 +839,35 @@ mod tests {
     }
 
     #[test]
+    fn the_runtime_version_names_the_runtime_and_keeps_its_name_while_it_is_down() {
+        let (s, m) = (settings(), machine());
+        let mut node = initial_node(&s);
+        let version = |node: &Node| {
+            node.status
+                .as_ref()
+                .and_then(|st| st.node_info.as_ref())
+                .map(|i| i.container_runtime_version.clone())
+        };
+        let inputs = |v| Inputs {
+            settings: &s,
+            machine: &m,
+            runtime_version: v,
+            images: None,
+            not_ready: &[],
+        };
+        set_node_status(&mut node, &inputs(None), SystemTime::UNIX_EPOCH);
+        assert_eq!(version(&node).as_deref(), Some("docker://Unknown"));
+        set_node_status(
+            &mut node,
+            &inputs(Some("containerd://1.6.20")),
+            SystemTime::UNIX_EPOCH,
+        );
+        assert_eq!(version(&node).as_deref(), Some("containerd://1.6.20"));
+        set_node_status(&mut node, &inputs(None), SystemTime::UNIX_EPOCH);
+        assert_eq!(version(&node).as_deref(), Some("containerd://Unknown"));
+    }
+
+    #[test]
     fn node_info_addresses_and_endpoint() {
         let s = settings();
         let m = machine();
@@ -837,7 +875,7 @@ mod tests {
         let inputs = Inputs {
             settings: &s,
             machine: &m,
-            runtime_version: Some("20.10.24+dfsg1"),
+            runtime_version: Some("docker://20.10.24+dfsg1"),
             images: None,
             not_ready: &[],
         };

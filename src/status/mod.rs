@@ -131,6 +131,9 @@ pub struct StatusInputs<'a> {
     /// Published probe results, for `ready` and `started` (None: probes ignored, a
     /// running container is ready and started).
     pub probes: Option<&'a runtime::container::results::ResultsCache>,
+    /// The runtime's name, the scheme of container IDs (`docker://…`,
+    /// `containerd://…`: upstream's `ContainerID`).
+    pub runtime_type: &'a str,
 }
 
 /// True when the pod has run longer than its `activeDeadlineSeconds` since `start`
@@ -477,7 +480,7 @@ fn container_statuses(
                 }
             }
             for (i, d) in instances.iter().take(2).enumerate() {
-                let converted = convert(c, d, old);
+                let converted = convert(c, d, old, inp.runtime_type);
                 if i == 0 {
                     st = converted;
                 } else {
@@ -522,7 +525,8 @@ fn readiness(
     let id = st
         .container_id
         .as_deref()
-        .and_then(|c| c.strip_prefix("docker://"));
+        .and_then(|c| c.split_once("://"))
+        .map(|(_, id)| id);
     if let (Some(p), Some(id), ContainerKind::App, true) = (probes, id, kind, running) {
         let passed = |has: bool, ty| !has || p.get(id, ty) == Some(ProbeResult::Success);
         let started = passed(c.startup_probe.is_some(), ProbeType::Startup);
@@ -541,8 +545,14 @@ fn readiness(
     };
 }
 
-/// One runtime instance as an API container status (upstream `convertContainerStatus`).
-fn convert(c: &Container, d: &ContainerDetails, old: Option<&ContainerStatus>) -> ContainerStatus {
+/// One runtime instance as an API container status (upstream `convertContainerStatus`),
+/// its IDs in `runtime_type`'s scheme.
+fn convert(
+    c: &Container,
+    d: &ContainerDetails,
+    old: Option<&ContainerStatus>,
+    runtime_type: &str,
+) -> ContainerStatus {
     let mut restart_count = i32::try_from(labels::restart_count(&d.labels)).unwrap_or(i32::MAX);
     let state = match d.state {
         ContainerState::Running => ApiState {
@@ -553,7 +563,7 @@ fn convert(c: &Container, d: &ContainerDetails, old: Option<&ContainerStatus>) -
         },
         // Created but not running: waiting to be running, no reason.
         ContainerState::Created => waiting_state(None, None),
-        ContainerState::Exited => terminated(d),
+        ContainerState::Exited => terminated(d, runtime_type),
         ContainerState::Unknown if old.is_some_and(|o| is_running(o.state.as_ref())) => {
             restart_count = old.map_or(0, |o| o.restart_count).saturating_add(1);
             unknown_terminated("The container could not be located when the pod was terminated")
@@ -563,11 +573,23 @@ fn convert(c: &Container, d: &ContainerDetails, old: Option<&ContainerStatus>) -
     ContainerStatus {
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
-        image_id: format!("docker://{}", d.image_id),
-        container_id: Some(format!("docker://{}", d.id)),
+        image_id: image_id(&d.image_id, runtime_type),
+        container_id: Some(format!("{runtime_type}://{}", d.id)),
         restart_count,
         state: Some(state),
         ..Default::default()
+    }
+}
+
+/// A container status's `imageID`: dockershim's `docker://<image ID>` on Docker; on a
+/// CRI runtime the image reference it reports, as upstream writes `ImageRef`
+/// (`docker.io/library/busybox@sha256:…`, or `sha256:…` for an image without a
+/// repository digest).
+fn image_id(id: &str, runtime_type: &str) -> String {
+    if runtime_type == "docker" {
+        format!("docker://{id}")
+    } else {
+        id.to_string()
     }
 }
 
@@ -575,7 +597,7 @@ fn convert(c: &Container, d: &ContainerDetails, old: Option<&ContainerStatus>) -
 /// Completed or Error when it ran; ContainerCannotRun when it never started. The
 /// message is the runtime's error, with the termination message (read by the runtime
 /// manager into `error`) after it.
-fn terminated(d: &ContainerDetails) -> ApiState {
+fn terminated(d: &ContainerDetails, runtime_type: &str) -> ApiState {
     let (reason, started, finished) = match d.finished_at {
         Some(f) if d.oom_killed => ("OOMKilled", d.started_at, Some(f)),
         Some(f) if d.exit_code == 0 => ("Completed", d.started_at, Some(f)),
@@ -591,7 +613,7 @@ fn terminated(d: &ContainerDetails) -> ApiState {
             message: (!d.error.is_empty()).then(|| d.error.clone()),
             started_at: started.map(k8s_time),
             finished_at: finished.map(k8s_time),
-            container_id: Some(format!("docker://{}", d.id)),
+            container_id: Some(format!("{runtime_type}://{}", d.id)),
             signal: None,
         }),
         ..Default::default()
@@ -981,6 +1003,7 @@ mod tests {
                 now: t(100),
                 pod_is_terminal: false,
                 probes: None,
+                runtime_type: "docker",
             },
         )
     }
@@ -1014,6 +1037,7 @@ mod tests {
                 now: t(100),
                 pod_is_terminal: false,
                 probes: None,
+                runtime_type: "docker",
             },
         );
         assert_eq!(v6.pod_ip.as_deref(), Some("fd00:1::5"));
@@ -1059,6 +1083,7 @@ mod tests {
                     now: t(100),
                     pod_is_terminal: false,
                     probes: Some(results),
+                    runtime_type: "docker",
                 },
             )
         };
@@ -1455,17 +1480,36 @@ mod tests {
     }
 
     #[test]
+    fn container_ids_carry_the_runtimes_name() {
+        let c = container("a");
+        let d = ctr("a", ContainerState::Running, 0, 0, 1);
+        let docker = convert(&c, &d, None, "docker");
+        assert_eq!(docker.container_id.as_deref(), Some("docker://a-0"));
+        assert_eq!(docker.image_id, "docker://sha256:1");
+        // On a CRI runtime: its name, and the image reference as it reports it.
+        let cri = convert(&c, &d, None, "containerd");
+        assert_eq!(cri.container_id.as_deref(), Some("containerd://a-0"));
+        assert_eq!(cri.image_id, "sha256:1");
+        let d = ctr("a", ContainerState::Exited, 1, 0, 1);
+        let t = terminated(&d, "containerd").terminated.expect("terminated");
+        assert_eq!(t.container_id.as_deref(), Some("containerd://a-0"));
+    }
+
+    #[test]
     fn oom_and_cannot_run_reasons() {
         let mut d = ctr("a", ContainerState::Exited, 137, 0, 1);
         d.oom_killed = true;
         assert_eq!(
-            terminated(&d).terminated.and_then(|t| t.reason).as_deref(),
+            terminated(&d, "docker")
+                .terminated
+                .and_then(|t| t.reason)
+                .as_deref(),
             Some("OOMKilled")
         );
         let mut d = ctr("a", ContainerState::Exited, 127, 0, 1);
         d.finished_at = None;
         d.error = "exec: \"nope\": executable file not found".into();
-        let t = terminated(&d).terminated.expect("terminated");
+        let t = terminated(&d, "docker").terminated.expect("terminated");
         assert_eq!(t.reason.as_deref(), Some("ContainerCannotRun"));
         assert!(t.message.is_some());
     }

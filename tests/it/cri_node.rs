@@ -323,12 +323,20 @@ fn logs_on_containerd_are_followed_across_rotations_with_their_links() {
             .iter()
             .find(|s| s["name"] == "c")?["containerID"]
             .as_str()?
-            // The scheme is the runtime's name upstream; rkubelet writes `docker://`.
-            .split_once("://")
-            .map(|(_, id)| id.to_string())
+            // The scheme is the runtime's name, as upstream's.
+            .strip_prefix("containerd://")
+            .map(str::to_string)
     });
     let link = links.join(format!("rot_default_c-{id}.log"));
     assert_eq!(std::fs::read_link(&link).expect("c's link"), current);
+    // The Node names the runtime as the container IDs do.
+    let version = wait_for("the Node's runtime version", LONG, || {
+        let node = k.api.get("nodes", "", &k.node.name)?;
+        node["status"]["nodeInfo"]["containerRuntimeVersion"]
+            .as_str()
+            .map(str::to_string)
+    });
+    assert!(version.starts_with("containerd://1."), "{version}");
     assert!(std::fs::read_to_string(&link)
         .expect("through the link")
         .contains(" stdout F line-"));

@@ -121,12 +121,11 @@ fn ends_line(line_start: &[u8]) -> bool {
     parse_log_line(line_start).is_some_and(|l| !l.partial)
 }
 
-/// Where the last `n` whole lines of the file begin (upstream
+/// Where the last `n` whole lines of the file's first `len` bytes begin (upstream
 /// `tail.FindTailLineStartIndex`, counting whole lines): just after the (n+1)-th last
 /// `F` line, or the start. Reads the file backwards in blocks, keeping only the start
 /// of the line in hand.
-pub(crate) fn tail_start(file: &mut File, n: u64) -> io::Result<u64> {
-    let len = file.seek(SeekFrom::End(0))?;
+pub(crate) fn tail_start(file: &mut File, n: u64, len: u64) -> io::Result<u64> {
     let mut block = vec![0u8; READ_CHUNK];
     // The start (at most TAG_PREFIX bytes) of the line that ends at `line_end`.
     let mut head: Vec<u8> = Vec::new();
@@ -344,6 +343,8 @@ pub(crate) struct LogReader {
     out_at: usize,
     printer: Printer,
     follow: Option<Follow>,
+    /// Without `follow`: the file's length when it was opened, where the read ends.
+    end: Option<u64>,
     done: bool,
 }
 
@@ -371,9 +372,13 @@ impl LogReader {
         running: RunningCheck,
     ) -> io::Result<LogReader> {
         let mut file = File::open(path)?;
-        let id = file_id(&file.metadata()?);
+        let meta = file.metadata()?;
+        let id = file_id(&meta);
+        // Without `follow`, the log as it is now: lines the container writes while it
+        // is read are not counted in a tail, so they are not printed either.
+        let len = meta.len();
         let start = match opts.tail {
-            Some(n) => tail_start(&mut file, n)?,
+            Some(n) => tail_start(&mut file, n, len)?,
             None => 0,
         };
         file.seek(SeekFrom::Start(start))?;
@@ -393,6 +398,7 @@ impl LogReader {
             out: Vec::new(),
             out_at: 0,
             printer: Printer::new(opts),
+            end: (!opts.follow).then_some(len),
             follow,
             done: false,
         })
@@ -416,8 +422,16 @@ impl LogReader {
 
     /// Reads the file once; false at its end.
     fn fill(&mut self) -> io::Result<bool> {
+        let mut want = READ_CHUNK;
+        if let Some(end) = self.end {
+            let left = end.saturating_sub(self.file.stream_position()?);
+            want = usize::try_from(left).unwrap_or(READ_CHUNK).min(READ_CHUNK);
+            if want == 0 {
+                return Ok(false);
+            }
+        }
         let at = self.raw.len();
-        self.raw.resize(at + READ_CHUNK, 0);
+        self.raw.resize(at + want, 0);
         let n = loop {
             match self.file.read(&mut self.raw[at..]) {
                 Ok(n) => break n,
@@ -637,7 +651,8 @@ mod tests {
         let text = sample();
         let at = |n: u64| {
             let mut f = File::open(&path).expect("open");
-            let start = usize::try_from(tail_start(&mut f, n).expect("tail")).expect("usize");
+            let len = f.metadata().expect("metadata").len();
+            let start = usize::try_from(tail_start(&mut f, n, len).expect("tail")).expect("usize");
             text[start..].to_string()
         };
         assert_eq!(at(0), "");
@@ -659,7 +674,8 @@ mod tests {
         long.push_str(&format!("{T1} stdout P unfinished"));
         write(&path, &long);
         let mut f = File::open(&path).expect("open");
-        let start = usize::try_from(tail_start(&mut f, 3).expect("tail")).expect("usize");
+        let len = f.metadata().expect("metadata").len();
+        let start = usize::try_from(tail_start(&mut f, 3, len).expect("tail")).expect("usize");
         assert!(long[start..].starts_with(&format!("{T1} stdout F line 04997")));
     }
 
@@ -686,6 +702,27 @@ mod tests {
             LogReader::open(&path, &opts, Duration::from_millis(50), never()).expect("open");
         assert_eq!(read_all(&mut r), "two-two\nthree\nunfinished");
         assert!(LogReader::open(&dir.0.join("none.log"), &opts, Duration::ZERO, never()).is_err());
+    }
+
+    #[test]
+    fn a_read_without_follow_ends_where_the_file_ended_when_it_was_opened() {
+        let dir = TempDir::new("cri-snapshot");
+        let path = dir.0.join("0.log");
+        write(&path, &sample());
+        let opts = LogOptions {
+            tail: Some(1),
+            ..LogOptions::default()
+        };
+        let mut r =
+            LogReader::open(&path, &opts, Duration::from_millis(50), never()).expect("open");
+        // The container goes on writing while the tail is read.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("append");
+        f.write_all(format!("{T3} stdout F four\n").as_bytes())
+            .expect("write");
+        assert_eq!(read_all(&mut r), "three\n");
     }
 
     /// Reads until `want` has been printed or 10 s pass; WouldBlock is waited through.
