@@ -354,7 +354,12 @@ impl FileSource {
                     super::stamp_file_pod(&mut p, &now);
                     Arc::new(p)
                 };
-                entry.pods = Some(pods.into_iter().map(stamp).collect());
+                // Into a vector of its own size: `collect` from `pods.into_iter()`
+                // would reuse the decoded pods' buffer for these pointers and keep a
+                // whole `Pod`'s size (2 KiB) per pod for as long as the file is.
+                let mut stamped = Vec::with_capacity(pods.len());
+                stamped.extend(pods.into_iter().map(stamp));
+                entry.pods = Some(stamped);
                 None
             }
             Err(e) => Some(Arc::new(e)),

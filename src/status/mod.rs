@@ -273,7 +273,9 @@ fn conditions(
     let inits = spec.init_containers.clone().unwrap_or_default();
     let find = |name: &str| all.iter().find(|s| s.name == name).copied();
     let list = |names: &[String]| format!("[{}]", names.join(" "));
-    let mut out = Vec::new();
+    // The five conditions, kept with the status for the pod's life: a vector grown by
+    // pushes would hold room for eight.
+    let mut out = Vec::with_capacity(5);
     let prev_conds = prev.and_then(|p| p.conditions.as_ref());
     let mut push = |ty: &str, ok: bool, reason: Option<&str>, message: Option<String>| {
         let status = if ok { "True" } else { "False" }.to_string();

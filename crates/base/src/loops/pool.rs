@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
@@ -20,13 +20,15 @@ pub struct PoolSpec {
     pub prefix: String,
     /// Workers at most (at least one).
     pub max: usize,
-    /// A worker that has had no job for this long exits.
+    /// A worker that has had no job for this long exits, as does one that for this long
+    /// took only jobs another free worker could have taken.
     pub idle: Duration,
 }
 
 /// A bounded pool of named worker threads that take jobs from one channel: a worker
 /// starts when a job is queued and no worker is free to take it (up to `max`), and
-/// exits after `idle` without a job. So `ps -T` shows `pod-kill-0` only while kills
+/// exits after `idle` without a job, or without a job that no other free worker could
+/// have taken (so a trickle that one worker serves keeps one). So `ps -T` shows `pod-kill-0` only while kills
 /// run, and an idle node keeps no thread for work it does not have.
 ///
 /// The caller owns the channel (bounded or not, so back-pressure stays its own) and
@@ -178,6 +180,12 @@ fn pool_worker<J: Send + 'static>(shared: &PoolShared<J>, stop: &Stop, handle: &
         slots.starting -= 1;
         slots.waiting += 1;
     }
+    // When this worker last took a job no other worker was free to take: it was
+    // spawned for one. Jobs that any of several free workers could have taken do not
+    // count, or a steady trickle handed round the free workers in turn (crossbeam
+    // wakes its waiting receivers in turn) would keep every worker a burst started,
+    // each with its stack and allocator caches, however little the trickle needs.
+    let mut needed_at = Instant::now();
     loop {
         let got = crossbeam_channel::select! {
             recv(stop.receiver()) -> _ => Got::Stop,
@@ -190,6 +198,9 @@ fn pool_worker<J: Send + 'static>(shared: &PoolShared<J>, stop: &Stop, handle: &
         let mut slots = lock(&shared.slots);
         match got {
             Got::Job(job) => {
+                if slots.waiting == 1 {
+                    needed_at = Instant::now();
+                }
                 slots.waiting -= 1;
                 drop(slots);
                 let began = handle.begin_job();
@@ -200,7 +211,16 @@ fn pool_worker<J: Send + 'static>(shared: &PoolShared<J>, stop: &Stop, handle: &
                     Ok(()) => handle.end_tick(began, None),
                     Err(line) => handle.panicked(&line, Duration::ZERO),
                 }
-                lock(&shared.slots).waiting += 1;
+                let mut slots = lock(&shared.slots);
+                // Another worker is free and nothing waits: the pool has not needed
+                // this one for `idle`, so it leaves as an idle worker would.
+                if slots.waiting > 0
+                    && shared.rx.is_empty()
+                    && needed_at.elapsed() >= shared.spec.idle
+                {
+                    return;
+                }
+                slots.waiting += 1;
             }
             // A job sent just now, before its kick saw this worker waiting: stay.
             Got::Idle if !shared.rx.is_empty() => {}
@@ -290,6 +310,58 @@ mod tests {
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
         assert_eq!(pool.live(), 0);
+    }
+
+    #[test]
+    fn pool_keeps_only_the_workers_a_trickle_of_jobs_needs() {
+        let (shutdown, stop) = shutdown_channel();
+        let loops = Loops::new(stop);
+        let (tx, rx) = crossbeam_channel::unbounded::<bool>();
+        let (gate_tx, gate_rx) = crossbeam_channel::unbounded::<()>();
+        let (ran_tx, ran_rx) = crossbeam_channel::unbounded::<()>();
+        let spec = PoolSpec {
+            prefix: "tt".into(),
+            max: 3,
+            idle: Duration::from_millis(300),
+        };
+        let pool = Pool::new(&loops, spec, rx, move |gated, _h: &LoopHandle| {
+            let _ = ran_tx.send(());
+            if gated {
+                let _ = gate_rx.recv_timeout(Duration::from_secs(10));
+            }
+        });
+        // A burst: three workers.
+        for _ in 0..3 {
+            tx.send(true).expect("send");
+            pool.kick();
+        }
+        for _ in 0..3 {
+            ran_rx.recv_timeout(Duration::from_secs(10)).expect("ran");
+        }
+        assert_eq!(pool.live(), 3);
+        for _ in 0..3 {
+            gate_tx.send(()).expect("open");
+        }
+        // Then a job every 30 ms, each over at once: every worker would see one well
+        // within its idle time, but one worker takes them all.
+        let until = Instant::now() + Duration::from_secs(10);
+        while pool.live() > 1 {
+            assert!(Instant::now() < until, "{} workers kept", pool.live());
+            tx.send(false).expect("send");
+            pool.kick();
+            ran_rx.recv_timeout(Duration::from_secs(10)).expect("ran");
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        // The one left still takes the trickle.
+        for _ in 0..15 {
+            tx.send(false).expect("send");
+            pool.kick();
+            ran_rx.recv_timeout(Duration::from_secs(10)).expect("ran");
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        assert_eq!(pool.live(), 1);
+        shutdown.trigger();
+        assert!(loops.join_all(Duration::from_secs(10)).is_empty());
     }
 
     #[test]

@@ -241,7 +241,11 @@ where
     let waker = Waker(Arc::new(wake_tx));
     let workers = limits.workers.max(1);
     let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(workers * QUEUE_PER_WORKER);
-    let (back_tx, back_rx) = crossbeam_channel::bounded::<Back>(limits.max_connections.max(1));
+    // Bounded by what is sent on it, not by its type: a worker hands back only a
+    // connection the poller handed it, and the poller holds at most `max_connections`.
+    // Its blocks are made as connections come back; `bounded(max_connections)` made and
+    // stamped every slot at start (30 KiB a port, resident however idle the port).
+    let (back_tx, back_rx) = crossbeam_channel::unbounded::<Back>();
     let handler = Arc::new(handler);
     let streams = Streams {
         loops: loops.clone(),
@@ -1114,7 +1118,8 @@ where
         Ok(()) => Back::Linger(conn),
         Err(_) => Back::Closed,
     };
-    // The channel holds one slot per connection, so this never blocks for long.
+    // The channel is unbounded (its messages are bounded by the connection cap): this
+    // never blocks.
     if back.send(outcome).is_ok() {
         waker.wake();
     }
