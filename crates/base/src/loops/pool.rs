@@ -352,14 +352,15 @@ mod tests {
             ran_rx.recv_timeout(Duration::from_secs(10)).expect("ran");
             std::thread::sleep(Duration::from_millis(30));
         }
-        // The one left still takes the trickle.
+        // The one left still takes the trickle, and no second one is kept for it (a
+        // stall past the idle time on a loaded machine may let the last one go too).
         for _ in 0..15 {
             tx.send(false).expect("send");
             pool.kick();
             ran_rx.recv_timeout(Duration::from_secs(10)).expect("ran");
             std::thread::sleep(Duration::from_millis(30));
         }
-        assert_eq!(pool.live(), 1);
+        assert!(pool.live() <= 1, "{} workers kept", pool.live());
         shutdown.trigger();
         assert!(loops.join_all(Duration::from_secs(10)).is_empty());
     }
