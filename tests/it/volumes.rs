@@ -590,10 +590,15 @@ int main(int argc, char **argv) {
 "#;
 
 /// How long the attack runs at least, and how many victim starts it must have made
-/// (each start is one race: ten at first, then each victim again after its back-off).
+/// (each start is one race: thirty at first, then each victim again after its
+/// back-off). About half the attempts are refused (the swapper had `d` as the symlink
+/// at that instant: the refusal under test), and a refused attempt moves the victim's
+/// back-off on as a crash does (10, 20, 40 s …): with ten victims, 25 starts took
+/// anywhere from one to more than six minutes, as the swapper's luck went. Thirty
+/// victims make 25 starts within the first rounds.
 const ATTACK_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 const ATTACK_STARTS: usize = 25;
-const VICTIMS: usize = 10;
+const VICTIMS: usize = 30;
 
 #[test]
 fn a_sub_path_swapped_for_a_symlink_never_mounts_the_host() {
