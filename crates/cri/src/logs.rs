@@ -18,6 +18,9 @@
 //! `since` judged by its first piece, `tail` counting whole lines), and a line with
 //! no end is cut at [`MAX_LINE`]. Like upstream, `tail` reads the current file only,
 //! not the rotated ones.
+//!
+//! Over 800 lines: 260 of them are its unit tests (line parsing, the tail search, the
+//! printer's options, reads with and without follow across a rotation).
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
