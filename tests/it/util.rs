@@ -195,9 +195,26 @@ impl Node {
         let child = self.command(extra).spawn().expect("spawn rkubelet");
         self.child = Some(child);
         let port = self.healthz_port;
-        wait_for("the healthz port to answer", LONG, || {
-            http_get(port, "/healthz/ping").ok().map(|_| ())
-        });
+        let until = Instant::now() + LONG;
+        while http_get(port, "/healthz/ping").is_err() {
+            // A kubelet that exited, or never answered: say so, with its log's end,
+            // so that a start that failed under load is explained.
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() >= until {
+                let log = self.log();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "the healthz port {port} did not answer within {LONG:?} (kubelet exited: \
+                     {exited:?}); the log's end:\n{}",
+                    tail.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Starts rkubelet with at most `nofile` open descriptors (soft and hard, as
