@@ -283,39 +283,31 @@ fn refuse(conn: &mut dyn ClientIo, status: u16, message: &str) {
 /// Proxies a taken-over connection to the runtime: `head` (from [`forwarded_head`])
 /// sent, the answer relayed, and on `101` the two connections spliced until either
 /// closes.
-pub fn relay(mut conn: impl ClientIo + 'static, backend: &Backend, head: &[u8]) {
-    let (sock, answer) = match open(backend, head) {
-        Ok(x) => x,
-        Err(e) => return refuse(&mut conn, 500, &e),
-    };
-    match answer.status {
-        101 => {
-            if let Err(e) = conn.write_all(&answer.head) {
-                log::debug!("proxied stream: the client went away: {e}");
-                return;
-            }
-            let mut wire = Wire::new(conn);
-            if let Err(e) = splice(&mut wire, sock, answer.rest) {
-                log::debug!("proxied stream: {e}");
-            }
-        }
-        400.. => relay_error(&mut conn, sock, &answer),
-        other => refuse(
-            &mut conn,
-            500,
-            &format!("invalid upgrade response: status code {other}"),
-        ),
-    }
+pub fn relay(conn: impl ClientIo + 'static, backend: &Backend, head: &[u8]) {
+    relay_with(conn, backend, head, |mut conn, head| {
+        conn.write_all(head)
+            .map(|()| Wire::new(conn))
+            .map_err(|e| e.to_string())
+    });
 }
 
 /// The port-forward WebSocket tunnel: a SPDY upgrade to the runtime (`head`, from
 /// [`spdy_head`]) first, then the client's WebSocket answered with `up` and the SPDY
 /// bytes carried between the runtime's connection and the client's binary messages.
-pub fn relay_tunnel(
-    mut conn: impl ClientIo + 'static,
-    up: &Upgrade,
+pub fn relay_tunnel(conn: impl ClientIo + 'static, up: &Upgrade, backend: &Backend, head: &[u8]) {
+    relay_with(conn, backend, head, |conn, _| {
+        WsConn::accept(Wire::new(conn), up).map_err(|e| e.to_string())
+    });
+}
+
+/// Sends `head` to the runtime and relays its answer: on 101, `link` makes the
+/// client's side of the session (the runtime's answer head in hand) and the two are
+/// spliced; an error status is relayed; anything else is upstream's 500.
+fn relay_with<C: ClientIo + 'static, L: ByteLink>(
+    mut conn: C,
     backend: &Backend,
     head: &[u8],
+    link: impl FnOnce(C, &[u8]) -> Result<L, String>,
 ) {
     let (sock, answer) = match open(backend, head) {
         Ok(x) => x,
@@ -323,14 +315,14 @@ pub fn relay_tunnel(
     };
     match answer.status {
         101 => {
-            let mut ws = match WsConn::accept(Wire::new(conn), up) {
-                Ok(ws) => ws,
+            let mut link = match link(conn, &answer.head) {
+                Ok(link) => link,
                 Err(e) => {
                     log::debug!("proxied stream: the client went away: {e}");
                     return;
                 }
             };
-            if let Err(e) = splice(&mut ws, sock, answer.rest) {
+            if let Err(e) = splice(&mut link, sock, answer.rest) {
                 log::debug!("proxied stream: {e}");
             }
         }
