@@ -134,6 +134,10 @@ impl Runtime for InstrumentedRuntime {
         self.record("list_images", || self.inner.list_images())
     }
 
+    fn image_fs_usage(&self) -> Result<Option<runtime::ImageFsUsage>, RuntimeError> {
+        self.record("image_fs_info", || self.inner.image_fs_usage())
+    }
+
     fn remove_image(&self, image: &str) -> Result<(), RuntimeError> {
         self.record("remove_image", || self.inner.remove_image(image))
     }

@@ -518,7 +518,7 @@ mod tests {
         rt.set_info(runtime::RuntimeInfo {
             cgroup_driver: "systemd".into(),
             cgroup_version: "2".into(),
-            root_dir: String::new(),
+            ..Default::default()
         });
         let mut s = settings(tmp.0.clone());
         s.cgroup_root = String::new();

@@ -238,9 +238,12 @@ pub(crate) fn plan_sandboxes(
     out
 }
 
-/// Upstream's `podContainerDeletor` after a PLEG `ContainerDied`: the dead instances of
-/// the container that died (by name, in its pod) beyond the newest `keep` (at least
-/// [`MIN_DEAD_CONTAINER_IN_POD`]), never the newest instance.
+/// Upstream's `podContainerDeletor` after a PLEG `ContainerDied`: the exited instances
+/// of the container that died (by name, in its pod) beyond the newest `keep` (at least
+/// [`MIN_DEAD_CONTAINER_IN_POD`]), never the newest instance. Only exited ones count, as
+/// upstream's `getContainersToDeleteInPod`: a restart's instance still `Created` is
+/// being started, and counted it took the place of the one dead instance kept (on a
+/// relisting PLEG, containerd 1.6's, the death is seen after the restart's create).
 pub(crate) fn plan_died(
     pod_containers: &[ContainerSummary],
     died_id: &str,
@@ -259,7 +262,7 @@ pub(crate) fn plan_died(
         .iter()
         .filter(|c| {
             !is_sandbox(c)
-                && c.state != ContainerState::Running
+                && c.state == ContainerState::Exited
                 && label(c, labels::CONTAINER_NAME) == name
                 && label(c, labels::POD_UID) == uid
         })
@@ -460,5 +463,16 @@ mod tests {
         let ids: Vec<String> = plan_died(&all, "a2", 0).into_iter().map(|c| c.id).collect();
         assert_eq!(ids, ["a1", "a0"]);
         assert!(plan_died(&all, "zz", 1).is_empty());
+    }
+
+    #[test]
+    fn a_death_seen_after_the_restarts_create_keeps_the_dead_instance() {
+        // The relist saw a0 die only once a1 was created (not yet started): a0 is the
+        // one dead instance, kept.
+        let all = vec![
+            c("a0", "u1", "app", 0, 0, Exited),
+            c("a1", "u1", "app", 1, 10, Created),
+        ];
+        assert!(plan_died(&all, "a0", 1).is_empty());
     }
 }

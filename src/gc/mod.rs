@@ -245,8 +245,8 @@ pub struct ImageGc {
     /// The pause image's reference: never removed.
     pause_image: String,
     records: Mutex<image::ImageRecords>,
-    /// The runtime's root directory, read once from its `/info`.
-    root_dir: Mutex<Option<String>>,
+    /// The runtime's facts (root directory, own sandbox image), read once.
+    info: Mutex<Option<runtime::RuntimeInfo>>,
     /// The last pass failed (upstream records `ImageGCFailed` only on a repeat).
     prev_failed: AtomicBool,
     node_name: String,
@@ -273,7 +273,7 @@ impl ImageGc {
             policy,
             pause_image: pause_image.to_string(),
             records: Mutex::new(image::ImageRecords::default()),
-            root_dir: Mutex::new(None),
+            info: Mutex::new(None),
             prev_failed: AtomicBool::new(false),
             node_name: node_name.to_string(),
             preloaded: None,
@@ -316,6 +316,17 @@ impl ImageGc {
         if let Ok(Some(p)) = self.runtime.inspect_image(&self.pause_image) {
             pinned.insert(p.id);
         }
+        // The runtime's own sandbox image (containerd's `sandbox_image`), which may not
+        // be `--pod-infra-container-image`: upstream pins it through the CRI image's
+        // `pinned`, which containerd sets only from 1.7.
+        let sandbox_image = self.runtime_info()?.sandbox_image;
+        if !sandbox_image.is_empty() {
+            for i in &images {
+                if i.repo_tags.iter().any(|t| same_ref(t, &sandbox_image)) {
+                    pinned.insert(i.id.clone());
+                }
+            }
+        }
         if let Some(p) = &self.preloaded {
             pinned.extend(p.ids());
         }
@@ -323,21 +334,23 @@ impl ImageGc {
         Ok(Detected { in_use, pinned })
     }
 
+    /// The runtime's facts, asked once (never under the lock).
+    fn runtime_info(&self) -> Result<runtime::RuntimeInfo, GcError> {
+        if let Some(i) = lock(&self.info).clone() {
+            return Ok(i);
+        }
+        let info = self.runtime.info().map_err(rt_err("runtime info"))?;
+        *lock(&self.info) = Some(info.clone());
+        Ok(info)
+    }
+
     /// Capacity and available bytes of the runtime's root filesystem.
     fn fs_stats(&self) -> Result<(u64, u64), GcError> {
-        let cached = lock(&self.root_dir).clone();
-        let root = match cached {
-            Some(r) => r,
-            None => {
-                let info = self.runtime.info().map_err(rt_err("runtime info"))?;
-                let r = if info.root_dir.is_empty() {
-                    "/var/lib/docker".to_string()
-                } else {
-                    info.root_dir
-                };
-                *lock(&self.root_dir) = Some(r.clone());
-                r
-            }
+        let info = self.runtime_info()?;
+        let root = if info.root_dir.is_empty() {
+            "/var/lib/docker".to_string()
+        } else {
+            info.root_dir
         };
         statvfs(&root).map_err(|reason| GcError::ImageFs { path: root, reason })
     }

@@ -274,3 +274,39 @@ fn image_gc_frees_least_recently_used_first_never_in_use_or_pause() {
     assert_eq!(left(&rt), ["pause:1", "used:1"]);
     let _ = id;
 }
+
+#[test]
+fn image_gc_never_removes_the_runtimes_own_sandbox_image() {
+    // containerd runs sandboxes on its own `sandbox_image`, which need not be the
+    // kubelet's `--pod-infra-container-image`.
+    let rt = Arc::new(
+        FakeRuntime::new(FakeClock::default())
+            .with_image("old:1")
+            .with_image("docker.io/library/pause:3.9")
+            .with_image("pause:1"),
+    );
+    rt.set_info(runtime::RuntimeInfo {
+        sandbox_image: "pause:3.9".into(),
+        ..Default::default()
+    });
+    let runtime: Arc<dyn Runtime> = rt.clone();
+    let images = ImageGc::new(
+        runtime,
+        ImagePolicy {
+            min_age: Duration::ZERO,
+            ..ImagePolicy::default()
+        },
+        "pause:1",
+        NODE,
+    );
+    let e = images.free_space(u64::MAX).expect_err("shortfall");
+    assert!(e.to_string().contains("Failed to garbage collect"), "{e}");
+    let mut left: Vec<String> = rt
+        .list_images()
+        .expect("list")
+        .into_iter()
+        .flat_map(|i| i.repo_tags)
+        .collect();
+    base::sort::sort(&mut left);
+    assert_eq!(left, ["docker.io/library/pause:3.9", "pause:1"]);
+}

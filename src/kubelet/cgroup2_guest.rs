@@ -137,7 +137,7 @@ fn pods_get_systemd_slices_with_their_limits_and_readable_stats_then_lose_them()
     rt.set_info(runtime::RuntimeInfo {
         cgroup_driver: "systemd".into(),
         cgroup_version: "2".into(),
-        root_dir: String::new(),
+        ..Default::default()
     });
     let mut n = Node::with_memory_cgroup(&rt, &[Source::File], memory);
     let settings = super::node::cm_settings(

@@ -6,8 +6,9 @@
 //! derived at start, and its kill path (upstream `killPodNow`): the pod's status
 //! becomes Failed, reason `Evicted`, with a `DisruptionTarget` condition, and the pod
 //! workers stop it with the eviction's grace, as any kill. Also admission under
-//! pressure (§9.4) for the sync loop. Docker's root directory is taken as
-//! `/var/lib/docker`.
+//! pressure (§9.4) for the sync loop. The image filesystem is the runtime's root
+//! directory as it says at start (Docker's `DockerRootDir`, containerd's
+//! `containerdRootDir`), else `/var/lib/docker` on Docker.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -70,18 +71,27 @@ pub(super) struct Parts {
     pub(super) allocatable_memory: i128,
 }
 
-/// Starts the `eviction` loop (every 10 s).
+/// The image filesystem's directory: the runtime's root as its info says, else
+/// Docker's default on Docker; None when neither is known (no imagefs signals).
+pub(super) fn image_dir(info: Option<runtime::RuntimeInfo>, docker: bool) -> Option<PathBuf> {
+    let dir = match info.map(|i| i.root_dir).filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None if docker => PathBuf::from(DOCKER_ROOT),
+        None => return None,
+    };
+    dir.is_dir().then_some(dir)
+}
+
+/// Starts the `eviction` loop (every 10 s); `image_dir` is the image filesystem
+/// ([`image_dir`]).
 pub(super) fn start(
     loops: &Loops,
     cfg: &KubeletConfig,
     mut config: Config,
     parts: Parts,
+    image_dir: Option<PathBuf>,
 ) -> Result<(), base::loops::SpawnError> {
-    let image_dir = PathBuf::from(DOCKER_ROOT);
-    let signals = NodeSignals::host(
-        cfg.root_dir.clone(),
-        image_dir.is_dir().then_some(image_dir),
-    );
+    let signals = NodeSignals::host(cfg.root_dir.clone(), image_dir);
     let dedicated = signals.dedicated_image_fs();
     let (thresholds, warnings) = derive_container_fs_thresholds(&config.thresholds, dedicated);
     for w in warnings {
@@ -343,6 +353,26 @@ impl crate::admission::AdmitHandler for PressureAdmit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_image_filesystem_is_the_runtimes_root_else_dockers_default_on_docker() {
+        let tmp = base::testutil::TempDir::new("ev-imagedir");
+        let info = |root: &str| {
+            Some(runtime::RuntimeInfo {
+                root_dir: root.into(),
+                ..Default::default()
+            })
+        };
+        let root = tmp.0.display().to_string();
+        // containerd's root, whichever runtime said it.
+        assert_eq!(image_dir(info(&root), false), Some(tmp.0.clone()));
+        assert_eq!(image_dir(info(&root), true), Some(tmp.0.clone()));
+        // A CRI runtime that does not say: no imagefs signals, not Docker's directory.
+        assert_eq!(image_dir(info(""), false), None);
+        assert_eq!(image_dir(None, false), None);
+        // A root that is not there: none either.
+        assert_eq!(image_dir(info(&format!("{root}/gone")), false), None);
+    }
 
     #[test]
     fn evicted_status_is_failed_with_a_disruption_target() {

@@ -717,6 +717,12 @@ fn start_reclaim(
 ) -> Result<Sender<crate::gc::Died>, StartError> {
     let (died_tx, died_rx) = crate::gc::died_channel();
     let gc = parts.start_gc(loops, cfg, died_rx, preloaded)?;
+    let info = parts
+        .runtime
+        .info()
+        .inspect_err(|e| log::warn!("eviction manager: the runtime's root directory: {e}"))
+        .ok();
+    let image_dir = eviction::image_dir(info, parts.kind == RuntimeKind::Docker);
     eviction::start(
         loops,
         cfg,
@@ -732,6 +738,7 @@ fn start_reclaim(
             cm: parts.cm.clone(),
             allocatable_memory: parts.admission_node.memory,
         },
+        image_dir,
     )?;
     Ok(died_tx)
 }

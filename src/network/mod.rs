@@ -548,6 +548,10 @@ impl Runtime for PluginNetwork {
         self.inner.list_images()
     }
 
+    fn image_fs_usage(&self) -> Result<Option<runtime::ImageFsUsage>, RuntimeError> {
+        self.inner.image_fs_usage()
+    }
+
     fn remove_image(&self, image: &str) -> Result<(), RuntimeError> {
         self.inner.remove_image(image)
     }

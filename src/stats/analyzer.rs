@@ -8,10 +8,14 @@
 //! lists nothing and measures only the disks of the pods the eviction manager checks
 //! against an ephemeral-storage limit.
 //!
-//! Docker is asked one container list per tick, an inspect of each container once (its
-//! pid, log and layer directories, start time, image), and the image list once a
+//! The runtime is asked one container list per tick, an inspect of each container once
+//! (its pid, log and layer directories, start time, image), and the image list once a
 //! minute (the image filesystem's usage). A container's cgroup comes from
-//! `/proc/<pid>/cgroup` of its main process, read once. A pod's figures are its pod
+//! `/proc/<pid>/cgroup` of its main process, read once; so does its writable layer
+//! when the runtime does not say it (CRI: the overlay `upperdir` at `/` in
+//! `/proc/<pid>/mountinfo`). The same reads serve Docker and CRI runtimes: CRI's
+//! `ListContainerStats` would cost a round trip and the runtime's own sampling, and
+//! answers no pod cgroup, task count or network. A pod's figures are its pod
 //! cgroup's when the container manager made one (a container's cgroup parent named
 //! `pod<uid>`), else its containers' and sandbox's summed. Network figures are the
 //! sandbox's `/proc/<pid>/net/dev` (the pod's network namespace); host-network pods
@@ -34,7 +38,7 @@ use super::fsscan::{FsScanner, FS_PERIOD, TICK_BUDGET};
 use super::openfiles::OpenFiles;
 use super::summary::{
     cpu_stats, memory_stats, nano_cores, network_stats, node_fs, parent_pod_cgroup, parse_net_dev,
-    sum_samples, usage_fs, volume_fs, CgroupSample,
+    root_upper_dir, sum_samples, usage_fs, volume_fs, CgroupSample,
 };
 use super::types::{
     ContainerStats, CpuStats, FsStats, NodeStats, PodReference, PodStats, ProcessStats,
@@ -238,6 +242,15 @@ fn stood_still(a: &CgroupSample, b: &CgroupSample) -> bool {
 enum Keep {
     Open,
     Closed,
+}
+
+/// What the images take on the image filesystem, and which filesystem that is.
+#[derive(Debug, Default)]
+struct ImagesUsed {
+    bytes: u64,
+    inodes: Option<u64>,
+    /// The filesystem the runtime named (None: the runtime's root directory's).
+    mountpoint: Option<PathBuf>,
 }
 
 /// What the analyzer knows of a running container from its one inspect.
@@ -455,7 +468,12 @@ impl Analyzer {
                     host_network: d.host_network,
                     started: d.started_at,
                     log_dir: non_empty(&d.log_path).and_then(|p| p.parent().map(Path::to_path_buf)),
-                    rootfs_dir: non_empty(&d.rootfs_dir),
+                    rootfs_dir: non_empty(&d.rootfs_dir).or_else(|| {
+                        let path = self.cfg.proc_root.join(d.pid.to_string()).join("mountinfo");
+                        std::fs::read_to_string(path)
+                            .ok()
+                            .and_then(|m| root_upper_dir(&m))
+                    }),
                     cgroup: None,
                 },
             );
@@ -583,8 +601,8 @@ impl Analyzer {
         // The images' size (a Docker list) and the pods' cgroup only for a reader.
         let image_fs = sampled.then(|| self.image_fs(now)).flatten();
         let image_fs = image_fs.map(|(s, used)| FsStats {
-            used_bytes: Some(used),
-            inodes_used: None,
+            used_bytes: Some(used.bytes),
+            inodes_used: used.inodes,
             ..node_fs(&s, wall)
         });
         let rl = cgroupfs::read_rlimit(&proc_root);
@@ -622,8 +640,12 @@ impl Analyzer {
         }
     }
 
-    /// The image filesystem and the images' size (the image list once a minute).
-    fn image_fs(&mut self, now: Instant) -> Option<(RawFs, u64)> {
+    /// The image filesystem and what the images take on it: the runtime's own account
+    /// where it gives one (CRI's `ImageFsInfo`, as upstream's CRI stats provider; an
+    /// answer from the runtime's memory, asked at each reading), else the sizes of the
+    /// image list (Docker's, listed once a minute). The filesystem is the one the
+    /// runtime names, else its root directory's.
+    fn image_fs(&mut self, now: Instant) -> Option<(RawFs, ImagesUsed)> {
         if self.runtime_root.is_none() {
             match self.runtime.info().map(|i| i.root_dir) {
                 Ok(d) if !d.is_empty() => self.runtime_root = Some(PathBuf::from(d)),
@@ -634,6 +656,32 @@ impl Analyzer {
                 }
             }
         }
+        let used = match self.runtime.image_fs_usage() {
+            Ok(Some(u)) => ImagesUsed {
+                bytes: u.used_bytes,
+                inodes: u.inodes_used,
+                mountpoint: Some(PathBuf::from(u.mountpoint))
+                    .filter(|m| !m.as_os_str().is_empty() && m.exists()),
+            },
+            Ok(None) => ImagesUsed {
+                bytes: self.listed_images_size(now),
+                ..ImagesUsed::default()
+            },
+            Err(e) => {
+                log::debug!("stats: the image filesystem's usage: {e}");
+                return None;
+            }
+        };
+        let on = match &used.mountpoint {
+            Some(m) => m.as_path(),
+            None => self.runtime_root.as_deref()?,
+        };
+        let fs = cgroupfs::statvfs(on).ok()?;
+        Some((fs, used))
+    }
+
+    /// The sizes of the runtime's images summed, listed at most once a minute.
+    fn listed_images_size(&mut self, now: Instant) -> u64 {
         let stale = self
             .images_used
             .is_none_or(|(_, at)| now.saturating_duration_since(at) >= FS_PERIOD);
@@ -649,9 +697,7 @@ impl Analyzer {
                 Err(e) => log::debug!("stats: listing images: {e}"),
             }
         }
-        let root = self.runtime_root.as_ref()?;
-        let fs = cgroupfs::statvfs(root).ok()?;
-        Some((fs, self.images_used.map_or(0, |(u, _)| u)))
+        self.images_used.map_or(0, |(u, _)| u)
     }
 
     /// Every pod's figures, and the cgroups sampled for them into `out`; with
@@ -1024,6 +1070,17 @@ mod tests {
             &format!("pods/{uid}/volumes/kubernetes.io~empty-dir/data/f"),
             "hello",
         );
+        // The app's writable layer, which the fake runtime does not say (as a CRI
+        // runtime): the overlay at its `/`.
+        put(&root.0, "layers/app/fs/written", "a file");
+        put(
+            &proc_root.0,
+            &format!("{app_pid}/mountinfo"),
+            &format!(
+                "1 0 0:1 / / rw - overlay overlay rw,lowerdir=/l,upperdir={},workdir=/w\n",
+                root.0.join("layers/app/fs").display()
+            ),
+        );
         pod_cg
     }
 
@@ -1173,6 +1230,14 @@ mod tests {
                 .as_ref()
                 .and_then(|m| m.working_set_bytes),
             Some(50_000)
+        );
+        assert!(
+            p.containers[0]
+                .rootfs
+                .as_ref()
+                .and_then(|r| r.used_bytes)
+                .is_some_and(|b| b > 0),
+            "the writable layer found through mountinfo"
         );
         assert_eq!(p.volume.len(), 1);
         assert_eq!(p.volume[0].name, "data");

@@ -2,8 +2,10 @@
 //! `cadvisor_stats_provider.go` and `helper.go` conversions): CPU rates from successive
 //! samples, pod figures summed from their containers, the pod cgroup above a
 //! container's, the raw figures turned into `stats/v1alpha1` values, `/proc/net/dev`,
-//! and the `only_cpu_and_memory` reduction.
+//! a container's writable layer from its `/proc/<pid>/mountinfo`, and the
+//! `only_cpu_and_memory` reduction.
 
+use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
 use super::cgroupfs::{FsStats as RawFs, MemoryStats as RawMem};
@@ -173,6 +175,52 @@ pub(crate) fn network_stats(interfaces: Vec<InterfaceStats>, at: SystemTime) -> 
         default,
         interfaces,
     }
+}
+
+/// The writable layer of a container from its process's `/proc/<pid>/mountinfo`:
+/// the `upperdir` of the overlay mounted at its `/` (the topmost such mount). A CRI
+/// runtime does not say where a container's layer is (Docker's inspect does:
+/// `GraphDriver.Data.UpperDir`); containerd's overlayfs snapshotter mounts it this
+/// way. None for another root filesystem (a native snapshotter, a VM runtime).
+pub(crate) fn root_upper_dir(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo
+        .lines()
+        .rev()
+        .find_map(|line| {
+            let (mount, fs) = line.split_once(" - ")?;
+            let mount_point = mount.split(' ').nth(4)?;
+            let mut fs = fs.split(' ');
+            let (fstype, _source, options) = (fs.next()?, fs.next()?, fs.next()?);
+            (mount_point == "/" && fstype == "overlay").then_some(options)
+        })?
+        .split(',')
+        .find_map(|o| o.strip_prefix("upperdir="))
+        .map(|d| PathBuf::from(unescape_mountinfo(d)))
+}
+
+/// mountinfo's octal escapes (`\040` a space, `\011` a tab, `\012` a newline,
+/// `\134` a backslash) undone.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let code = b
+            .get(i + 1..i + 4)
+            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)))
+            .and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok());
+        match code {
+            Some(c) => {
+                out.push(c);
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The interfaces of a `/proc/<pid>/net/dev` text, cAdvisor's ignored ones left out.
@@ -370,5 +418,23 @@ eth0:    2660      30    1    0    0     0          0         0     1200      12
         assert!(v["pods"][0].get("volume").is_none());
         assert!(v["pods"][0]["containers"][0].get("rootfs").is_none());
         assert!(v["pods"][0]["containers"][0].get("memory").is_some());
+    }
+
+    #[test]
+    fn the_writable_layer_is_the_upperdir_of_the_overlay_at_root() {
+        let info = "\
+1541 1450 0:123 / / rw,relatime - overlay overlay rw,lowerdir=/r/snapshots/1/fs,upperdir=/r/snap\\040shots/7/fs,workdir=/r/snapshots/7/work
+1542 1541 0:125 / /proc rw,nosuid - proc proc rw
+1550 1541 8:1 /var/lib/k/pods/u/volumes/data /data rw - ext4 /dev/sda1 rw
+";
+        assert_eq!(
+            root_upper_dir(info),
+            Some(PathBuf::from("/r/snap shots/7/fs"))
+        );
+        // Not an overlay at `/` (an overlay mounted elsewhere does not count).
+        let other =
+            "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 0:5 / /x rw - overlay o rw,upperdir=/u\n";
+        assert_eq!(root_upper_dir(other), None);
+        assert_eq!(root_upper_dir(""), None);
     }
 }

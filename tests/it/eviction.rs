@@ -3,8 +3,10 @@
 //! `nodefs.available` is met; BestEffort API pods evicted first (Failed, `Evicted`,
 //! upstream's message), the static pod never; the Node's DiskPressure condition set and
 //! cleared after the (shortened) transition period; a new pod refused while it holds.
-//! Also the OOM kill of a container over its memory limit (`OOMKilled`), and
-//! `allocatableMemory.available` and `pid.available` pressure.
+//! Also the OOM kill of a container over its memory limit (`OOMKilled`),
+//! `allocatableMemory.available` and `pid.available` pressure, and on a containerd of
+//! the test's own the image filesystem's pressure relieved by image GC through CRI
+//! (an unused image removed; the image in use and the sandbox image kept).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -403,4 +405,67 @@ fn pid_pressure_sets_the_condition_refuses_pods_and_spares_static_ones() {
     assert_eq!(mirror["status"]["phase"], "Running");
     let log = node.log();
     assert!(!log.contains("evicting pod default/static"), "{log}");
+}
+
+/// imagefs pressure on a CRI runtime: the node-level reclaim removes the unused
+/// images through CRI, never the image a container uses nor the sandbox image. Image
+/// GC acts on the whole runtime: a containerd of the test's own, so the shared one's
+/// images are never candidates. The pressure is a threshold the disk always meets
+/// (`imagefs.available<99%`), as the other tests fake theirs.
+#[test]
+fn imagefs_pressure_on_containerd_removes_unused_images_through_cri_never_one_in_use() {
+    let c = crate::containerd::Containerd::start();
+    let docker = crate::util::docker();
+    let junk = format!("rkubelet-evimg-{}/junk:1", std::process::id());
+    crate::gc::tiny_image(&docker, &junk);
+    crate::gc::import_into(&c, std::slice::from_ref(&junk));
+    let _ = Command::new("docker").args(["rmi", &junk]).output();
+    let (_shutdown, loops) = crate::containerd::loops();
+    let cri = rkubelet_cri::runtime::CriRuntime::new(&c.endpoint(), LONG, &loops)
+        .expect("a unix endpoint");
+    let mut node = Node::on(crate::util::Rt::Containerd, "evict-img");
+    node.endpoint = c.endpoint();
+    node.runtime = std::sync::Arc::new(cri);
+    node.containerd = None;
+    let runtime = node.runtime.clone();
+    let present = |image: &str| {
+        runtime
+            .inspect_image(image)
+            .expect("inspect image")
+            .is_some()
+    };
+    assert!(present(&format!("docker.io/{junk}")));
+    node.write_manifest(
+        "static.yaml",
+        &crate::util::pod_yaml("static", 1, &[("c", SLEEPER)]),
+    );
+    // The pod runs first (its image in use), then the kubelet comes back under
+    // pressure: the reclaim must not race the pod's first container.
+    node.start(&[]);
+    wait_for("the static pod's container running", LONG, || {
+        node.running()
+            .keys()
+            .any(|k| k.ends_with("/c"))
+            .then_some(())
+    });
+    node.kill9();
+    node.start(&[
+        "--eviction-hard=imagefs.available<99%",
+        // Image GC on (the reclaim's image step needs it), its own pass idle: the
+        // disk is far from 99 % used.
+        "--image-gc-high-threshold=99",
+        "--image-gc-low-threshold=98",
+    ]);
+    wait_for("the unused image removed", LONG, || {
+        (!present(&format!("docker.io/{junk}"))).then_some(())
+    });
+    let log = node.log();
+    assert!(
+        log.contains("image GC removing image") && log.contains(&junk),
+        "the reclaim removed it: {log}"
+    );
+    // The static pod runs on busybox: in use, kept; the sandbox image too.
+    assert!(present(&format!("docker.io/{BUSYBOX}")));
+    assert!(present(&format!("docker.io/{}", crate::util::PAUSE)));
+    assert!(!node.log().contains("evicting pod default/static"));
 }

@@ -1,11 +1,11 @@
-//! Container GC, image GC and container log files against the real Docker engine: a
-//! crash loop keeps one dead instance, `--maximum-dead-containers` holds across pods, a
-//! deleted pod leaves no container and no log link, Docker rotates a chatty
-//! container's log, and image GC frees the test's own images least recently used
-//! first (over a view of the engine that shows it only those, so that nothing else on
-//! the host is ever a candidate).
+//! Container GC, image GC and container log files, each on Docker and on containerd:
+//! a crash loop keeps one dead instance, `--maximum-dead-containers` holds across pods,
+//! a deleted pod leaves no container and no log link, a chatty container's log is
+//! rotated (by Docker; on CRI by the kubelet), and image GC frees the test's own images
+//! least recently used first, never one in use nor the sandbox image (over a view of
+//! the runtime that shows it only those, on containerd one of the test's own, so that
+//! nothing else on the host is ever a candidate).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +19,8 @@ use runtime::{
     RuntimeInfo, RuntimeVersion, StreamOptions, StreamRequest, TermSize,
 };
 
-use crate::util::{label, pod_yaml, wait_for, Node, BUSYBOX, LONG, PAUSE, SLEEPER};
+use crate::containerd::Containerd;
+use crate::util::{label, pod_yaml, wait_for, Node, Rt, BUSYBOX, LONG, PAUSE, SLEEPER};
 
 const UID: &str = "io.kubernetes.pod.uid";
 const NAME: &str = "io.kubernetes.container.name";
@@ -42,9 +43,8 @@ fn max_restarts(node: &Node, name: &str) -> Option<u32> {
         .max()
 }
 
-#[test]
-fn a_crash_loop_keeps_at_most_one_dead_instance_and_never_lowers_its_restart_count() {
-    let mut node = Node::new("gc-crash");
+fn a_crash_loop_keeps_at_most_one_dead_instance_and_never_lowers_its_restart_count(rt: Rt) {
+    let mut node = Node::on(rt, "gc-crash");
     node.write_manifest("crash.yaml", &pod_yaml("crash", 0, &[("c", "exit 1")]));
     node.start(&["--container-gc-period=5s"]);
     let began = Instant::now();
@@ -96,9 +96,8 @@ fn once_failing_pod(name: &str) -> String {
     )
 }
 
-#[test]
-fn maximum_dead_containers_holds_across_pods() {
-    let mut node = Node::new("gc-max");
+fn maximum_dead_containers_holds_across_pods(rt: Rt) {
+    let mut node = Node::on(rt, "gc-max");
     for p in ["a", "b", "c"] {
         node.write_manifest(&format!("{p}.yaml"), &once_failing_pod(p));
     }
@@ -162,7 +161,8 @@ fn maximum_dead_containers_holds_across_pods() {
     }
 }
 
-/// Docker's log files of a container: the one written and the rotated ones.
+/// A container's log files: the one written and the rotated ones (Docker's
+/// `-json.log.N`; on CRI the kubelet's `<n>.log.<time>[.gz]`).
 fn log_files(log_path: &str) -> Vec<(PathBuf, u64)> {
     let path = Path::new(log_path);
     let dir = path.parent().expect("log dir");
@@ -181,14 +181,34 @@ fn log_files(log_path: &str) -> Vec<(PathBuf, u64)> {
     v
 }
 
-#[test]
-fn a_chatty_container_keeps_five_rotated_files_its_links_resolve_and_go_with_the_pod() {
-    let mut node = Node::new("gc-logs");
-    // 50 MB of 100-byte lines, then quiet.
+/// CRI: the bytes written between two looks of the kubelet's log manager.
+const CRI_CHUNK: u64 = 1_258_291;
+
+fn a_chatty_container_keeps_five_rotated_files_its_links_resolve_and_go_with_the_pod(rt: Rt) {
+    let mut node = Node::on(rt, "gc-logs");
     let line = "0123456789".repeat(10);
-    let cmd = format!("yes {line} | head -c 52428800; echo done-writing; {SLEEPER}");
+    let cmd = match node.rt {
+        // 50 MB of 100-byte lines, then quiet: Docker rotates as it writes.
+        Rt::Docker => format!("yes {line} | head -c 52428800; echo done-writing; {SLEEPER}"),
+        // On a CRI runtime the kubelet rotates, when it looks (every
+        // `containerLogMonitorInterval`, 3 s at least), as upstream's container log
+        // manager: 1.2 MB every 4 s, so that looks find the file past its limit again
+        // and again.
+        Rt::Containerd => format!(
+            "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do yes {line} | head -c {CRI_CHUNK}; \
+             sleep 4; done; echo done-writing; {SLEEPER}"
+        ),
+    };
     node.write_manifest("chatty.yaml", &pod_yaml("chatty", 0, &[("talk", &cmd)]));
+    let config = node.dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         containerLogMonitorInterval: 3s\n",
+    )
+    .expect("config file");
     node.start(&[
+        &format!("--config={}", config.display()),
         "--container-gc-period=2s",
         "--container-log-max-size=1Mi",
         "--container-log-max-files=5",
@@ -198,8 +218,8 @@ fn a_chatty_container_keeps_five_rotated_files_its_links_resolve_and_go_with_the
             .into_iter()
             .find(|c| label(c, NAME) == "talk" && c.state == ContainerState::Running)
     });
-    let details = node.docker.inspect_container(&c.id).expect("inspect");
-    assert!(!details.log_path.is_empty(), "json-file log");
+    let details = node.runtime.inspect_container(&c.id).expect("inspect");
+    assert!(!details.log_path.is_empty(), "a log file");
     let uid = label(&c, UID).to_string();
     let pod_name = label(&c, "io.kubernetes.pod.name").to_string();
     let pod_dir = node
@@ -212,7 +232,7 @@ fn a_chatty_container_keeps_five_rotated_files_its_links_resolve_and_go_with_the
         .join("container-logs")
         .join(format!("{pod_name}_default_talk-{}.log", c.id));
     // Written through: the end of the log shows through both links.
-    wait_for("everything written", LONG, || {
+    wait_for("everything written", 2 * LONG, || {
         std::fs::read(&legacy)
             .ok()
             .filter(|b| b.windows(12).any(|w| w == b"done-writing"))
@@ -224,14 +244,35 @@ fn a_chatty_container_keeps_five_rotated_files_its_links_resolve_and_go_with_the
     let files = log_files(&details.log_path);
     assert!(files.len() <= 5, "{files:?}");
     assert!(files.len() >= 2, "rotated: {files:?}");
-    for (f, size) in &files {
-        // Docker rotates once a write has passed the limit: a file may hold one
-        // record (at most 16 KiB of text, Docker's line cut) beyond it.
-        assert!(
-            *size <= (1 << 20) + (32 << 10),
-            "{} is {size} bytes",
-            f.display()
-        );
+    match rt {
+        Rt::Docker => {
+            // Docker rotates once a write has passed the limit: a file may hold one
+            // record (at most 16 KiB of text, Docker's line cut) beyond it.
+            for (f, size) in &files {
+                assert!(
+                    *size <= (1 << 20) + (32 << 10),
+                    "{} is {size} bytes",
+                    f.display()
+                );
+            }
+        }
+        Rt::Containerd => {
+            // The kubelet rotates a CRI file when it looks, as upstream's: a file holds
+            // whatever was written since the look before (no bound on a loaded
+            // machine), but none is rotated short of the limit; rotated files are
+            // compressed but the newest, the oldest removed: five at most (above).
+            let gz: Vec<&(PathBuf, u64)> = files
+                .iter()
+                .filter(|(f, _)| f.to_string_lossy().ends_with(".gz"))
+                .collect();
+            assert!(gz.len() >= 2, "three rotations at least: {files:?}");
+            let current = Path::new(&details.log_path);
+            for (f, size) in files.iter().filter(|(f, _)| f != current) {
+                if !f.to_string_lossy().ends_with(".gz") {
+                    assert!(*size >= 1 << 20, "{} rotated at {size} bytes", f.display());
+                }
+            }
+        }
     }
 
     // The pod goes: its containers, its links and its log directory with it.
@@ -248,11 +289,11 @@ fn a_chatty_container_keeps_five_rotated_files_its_links_resolve_and_go_with_the
     assert!(std::fs::symlink_metadata(&link).is_err());
 }
 
-/// The engine as image GC sees it here: only the images whose tags start with the
+/// The runtime as image GC sees it here: only the images whose tags start with the
 /// test's prefix, and the pause image. Everything else passes through.
 #[derive(Debug)]
 struct OnlyTestImages {
-    inner: Docker,
+    inner: Arc<dyn Runtime>,
     prefix: String,
 }
 
@@ -315,16 +356,22 @@ impl Runtime for OnlyTestImages {
     fn load_image(&self, tar: (&mut dyn std::io::Read, u64)) -> Result<Vec<String>, RuntimeError> {
         self.inner.load_image(tar)
     }
+    fn image_fs_usage(&self) -> Result<Option<runtime::ImageFsUsage>, RuntimeError> {
+        self.inner.image_fs_usage()
+    }
+
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
         Ok(self
             .inner
             .list_images()?
             .into_iter()
             .filter(|i| {
-                i.repo_tags
-                    .iter()
-                    .all(|t| t.starts_with(&self.prefix) || t == PAUSE)
-                    && !i.repo_tags.is_empty()
+                // containerd names an imported image `docker.io/<name>`.
+                let mine = |t: &String| {
+                    let t = t.strip_prefix("docker.io/").unwrap_or(t);
+                    t.starts_with(&self.prefix) || t == PAUSE
+                };
+                i.repo_tags.iter().all(mine) && !i.repo_tags.is_empty()
             })
             .collect())
     }
@@ -389,9 +436,9 @@ impl Runtime for OnlyTestImages {
     }
 }
 
-/// Makes a tiny image of its own (a distinct ID over busybox's layers): `docker
-/// commit` of a created container with a label, no network needed.
-fn tiny_image(docker: &Docker, tag: &str) {
+/// Makes a tiny image of its own in Docker (a distinct ID over busybox's layers):
+/// `docker commit` of a created container with a label, no network needed.
+pub(crate) fn tiny_image(docker: &Docker, tag: &str) {
     let name = tag.replace([':', '/'], "-");
     let out = std::process::Command::new("docker")
         .args(["create", "--name", &name, BUSYBOX, "true"])
@@ -409,7 +456,30 @@ fn tiny_image(docker: &Docker, tag: &str) {
     assert!(docker.inspect_image(tag).expect("inspect").is_some());
 }
 
-/// Removes the test's images and containers, even after a failed assertion.
+/// Copies Docker's images `tags` into a containerd (`docker save | ctr images
+/// import`), where they are named `docker.io/<tag>`.
+pub(crate) fn import_into(c: &Containerd, tags: &[String]) {
+    let tar = c.dir.join("gc-images.tar");
+    let out = std::process::Command::new("docker")
+        .arg("save")
+        .arg("-o")
+        .arg(&tar)
+        .args(tags)
+        .output()
+        .expect("docker save");
+    assert!(out.status.success(), "docker save: {out:?}");
+    let sock = c.sock.to_string_lossy().into_owned();
+    let out = std::process::Command::new("ctr")
+        .args(["-a", &sock, "-n", "k8s.io", "images", "import"])
+        .arg(&tar)
+        .output()
+        .expect("ctr images import");
+    assert!(out.status.success(), "ctr images import: {out:?}");
+    let _ = std::fs::remove_file(&tar);
+}
+
+/// Removes the test's Docker images and containers, even after a failed assertion
+/// (a test containerd goes with its own `Drop`).
 struct Cleanup {
     tags: Vec<String>,
     containers: Vec<String>,
@@ -430,10 +500,81 @@ impl Drop for Cleanup {
     }
 }
 
-#[test]
-fn image_gc_frees_the_least_recently_used_first_and_never_an_image_in_use_or_pause() {
+/// Where image GC runs in [`image_gc_frees_the_least_recently_used_first_and_never_an_image_in_use_or_pause`]:
+/// Docker, or a containerd of the test's own (image GC acts on the whole runtime:
+/// the shared one's images must never be candidates), with a sandbox its containers
+/// are made in (CRI makes no container outside one).
+struct GcWorld {
+    runtime: Arc<dyn Runtime>,
+    sandbox: Option<(String, PodSandboxConfig)>,
+    /// The test's containerd, kept alive to the end.
+    containerd: Option<(Containerd, base::loops::Shutdown)>,
+}
+
+impl GcWorld {
+    fn on(rt: Rt) -> GcWorld {
+        match rt {
+            Rt::Docker => GcWorld {
+                runtime: Arc::new(
+                    Docker::connect(&format!("unix://{}", crate::util::DOCKER_SOCK))
+                        .expect("docker"),
+                ),
+                sandbox: None,
+                containerd: None,
+            },
+            Rt::Containerd => {
+                let c = Containerd::start();
+                let (shutdown, loops) = crate::containerd::loops();
+                let cri = rkubelet_cri::runtime::CriRuntime::new(&c.endpoint(), LONG, &loops)
+                    .expect("a unix endpoint");
+                let config = PodSandboxConfig {
+                    metadata: runtime::config::PodSandboxMetadata {
+                        name: "gc".into(),
+                        uid: "gc-uid".into(),
+                        namespace: "default".into(),
+                        attempt: 0,
+                    },
+                    hostname: "gc".into(),
+                    log_directory: c.dir.join("pods/gc").to_string_lossy().into_owned(),
+                    ..Default::default()
+                };
+                let id = cri.run_pod_sandbox(&config).expect("run sandbox");
+                GcWorld {
+                    runtime: Arc::new(cri),
+                    sandbox: Some((id, config)),
+                    containerd: Some((c, shutdown)),
+                }
+            }
+        }
+    }
+
+    /// Creates (never starts) a container of `image`; its ID.
+    fn create(&self, name: &str, image: &str) -> String {
+        let (sandbox, config) = match &self.sandbox {
+            Some((id, c)) => (id.as_str(), c.clone()),
+            None => ("", PodSandboxConfig::default()),
+        };
+        let mut c = ContainerConfig::named(name, image);
+        if self.sandbox.is_some() {
+            c.log_path = format!("{name}/0.log");
+        }
+        self.runtime
+            .create_container(sandbox, &c, &config)
+            .expect("create")
+    }
+
+    fn present(&self, image: &str) -> bool {
+        self.runtime
+            .inspect_image(image)
+            .expect("inspect")
+            .is_some()
+    }
+}
+
+fn image_gc_frees_the_least_recently_used_first_and_never_an_image_in_use_or_pause(rt: Rt) {
     let docker = crate::util::docker();
-    let prefix = format!("rkubelet-gc-{}", std::process::id());
+    // Both runtimes' runs share this process: a prefix of each's own.
+    let prefix = format!("rkubelet-gc-{}-{rt:?}", std::process::id()).to_lowercase();
     let tag = |n: &str| format!("{prefix}/{n}:1");
     let mut cleanup = Cleanup {
         tags: ["never", "early", "late", "held"]
@@ -445,8 +586,25 @@ fn image_gc_frees_the_least_recently_used_first_and_never_an_image_in_use_or_pau
     for t in &cleanup.tags {
         tiny_image(&docker, t);
     }
+    let world = GcWorld::on(rt);
+    // The sandbox image that must stay. On containerd the kubelet's flag names
+    // another image than containerd's own `sandbox_image`: it stays all the same
+    // (its sandbox lists no image, so only that pin keeps it).
+    let pause_flag = match rt {
+        Rt::Docker => PAUSE,
+        Rt::Containerd => "rkubelet/not-the-sandbox-image:1",
+    };
+    if let Some((c, _)) = &world.containerd {
+        import_into(c, &cleanup.tags);
+        // The images live in the test's containerd only.
+        for t in std::mem::take(&mut cleanup.tags) {
+            let _ = std::process::Command::new("docker")
+                .args(["rmi", &t])
+                .output();
+        }
+    }
     let runtime: Arc<dyn Runtime> = Arc::new(OnlyTestImages {
-        inner: Docker::connect(&format!("unix://{}", crate::util::DOCKER_SOCK)).expect("docker"),
+        inner: world.runtime.clone(),
         prefix: prefix.clone(),
     });
     let gc = ImageGc::new(
@@ -455,39 +613,24 @@ fn image_gc_frees_the_least_recently_used_first_and_never_an_image_in_use_or_pau
             min_age: Duration::ZERO,
             ..ImagePolicy::default()
         },
-        PAUSE,
+        pause_flag,
         "gc-images",
     );
     // A container that exists (never started) holds "held" for the whole test.
-    let held = docker
-        .create_container(
-            "",
-            &ContainerConfig {
-                labels: BTreeMap::new(),
-                ..ContainerConfig::named(format!("{prefix}-held"), tag("held"))
-            },
-            &PodSandboxConfig::default(),
-        )
-        .expect("create");
-    cleanup.containers.push(held);
+    let held = world.create(&format!("{prefix}-held"), &tag("held"));
+    if rt == Rt::Docker {
+        cleanup.containers.push(held);
+    }
     // Detections (a free of 0 bytes only looks): first everything is found, then
     // "early" is used, then "late".
     gc.free_space(0).expect("detect");
     for n in ["early", "late"] {
         std::thread::sleep(Duration::from_millis(1100));
-        let id = docker
-            .create_container(
-                "",
-                &ContainerConfig {
-                    ..ContainerConfig::named(format!("{prefix}-{n}"), tag(n))
-                },
-                &PodSandboxConfig::default(),
-            )
-            .expect("create");
+        let id = world.create(&format!("{prefix}-{n}"), &tag(n));
         gc.free_space(0).expect("detect");
-        docker.remove_container(&id).expect("remove");
+        world.runtime.remove_container(&id).expect("remove");
     }
-    let present = |n: &str| docker.inspect_image(&tag(n)).expect("inspect").is_some();
+    let present = |n: &str| world.present(&tag(n));
     // One byte: the never-used image goes first.
     gc.free_space(1).expect("free");
     assert!(!present("never") && present("early") && present("late"));
@@ -502,6 +645,13 @@ fn image_gc_frees_the_least_recently_used_first_and_never_an_image_in_use_or_pau
     let e = gc.free_space(1).expect_err("nothing eligible");
     assert!(e.to_string().contains("only found 0 bytes"), "{e}");
     assert!(present("held"));
-    assert!(docker.inspect_image(PAUSE).expect("inspect").is_some());
-    assert!(docker.inspect_image(BUSYBOX).expect("inspect").is_some());
+    assert!(world.present(PAUSE));
+    assert!(world.present(BUSYBOX));
 }
+
+crate::on_both_runtimes!(
+    a_crash_loop_keeps_at_most_one_dead_instance_and_never_lowers_its_restart_count,
+    maximum_dead_containers_holds_across_pods,
+    a_chatty_container_keeps_five_rotated_files_its_links_resolve_and_go_with_the_pod,
+    image_gc_frees_the_least_recently_used_first_and_never_an_image_in_use_or_pause,
+);

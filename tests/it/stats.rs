@@ -1,9 +1,11 @@
-//! The resource analyzer end to end: `/stats/summary` from a real rkubelet running
-//! pods on the real Docker engine, decoded into test-side copies of upstream's
-//! `stats/v1alpha1` Go types (unknown fields refused), its figures compared with
-//! `docker stats --no-stream` (working set) and `du` (an emptyDir, a writable layer);
-//! `/metrics/resource` and `/metrics/cadvisor` through `promtool check metrics`; the
-//! kubelet port's `nodes/stats` and `nodes/metrics` authorization through the API
+//! The resource analyzer end to end, on Docker and on containerd: `/stats/summary`
+//! from a real rkubelet running pods, decoded into test-side copies of upstream's
+//! `stats/v1alpha1` Go types (unknown fields refused), its figures compared with the
+//! runtime's own (Docker: `docker stats --no-stream` for the working set and `du` of
+//! the container's `UpperDir`; containerd: CRI `ContainerStats`' working set and
+//! writable layer) and with `du` of an emptyDir; the image filesystem is the runtime's
+//! root; `/metrics/resource` and `/metrics/cadvisor` through `promtool check metrics`;
+//! the kubelet port's `nodes/stats` and `nodes/metrics` authorization through the API
 //! server stand-in's SubjectAccessReview; the `network` healthz check.
 
 use std::collections::BTreeMap;
@@ -15,7 +17,8 @@ use serde::Deserialize;
 
 use crate::apiserver::{Options, Pki, TestApiServer};
 use crate::kubelet_port::{pki_flags, run, start};
-use crate::util::{wait_for, Node, BUSYBOX, LONG, SLEEPER};
+use crate::util::{wait_for, Node, Rt, BUSYBOX, LONG, SLEEPER};
+use rkubelet_cri::v1;
 
 // Test-side copies of k8s.io/kubelet/pkg/apis/stats/v1alpha1 (field names and JSON
 // tags from types.go), refusing any field upstream's types do not have.
@@ -243,7 +246,24 @@ fn du(path: &Path) -> f64 {
     kb * 1024.0
 }
 
-/// The writable layer directory of a container.
+/// containerd's own figures of a container (CRI `ContainerStats`): its working set
+/// and its writable layer's bytes (the snapshotter's usage, refreshed every 10 s).
+fn cri_stats(node: &Node, id: &str) -> (Option<u64>, Option<u64>) {
+    let shared = node.containerd.as_ref().expect("a containerd node");
+    let (client, _shutdown) = crate::containerd::client(&shared.containerd);
+    let r = client
+        .container_stats(&v1::ContainerStatsRequest {
+            container_id: id.to_string(),
+        })
+        .expect("ContainerStats");
+    let s = r.stats.unwrap_or_default();
+    (
+        s.memory.and_then(|m| m.working_set_bytes).map(|v| v.value),
+        s.writable_layer.and_then(|w| w.used_bytes).map(|v| v.value),
+    )
+}
+
+/// The writable layer directory of a Docker container.
 fn upper_dir(id: &str) -> PathBuf {
     let out = run(Command::new("docker").args([
         "inspect",
@@ -278,9 +298,8 @@ fn hog_pod() -> String {
     )
 }
 
-#[test]
-fn stats_summary_decodes_as_upstreams_types_and_agrees_with_docker_stats_and_du() {
-    let mut node = Node::new("stats");
+fn stats_summary_decodes_as_upstreams_types_and_agrees_with_the_runtime_and_du(rt: Rt) {
+    let mut node = Node::on(rt, "stats");
     node.write_manifest("hog.yaml", &hog_pod());
     node.start(&[]);
     let pod_name = format!("hog-{}", node.name);
@@ -323,6 +342,30 @@ fn stats_summary_decodes_as_upstreams_types_and_agrees_with_docker_stats_and_du(
         .and_then(|r| r.image_fs.as_ref())
         .expect("imagefs");
     assert!(imagefs.used_bytes.expect("images") > 0);
+    // On CRI the figures are the runtime's ImageFsInfo (upstream's CRI stats
+    // provider), which counts inodes too; Docker's are the image list's sizes.
+    assert_eq!(
+        imagefs.inodes_used.is_some_and(|i| i > 0),
+        rt == Rt::Containerd,
+        "{imagefs:?}"
+    );
+    // The runtime's root's filesystem (Docker's `DockerRootDir`, containerd's root).
+    let root = match rt {
+        Rt::Docker => PathBuf::from("/var/lib/docker"),
+        Rt::Containerd => node
+            .containerd
+            .as_ref()
+            .expect("containerd")
+            .containerd
+            .dir
+            .join("root"),
+    };
+    let df = rustix::fs::statvfs(&root).expect("statvfs of the runtime's root");
+    assert_eq!(
+        imagefs.capacity_bytes,
+        Some(df.f_blocks * df.f_frsize),
+        "imagefs is {root:?}'s filesystem"
+    );
     let rl = s.node.rlimit.as_ref().expect("rlimit");
     assert!(rl.maxpid.expect("maxpid") > rl.curproc.expect("curproc"));
     assert!(s.node.start_time.is_some());
@@ -365,7 +408,7 @@ fn stats_summary_decodes_as_upstreams_types_and_agrees_with_docker_stats_and_du(
         assert!(c.start_time.is_some());
     }
 
-    // Against docker stats and du, measured now.
+    // Against the runtime's own figures and du, measured now.
     let running = node.running();
     let mem_id = &running[&format!("{pod_name}/mem")][0];
     let disk_id = &running[&format!("{pod_name}/disk")][0];
@@ -382,10 +425,13 @@ fn stats_summary_decodes_as_upstreams_types_and_agrees_with_docker_stats_and_du(
         .as_ref()
         .and_then(|m| m.working_set_bytes)
         .expect("ws") as f64;
-    let docker = docker_stats_memory(mem_id);
+    let theirs = match rt {
+        Rt::Docker => docker_stats_memory(mem_id),
+        Rt::Containerd => cri_stats(&node, mem_id).0.expect("CRI working set") as f64,
+    };
     assert!(
-        close(ws, docker),
-        "working set {ws} vs docker stats {docker}"
+        close(ws, theirs),
+        "working set {ws} vs the runtime's {theirs} ({rt:?})"
     );
     let uid = &pod.pod_ref.uid;
     let vol_dir = node
@@ -404,18 +450,31 @@ fn stats_summary_decodes_as_upstreams_types_and_agrees_with_docker_stats_and_du(
         "emptyDir {vol_used} vs du {vol_du}"
     );
     let disk = cs.iter().find(|c| c.name == "disk").expect("disk");
-    let upper = upper_dir(disk_id);
-    let (rootfs, rootfs_du) = (
-        disk.rootfs
-            .as_ref()
-            .and_then(|r| r.used_bytes)
-            .expect("rootfs") as f64,
-        du(&upper),
-    );
-    assert!(
-        close(rootfs, rootfs_du),
-        "rootfs {rootfs} vs du {rootfs_du} of {upper:?}"
-    );
+    let rootfs = disk
+        .rootfs
+        .as_ref()
+        .and_then(|r| r.used_bytes)
+        .expect("rootfs") as f64;
+    match rt {
+        Rt::Docker => {
+            let upper = upper_dir(disk_id);
+            let rootfs_du = du(&upper);
+            assert!(
+                close(rootfs, rootfs_du),
+                "rootfs {rootfs} vs du {rootfs_du} of {upper:?}"
+            );
+        }
+        Rt::Containerd => {
+            // containerd measures its snapshots every 10 s: wait for the file in it.
+            let layer = wait_for("containerd's writable layer figure", LONG, || {
+                cri_stats(&node, disk_id).1.filter(|&b| b >= ROOTFS_BYTES)
+            }) as f64;
+            assert!(
+                close(rootfs, layer),
+                "rootfs {rootfs} vs containerd's writable layer {layer}"
+            );
+        }
+    }
 
     // The reduced form metrics-server asked for before /metrics/resource.
     let small = summary(&node, "?only_cpu_and_memory=true");
@@ -466,14 +525,13 @@ fn get_token(port: u16, path: &str, token: &str) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
-#[test]
-fn stats_metrics_pass_promtool_and_the_kubelet_port_authorizes_nodes_stats_and_metrics() {
+fn stats_metrics_pass_promtool_and_the_kubelet_port_authorizes_nodes_stats_and_metrics(rt: Rt) {
     let api = TestApiServer::start(Options::default());
     api.set_token_user("tok-stats", "stats-reader", &[]);
     api.set_token_user("tok-metrics", "metrics-reader", &[]);
     api.allow("stats-reader", "stats");
     api.allow("metrics-reader", "metrics");
-    let mut node = Node::new("statsm");
+    let mut node = Node::on(rt, "statsm");
     node.write_manifest(
         "web.yaml",
         &crate::util::pod_yaml("web", 1, &[("app", SLEEPER)]),
@@ -555,7 +613,7 @@ fn stats_metrics_pass_promtool_and_the_kubelet_port_authorizes_nodes_stats_and_m
         );
     }
 
-    // net-status: Docker's bridge network is up.
+    // net-status: the runtime's network is up (Docker's bridge, containerd's CNI).
     let (code, body) = node.healthz_get("/healthz/network");
     assert_eq!((code, body.as_str()), (200, "ok"));
     // The Ready condition counts the network in: ready here.
@@ -568,3 +626,8 @@ fn stats_metrics_pass_promtool_and_the_kubelet_port_authorizes_nodes_stats_and_m
             .then_some(())
     });
 }
+
+crate::on_both_runtimes!(
+    stats_summary_decodes_as_upstreams_types_and_agrees_with_the_runtime_and_du,
+    stats_metrics_pass_promtool_and_the_kubelet_port_authorizes_nodes_stats_and_metrics,
+);

@@ -139,6 +139,9 @@ impl CriClient {
         list_containers: "/runtime.v1.RuntimeService/ListContainers", ListContainersRequest -> ListContainersResponse;
         container_status: "/runtime.v1.RuntimeService/ContainerStatus", ContainerStatusRequest -> ContainerStatusResponse;
         update_container_resources: "/runtime.v1.RuntimeService/UpdateContainerResources", UpdateContainerResourcesRequest -> UpdateContainerResourcesResponse;
+        /// The runtime's own figures of one container (the kubelet reads cgroupfs; the
+        /// tests compare with these).
+        container_stats: "/runtime.v1.RuntimeService/ContainerStats", ContainerStatsRequest -> ContainerStatsResponse;
         /// The runtime reopens the container's log file at its path (after the kubelet
         /// renamed it: rotation).
         reopen_container_log: "/runtime.v1.RuntimeService/ReopenContainerLog", ReopenContainerLogRequest -> ReopenContainerLogResponse;

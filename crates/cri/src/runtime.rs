@@ -453,6 +453,11 @@ impl Runtime for CriRuntime {
                 .and_then(|r| r.as_str())
                 .unwrap_or_default()
                 .to_string(),
+            sandbox_image: config
+                .get("sandboxImage")
+                .and_then(|r| r.as_str())
+                .unwrap_or_default()
+                .to_string(),
         })
     }
 
@@ -700,6 +705,23 @@ impl Runtime for CriRuntime {
         })
     }
 
+    /// The first image filesystem of `ImageFsInfo`, as upstream's CRI stats provider
+    /// reads it.
+    fn image_fs_usage(&self) -> Result<Option<runtime::ImageFsUsage>, RuntimeError> {
+        let r = self
+            .images
+            .image_fs_info(&v1::ImageFsInfoRequest {})
+            .map_err(|e| self.image_error("image fs info", e))?;
+        Ok(r.image_filesystems
+            .into_iter()
+            .next()
+            .map(|fs| runtime::ImageFsUsage {
+                mountpoint: fs.fs_id.map(|id| id.mountpoint).unwrap_or_default(),
+                used_bytes: fs.used_bytes.map_or(0, |u| u.value),
+                inodes_used: fs.inodes_used.map(|u| u.value),
+            }))
+    }
+
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
         let r = self
             .images
@@ -813,7 +835,10 @@ impl Runtime for CriRuntime {
                 // CRI's 0 is "no timeout": at least a second.
                 timeout: ceil_secs(base::time::clamp_timeout(timeout)).max(1),
             })
-            .map_err(|e| self.error(format!("exec {:?} in container {id}", cmd.join(" ")), e))?;
+            .map_err(|e| {
+                let op = format!("exec {:?} in container {id}", cmd.join(" "));
+                command_timed_out(self.error(op, e), timeout)
+            })?;
         Ok(ExecResult {
             exit_code: i64::from(r.exit_code),
             stdout: r.stdout,
@@ -1050,9 +1075,39 @@ impl Runtime for CriRuntime {
     }
 }
 
+/// Upstream's `ExecSync` (remote_runtime.go): a DeadlineExceeded, the runtime's
+/// (the command ran past its own timeout) or ours (that timeout plus the request's),
+/// is the command timing out after *its* timeout, not after the request timeout that
+/// `error` puts in a runtime's DeadlineExceeded.
+fn command_timed_out(e: RuntimeError, timeout: Duration) -> RuntimeError {
+    match e {
+        RuntimeError::Timeout { op, .. } => RuntimeError::Timeout { op, after: timeout },
+        e => e,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exec_times_out_after_the_commands_own_timeout() {
+        let runtime_said = RuntimeError::Timeout {
+            op: "exec".into(),
+            after: Duration::from_secs(120),
+        };
+        match command_timed_out(runtime_said, Duration::from_secs(1)) {
+            RuntimeError::Timeout { op, after } => {
+                assert_eq!((op.as_str(), after), ("exec", Duration::from_secs(1)));
+            }
+            e => panic!("not a timeout: {e}"),
+        }
+        let other = RuntimeError::NotFound {
+            op: "exec".into(),
+            message: "gone".into(),
+        };
+        assert!(command_timed_out(other, Duration::from_secs(1)).is_not_found());
+    }
 
     #[test]
     fn seconds_round_up() {

@@ -232,6 +232,12 @@ fn a_pod_runs_is_listed_by_label_and_its_container_execs() {
         )
         .expect("exec that fails");
     assert_eq!((err.stderr.as_slice(), err.exit_code), (&b"oops\n"[..], 7));
+    // A command past its own timeout times out after that timeout (an exec probe's
+    // failure says so), not after the request timeout.
+    match rt.exec(&id, &["sleep".into(), "30".into()], Duration::from_secs(1)) {
+        Err(RuntimeError::Timeout { after, .. }) => assert_eq!(after, Duration::from_secs(1)),
+        other => panic!("not a timeout after 1s: {other:?}"),
+    }
 
     // Stop and remove, the sandbox through the same calls as a container.
     rt.stop_container(&id, Duration::from_secs(1))
@@ -674,7 +680,7 @@ fn missing_objects_are_not_found_and_unsupported_calls_say_so() {
         matches!(&e, RuntimeError::Api { status: 12, message, .. } if message.contains("no image import")),
         "{e}"
     );
-    // containerd 1.6 has no GetContainerEvents: an error the PLEG tells from a
+    // containerd 1.6 has no GetContainerEvents (1.7's: below): an error the PLEG tells from a
     // broken stream (status 12, Unimplemented), after which it relists.
     let mut opened = false;
     let e = rt
@@ -691,6 +697,100 @@ fn missing_objects_are_not_found_and_unsupported_calls_say_so() {
     assert!(opened);
 }
 
+/// containerd 1.7's `GetContainerEvents` through `watch_events`: the stream opens, a
+/// pod's sandbox and container come as created, started and stopped with their labels
+/// (what the PLEG reads), another pod's are filtered out by label, and the watch ends
+/// when asked.
+#[test]
+fn containerd_1_7_sends_container_events_with_labels_and_the_filter_holds() {
+    use runtime::{ContainerEventType as Kind, EventItem, RuntimeEvent};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+
+    let c = Containerd::start_1_7();
+    let (rt, _s) = runtime(&c);
+    let v = rt.version().expect("version");
+    assert!(v.runtime_version.starts_with("1.7"), "{v:?}");
+    let p = pod("watched");
+    let other = pod("unwatched");
+    let filter = EventFilter {
+        labels: vec![format!("{}=watched-uid", labels::POD_UID)],
+        ..EventFilter::default()
+    };
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<EventItem>();
+    std::thread::scope(|s| {
+        let watch = s.spawn(|| {
+            rt.watch_events(&filter, &mut |item| tx.send(item).is_ok(), &|| {
+                stop.load(Ordering::SeqCst)
+            })
+        });
+        assert_eq!(
+            rx.recv_timeout(T).expect("the stream opens"),
+            EventItem::Opened
+        );
+        // The unwatched pod first: nothing of it may come through.
+        let osb = sandbox(&c, &other);
+        let other_id = rt.run_pod_sandbox(&osb).expect("run the other sandbox");
+        start(
+            &rt,
+            &other_id,
+            &container(&other, "o", "exit 0", &other_id),
+            &osb,
+        );
+        let sb = sandbox(&c, &p);
+        let sandbox_id = rt.run_pod_sandbox(&sb).expect("run sandbox");
+        let id = start(
+            &rt,
+            &sandbox_id,
+            &container(&p, "app", "sleep 1; exit 2", &sandbox_id),
+            &sb,
+        );
+        let mut seen: Vec<RuntimeEvent> = Vec::new();
+        let want = [
+            (sandbox_id.as_str(), Kind::Created),
+            (sandbox_id.as_str(), Kind::Started),
+            (id.as_str(), Kind::Created),
+            (id.as_str(), Kind::Started),
+            (id.as_str(), Kind::Stopped),
+        ];
+        let all_seen = |seen: &[RuntimeEvent]| {
+            want.iter()
+                .all(|(i, k)| seen.iter().any(|e| e.id == *i && e.kind == *k))
+        };
+        while !all_seen(&seen) {
+            match rx.recv_timeout(T) {
+                Ok(EventItem::Event(e)) => seen.push(e),
+                Ok(EventItem::Opened) => panic!("opened twice"),
+                Err(e) => panic!("events {want:?} did not all come ({e}); came: {seen:#?}"),
+            }
+        }
+        for e in &seen {
+            assert_eq!(
+                e.labels.get(labels::POD_UID).map(String::as_str),
+                Some("watched-uid"),
+                "only the watched pod's events, with its labels: {e:?}"
+            );
+            let name = if e.id == sandbox_id { "POD" } else { "app" };
+            assert_eq!(
+                e.labels.get(labels::CONTAINER_NAME).map(String::as_str),
+                Some(name),
+                "{e:?}"
+            );
+        }
+        assert_eq!(
+            seen.iter()
+                .find(|e| e.id == sandbox_id)
+                .and_then(|e| e.labels.get(labels::DOCKER_TYPE))
+                .map(String::as_str),
+            Some(labels::TYPE_SANDBOX)
+        );
+        stop.store(true, Ordering::SeqCst);
+        let ended = watch.join().expect("the watch thread");
+        assert!(ended.is_ok(), "a watch asked to stop ends well: {ended:?}");
+    });
+}
+
 #[test]
 fn version_info_and_network_come_from_cri() {
     let c = Containerd::start();
@@ -702,6 +802,25 @@ fn version_info_and_network_come_from_cri() {
     );
     let info = rt.info().expect("info");
     assert_eq!(info.cgroup_driver, "cgroupfs", "{info:?}");
+    // ImageFsInfo: the snapshotter's filesystem under containerd's root, holding the
+    // imported images' layers (containerd sums them every 10 s: 0 until its first look).
+    let fs = wait_for(
+        Duration::from_secs(30),
+        "ImageFsInfo's first figure",
+        || {
+            rt.image_fs_usage()
+                .expect("ImageFsInfo")
+                .filter(|fs| fs.used_bytes > 0)
+        },
+    );
+    assert!(
+        Path::new(&fs.mountpoint).starts_with(c.dir.join("root")),
+        "{fs:?}"
+    );
+    assert!(
+        fs.used_bytes > 1 << 20 && fs.inodes_used.is_some_and(|i| i > 100),
+        "busybox and pause unpacked: {fs:?}"
+    );
     assert_eq!(Path::new(&info.root_dir), c.dir.join("root"), "{info:?}");
     let expected_version = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
         "2"

@@ -327,6 +327,7 @@ impl Runtime for Docker {
             cgroup_driver: i.cgroup_driver,
             cgroup_version: i.cgroup_version,
             root_dir: i.docker_root_dir,
+            sandbox_image: String::new(),
         })
     }
 
@@ -528,6 +529,10 @@ impl Runtime for Docker {
         Ok(loaded)
     }
 
+    fn image_fs_usage(&self) -> Result<Option<runtime::ImageFsUsage>, RuntimeError> {
+        Ok(None)
+    }
+
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
         let list: Vec<model::ListedImage> = self
             .client
@@ -607,13 +612,15 @@ impl Runtime for Docker {
         timeout: Duration,
     ) -> Result<ExecResult, RuntimeError> {
         let op = format!("exec {:?} in container {id}", cmd.join(" "));
-        let deadline = base::time::saturating_deadline(Instant::now(), timeout);
         let timed_out = || RuntimeError::Timeout {
             op: op.clone(),
             after: timeout,
         };
-        let left = || deadline.saturating_duration_since(Instant::now());
 
+        // Setting the exec up is an ordinary call of the engine's: a slow engine makes
+        // it an error (a probe's Unknown), never the command's timeout. The timeout
+        // counts from the start, as upstream's dockershim (`ExecInContainer`) counts it
+        // from after `CreateExec` and containerd's `ExecSync` from the process start.
         let create = api::ExecConfig {
             attach_stdout: Some(true),
             attach_stderr: Some(true),
@@ -626,13 +633,10 @@ impl Runtime for Docker {
             source,
         })?;
         let path = format!("/containers/{}/exec", percent_encode(id));
-        let req = Req::post(path)
-            .json(body)
-            .timeout(Some(left().min(CALL_TIMEOUT)));
-        let exec: api::IdResponse = self.client.call_json(&op, req).map_err(|e| match e {
-            RuntimeError::Timeout { .. } => timed_out(),
-            e => e,
-        })?;
+        let req = Req::post(path).json(body).timeout(Some(CALL_TIMEOUT));
+        let exec: api::IdResponse = self.client.call_json(&op, req)?;
+        let deadline = base::time::saturating_deadline(Instant::now(), timeout);
+        let left = || deadline.saturating_duration_since(Instant::now());
 
         // Without an Upgrade header the engine answers 200 and streams the
         // multiplexed output until the process ends, then closes the connection.
@@ -645,9 +649,6 @@ impl Runtime for Docker {
             op: op.clone(),
             source,
         })?;
-        if left().is_zero() {
-            return Err(timed_out());
-        }
         let req = Req::post(format!("/exec/{}/start", percent_encode(&exec.id)))
             .json(body)
             .timeout(Some(left()));

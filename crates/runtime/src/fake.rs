@@ -896,6 +896,10 @@ impl Runtime for FakeRuntime {
         Ok(names)
     }
 
+    fn image_fs_usage(&self) -> Result<Option<crate::ImageFsUsage>, RuntimeError> {
+        Ok(None)
+    }
+
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError> {
         self.enter(Op::ListImages, "")?;
         Ok(lock(&self.state).images.values().cloned().collect())

@@ -126,8 +126,12 @@ pub struct RuntimeInfo {
     pub cgroup_driver: String,
     /// The cgroup version the runtime sees: `1` or `2` ("" when it does not say).
     pub cgroup_version: String,
-    /// The runtime's data directory (`/var/lib/docker`).
+    /// The runtime's data directory (`/var/lib/docker`; containerd's root).
     pub root_dir: String,
+    /// The sandbox image the runtime runs pods on by its own configuration
+    /// (containerd's `sandbox_image`), which image GC must never remove; "" when the
+    /// runtime takes the kubelet's (Docker: `--pod-infra-container-image`).
+    pub sandbox_image: String,
 }
 
 /// The state of a container as the runtime reports it (CRI's four states).
@@ -253,6 +257,17 @@ pub struct NetworkStatus {
     pub reason: String,
     /// What is wrong, for the Ready condition's message; "" when ready.
     pub message: String,
+}
+
+/// The image filesystem as the runtime accounts for it (CRI's `ImageFsInfo`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageFsUsage {
+    /// The filesystem's mount point as the runtime names it ("" when it names none).
+    pub mountpoint: String,
+    /// What the images take there (the snapshotter's unpacked layers on containerd).
+    pub used_bytes: u64,
+    /// The inodes they take, when the runtime says.
+    pub inodes_used: Option<u64>,
 }
 
 /// An image present on the node.
@@ -572,6 +587,11 @@ pub trait Runtime: Send + Sync + fmt::Debug {
     /// All images on the node.
     fn list_images(&self) -> Result<Vec<ImageDetails>, RuntimeError>;
 
+    /// The image filesystem's usage as the runtime accounts for it (CRI's
+    /// `ImageFsInfo`, which upstream's CRI stats provider reports); None from a runtime
+    /// that has no such call (Docker: the images' sizes from the list stand in).
+    fn image_fs_usage(&self) -> Result<Option<ImageFsUsage>, RuntimeError>;
+
     /// Removes an image.
     fn remove_image(&self, image: &str) -> Result<(), RuntimeError>;
 
@@ -596,7 +616,9 @@ pub trait Runtime: Send + Sync + fmt::Debug {
     /// A runtime that rotates its own logs (Docker's json-file) answers an error.
     fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError>;
 
-    /// Runs a command inside a running container and waits for it, at most `timeout`.
+    /// Runs a command inside a running container and waits for it, at most `timeout`
+    /// from its start ([`RuntimeError::Timeout`] after that `timeout`). Setting it up
+    /// is bounded by the runtime's own call timeout, as upstream's runtimes bound it.
     fn exec(&self, id: &str, cmd: &[String], timeout: Duration)
         -> Result<ExecResult, RuntimeError>;
 

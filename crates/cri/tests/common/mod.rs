@@ -6,14 +6,16 @@
 //!
 //! Needs root, `containerd` and `ctr` (apt: containerd), the CNI plugins in
 //! `/usr/lib/cni` (apt: containernetworking-plugins), Docker with the images of
-//! `make images`; without them the tests fail and say what is missing.
+//! `make images`; without them the tests fail and say what is missing. The machine's
+//! containerd is Debian 12's 1.6; [`Containerd::start_1_7`] runs Debian 13's 1.7,
+//! unpacked beside it by `hack/containerd-1.7.sh`, for what only 1.7 has.
 // Each test binary uses its own part of the harness.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use base::loops::{shutdown_channel, Loops, Shutdown};
@@ -24,11 +26,34 @@ pub const PAUSE: &str = "rkubelet/pause:3.10";
 pub const BUSYBOX: &str = "rkubelet/busybox:1.35";
 pub const T: Duration = Duration::from_secs(60);
 
+/// Where the machine's containerd, ctr and shim are (Debian's package).
+const BIN: &str = "/usr/bin";
+/// Where `hack/containerd-1.7.sh` unpacks Debian 13's containerd 1.7.
+pub const BIN_1_7: &str = "/opt/rkubelet-test/containerd-1.7/usr/bin";
+
 /// One containerd at a time: each is a few hundred MB of work to start on a small
 /// machine, and the tests share Docker for the image export.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+static BUSY: Mutex<bool> = Mutex::new(false);
+static FREED: Condvar = Condvar::new();
+
+/// A test's turn at a containerd of its own, given back on drop (unlike a
+/// `MutexGuard`, it may be dropped on another thread).
+struct Turn;
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        *BUSY.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        FREED.notify_one();
+    }
+}
+
+fn one_at_a_time() -> Turn {
+    let mut busy = BUSY.lock().unwrap_or_else(|p| p.into_inner());
+    while *busy {
+        busy = FREED.wait(busy).unwrap_or_else(|p| p.into_inner());
+    }
+    *busy = true;
+    Turn
 }
 
 /// Polls `f` until it gives a value or `within` passes.
@@ -83,10 +108,12 @@ fn require_host() {
 pub struct Containerd {
     pub dir: PathBuf,
     pub sock: PathBuf,
+    /// The directory of its containerd, ctr and shim binaries.
+    bin: PathBuf,
     config: PathBuf,
     bridge: String,
     daemon: Option<Child>,
-    _serial: Option<MutexGuard<'static, ()>>,
+    _serial: Option<Turn>,
 }
 
 impl Containerd {
@@ -96,17 +123,41 @@ impl Containerd {
 
     /// A containerd whose config.toml ends with `extra` (e.g. a registry mirror).
     pub fn start_with(extra: &str) -> Containerd {
-        Containerd::start_serial(extra, Some(one_at_a_time()))
+        Containerd::start_serial(BIN, extra, Some(one_at_a_time()))
+    }
+
+    /// A containerd 1.7 (Debian 13's, beside the machine's 1.6): what has
+    /// `GetContainerEvents`.
+    pub fn start_1_7() -> Containerd {
+        Containerd::start_serial(BIN_1_7, "", Some(one_at_a_time()))
+    }
+
+    /// A containerd that is not one test's but a whole test binary's (the integration
+    /// tests' shared one, as they share Docker): it does not take the one-at-a-time
+    /// turn, which it would hold until the binary ends.
+    pub fn start_unserialised() -> Containerd {
+        Containerd::start_serial(BIN, "", None)
+    }
+
+    /// [`Containerd::start_unserialised`] of containerd 1.7.
+    pub fn start_unserialised_1_7() -> Containerd {
+        Containerd::start_serial(BIN_1_7, "", None)
     }
 
     /// A second containerd beside this one (its own dirs, socket and bridge), for a
     /// test that needs two: the first one's turn covers both.
     pub fn start_beside(&self) -> Containerd {
-        Containerd::start_serial("", None)
+        Containerd::start_serial(BIN, "", None)
     }
 
-    fn start_serial(extra: &str, serial: Option<MutexGuard<'static, ()>>) -> Containerd {
+    fn start_serial(bin: &str, extra: &str, serial: Option<Turn>) -> Containerd {
         require_host();
+        if bin == BIN_1_7 {
+            assert!(
+                Path::new(BIN_1_7).join("containerd").exists(),
+                "containerd 1.7 is missing from {BIN_1_7}: run hack/containerd-1.7.sh (.ci/run does)"
+            );
+        }
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
@@ -125,6 +176,7 @@ impl Containerd {
   {{"type": "bridge", "bridge": "{bridge}", "isGateway": true, "ipMasq": false,
     "ipam": {{"type": "host-local", "dataDir": "{ipam}", "ranges": [[{{"subnet": "{subnet}.0/24"}}]],
               "routes": [{{"dst": "0.0.0.0/0"}}]}}}},
+  {{"type": "portmap", "capabilities": {{"portMappings": true}}}},
   {{"type": "loopback"}}
 ]}}"#,
                 ipam = dir.join("ipam").display()
@@ -167,6 +219,7 @@ state = "{d}/state"
         let mut c = Containerd {
             dir,
             sock,
+            bin: PathBuf::from(bin),
             config,
             bridge,
             daemon: None,
@@ -179,7 +232,7 @@ state = "{d}/state"
             .stdout(Stdio::piped())
             .spawn()
             .expect("docker save");
-        let import = run(Command::new("ctr")
+        let import = run(Command::new(c.bin.join("ctr"))
             .args([
                 "-a",
                 &c.sock.to_string_lossy(),
@@ -207,7 +260,14 @@ state = "{d}/state"
             .append(true)
             .open(self.dir.join("containerd.log"))
             .expect("log file");
-        let child = Command::new("containerd")
+        // Its shim is found on PATH: the one beside it.
+        let path = format!(
+            "{}:{}",
+            self.bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let child = Command::new(self.bin.join("containerd"))
+            .env("PATH", path)
             .arg("--config")
             .arg(&self.config)
             .stdout(Stdio::null())
@@ -251,7 +311,7 @@ state = "{d}/state"
     pub fn ctr(&self, args: &[&str]) -> String {
         let mut all = vec!["-a", self.sock.to_str().unwrap_or_default(), "-n", "k8s.io"];
         all.extend_from_slice(args);
-        let out = run(Command::new("ctr").args(&all));
+        let out = run(Command::new(self.bin.join("ctr")).args(&all));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
