@@ -285,9 +285,9 @@ impl PlegShared {
 pub(crate) struct Pleg {
     runtime: Arc<dyn Runtime>,
     filter: Vec<String>,
-    /// Every container of this node the PLEG has seen, by ID, as last listed: the
-    /// `old` side of the next diff, and what it publishes.
-    seen: HashMap<String, ContainerSummary>,
+    /// Every container of this node's pods the PLEG has seen, by ID, as last listed:
+    /// the `old` side of the next diff, and what it publishes.
+    seen: HashMap<String, Kept>,
     events: BoundedSender<PlegEvent>,
     shared: Arc<PlegShared>,
     first_done: Option<Sender<()>>,
@@ -296,42 +296,59 @@ pub(crate) struct Pleg {
     last_success: Option<Instant>,
 }
 
-/// The labels the PLEG reads of a container it has seen (its pod, what it publishes of
-/// it); a container carries a dozen more (hash, restart count, hooks' JSON…).
-const SEEN_LABELS: [&str; 6] = [
-    labels::POD_UID,
-    labels::POD_NAME,
-    labels::POD_NAMESPACE,
-    labels::CONTAINER_NAME,
-    labels::DOCKER_TYPE,
-    labels::TERMINATION_GRACE,
-];
-
-/// What the PLEG keeps of a listed container: its ID, state, image and
-/// [`SEEN_LABELS`] (at 110 pods of three containers the whole summaries held ~0.4 MiB).
-fn seen_copy(mut c: ContainerSummary) -> ContainerSummary {
-    c.labels.retain(|k, _| SEEN_LABELS.contains(&k.as_str()));
-    c.name = String::new();
-    c.image_id = String::new();
-    c
+/// What the PLEG keeps of a listed container of a pod: what the next diff compares
+/// and what it publishes, read from the labels once (a container carries a dozen
+/// labels; a map of even the six read here cost ~1 kB a container).
+#[derive(Debug)]
+struct Kept {
+    pod_uid: String,
+    pod_name: String,
+    namespace: String,
+    /// The container's name (`POD` for a sandbox).
+    name: String,
+    sandbox: bool,
+    /// The pod's termination grace period, from the labels (30 s when absent).
+    grace_seconds: i64,
+    state: ContainerState,
+    image: String,
 }
 
-fn pod_uid(c: &ContainerSummary) -> Option<&String> {
-    c.labels.get(labels::POD_UID)
+impl Kept {
+    /// The container's ID and what is kept of it; None for a container with no pod
+    /// UID: not a pod's, not the PLEG's.
+    fn of(c: ContainerSummary) -> Option<(String, Kept)> {
+        let mut labels = c.labels;
+        let mut take = |k: &str| labels.remove(k).unwrap_or_default();
+        let pod_uid = take(labels::POD_UID);
+        if pod_uid.is_empty() {
+            return None;
+        }
+        let kept = Kept {
+            pod_uid,
+            pod_name: take(labels::POD_NAME),
+            namespace: take(labels::POD_NAMESPACE),
+            name: take(labels::CONTAINER_NAME),
+            sandbox: take(labels::DOCKER_TYPE) == labels::TYPE_SANDBOX,
+            grace_seconds: take(labels::TERMINATION_GRACE).parse().unwrap_or(30),
+            state: c.state,
+            image: c.image,
+        };
+        Some((c.id, kept))
+    }
 }
 
 fn seen_states<'a>(
-    containers: impl Iterator<Item = &'a ContainerSummary>,
+    containers: impl Iterator<Item = (&'a String, &'a Kept)>,
 ) -> HashMap<String, Seen> {
     containers
-        .filter_map(|c| {
-            Some((
-                c.id.clone(),
+        .map(|(id, c)| {
+            (
+                id.clone(),
                 Seen {
-                    pod_uid: pod_uid(c)?.clone(),
+                    pod_uid: c.pod_uid.clone(),
                     state: c.state,
                 },
-            ))
+            )
         })
         .collect()
 }
@@ -485,18 +502,14 @@ impl Pleg {
     /// Diffs `list` against what was seen (of pod `scope` only, or of every pod),
     /// sends the events, records `list` as seen, and publishes.
     fn apply(&mut self, list: Vec<ContainerSummary>, scope: Option<&str>) {
-        let in_scope = |c: &ContainerSummary| match (pod_uid(c), scope) {
-            (None, _) => false,
-            (Some(_), None) => true,
-            (Some(uid), Some(s)) => uid == s,
-        };
-        let new: HashMap<String, ContainerSummary> = list
+        let in_scope = |c: &Kept| scope.is_none_or(|s| c.pod_uid == s);
+        let new: HashMap<String, Kept> = list
             .into_iter()
-            .filter(|c| in_scope(c))
-            .map(|c| (c.id.clone(), seen_copy(c)))
+            .filter_map(Kept::of)
+            .filter(|(_, c)| in_scope(c))
             .collect();
-        let old = seen_states(self.seen.values().filter(|c| in_scope(c)));
-        let events = compute_events(&old, &seen_states(new.values()));
+        let old = seen_states(self.seen.iter().filter(|(_, c)| in_scope(c)));
+        let events = compute_events(&old, &seen_states(new.iter()));
         // Before the events go out: the sync an event starts must find the pod's
         // generation moved.
         self.move_generations(events.iter().map(|ev| ev.pod_uid.as_str()));
@@ -560,31 +573,18 @@ impl Pleg {
         let mut by_state = [0u32; 4];
         let mut sandboxes_running = BTreeSet::new();
         for c in self.seen.values() {
-            let Some(uid) = pod_uid(c).cloned() else {
-                continue;
-            };
-            let label = |k: &str| c.labels.get(k).cloned().unwrap_or_default();
+            let uid = c.pod_uid.clone();
             let info = pods.entry(uid.clone()).or_insert_with(|| RuntimePodInfo {
-                full_name: format!(
-                    "{}_{}",
-                    label(labels::POD_NAME),
-                    label(labels::POD_NAMESPACE)
-                ),
-                name: label(labels::POD_NAME),
-                namespace: label(labels::POD_NAMESPACE),
+                full_name: format!("{}_{}", c.pod_name, c.namespace),
+                name: c.pod_name.clone(),
+                namespace: c.namespace.clone(),
                 running: false,
                 running_containers: Vec::new(),
-                grace_seconds: c
-                    .labels
-                    .get(labels::TERMINATION_GRACE)
-                    .and_then(|g| g.parse().ok())
-                    .unwrap_or(30),
+                grace_seconds: c.grace_seconds,
             });
             let running = c.state == ContainerState::Running;
             info.running |= running;
-            let sandbox =
-                c.labels.get(labels::DOCKER_TYPE).map(String::as_str) == Some(labels::TYPE_SANDBOX);
-            if sandbox {
+            if c.sandbox {
                 if running {
                     sandboxes_running.insert(uid);
                 }
@@ -594,7 +594,7 @@ impl Pleg {
                 }
                 if running {
                     info.running_containers
-                        .push((label(labels::CONTAINER_NAME), c.image.clone()));
+                        .push((c.name.clone(), c.image.clone()));
                 }
             }
         }

@@ -14,10 +14,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::util::{
-    http_get, label, pod_yaml, thread_names, wait_for, Node, DOCKER_SOCK, LONG, SLEEPER,
-};
-use runtime::{ContainerState, Runtime};
+use crate::util::{http_get, pod_yaml, thread_names, wait_for, Node, DOCKER_SOCK, LONG, SLEEPER};
+use runtime::container::labels;
+use runtime::ContainerState;
 
 /// One proxied connection: its two sockets and whether it carried an events request.
 struct Conn {
@@ -181,25 +180,22 @@ const OPENED: &str = "rkubelet_evented_pleg_connection_success_total";
 const BROKEN: &str = "rkubelet_evented_pleg_connection_error_total";
 
 /// The running container of `container` and its restart count label.
-fn running_app(node: &Node, container: &str) -> Option<(String, String)> {
+fn running_app(node: &Node, container: &str) -> Option<(String, u32)> {
     node.containers_named(container)
         .into_iter()
         .find(|c| c.state == ContainerState::Running)
-        .map(|c| {
-            let rc = label(&c, "annotation.io.kubernetes.container.restartCount").to_string();
-            (c.id, rc)
-        })
+        .map(|c| (c.id, labels::restart_count(&c.labels)))
 }
 
 /// Kills the app container with SIGKILL behind the kubelet's back and waits for its
 /// replacement; asserts no full relist ran in between (the event alone drove it).
-fn kill_and_see_restart_without_relist(node: &Node, expect_restart_count: &str) {
+fn kill_and_see_restart_without_relist(node: &Node, expect_restart_count: u32) {
     let (id, _) = wait_for("the app running", LONG, || running_app(node, "app"));
     let relists = settled_relists(node);
     assert!(relists >= 1.0, "a first relist ran");
-    node.docker
-        .kill_container(&id, "KILL")
-        .expect("docker kill");
+    node.runtime
+        .kill_container(&id, "SIGKILL")
+        .expect("kill the app");
     let (new_id, rc) = wait_for("the app restarted", LONG, || {
         running_app(node, "app").filter(|(n, _)| *n != id)
     });
@@ -227,7 +223,18 @@ fn settled_relists(node: &Node) -> f64 {
 
 #[test]
 fn pleg_restarts_a_killed_container_on_its_event_without_a_relist() {
-    let mut node = Node::new("pleg-ev");
+    restarts_on_its_event(Node::new("pleg-ev"));
+}
+
+/// The same on containerd 1.7, whose CRI `GetContainerEvents` the PLEG follows as it
+/// follows Docker's event stream (1.6 has none; there it relists every second).
+#[test]
+fn pleg_on_containerd_1_7_restarts_a_killed_container_on_its_event_without_a_relist() {
+    let node = Node::on_containerd_1_7("pleg-ev17");
+    restarts_on_its_event(node);
+}
+
+fn restarts_on_its_event(mut node: Node) {
     node.write_manifest("p.yaml", &pod_yaml("p", 1, &[("app", SLEEPER)]));
     node.start(&[]);
     wait_for("the event stream open", LONG, || {
@@ -249,7 +256,7 @@ fn pleg_restarts_a_killed_container_on_its_event_without_a_relist() {
         );
     }
 
-    kill_and_see_restart_without_relist(&node, "1");
+    kill_and_see_restart_without_relist(&node, 1);
     assert_eq!(metric(&node, BROKEN), 0.0, "the stream never broke");
     let (code, body) = node.healthz_get("/healthz");
     assert_eq!((code, body.as_str()), (200, "ok"));
@@ -285,7 +292,7 @@ fn pleg_reopens_a_cut_event_stream_relists_at_once_and_goes_on_with_events() {
     );
 
     // The new stream drives restarts as the first did.
-    kill_and_see_restart_without_relist(&node, "1");
+    kill_and_see_restart_without_relist(&node, 1);
     let (code, body) = node.healthz_get("/healthz");
     assert_eq!((code, body.as_str()), (200, "ok"));
 }

@@ -4,12 +4,17 @@
 //! since reads nothing from the runtime: at 110 idle pods that is 110 lists and 220
 //! inspects a minute fewer. Entries are bounded by the pods the node runs: the runtime
 //! manager drops a pod's when its containers are removed.
+//!
+//! An entry lives as long as its pod, so its containers' labels (a dozen each, the
+//! biggest part of an entry) are kept packed, one string and one index each instead
+//! of a tree of two dozen strings, and unpacked by [`PodCache::get`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::container::RuntimePod;
+use crate::ContainerDetails;
 use base::loops::lock;
 
 /// One pod's containers as read, and what vouches for them.
@@ -17,7 +22,76 @@ use base::loops::lock;
 struct Entry {
     generation: u64,
     read_at: Instant,
-    pod: RuntimePod,
+    sandboxes: Vec<Packed>,
+    containers: Vec<Packed>,
+}
+
+/// A container's details with its labels packed.
+#[derive(Debug)]
+struct Packed {
+    /// Everything but the labels (left empty).
+    details: ContainerDetails,
+    labels: PackedLabels,
+}
+
+impl Packed {
+    fn new(c: &ContainerDetails) -> Packed {
+        Packed {
+            details: ContainerDetails {
+                labels: BTreeMap::new(),
+                ..c.clone()
+            },
+            labels: PackedLabels::new(&c.labels),
+        }
+    }
+
+    fn unpack(&self) -> ContainerDetails {
+        ContainerDetails {
+            labels: self.labels.unpack(),
+            ..self.details.clone()
+        }
+    }
+}
+
+/// Labels as one string of keys and values one after the other, in key order, and
+/// where each of them ends.
+#[derive(Debug)]
+struct PackedLabels {
+    text: Box<str>,
+    ends: Box<[u32]>,
+}
+
+impl PackedLabels {
+    fn new(labels: &BTreeMap<String, String>) -> PackedLabels {
+        let mut text = String::with_capacity(labels.iter().map(|(k, v)| k.len() + v.len()).sum());
+        let mut ends = Vec::with_capacity(labels.len() * 2);
+        for (k, v) in labels {
+            for s in [k, v] {
+                text.push_str(s);
+                // Labels come from the runtime's answer, bounded far below 4 GiB.
+                ends.push(u32::try_from(text.len()).unwrap_or(u32::MAX));
+            }
+        }
+        PackedLabels {
+            text: text.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+        }
+    }
+
+    fn unpack(&self) -> BTreeMap<String, String> {
+        let mut start = 0;
+        let mut parts = self.ends.iter().map(|&end| {
+            let end = end as usize;
+            let s = self.text.get(start..end).unwrap_or_default().to_string();
+            start = end;
+            s
+        });
+        let mut labels = BTreeMap::new();
+        while let (Some(k), Some(v)) = (parts.next(), parts.next()) {
+            labels.insert(k, v);
+        }
+        labels
+    }
 }
 
 /// The pod cache. One small lock, never held across a runtime call.
@@ -41,7 +115,10 @@ impl PodCache {
             .filter(|e| {
                 e.generation == generation && now.saturating_duration_since(e.read_at) < max_age
             })
-            .map(|e| e.pod.clone())
+            .map(|e| RuntimePod {
+                sandboxes: e.sandboxes.iter().map(Packed::unpack).collect(),
+                containers: e.containers.iter().map(Packed::unpack).collect(),
+            })
     }
 
     /// Keeps `pod`, read at `read_at` after the PLEG's `generation` of it was taken.
@@ -51,7 +128,8 @@ impl PodCache {
             Entry {
                 generation,
                 read_at,
-                pod: pod.clone(),
+                sandboxes: pod.sandboxes.iter().map(Packed::new).collect(),
+                containers: pod.containers.iter().map(Packed::new).collect(),
             },
         );
     }
@@ -83,5 +161,46 @@ mod tests {
         assert!(cache.get("u", 1, t0 + max, max).is_none(), "too old");
         cache.remove("u");
         assert!(cache.get("u", 1, t0, max).is_none());
+    }
+
+    #[test]
+    fn a_pod_comes_back_as_it_was_kept_labels_included() {
+        let cache = PodCache::default();
+        let t0 = Instant::now();
+        let c = |id: &str, labels: &[(&str, &str)]| ContainerDetails {
+            id: id.into(),
+            name: format!("k8s_{id}"),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            state: crate::ContainerState::Running,
+            image: "busybox".into(),
+            image_id: "sha256:1".into(),
+            created: std::time::SystemTime::UNIX_EPOCH,
+            started_at: Some(std::time::SystemTime::UNIX_EPOCH),
+            finished_at: None,
+            exit_code: 0,
+            oom_killed: false,
+            error: String::new(),
+            pid: 7,
+            ip_address: "10.0.0.2".into(),
+            additional_ips: vec!["fd00::2".into()],
+            host_network: false,
+            stop_signal: String::new(),
+            rootfs_dir: String::new(),
+            log_path: "/var/log/pods/x/c/0.log".into(),
+        };
+        let pod = RuntimePod {
+            sandboxes: vec![c("s", &[("io.kubernetes.pod.uid", "u"), ("empty", "")])],
+            containers: vec![
+                c("a", &[("k", "v"), ("ünï", "cödé"), ("", "no key")]),
+                c("b", &[]),
+            ],
+        };
+        cache.set("u", 1, t0, &pod);
+        let back = cache.get("u", 1, t0, Duration::from_secs(1)).expect("kept");
+        assert_eq!(back.sandboxes, pod.sandboxes);
+        assert_eq!(back.containers, pod.containers);
     }
 }

@@ -66,10 +66,87 @@ pub fn should_restart(pod: &Pod, c: &Container, kind: ContainerKind, rt: &Runtim
 /// its start leaves behind (the engine finishes a create whose client died). It never
 /// ran, so replacing it is no restart. A start the runtime refused leaves `Created` too,
 /// but with an exit code or an error: that one counts as a failed run, as upstream.
+///
+/// A kubelet killed *during* its start leaves, on containerd, an instance `Exited`
+/// (128, `StartError`) with no start time: containerd runs the start under the call's
+/// context and ends it when the client goes, with one of `START_CUT_SHORT` in its
+/// message (seen in the chaos suite's kill -9 on containerd). That start was cut
+/// short, not refused: it never ran either.
 pub fn never_ran(d: &ContainerDetails) -> bool {
-    d.state == ContainerState::Created
-        && d.started_at.is_none()
-        && d.finished_at.is_none()
-        && d.exit_code == 0
-        && d.error.is_empty()
+    if d.started_at.is_some() {
+        return false;
+    }
+    match d.state {
+        ContainerState::Created => {
+            d.finished_at.is_none() && d.exit_code == 0 && d.error.is_empty()
+        }
+        ContainerState::Exited => START_CUT_SHORT.iter().any(|m| d.error.contains(m)),
+        _ => false,
+    }
+}
+
+/// How containerd's start ends when its client goes away mid-call: the call's context
+/// cancelled (Go's `context.Canceled`), or the shim it was starting killed with it.
+const START_CUT_SHORT: [&str; 2] = [
+    "context canceled",
+    "failed to start shim: start failed: : signal: killed",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    fn details(state: ContainerState, exit_code: i64, error: &str) -> ContainerDetails {
+        ContainerDetails {
+            name: "k8s_c_p_ns_u_1".into(),
+            id: "c1".into(),
+            labels: Default::default(),
+            state,
+            image: String::new(),
+            image_id: String::new(),
+            created: SystemTime::UNIX_EPOCH,
+            started_at: None,
+            finished_at: (state == ContainerState::Exited)
+                .then(|| SystemTime::UNIX_EPOCH + Duration::from_secs(5)),
+            exit_code,
+            oom_killed: false,
+            error: error.into(),
+            pid: 0,
+            ip_address: String::new(),
+            additional_ips: Vec::new(),
+            host_network: false,
+            stop_signal: String::new(),
+            rootfs_dir: String::new(),
+            log_path: String::new(),
+        }
+    }
+
+    #[test]
+    fn never_ran_is_a_create_left_alone_or_a_start_its_kubelet_was_killed_in() {
+        assert!(never_ran(&details(ContainerState::Created, 0, "")));
+        // containerd 1.6's ends of a start whose kubelet was killed during the call,
+        // as the chaos suite's kill -9 on containerd met them.
+        for cut in [
+            "failed to create containerd task: failed to create shim task: context canceled: unknown",
+            "failed to start containerd task \"e0fa\": context canceled: unknown",
+            "failed to create containerd task: failed to start shim: start failed: : signal: killed: unknown",
+        ] {
+            assert!(never_ran(&details(ContainerState::Exited, 128, cut)), "{cut}");
+        }
+        // A start the runtime refused is a failed run.
+        assert!(!never_ran(&details(
+            ContainerState::Created,
+            128,
+            "no such file"
+        )));
+        let refused = "failed to create containerd task: failed to create shim task: OCI \
+                       runtime create failed: exec: \"nope\": executable file not found in $PATH";
+        assert!(!never_ran(&details(ContainerState::Exited, 128, refused)));
+        // Anything that started ran, whatever its error says.
+        let mut ran = details(ContainerState::Exited, 137, "context canceled");
+        ran.started_at = Some(SystemTime::UNIX_EPOCH);
+        assert!(!never_ran(&ran));
+        assert!(!never_ran(&details(ContainerState::Running, 0, "")));
+    }
 }
