@@ -137,11 +137,10 @@ impl ApiSource {
     pub fn list(&mut self, fresh: bool) -> Result<(), ApiError> {
         let rv = if fresh { None } else { Some("0") };
         let list = self.client.list_pods(&self.node_name, rv)?;
-        self.pods = base::sort::map(
-            list.items
-                .into_iter()
-                .filter_map(|p| p.metadata.uid.clone().map(|u| (u, Arc::new(p)))),
-        );
+        self.pods = base::sort::map(list.items.into_iter().filter_map(|mut p| {
+            super::shrink(&mut p);
+            p.metadata.uid.clone().map(|u| (u, Arc::new(p)))
+        }));
         self.resource_version = Some(list.resource_version);
         self.send();
         self.offline = Vec::new();
@@ -232,7 +231,8 @@ impl ApiSource {
                 StreamItem::Event(e) => e,
             };
             match event {
-                WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                WatchEvent::Added(mut pod) | WatchEvent::Modified(mut pod) => {
+                    super::shrink(&mut pod);
                     self.bump(&pod);
                     let uid = pod.metadata.uid.clone();
                     if let Some(uid) = &uid {

@@ -452,6 +452,7 @@ pub fn prepare(mut pod: Pod, node_name: &str, origin: Origin<'_>) -> Result<Pod,
     };
     apply_defaults(&mut pod, node_name, uid, matches!(origin, Origin::File(_)));
     crate::validation::validate_pod_create(&pod).map_err(|errs| errs.to_string())?;
+    super::shrink(&mut pod);
     Ok(pod)
 }
 
@@ -557,6 +558,21 @@ mod tests {
 
     fn pods(text: &str) -> Vec<Pod> {
         pods_from_str(text, Format::Yaml, origin(), "Node-1").expect("valid manifest")
+    }
+
+    #[test]
+    fn a_kept_pod_holds_no_spare_room_in_its_lists() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  \
+                    - name: c\n    image: busybox:1\n    args: [a, b, c, d, e]\n    \
+                    env: [{name: A, value: '1'}]\n  volumes: [{name: v, emptyDir: {}}]\n";
+        let p = pods(text).remove(0);
+        let spec = p.spec.expect("spec");
+        assert_eq!(spec.containers.capacity(), 1);
+        let c = &spec.containers[0];
+        let args = c.args.as_ref().expect("args");
+        assert_eq!((args.len(), args.capacity()), (5, 5));
+        assert_eq!(c.env.as_ref().map(Vec::capacity), Some(1));
+        assert_eq!(spec.volumes.as_ref().map(Vec::capacity), Some(1));
     }
 
     fn err(text: &str) -> String {

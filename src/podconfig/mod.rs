@@ -84,6 +84,38 @@ pub(crate) fn stamp_file_pod(pod: &mut Pod, now_rfc3339: &str) {
     set_annotation(pod, CONFIG_SEEN_ANNOTATION, now_rfc3339);
 }
 
+/// Gives back the spare room a decode left in a pod's lists, for a pod the kubelet
+/// keeps for its life. serde grows each list by pushes, so a pod's one container sat
+/// in room for four `Container`s: 2.1 KiB a pod, three quarters of it unused (heaptrack,
+/// 110 idle pods). The same for init containers, volumes, and each container's lists.
+pub(crate) fn shrink(pod: &mut Pod) {
+    let Some(spec) = pod.spec.as_mut() else {
+        return;
+    };
+    for list in [Some(&mut spec.containers), spec.init_containers.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        list.shrink_to_fit();
+        for c in list.iter_mut() {
+            shrink_list(&mut c.env);
+            shrink_list(&mut c.volume_mounts);
+            shrink_list(&mut c.ports);
+            shrink_list(&mut c.command);
+            shrink_list(&mut c.args);
+        }
+    }
+    shrink_list(&mut spec.ephemeral_containers);
+    shrink_list(&mut spec.volumes);
+    shrink_list(&mut spec.tolerations);
+}
+
+fn shrink_list<T>(list: &mut Option<Vec<T>>) {
+    if let Some(l) = list {
+        l.shrink_to_fit();
+    }
+}
+
 /// The annotation naming the source a pod came from.
 pub(crate) const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 /// The annotation holding the time the kubelet first saw a pod.
