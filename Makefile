@@ -75,10 +75,11 @@ bench: build images
 	$(CARGO) bench
 
 # The chaos suite at full size (benches/chaos.rs; the short forms are in `make test`):
-# kill -9 under churn, a private dockerd restarted, API server + etcd away, root dir
-# full, `ulimit -n 64`, the clock stepped. Needs root (tmpfs, a bridge, its own
-# dockerd and containerd), etcd and libfaketime; ~20 min. `make chaos SCENARIOS="kill9
-# disk"` runs some (kill9 dockerd sources disk fds clock).
+# kill -9 under churn (on Docker and containerd), a private dockerd and a containerd
+# of its own restarted, API server + etcd away, root dir full, `ulimit -n 64`, the
+# clock stepped. Needs root (tmpfs, a bridge, its own dockerd and containerds), etcd
+# and libfaketime; ~20 min. `make chaos SCENARIOS="kill9 disk"` runs some (kill9
+# kill9-containerd dockerd containerd sources disk fds clock clock-behind).
 SCENARIOS ?=
 chaos: images
 	command -v faketime >/dev/null || apt-get install -y faketime

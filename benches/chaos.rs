@@ -1,5 +1,6 @@
 //! `make chaos`: the chaos suite at full size (issue 14) — kill -9 of rkubelet under
-//! churn (110 pods, 20 kills), a private dockerd stopped and started under churn, the
+//! churn (110 pods, 20 kills; on Docker and on the shared containerd), a private dockerd
+//! and a containerd of its own each stopped and started under churn, the
 //! API server stand-in and etcd away for two minutes and back with new data, the root
 //! dir's filesystem full, `ulimit -n 64` under load, the wall clock stepped an hour
 //! back and forward. The scenarios live in tests/it/chaos_suite.rs (the short forms in
@@ -11,9 +12,15 @@
 //! which cargo gives tests and benches only.
 //!
 //! `cargo bench --bench chaos -- kill9 disk` runs only the named scenarios
-//! (kill9, dockerd, sources, disk, fds, clock); `RKUBELET_CHAOS_SEED` repeats a churn;
+//! (kill9, kill9-containerd, dockerd, containerd, sources, disk, fds, clock,
+//! clock-behind); `RKUBELET_CHAOS_SEED` repeats a churn;
 //! `RKUBELET_CHAOS_SCALE=short` runs the short forms' sizes.
 #![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
+
+// The harness's containerd, which tests/it/util.rs can start (as the tests name it).
+extern crate cri as rkubelet_cri;
+#[path = "../crates/cri/tests/common/mod.rs"]
+mod containerd;
 
 #[allow(dead_code)]
 #[path = "../tests/it/util.rs"]

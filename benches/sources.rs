@@ -18,6 +18,11 @@
 //! 10 s longer on average (uniform in [0, 20 s)).
 #![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
 
+// The harness's containerd, which tests/it/util.rs can start (as the tests name it).
+extern crate cri as rkubelet_cri;
+#[path = "../crates/cri/tests/common/mod.rs"]
+mod containerd;
+
 #[allow(dead_code)]
 #[path = "../tests/it/util.rs"]
 mod util;

@@ -529,12 +529,12 @@ struct Idle {
 fn idle(pid: u32) -> Idle {
     std::thread::sleep(Duration::from_secs(5));
     let (rss_kib, threads) = proc_status(pid);
-    let tasks0 = task_ticks(pid);
+    let tasks0 = common::task_ticks(pid);
     let cpu0 = cpu_ticks(pid);
     let w0 = Instant::now();
     std::thread::sleep(IDLE_WINDOW);
     let cpu1 = cpu_ticks(pid);
-    let tasks1 = task_ticks(pid);
+    let tasks1 = common::task_ticks(pid);
     let secs = w0.elapsed().as_secs_f64();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
@@ -558,29 +558,6 @@ fn idle(pid: u32) -> Idle {
         stacks,
         rss_by_kind,
     }
-}
-
-/// tid -> (thread name, utime + stime ticks).
-fn task_ticks(pid: u32) -> BTreeMap<u32, (String, u64)> {
-    let mut out = BTreeMap::new();
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Some(tid) = e.file_name().to_str().and_then(|t| t.parse::<u32>().ok()) else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        let name = stat
-            .split_once('(')
-            .and_then(|(_, r)| r.rsplit_once(')'))
-            .map_or(String::new(), |(n, _)| n.to_string());
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        out.insert(tid, (name, get(11) + get(12)));
-    }
-    out
 }
 
 /// Each thread's resident stack (the mapping holding its stack pointer, from

@@ -22,6 +22,11 @@
 //! Targets: the node's total ≤ 10 MiB an hour, rkubelet's own ≤ 1 MiB an hour.
 #![allow(clippy::disallowed_methods)] // clippy.toml's sort ban is for shipped code
 
+// The harness's containerd, which tests/it/util.rs can start (as the tests name it).
+extern crate cri as rkubelet_cri;
+#[path = "../crates/cri/tests/common/mod.rs"]
+mod containerd;
+
 #[allow(dead_code)]
 #[path = "../tests/it/util.rs"]
 mod util;
@@ -269,6 +274,9 @@ fn main() {
     let mut node = util::Node::new("bench-writes-board");
     node.endpoint = pd.endpoint();
     node.docker = docker::Docker::connect(&node.endpoint).expect("endpoint");
+    // The node's checks (`running`) and cleanup go through its runtime: the private
+    // engine, not the machine's Docker Node::new gave it.
+    node.runtime = std::sync::Arc::new(docker::Docker::connect(&node.endpoint).expect("endpoint"));
     let engine = Engine::Private(pd.dir().display().to_string());
     run(&api, node, engine, "b", window, probe_window);
     drop(pd);

@@ -97,12 +97,37 @@ pub fn proc_status(pid: u32) -> (u64, u64) {
 /// utime + stime of a process, in clock ticks.
 pub fn cpu_ticks(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat_ticks(&s).1
+}
+
+/// tid -> (thread name, utime + stime ticks) of every thread of `pid`.
+pub fn task_ticks(pid: u32) -> std::collections::BTreeMap<u32, (String, u64)> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|t| t.parse::<u32>().ok()) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        out.insert(tid, stat_ticks(&stat));
+    }
+    out
+}
+
+/// The command name and utime + stime (clock ticks) of one `/proc/…/stat` text.
+fn stat_ticks(stat: &str) -> (String, u64) {
+    let name = stat
+        .split_once('(')
+        .and_then(|(_, r)| r.rsplit_once(')'))
+        .map_or(String::new(), |(n, _)| n.to_string());
     // Fields after the command (which may contain spaces) start after the last ')';
     // utime and stime are fields 14 and 15 of the line: 11 and 12 after it.
-    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = rest.split_whitespace().collect();
     let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    get(11) + get(12)
+    (name, get(11) + get(12))
 }
 
 /// A standalone rkubelet on `dir/manifests` with its root in `dir/root`, its log in
