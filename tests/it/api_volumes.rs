@@ -3,8 +3,9 @@
 //! ConfigMap and Secret updates and a label change reaching a running container
 //! between its syncs (the `object-refresh` loop, the pod UPDATE), a short-lived projected token
 //! refreshed before it expires, env from a ConfigMap and a Secret, and a pod that
-//! waits for a missing ConfigMap and starts once it appears. Against real Docker and
-//! the stand-in API server.
+//! waits for a missing ConfigMap and starts once it appears; image pull secrets. Against
+//! the stand-in API server, each test on both runtimes (`on_both_runtimes!`: Docker,
+//! and containerd over CRI, which pulls with the secret's credentials itself).
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::apiserver::{Options, TestApiServer};
 use crate::registry::{base64, exec};
-use crate::util::{wait_for, Node, BUSYBOX, SLEEPER};
+use crate::util::{wait_for, Node, Rt, BUSYBOX, SLEEPER};
 
 /// Where a real API server's ServiceAccount admission mounts `kube-api-access-*`.
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -59,7 +60,7 @@ fn pod(name: &str, node: &str, volumes: Value, mounts: Value, extra: Value) -> V
     })
 }
 
-/// The running container `c` of API pod `pod`: its Docker ID.
+/// The running container `c` of API pod `pod`: its runtime ID.
 fn running_id(node: &Node, pod: &str) -> String {
     wait_for(&format!("{pod}/c running"), crate::util::LONG, || {
         node.running()
@@ -79,13 +80,13 @@ fn status_of(node: &Node, pod: &str) -> Option<Value> {
         .cloned()
 }
 
-fn start(server: &TestApiServer, prefix: &str) -> Node {
-    start_syncing(server, prefix, "10s")
+fn start(rt: Rt, server: &TestApiServer, prefix: &str) -> Node {
+    start_syncing(rt, server, prefix, "10s")
 }
 
-/// A node whose running pods are synced every `sync_frequency`.
-fn start_syncing(server: &TestApiServer, prefix: &str, sync_frequency: &str) -> Node {
-    let mut node = Node::new(prefix);
+/// A node on `rt` whose running pods are synced every `sync_frequency`.
+fn start_syncing(rt: Rt, server: &TestApiServer, prefix: &str, sync_frequency: &str) -> Node {
+    let mut node = Node::on(rt, prefix);
     let kc = server.kubeconfig(&node.dir, "kubeconfig", "token: good-token");
     node.start(&[
         &format!("--kubeconfig={}", kc.display()),
@@ -153,14 +154,13 @@ fn cat(node: &Node, id: &str, path: &str) -> String {
     exec(node, id, &["cat", path])
 }
 
-#[test]
-fn the_kube_api_access_volume_runs_and_a_short_token_is_refreshed() {
+fn the_kube_api_access_volume_runs_and_a_short_token_is_refreshed(rt: Rt) {
     let server = TestApiServer::start(Options::default());
     // As in a real cluster: ServiceAccount admission injects kube-api-access-*, the
     // controllers make the default ServiceAccount and the kube-root-ca.crt ConfigMap.
     server.set_service_account_admission(true);
     // Synced every 10 minutes: the `object-refresh` loop refreshes the token below.
-    let node = start_syncing(&server, "apivol-sa", "10m");
+    let node = start_syncing(rt, &server, "apivol-sa", "10m");
     let _unmount = Unmount(node.dir.clone());
     let bare = pod("sa", &node.name, json!([]), json!([]), json!({}));
     let created = server.create("pods", "default", bare).expect("create pod");
@@ -247,8 +247,7 @@ fn the_kube_api_access_volume_runs_and_a_short_token_is_refreshed() {
     delete_and_wait_unmounted(&server, &node, &["sa", "short"]);
 }
 
-#[test]
-fn configmap_and_secret_volumes_and_env_follow_their_objects() {
+fn configmap_and_secret_volumes_and_env_follow_their_objects(rt: Rt) {
     let server = TestApiServer::start(Options::default());
     apply(
         &server,
@@ -264,7 +263,7 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
     );
     // Synced every 10 minutes: only the `object-refresh` loop (objects) and the
     // pod's UPDATE (labels) can bring the changes below within their deadline.
-    let node = start_syncing(&server, "apivol-cm", "10m");
+    let node = start_syncing(rt, &server, "apivol-cm", "10m");
     let _unmount = Unmount(node.dir.clone());
     let volumes = json!([
         {"name": "config", "configMap": {"name": "cfg"}},
@@ -397,10 +396,9 @@ fn configmap_and_secret_volumes_and_env_follow_their_objects() {
     delete_and_wait_unmounted(&server, &node, &["cm"]);
 }
 
-#[test]
-fn a_pod_waits_for_a_missing_configmap_and_starts_when_it_appears() {
+fn a_pod_waits_for_a_missing_configmap_and_starts_when_it_appears(rt: Rt) {
     let server = TestApiServer::start(Options::default());
-    let node = start(&server, "apivol-late");
+    let node = start(rt, &server, "apivol-late");
     server.create_pod(pod(
         "late",
         &node.name,
@@ -451,8 +449,7 @@ fn a_pod_waits_for_a_missing_configmap_and_starts_when_it_appears() {
     assert!(exec(&node, &id, &["env"]).lines().any(|l| l == "K=kv"));
 }
 
-#[test]
-fn image_pull_secrets_give_the_pull_its_credentials() {
+fn image_pull_secrets_give_the_pull_its_credentials(rt: Rt) {
     use crate::registry::{Registry, PASSWORD, USER};
     let reg = Registry::start();
     let image = reg.push(
@@ -472,7 +469,7 @@ fn image_pull_secrets_give_the_pull_its_credentials() {
             "data": {".dockerconfigjson": base64(config.to_string().as_bytes(), false)}}),
     );
     // The node's HOME has no Docker config: only the pod's secret can open the registry.
-    let mut node = Node::new("apivol-pull");
+    let mut node = Node::on(rt, "apivol-pull");
     node.env
         .push(("HOME".into(), node.dir.join("home").display().to_string()));
     let kc = server.kubeconfig(&node.dir, "kubeconfig", "token: good-token");
@@ -497,3 +494,10 @@ fn image_pull_secrets_give_the_pull_its_credentials() {
     );
     assert!(!log.contains(PASSWORD), "the password is in the log");
 }
+
+crate::on_both_runtimes!(
+    the_kube_api_access_volume_runs_and_a_short_token_is_refreshed,
+    configmap_and_secret_volumes_and_env_follow_their_objects,
+    a_pod_waits_for_a_missing_configmap_and_starts_when_it_appears,
+    image_pull_secrets_give_the_pull_its_credentials,
+);

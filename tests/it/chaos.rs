@@ -1,7 +1,9 @@
 //! The chaos suite's short forms (issue 14): each scenario of tests/it/chaos_suite.rs
 //! but the dockerd restart (it needs a private engine: `make chaos` only), with a few
-//! pods, a few kills and 15 s outages. Each must end with no duplicate, no lost or
-//! stray pod, no unnecessary restart, no panic, converged within a generous deadline.
+//! pods, a few kills and 15 s outages; kill -9 under churn on containerd (CRI) too, and
+//! a containerd of the test's own stopped for 35 s and started again under churn
+//! (issue 30). Each must end with no duplicate, no lost or stray pod, no unnecessary
+//! restart, no panic, converged within a generous deadline.
 
 use crate::chaos_suite::{self, Row, Scale};
 
@@ -13,6 +15,16 @@ fn check(row: Row) {
 #[test]
 fn chaos_kill9_under_churn_leaves_exactly_the_manifests_running() {
     check(chaos_suite::kill9_under_churn(&Scale::short()));
+}
+
+#[test]
+fn chaos_kill9_under_churn_on_containerd_leaves_exactly_the_manifests_running() {
+    check(chaos_suite::kill9_under_churn_containerd(&Scale::short()));
+}
+
+#[test]
+fn chaos_containerd_restart_keeps_running_pods_and_settles_on_the_manifests() {
+    check(chaos_suite::containerd_restart_under_churn(&Scale::short()));
 }
 
 #[test]

@@ -1,13 +1,15 @@
 //! The chaos scenarios (issue 14): a real rkubelet on the real Docker engine through
 //! its own crash, the runtime's restart, the API server's and etcd's outage, a full
-//! root-dir filesystem, exhausted descriptors and a stepped wall clock. Each scenario
-//! is one function taking a [`Scale`]: `benches/chaos.rs` (`make chaos`) runs them at
-//! full size and prints the table; `tests/it/chaos.rs` runs the short forms in
-//! `make test`. Every scenario ends with one [`Row`]: duplicates, lost pods, strays,
-//! unnecessary restarts, time to converge, panics, RSS and threads.
+//! root-dir filesystem, exhausted descriptors and a stepped wall clock; the crash and
+//! the runtime's restart on containerd (CRI) too (issue 30). Each scenario is one
+//! function taking a [`Scale`]: `benches/chaos.rs` (`make chaos`) runs them at full
+//! size and prints the table; `tests/it/chaos.rs` runs the short forms in `make test`.
+//! Every scenario ends with one [`Row`]: duplicates, lost pods, strays, unnecessary
+//! restarts, time to converge, panics, RSS and threads. The checks go through the
+//! node's runtime (`Node::runtime`), so one audit serves Docker and CRI.
 //!
 //! Long (over 800 lines) because it is one suite: the shared audit, the churn driver,
-//! the private Docker engine and six scenarios read best side by side, and the bench
+//! the private Docker engine and eight scenarios read best side by side, and the bench
 //! includes it with `#[path]` as one file.
 //!
 //! What counts:
@@ -16,8 +18,9 @@
 //!   still both running three seconds later;
 //! - lost: a wanted pod container (or sandbox) not running at the end;
 //! - stray: a running container of a pod nobody wants any more at the end;
-//! - unnecessary restarts: restart counts (Docker labels) above what the scenario's own
-//!   edits (and a runtime restart, which kills every container) account for, plus the
+//! - unnecessary restarts: restart counts (the runtime's labels) above what the
+//!   scenario's own edits (and a dockerd restart, which kills every container; a
+//!   containerd restart kills none) account for, plus the
 //!   containers that a scenario requires to keep running and that were replaced;
 //! - panics: `thread … panicked:` lines (`logging::panic_line`) in the kubelet's log,
 //!   plus exits nobody asked for.
@@ -38,7 +41,7 @@ use serde_json::json;
 
 use crate::apiserver::{Options, TestApiServer};
 use crate::etcd::Etcd;
-use crate::util::{http_get, label, pod_yaml, Node, BUSYBOX, PAUSE, SLEEPER};
+use crate::util::{http_get, label, pod_yaml, Node, Rt, BUSYBOX, LONG, PAUSE, SLEEPER};
 
 /// How big a run is.
 #[derive(Debug, Clone)]
@@ -51,6 +54,9 @@ pub struct Scale {
     pub dockerd_pods: usize,
     /// How long the private dockerd stays down.
     pub dockerd_down: Duration,
+    /// How long the scenario's own containerd stays down: past upstream's 30 s
+    /// `maxWaitForContainerRuntime`, so that healthz reports the runtime down.
+    pub containerd_down: Duration,
     /// (file, API, etcd) pods of the outage scenario.
     pub sources_pods: (usize, usize, usize),
     /// How long the API server and etcd are away.
@@ -79,6 +85,7 @@ impl Scale {
             kills: 20,
             dockerd_pods: 40,
             dockerd_down: Duration::from_secs(15),
+            containerd_down: Duration::from_secs(45),
             sources_pods: (10, 20, 10),
             outage: Duration::from_secs(120),
             disk_pods: (10, 5),
@@ -98,6 +105,7 @@ impl Scale {
             kills: 4,
             dockerd_pods: 4,
             dockerd_down: Duration::from_secs(5),
+            containerd_down: Duration::from_secs(35),
             sources_pods: (2, 3, 2),
             outage: Duration::from_secs(15),
             disk_pods: (2, 1),
@@ -213,7 +221,7 @@ pub fn wanted_pod(w: &mut Wanted, pod: &str, containers: &[&str]) {
     }
 }
 
-/// Docker's view of a node against the wanted set.
+/// The runtime's view of a node against the wanted set.
 #[derive(Debug, Clone, Default)]
 pub struct Audit {
     /// Keys with more than one running container.
@@ -242,16 +250,15 @@ fn key_of(c: &ContainerSummary) -> String {
     format!("{}/{cname}", label(c, "io.kubernetes.pod.name"))
 }
 
-/// This node's containers (sandboxes included); empty when Docker does not answer.
-pub fn node_containers(docker: &Docker, node: &str) -> Option<Vec<ContainerSummary>> {
-    docker
-        .list_containers(&[format!("io.rkubelet.node={node}")])
+/// This node's containers (sandboxes included); None when the runtime does not answer.
+pub fn node_containers(rt: &dyn Runtime, node: &str) -> Option<Vec<ContainerSummary>> {
+    rt.list_containers(&[format!("io.rkubelet.node={node}")])
         .ok()
 }
 
 /// Compares the running containers of `node` with `wanted`.
-pub fn audit(docker: &Docker, node: &str, wanted: &Wanted) -> Audit {
-    let Some(all) = node_containers(docker, node) else {
+pub fn audit(rt: &dyn Runtime, node: &str, wanted: &Wanted) -> Audit {
+    let Some(all) = node_containers(rt, node) else {
         return Audit {
             lost: wanted.iter().cloned().collect(),
             ..Audit::default()
@@ -296,6 +303,29 @@ pub fn unnecessary(a: &Audit, allowed: &BTreeMap<String, u32>, exempt: &BTreeSet
     n
 }
 
+/// Writes [`restart_evidence`] and the whole kubelet log beside it in the temporary
+/// directory, prints the evidence, and names both files in the row's failures.
+fn save_restart_evidence(
+    row: &mut Row,
+    node: &Node,
+    a: &Audit,
+    allowed: &BTreeMap<String, u32>,
+    moments: &[(SystemTime, String)],
+) {
+    let evidence = restart_evidence(&*node.runtime, &node.name, a, allowed, &node.log(), moments);
+    eprintln!("{evidence}");
+    let file = std::env::temp_dir().join(format!("rkubelet-chaos-{}-restarts.txt", node.name));
+    let saved = std::fs::write(&file, &evidence).is_ok()
+        && std::fs::copy(node.dir.join("rkubelet.log"), file.with_extension("log")).is_ok();
+    if saved {
+        row.failures.push(format!(
+            "unnecessary restarts: the pods' containers and log lines in {} (whole log: {})",
+            file.display(),
+            file.with_extension("log").display()
+        ));
+    }
+}
+
 /// The evidence behind an unnecessary-restart count: for each pod with a running app
 /// container restarted more often than `allowed` explains, every container of that pod
 /// in Docker (inspected: created, started and finished times, exit code, state, the
@@ -303,7 +333,7 @@ pub fn unnecessary(a: &Audit, allowed: &BTreeMap<String, u32>, exempt: &BTreeSet
 /// scenario's own `moments` (kills, starts) in the same UTC clock as the log. Empty
 /// when nothing is unexplained.
 pub fn restart_evidence(
-    docker: &Docker,
+    rt: &dyn Runtime,
     node: &str,
     a: &Audit,
     allowed: &BTreeMap<String, u32>,
@@ -326,16 +356,16 @@ pub fn restart_evidence(
             format!("io.rkubelet.node={node}"),
             format!("io.kubernetes.pod.name={pod}"),
         ];
-        let mut all = docker.list_containers(&filter).unwrap_or_default();
+        let mut all = rt.list_containers(&filter).unwrap_or_default();
         base::sort::sort_by_key(&mut all, |c| c.created);
         for c in &all {
-            let Ok(d) = docker.inspect_container(&c.id) else {
+            let Ok(d) = rt.inspect_container(&c.id) else {
                 out.push_str(&format!("  {} {} (gone)\n", &c.id[..12], c.name));
                 continue;
             };
             out.push_str(&format!(
                 "  {} {} state={:?} exit={} created={} started={} finished={} \
-                 restartCount={} hash={}\n",
+                 restartCount={} hash={} error={:?}\n",
                 &d.id[..12],
                 d.name,
                 d.state,
@@ -349,6 +379,7 @@ pub fn restart_evidence(
                 d.labels
                     .get("annotation.io.kubernetes.container.hash")
                     .map_or("-", String::as_str),
+                d.error,
             ));
         }
         // The kubelet's lines about the pod, with the scenario's moments merged in by
@@ -375,18 +406,18 @@ pub fn restart_evidence(
 /// state that only passes by is not taken for the end); returns the last audit and
 /// the time it took (None after `deadline`).
 pub fn converge(
-    docker: &Docker,
+    rt: &dyn Runtime,
     node: &str,
     wanted: &Wanted,
     deadline: Duration,
 ) -> (Audit, Option<Duration>) {
     let t0 = Instant::now();
     loop {
-        let a = audit(docker, node, wanted);
+        let a = audit(rt, node, wanted);
         if a.converged() {
             let took = t0.elapsed();
             std::thread::sleep(Duration::from_secs(3));
-            let again = audit(docker, node, wanted);
+            let again = audit(rt, node, wanted);
             if again.converged() {
                 return (again, Some(took));
             }
@@ -409,16 +440,15 @@ pub struct DupMonitor {
 }
 
 impl DupMonitor {
-    /// Starts watching `node` through `endpoint`.
-    pub fn start(endpoint: &str, node: &str) -> DupMonitor {
+    /// Starts watching `node` through its runtime.
+    pub fn start(rt: Arc<dyn Runtime>, node: &str) -> DupMonitor {
         let stop = Arc::new(AtomicBool::new(false));
         let found = Arc::new(Mutex::new(BTreeSet::new()));
-        let docker = Docker::connect(endpoint).expect("docker endpoint");
         let (st, fd, node) = (stop.clone(), found.clone(), node.to_string());
         let handle = std::thread::spawn(move || {
             let mut seen: BTreeMap<(String, Vec<String>), Instant> = BTreeMap::new();
             while !st.load(Ordering::SeqCst) {
-                if let Some(all) = node_containers(&docker, &node) {
+                if let Some(all) = node_containers(&*rt, &node) {
                     let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
                     for c in all.iter().filter(|c| c.state == ContainerState::Running) {
                         let k = format!("{}({})", key_of(c), label(c, "io.kubernetes.pod.uid"));
@@ -698,19 +728,36 @@ impl Churn {
 
 /// kill -9 of rkubelet at random moments while static pods are added, removed and
 /// changed; then the churn stops and the node must settle on exactly the manifests.
+/// On Docker.
 pub fn kill9_under_churn(scale: &Scale) -> Row {
+    kill9_under_churn_on(Rt::Docker, scale)
+}
+
+/// [`kill9_under_churn`] on the test binary's shared containerd (CRI): the sandboxes
+/// and containers a killed kubelet leaves are found again through CRI's lists and
+/// labels, the restart counts through its labels and the metadata's `attempt`.
+pub fn kill9_under_churn_containerd(scale: &Scale) -> Row {
+    kill9_under_churn_on(Rt::Containerd, scale)
+}
+
+/// [`kill9_under_churn`] on `rt`.
+pub fn kill9_under_churn_on(rt: Rt, scale: &Scale) -> Row {
     let mut row = Row {
-        name: "kill -9 under churn".into(),
+        name: match rt {
+            Rt::Docker => "kill -9 under churn",
+            Rt::Containerd => "kill -9 churn (CRI)",
+        }
+        .into(),
         ..Row::default()
     };
     let mut rng = Rng::new();
     let seed = rng.0;
-    let mut node = Node::new("chaos-kill");
+    let mut node = Node::on(rt, "chaos-kill");
     let mut churn = Churn::new(&node, scale.churn_pods);
     churn.fill();
     node.start(&[]);
     let (a, first) = converge(
-        &node.docker,
+        &*node.runtime,
         &node.name,
         &churn.wanted(),
         scale.deadline * 2,
@@ -722,7 +769,7 @@ pub fn kill9_under_churn(scale: &Scale) -> Row {
             a.lost.len()
         ));
     }
-    let monitor = DupMonitor::start(&node.endpoint, &node.name);
+    let monitor = DupMonitor::start(node.runtime.clone(), &node.name);
     let mut moments = Vec::new();
     for k in 0..scale.kills {
         let up = rng.millis(500, 6000);
@@ -741,29 +788,12 @@ pub fn kill9_under_churn(scale: &Scale) -> Row {
     let last = rng.millis(500, 3000);
     churn.run_for(&mut rng, last);
     let wanted = churn.wanted();
-    let (a, took) = converge(&node.docker, &node.name, &wanted, scale.deadline);
+    let (a, took) = converge(&*node.runtime, &node.name, &wanted, scale.deadline);
     let seen = monitor.finish();
     row.converge = took;
     row.unnecessary = unnecessary(&a, &churn.edits, &BTreeSet::new());
     if row.unnecessary > 0 {
-        let evidence = restart_evidence(
-            &node.docker,
-            &node.name,
-            &a,
-            &churn.edits,
-            &node.log(),
-            &moments,
-        );
-        let file = std::env::temp_dir().join(format!("rkubelet-chaos-{}-restarts.txt", node.name));
-        let saved = std::fs::write(&file, &evidence).is_ok()
-            && std::fs::copy(node.dir.join("rkubelet.log"), file.with_extension("log")).is_ok();
-        if saved {
-            row.failures.push(format!(
-                "unnecessary restarts: the pods' containers and log lines in {} (whole log: {})",
-                file.display(),
-                file.with_extension("log").display()
-            ));
-        }
+        save_restart_evidence(&mut row, &node, &a, &churn.edits, &moments);
     }
     row.note = format!(
         "{} kills, churn +{} -{} ~{}, {} pods at the end, seed {seed}",
@@ -1028,11 +1058,12 @@ pub fn dockerd_restart_under_churn(scale: &Scale) -> Row {
     let mut node = Node::new("chaos-dockerd");
     node.endpoint = pd.endpoint();
     node.docker = Docker::connect(&node.endpoint).expect("endpoint");
+    node.runtime = Arc::new(Docker::connect(&node.endpoint).expect("endpoint"));
     let mut churn = Churn::new(&node, scale.dockerd_pods);
     churn.fill();
     node.start(&[]);
     let (_, first) = converge(
-        &node.docker,
+        &*node.runtime,
         &node.name,
         &churn.wanted(),
         scale.deadline * 2,
@@ -1049,10 +1080,10 @@ pub fn dockerd_restart_under_churn(scale: &Scale) -> Row {
     churn.run_for(&mut rng, scale.dockerd_down);
     pd.start_dockerd();
     let back = Instant::now();
-    let monitor = DupMonitor::start(&node.endpoint, &node.name);
+    let monitor = DupMonitor::start(node.runtime.clone(), &node.name);
     churn.run_for(&mut rng, Duration::from_secs(5));
     let wanted = churn.wanted();
-    let (a, took) = converge(&node.docker, &node.name, &wanted, scale.deadline);
+    let (a, took) = converge(&*node.runtime, &node.name, &wanted, scale.deadline);
     row.converge = took.map(|_| back.elapsed().saturating_sub(Duration::from_secs(3)));
     let seen = monitor.finish();
     row.unnecessary = unnecessary(&a, &churn.edits, &BTreeSet::new());
@@ -1067,6 +1098,157 @@ pub fn dockerd_restart_under_churn(scale: &Scale) -> Row {
     finish_row(&mut row, &mut node, &a, &seen);
     drop(node);
     drop(pd);
+    row
+}
+
+/// Static pods under churn on a containerd of the scenario's own, stopped (SIGTERM, as
+/// its service manager does) and started again. Unlike dockerd without live-restore,
+/// containerd's shims keep the containers running while it is away, as upstream
+/// counts on: every sandbox and container that ran before and is still wanted unchanged
+/// must be the same one after (a replaced one counts as an unnecessary restart). While
+/// it is down, `/healthz` reports the runtime down once upstream's 30 s
+/// (`maxWaitForContainerRuntime`) have passed, and the PLEG stays healthy (its threshold
+/// is 3 min); it comes back to `ok` with no kubelet restart, and the node settles on the
+/// manifests with no duplicate sandbox or container.
+pub fn containerd_restart_under_churn(scale: &Scale) -> Row {
+    let mut row = Row {
+        name: "containerd restart".into(),
+        ..Row::default()
+    };
+    let mut rng = Rng::new();
+    let seed = rng.0;
+    let mut ctrd = crate::containerd::Containerd::start();
+    let (_cri_shutdown, cri_loops) = crate::containerd::loops();
+    let mut node = Node::new("chaos-ctrd");
+    node.rt = Rt::Containerd;
+    node.endpoint = ctrd.endpoint();
+    node.runtime = Arc::new(
+        rkubelet_cri::runtime::CriRuntime::new(&node.endpoint, LONG, &cri_loops)
+            .expect("a unix endpoint"),
+    );
+    let mut churn = Churn::new(&node, scale.dockerd_pods);
+    churn.fill();
+    // Beside the churn, pods nobody touches: at least these are kept across the
+    // restart whatever the churn does meanwhile.
+    let mut steady = Wanted::new();
+    for i in 0..(scale.dockerd_pods / 2).max(2) {
+        node.write_manifest(
+            &format!("steady{i}.yaml"),
+            &pod_yaml(&format!("steady{i}"), 1, &[("c", SLEEPER)]),
+        );
+        wanted_pod(&mut steady, &format!("steady{i}-{}", node.name), &["c"]);
+    }
+    let all = |churn: &Churn| -> Wanted { churn.wanted().union(&steady).cloned().collect() };
+    node.start(&[]);
+    let (_, first) = converge(&*node.runtime, &node.name, &all(&churn), scale.deadline * 2);
+    if first.is_none() {
+        row.failures.push("the first pods never all ran".into());
+    }
+    churn.run_for(&mut rng, Duration::from_secs(5));
+    // What runs once the edits so far are done is what containerd's restart must keep:
+    // the steady pods, and the churn's whose container carries as many restarts as
+    // they had edits.
+    let (before, _) = converge(&*node.runtime, &node.name, &all(&churn), scale.deadline);
+    let edits_before = churn.edits.clone();
+    let kept: BTreeMap<String, String> = before
+        .running
+        .iter()
+        .filter(|(k, _)| {
+            let pod = k.rsplit_once('/').map_or(k.as_str(), |(p, _)| p);
+            let app = format!("{pod}/c");
+            before
+                .running
+                .get(&app)
+                .is_some_and(|(_, rc)| *rc >= edits_before.get(pod).copied().unwrap_or(0))
+        })
+        .map(|(k, (id, _))| (k.clone(), id.clone()))
+        .collect();
+    let monitor = DupMonitor::start(node.runtime.clone(), &node.name);
+    let pid = node.pid();
+    ctrd.stop_daemon("-TERM");
+    let down = Instant::now();
+    let (mut saw_down, mut pleg_failed) = (None, None);
+    while down.elapsed() < scale.containerd_down {
+        churn.step(&mut rng);
+        std::thread::sleep(rng.millis(100, 400));
+        if let Ok((code, body)) = http_get(node.healthz_port, "/healthz?verbose") {
+            if code == 500 && body.contains("[-]runtime failed: container runtime is down") {
+                saw_down.get_or_insert(down.elapsed());
+            }
+            if body.contains("[-]pleg") {
+                pleg_failed.get_or_insert(body);
+            }
+        }
+    }
+    if saw_down.is_none() {
+        row.failures.push(format!(
+            "healthz never said `container runtime is down` in {:?} without containerd",
+            scale.containerd_down
+        ));
+    }
+    if let Some(body) = pleg_failed {
+        row.failures.push(format!(
+            "the PLEG was reported unhealthy within its 3 min threshold: {body}"
+        ));
+    }
+    ctrd.run_daemon();
+    let back = Instant::now();
+    churn.run_for(&mut rng, Duration::from_secs(5));
+    let wanted = all(&churn);
+    let (a, took) = converge(&*node.runtime, &node.name, &wanted, scale.deadline);
+    row.converge = took.map(|_| back.elapsed().saturating_sub(Duration::from_secs(3)));
+    let healthy = wait_opt(scale.deadline, || {
+        (http_get(node.healthz_port, "/healthz").ok()? == (200, "ok".to_string())).then_some(())
+    });
+    if healthy.is_none() {
+        let (_, body) = http_get(node.healthz_port, "/healthz?verbose").unwrap_or_default();
+        row.failures
+            .push(format!("healthz did not come back to ok: {body}"));
+    }
+    if node.alive() && node.pid() != pid {
+        row.failures.push("rkubelet was restarted".into());
+    }
+    let seen = monitor.finish();
+    if let Some(k) = steady.iter().find(|k| !kept.contains_key(*k)) {
+        row.failures
+            .push(format!("{k} did not run before containerd's restart"));
+    }
+    // Still wanted, not edited since: the very same sandbox or container.
+    let must_keep: Vec<(&String, &String)> = kept
+        .iter()
+        .filter(|(k, _)| {
+            let pod = k.rsplit_once('/').map_or(k.as_str(), |(p, _)| p);
+            steady.contains(*k)
+                || (churn.edits.contains_key(pod) && churn.edits.get(pod) == edits_before.get(pod))
+        })
+        .collect();
+    let replaced: Vec<String> = must_keep
+        .iter()
+        .filter(|(k, id)| a.running.get(*k).is_none_or(|(now, _)| now != *id))
+        .map(|(k, _)| (*k).clone())
+        .collect();
+    row.unnecessary = unnecessary(&a, &churn.edits, &BTreeSet::new())
+        + u32::try_from(replaced.iter().filter(|k| !k.ends_with("/POD")).count())
+            .unwrap_or(u32::MAX);
+    if !replaced.is_empty() {
+        row.failures.push(format!(
+            "replaced across containerd's restart (its shims kept them running): {replaced:?}"
+        ));
+    }
+    row.note = format!(
+        "containerd down {:?} (runtime reported down after {:?}), churn +{} -{} ~{}, {} pods, \
+         {} sandboxes and containers kept; converge counted from containerd's return, seed {seed}",
+        scale.containerd_down,
+        saw_down.unwrap_or_default(),
+        churn.ops.0,
+        churn.ops.1,
+        churn.ops.2,
+        wanted.len() / 2,
+        must_keep.len()
+    );
+    finish_row(&mut row, &mut node, &a, &seen);
+    drop(node);
+    drop(ctrd);
     row
 }
 
@@ -1124,12 +1306,12 @@ pub fn sources_outage(scale: &Scale) -> Row {
         &format!("--kubeconfig={}", kc.display()),
         &format!("--etcd-servers={}", etcd.url),
     ]);
-    let (before, first) = converge(&node.docker, &node.name, &wanted, scale.deadline);
+    let (before, first) = converge(&*node.runtime, &node.name, &wanted, scale.deadline);
     if first.is_none() {
         row.failures
             .push(format!("the first pods never all ran: {:?}", before.lost));
     }
-    let monitor = DupMonitor::start(&node.endpoint, &node.name);
+    let monitor = DupMonitor::start(node.runtime.clone(), &node.name);
 
     api.stop();
     let down = Instant::now();
@@ -1173,7 +1355,7 @@ pub fn sources_outage(scale: &Scale) -> Row {
     // Through the outage every pod that ran keeps its containers.
     let mut interrupted = BTreeSet::new();
     while down.elapsed() < scale.outage {
-        let now = audit(&node.docker, &node.name, &Wanted::new());
+        let now = audit(&*node.runtime, &node.name, &Wanted::new());
         for (k, (id, _)) in &before.running {
             if now.running.get(k).map(|(i, _)| i) != Some(id) {
                 interrupted.insert(k.clone());
@@ -1184,7 +1366,7 @@ pub fn sources_outage(scale: &Scale) -> Row {
     api.restart();
     etcd.restart();
     let back = Instant::now();
-    let (a, took) = converge(&node.docker, &node.name, &wanted, scale.deadline);
+    let (a, took) = converge(&*node.runtime, &node.name, &wanted, scale.deadline);
     row.converge = took.map(|_| back.elapsed().saturating_sub(Duration::from_secs(3)));
     let seen = monitor.finish();
     // Pods that were kept must still be the same containers.
@@ -1294,12 +1476,12 @@ pub fn root_dir_full(scale: &Scale) -> Row {
         wanted_pod(&mut wanted, &format!("o{i}-{n}"), &["c"]);
     }
     node.start(&[]);
-    let (before, first) = converge(&node.docker, &n, &wanted, scale.deadline);
+    let (before, first) = converge(&*node.runtime, &n, &wanted, scale.deadline);
     if first.is_none() {
         row.failures
             .push(format!("the first pods never all ran: {:?}", before.lost));
     }
-    let monitor = DupMonitor::start(&node.endpoint, &n);
+    let monitor = DupMonitor::start(node.runtime.clone(), &n);
     let log_before = node.log().len();
     let (filler, bytes) = fill(&root);
     for i in 0..new {
@@ -1313,7 +1495,7 @@ pub fn root_dir_full(scale: &Scale) -> Row {
     let mut interrupted = BTreeSet::new();
     let mut new_running = BTreeSet::new();
     while full_since.elapsed() < scale.disk_full_for {
-        let now = audit(&node.docker, &n, &Wanted::new());
+        let now = audit(&*node.runtime, &n, &Wanted::new());
         for (k, (id, _)) in &before.running {
             if now.running.get(k).map(|(i, _)| i) != Some(id) {
                 interrupted.insert(k.clone());
@@ -1342,7 +1524,7 @@ pub fn root_dir_full(scale: &Scale) -> Row {
     }
     std::fs::remove_file(&filler).expect("free the space");
     let freed = Instant::now();
-    let (a, took) = converge(&node.docker, &n, &wanted, scale.deadline);
+    let (a, took) = converge(&*node.runtime, &n, &wanted, scale.deadline);
     row.converge = took.map(|_| freed.elapsed().saturating_sub(Duration::from_secs(3)));
     let seen = monitor.finish();
     row.unnecessary =
@@ -1410,7 +1592,7 @@ pub fn fds_exhausted(scale: &Scale) -> Row {
     let mut node = Node::new("chaos-fds");
     let n = node.name.clone();
     node.start_with_nofile(&[], 64);
-    let monitor = DupMonitor::start(&node.endpoint, &n);
+    let monitor = DupMonitor::start(node.runtime.clone(), &n);
     let stop = Arc::new(AtomicBool::new(false));
     let answered = Arc::new(Mutex::new((0u32, 0u32)));
     let mut load = Vec::new();
@@ -1493,7 +1675,7 @@ pub fn fds_exhausted(scale: &Scale) -> Row {
         row.failures
             .push("/healthz did not pass after the load".into());
     }
-    let (a, took) = converge(&node.docker, &n, &wanted, scale.deadline);
+    let (a, took) = converge(&*node.runtime, &n, &wanted, scale.deadline);
     row.converge = took;
     let seen = monitor.finish();
     row.unnecessary = unnecessary(&a, &BTreeMap::new(), &BTreeSet::new());
@@ -1542,7 +1724,7 @@ fn probe_total(node: &Node) -> f64 {
 }
 
 fn crash_restarts(node: &Node, pod: &str) -> u32 {
-    node_containers(&node.docker, &node.name)
+    node_containers(&*node.runtime, &node.name)
         .unwrap_or_default()
         .iter()
         .filter(|c| label(c, "io.kubernetes.pod.name") == pod)
@@ -1643,12 +1825,13 @@ pub fn clock_steps(scale: &Scale) -> Row {
     wanted.insert(format!("crash-{n}/POD"));
     let crash = format!("crash-{n}");
     node.start(&[&format!("--kubeconfig={}", kc.display())]);
-    let (_, first) = converge(&node.docker, &n, &wanted, scale.deadline);
+    let (_, first) = converge(&*node.runtime, &n, &wanted, scale.deadline);
     if first.is_none() {
         row.failures.push("the pods never all ran".into());
     }
-    let monitor = DupMonitor::start(&node.endpoint, &n);
+    let monitor = DupMonitor::start(node.runtime.clone(), &n);
     let mut notes = Vec::new();
+    let mut moments = Vec::new();
     let p = scale.clock_phase.as_secs_f64();
     // Probes: (readiness + liveness) every 5 s per pod.
     let probes_expected = scale.clock_pods as f64 * 2.0 * p / 5.0;
@@ -1660,6 +1843,10 @@ pub fn clock_steps(scale: &Scale) -> Row {
         ("+1h", "+3600"),
     ] {
         std::fs::write(&offset, format!("{off}\n")).expect("faketime file");
+        moments.push((
+            SystemTime::now(),
+            format!("phase {phase}: rkubelet's clock {off} s (its log's times too)"),
+        ));
         let since = Instant::now();
         let probes0 = probe_total(&node);
         let crash0 = crash_restarts(&node, &crash);
@@ -1698,11 +1885,14 @@ pub fn clock_steps(scale: &Scale) -> Row {
         }
     }
     std::fs::write(&offset, "+0\n").expect("faketime file");
-    let (a, took) = converge(&node.docker, &n, &wanted, Duration::from_secs(30));
+    let (a, took) = converge(&*node.runtime, &n, &wanted, Duration::from_secs(30));
     row.converge = took;
     let seen = monitor.finish();
     let exempt: BTreeSet<String> = [crash.clone()].into();
     row.unnecessary = unnecessary(&a, &BTreeMap::new(), &exempt);
+    if row.unnecessary > 0 {
+        save_restart_evidence(&mut row, &node, &a, &BTreeMap::new(), &moments);
+    }
     row.note = format!(
         "libfaketime; phases of {:?}: {}",
         scale.clock_phase,
@@ -1756,7 +1946,7 @@ pub fn clock_year_behind(scale: &Scale) -> Row {
         row.failures
             .push("no line names the clock while it is a year behind".into());
     }
-    let (_, ran) = converge(&node.docker, &n, &wanted, scale.deadline);
+    let (_, ran) = converge(&*node.runtime, &n, &wanted, scale.deadline);
     if ran.is_none() {
         row.failures
             .push("the static pod did not run with the clock behind".into());
@@ -1810,7 +2000,7 @@ pub fn clock_year_behind(scale: &Scale) -> Row {
         "{errors} loop errors in {:?} behind; Node registered {:?} after the step",
         scale.clock_phase, row.converge
     );
-    let (a, _) = converge(&node.docker, &n, &wanted, Duration::from_secs(30));
+    let (a, _) = converge(&*node.runtime, &n, &wanted, Duration::from_secs(30));
     row.unnecessary = unnecessary(&a, &BTreeMap::new(), &BTreeSet::new());
     finish_row(&mut row, &mut node, &a, &BTreeSet::new());
     row
@@ -1835,7 +2025,9 @@ pub type Scenario = fn(&Scale) -> Row;
 /// A scenario by name (for `make chaos SCENARIOS=…`).
 pub const SCENARIOS: &[(&str, Scenario)] = &[
     ("kill9", kill9_under_churn),
+    ("kill9-containerd", kill9_under_churn_containerd),
     ("dockerd", dockerd_restart_under_churn),
+    ("containerd", containerd_restart_under_churn),
     ("sources", sources_outage),
     ("disk", root_dir_full),
     ("fds", fds_exhausted),

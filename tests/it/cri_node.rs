@@ -6,22 +6,19 @@
 //! refused with one line. Logs on containerd: `kubectl logs -f` across the container
 //! log manager's rotations, `/containerLogs`'s options, the `/var/log/containers`
 //! links (made again when missing), all gone with the pod.
-//! Exec, attach and port-forward through kubectl reach
-//! containerd's own streaming server through the kubelet port's proxy, WebSocket and
-//! SPDY clients alike, and a client the port refuses never reaches the runtime.
+//! The proxy to containerd's own streaming server refuses what the kubelet port
+//! refuses, before the runtime is asked (exec, attach and port-forward themselves are
+//! `streams.rs`'s tests, run on both runtimes).
 
-use std::io::Read;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::json;
 
 use crate::containerd::{client, Containerd};
 use crate::logs::Cluster as LogsCluster;
 use crate::registry::pod_item;
-use crate::streams::{
-    channel, http_get, read_channels, stream_threads, text, websocket, Cluster, Proto,
-};
-use crate::util::{free_port, wait_for, Node, BUSYBOX, LONG, SLEEPER};
+use crate::streams::{text, Cluster, Proto};
+use crate::util::{wait_for, Node, Rt, BUSYBOX, LONG, SLEEPER};
 use rkubelet_cri::v1;
 
 /// The harness's CNI bridge subnet ("10.x.y."), read from its conflist.
@@ -200,9 +197,7 @@ fn line_number(line: &str) -> Option<u64> {
 
 #[test]
 fn logs_on_containerd_are_followed_across_rotations_with_their_links() {
-    let c = Containerd::start();
-    let mut node = Node::new("cri-logs");
-    node.endpoint = c.endpoint();
+    let node = Node::on(Rt::Containerd, "cri-logs");
     // Small files, checked every 3 s (upstream's smallest interval), 3 files at most.
     let config = node.dir.join("config.yaml");
     std::fs::write(
@@ -261,12 +256,14 @@ fn logs_on_containerd_are_followed_across_rotations_with_their_links() {
     }
 
     // kubectl logs -f went on into the newest file: every line once, in order.
-    let text = std::fs::read_to_string(&current).expect("the current log");
-    let newest_first = text
-        .lines()
-        .filter_map(|l| l.rsplit(' ').next().and_then(line_number))
-        .next()
-        .expect("a numbered line in the current file");
+    // (Just after a rotation the current file may be empty: the next line is 20 ms off.)
+    let newest_first = wait_for("a numbered line in the current file", LONG, || {
+        std::fs::read_to_string(&current)
+            .ok()?
+            .lines()
+            .filter_map(|l| l.rsplit(' ').next().and_then(line_number))
+            .next()
+    });
     follower.wait_line(&format!("line-{}", newest_first + 5));
     let numbers: Vec<u64> = follower
         .lines()
@@ -362,7 +359,6 @@ fn logs_on_containerd_are_followed_across_rotations_with_their_links() {
         (!links_left && !files_left).then_some(())
     });
     drop(k);
-    drop(c);
 }
 
 /// `kubelet_runtime_operations_total{operation_type="<op>"}` on the read-only port.
@@ -376,267 +372,28 @@ fn runtime_operations(node: &Node, op: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Reads `child`'s stdout until it holds `want` (or it ends: a panic with `what`), then
-/// kills it.
-fn read_until(mut child: std::process::Child, want: &str, what: &str) {
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut seen = Vec::new();
-    let mut b = [0u8; 256];
-    while !text(&seen).contains(want) {
-        let n = stdout.read(&mut b).expect("kubectl output");
-        if n == 0 {
-            let _ = child.wait();
-            panic!("{what} ended before {want:?}: {}", text(&seen));
-        }
-        seen.extend_from_slice(&b[..n]);
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 #[test]
-fn kubectl_exec_attach_and_port_forward_reach_containerds_streaming_server() {
-    let c = Containerd::start();
+fn the_proxy_to_containerds_streaming_server_refuses_what_the_port_refuses() {
     let tools = json!({
         "metadata": {"name": "cri-tools"},
         "spec": {"terminationGracePeriodSeconds": 1, "containers": [
-            {"name": "web", "image": BUSYBOX, "command": ["sh", "-c",
-                "mkdir -p /tmp/www && echo hello-from-containerd > /tmp/www/index.html && \
-                 httpd -p 80 -h /tmp/www && trap 'exit 0' TERM; \
-                 while true; do sleep 1 & wait $!; done"]},
-            {"name": "echo", "image": BUSYBOX, "stdin": true, "command": ["sh", "-c",
-                "while read l; do echo \"got $l\"; done"]}
+            {"name": "web", "image": BUSYBOX, "command": ["sh", "-c", SLEEPER]}
         ]}
     });
     let flags = [
         "--authorization-mode=Webhook".to_string(),
         "--authentication-token-webhook".to_string(),
     ];
-    let cluster = Cluster::start_on("cri-streams", &[tools], &[], Some(c.endpoint()), &flags);
+    let cluster = Cluster::start_on(Rt::Containerd, "cri-streams", &[tools], &[], &flags);
     // The stand-in (the test PKI's certificate) may proxy; mallory may not.
     cluster.api.allow("system:node:test", "proxy");
     cluster.api.set_token_user("tok-mallory", "mallory", &[]);
-
-    for proto in [Proto::Spdy, Proto::WebSocket] {
-        // Exec: stdin in, stdout back, the command's exit code kubectl's own.
-        let out = wait_for("an exec in the pod", LONG, || {
-            let out = cluster.run(
-                proto,
-                &[
-                    "-v=4",
-                    "exec",
-                    "-i",
-                    "cri-tools",
-                    "-c",
-                    "web",
-                    "--",
-                    "sh",
-                    "-c",
-                    "cat; exit 3",
-                ],
-                b"ping\n",
-            );
-            (out.status.code() == Some(3)).then_some(out)
-        });
-        assert_eq!(
-            text(&out.stdout),
-            "ping\n",
-            "{proto:?}: {}",
-            text(&out.stderr)
-        );
-        assert!(
-            text(&out.stderr).contains("command terminated with exit code 3"),
-            "{proto:?}: {}",
-            text(&out.stderr)
-        );
-
-        if proto == Proto::Spdy {
-            // 10 MiB out and 4 MiB in and back, intact through the proxy's bounded
-            // buffers.
-            let out = cluster.run(
-                proto,
-                &[
-                    "exec",
-                    "cri-tools",
-                    "-c",
-                    "web",
-                    "--",
-                    "head",
-                    "-c",
-                    "10485760",
-                    "/dev/zero",
-                ],
-                b"",
-            );
-            assert!(out.status.success(), "{}", text(&out.stderr));
-            assert!(
-                out.stdout.len() == 10 * 1024 * 1024 && out.stdout.iter().all(|b| *b == 0),
-                "{} bytes",
-                out.stdout.len()
-            );
-            let big: Vec<u8> = (0..4 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
-            let out = cluster.run(
-                proto,
-                &["exec", "-i", "cri-tools", "-c", "web", "--", "cat"],
-                &big,
-            );
-            assert!(out.status.success(), "{}", text(&out.stderr));
-            assert!(out.stdout == big, "{} bytes back", out.stdout.len());
-        }
-
-        // Attach: a line in, its answer out.
-        let mut child = cluster
-            .kubectl(proto, &["attach", "-i", "cri-tools", "-c", "echo"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("kubectl attach");
-        let mut stdin = child.stdin.take().expect("stdin");
-        let feeder = std::thread::spawn(move || {
-            use std::io::Write;
-            // Until the session is up, lines may go nowhere: send a few.
-            for i in 0..20 {
-                if writeln!(stdin, "hello {i}").is_err() {
-                    return;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(300));
-            }
-        });
-        read_until(child, "got hello", &format!("{proto:?} kubectl attach"));
-        let _ = feeder.join();
-
-        // Port-forward: a page from the pod's port 80.
-        let local = free_port();
-        let mut child = cluster
-            .kubectl(
-                proto,
-                &[
-                    "-v=4",
-                    "port-forward",
-                    "--address",
-                    "127.0.0.1",
-                    "pod/cri-tools",
-                    &format!("{local}:80"),
-                ],
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl port-forward");
-        let stderr = child.stderr.take().expect("stderr");
-        let log = std::thread::spawn(move || {
-            let mut b = Vec::new();
-            let mut stderr = stderr;
-            let _ = stderr.read_to_end(&mut b);
-            b
-        });
-        let mut stdout = child.stdout.take().expect("stdout");
-        let mut seen = Vec::new();
-        let mut b = [0u8; 256];
-        while !text(&seen).contains("Forwarding from") {
-            let n = stdout.read(&mut b).expect("kubectl output");
-            assert!(
-                n > 0,
-                "{proto:?} kubectl port-forward ended: {}",
-                text(&seen)
-            );
-            seen.extend_from_slice(&b[..n]);
-        }
-        let page = wait_for("a page through the forward", LONG, || {
-            let a = http_get(local, "/index.html").ok()?;
-            text(&a).contains("200 OK").then(|| text(&a))
-        });
-        let _ = child.kill();
-        let _ = child.wait();
-        let log = text(&log.join().unwrap_or_default());
-        assert!(
-            page.ends_with("hello-from-containerd\n"),
-            "{proto:?}: {page}\n{log}"
-        );
-        if proto == Proto::WebSocket {
-            // The tunnel (unwrapped by the kubelet into SPDY to containerd), not the
-            // SPDY fallback.
-            assert!(
-                log.contains("tunneling_dialer.go")
-                    && log.contains("negotiated protocol: portforward.k8s.io"),
-                "kubectl used the tunnel: {log}"
-            );
-        }
-    }
-
-    // kubectl 1.32 offers WebSocket exec only as v5.channel.k8s.io, which containerd
-    // 1.6's streaming server does not speak (kubectl fell back to SPDY above): the
-    // older channel protocols through the proxy, straight to the port.
-    let mut ws = websocket(
-        cluster.port,
-        "/exec/default/cri-tools/web?command=sh&command=-c&command=echo+a%3Bexit+7&stdout=1&stderr=1",
-        "v4.channel.k8s.io",
-    );
-    let got = read_channels(&mut ws);
-    assert_eq!(channel(&got, 1), b"a\n", "{got:?}");
-    let status: serde_json::Value = serde_json::from_slice(&channel(&got, 3)).expect("status");
-    assert_eq!(status["details"]["causes"][0]["message"], "7", "{status}");
-    let mut ws = websocket(
-        cluster.port,
-        "/portForward/default/cri-tools?port=80",
-        "v4.channel.k8s.io",
-    );
-    let mut request = vec![0u8];
-    request.extend_from_slice(b"GET /index.html HTTP/1.0\r\n\r\n");
-    ws.send(tungstenite::Message::binary(request))
-        .expect("send");
-    let mut data = Vec::new();
-    while !text(&data).contains("hello-from-containerd") {
-        match ws.read() {
-            Ok(tungstenite::Message::Binary(b)) if b.first() == Some(&0) => {
-                data.extend_from_slice(&b[1..])
-            }
-            Ok(_) => {}
-            Err(e) => panic!("port-forward over v4.channel.k8s.io: {e}: {}", text(&data)),
-        }
-    }
-    assert_eq!(&data[..2], &80u16.to_le_bytes());
-    assert!(text(&data[2..]).contains("200 OK"), "{}", text(&data));
-    drop(ws);
-
-    // A client that goes away mid-session ends the proxied session (its stream thread)
-    // within the session's 1 s tick.
-    let pid = cluster.node.pid();
-    let mut child = cluster
-        .kubectl(
-            Proto::Spdy,
-            &[
-                "exec",
-                "-i",
-                "cri-tools",
-                "-c",
-                "web",
-                "--",
-                "sleep",
-                "1000",
-            ],
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("kubectl exec");
-    wait_for("the session's stream thread", LONG, || {
-        (stream_threads(pid) == 1).then_some(())
+    // One exec through the proxy, so that the runtime's exec count has moved.
+    let out = wait_for("an exec in the pod", LONG, || {
+        let out = cluster.run(Proto::Spdy, &["exec", "cri-tools", "--", "true"], b"");
+        out.status.success().then_some(out)
     });
-    let _ = child.kill();
-    let _ = child.wait();
-    let gone = std::time::Instant::now();
-    wait_for("the stream thread to end", LONG, || {
-        (stream_threads(pid) == 0).then_some(())
-    });
-    assert!(
-        gone.elapsed() < std::time::Duration::from_secs(3),
-        "the session outlived its client by {:?}",
-        gone.elapsed()
-    );
+    assert!(out.status.success());
 
     // A request without an upgrade: upstream's proxy refuses it (500).
     let pki = crate::apiserver::Pki::get();
@@ -658,8 +415,8 @@ fn kubectl_exec_attach_and_port_forward_reach_containerds_streaming_server() {
     // A client the port refuses: 403, and no exec asked of the runtime.
     let before = runtime_operations(&cluster.node, "exec");
     assert!(
-        before >= 2,
-        "the execs above went through the runtime: {before}"
+        before >= 1,
+        "the exec above went through the runtime: {before}"
     );
     let out = Command::new("curl")
         .args([

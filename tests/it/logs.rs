@@ -1,7 +1,9 @@
 //! Logs and the other debugging handlers of the kubelet port, against real clients:
 //! the test API server stand-in's pod subresource proxy with kubectl, then
 //! `/containerLogs`, `/logs/`, `/run`, `PUT /debug/flags/v` and the debugging-handlers
-//! switch against a real rkubelet and Docker, with curl and kubectl.
+//! switch against a real rkubelet and Docker, with curl and kubectl. `/containerLogs`'
+//! options and following run on both runtimes (Docker's json-file logs; containerd's
+//! CRI-format files under the pod log directory).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -261,7 +263,7 @@ use std::io::BufRead;
 use std::process::Child;
 use std::time::Instant;
 
-use crate::util::{free_port, thread_names, unique, wait_for, Node, LONG, SLEEPER};
+use crate::util::{free_port, thread_names, unique, wait_for, Node, Rt, LONG, SLEEPER};
 
 /// A node with the kubelet port (test PKI, client CA) and the API source on a fresh
 /// stand-in, which proxies pod subresources to it; a kubeconfig for kubectl.
@@ -276,6 +278,10 @@ pub(crate) struct Cluster {
 impl Cluster {
     fn start(prefix: &str, extra: &[&str]) -> Cluster {
         Cluster::start_node(Node::new(prefix), extra)
+    }
+
+    fn start_on(rt: Rt, prefix: &str, extra: &[&str]) -> Cluster {
+        Cluster::start_node(Node::on(rt, prefix), extra)
     }
 
     /// A cluster around `node` (a node on another runtime endpoint, for one).
@@ -510,9 +516,8 @@ fn stamped(line: &str) -> (SystemTimeStamp, &str) {
 #[derive(Debug, Clone)]
 struct SystemTimeStamp(std::time::SystemTime, String);
 
-#[test]
-fn container_logs_options_errors_and_kubectl_through_the_api_server() {
-    let k = Cluster::start("logs", &[]);
+fn container_logs_options_errors_and_kubectl_through_the_api_server(rt: Rt) {
+    let k = Cluster::start_on(rt, "logs", &[]);
     k.api.create_pod(lines_pod(&k.node.name));
     let base = "/containerLogs/default/lg/c";
     let all = wait_for("all of c's lines", LONG, || {
@@ -702,9 +707,8 @@ fn follow_pod(node: &str) -> Value {
     })
 }
 
-#[test]
-fn follow_streams_new_lines_ends_with_the_container_and_its_thread_ends_with_the_client() {
-    let k = Cluster::start("logsf", &[]);
+fn follow_streams_new_lines_ends_with_the_container_and_its_thread_ends_with_the_client(rt: Rt) {
+    let k = Cluster::start_on(rt, "logsf", &[]);
     k.api.create_pod(follow_pod(&k.node.name));
     wait_for("f's first line", LONG, || {
         let (code, _, body) = k.curl(&[], "/containerLogs/default/fw/f");
@@ -785,6 +789,11 @@ fn follow_streams_new_lines_ends_with_the_container_and_its_thread_ends_with_the
         (k.streams() == 0).then_some(())
     });
 }
+
+crate::on_both_runtimes!(
+    container_logs_options_errors_and_kubectl_through_the_api_server,
+    follow_streams_new_lines_ends_with_the_container_and_its_thread_ends_with_the_client,
+);
 
 /// A directory of its own under the node's real `/var/log`, removed on drop.
 struct VarLogDir(PathBuf);

@@ -52,3 +52,4 @@ mod network;
 mod push;
 mod offline;
 mod cri_node;
+mod restart_policy;

@@ -1,11 +1,19 @@
-//! Probes end to end: a real rkubelet process per test, probing real containers in the
-//! real Docker engine (exec through the Engine API, HTTP and TCP against the pod IP on
-//! the docker0 bridge).
+//! Probes end to end: a real rkubelet process per test, probing real containers on
+//! each runtime (`on_both_runtimes!`: Docker, and containerd over CRI): exec through
+//! the runtime (the Engine API, CRI's `ExecSync`), HTTP, TCP and gRPC against the pod
+//! IP (the docker0 bridge, or the shared containerd's CNI bridge; the node's own
+//! address for a hostNetwork pod); liveness restarts, readiness both ways, startup
+//! probes and timeouts.
+//!
+//! Docker-only, because no runtime takes part: `https_probe_skips_certificate_verification`
+//! and the two `grpc_probe_*` tests drive the prober's handlers directly against
+//! servers on the host (the runtime they are given is never called: there is no
+//! container), so a second run would test the same code path twice.
 
 use std::time::Duration;
 
-use crate::util::{wait_for, Node, BUSYBOX, LONG};
-use runtime::{ContainerState, Runtime};
+use crate::util::{wait_for, Node, Rt, BUSYBOX, LONG};
+use runtime::ContainerState;
 use serde_json::Value;
 
 /// The pod named `pod` (without the node suffix) from `/pods`.
@@ -60,15 +68,22 @@ fn running_id(node: &Node, c: &str) -> Option<String> {
         .map(|s| s.id)
 }
 
+/// The scheme of a container ID in the pod status (upstream's runtime type).
+fn id_scheme(node: &Node) -> &'static str {
+    match node.rt {
+        Rt::Docker => "docker",
+        Rt::Containerd => "containerd",
+    }
+}
+
 fn pod_header(name: &str, grace: u32) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: {grace}\n  containers:\n"
     )
 }
 
-#[test]
-fn exec_liveness_failure_restarts_the_container_with_the_probe_grace() {
-    let mut node = Node::new("pr-live");
+fn exec_liveness_failure_restarts_the_container_with_the_probe_grace(rt: Rt) {
+    let mut node = Node::on(rt, "pr-live");
     // The container deletes its health file after 3 s and ignores SIGTERM (a shell as
     // PID 1 with no handler). The pod's grace is 300 s; the probe's own 2 s grace is
     // what lets the kill finish within the test's deadline.
@@ -91,7 +106,7 @@ fn exec_liveness_failure_restarts_the_container_with_the_probe_grace() {
     let last = &st["lastState"]["terminated"];
     assert_eq!(
         last["containerID"],
-        format!("docker://{first}"),
+        format!("{}://{first}", id_scheme(&node)),
         "lastState is the killed instance: {st}"
     );
     assert_eq!(
@@ -99,13 +114,14 @@ fn exec_liveness_failure_restarts_the_container_with_the_probe_grace() {
         "SIGKILL after the probe's grace: {st}"
     );
 
-    // Docker shows a new instance (restart count 1 in its name) running, the old one dead.
+    // The runtime shows a new instance (restart count 1 in its name) running, the old
+    // one dead.
     let second = wait_for("a new instance running", LONG, || {
         running_id(&node, "app").filter(|id| *id != first)
     });
-    let insp = node.docker.inspect_container(&second).expect("inspect");
+    let insp = node.runtime.inspect_container(&second).expect("inspect");
     assert!(insp.name.ends_with("_1"), "{}", insp.name);
-    let old = node.docker.inspect_container(&first).expect("inspect old");
+    let old = node.runtime.inspect_container(&first).expect("inspect old");
     assert_eq!(old.state, ContainerState::Exited);
     let log = node.log();
     assert!(
@@ -114,9 +130,8 @@ fn exec_liveness_failure_restarts_the_container_with_the_probe_grace() {
     );
 }
 
-#[test]
-fn http_readiness_probe_flips_ready_both_ways() {
-    let mut node = Node::new("pr-http");
+fn http_readiness_probe_flips_ready_both_ways(rt: Rt) {
+    let mut node = Node::on(rt, "pr-http");
     let script = "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www";
     let yaml = format!(
         "{}  - name: web\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {script:?}]\n    ports:\n    - name: http\n      containerPort: 8080\n    readinessProbe:\n      httpGet:\n        path: /index.html\n        port: http\n        httpHeaders:\n        - name: X-Probe\n          value: rkubelet\n      periodSeconds: 1\n      failureThreshold: 1\n",
@@ -136,7 +151,7 @@ fn http_readiness_probe_flips_ready_both_ways() {
     let id = running_id(&node, "web").expect("running");
     let sh = |cmd: &str| {
         let r = node
-            .docker
+            .runtime
             .exec(
                 &id,
                 &["sh".into(), "-c".into(), cmd.into()],
@@ -168,9 +183,8 @@ fn http_readiness_probe_flips_ready_both_ways() {
     );
 }
 
-#[test]
-fn tcp_and_grpc_probes_gate_readiness() {
-    let mut node = Node::new("pr-tcp");
+fn tcp_and_grpc_probes_gate_readiness(rt: Rt) {
+    let mut node = Node::on(rt, "pr-tcp");
     // `web` listens after 3 s; nothing in the pod listens on 9999 (TCP) nor on 9090
     // (`grpc`'s gRPC probe).
     let web = "sleep 3; mkdir -p /www; exec httpd -f -p 8080 -h /www";
@@ -205,9 +219,8 @@ fn tcp_and_grpc_probes_gate_readiness() {
     assert!(log.contains("timeout: failed to connect service"), "{log}");
 }
 
-#[test]
-fn startup_probe_holds_liveness_until_it_succeeds() {
-    let mut node = Node::new("pr-start");
+fn startup_probe_holds_liveness_until_it_succeeds(rt: Rt) {
+    let mut node = Node::on(rt, "pr-start");
     // Ready after 6 s. Without the startup probe's gate, the liveness probe (one
     // failure kills) would restart it long before.
     let script =
@@ -241,9 +254,8 @@ fn startup_probe_holds_liveness_until_it_succeeds() {
     assert_eq!(running_id(&node, "slow"), Some(id), "the same instance");
 }
 
-#[test]
-fn a_probe_that_times_out_fails() {
-    let mut node = Node::new("pr-timeout");
+fn a_probe_that_times_out_fails(rt: Rt) {
+    let mut node = Node::on(rt, "pr-timeout");
     let idle = crate::util::SLEEPER;
     let yaml = format!(
         "{}  - name: stuck\n    image: {BUSYBOX}\n    command: [\"sh\", \"-c\", {idle:?}]\n    readinessProbe:\n      exec:\n        command: [\"sleep\", \"30\"]\n      timeoutSeconds: 1\n      periodSeconds: 2\n      failureThreshold: 1\n",
@@ -469,12 +481,11 @@ fn grpc_probe_reports_a_refused_call_in_upstreams_words() {
     );
 }
 
-#[test]
-fn grpc_readiness_probe_of_a_host_network_pod_against_a_real_grpc_server() {
+fn grpc_readiness_probe_of_a_host_network_pod_against_a_real_grpc_server(rt: Rt) {
     // A hostNetwork pod's IP is the node's, so a gRPC server on the host is what its
     // probe reaches: readiness follows the server's answer for the probe's service.
     let (_server, port) = grpc_health_server("0.0.0.0");
-    let mut node = Node::new("pr-grpc");
+    let mut node = Node::on(rt, "pr-grpc");
     let idle = crate::util::SLEEPER;
     let mut yaml = pod_header("hg", 1).replace("spec:\n", "spec:\n  hostNetwork: true\n");
     for name in ["up", "down"] {
@@ -495,3 +506,12 @@ fn grpc_readiness_probe_of_a_host_network_pod_against_a_real_grpc_server() {
     let log = node.log();
     assert!(log.contains("NOT_SERVING"), "{log}");
 }
+
+crate::on_both_runtimes!(
+    exec_liveness_failure_restarts_the_container_with_the_probe_grace,
+    http_readiness_probe_flips_ready_both_ways,
+    tcp_and_grpc_probes_gate_readiness,
+    startup_probe_holds_liveness_until_it_succeeds,
+    a_probe_that_times_out_fails,
+    grpc_readiness_probe_of_a_host_network_pod_against_a_real_grpc_server,
+);

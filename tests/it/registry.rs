@@ -283,7 +283,7 @@ pub fn wait_waiting(node: &Node, pod: &str, container: &str, reason: &str) -> St
     )
 }
 
-/// Waits until a container of a pod runs; returns its Docker ID.
+/// Waits until a container of a pod runs; returns its runtime ID.
 pub fn wait_running_id(node: &Node, pod: &str, container: &str) -> String {
     let full = format!("{pod}-{}", node.name);
     wait_for(&format!("{pod}/{container} running"), LONG, || {
@@ -296,7 +296,7 @@ pub fn wait_running_id(node: &Node, pod: &str, container: &str) -> String {
 /// Runs a command in a running container; returns its stdout (asserting exit 0).
 pub fn exec(node: &Node, id: &str, cmd: &[&str]) -> String {
     let r = node
-        .docker
+        .runtime
         .exec(
             id,
             &cmd.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
@@ -315,7 +315,7 @@ pub fn exec(node: &Node, id: &str, cmd: &[&str]) -> String {
 /// Waits until a container's log contains `needle`; returns the whole log.
 pub fn wait_log(node: &Node, id: &str, needle: &str) -> String {
     wait_for(&format!("{needle:?} in the log of {id}"), LONG, || {
-        let log = node.docker.logs(id, None).ok()?;
+        let log = node.runtime.logs(id, None).ok()?;
         let log = String::from_utf8_lossy(&log).into_owned();
         log.contains(needle).then_some(log)
     })

@@ -1,24 +1,179 @@
-//! The container spec as Docker runs it: environment and the downward API, command and
-//! args over the image's entrypoint, host ports, resources, the security context, host
-//! namespaces, the managed hosts and resolver files. Each test runs a real rkubelet on
-//! the real engine and looks from inside the container (`env`, `id`, `cat`) or at
-//! `docker inspect`.
+//! The container spec as each runtime runs it: environment and the downward API, command
+//! and args over the image's entrypoint, host ports, resources, the security context,
+//! host namespaces, the managed hosts and resolver files. Each test runs a real rkubelet
+//! on Docker and on containerd and looks from inside the container (`env`, `id`, `cat`)
+//! and at what the runtime was asked ([`Asked`]: `docker inspect`, or containerd's
+//! verbose status with the CRI config and the OCI spec it made of it).
 
 use crate::registry::{
     commit_image, container_status, exec, pod_item, remove_image, wait_log, wait_running_id,
     wait_waiting,
 };
-use crate::util::{self, free_port, unique, wait_for, Node, BUSYBOX, LONG, SLEEPER};
+use crate::util::{self, free_port, unique, wait_for, Node, Rt, BUSYBOX, LONG, SLEEPER};
 use rkubelet::kuberuntime::container::dns::{parse_resolv_conf, render_resolv_conf};
-use runtime::Runtime;
 
 fn lines(log: &str) -> Vec<&str> {
     log.lines().map(str::trim_end).collect()
 }
 
-#[test]
-fn env_expansion_and_downward_api_reach_the_container() {
-    let mut node = Node::new("spec-env");
+/// What the runtime was asked to run, read back from the runtime.
+#[derive(Debug, Default)]
+struct Asked {
+    stdin: bool,
+    tty: bool,
+    /// `uid:gid`.
+    user: String,
+    read_only_rootfs: bool,
+    no_new_privileges: bool,
+    seccomp_unconfined: bool,
+    privileged: bool,
+    cap_add: Vec<String>,
+    cap_drop: Vec<String>,
+    cpu_shares: i64,
+    cpu_quota: i64,
+    cpu_period: i64,
+    memory_limit: i64,
+    /// (container port, host port) published.
+    ports: Vec<(i64, i64)>,
+}
+
+/// containerd's verbose status `info` of a container or sandbox.
+fn cri_info(node: &Node, id: &str) -> serde_json::Value {
+    let shared = node.containerd.as_ref().expect("a node on containerd");
+    let (client, _shutdown) = crate::containerd::client(&shared.containerd);
+    let info = match client.container_status(&rkubelet_cri::v1::ContainerStatusRequest {
+        container_id: id.to_string(),
+        verbose: true,
+    }) {
+        Ok(r) => r.info,
+        Err(_) => {
+            client
+                .pod_sandbox_status(&rkubelet_cri::v1::PodSandboxStatusRequest {
+                    pod_sandbox_id: id.to_string(),
+                    verbose: true,
+                })
+                .expect("the status of a container or sandbox")
+                .info
+        }
+    };
+    serde_json::from_str(info.get("info").expect("a verbose info")).expect("JSON")
+}
+
+fn asked(node: &Node, id: &str) -> Asked {
+    match node.rt {
+        Rt::Docker => {
+            let s = node.docker.inspect_settings(id).expect("inspect");
+            Asked {
+                stdin: s.stdin,
+                tty: s.tty,
+                user: s.user.clone(),
+                read_only_rootfs: s.read_only_rootfs,
+                no_new_privileges: s.security_opt.contains(&"no-new-privileges".to_string()),
+                seccomp_unconfined: s.security_opt.contains(&"seccomp=unconfined".to_string()),
+                privileged: s.privileged,
+                cap_add: s.cap_add.clone(),
+                cap_drop: s.cap_drop.clone(),
+                cpu_shares: s.resources.cpu_shares,
+                cpu_quota: s.resources.cpu_quota,
+                cpu_period: s.resources.cpu_period,
+                memory_limit: s.resources.memory_limit,
+                ports: s
+                    .ports
+                    .iter()
+                    .map(|p| (i64::from(p.container_port), i64::from(p.host_port)))
+                    .collect(),
+            }
+        }
+        Rt::Containerd => {
+            // The CRI config rkubelet sent (what was asked, as Docker's HostConfig is)
+            // and the OCI spec containerd made of it (what runs).
+            let info = cri_info(node, id);
+            let config = &info["config"];
+            let spec = &info["runtimeSpec"];
+            let sc = &config["linux"]["security_context"];
+            let strings = |v: &serde_json::Value| -> Vec<String> {
+                v.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            };
+            let i = |v: &serde_json::Value| v.as_i64().unwrap_or(0);
+            let user = &spec["process"]["user"];
+            Asked {
+                stdin: config["stdin"] == true,
+                tty: config["tty"] == true,
+                user: format!("{}:{}", i(&user["uid"]), i(&user["gid"])),
+                read_only_rootfs: spec["root"]["readonly"] == true,
+                no_new_privileges: spec["process"]["noNewPrivileges"] == true,
+                seccomp_unconfined: spec["linux"]["seccomp"].is_null(),
+                privileged: sc["privileged"] == true,
+                cap_add: strings(&sc["capabilities"]["add_capabilities"]),
+                cap_drop: strings(&sc["capabilities"]["drop_capabilities"]),
+                cpu_shares: i(&spec["linux"]["resources"]["cpu"]["shares"]),
+                cpu_quota: i(&spec["linux"]["resources"]["cpu"]["quota"]),
+                cpu_period: i(&spec["linux"]["resources"]["cpu"]["period"]),
+                memory_limit: i(&spec["linux"]["resources"]["memory"]["limit"]),
+                ports: config["port_mappings"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| (i(&p["container_port"]), i(&p["host_port"])))
+                    .collect(),
+            }
+        }
+    }
+}
+
+/// A Docker image of the test's own, in the node's runtime too (containerd: imported
+/// into the shared one), removed from both on drop.
+struct TestImage {
+    name: String,
+    containerd: Option<std::sync::Arc<util::SharedContainerd>>,
+}
+
+impl TestImage {
+    fn on(node: &Node, name: String) -> TestImage {
+        let containerd = node.containerd.clone();
+        if let Some(c) = &containerd {
+            let mut save = std::process::Command::new("docker")
+                .args(["save", &name])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("docker save");
+            let import = std::process::Command::new("ctr")
+                .arg("-a")
+                .arg(&c.containerd.sock)
+                .args(["-n", "k8s.io", "images", "import", "-"])
+                .stdin(save.stdout.take().expect("docker save's stdout"))
+                .output()
+                .expect("ctr images import");
+            assert!(
+                save.wait().expect("docker save").success(),
+                "docker save {name}"
+            );
+            assert!(
+                import.status.success(),
+                "ctr images import {name}: {}",
+                String::from_utf8_lossy(&import.stderr)
+            );
+        }
+        TestImage { name, containerd }
+    }
+}
+
+impl Drop for TestImage {
+    fn drop(&mut self) {
+        remove_image(&self.name);
+        if let Some(c) = &self.containerd {
+            c.containerd
+                .ctr(&["images", "rm", &format!("docker.io/{}", self.name)]);
+        }
+    }
+}
+
+fn env_expansion_and_downward_api_reach_the_container(rt: Rt) {
+    let mut node = Node::on(rt, "spec-env");
     node.write_manifest(
         "env.yaml",
         &format!(
@@ -109,13 +264,12 @@ spec:
     for w in &want {
         assert!(got.contains(&w.as_str()), "{w:?} missing from:\n{log}");
     }
-    let d = node.docker.inspect_settings(&id).expect("inspect");
+    let d = asked(&node, &id);
     assert!(d.stdin && !d.tty, "{d:?}");
 }
 
-#[test]
-fn api_object_references_fail_only_their_container() {
-    let mut node = Node::new("spec-cm");
+fn api_object_references_fail_only_their_container(rt: Rt) {
+    let mut node = Node::on(rt, "spec-cm");
     node.write_manifest(
         "cm.yaml",
         &format!(
@@ -157,8 +311,8 @@ spec:
     assert!(node.containers_named("uses-cm").is_empty());
 }
 
-#[test]
-fn command_and_args_follow_the_image_entrypoint_rules() {
+fn command_and_args_follow_the_image_entrypoint_rules(rt: Rt) {
+    let mut node = Node::on(rt, "spec-ep");
     let image = commit_image(
         BUSYBOX,
         &format!("rkubelet/entrypoint-{}", unique("ep")),
@@ -167,14 +321,7 @@ fn command_and_args_follow_the_image_entrypoint_rules() {
             r#"CMD ["from-cmd"]"#,
         ],
     );
-    struct Cleanup(String);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            remove_image(&self.0);
-        }
-    }
-    let _cleanup = Cleanup(image.clone());
-    let mut node = Node::new("spec-ep");
+    let _image = TestImage::on(&node, image.clone());
     node.write_manifest(
         "ep.yaml",
         &format!(
@@ -215,9 +362,8 @@ spec:
     }
 }
 
-#[test]
-fn host_port_is_published_on_the_sandbox() {
-    let mut node = Node::new("spec-port");
+fn host_port_is_published_on_the_sandbox(rt: Rt) {
+    let mut node = Node::on(rt, "spec-port");
     let port = free_port();
     node.write_manifest(
         "web.yaml",
@@ -247,15 +393,12 @@ spec:
     });
     assert_eq!(body.trim(), "hello-from-pod");
     let sandbox = node.containers_named("POD").remove(0);
-    let d = node.docker.inspect_settings(&sandbox.id).expect("inspect");
-    assert_eq!(d.ports.len(), 1, "{:?}", d.ports);
-    assert_eq!(d.ports[0].container_port, 8080);
-    assert_eq!(d.ports[0].host_port, port);
+    let d = asked(&node, &sandbox.id);
+    assert_eq!(d.ports, [(8080, i64::from(port))], "{d:?}");
 }
 
-#[test]
-fn resources_become_cgroup_settings_and_oom_kills_are_reported() {
-    let mut node = Node::new("spec-res");
+fn resources_become_cgroup_settings_and_oom_kills_are_reported(rt: Rt) {
+    let mut node = Node::on(rt, "spec-res");
     node.write_manifest(
         "res.yaml",
         &format!(
@@ -303,10 +446,7 @@ spec:
     node.start(&[]);
     let r = |c: &str| {
         let id = wait_running_id(&node, "res", c);
-        node.docker
-            .inspect_settings(&id)
-            .expect("inspect")
-            .resources
+        asked(&node, &id)
     };
     let limited = r("limited");
     assert_eq!(
@@ -333,9 +473,8 @@ spec:
     assert_eq!(term["exitCode"], 137, "{term}");
 }
 
-#[test]
-fn security_context_users_groups_read_only_root_and_non_root_refusal() {
-    let mut node = Node::new("spec-sec");
+fn security_context_users_groups_read_only_root_and_non_root_refusal(rt: Rt) {
+    let mut node = Node::on(rt, "spec-sec");
     node.write_manifest(
         "sec.yaml",
         &format!(
@@ -394,17 +533,11 @@ spec:
     // The emptyDir belongs to the fsGroup, setgid, so new files do too.
     let log = wait_log(&node, &id, "FILE ");
     assert!(log.contains("DATA 2000 drwxrwsrwx FILE 2000"), "{log}");
-    let s = node.docker.inspect_settings(&id).expect("inspect");
-    assert!(s.read_only_rootfs);
+    let s = asked(&node, &id);
+    assert!(s.read_only_rootfs, "{s:?}");
     assert_eq!(s.user, "1000:1500");
-    assert!(
-        s.security_opt.contains(&"no-new-privileges".to_string()),
-        "{s:?}"
-    );
-    assert!(
-        s.security_opt.contains(&"seccomp=unconfined".to_string()),
-        "{s:?}"
-    );
+    assert!(s.no_new_privileges, "{s:?}");
+    assert!(s.seccomp_unconfined, "{s:?}");
     assert_eq!(s.cap_drop, ["ALL"]);
 
     // runAsNonRoot with an explicit uid 0 is refused before the container exists.
@@ -419,9 +552,15 @@ spec:
     // fails to start, the restart makes a new one and the container GC may remove the
     // one just listed before it is inspected: inspect whichever is there.
     let p = wait_for("the privileged container to be created", LONG, || {
-        node.containers_named("privileged")
-            .iter()
-            .find_map(|c| node.docker.inspect_settings(&c.id).ok())
+        node.containers_named("privileged").iter().find_map(|c| {
+            // Inspect whichever instance is there (one may go between list and
+            // inspect).
+            let present = match node.rt {
+                Rt::Docker => node.docker.inspect_settings(&c.id).is_ok(),
+                Rt::Containerd => node.runtime.inspect_container(&c.id).is_ok(),
+            };
+            present.then(|| asked(&node, &c.id))
+        })
     });
     assert!(p.privileged);
     assert_eq!(p.cap_add, ["NET_ADMIN"]);
@@ -429,9 +568,8 @@ spec:
     assert!(node.containers_named("explicit-root").is_empty());
 }
 
-#[test]
-fn run_as_non_root_refuses_an_image_that_runs_as_root() {
-    let mut node = Node::new("spec-nonroot");
+fn run_as_non_root_refuses_an_image_that_runs_as_root(rt: Rt) {
+    let mut node = Node::on(rt, "spec-nonroot");
     node.write_manifest(
         "nr.yaml",
         &format!(
@@ -464,9 +602,8 @@ spec:
     assert!(node.containers_named("image-user").is_empty());
 }
 
-#[test]
-fn host_network_and_host_namespaces() {
-    let mut node = Node::new("spec-hostns");
+fn host_network_and_host_namespaces(rt: Rt) {
+    let mut node = Node::on(rt, "spec-hostns");
     node.write_manifest(
         "hn.yaml",
         &format!(
@@ -506,17 +643,14 @@ spec:
     );
     node.start(&[]);
     let id = wait_running_id(&node, "hn", "c");
-    let d = node.docker.inspect_container(&id).expect("inspect");
+    let d = node.runtime.inspect_container(&id).expect("inspect");
     let own_netns = std::fs::read_link("/proc/self/ns/net").expect("netns");
     assert_eq!(
         util::netns(d.pid),
         own_netns.display().to_string(),
         "host network"
     );
-    assert_eq!(
-        node.docker.inspect_settings(&id).expect("inspect").pid_mode,
-        "host"
-    );
+    assert_eq!(ns(d.pid, "pid"), ns_self("pid"), "host PID namespace");
     let hosts = exec(&node, &id, &["cat", "/etc/hosts"]);
     let node_hosts = std::fs::read_to_string("/etc/hosts").expect("hosts");
     assert_eq!(
@@ -536,21 +670,40 @@ spec:
                 && util::label(c, "io.kubernetes.pod.name") == format!("hn-{}", node.name)
         })
         .expect("sandbox");
-    let sb = node.docker.inspect_settings(&sandbox.id).expect("inspect");
-    assert_eq!(sb.ipc_mode, "host");
+    let sb_pid = node
+        .runtime
+        .inspect_container(&sandbox.id)
+        .expect("inspect")
+        .pid;
+    assert_eq!(ns(sb_pid, "ipc"), ns_self("ipc"), "host IPC namespace");
 
     // One process namespace: b sees a's sleep.
     let b = wait_running_id(&node, "share", "b");
-    wait_running_id(&node, "share", "a");
+    let a = wait_running_id(&node, "share", "a");
     let ps = exec(&node, &b, &["ps"]);
     assert!(ps.contains("sleep 3601"), "{ps}");
-    let d = node.docker.inspect_settings(&b).expect("inspect");
-    assert!(d.pid_mode.starts_with("container:"), "{d:?}");
+    let pid = |id: &str| node.runtime.inspect_container(id).expect("inspect").pid;
+    assert_eq!(ns(pid(&b), "pid"), ns(pid(&a), "pid"), "one PID namespace");
+    assert_ne!(
+        ns(pid(&b), "pid"),
+        ns_self("pid"),
+        "the pod's, not the node's"
+    );
 }
 
-#[test]
-fn resolv_conf_hosts_and_hostnames_are_managed() {
-    let mut node = Node::new("spec-dns");
+/// The namespace `kind` of process `pid` (`pid:[4026531836]`).
+fn ns(pid: u32, kind: &str) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/{kind}"))
+        .map(|l| l.display().to_string())
+        .unwrap_or_else(|e| panic!("/proc/{pid}/ns/{kind}: {e}"))
+}
+
+fn ns_self(kind: &str) -> String {
+    ns(std::process::id(), kind)
+}
+
+fn resolv_conf_hosts_and_hostnames_are_managed(rt: Rt) {
+    let mut node = Node::on(rt, "spec-dns");
     let resolv = node.dir.join("node-resolv.conf");
     std::fs::write(
         &resolv,
@@ -640,9 +793,8 @@ spec:
     assert_eq!(exec(&node, &id, &["cat", "/etc/resolv.conf"]), want);
 }
 
-#[test]
-fn a_pod_whose_resolver_is_a_loopback_address_gets_a_warning_event() {
-    let mut node = Node::new("dnsloop");
+fn a_pod_whose_resolver_is_a_loopback_address_gets_a_warning_event(rt: Rt) {
+    let mut node = Node::on(rt, "dnsloop");
     // The resolver file of a host running a local caching resolver (dnsmasq,
     // systemd-resolved's stub): a loopback address, which a pod cannot reach.
     let resolv = node.dir.join("resolv.conf");
@@ -670,3 +822,16 @@ fn a_pod_whose_resolver_is_a_loopback_address_gets_a_warning_event() {
     });
     assert!(!warned("hostnet"), "{}", node.log());
 }
+
+crate::on_both_runtimes!(
+    env_expansion_and_downward_api_reach_the_container,
+    api_object_references_fail_only_their_container,
+    command_and_args_follow_the_image_entrypoint_rules,
+    host_port_is_published_on_the_sandbox,
+    resources_become_cgroup_settings_and_oom_kills_are_reported,
+    security_context_users_groups_read_only_root_and_non_root_refusal,
+    run_as_non_root_refuses_an_image_that_runs_as_root,
+    host_network_and_host_namespaces,
+    resolv_conf_hosts_and_hostnames_are_managed,
+    a_pod_whose_resolver_is_a_loopback_address_gets_a_warning_event,
+);

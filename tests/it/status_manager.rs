@@ -1,10 +1,11 @@
-//! The status manager against the API server stand-in and the real Docker engine:
-//! API pods' statuses written back (and read by a real `kubectl`), mirror pods for
-//! static pods (created, recreated, deleted, never run), graceful deletion with
-//! `kubectl delete pod`, an API server that goes away and comes back (or comes back
-//! with new resourceVersions), and a status write that meets a recreated pod. Pods
-//! that ignore SIGTERM leave the API within their grace + 10 s: 50 deleted under CPU
-//! load, and some whose deaths never reach the kubelet as events (issue 27).
+//! The status manager against the API server stand-in and a real runtime, each test
+//! on Docker and on containerd (CRI; issue 30): API pods' statuses written back (and
+//! read by a real `kubectl`), mirror pods for static pods (created, recreated, deleted,
+//! never run), graceful deletion with `kubectl delete pod`, an API server that goes
+//! away and comes back (or comes back with new resourceVersions), and a status write
+//! that meets a recreated pod. Pods that ignore SIGTERM leave the API within their
+//! grace + 10 s: 50 deleted under CPU load, and (on Docker, whose event stream a proxy
+//! can filter) some whose deaths never reach the kubelet as events (issue 27).
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -12,12 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use runtime::Runtime;
 use serde_json::{json, Value};
 
 use crate::apiserver::{Options, TestApiServer};
 use crate::pleg::DockerProxy;
-use crate::util::{wait_for, Node, BUSYBOX, LONG, SLEEPER};
+use crate::util::{wait_for, Node, Rt, BUSYBOX, LONG, SLEEPER};
 
 /// The kubelet's bearer token (user `system:node:<node>`), and kubectl's.
 const KUBELET_TOKEN: &str = "good-token";
@@ -32,18 +32,18 @@ struct World {
 }
 
 impl World {
-    fn start(prefix: &str) -> World {
-        Self::start_after(prefix, |_, _| {})
+    fn start(rt: Rt, prefix: &str) -> World {
+        Self::start_after(rt, prefix, |_, _| {})
     }
 
     /// Starts the kubelet after `before` has prepared the stand-in (and perhaps the
     /// node's runtime endpoint).
-    fn start_after(prefix: &str, before: impl FnOnce(&TestApiServer, &mut Node)) -> World {
+    fn start_after(rt: Rt, prefix: &str, before: impl FnOnce(&TestApiServer, &mut Node)) -> World {
         let api = TestApiServer::start(Options {
             tokens: vec![KUBELET_TOKEN.into(), KUBECTL_TOKEN.into()],
             ..Options::default()
         });
-        let mut node = Node::new(prefix);
+        let mut node = Node::on(rt, prefix);
         api.set_token_user(
             KUBELET_TOKEN,
             &format!("system:node:{}", node.name),
@@ -133,9 +133,8 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-#[test]
-fn an_api_pods_status_is_written_and_kubectl_sees_it_running() {
-    let w = World::start("sm-status");
+fn an_api_pods_status_is_written_and_kubectl_sees_it_running(rt: Rt) {
+    let w = World::start(rt, "sm-status");
     w.create_pod("web", Some(1), SLEEPER);
     let p = w.wait_running("web");
     let st = &p["status"];
@@ -148,10 +147,15 @@ fn an_api_pods_status_is_written_and_kubectl_sees_it_running() {
     assert_eq!(cs["name"], "c");
     assert_eq!(cs["ready"], true);
     assert!(cs["state"]["running"]["startedAt"].is_string(), "{cs}");
+    // Upstream's `ContainerID`: the runtime's type, then its ID.
+    let scheme = match rt {
+        Rt::Docker => "docker://",
+        Rt::Containerd => "containerd://",
+    };
     assert!(
         cs["containerID"]
             .as_str()
-            .is_some_and(|id| id.starts_with("docker://")),
+            .is_some_and(|id| id.starts_with(scheme)),
         "{cs}"
     );
     let types: Vec<&str> = st["conditions"]
@@ -211,9 +215,8 @@ fn an_api_pods_status_is_written_and_kubectl_sees_it_running() {
     assert_eq!(writes, [], "no request for an unchanged status");
 }
 
-#[test]
-fn a_static_pod_gets_a_mirror_pod_that_is_recreated_and_removed_with_it() {
-    let w = World::start("sm-mirror");
+fn a_static_pod_gets_a_mirror_pod_that_is_recreated_and_removed_with_it(rt: Rt) {
+    let w = World::start(rt, "sm-mirror");
     let node = w
         .api
         .create(
@@ -313,9 +316,8 @@ fn a_static_pod_gets_a_mirror_pod_that_is_recreated_and_removed_with_it() {
     });
 }
 
-#[test]
-fn kubectl_delete_pod_stops_it_with_its_grace_and_the_pod_goes() {
-    let w = World::start("sm-delete");
+fn kubectl_delete_pod_stops_it_with_its_grace_and_the_pod_goes(rt: Rt) {
+    let w = World::start(rt, "sm-delete");
     // One that ends on SIGTERM, with the default grace (30 s)...
     w.create_pod("quick", None, SLEEPER);
     // ...and one that ignores it (a busybox shell as PID 1), killed after 5 s.
@@ -406,9 +408,8 @@ fn kubectl_delete_pod_stops_it_with_its_grace_and_the_pod_goes() {
     });
 }
 
-#[test]
-fn statuses_are_corrected_after_the_api_server_returns_and_after_new_versions() {
-    let w = World::start("sm-down");
+fn statuses_are_corrected_after_the_api_server_returns_and_after_new_versions(rt: Rt) {
+    let w = World::start(rt, "sm-down");
     w.create_pod("web", Some(1), SLEEPER);
     w.wait_running("web");
     let id = w.node.running()["web/c"][0].clone();
@@ -416,7 +417,7 @@ fn statuses_are_corrected_after_the_api_server_returns_and_after_new_versions() 
     // Away for 8 s; meanwhile the container dies and is restarted.
     w.api.down_for(Duration::from_secs(8));
     w.node
-        .docker
+        .runtime
         .stop_container(&id, Duration::ZERO)
         .expect("stop the container");
     wait_for("the restart", LONG, || {
@@ -456,9 +457,8 @@ fn statuses_are_corrected_after_the_api_server_returns_and_after_new_versions() 
     eprintln!("status rewritten {:?} after the restore", back.elapsed());
 }
 
-#[test]
-fn a_status_write_that_meets_a_recreated_pod_is_dropped() {
-    let w = World::start("sm-uid");
+fn a_status_write_that_meets_a_recreated_pod_is_dropped(rt: Rt) {
+    let w = World::start(rt, "sm-uid");
     w.create_pod("web", Some(1), SLEEPER);
     let old = w.wait_running("web");
     let old_uid = old["metadata"]["uid"].as_str().expect("uid").to_string();
@@ -474,7 +474,7 @@ fn a_status_write_that_meets_a_recreated_pod_is_dropped() {
     fresh["status"] = json!({"phase": "Pending"});
     w.api.create_pod(fresh);
     w.node
-        .docker
+        .runtime
         .stop_container(&id, Duration::ZERO)
         .expect("stop the container");
 
@@ -496,9 +496,8 @@ fn a_status_write_that_meets_a_recreated_pod_is_dropped() {
     assert_eq!(conflicts(), seen, "{:?}", w.kubelet_calls());
 }
 
-#[test]
-fn a_pod_deleted_before_the_kubelet_ever_ran_it_is_deleted_for_good() {
-    let w = World::start_after("sm-early", |api, node| {
+fn a_pod_deleted_before_the_kubelet_ever_ran_it_is_deleted_for_good(rt: Rt) {
+    let w = World::start_after(rt, "sm-early", |api, node| {
         // Bound, then deleted (30 s grace) while no kubelet ran it.
         api.create_pod(
             json!({"metadata": {"name": "early", "deletionTimestamp": "2024-01-01T00:00:00Z",
@@ -568,15 +567,14 @@ impl World {
     }
 }
 
-#[test]
-fn stubborn_pods_deleted_under_load_all_leave_the_api_within_their_grace() {
+fn stubborn_pods_deleted_under_load_all_leave_the_api_within_their_grace(rt: Rt) {
     // 50 deletions of pods that ignore SIGTERM, five at a time, while two threads
     // burn CPU: each pod leaves the API within its grace + 10 s.
     const GRACE: i64 = 2;
     const AT_ONCE: usize = 5;
     const ROUNDS: usize = 10;
     let limit = Duration::from_secs(GRACE as u64 + 10);
-    let w = World::start("sm-final");
+    let w = World::start(rt, "sm-final");
     let _hog = CpuHog::start(2);
     let mut slowest = Duration::ZERO;
     for round in 0..ROUNDS {
@@ -607,6 +605,9 @@ fn stubborn_pods_deleted_under_load_all_leave_the_api_within_their_grace() {
     eprintln!("slowest of 50 final deletes: {slowest:?} after the delete");
 }
 
+/// Docker only: the proxy filters Docker's event stream. containerd 1.6 has no event
+/// stream at all (`GetContainerEvents` is Unimplemented), so its PLEG relists every
+/// second and a death always reaches it: the case this test builds cannot arise there.
 #[test]
 fn a_stopped_pod_whose_death_the_pleg_never_heard_of_is_deleted_all_the_same() {
     const GRACE: i64 = 2;
@@ -614,7 +615,7 @@ fn a_stopped_pod_whose_death_the_pleg_never_heard_of_is_deleted_all_the_same() {
     // filter: no container death reaches the evented PLEG, whose full relist is 5 min
     // away. The pods' deletions must not wait for it.
     let mut proxy = None;
-    let w = World::start_after("sm-nodie", |_, node| {
+    let w = World::start_after(Rt::Docker, "sm-nodie", |_, node| {
         let p = DockerProxy::start_hiding_deaths(&node.dir);
         node.endpoint = p.endpoint();
         proxy = Some(p);
@@ -652,3 +653,13 @@ fn a_stopped_pod_whose_death_the_pleg_never_heard_of_is_deleted_all_the_same() {
         "the proxy let a die event through: the test proves nothing"
     );
 }
+
+crate::on_both_runtimes!(
+    an_api_pods_status_is_written_and_kubectl_sees_it_running,
+    a_static_pod_gets_a_mirror_pod_that_is_recreated_and_removed_with_it,
+    kubectl_delete_pod_stops_it_with_its_grace_and_the_pod_goes,
+    statuses_are_corrected_after_the_api_server_returns_and_after_new_versions,
+    a_status_write_that_meets_a_recreated_pod_is_dropped,
+    a_pod_deleted_before_the_kubelet_ever_ran_it_is_deleted_for_good,
+    stubborn_pods_deleted_under_load_all_leave_the_api_within_their_grace,
+);

@@ -8,10 +8,14 @@ use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use base::loops::Shutdown;
 use docker::Docker;
 use runtime::{ContainerState, ContainerSummary, Runtime};
+
+use crate::containerd::{self, Containerd};
 
 /// The images `make images` (hack/build-images.sh) builds.
 pub const BUSYBOX: &str = "rkubelet/busybox:1.35";
@@ -57,6 +61,91 @@ pub fn docker() -> Docker {
     d
 }
 
+/// The runtime a behaviour test runs on: each of them runs once on each (see
+/// [`on_both_runtimes`](crate::on_both_runtimes)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rt {
+    /// The machine's Docker engine.
+    Docker,
+    /// The test binary's own containerd over CRI v1 ([`shared_containerd`]).
+    Containerd,
+}
+
+/// The containerd the test binary's CRI nodes share (as they all share Docker), with a
+/// client of it for the tests' checks; started on first use, torn down when the
+/// binary exits.
+pub struct SharedContainerd {
+    pub containerd: Containerd,
+    pub runtime: Arc<dyn Runtime>,
+    _shutdown: Shutdown,
+}
+
+static SHARED: Mutex<Option<Arc<SharedContainerd>>> = Mutex::new(None);
+static SHARED_1_7: Mutex<Option<Arc<SharedContainerd>>> = Mutex::new(None);
+
+extern "C" fn stop_shared_containerd() {
+    // Every test has ended: this is the last reference, and dropping it stops the
+    // daemon and removes its sandboxes, bridge and directories.
+    for slot in [&SHARED, &SHARED_1_7] {
+        let shared = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(shared);
+    }
+}
+
+/// The shared containerd (the machine's, 1.6 on Debian 12), started on first use.
+pub fn shared_containerd() -> Arc<SharedContainerd> {
+    shared_in(&SHARED, Containerd::start_unserialised)
+}
+
+/// A shared containerd 1.7 (`hack/containerd-1.7.sh`), for what only 1.7 has: the
+/// container events the PLEG follows instead of relisting.
+pub fn shared_containerd_1_7() -> Arc<SharedContainerd> {
+    shared_in(&SHARED_1_7, Containerd::start_unserialised_1_7)
+}
+
+fn shared_in(
+    slot: &Mutex<Option<Arc<SharedContainerd>>>,
+    start: fn() -> Containerd,
+) -> Arc<SharedContainerd> {
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = slot.as_ref() {
+        return s.clone();
+    }
+    let c = start();
+    let (shutdown, loops) = containerd::loops();
+    let runtime = rkubelet_cri::runtime::CriRuntime::new(&c.endpoint(), LONG, &loops)
+        .expect("a unix endpoint");
+    // SAFETY: registers a plain function with no arguments to run at exit (once per
+    // slot; a second run finds both slots empty).
+    let rc = unsafe { libc::atexit(stop_shared_containerd) };
+    assert_eq!(rc, 0, "atexit");
+    let s = Arc::new(SharedContainerd {
+        containerd: c,
+        runtime: Arc::new(runtime),
+        _shutdown: shutdown,
+    });
+    *slot = Some(s.clone());
+    s
+}
+
+/// Runs each named `fn name(rt: Rt)` as two tests, `name::docker` and
+/// `name::containerd`: one set of behaviour tests for both runtimes.
+#[macro_export]
+macro_rules! on_both_runtimes {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn docker() {
+                super::$name($crate::util::Rt::Docker)
+            }
+            #[test]
+            fn containerd() {
+                super::$name($crate::util::Rt::Containerd)
+            }
+        }
+    )*};
+}
+
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -95,6 +184,12 @@ pub struct Node {
     pub child: Option<Child>,
     /// Docker, for checks.
     pub docker: Docker,
+    /// The runtime this node runs on.
+    pub rt: Rt,
+    /// That runtime, for checks (Docker, or the shared containerd through CRI).
+    pub runtime: Arc<dyn Runtime>,
+    /// The shared containerd, on [`Rt::Containerd`].
+    pub containerd: Option<Arc<SharedContainerd>>,
     /// Extra environment of the rkubelet process (e.g. `HOME`).
     pub env: Vec<(String, String)>,
     /// The binary to run (the tests' build unless a test gives a static one).
@@ -104,9 +199,42 @@ pub struct Node {
 }
 
 impl Node {
-    /// A new world (nothing started yet).
+    /// A new world on Docker (nothing started yet).
     pub fn new(prefix: &str) -> Node {
+        Node::on(Rt::Docker, prefix)
+    }
+
+    /// A new world on `rt` (nothing started yet).
+    pub fn on(rt: Rt, prefix: &str) -> Node {
+        match rt {
+            Rt::Docker => Node::with(prefix, None),
+            Rt::Containerd => Node::with(prefix, Some(shared_containerd())),
+        }
+    }
+
+    /// A new world on the shared containerd 1.7 ([`shared_containerd_1_7`]); a CRI
+    /// node as any [`Rt::Containerd`] one.
+    pub fn on_containerd_1_7(prefix: &str) -> Node {
+        Node::with(prefix, Some(shared_containerd_1_7()))
+    }
+
+    /// A new world on `containerd`, or on Docker without one.
+    fn with(prefix: &str, containerd: Option<Arc<SharedContainerd>>) -> Node {
         let docker = docker();
+        let (rt, endpoint, runtime): (Rt, String, Arc<dyn Runtime>) = match &containerd {
+            None => (
+                Rt::Docker,
+                format!("unix://{DOCKER_SOCK}"),
+                Arc::new(
+                    Docker::connect(&format!("unix://{DOCKER_SOCK}")).expect("docker endpoint"),
+                ),
+            ),
+            Some(shared) => (
+                Rt::Containerd,
+                shared.containerd.endpoint(),
+                shared.runtime.clone(),
+            ),
+        };
         let name = unique(prefix);
         let dir = std::env::temp_dir().join(format!("rkubelet-it-{name}"));
         std::fs::create_dir_all(dir.join("manifests")).expect("manifest dir");
@@ -115,9 +243,12 @@ impl Node {
             dir,
             healthz_port: free_port(),
             ro_port: free_port(),
-            endpoint: format!("unix://{DOCKER_SOCK}"),
+            endpoint,
             child: None,
             docker,
+            rt,
+            runtime,
+            containerd,
             env: Vec::new(),
             bin: PathBuf::from(env!("CARGO_BIN_EXE_rkubelet")),
             pause: PAUSE.to_string(),
@@ -301,9 +432,9 @@ impl Node {
         }
     }
 
-    /// This node's containers (sandboxes included), as Docker lists them.
+    /// This node's containers (sandboxes included), as its runtime lists them.
     pub fn containers(&self) -> Vec<ContainerSummary> {
-        self.docker
+        self.runtime
             .list_containers(&[format!("io.rkubelet.node={}", self.name)])
             .expect("list containers")
     }
@@ -378,15 +509,15 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill9();
-        // A create that Docker was still processing when rkubelet died lands after the
-        // first sweep: sweep until the node has stayed empty for a second.
+        // A create that the runtime was still processing when rkubelet died lands
+        // after the first sweep: sweep until the node has stayed empty for a second.
         let filter = [format!("io.rkubelet.node={}", self.name)];
         let until = Instant::now() + Duration::from_secs(15);
         let mut empty_since: Option<Instant> = None;
         while Instant::now() < until {
-            let found = self.docker.list_containers(&filter).unwrap_or_default();
+            let found = self.runtime.list_containers(&filter).unwrap_or_default();
             for c in &found {
-                let _ = self.docker.remove_container(&c.id);
+                let _ = self.runtime.remove_container(&c.id);
             }
             if !found.is_empty() {
                 empty_since = None;

@@ -1,14 +1,15 @@
 //! Volumes end to end: emptyDir on disk and in memory, hostPath with every type,
 //! subPath and subPathExpr (and CVE-2021-25741's swap attack on them), unsupported
 //! types, and the removal of pod directories by the `volume-mgr` loop once a pod is
-//! gone (never while one of its containers exists).
+//! gone (never while one of its containers exists). Each runs on both runtimes
+//! (`on_both_runtimes!`: Docker, and containerd over CRI): the volumes are the
+//! kubelet's, the bind mounts the runtime's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::registry::{exec, pod_uid, wait_log, wait_running_id, wait_waiting};
-use crate::util::{self, wait_for, Node, BUSYBOX, LONG, SLEEPER};
-use runtime::Runtime;
+use crate::util::{self, wait_for, Node, Rt, BUSYBOX, LONG, SLEEPER};
 
 fn root(node: &Node) -> PathBuf {
     node.dir.join("root")
@@ -33,9 +34,8 @@ fn mounted_fs(path: &Path) -> Option<String> {
         .map(|m| m.fs_type)
 }
 
-#[test]
-fn empty_dir_is_shared_between_containers_and_removed_after_the_pod() {
-    let mut node = Node::new("vol-empty");
+fn empty_dir_is_shared_between_containers_and_removed_after_the_pod(rt: Rt) {
+    let mut node = Node::on(rt, "vol-empty");
     node.write_manifest(
         "share.yaml",
         &format!(
@@ -73,7 +73,7 @@ spec:
     assert_eq!(mode, 0o777, "emptyDir is world-writable");
     // readOnly mounts are read-only.
     let r = node
-        .docker
+        .runtime
         .exec(
             &reader,
             &["touch".to_string(), "/in/x".to_string()],
@@ -95,9 +95,8 @@ spec:
     });
 }
 
-#[test]
-fn memory_empty_dir_is_a_sized_tmpfs_unmounted_after_the_pod() {
-    let mut node = Node::new("vol-mem");
+fn memory_empty_dir_is_a_sized_tmpfs_unmounted_after_the_pod(rt: Rt) {
+    let mut node = Node::on(rt, "vol-mem");
     node.write_manifest(
         "mem.yaml",
         &format!(
@@ -183,15 +182,14 @@ fn make_kinds(dir: &Path) -> BTreeMap<&'static str, PathBuf> {
     m
 }
 
-#[test]
-fn host_path_types_are_checked_before_any_container_starts() {
-    let mut node = Node::new("vol-hostpath");
+fn host_path_types_are_checked_before_any_container_starts(rt: Rt) {
+    let mut node = Node::on(rt, "vol-hostpath");
     let host = node.dir.join("host");
     std::fs::create_dir_all(&host).expect("host dir");
     let kinds = make_kinds(&host);
     let created_dir = host.join("made/by/kubelet");
     let created_file = host.join("made-file");
-    let unset_missing = host.join("docker-makes-this");
+    let unset_missing = host.join("runtime-makes-this");
 
     let mut ok = String::from(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: ok}\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes:\n",
@@ -333,7 +331,7 @@ fn host_path_types_are_checked_before_any_container_starts() {
     assert!(created_file.is_file(), "FileOrCreate made the file");
     assert!(
         unset_missing.is_dir(),
-        "an unset type leaves the path to Docker"
+        "an unset type leaves the path to the runtime, which makes a directory"
     );
     let id = wait_running_id(&node, "ok", "c-file");
     assert_eq!(exec(&node, &id, &["cat", "/mnt/v"]), "content\n");
@@ -355,9 +353,8 @@ fn host_path_types_are_checked_before_any_container_starts() {
     );
 }
 
-#[test]
-fn sub_path_and_sub_path_expr() {
-    let mut node = Node::new("vol-subpath");
+fn sub_path_and_sub_path_expr(rt: Rt) {
+    let mut node = Node::on(rt, "vol-subpath");
     let host = node.dir.join("host");
     std::fs::create_dir_all(host.join("existing")).expect("host dir");
     std::fs::write(host.join("existing/data"), "from-host\n").expect("file");
@@ -441,9 +438,8 @@ spec:
     assert!(node.containers_named("escape").is_empty());
 }
 
-#[test]
-fn unsupported_volume_types_fail_only_the_containers_that_mount_them() {
-    let mut node = Node::new("vol-unsup");
+fn unsupported_volume_types_fail_only_the_containers_that_mount_them(rt: Rt) {
+    let mut node = Node::on(rt, "vol-unsup");
     node.write_manifest(
         "u.yaml",
         &format!(
@@ -507,9 +503,8 @@ spec:
     assert_eq!((code, body.as_str()), (200, "ok"));
 }
 
-#[test]
-fn orphaned_pod_directories_go_only_when_no_container_of_the_pod_exists() {
-    let mut node = Node::new("vol-orphan");
+fn orphaned_pod_directories_go_only_when_no_container_of_the_pod_exists(rt: Rt) {
+    let mut node = Node::on(rt, "vol-orphan");
     // A leftover directory of a pod long gone, with a volume in it.
     let gone = root(&node).join("pods").join("0000-gone");
     std::fs::create_dir_all(gone.join("volumes/kubernetes.io~empty-dir/v")).expect("dir");
@@ -547,7 +542,7 @@ spec:
         // Directory first, then the container: a directory gone while the container
         // still exists afterwards is a removal under a live container.
         let dir_gone = !dir.exists();
-        let container = node.docker.inspect_container(&id).is_ok();
+        let container = node.runtime.inspect_container(&id).is_ok();
         if dir_gone {
             assert!(
                 !container,
@@ -600,10 +595,9 @@ const ATTACK_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 const ATTACK_STARTS: usize = 25;
 const VICTIMS: usize = 30;
 
-#[test]
-fn a_sub_path_swapped_for_a_symlink_never_mounts_the_host() {
+fn a_sub_path_swapped_for_a_symlink_never_mounts_the_host(rt: Rt) {
     use std::os::unix::fs::PermissionsExt;
-    let mut node = Node::new("vol-swap");
+    let mut node = Node::on(rt, "vol-swap");
     let tools = node.dir.join("tools");
     std::fs::create_dir_all(&tools).expect("tools dir");
     std::fs::write(tools.join("swap.c"), SWAP_C).expect("swap.c");
@@ -742,3 +736,13 @@ spec:
         .is_empty());
     assert_eq!(host_entries(), ["marker"]);
 }
+
+crate::on_both_runtimes!(
+    empty_dir_is_shared_between_containers_and_removed_after_the_pod,
+    memory_empty_dir_is_a_sized_tmpfs_unmounted_after_the_pod,
+    host_path_types_are_checked_before_any_container_starts,
+    sub_path_and_sub_path_expr,
+    unsupported_volume_types_fail_only_the_containers_that_mount_them,
+    orphaned_pod_directories_go_only_when_no_container_of_the_pod_exists,
+    a_sub_path_swapped_for_a_symlink_never_mounts_the_host,
+);
