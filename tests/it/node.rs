@@ -341,18 +341,24 @@ fn a_lease_written_by_someone_else_is_reread_and_renewed() {
         .expect("present")
         .to_string();
     let since = Instant::now();
-    wait_for("the kubelet to hold its lease again", LONG, || {
+    let lease_calls = || -> Vec<(String, u16)> {
+        server
+            .calls()
+            .into_iter()
+            .filter(|c| c.at >= since && c.kind == "leases")
+            .map(|c| (c.verb, c.code))
+            .collect()
+    };
+    // The stand-in records a call after it has answered it, so the renewed lease can
+    // be seen in its store a moment before the PUT that wrote it is in its calls.
+    let calls = wait_for("the kubelet to hold its lease again", LONG, || {
         let l = lease(&server, &node)?;
+        let calls = lease_calls();
         (l["spec"]["holderIdentity"] == node.name.as_str()
-            && l["metadata"]["resourceVersion"] != rv.as_str())
-        .then_some(())
+            && l["metadata"]["resourceVersion"] != rv.as_str()
+            && calls.contains(&("PUT".to_string(), 200)))
+        .then_some(calls)
     });
-    let calls: Vec<(String, u16)> = server
-        .calls()
-        .into_iter()
-        .filter(|c| c.at >= since && c.kind == "leases")
-        .map(|c| (c.verb, c.code))
-        .collect();
     let conflict = calls
         .iter()
         .position(|c| *c == ("PUT".to_string(), 409))
