@@ -159,14 +159,18 @@ pub fn start_time(status: &PodStatus) -> Option<SystemTime> {
 
 /// Computes a pod's status from its runtime view.
 pub fn generate(pod: &Pod, rt: &RuntimePod, inp: &StatusInputs<'_>) -> PodStatus {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let inits = spec.init_containers.clone().unwrap_or_default();
+    let (containers, inits) = pod.spec.as_ref().map_or((&[][..], &[][..]), |s| {
+        (
+            &s.containers[..],
+            s.init_containers.as_deref().unwrap_or_default(),
+        )
+    });
     let has_inits = !inits.is_empty();
     let prev = inp.previous;
 
     let init_statuses = container_statuses(
         pod,
-        &inits,
+        inits,
         ContainerKind::Init,
         rt,
         inp,
@@ -175,7 +179,7 @@ pub fn generate(pod: &Pod, rt: &RuntimePod, inp: &StatusInputs<'_>) -> PodStatus
     );
     let mut app_statuses = container_statuses(
         pod,
-        &spec.containers,
+        containers,
         ContainerKind::App,
         rt,
         inp,
@@ -213,7 +217,8 @@ pub fn generate(pod: &Pod, rt: &RuntimePod, inp: &StatusInputs<'_>) -> PodStatus
         message = Some(MESSAGE_DEADLINE_EXCEEDED.into());
     }
 
-    let pod_ips: Vec<String> = if spec.host_network == Some(true) {
+    let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+    let pod_ips: Vec<String> = if host_network {
         vec![inp.host_ip.to_string()]
     } else {
         let node_ipv6 = inp.host_ip.contains(':');
@@ -269,8 +274,12 @@ fn conditions(
     prev: Option<&PodStatus>,
     now: SystemTime,
 ) -> Vec<PodCondition> {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let inits = spec.init_containers.clone().unwrap_or_default();
+    let (containers, inits) = pod.spec.as_ref().map_or((&[][..], &[][..]), |s| {
+        (
+            &s.containers[..],
+            s.init_containers.as_deref().unwrap_or_default(),
+        )
+    });
     let find = |name: &str| all.iter().find(|s| s.name == name).copied();
     let list = |names: &[String]| format!("[{}]", names.join(" "));
     // The five conditions, kept with the status for the pod's life: a vector grown by
@@ -305,7 +314,7 @@ fn conditions(
 
     // Initialized.
     let mut incomplete = Vec::new();
-    for c in &inits {
+    for c in inits {
         let Some(s) = find(&c.name) else { continue };
         if labels::is_sidecar(c) {
             if s.started != Some(true) {
@@ -320,7 +329,7 @@ fn conditions(
             incomplete.push(c.name.clone());
         }
     }
-    let regular_started = spec.containers.iter().any(|c| {
+    let regular_started = containers.iter().any(|c| {
         find(&c.name)
             .and_then(|s| s.state.as_ref())
             .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
@@ -349,7 +358,7 @@ fn conditions(
             unready.push(c.name.clone());
         }
     }
-    for c in &spec.containers {
+    for c in containers {
         if find(&c.name).is_some_and(|s| !s.ready) {
             unready.push(c.name.clone());
         }
@@ -690,14 +699,20 @@ fn get_phase(
     pod_is_terminal: bool,
     pod_has_initialized: bool,
 ) -> String {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let (app_specs, init_specs, policy) = pod.spec.as_ref().map_or((&[][..], &[][..], None), |s| {
+        (
+            &s.containers[..],
+            s.init_containers.as_deref().unwrap_or_default(),
+            s.restart_policy.as_deref(),
+        )
+    });
+    let policy = policy.unwrap_or("Always");
     let state = |s: &ContainerStatus| s.state.clone().unwrap_or_default();
     let last_terminated =
         |s: &ContainerStatus| s.last_state.as_ref().and_then(|l| l.terminated.clone());
     let (mut pending_sidecars, mut pending_inits, mut failed_init) = (0, 0, 0);
     let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
-    for c in spec.init_containers.iter().flatten() {
+    for c in init_specs {
         let Some(s) = inits.iter().find(|s| s.name == c.name) else {
             if labels::is_sidecar(c) {
                 unknown += 1;
@@ -739,7 +754,7 @@ fn get_phase(
             pending_inits += 1;
         }
     }
-    for c in &spec.containers {
+    for c in app_specs {
         let Some(s) = apps.iter().find(|s| s.name == c.name) else {
             unknown += 1;
             continue;
@@ -818,20 +833,21 @@ pub fn qos_class(pod: &Pod) -> &'static str {
         .flatten()
         .chain(&spec.containers)
     {
-        let res = c.resources.clone().unwrap_or_default();
-        let req = res.requests.unwrap_or_default();
-        let lim = res.limits.unwrap_or_default();
-        let get =
-            |m: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-             k: &str| {
-                m.get(k)
-                    .and_then(|q| base::quantity::parse_milli(&q.0))
-                    .filter(|v| *v > 0)
-            };
+        let res = c.resources.as_ref();
+        let req = res.and_then(|r| r.requests.as_ref());
+        let lim = res.and_then(|r| r.limits.as_ref());
+        let get = |m: Option<
+            &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+        >,
+                   k: &str| {
+            m.and_then(|m| m.get(k))
+                .and_then(|q| base::quantity::parse_milli(&q.0))
+                .filter(|v| *v > 0)
+        };
         let mut limited = 0;
         for r in ["cpu", "memory"] {
-            let l = get(&lim, r);
-            if let Some(v) = get(&req, r).or(l) {
+            let l = get(lim, r);
+            if let Some(v) = get(req, r).or(l) {
                 *requests.entry(r).or_default() += v;
             }
             if let Some(v) = l {
