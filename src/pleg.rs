@@ -294,12 +294,14 @@ pub(crate) struct Pleg {
     metrics: Arc<KubeletMetrics>,
     /// Start of the last successful relist, for the relist interval.
     last_success: Option<Instant>,
+    /// What was seen has been published once (afterwards only when it changes).
+    published: bool,
 }
 
 /// What the PLEG keeps of a listed container of a pod: what the next diff compares
 /// and what it publishes, read from the labels once (a container carries a dozen
 /// labels; a map of even the six read here cost ~1 kB a container).
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 struct Kept {
     pod_uid: String,
     pod_name: String,
@@ -372,6 +374,7 @@ impl Pleg {
             first_done,
             metrics: Arc::default(),
             last_success: None,
+            published: false,
         }
     }
 
@@ -516,14 +519,25 @@ impl Pleg {
         for ev in events {
             self.send(ev);
         }
-        match scope {
-            None => self.seen = new,
-            Some(_) => {
-                self.seen.retain(|_, c| !in_scope(c));
-                self.seen.extend(new);
+        // An unchanged container keeps its record (and the pod map published from the
+        // records stays as it is): the new one's strings were allocated amid the
+        // list's decode, and a record kept for the container's life from there pins
+        // a page of the freed decode. Every 5 minutes a full relist would otherwise
+        // move every record at once (at 110 pods RssAnon rose ~0.3 MiB and stayed).
+        let before = self.seen.len();
+        self.seen
+            .retain(|id, c| !in_scope(c) || new.get(id).is_some_and(|n| n == c));
+        let mut changed = self.seen.len() != before;
+        for (id, c) in new {
+            if let std::collections::hash_map::Entry::Vacant(e) = self.seen.entry(id) {
+                e.insert(c);
+                changed = true;
             }
         }
-        self.publish();
+        if changed || !self.published {
+            self.publish();
+            self.published = true;
+        }
     }
 
     /// Marks what the runtime holds of these pods as changed: one new generation for

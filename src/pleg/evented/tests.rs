@@ -453,3 +453,27 @@ fn a_pod_woken_without_an_event_is_relisted_with_its_running_containers_inspecte
     assert_eq!(got, vec![pod1_event(PlegEventType::ContainerDied, &id)]);
     assert!(!pleg.shared().runtime_pods()["uid-1"].running);
 }
+
+#[test]
+fn an_unchanged_relist_keeps_the_records_and_the_published_pods() {
+    let (rt, id, mut pleg, rx) = world();
+    let shared = pleg.shared().clone();
+    let published = shared.runtime_pods();
+    let record = |pleg: &Pleg| pleg.seen.get(&id).map(|k| k.pod_uid.as_ptr());
+    let kept = record(&pleg);
+    pleg.relist().expect("relist");
+    pleg.update_pods(&[("uid-1".to_string(), BTreeSet::new())].into())
+        .expect("update");
+    assert!(rx.try_iter().next().is_none(), "no change, no event");
+    assert!(
+        Arc::ptr_eq(&published, &shared.runtime_pods()),
+        "not published again"
+    );
+    assert_eq!(record(&pleg), kept, "the record kept, not made anew");
+    // A change is published, with the pod's new state.
+    rt.exit(&id, 1);
+    pleg.relist().expect("relist");
+    let now = shared.runtime_pods();
+    assert!(!Arc::ptr_eq(&published, &now));
+    assert!(!now["uid-1"].running, "{now:?}");
+}

@@ -27,7 +27,7 @@ struct Entry {
 }
 
 /// A container's details with its labels packed.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 struct Packed {
     /// Everything but the labels (left empty).
     details: ContainerDetails,
@@ -55,7 +55,7 @@ impl Packed {
 
 /// Labels as one string of keys and values one after the other, in key order, and
 /// where each of them ends.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 struct PackedLabels {
     text: Box<str>,
     ends: Box<[u32]>,
@@ -122,16 +122,30 @@ impl PodCache {
     }
 
     /// Keeps `pod`, read at `read_at` after the PLEG's `generation` of it was taken.
+    /// A read that found the pod as kept renews the entry it has: every 5 minutes each
+    /// pod is read again whatever the PLEG says, and an entry made anew amid that
+    /// read's decode would pin a page of the freed decode for the pod's life.
     pub fn set(&self, uid: &str, generation: u64, read_at: Instant, pod: &RuntimePod) {
-        lock(&self.pods).insert(
-            uid.to_string(),
-            Entry {
-                generation,
-                read_at,
-                sandboxes: pod.sandboxes.iter().map(Packed::new).collect(),
-                containers: pod.containers.iter().map(Packed::new).collect(),
-            },
-        );
+        let sandboxes: Vec<Packed> = pod.sandboxes.iter().map(Packed::new).collect();
+        let containers: Vec<Packed> = pod.containers.iter().map(Packed::new).collect();
+        let mut pods = lock(&self.pods);
+        match pods.get_mut(uid) {
+            Some(e) if e.sandboxes == sandboxes && e.containers == containers => {
+                e.generation = generation;
+                e.read_at = read_at;
+            }
+            _ => {
+                pods.insert(
+                    uid.to_string(),
+                    Entry {
+                        generation,
+                        read_at,
+                        sandboxes,
+                        containers,
+                    },
+                );
+            }
+        }
     }
 
     /// Forgets a pod.
@@ -202,5 +216,22 @@ mod tests {
         let back = cache.get("u", 1, t0, Duration::from_secs(1)).expect("kept");
         assert_eq!(back.sandboxes, pod.sandboxes);
         assert_eq!(back.containers, pod.containers);
+
+        // Read again, unchanged: the entry is renewed (new generation and time), the
+        // same storage kept.
+        let storage =
+            |cache: &PodCache| lock(&cache.pods)["u"].containers[0].labels.text.as_ptr() as usize;
+        let kept = storage(&cache);
+        let t1 = t0 + Duration::from_secs(300);
+        cache.set("u", 2, t1, &pod);
+        assert!(cache.get("u", 1, t1, Duration::from_secs(1)).is_none());
+        assert!(cache.get("u", 2, t1, Duration::from_secs(1)).is_some());
+        assert_eq!(storage(&cache), kept);
+        // Changed: replaced.
+        let mut changed = pod.clone();
+        changed.containers[0].state = crate::ContainerState::Exited;
+        cache.set("u", 3, t1, &changed);
+        let back = cache.get("u", 3, t1, Duration::from_secs(1)).expect("kept");
+        assert_eq!(back.containers, changed.containers);
     }
 }
