@@ -57,9 +57,10 @@ const MESSAGE_CACHE_ENTRIES: usize = 4096;
 /// The sandbox holds only namespaces: no grace needed beyond a moment.
 const SANDBOX_STOP_GRACE: Duration = Duration::from_secs(2);
 /// A pod's containers as a sync read them serve the next syncs while the PLEG saw no
-/// change of the pod, but at most this long: one resync in five (at the 1 min resync
-/// period) reads the runtime whatever the PLEG says, the safety net the evented PLEG's
-/// own full relist is.
+/// change of the pod, but at most this long: then one resync in five (at the 1 min
+/// resync period) lists the pod's containers whatever the PLEG says, a safety net of its
+/// own beside the evented PLEG's full relist, and reads them again when the list shows
+/// other containers or other states than the kept ones.
 pub(crate) const POD_CACHE_MAX_AGE: Duration = Duration::from_secs(5 * 60);
 
 /// Errors of one pod sync, with the pod (and container) they concern.
@@ -382,12 +383,8 @@ impl RuntimeManager {
     /// termination message after the runtime's own (upstream
     /// `convertToKubeContainerStatus`).
     pub fn get_pod_status(&self, uid: &str) -> Result<RuntimePod, RuntimeError> {
-        let filter = vec![
-            format!("{}={}", labels::MANAGED_BY_NODE, self.cfg.node_name),
-            format!("{}={}", labels::POD_UID, uid),
-        ];
         let mut rp = RuntimePod::default();
-        for s in self.runtime.list_containers(&filter)? {
+        for s in self.runtime.list_containers(&self.pod_filter(uid))? {
             let mut d = match self.runtime.inspect_container(&s.id) {
                 Ok(d) => d,
                 Err(e) if e.is_not_found() => continue,
@@ -412,13 +409,38 @@ impl RuntimeManager {
         Ok(rp)
     }
 
+    /// The runtime's filter for one pod's containers (its sandboxes included).
+    fn pod_filter(&self, uid: &str) -> Vec<String> {
+        vec![
+            format!("{}={}", labels::MANAGED_BY_NODE, self.cfg.node_name),
+            format!("{}={}", labels::POD_UID, uid),
+        ]
+    }
+
     /// The pod's containers for a sync: the last read while the PLEG vouches that none
-    /// changed since (same generation, within [`POD_CACHE_MAX_AGE`]), else read now.
+    /// changed since (same generation, within [`POD_CACHE_MAX_AGE`]; past it, while the
+    /// runtime's list of the pod still agrees), else read now.
     fn sync_pod_status(&self, uid: &str) -> Result<RuntimePod, RuntimeError> {
-        let now = Instant::now();
+        self.sync_pod_status_at(uid, Instant::now())
+    }
+
+    /// [`Self::sync_pod_status`] at `now` (the tests' later time).
+    pub(crate) fn sync_pod_status_at(
+        &self,
+        uid: &str,
+        now: Instant,
+    ) -> Result<RuntimePod, RuntimeError> {
         if let Some(g) = self.pod_generation(uid, now) {
             if let Some(pod) = self.pod_cache.get(uid, g, now, POD_CACHE_MAX_AGE) {
                 return Ok(pod);
+            }
+            if let Some(pod) = self.pod_cache.get(uid, g, now, Duration::MAX) {
+                let listed = self.runtime.list_containers(&self.pod_filter(uid))?;
+                if lists_the_same(&pod, &listed) {
+                    self.pod_cache.renew(uid, g, now);
+                    return Ok(pod);
+                }
+                log::debug!("pod {uid}: the runtime lists other containers than the kept ones; reading them again");
             }
         }
         self.read_pod_status(uid)
@@ -1592,6 +1614,22 @@ impl BackoffGc {
         lock(&self.restart).gc(SystemTime::now());
         self.images.gc();
     }
+}
+
+/// Whether the runtime's list of a pod shows the containers `kept` holds, each in the
+/// state it was kept in (the order aside).
+fn lists_the_same(kept: &RuntimePod, listed: &[runtime::ContainerSummary]) -> bool {
+    let mut kept: Vec<(&str, ContainerState)> = kept
+        .sandboxes
+        .iter()
+        .chain(&kept.containers)
+        .map(|d| (d.id.as_str(), d.state))
+        .collect();
+    let mut listed: Vec<(&str, ContainerState)> =
+        listed.iter().map(|c| (c.id.as_str(), c.state)).collect();
+    base::sort::sort_by(&mut kept, |a, b| a.0.cmp(b.0));
+    base::sort::sort_by(&mut listed, |a, b| a.0.cmp(b.0));
+    kept == listed
 }
 
 fn has_work(a: &PodActions) -> bool {

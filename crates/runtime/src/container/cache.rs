@@ -148,6 +148,17 @@ impl PodCache {
         }
     }
 
+    /// Marks a pod's entry, kept at `generation`, as read again at `read_at` (the
+    /// runtime's list agreed with it); no entry of that generation, no change.
+    pub fn renew(&self, uid: &str, generation: u64, read_at: Instant) {
+        if let Some(e) = lock(&self.pods)
+            .get_mut(uid)
+            .filter(|e| e.generation == generation)
+        {
+            e.read_at = read_at;
+        }
+    }
+
     /// Forgets a pod.
     pub fn remove(&self, uid: &str) {
         lock(&self.pods).remove(uid);
