@@ -146,12 +146,36 @@ macro_rules! on_both_runtimes {
     )*};
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, below the kernel's ephemeral range. A port from
+/// `bind(…:0)` is an ephemeral one, and between its release and the kubelet's (or a
+/// server's) bind, any outgoing connection on the machine may be given it (CI once:
+/// "cannot listen on 127.0.0.1:36483 for the read-only server: Address already in
+/// use"). These come from 10000 up to the ephemeral range's start, each once per test
+/// process, from a start that differs between processes, and free on every address.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    const LOW: u32 = 10_000;
+    static NEXT: std::sync::OnceLock<AtomicU32> = std::sync::OnceLock::new();
+    let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+        .min(65_536);
+    if high <= LOW + 1000 {
+        // No room below the ephemeral range: the kernel's pick.
+        return TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+    }
+    let span = high - LOW;
+    let next = NEXT.get_or_init(|| AtomicU32::new(std::process::id().wrapping_mul(7919) % span));
+    for _ in 0..span {
+        let p = u16::try_from(LOW + next.fetch_add(1, Ordering::SeqCst) % span).expect("a port");
+        if TcpListener::bind(("0.0.0.0", p)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free port between {LOW} and {high}");
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
