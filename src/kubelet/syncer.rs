@@ -426,4 +426,43 @@ mod tests {
         assert!(n.running("u1", "b").is_some());
         assert!(!n.sl.workers.is_active("u1"));
     }
+
+    #[test]
+    fn past_the_cache_age_a_sync_lists_the_pod_and_reads_it_only_when_the_list_differs() {
+        let rt = testing::runtime(&testing::clock());
+        let mut n = Node::new(&rt, &[Source::File]);
+        n.snapshot(
+            Source::File,
+            vec![pod(
+                "web",
+                "u1",
+                "{containers: [{name: a, image: 'busybox:1'}]}",
+            )],
+        );
+        n.relist();
+        let first = n.running("u1", "a").expect("running");
+        // An open event stream vouches for the PLEG's generations at any time.
+        n.sl.pleg.set_stream_open(true);
+        let later = Instant::now() + crate::kuberuntime::POD_CACHE_MAX_AGE;
+        let m = &n.handler.manager;
+        let (lists, inspects) = (rt.count(Op::List), rt.count(Op::Inspect));
+        let kept = m.sync_pod_status_at("u1", later).expect("status");
+        assert_eq!(rt.count(Op::List), lists + 1, "one list of the pod");
+        assert_eq!(rt.count(Op::Inspect), inspects, "it agreed: nothing read");
+        m.sync_pod_status_at("u1", later).expect("status");
+        assert_eq!(rt.count(Op::List), lists + 1, "renewed: fresh again");
+        // The container died and the PLEG missed it: the list shows it.
+        rt.exit(&first.id, 1);
+        let much_later = later + crate::kuberuntime::POD_CACHE_MAX_AGE;
+        let read = m.sync_pod_status_at("u1", much_later).expect("status");
+        assert!(rt.count(Op::Inspect) > inspects, "read again");
+        let state = |p: &runtime::container::RuntimePod| {
+            p.containers
+                .iter()
+                .find(|c| c.id == first.id)
+                .map(|c| c.state)
+        };
+        assert_eq!(state(&kept), Some(ContainerState::Running));
+        assert_eq!(state(&read), Some(ContainerState::Exited));
+    }
 }
