@@ -195,32 +195,7 @@ pub(crate) fn root_upper_dir(mountinfo: &str) -> Option<PathBuf> {
         })?
         .split(',')
         .find_map(|o| o.strip_prefix("upperdir="))
-        .map(|d| PathBuf::from(unescape_mountinfo(d)))
-}
-
-/// mountinfo's octal escapes (`\040` a space, `\011` a tab, `\012` a newline,
-/// `\134` a backslash) undone.
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let code = b
-            .get(i + 1..i + 4)
-            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)))
-            .and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok());
-        match code {
-            Some(c) => {
-                out.push(c);
-                i += 4;
-            }
-            None => {
-                out.push(b[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+        .map(|d| PathBuf::from(crate::volume::mount::unescape(d)))
 }
 
 /// The interfaces of a `/proc/<pid>/net/dev` text, cAdvisor's ignored ones left out.
