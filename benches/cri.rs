@@ -760,12 +760,7 @@ fn print_starts(rows: &mut [(usize, [Vec<Duration>; 3])]) {
         );
     }
     for (n, t) in rows.iter() {
-        let all = |v: &[Duration]| {
-            v.iter()
-                .map(|d| format!("{:.0}", ms(*d)))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let all = common::every_ms;
         println!(
             "({n} pods, every turn in ms: a {}; b {}; c {})",
             all(&t[0]),

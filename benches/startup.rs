@@ -358,12 +358,7 @@ fn print_starts(
         ms(raw_many),
         ratio_many
     );
-    let all = |v: &[Duration]| {
-        v.iter()
-            .map(|d| format!("{:.0}", ms(*d)))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let all = common::every_ms;
     println!(
         "(1 pod, every run in ms: rkubelet {}; raw {})",
         all(rk_one),

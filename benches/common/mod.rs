@@ -206,3 +206,11 @@ pub fn wait_running(docker: &docker::Docker, node: &str, n: usize) {
             .unwrap_or(false)
     });
 }
+
+/// Each duration in whole milliseconds, space-separated (a bench's "every turn" line).
+pub fn every_ms(v: &[std::time::Duration]) -> String {
+    v.iter()
+        .map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
