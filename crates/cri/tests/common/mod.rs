@@ -288,6 +288,18 @@ state = "{d}/state"
                 .ok()
                 .map(drop)
         });
+        // The socket is served before the CRI plugin has finished starting: until then
+        // every CRI call is answered `Unknown: server is not initialized yet`. Ready is
+        // when a client of its own gets an answer to `Version`.
+        let (_shutdown, loops) = loops();
+        let cri = CriClient::new(&self.endpoint(), Duration::from_secs(5), &loops)
+            .expect("a unix endpoint");
+        let request = v1::VersionRequest {
+            version: "v1".into(),
+        };
+        wait_for(Duration::from_secs(30), "containerd's CRI service", || {
+            cri.version(&request).ok().map(drop)
+        });
     }
 
     /// Stops the daemon (SIGTERM, then SIGKILL after 10 s).
