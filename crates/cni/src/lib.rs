@@ -15,9 +15,10 @@
 pub mod cache;
 pub mod conf;
 
+use std::io::ErrorKind;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
@@ -25,6 +26,12 @@ use conf::NetworkConfigList;
 
 /// The most of a plugin's stdout or stderr kept: results are a few KiB.
 const MAX_PLUGIN_OUTPUT: usize = 1024 * 1024;
+
+/// A plugin whose binary is open for writing cannot be run ("text file busy"): it is
+/// being installed or upgraded in place. Like libcni, try again a second later, up to
+/// five times, within the plugin's deadline.
+const BUSY_RETRIES: u32 = 5;
+const BUSY_WAIT: Duration = Duration::from_secs(1);
 
 /// Where and how the plugins run.
 #[derive(Clone, Debug)]
@@ -162,13 +169,32 @@ impl Cni {
             .env("CNI_ARGS", args.join(";"))
             .env("CNI_PATH", path);
         let input = conf.to_string().into_bytes();
-        let done =
-            base::process::run_with_deadline(&mut cmd, &input, self.timeout, MAX_PLUGIN_OUTPUT)
-                .map_err(|source| CniError::Run {
-                    plugin: plugin.to_string(),
-                    command,
-                    source,
-                })?;
+        let started = Instant::now();
+        let mut retries = 0;
+        let done = loop {
+            let left = self.timeout.saturating_sub(started.elapsed());
+            match base::process::run_with_deadline(&mut cmd, &input, left, MAX_PLUGIN_OUTPUT) {
+                Err(base::process::RunError::Spawn(e))
+                    if e.kind() == ErrorKind::ExecutableFileBusy
+                        && retries < BUSY_RETRIES
+                        && left > BUSY_WAIT =>
+                {
+                    retries += 1;
+                    log::debug!(
+                        "cni: {} is being written (text file busy); {command} again in {BUSY_WAIT:?}",
+                        bin.display()
+                    );
+                    std::thread::sleep(BUSY_WAIT);
+                }
+                other => {
+                    break other.map_err(|source| CniError::Run {
+                        plugin: plugin.to_string(),
+                        command,
+                        source,
+                    })?
+                }
+            }
+        };
         let stderr = String::from_utf8_lossy(&done.stderr);
         if !stderr.trim().is_empty() {
             log::debug!("cni: {plugin} ({command}) says: {}", stderr.trim());

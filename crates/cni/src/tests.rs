@@ -4,7 +4,6 @@
 
 use super::*;
 use base::testutil::TempDir;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -19,8 +18,26 @@ fn script_plugin(dir: &Path, name: &str, log: &Path, reply: &str, code: i32) {
          exit {code}\n",
         log = log.display()
     );
-    std::fs::write(&path, text).expect("write plugin");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    write_executable(&path, &text);
+}
+
+/// Writes an executable file from a child process, so that no descriptor open for
+/// writing on it is ever in this process: a test thread's fork (which keeps the
+/// parent's descriptors until its exec) could otherwise hold one while the plugin is
+/// run, and an exec of a file open for writing fails with ETXTBSY.
+fn write_executable(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut child = Command::new("sh")
+        .args(["-c", "cat > \"$0\" && chmod 755 \"$0\""])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("sh");
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(text.as_bytes()).expect("write the plugin");
+    }
+    let status = child.wait().expect("wait for sh");
+    assert!(status.success(), "cannot write {}", path.display());
 }
 
 fn list(json: &str) -> NetworkConfigList {
@@ -133,8 +150,7 @@ fn a_failing_a_missing_and_a_hung_plugin_are_errors_that_say_so() {
         1,
     );
     let hung = dir.0.join("hangs");
-    std::fs::write(&hung, "#!/bin/sh\nsleep 1000\n").expect("write");
-    std::fs::set_permissions(&hung, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    write_executable(&hung, "#!/bin/sh\nsleep 1000\n");
     let cni = Cni {
         bin_dirs: vec![dir.0.clone()],
         cache_dir: dir.0.join("cache"),
@@ -159,6 +175,64 @@ fn a_failing_a_missing_and_a_hung_plugin_are_errors_that_say_so() {
     assert!(e.to_string().contains("did not finish within"), "{e}");
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     assert!(cache::all(&cni.cache_dir).is_empty(), "nothing cached");
+}
+
+#[test]
+fn a_plugin_being_written_is_run_once_its_writer_is_done_as_libcni_does() {
+    let dir = TempDir::new("cni-busy");
+    let log = dir.0.join("log");
+    script_plugin(&dir.0, "busy", &log, r#"{"cniVersion":"1.0.0"}"#, 0);
+    // An install writing the plugin in place: its binary open for writing, which
+    // makes an exec of it fail with ETXTBSY until the writer closes it.
+    let open_for_writing = || {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.0.join("busy"))
+            .expect("open the plugin for writing")
+    };
+    let writer = open_for_writing();
+    let closer = base::testutil::spawn_named("cni-busy-writer", move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(writer);
+    });
+    let cni = Cni {
+        bin_dirs: vec![dir.0.clone()],
+        cache_dir: dir.0.join("cache"),
+        timeout: Duration::from_secs(20),
+    };
+    let net = list(r#"{"name":"n","plugins":[{"type":"busy"}]}"#);
+    cni.add(&net, &runtime_conf()).expect("run once written");
+    closer.join().expect("the writer");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(
+        text.lines().next(),
+        Some("ADD c1 /proc/1/ns/net eth0 IgnoreUnknown=1;K8S_POD_NAME=web")
+    );
+
+    // A writer that does not finish: the tries stop within the deadline, and the
+    // error names the plugin and why.
+    let _held = open_for_writing();
+    let short = Cni {
+        timeout: Duration::from_millis(2500),
+        ..cni
+    };
+    let t = std::time::Instant::now();
+    let e = short
+        .add(&net, &runtime_conf())
+        .expect_err("still being written");
+    // Five tries a second apart would take 5 s: the 2.5 s deadline stops them (after
+    // the third, which leaves less than the second a fourth would wait).
+    assert!(
+        t.elapsed() < Duration::from_millis(4500),
+        "{:?}",
+        t.elapsed()
+    );
+    let said = e.to_string();
+    assert!(
+        said.starts_with("plugin type=\"busy\" failed (ADD): cannot run it: ")
+            && said.contains("Text file busy"),
+        "{said}"
+    );
 }
 
 /// A network namespace of the test's own (`ip netns`), deleted on drop.
