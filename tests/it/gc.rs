@@ -241,7 +241,15 @@ fn a_chatty_container_keeps_five_rotated_files_its_links_resolve_and_go_with_the
         std::fs::canonicalize(&link).expect("link resolves"),
         std::fs::canonicalize(&details.log_path).expect("log file")
     );
-    let files = log_files(&details.log_path);
+    // A look of the kubelet's may still be compressing a rotated file (into
+    // `<file>.tmp`, renamed to `.gz` when done, as upstream): the files once it is not.
+    let files = wait_for("no compression in progress", LONG, || {
+        let files = log_files(&details.log_path);
+        (!files
+            .iter()
+            .any(|(f, _)| f.to_string_lossy().ends_with(".tmp")))
+        .then_some(files)
+    });
     assert!(files.len() <= 5, "{files:?}");
     assert!(files.len() >= 2, "rotated: {files:?}");
     match rt {
