@@ -275,22 +275,10 @@ state = "{d}/state"
             .spawn()
             .expect("start containerd");
         self.daemon = Some(child);
-        let sock = self.sock.clone();
         let log = self.dir.join("containerd.log");
-        wait_for(Duration::from_secs(30), "containerd's socket", || {
-            if let Some(Ok(Some(status))) = self.daemon.as_mut().map(|c| c.try_wait()) {
-                panic!(
-                    "containerd exited ({status}): {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            std::os::unix::net::UnixStream::connect(&sock)
-                .ok()
-                .map(drop)
-        });
-        // The socket is served before the CRI plugin has finished starting: until then
-        // every CRI call is answered `Unknown: server is not initialized yet`. Ready is
-        // when a client of its own gets an answer to `Version`.
+        // Up is when a client of its own gets an answer to `Version`: the socket is
+        // served before the CRI plugin has finished starting, and until then every CRI
+        // call is answered `Unknown: server is not initialized yet`.
         let (_shutdown, loops) = loops();
         let cri = CriClient::new(&self.endpoint(), Duration::from_secs(5), &loops)
             .expect("a unix endpoint");
@@ -298,6 +286,12 @@ state = "{d}/state"
             version: "v1".into(),
         };
         wait_for(Duration::from_secs(30), "containerd's CRI service", || {
+            if let Some(Ok(Some(status))) = self.daemon.as_mut().map(|c| c.try_wait()) {
+                panic!(
+                    "containerd exited ({status}): {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
             cri.version(&request).ok().map(drop)
         });
     }
