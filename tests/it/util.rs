@@ -154,12 +154,18 @@ macro_rules! on_both_runtimes {
 /// process, from a start that differs between processes, and free on every address.
 pub fn free_port() -> u16 {
     const LOW: u32 = 10_000;
-    static NEXT: std::sync::OnceLock<AtomicU32> = std::sync::OnceLock::new();
-    let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32_768)
-        .min(65_536);
+    /// The ephemeral range's start (read once), and the next port to try.
+    static RANGE: std::sync::OnceLock<(u32, AtomicU32)> = std::sync::OnceLock::new();
+    let (high, next) = RANGE.get_or_init(|| {
+        let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+            .unwrap_or(32_768)
+            .min(65_536);
+        let start = std::process::id().wrapping_mul(7919) % high.saturating_sub(LOW).max(1);
+        (high, AtomicU32::new(start))
+    });
+    let high = *high;
     if high <= LOW + 1000 {
         // No room below the ephemeral range: the kernel's pick.
         return TcpListener::bind("127.0.0.1:0")
@@ -168,7 +174,6 @@ pub fn free_port() -> u16 {
             .expect("free port");
     }
     let span = high - LOW;
-    let next = NEXT.get_or_init(|| AtomicU32::new(std::process::id().wrapping_mul(7919) % span));
     for _ in 0..span {
         let p = u16::try_from(LOW + next.fetch_add(1, Ordering::SeqCst) % span).expect("a port");
         if TcpListener::bind(("0.0.0.0", p)).is_ok() {
